@@ -1,0 +1,58 @@
+"""unity_nb: steerable LLM tool loops for Jupyter.
+
+Every operation is an async tool loop returning a steerable handle: ``pause``, ``resume``,
+``interject``, ``ask``, ``stop``; handles nest and steering reaches every depth.
+"""
+
+from ._errors import (
+    CacheMiss,
+    HandleStateError,
+    ModelConfigError,
+    ModelError,
+    Stopped,
+    ToolDefinitionError,
+    UnityError,
+    UserError,
+)
+from ._events import AnyEvent, Event, EventBus, default_bus
+from .loop import LoopHandle, Message, Status, Tool, ToolCallRecord, ToolContext, as_tool, current_loop, start_loop
+from .models import CachedModel, Model, ModelRequest, OpenAIModel, Reply, ScriptedModel, ToolCall, Usage, call_tool
+
+__version__ = "0.1.0"
+
+__all__ = (
+    # the loop
+    "start_loop",
+    "LoopHandle",
+    "Status",
+    "Message",
+    "ToolCallRecord",
+    "Tool",
+    "ToolContext",
+    "as_tool",
+    "current_loop",
+    # models
+    "Model",
+    "ModelRequest",
+    "Reply",
+    "ToolCall",
+    "Usage",
+    "call_tool",
+    "OpenAIModel",
+    "ScriptedModel",
+    "CachedModel",
+    # events
+    "Event",
+    "AnyEvent",
+    "EventBus",
+    "default_bus",
+    # errors
+    "UnityError",
+    "UserError",
+    "HandleStateError",
+    "ToolDefinitionError",
+    "ModelConfigError",
+    "CacheMiss",
+    "Stopped",
+    "ModelError",
+)

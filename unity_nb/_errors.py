@@ -1,0 +1,73 @@
+"""Errors, sorted by who must act.
+
+::
+
+    UnityError                      base of everything unity_nb raises on purpose
+    ├── UserError (ValueError)      the person must act: the message says what to do
+    │   ├── HandleStateError        steering a handle whose state forbids it ("... is finished")
+    │   ├── ToolDefinitionError     a function cannot be a tool (no type hints, bad name)
+    │   ├── ModelConfigError        no model, no key, no base_url
+    │   └── CacheMiss               a replay-only CachedModel met a request it never recorded
+    ├── Stopped                     raised by ``result()`` of a loop that was stopped; ``.reason``
+    └── ModelError                  the model could not be reached after retries (the run failed)
+
+Errors the *model* must act on (a tool raising, an unknown tool name, arguments failing
+validation) are not raised at all: they go back into the transcript as error results.
+"""
+
+from __future__ import annotations
+
+__all__ = (
+    "UnityError",
+    "UserError",
+    "HandleStateError",
+    "ToolDefinitionError",
+    "ModelConfigError",
+    "CacheMiss",
+    "Stopped",
+    "ModelError",
+)
+
+
+class UnityError(Exception):
+    """Base class of every error unity_nb raises on purpose."""
+
+
+class UserError(UnityError, ValueError):
+    """A usage mistake: the message says what to do instead."""
+
+
+class HandleStateError(UserError):
+    """The handle's state forbids the call (for example steering a finished loop)."""
+
+    def __init__(self, message: str, *, state: str) -> None:
+        super().__init__(message)
+        self.state = state
+
+
+class ToolDefinitionError(UserError):
+    """A function cannot be offered to a model as a tool."""
+
+
+class ModelConfigError(UserError):
+    """The model is missing or misconfigured."""
+
+
+class CacheMiss(UserError):
+    """A replay-only ``CachedModel`` was asked a request it has not recorded."""
+
+    def __init__(self, message: str, *, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class Stopped(UnityError):
+    """The loop was stopped by ``stop(reason)``; ``reason`` says why."""
+
+    def __init__(self, reason: str | None = None) -> None:
+        super().__init__(f"stopped: {reason}" if reason else "stopped")
+        self.reason = reason
+
+
+class ModelError(UnityError):
+    """The model call failed for good (after retries); the loop failed with it."""

@@ -1,0 +1,298 @@
+"""Typed events and the event bus.
+
+Every loop publishes pydantic events with a literal ``kind`` and the loop's ``lineage``
+(for example ``["report(3f2a)", "lookup(7b1c)"]``). The :class:`EventBus` keeps a bounded
+history per kind, filters it, calls subscribers, and turns any slice into a DataFrame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import inspect
+import itertools
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = (
+    "Event",
+    "LoopStarted",
+    "ModelRequest",
+    "ModelDelta",
+    "ModelResponse",
+    "ModelRetry",
+    "ToolStarted",
+    "ToolFinished",
+    "ChildStarted",
+    "Steering",
+    "ClarificationRequested",
+    "ClarificationAnswered",
+    "Notification",
+    "LoopFinished",
+    "LoopFailed",
+    "AnyEvent",
+    "EventBus",
+    "default_bus",
+)
+
+log = logging.getLogger("unity_nb.events")
+_seq = itertools.count(1)
+
+
+class Event(BaseModel):
+    """Base of all events: which loop, where in the tree, when."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: str
+    loop_id: str
+    """The loop's unique id."""
+    lineage: tuple[str, ...]
+    """The loop's position in the nesting tree, outermost first."""
+    ts: float = Field(default_factory=time.time)
+    """Wall-clock time of publication (seconds since the epoch)."""
+    seq: int = Field(default_factory=lambda: next(_seq))
+    """A process-wide increasing sequence number: orders events exactly."""
+
+
+class LoopStarted(Event):
+    kind: Literal["loop_started"] = "loop_started"
+    name: str
+    task: str
+    model: str
+    parent_id: str | None = None
+
+
+class ModelRequest(Event):
+    kind: Literal["model_request"] = "model_request"
+    step: int
+    messages: int
+    """How many messages the request carries."""
+    tools: tuple[str, ...]
+    """Names of the tools offered at this step (empty: the model must answer)."""
+    tool_choice: str
+    last_user: str | None = None
+    """The text of the newest user message in the request (interjections show here)."""
+
+
+class ModelDelta(Event):
+    kind: Literal["model_delta"] = "model_delta"
+    step: int
+    text: str
+
+
+class ModelResponse(Event):
+    kind: Literal["model_response"] = "model_response"
+    step: int
+    content: str | None
+    tool_calls: tuple[dict, ...] = ()
+    input_tokens: int = 0
+    output_tokens: int = 0
+    interrupted: bool = False
+    """True when an interjection cancelled this call; it is re-issued."""
+
+
+class ModelRetry(Event):
+    kind: Literal["model_retry"] = "model_retry"
+    attempt: int
+    error: str
+    delay: float
+
+
+class ToolStarted(Event):
+    kind: Literal["tool_started"] = "tool_started"
+    call_id: str
+    name: str
+    arguments: str
+
+
+class ToolFinished(Event):
+    kind: Literal["tool_finished"] = "tool_finished"
+    call_id: str
+    name: str
+    result: str
+    error: bool = False
+    duration: float = 0.0
+
+
+class ChildStarted(Event):
+    kind: Literal["child_started"] = "child_started"
+    child_id: str
+    child_name: str
+    call_id: str | None = None
+
+
+class Steering(Event):
+    kind: Literal["steering"] = "steering"
+    action: Literal["pause", "resume", "interject", "stop", "ask"]
+    message: str | None = None
+
+
+class ClarificationRequested(Event):
+    kind: Literal["clarification_requested"] = "clarification_requested"
+    call_id: str
+    question: str
+
+
+class ClarificationAnswered(Event):
+    kind: Literal["clarification_answered"] = "clarification_answered"
+    call_id: str
+    answer: str
+
+
+class Notification(Event):
+    kind: Literal["notification"] = "notification"
+    call_id: str | None
+    text: str
+
+
+class LoopFinished(Event):
+    kind: Literal["loop_finished"] = "loop_finished"
+    status: Literal["finished", "stopped"]
+    result: str | None = None
+    reason: str | None = None
+    steps: int = 0
+
+
+class LoopFailed(Event):
+    kind: Literal["loop_failed"] = "loop_failed"
+    error: str
+    steps: int = 0
+
+
+AnyEvent = Annotated[
+    Union[
+        LoopStarted, ModelRequest, ModelDelta, ModelResponse, ModelRetry, ToolStarted,
+        ToolFinished, ChildStarted, Steering, ClarificationRequested, ClarificationAnswered,
+        Notification, LoopFinished, LoopFailed,
+    ],
+    Field(discriminator="kind"),
+]
+"""The discriminated union of every event: ``TypeAdapter(AnyEvent)`` parses any of them."""
+
+Predicate = Callable[[Event], bool]
+
+
+class EventBus:
+    """In-process pub/sub for loop events, with a bounded history per kind.
+
+    ``subscribe(callback)`` registers a function (sync, or async: scheduled as a task) called
+    with each event; an exception in a callback is logged, never raised into the loop.
+    """
+
+    def __init__(self, *, history: int = 2000) -> None:
+        self._limit = history
+        self._history: dict[str, collections.deque[Event]] = {}
+        self._subscribers: list[tuple[Callable[[Event], Any], frozenset[str] | None]] = []
+        self._waiters: list[tuple[Predicate, asyncio.Future]] = []
+
+    def publish(self, event: Event) -> None:
+        hist = self._history.get(event.kind)
+        if hist is None:
+            hist = self._history[event.kind] = collections.deque(maxlen=self._limit)
+        hist.append(event)
+        for callback, kinds in self._subscribers:
+            if kinds is None or event.kind in kinds:
+                try:
+                    out = callback(event)
+                    if inspect.isawaitable(out):
+                        asyncio.ensure_future(out)
+                except Exception:  # a subscriber must never break a loop
+                    log.exception("event subscriber %r failed", callback)
+        if self._waiters:
+            for waiter in list(self._waiters):
+                pred, fut = waiter
+                if not fut.done() and pred(event):
+                    fut.set_result(event)
+                    self._waiters.remove(waiter)
+
+    def subscribe(
+        self, callback: Callable[[Event], Any], *, kinds: Iterable[str] | None = None
+    ) -> Callable[[], None]:
+        """Call ``callback(event)`` for every event (of ``kinds`` if given); returns an unsubscribe function."""
+        entry = (callback, frozenset(kinds) if kinds is not None else None)
+        self._subscribers.append(entry)
+
+        def unsubscribe() -> None:
+            if entry in self._subscribers:
+                self._subscribers.remove(entry)
+
+        return unsubscribe
+
+    def history(
+        self,
+        kind: str | Iterable[str] | None = None,
+        *,
+        loop_id: str | None = None,
+        lineage: Iterable[str] | None = None,
+        where: Predicate | None = None,
+    ) -> list[Event]:
+        """Past events, oldest first: of a kind (or kinds), of one loop, under a lineage prefix."""
+        if kind is None:
+            kinds = list(self._history)
+        elif isinstance(kind, str):
+            kinds = [kind]
+        else:
+            kinds = list(kind)
+        prefix = tuple(lineage) if lineage is not None else None
+        out = [
+            e
+            for k in kinds
+            for e in self._history.get(k, ())
+            if (loop_id is None or e.loop_id == loop_id)
+            and (prefix is None or e.lineage[: len(prefix)] == prefix)
+            and (where is None or where(e))
+        ]
+        out.sort(key=lambda e: e.seq)
+        return out
+
+    async def wait_for(
+        self, kind: str | None = None, where: Predicate | None = None, *, timeout: float | None = 10.0
+    ) -> Event:
+        """Wait for the next published event matching ``kind`` and ``where``."""
+        fut = asyncio.get_running_loop().create_future()
+
+        def pred(e: Event) -> bool:
+            return (kind is None or e.kind == kind) and (where is None or where(e))
+
+        waiter = (pred, fut)
+        self._waiters.append(waiter)
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    def clear(self) -> None:
+        """Forget the history (subscribers stay)."""
+        self._history.clear()
+
+    @staticmethod
+    def to_dataframe(events: Iterable[Event]):
+        """A pandas DataFrame with one row per event and one column per field (``kind`` first)."""
+        import pandas as pd  # lazily: pandas is heavy and only this needs it
+
+        rows = [e.model_dump() for e in events]
+        df = pd.DataFrame(rows)
+        if not df.empty:
+            df["lineage"] = df["lineage"].map(lambda t: "/".join(t))
+            df["ts"] = pd.to_datetime(df["ts"], unit="s")
+            first = ["seq", "ts", "kind", "loop_id", "lineage"]
+            df = df[first + [c for c in df.columns if c not in first]]
+        return df
+
+    def dataframe(self, kind: str | Iterable[str] | None = None, **filters: Any):
+        """``to_dataframe(history(kind, **filters))``."""
+        return self.to_dataframe(self.history(kind, **filters))
+
+
+_DEFAULT = EventBus()
+
+
+def default_bus() -> EventBus:
+    """The process-wide bus loops publish to unless given another."""
+    return _DEFAULT

@@ -1,0 +1,152 @@
+"""Turning plain Python functions into tools a model can call.
+
+The schema comes from the signature (via pydantic), the description from the docstring. A
+parameter annotated ``ToolContext`` is not shown to the model: the loop passes a context
+through which the tool can ask the person a question or report progress.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pydantic
+
+from .._errors import ToolDefinitionError
+
+if TYPE_CHECKING:
+    from ._handle import LoopHandle
+
+__all__ = ("Tool", "ToolContext", "as_tool")
+
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class ToolContext:
+    """What a tool receives in a parameter annotated ``unity_nb.ToolContext``.
+
+    ``await ctx.clarify(question)`` asks the person and waits for the answer (the handle's
+    status says ``waiting`` meanwhile); ``ctx.notify(text)`` reports progress without waiting.
+    """
+
+    __slots__ = ("call_id", "handle", "tool_name")
+
+    def __init__(self, handle: LoopHandle, call_id: str, tool_name: str) -> None:
+        self.handle = handle
+        self.call_id = call_id
+        self.tool_name = tool_name
+
+    async def clarify(self, question: str) -> str:
+        """Ask the person ``question``; return their answer."""
+        return await self.handle._clarify(self.call_id, question)
+
+    def notify(self, text: str) -> None:
+        """Report progress to whoever watches the handle (bottom-up, no waiting)."""
+        self.handle._notify(self.call_id, text)
+
+
+@dataclass(slots=True)
+class Tool:
+    """A function the model may call, with its wire schema."""
+
+    name: str
+    description: str
+    fn: Callable[..., Any]
+    params: type[pydantic.BaseModel]
+    ctx_param: str | None
+    is_async: bool
+
+    @property
+    def parameters_schema(self) -> dict:
+        schema = self.params.model_json_schema()
+        schema.pop("title", None)
+        for prop in schema.get("properties", {}).values():
+            prop.pop("title", None)
+        return schema
+
+    def schema(self, *, extra_properties: dict | None = None) -> dict:
+        """The tool in the OpenAI wire format."""
+        params = self.parameters_schema
+        if extra_properties:
+            params = {**params, "properties": {**params.get("properties", {}), **extra_properties}}
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": params},
+        }
+
+    def parse(self, arguments: str) -> dict[str, Any]:
+        """Validate JSON arguments; raise ``ValueError`` with a message the model can act on."""
+        try:
+            model = self.params.model_validate_json(arguments or "{}")
+        except pydantic.ValidationError as err:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '(arguments)'}: {e['msg']}" for e in err.errors()
+            )
+            raise ValueError(f"invalid arguments for {self.name}: {problems}") from None
+        return {k: getattr(model, k) for k in type(model).model_fields}
+
+
+def as_tool(obj: Callable[..., Any] | Tool, *, name: str | None = None) -> Tool:
+    """Make a :class:`Tool` of a function (sync or async, with type hints and a docstring)."""
+    if isinstance(obj, Tool):
+        return obj
+    if not callable(obj):
+        raise ToolDefinitionError(f"a tool must be a function, not {type(obj).__name__}")
+    fn = obj
+    tool_name = name or getattr(fn, "__name__", None) or type(fn).__name__
+    if not _NAME.match(tool_name):
+        raise ToolDefinitionError(
+            f"tool name {tool_name!r} is not allowed: use 1-64 letters, digits, '_' or '-'"
+        )
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception as err:
+        raise ToolDefinitionError(f"tool {tool_name!r}: cannot read its type hints ({err})") from None
+    fields: dict[str, Any] = {}
+    ctx_param = None
+    for pname, param in inspect.signature(fn).parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ToolDefinitionError(
+                f"tool {tool_name!r}: *{pname} / **{pname} cannot be described to a model; name each parameter"
+            )
+        if pname not in hints:
+            raise ToolDefinitionError(
+                f"tool {tool_name!r}: parameter {pname!r} has no type hint; the model needs one to call it "
+                f"(for example `{pname}: str`)"
+            )
+        if hints[pname] is ToolContext:
+            ctx_param = pname
+            continue
+        default = ... if param.default is param.empty else param.default
+        fields[pname] = (hints[pname], default)
+    try:
+        params = pydantic.create_model(f"{tool_name}_args", __config__=pydantic.ConfigDict(arbitrary_types_allowed=True), **fields)
+        params.model_json_schema()
+    except Exception as err:
+        raise ToolDefinitionError(f"tool {tool_name!r}: its parameters have no JSON schema ({err})") from None
+    doc = inspect.getdoc(fn) or ""
+    return Tool(
+        name=tool_name,
+        description=doc or f"Call {tool_name}.",
+        fn=fn,
+        params=params,
+        ctx_param=ctx_param,
+        is_async=inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)),
+    )
+
+
+def render_result(value: Any) -> str:
+    """A tool's return value as the text the model reads."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return "null"
+    try:
+        return json.dumps(value, ensure_ascii=False, default=repr)
+    except (TypeError, ValueError):
+        return repr(value)

@@ -1,0 +1,84 @@
+"""The model protocol and the types that cross it.
+
+A model is one coroutine: ``complete(request, on_delta=None) -> Reply``. Messages and tool
+schemas travel in the OpenAI chat wire format (plain dicts), so the OpenAI-compatible model
+sends them untouched and every other model reads one well-known shape.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ("Model", "ModelRequest", "Reply", "ToolCall", "Usage", "call_tool", "DeltaCallback")
+
+DeltaCallback = Callable[[str], None]
+"""Receives each piece of streamed assistant text as it arrives."""
+
+
+@dataclass(slots=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def __iadd__(self, other: Usage) -> Usage:
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        return self
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """One tool call requested by the model. ``arguments`` is JSON text, as on the wire."""
+
+    name: str
+    arguments: str = "{}"
+    id: str = ""
+
+    def to_wire(self) -> dict:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+def call_tool(name: str, /, **arguments: Any) -> ToolCall:
+    """A tool call for a :class:`ScriptedModel` reply: ``call_tool("lookup", key="a")``."""
+    return ToolCall(name=name, arguments=json.dumps(arguments))
+
+
+@dataclass(slots=True)
+class Reply:
+    """One assistant turn: text, tool calls, or both."""
+
+    content: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    model: str = ""
+    finish_reason: str | None = None
+
+
+@dataclass(slots=True)
+class ModelRequest:
+    """What the loop asks of a model at one step."""
+
+    messages: list[dict]
+    """Chat messages in the OpenAI wire format."""
+    tools: list[dict] = field(default_factory=list)
+    """Tool schemas in the OpenAI wire format (``{"type": "function", "function": {...}}``)."""
+    tool_choice: str | dict = "auto"
+    """``"auto"``, ``"required"``, ``"none"``, or ``{"type": "function", "function": {"name": ...}}``."""
+    options: dict = field(default_factory=dict)
+    """Extra request options (temperature, ...), passed through."""
+
+
+@runtime_checkable
+class Model(Protocol):
+    """Anything that can produce an assistant turn.
+
+    ``name`` is shown wherever a model is named. ``complete`` may call ``on_delta`` with
+    pieces of text as they stream; it must be cancellable (cancelling it abandons the call).
+    """
+
+    name: str
+
+    async def complete(self, request: ModelRequest, on_delta: DeltaCallback | None = None) -> Reply: ...

@@ -1,0 +1,116 @@
+"""Record/replay: a notebook recorded once against a real model re-runs offline, byte for byte."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+from .._errors import CacheMiss, UserError
+from ._base import DeltaCallback, Model, ModelRequest, Reply, ToolCall, Usage
+
+__all__ = ("CachedModel",)
+
+Mode = Literal["auto", "replay", "record"]
+
+
+def request_key(model_name: str, request: ModelRequest) -> str:
+    """The canonical key of a request: model, messages, tools, tool choice and options. Never a key or header."""
+    canonical = json.dumps(
+        {
+            "model": model_name,
+            "messages": request.messages,
+            "tools": request.tools,
+            "tool_choice": request.tool_choice,
+            "options": request.options,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        default=str,
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _describe(request: ModelRequest) -> str:
+    last = request.messages[-1] if request.messages else {}
+    text = str(last.get("content") or last.get("tool_calls") or "")
+    if len(text) > 120:
+        text = text[:117] + "..."
+    return f"{len(request.messages)} messages, last ({last.get('role', '?')}): {text!r}"
+
+
+class CachedModel:
+    """Wrap ``inner``; replay recorded replies from the JSON file at ``path``.
+
+    ``mode="auto"`` replays a hit and records a miss; ``"replay"`` fails loudly on a miss
+    (raising :class:`CacheMiss` naming the request), for CI; ``"record"`` always calls through
+    and overwrites. The key is the canonical request (model name, messages, tools, tool
+    choice, options), never an API key. The environment variable ``UNITY_NB_CACHE_MODE``
+    overrides the default mode.
+    """
+
+    def __init__(self, inner: Model, path: str | os.PathLike, *, mode: Mode | None = None) -> None:
+        mode = mode or os.environ.get("UNITY_NB_CACHE_MODE", "auto")  # type: ignore[assignment]
+        if mode not in ("auto", "replay", "record"):
+            raise UserError(f"CachedModel mode must be 'auto', 'replay' or 'record', not {mode!r}")
+        self.inner = inner
+        self.path = Path(path)
+        self.mode: Mode = mode  # type: ignore[assignment]
+        self.name = inner.name
+        self.hits = 0
+        self.misses = 0
+        self._entries: dict[str, dict] = {}
+        if self.path.exists():
+            self._entries = json.loads(self.path.read_text(encoding="utf-8") or "{}")
+        elif mode == "replay":
+            raise UserError(f"CachedModel: no recording at {self.path}; record it first with mode='auto'")
+        self._lock = asyncio.Lock()
+
+    def __repr__(self) -> str:
+        return f"CachedModel({self.inner!r}, path={str(self.path)!r}, mode={self.mode!r})"
+
+    async def complete(self, request: ModelRequest, on_delta: DeltaCallback | None = None) -> Reply:
+        key = request_key(self.name, request)
+        entry = self._entries.get(key) if self.mode != "record" else None
+        if entry is not None:
+            self.hits += 1
+            reply = Reply(
+                content=entry["content"],
+                tool_calls=[ToolCall(**c) for c in entry["tool_calls"]],
+                usage=Usage(*entry["usage"]),
+                model=entry["model"],
+                finish_reason=entry.get("finish_reason"),
+            )
+            if reply.content and on_delta is not None:
+                on_delta(reply.content)
+            return reply
+        if self.mode == "replay":
+            raise CacheMiss(
+                f"CachedModel (replay only) has no recording for this request to {self.name!r}: "
+                f"{_describe(request)} [key {key[:12]}]. Re-record with mode='auto' against a real model.",
+                key=key,
+            )
+        self.misses += 1
+        reply = await self.inner.complete(request, on_delta)
+        self._entries[key] = {
+            "content": reply.content,
+            "tool_calls": [{"name": c.name, "arguments": c.arguments, "id": c.id} for c in reply.tool_calls],
+            "usage": [reply.usage.input_tokens, reply.usage.output_tokens],
+            "model": reply.model,
+            "finish_reason": reply.finish_reason,
+        }
+        async with self._lock:
+            self._save()
+        return reply
+
+    def _save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".cache-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(self._entries, f, indent=1, sort_keys=True, ensure_ascii=False)
+        os.replace(tmp, self.path)
