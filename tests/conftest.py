@@ -1,0 +1,29 @@
+import asyncio
+
+import pytest
+
+
+async def settle(ticks: int = 50) -> None:
+    """Let every ready task run until the loop is quiet (no timing: only yields)."""
+    for _ in range(ticks):
+        await asyncio.sleep(0)
+
+
+def tool_messages(messages):
+    return [m for m in messages if m.get("role") == "tool"]
+
+
+def assert_every_call_answered_once(handle):
+    """Every tool call in the transcript has exactly one result, in this loop and every descendant."""
+    for h in handle.walk():
+        calls = [c for m in h.transcript for c in m.tool_calls]
+        results = [m.tool_call_id for m in h.transcript if m.kind == "tool_result"]
+        assert sorted(c.id for c in calls) == sorted(results), h.name
+        assert all(c.result is not None for c in calls), h.name
+
+
+@pytest.fixture
+def bus():
+    import unity_nb as u
+
+    return u.EventBus()
