@@ -158,8 +158,8 @@ async def test_pause_holds_model_calls_and_tool_starts_until_resume(bus):
     # the model is told what happened
     second_request = g.model.requests[1].messages
     assert any("[paused by the user]" in str(m["content"]) for m in second_request)
-    # the transcript keeps the real order: the in-flight reply landed while paused
-    assert [m.kind for m in h.transcript][:5] == ["task", "steering", "text", "steering", "tool_result"]
+    # the reply that landed while paused is processed on resume
+    assert [m.kind for m in h.transcript][:5] == ["task", "steering", "steering", "text", "tool_result"]
 
 
 async def test_pause_while_tool_runs_lets_it_finish_and_holds_the_next_call(bus):
@@ -363,3 +363,13 @@ async def test_events_as_a_dataframe(bus):
     assert list(df.columns[:5]) == ["seq", "ts", "kind", "loop_id", "lineage"]
     assert df["kind"].iloc[0] == "loop_started" and df["kind"].iloc[-1] == "loop_finished"
     assert len(df) == len(h.events)
+
+
+async def test_an_answer_written_before_an_interjection_is_not_final(bus):
+    g = Gated(lambda messages, tools: "answer to: " + messages[-1]["content"])
+    h = u.start_loop("draft", model=g.model, interrupt_on_interject=False, bus=bus)
+    await h.wait_for("model_request")
+    await h.interject("make it shorter")
+    g.release()
+    assert await h == "answer to: [interjection from the user] make it shorter"
+    assert h.steps == 2 and [m.kind for m in h.transcript][-2:] == ["text", "answer"]

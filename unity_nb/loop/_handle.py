@@ -699,9 +699,12 @@ class LoopHandle:
             reply = await self._call_model(list(self._wire), tools, choice)
             if reply is None:  # interrupted by an interjection: re-issue with it
                 continue
+            while self._paused:  # a reply that lands while paused is processed on resume
+                await self._resume_evt.wait()
             self._turns += 1
             records = [ToolCallRecord(c.id, c.name, c.arguments) for c in reply.tool_calls]
-            final = not reply.tool_calls
+            # an answer written before the latest interjection is not final: the model sees it next
+            final = not reply.tool_calls and not self._interjected
             self.transcript.append(Message("assistant", reply.content, kind="answer" if final else "text", tool_calls=records))
             wire_msg: dict[str, Any] = {"role": "assistant", "content": reply.content}
             if reply.tool_calls:
@@ -709,6 +712,8 @@ class LoopHandle:
             self._wire.append(wire_msg)
             if final:
                 return reply.content or ""
+            if not reply.tool_calls:
+                continue
             if not tools:
                 why = f"its last step (max_steps={self.max_steps})" if self._turns >= self.max_steps else "a step"
                 raise UnityError(
@@ -726,14 +731,14 @@ class LoopHandle:
                 if self._interjected and self.live_children():
                     await self._route(records, wire_msg, deferred)
                     continue
+                # wake for a finished call, or for an interjection to route (children may be born
+                # inside the tools, so listen whether or not any exist yet)
                 self._steer_evt.clear()
-                waiter = self._loop.create_task(self._steer_evt.wait()) if self.children else None
-                wait_on = pending | {waiter} if waiter else pending
+                waiter = self._loop.create_task(self._steer_evt.wait())
                 try:
-                    done, _ = await asyncio.wait(wait_on, return_when=asyncio.FIRST_COMPLETED)
+                    done, _ = await asyncio.wait(pending | {waiter}, return_when=asyncio.FIRST_COMPLETED)
                 finally:
-                    if waiter is not None:
-                        waiter.cancel()
+                    waiter.cancel()
                 pending -= done
         finally:
             for t in tasks:
