@@ -14,7 +14,7 @@ from ._errors import (
     UnityError,
     UserError,
 )
-from ._events import AnyEvent, Event, EventBus, default_bus
+from .events import AnyEvent, Event, EventBus, default_bus
 from .loop import LoopHandle, Message, Status, Tool, ToolCallRecord, ToolContext, as_tool, current_loop, start_loop
 from .models import CachedModel, Model, ModelRequest, OpenAIModel, Reply, ScriptedModel, ToolCall, Usage, call_tool
 

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .. import _events as ev
+from .. import events as ev
 from .._errors import HandleStateError, Stopped, UnityError, UserError
 from ..models._base import Model, ModelRequest, Reply, ToolCall, Usage
 from ..models._openai import retry_hook
