@@ -373,3 +373,11 @@ async def test_an_answer_written_before_an_interjection_is_not_final(bus):
     g.release()
     assert await h == "answer to: [interjection from the user] make it shorter"
     assert h.steps == 2 and [m.kind for m in h.transcript][-2:] == ["text", "answer"]
+
+
+async def test_cancelling_the_task_from_outside_is_not_a_stop(bus):
+    h = u.start_loop("x", model=u.ScriptedModel(["y"]), bus=bus)
+    h._task.cancel()  # e.g. the event loop shutting down: not a stop we issued
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(h.result(), 10)
+    assert h.done() and h.stop_reason is None

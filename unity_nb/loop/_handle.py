@@ -289,6 +289,12 @@ class LoopHandle:
             )
         )
         self._task = self._loop.create_task(self._run(), name=f"unity_nb:{self.name}")
+        self._task.add_done_callback(self._on_task_done)
+
+    def _on_task_done(self, task: asyncio.Task) -> None:
+        # a task cancelled before its first step never enters _run: end the handle anyway
+        if not self._ended.is_set():
+            self._end(Status.STOPPED, error=Stopped(self._stop_reason) if self._stop_reason else asyncio.CancelledError())
 
     # ------------------------------------------------------------------ reading
 
