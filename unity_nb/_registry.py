@@ -1,0 +1,48 @@
+"""Tools registered for notebook use: ``@unity_nb.tool`` and ``unity_nb.register_tool(fn)``.
+
+``%unity act`` offers every registered tool (the CodeAct actor will offer them too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
+
+from .loop._tools import Tool, as_tool
+
+__all__ = ("tool", "register_tool", "unregister_tool", "registered_tools")
+
+F = TypeVar("F", bound=Callable[..., Any])
+_TOOLS: dict[str, Tool] = {}
+
+
+def register_tool(fn: Callable[..., Any] | Tool, *, name: str | None = None) -> Tool:
+    """Register ``fn`` as a tool for notebook operations; re-registering a name replaces it."""
+    t = as_tool(fn, name=name)
+    _TOOLS[t.name] = t
+    return t
+
+
+@overload
+def tool(fn: F, /) -> F: ...
+@overload
+def tool(*, name: str | None = None) -> Callable[[F], F]: ...
+def tool(fn: Any = None, /, *, name: str | None = None) -> Any:
+    """Decorator: ``@unity_nb.tool`` (or ``@unity_nb.tool(name="x")``) registers a function as a tool.
+
+    The function itself is returned unchanged, so it stays callable from the notebook.
+    """
+    if fn is None:
+        return lambda f: (register_tool(f, name=name), f)[1]
+    register_tool(fn, name=name)
+    return fn
+
+
+def unregister_tool(name: str) -> None:
+    """Forget the registered tool ``name`` (no error if absent)."""
+    _TOOLS.pop(name, None)
+
+
+def registered_tools() -> list[Tool]:
+    """The registered tools, in registration order."""
+    return list(_TOOLS.values())

@@ -1,0 +1,129 @@
+"""Parsing ``%unity`` lines into typed arguments; every mistake is a UsageError with help."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from IPython.core.error import UsageError
+
+__all__ = ("Command", "parse", "HELP")
+
+HELP = {
+    "model": "%unity model [NAME] [--base-url URL] [--var VARIABLE]\n"
+    "    Set the model (OPENAI_API_KEY from the environment), or with no NAME show the current one.\n"
+    "    --var takes a Model object from a notebook variable (e.g. a ScriptedModel).",
+    "act": "%unity act [--name NAME] [--max-steps N] TASK    (or %%unity act [options] with the task as the cell)\n"
+    "    Start an operation in the background and show its live widget; returns its handle.",
+    "list": "%unity list\n    Live and finished handles: name, status, steps, tokens, elapsed.",
+    "pause": "%unity pause NAME\n    Pause the operation NAME (and its sub-operations).",
+    "resume": "%unity resume NAME\n    Resume the operation NAME.",
+    "interject": "%unity interject NAME MESSAGE\n    Send MESSAGE to the operation NAME while it runs.",
+    "ask": "%unity ask NAME QUESTION\n    Ask the operation NAME a question without disturbing it; returns the answer's handle.",
+    "stop": "%unity stop NAME [REASON]\n    Stop the operation NAME and everything under it.",
+}
+_OPTIONS = {"act": {"--name": str, "--max-steps": int}, "model": {"--base-url": str, "--var": str}}
+
+
+def _usage(sub: str | None, problem: str) -> UsageError:
+    if sub in HELP:
+        return UsageError(f"{problem}\n\n{HELP[sub]}")
+    return UsageError(f"{problem}\n\nSubcommands:\n" + "\n".join(HELP.values()))
+
+
+@dataclass
+class Command:
+    sub: str
+    name: str | None = None
+    text: str = ""
+    options: dict = field(default_factory=dict)
+
+
+_OPTION = re.compile(r"""^--([A-Za-z][\w-]*)(?:=|\s+)("[^"]*"|'[^']*'|\S+)\s*""")
+
+
+def _convert(sub: str, key: str, value: str, options: dict) -> None:
+    allowed = _OPTIONS.get(sub, {})
+    flag = f"--{key}"
+    if flag not in allowed:
+        raise _usage(sub, f"unknown option {flag} for %unity {sub}")
+    if value[:1] in "'\"" and value[-1:] == value[:1]:
+        value = value[1:-1]
+    try:
+        options[key.replace("-", "_")] = allowed[flag](value)
+    except ValueError:
+        raise _usage(sub, f"option {flag} needs a {allowed[flag].__name__}, not {value!r}") from None
+
+
+def _peel_options(sub: str, rest: str) -> tuple[dict, str]:
+    """Take ``--option value`` pairs from the front of ``rest``; the remainder stays raw text."""
+    options: dict = {}
+    rest = rest.strip()
+    while rest.startswith("--"):
+        m = _OPTION.match(rest)
+        if m is None:
+            raise _usage(sub, f"option {rest.split()[0]} needs a value")
+        _convert(sub, m.group(1), m.group(2), options)
+        rest = rest[m.end() :]
+    return options, rest.strip()
+
+
+def _model_args(rest: str) -> tuple[dict, str | None]:
+    """``model`` has no free text: options may stand anywhere."""
+    try:
+        tokens = shlex.split(rest)
+    except ValueError as err:
+        raise _usage("model", f"cannot parse: {err}") from None
+    options: dict = {}
+    names = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok.startswith("--"):
+            key, eq, value = tok[2:].partition("=")
+            if not eq:
+                if i + 1 >= len(tokens):
+                    raise _usage("model", f"option {tok} needs a value")
+                i += 1
+                value = tokens[i]
+            _convert("model", key, value, options)
+        else:
+            names.append(tok)
+        i += 1
+    if len(names) > 1:
+        raise _usage("model", f"one model name, please; got {names}")
+    return options, names[0] if names else None
+
+
+def parse(line: str, cell: str | None = None) -> Command:
+    """``%unity`` line (and cell body) -> Command."""
+    line = line.strip()
+    if not line:
+        raise _usage(None, "%unity needs a subcommand")
+    sub, _, rest = line.partition(" ")
+    if sub not in HELP:
+        raise _usage(None, f"unknown subcommand {sub!r}")
+    if sub == "model":
+        options, name = _model_args(rest)
+        return Command(sub, name=name, options=options)
+    options, rest = _peel_options(sub, rest)
+    cmd = Command(sub, options=options)
+    if sub == "act":
+        cmd.text = "\n".join(t for t in (rest, (cell or "").strip()) if t)
+        if not cmd.text:
+            raise _usage(sub, "%unity act needs a task")
+    elif sub == "list":
+        if rest:
+            raise _usage(sub, f"%unity list takes no arguments, got {rest!r}")
+    else:
+        name, _, text = rest.partition(" ")
+        if not name:
+            raise _usage(sub, f"%unity {sub} needs the name of an operation")
+        cmd.name = name
+        cmd.text = "\n".join(t for t in (text.strip(), (cell or "").strip()) if t)
+        if sub in ("interject", "ask") and not cmd.text:
+            raise _usage(sub, f"%unity {sub} needs a {'message' if sub == 'interject' else 'question'}")
+        if sub in ("pause", "resume") and cmd.text:
+            raise _usage(sub, f"%unity {sub} takes only a name, got extra text {cmd.text!r}")
+    return cmd
