@@ -15,6 +15,8 @@ from ._errors import (
     UserError,
 )
 from .events import AnyEvent, Event, EventBus, default_bus
+from ._registry import register_tool, registered_tools, tool, unregister_tool
+from .jupyter import load_ipython_extension, unload_ipython_extension
 from .loop import LoopHandle, Message, Status, Tool, ToolCallRecord, ToolContext, as_tool, current_loop, start_loop
 from .models import CachedModel, Model, ModelRequest, OpenAIModel, Reply, ScriptedModel, ToolCall, Usage, call_tool
 
@@ -31,6 +33,13 @@ __all__ = (
     "ToolContext",
     "as_tool",
     "current_loop",
+    # notebooks
+    "tool",
+    "register_tool",
+    "unregister_tool",
+    "registered_tools",
+    "load_ipython_extension",
+    "unload_ipython_extension",
     # models
     "Model",
     "ModelRequest",

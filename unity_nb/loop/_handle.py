@@ -443,6 +443,10 @@ class LoopHandle:
         inspecting model can tell that conversation from its own; it gets an ``ask_<child>``
         tool for each live child to drill down. Its result is a ``str``.
         """
+        return self.start_ask(question, **options)
+
+    def start_ask(self, question: str, **options: Any) -> LoopHandle:
+        """:meth:`ask` without the ``await``: start the inspection loop and return its handle."""
         if not isinstance(question, str) or not question.strip():
             raise UserError("ask needs a non-empty question")
         snapshot = render_conversation(list(self.transcript), "inner")

@@ -1,0 +1,250 @@
+"""The live handle widget: one per root handle, showing the whole tree.
+
+State flows one way: handle events mark the widget dirty; a flush at most ``max_hz`` times a
+second (latest value wins) recomputes the synced traits from the handles. Clicks come back
+as custom messages and call the public handle API, nothing else, so whatever a button does,
+code can do. Without a kernel (a saved notebook, nbconvert, GitHub) the mimebundle's
+``text/html`` snapshot shows the transcript, and ``text/plain`` is the handle's repr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+import logging
+from importlib import resources
+from typing import Any
+
+import anywidget
+import traitlets
+
+from ..loop._handle import LoopHandle, Message
+
+__all__ = ("HandleWidget", "render_html")
+
+log = logging.getLogger("unity_nb.widget")
+
+_LIMIT = 4000  # characters of one entry kept in widget state; the handle keeps everything
+
+
+def _asset(name: str) -> str:
+    return resources.files("unity_nb._widgets").joinpath(name).read_text(encoding="utf-8")
+
+
+def _clip(text: str | None, limit: int = _LIMIT) -> str:
+    text = text or ""
+    return text if len(text) <= limit else text[:limit] + f"\n... [{len(text) - limit} more characters]"
+
+
+def _entry(m: Message) -> dict:
+    out: dict[str, Any] = {"role": m.role, "kind": m.kind, "content": _clip(m.content), "error": m.error}
+    if m.tool_calls:
+        out["calls"] = [
+            {
+                "id": c.id,
+                "name": c.name,
+                "arguments": _clip(c.arguments),
+                "result": None if c.result is None else _clip(c.result),
+                "error": c.error,
+                "child": c.child.id if c.child is not None else None,
+            }
+            for c in m.tool_calls
+        ]
+    if m.tool_call_id:
+        out["call_id"] = m.tool_call_id
+    if m.name:
+        out["name"] = m.name
+    return out
+
+
+def _node(h: LoopHandle, depth: int) -> dict:
+    return {
+        "id": h.id,
+        "name": h.name,
+        "depth": depth,
+        "parent": h.parent.id if h.parent is not None else None,
+        "status": h.status.value,
+        "steps": h.steps,
+        "tool_calls": h.tool_calls,
+        "tokens_in": h.usage.input_tokens,
+        "tokens_out": h.usage.output_tokens,
+        "elapsed": round(h.elapsed, 1),
+        "model": getattr(h.model, "name", type(h.model).__name__),
+        "task": _clip(h.task, 500),
+        "answer": h.result_value,
+        "error": None if h.error is None or h.status.value == "stopped" else f"{type(h.error).__name__}: {h.error}",
+        "stop_reason": h.stop_reason,
+        "streaming": _clip(h.streaming_text),
+        "clarifications": [{"call_id": cid, "question": q} for cid, (q, _f) in h._clarifications.items()],
+    }
+
+
+def _tree(root: LoopHandle) -> list[tuple[LoopHandle, int]]:
+    out: list[tuple[LoopHandle, int]] = []
+
+    def walk(h: LoopHandle, depth: int) -> None:
+        out.append((h, depth))
+        for c in h.children:
+            walk(c, depth + 1)
+
+    walk(root, 0)
+    return out
+
+
+class HandleWidget(anywidget.AnyWidget):
+    """A live view of a handle and its sub-operations, with steering controls."""
+
+    _esm = traitlets.Unicode().tag(sync=True)
+    _css = traitlets.Unicode().tag(sync=True)
+    nodes = traitlets.List().tag(sync=True)
+    entries = traitlets.Dict().tag(sync=True)
+    asks = traitlets.List().tag(sync=True)
+    notice = traitlets.Unicode("").tag(sync=True)
+
+    def __init__(self, handle: LoopHandle, *, max_hz: float = 10.0, **kwargs: Any) -> None:
+        super().__init__(_esm=_asset("handle.js"), _css=_asset("handle.css"), **kwargs)
+        self.handle = handle
+        self.interval = 1.0 / max_hz
+        self.flushes = 0
+        """How many times state was sent (for benchmarks)."""
+        self._flush_scheduled: asyncio.TimerHandle | None = None
+        self._ask_handles: list[tuple[str, str, LoopHandle]] = []
+        self._entry_counts: dict[str, int] = {}
+        self.on_msg(self._on_custom)
+        self._unlisten = handle.add_listener(self._on_event)
+        self.flush()
+
+    # -- state ------------------------------------------------------------------------------
+
+    def _on_event(self, source: LoopHandle, event: Any) -> None:
+        if self._flush_scheduled is not None:
+            return
+        loop = asyncio.get_running_loop()
+        ended = event.kind in ("loop_finished", "loop_failed") and source is self.handle
+        self._flush_scheduled = loop.call_later(0 if ended else self.interval, self.flush)
+
+    def flush(self) -> None:
+        """Send the current state (called by the throttle; call it directly to force one)."""
+        if self._flush_scheduled is not None:
+            self._flush_scheduled.cancel()
+            self._flush_scheduled = None
+        tree = _tree(self.handle)
+        nodes = [_node(h, d) for h, d in tree]
+        changed_entries = None
+        for h, _d in tree:
+            if self._entry_counts.get(h.id) != len(h.transcript):  # a result always appends a message
+                changed_entries = changed_entries or dict(self.entries)
+                changed_entries[h.id] = [_entry(m) for m in h.transcript]
+                self._entry_counts[h.id] = len(h.transcript)
+        asks = [
+            {"node": nid, "question": q, "status": a.status.value, "answer": a.result_value or a.streaming_text}
+            for nid, q, a in self._ask_handles
+        ]
+        with self.hold_sync():
+            self.nodes = nodes
+            if changed_entries is not None:
+                self.entries = changed_entries
+            if asks != self.asks:
+                self.asks = asks
+        self.flushes += 1
+        if self.handle.done() and all(a.done() for _n, _q, a in self._ask_handles):
+            self._unlisten()
+
+    # -- clicks -----------------------------------------------------------------------------
+
+    def _find(self, node_id: str) -> LoopHandle:
+        for h in self.handle.walk():
+            if h.id == node_id:
+                return h
+        raise KeyError(node_id)
+
+    def _on_custom(self, _widget: Any, content: dict, _buffers: Any) -> None:
+        try:
+            coro = self.act(content.get("action", ""), content.get("node") or self.handle.id, content.get("text"), content.get("call_id"))
+        except Exception as err:  # noqa: BLE001 - a click must never raise into the kernel
+            self.notice = str(err)
+            return
+        task = asyncio.ensure_future(coro)
+        task.add_done_callback(self._report)
+
+    def _report(self, task: asyncio.Future) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self.notice = str(task.exception())
+            log.warning("widget action failed: %s", task.exception())
+        else:
+            self.notice = ""
+        self.flush()
+
+    def act(self, action: str, node_id: str, text: str | None = None, call_id: str | None = None):
+        """What a button does, as a coroutine: the same public handle methods code would call."""
+        h = self._find(node_id)
+        if action in ("pause", "resume"):
+            return getattr(h, action)()
+        if action == "stop":
+            return h.stop(text or "stopped from the widget")
+        if action == "interject":
+            return h.interject(text or "")
+        if action == "ask":
+            return self._ask(h, text or "")
+        if action == "answer":
+            return h.answer_clarification(call_id or "", text or "")
+        raise ValueError(f"unknown widget action {action!r}")
+
+    async def _ask(self, h: LoopHandle, question: str) -> None:
+        a = await h.ask(question)
+        self._ask_handles.append((h.id, question, a))
+        a.add_listener(lambda _s, _e: self._on_event(self.handle, _e))
+        self.flush()
+        try:
+            await a.result()
+        finally:
+            self.flush()
+
+    # -- without a kernel ----------------------------------------------------------------
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict:
+        bundle = super()._repr_mimebundle_(**kwargs) or {}
+        if isinstance(bundle, tuple):
+            bundle = bundle[0]
+        bundle = dict(bundle)
+        bundle["text/plain"] = repr(self.handle)
+        bundle["text/html"] = render_html(self.handle)
+        return bundle
+
+
+_BADGE = {
+    "running": "#2563eb", "paused": "#d97706", "waiting": "#9333ea",
+    "finished": "#16a34a", "stopped": "#6b7280", "failed": "#dc2626",
+}
+
+
+def render_html(root: LoopHandle) -> str:
+    """A static snapshot of the handle tree and its transcripts (no scripts, no kernel needed)."""
+    parts = ['<div class="unity-nb-snapshot" style="font-family:sans-serif;font-size:13px">']
+    for h, depth in _tree(root):
+        status = h.status.value
+        parts.append(
+            f'<div style="margin-left:{depth * 20}px;border-left:3px solid {_BADGE[status]};padding-left:8px;margin-bottom:6px">'
+            f"<b>{html.escape(h.name)}</b> "
+            f'<span style="background:{_BADGE[status]};color:white;border-radius:8px;padding:0 6px">{status}</span> '
+            f"{h.steps} steps, {h.usage.input_tokens}/{h.usage.output_tokens} tokens"
+        )
+        for m in h.transcript:
+            if m.kind in ("system", "context"):
+                continue
+            label = {"tool": f"tool {m.name}", "user": m.kind if m.kind != "task" else "task"}.get(m.role, m.role)
+            text = html.escape(_clip(m.content, 1000))
+            calls = "".join(
+                f"<div><code>{html.escape(c.name)}({html.escape(_clip(c.arguments, 300))})</code></div>" for c in m.tool_calls
+            )
+            color = "#dc2626" if m.error else "#374151"
+            parts.append(f'<div style="color:{color}"><i>{html.escape(label)}</i>: <span style="white-space:pre-wrap">{text}</span>{calls}</div>')
+        parts.append("</div>")
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def to_json(root: LoopHandle) -> str:
+    """The widget's node state as JSON (for tests and debugging)."""
+    return json.dumps([_node(h, d) for h, d in _tree(root)], default=str)

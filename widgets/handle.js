@@ -1,0 +1,175 @@
+// The unity_nb handle widget (anywidget ESM, no build step).
+// State comes from Python (nodes, entries, asks, notice); clicks go back as
+// {action, node, text, call_id} messages that call the public handle API.
+
+const ENDED = new Set(["finished", "stopped", "failed"]);
+const BADGE = { running: "running", paused: "paused", waiting: "waiting for you", finished: "finished", stopped: "stopped", failed: "failed" };
+
+function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") el.className = v;
+    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v);
+  }
+  for (const c of children) if (c !== null && c !== undefined) el.append(c);
+  return el;
+}
+
+function esc(s) {
+  return String(s ?? "").replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
+}
+
+// A small markdown renderer: headings, lists, code blocks, inline code, bold, italics, links.
+export function markdown(src) {
+  const lines = esc(src).split("\n");
+  let out = "", inCode = false, inList = false;
+  for (const line of lines) {
+    if (line.startsWith("```")) { out += inCode ? "</pre>" : "<pre class='unb-code'>"; inCode = !inCode; continue; }
+    if (inCode) { out += line + "\n"; continue; }
+    const item = line.match(/^\s*[-*] (.*)/);
+    if (item && !inList) { out += "<ul>"; inList = true; }
+    if (!item && inList) { out += "</ul>"; inList = false; }
+    let html = (item ? item[1] : line)
+      .replace(/`([^`]+)`/g, "<code>$1</code>")
+      .replace(/\*\*([^*]+)\*\*/g, "<b>$1</b>")
+      .replace(/\*([^*]+)\*/g, "<i>$1</i>")
+      .replace(/\[([^\]]+)\]\((https?:[^)]+)\)/g, "<a href='$2' target='_blank'>$1</a>");
+    const head = html.match(/^(#{1,4}) (.*)/);
+    if (head) out += `<h${head[1].length + 2}>${head[2]}</h${head[1].length + 2}>`;
+    else if (item) out += `<li>${html}</li>`;
+    else if (html.trim()) out += `<p>${html}</p>`;
+  }
+  if (inList) out += "</ul>";
+  if (inCode) out += "</pre>";
+  return out;
+}
+
+function codeOf(call) {
+  try {
+    const args = JSON.parse(call.arguments);
+    if (args && typeof args.code === "string") return args;
+  } catch (e) { /* arguments may be truncated or not JSON */ }
+  return null;
+}
+
+function renderEntry(entry, open, depthNodes) {
+  const kind = entry.kind;
+  if (kind === "system" || kind === "context") return null;
+  if (entry.role === "tool" && kind === "tool_result") return null; // shown inside its call
+  const cls = `unb-entry unb-${entry.role} unb-${kind}${entry.error ? " unb-error" : ""}`;
+  if (kind === "task") return h("div", { class: cls }, h("span", { class: "unb-label" }, "task"), " ", entry.content);
+  if (kind === "steering" || kind === "interjection") {
+    const label = kind === "interjection" ? "interjection" : "steering";
+    return h("div", { class: cls }, h("span", { class: "unb-label" }, label), " ", entry.content);
+  }
+  if (kind === "notification") return h("div", { class: cls }, h("span", { class: "unb-label" }, `note from ${entry.name || "tool"}`), " ", entry.content);
+  if (kind === "clarification") return h("div", { class: cls }, h("span", { class: "unb-label" }, entry.role === "user" ? "you answered" : "question"), " ", entry.content);
+  const el = h("div", { class: cls });
+  if (entry.content) {
+    const body = h("div", { class: kind === "answer" ? "unb-answer" : "unb-text" });
+    body.innerHTML = kind === "answer" ? markdown(entry.content) : esc(entry.content);
+    el.append(body);
+  }
+  for (const call of entry.calls || []) {
+    const details = h("details", { class: `unb-call${call.error ? " unb-error" : ""}`, "data-call": call.id });
+    if (open.has(call.id)) details.open = true;
+    const state = call.result === null ? "running..." : call.error ? "error" : "done";
+    details.append(h("summary", {}, h("code", {}, call.name), ` ${state}`, call.child ? ` (sub-operation below)` : ""));
+    const code = codeOf(call);
+    if (code) {
+      if (code.intent) details.append(h("div", { class: "unb-intent" }, code.intent));
+      details.append(h("pre", { class: "unb-code unb-python" }, code.code));
+    } else {
+      details.append(h("pre", { class: "unb-args" }, call.arguments));
+    }
+    if (call.result !== null) details.append(h("pre", { class: `unb-result${call.error ? " unb-error" : ""}` }, call.result));
+    el.append(details);
+  }
+  return el;
+}
+
+function render({ model, el }) {
+  const root = h("div", { class: "unb-root" });
+  const notice = h("div", { class: "unb-notice" });
+  const tree = h("div", { class: "unb-tree" });
+  root.append(notice, tree);
+  el.append(root);
+  const views = new Map(); // node id -> persistent elements
+
+  const send = (action, node, text, call_id) => model.send({ action, node, text, call_id });
+
+  function view(node) {
+    let v = views.get(node.id);
+    if (v) return v;
+    const input = h("input", { class: "unb-input", type: "text", placeholder: "Interject or ask..." });
+    const pause = h("button", { class: "unb-btn unb-pause", onclick: () => send(v.node.status === "paused" ? "resume" : "pause", node.id) }, "Pause");
+    const stop = h("button", { class: "unb-btn unb-stop", onclick: () => send("stop", node.id) }, "Stop");
+    const interject = h("button", { class: "unb-btn unb-interject", onclick: () => { if (input.value.trim()) { send("interject", node.id, input.value); input.value = ""; } } }, "Interject");
+    const ask = h("button", { class: "unb-btn unb-ask", onclick: () => { if (input.value.trim()) { send("ask", node.id, input.value); input.value = ""; } } }, "Ask");
+    const header = h("div", { class: "unb-header" });
+    const controls = h("div", { class: "unb-controls" }, pause, stop, input, interject, ask);
+    const clar = h("div", { class: "unb-clarifications" });
+    const transcript = h("div", { class: "unb-transcript" });
+    const streaming = h("div", { class: "unb-streaming" });
+    const asks = h("div", { class: "unb-asks" });
+    const box = h("div", { class: "unb-node", "data-node": node.id }, header, controls, clar, transcript, streaming, asks);
+    box.style.marginLeft = `${node.depth * 18}px`;
+    v = { box, header, controls, pause, stop, input, interject, ask, clar, transcript, streaming, asks, node, clarKey: "" };
+    views.set(node.id, v);
+    return v;
+  }
+
+  function update() {
+    const nodes = model.get("nodes") || [];
+    const entries = model.get("entries") || {};
+    const asks = model.get("asks") || [];
+    notice.textContent = model.get("notice") || "";
+    const order = [];
+    for (const node of nodes) {
+      const v = view(node);
+      v.node = node;
+      order.push(v.box);
+      const ended = ENDED.has(node.status);
+      v.header.innerHTML = "";
+      v.header.append(
+        h("span", { class: "unb-name" }, node.name),
+        h("span", { class: `unb-badge unb-${node.status}` }, BADGE[node.status] || node.status),
+        h("span", { class: "unb-stats" }, `${node.steps} steps · ${node.tool_calls} tool calls · ${node.tokens_in}/${node.tokens_out} tokens · ${node.elapsed}s · ${node.model}`),
+      );
+      v.pause.textContent = node.status === "paused" ? "Resume" : "Pause";
+      for (const b of [v.pause, v.stop, v.interject, v.input]) b.disabled = ended;
+      // clarifications: question and answer box, rebuilt only when they change
+      const key = JSON.stringify(node.clarifications);
+      if (key !== v.clarKey) {
+        v.clarKey = key;
+        v.clar.innerHTML = "";
+        for (const c of node.clarifications) {
+          const answer = h("input", { class: "unb-input", type: "text", placeholder: "Your answer" });
+          v.clar.append(h("div", { class: "unb-clarification" }, h("b", {}, "Question: "), c.question, " ", answer,
+            h("button", { class: "unb-btn", onclick: () => send("answer", node.id, answer.value, c.call_id) }, "Answer")));
+        }
+      }
+      const open = new Set([...v.transcript.querySelectorAll("details[open]")].map((d) => d.getAttribute("data-call")));
+      v.transcript.innerHTML = "";
+      for (const e of entries[node.id] || []) {
+        const r = renderEntry(e, open);
+        if (r) v.transcript.append(r);
+      }
+      if (node.error) v.transcript.append(h("div", { class: "unb-entry unb-error" }, node.error));
+      v.streaming.textContent = node.streaming || "";
+      v.asks.innerHTML = "";
+      for (const a of asks.filter((a) => a.node === node.id)) {
+        v.asks.append(h("div", { class: "unb-ask-entry" }, h("span", { class: "unb-label" }, "asked"), ` ${a.question} `,
+          h("span", { class: `unb-badge unb-${a.status}` }, a.status), h("div", { class: "unb-text" }, a.answer || "")));
+      }
+    }
+    tree.replaceChildren(...order);
+  }
+
+  for (const name of ["nodes", "entries", "asks", "notice"]) model.on(`change:${name}`, update);
+  update();
+  return () => views.clear();
+}
+
+export default { render };
