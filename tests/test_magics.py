@@ -1,0 +1,232 @@
+"""%unity through a real InteractiveShell; the widget through the Python side of its message handler."""
+
+import asyncio
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+import unity_nb as u
+from unity_nb.jupyter._widget import HandleWidget, render_html
+from conftest import settle, tool_messages
+
+
+@pytest.fixture
+def ip(monkeypatch):
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "UNITY_NB_MODEL"):
+        monkeypatch.delenv(var, raising=False)
+    shell = InteractiveShell.instance()  # a real shell, as in a terminal or kernel
+    shell.run_line_magic("load_ext", "unity_nb")
+    yield shell
+    shell.run_line_magic("unload_ext", "unity_nb")
+
+
+class Gate:
+    def __init__(self, script):
+        self.event = asyncio.Event()
+        self.script = script
+
+    async def __call__(self, messages, tools):
+        await self.event.wait()
+        return self.script(messages, tools)
+
+
+@u.tool
+def double(x: int) -> int:
+    """Double x."""
+    return 2 * x
+
+
+def double_script(messages, tools):
+    done = tool_messages(messages)
+    return u.call_tool("double", x=21) if tools and not done else f"answer {done[-1]['content'] if done else ''}"
+
+
+async def test_act_starts_in_the_background_with_registered_tools(ip, capsys):
+    ip.user_ns["m"] = u.ScriptedModel(double_script)
+    ip.run_line_magic("unity", "model --var m")
+    assert "model: scripted" in capsys.readouterr().out
+    h = ip.run_line_magic("unity", "act double 21")
+    assert isinstance(h, u.LoopHandle) and h.name == "h1" and not h.done()
+    assert await h == "answer 42"
+    h2 = ip.run_cell_magic("unity", "act --name report --max-steps 3", "Write a report\non 21")
+    assert h2.name == "report" and h2.max_steps == 3 and h2.task == "Write a report\non 21"
+    await h2
+    table = ip.run_line_magic("unity", "list")
+    assert list(table["name"]) == ["h1", "report"] and list(table["status"]) == ["finished", "finished"]
+    assert list(table.columns[:6]) == ["name", "status", "steps", "tool_calls", "tokens_in", "tokens_out"]
+
+
+async def test_steering_by_name(ip):
+    gate = Gate(lambda m, t: "final: " + m[-1]["content"])
+    ip.user_ns["m"] = u.ScriptedModel(gate)
+    ip.run_line_magic("unity", "model --var m")
+    h = ip.run_line_magic("unity", "act --name job do it")
+    await h.wait_for("model_request")
+    ip.run_line_magic("unity", "pause job")
+    await h.wait_for("steering", lambda e: e.action == "pause")
+    assert h.status == "paused"
+    ip.run_line_magic("unity", "resume job")
+    await h.wait_for("steering", lambda e: e.action == "resume")
+    ip.run_line_magic("unity", "interject job also split by quarter")
+    await h.wait_for("model_request", lambda e: e.step == 2)
+    asked = ip.run_line_magic("unity", "ask job what have you found so far?")
+    assert isinstance(asked, u.LoopHandle)
+    gate.event.set()
+    assert "also split by quarter" in await h
+    assert isinstance(await asked.result(), str)
+    h2 = ip.run_line_magic("unity", "act --name other run forever")
+    gate.event.clear()
+    await h2.wait_for("model_request")
+    ip.run_line_magic("unity", "stop other no longer needed")
+    with pytest.raises(u.Stopped, match="no longer needed"):
+        await asyncio.wait_for(h2.result(), 10)
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("", "needs a subcommand"),
+        ("frobnicate", "unknown subcommand 'frobnicate'"),
+        ("act", "needs a task"),
+        ("act --bogus 1 x", "unknown option --bogus"),
+        ("act --max-steps lots x", "needs a int"),
+        ("pause nobody", "no operation named 'nobody'"),
+        ("interject", "needs the name of an operation"),
+        ("ask someone", "needs a question"),
+    ],
+)
+async def test_bad_input_is_a_usage_error_with_help(ip, line, message):
+    ip.user_ns["m"] = u.ScriptedModel(["ok"])
+    ip.run_line_magic("unity", "model --var m")
+    with pytest.raises(UsageError, match=message) as info:
+        ip.run_line_magic("unity", line)
+    assert "%unity" in str(info.value)  # the subcommand's help (or all of them) follows
+
+
+async def test_steering_a_finished_operation_names_its_state(ip):
+    ip.user_ns["m"] = u.ScriptedModel(["done"])
+    ip.run_line_magic("unity", "model --var m")
+    h = ip.run_line_magic("unity", "act --name quick hi")
+    await h
+    with pytest.raises(UsageError, match="cannot pause 'quick': it is finished"):
+        ip.run_line_magic("unity", "pause quick")
+
+
+async def test_no_model_names_the_ways_to_configure_one(ip):
+    with pytest.raises(UsageError) as info:
+        ip.run_line_magic("unity", "act do something")
+    for needle in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "%unity model"):
+        assert needle in str(info.value)
+    with pytest.raises(UsageError, match="OPENAI_API_KEY"):
+        ip.run_line_magic("unity", "model gpt-4.1-mini")
+
+
+async def test_the_api_key_never_shows(ip, monkeypatch, capsys):
+    secret = "sk-very-secret-key-1234567890"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    ip.run_line_magic("unity", "model gpt-4.1-mini --base-url http://127.0.0.1:9/v1")
+    ip.run_line_magic("unity", "model")
+    out = capsys.readouterr().out
+    assert "gpt-4.1-mini" in out and "127.0.0.1:9" in out and secret not in out
+    magics = ip.magics_manager.registry["UnityMagics"]
+    assert secret not in repr(magics.model)
+
+
+async def test_settings_are_traitlets(ip, monkeypatch):
+    magics = ip.magics_manager.registry["UnityMagics"]
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-x-123456789")
+    ip.run_line_magic("config", "UnityMagics.default_model = 'my-default'")
+    assert magics.default_model == "my-default"
+    assert magics.current_model().name == "my-default"
+
+
+async def test_unload_removes_the_magics_but_stops_nothing(ip):
+    shell = ip
+    gate = Gate(lambda m, t: "done")
+    shell.user_ns["m"] = u.ScriptedModel(gate)
+    shell.run_line_magic("unity", "model --var m")
+    h = shell.run_line_magic("unity", "act keep going")
+    shell.run_line_magic("unload_ext", "unity_nb")
+    assert "unity" not in shell.magics_manager.magics["line"]
+    shell.run_line_magic("load_ext", "unity_nb")  # the fixture unloads again
+    assert not h.done()
+    gate.event.set()
+    assert await h == "done"
+
+
+# -- the widget ---------------------------------------------------------------------------
+
+
+async def test_widget_buttons_call_the_handle_api():
+    gate = Gate(lambda m, t: "final: " + m[-1]["content"])
+    h = u.start_loop("do it", model=u.ScriptedModel(gate), name="w")
+    w = HandleWidget(h)
+    await h.wait_for("model_request")
+    w._on_custom(w, {"action": "pause", "node": h.id}, [])
+    await h.wait_for("steering", lambda e: e.action == "pause")
+    await settle()
+    assert w.nodes[0]["status"] == "paused"
+    w._on_custom(w, {"action": "resume", "node": h.id}, [])
+    await h.wait_for("steering", lambda e: e.action == "resume")
+    w._on_custom(w, {"action": "interject", "node": h.id, "text": "shorter please"}, [])
+    await h.wait_for("model_request", lambda e: e.step == 2)
+    w._on_custom(w, {"action": "ask", "node": h.id, "text": "status?"}, [])
+    await h.wait_for("steering", lambda e: e.action == "ask")
+    await settle()
+    assert w.asks[0]["question"] == "status?"
+    gate.event.set()
+    await h
+    await settle()
+    w.flush()
+    assert w.nodes[0]["status"] == "finished" and w.nodes[0]["answer"].startswith("final:")
+    kinds = [e["kind"] for e in w.entries[h.id]]
+    assert kinds[:4] == ["task", "steering", "steering", "interjection"]
+    w._on_custom(w, {"action": "pause", "node": h.id}, [])  # a click on an ended handle: shown, not raised
+    await settle()
+    assert "finished" in w.notice
+
+
+async def test_widget_shows_children_and_answers_clarifications():
+    async def confirm(ctx: u.ToolContext) -> str:
+        """Confirm with the person."""
+        return await ctx.clarify("Proceed?")
+
+    child_model = u.ScriptedModel(lambda m, t: u.call_tool("confirm") if not tool_messages(m) else "child: " + tool_messages(m)[0]["content"])
+
+    async def sub(x: int) -> u.LoopHandle:
+        """Start a sub-operation."""
+        return u.start_loop("check", model=child_model, tools=[confirm], name="kid")
+
+    parent = u.start_loop("go", model=u.ScriptedModel(lambda m, t: u.call_tool("sub", x=1) if not tool_messages(m) else tool_messages(m)[0]["content"]), tools=[sub], name="boss")
+    w = HandleWidget(parent)
+    q = await asyncio.wait_for(parent.next_clarification(), 10)
+    w.flush()
+    kid = parent.children[0]
+    assert [(n["name"], n["depth"], n["status"]) for n in w.nodes] == [("boss", 0, "waiting"), ("kid", 1, "waiting")]
+    assert w.nodes[1]["clarifications"] == [{"call_id": q["call_id"], "question": "Proceed?"}]
+    w._on_custom(w, {"action": "answer", "node": kid.id, "text": "yes", "call_id": q["call_id"]}, [])
+    assert await parent == "child: yes"
+
+
+async def test_widget_updates_are_coalesced():
+    model = u.ScriptedModel(lambda m, t: "x" * 500, chunk=1)  # 500 deltas in one burst
+    h = u.start_loop("stream", model=model)
+    w = HandleWidget(h, max_hz=10)
+    before = w.flushes
+    await h
+    deltas = sum(1 for e in h.events if e.kind == "model_delta")
+    await settle()
+    assert deltas == 500
+    assert w.flushes - before <= 3  # one throttled flush for the burst, one at the end
+
+
+async def test_repr_and_static_snapshot():
+    h = u.start_loop("say <hi>", model=u.ScriptedModel(["hello & bye"]), name="snap")
+    await h
+    w = HandleWidget(h)
+    bundle = w._repr_mimebundle_()
+    assert bundle["text/plain"] == "<unity handle 'snap': finished, 1 steps>"
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert "say &lt;hi&gt;" in bundle["text/html"] and "hello &amp; bye" in bundle["text/html"]
+    assert "<script" not in render_html(h)
