@@ -1,0 +1,136 @@
+"""In a real kernel started with jupyter_client: %unity act runs in the background and the
+widget's buttons, sent as the comm messages a browser sends, steer it."""
+
+import json
+import sys
+import textwrap
+
+import pytest
+from jupyter_client.manager import start_new_kernel
+
+SETUP = textwrap.dedent(
+    """
+    %load_ext unity_nb
+    import unity_nb as u
+
+    def script(messages, tools):
+        done = [m for m in messages if m["role"] == "tool"]
+        last = messages[-1]["content"] or ""
+        if "FINISH" in str(last):
+            return "finished as asked"
+        return u.Reply(content="thinking " * 10, tool_calls=[u.call_tool("tick", n=len(done))])
+
+    @u.tool
+    def tick(n: int) -> int:
+        \"\"\"One step of work.\"\"\"
+        return n + 1
+
+    slow = u.ScriptedModel(script, chunk=10, delay=0.02)  # streams slowly so a click lands mid-run
+    %unity model --var slow
+    """
+)
+
+
+class Kernel:
+    def __init__(self):
+        self.km, self.kc = start_new_kernel(kernel_name="python3")
+
+    def run(self, code, timeout=60):
+        """Execute a cell; return its stdout; fail on an error."""
+        out, errors = [], []
+
+        def hook(msg):
+            t, c = msg["msg_type"], msg["content"]
+            if t == "stream" and c["name"] == "stdout":
+                out.append(c["text"])
+            elif t == "error":
+                errors.append("\n".join(c["traceback"]))
+
+        reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=hook)
+        assert reply["content"]["status"] == "ok" and not errors, "\n".join(errors)
+        return "".join(out)
+
+    def value(self, expr):
+        return json.loads(self.run(f"import json as _j; print(_j.dumps({expr}))").strip().splitlines()[-1])
+
+    def click(self, comm_id, **content):
+        """What a browser sends when a button of the widget is clicked."""
+        msg = self.kc.session.msg("comm_msg", {"comm_id": comm_id, "data": {"method": "custom", "content": content}})
+        self.kc.shell_channel.send(msg)
+
+    def close(self):
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    k = Kernel()
+    try:
+        k.run(SETUP)
+        yield k
+    finally:
+        k.close()
+
+
+def test_buttons_steer_a_background_operation(kernel):
+    k = kernel
+    k.run("h = %unity act --name job count forever")
+    comm_id, node = k.value("[_ip.magics_manager.registry['UnityMagics'].widgets['job'].model_id, h.id]".replace("_ip", "get_ipython()"))
+    k.run("await h.wait_for('model_request', timeout=20)")
+
+    # another cell runs and returns while the loop works
+    assert k.run("print(1 + 1)").strip() == "2"
+    assert k.value("h.status") == "running"
+
+    k.click(comm_id, action="pause", node=node)
+    k.run("await h.wait_for('steering', lambda e: e.action == 'pause', timeout=20)")
+    # the call in flight finishes; nothing new starts while paused
+    k.run("await h.wait_for('model_response', lambda e: e.seq > [x for x in h.events if x.kind == 'steering'][0].seq, timeout=20)")
+    assert k.value("h.status") == "paused"
+    assert k.run("print(sum(range(10)))").strip() == "45"
+
+    k.click(comm_id, action="resume", node=node)
+    k.run("await h.wait_for('steering', lambda e: e.action == 'resume', timeout=20)")
+    between = k.value(
+        "[e.kind for e in h.events if [s.seq for s in h.events if s.kind == 'steering'][0] < e.seq"
+        " < [s.seq for s in h.events if s.kind == 'steering'][1]]"
+    )
+    assert "model_request" not in between and "tool_started" not in between
+
+    k.click(comm_id, action="interject", node=node, text="FINISH now please")
+    req = k.value(
+        "(await h.wait_for('model_request', lambda e: 'FINISH now please' in (e.last_user or ''), timeout=20)).last_user"
+    )
+    assert "FINISH now please" in req
+    assert k.value("await h") == "finished as asked"
+    assert k.value("h.status") == "finished"
+
+
+def test_stop_button_ends_the_run_and_disables_steering(kernel):
+    k = kernel
+    k.run("h2 = %unity act --name job2 count forever")
+    comm_id, node = k.value("[get_ipython().magics_manager.registry['UnityMagics'].widgets['job2'].model_id, h2.id]")
+    k.run("await h2.wait_for('model_request', timeout=20)")
+    k.click(comm_id, action="stop", node=node)
+    k.run("await h2.wait_for('loop_finished', timeout=20)")
+    assert k.value("[h2.status, h2.stop_reason]") == ["stopped", "stopped from the widget"]
+    assert k.value("get_ipython().magics_manager.registry['UnityMagics'].widgets['job2'].nodes[0]['status']") == "stopped"
+    # the widget's own message handler reports a click on an ended handle instead of raising
+    k.click(comm_id, action="pause", node=node)
+    k.run("import asyncio\nfor _ in range(20): await asyncio.sleep(0)")
+    assert "stopped" in k.value("get_ipython().magics_manager.registry['UnityMagics'].widgets['job2'].notice")
+
+
+def test_the_display_has_a_plain_repr_and_a_snapshot(kernel):
+    k = kernel
+    outputs = []
+
+    def hook(msg):
+        if msg["msg_type"] in ("display_data", "update_display_data"):
+            outputs.append(msg["content"]["data"])
+
+    k.kc.execute_interactive("h3 = %unity act --name job3 FINISH quickly\nawait h3", timeout=60, output_hook=hook)
+    first = outputs[0]
+    assert first["text/plain"].startswith("<unity handle 'job3': running")
+    assert "application/vnd.jupyter.widget-view+json" in first and "text/html" in first
