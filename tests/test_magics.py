@@ -230,3 +230,14 @@ async def test_repr_and_static_snapshot():
     assert "application/vnd.jupyter.widget-view+json" in bundle
     assert "say &lt;hi&gt;" in bundle["text/html"] and "hello &amp; bye" in bundle["text/html"]
     assert "<script" not in render_html(h)
+
+
+async def test_a_question_mark_ends_a_question_not_a_help_request(ip):
+    ip.user_ns["m"] = u.ScriptedModel(lambda m, t: "you asked: " + m[-1]["content"])
+    ip.run_line_magic("unity", "model --var m")
+    ip.run_cell("h = %unity act --name q What sold most?")
+    h = ip.user_ns["h"]
+    assert h.task == "What sold most?" and await h == "you asked: What sold most?"
+    ip.run_cell("a = %unity ask q what have you found so far?")
+    assert ip.user_ns["a"].task == "what have you found so far?"
+    assert ip.transform_cell("len?") == "get_ipython().run_line_magic('pinfo', 'len')\n"  # help still works

@@ -2,16 +2,34 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 __all__ = ("load_ipython_extension", "unload_ipython_extension", "show")
 
+# IPython reads a line ending in "?" as a help request (`%unity ask h1 what now?` would become
+# `%pinfo now`). Questions are the point of `%unity ask`, so before that syntax applies, a
+# `%unity` line ending in "?" is rewritten to the explicit magic call. Only such lines change.
+_QUESTION_LINE = re.compile(r"^(\s*)((?:[A-Za-z_][\w.]*\s*=\s*)?)%unity\b(.*\?)\s*$")
+
+
+def _keep_question_marks(lines: list[str]) -> list[str]:
+    out = []
+    for line in lines:
+        m = _QUESTION_LINE.match(line.rstrip("\n"))
+        if m is not None:
+            line = f"{m[1]}{m[2]}get_ipython().run_line_magic('unity', {m[3].strip()!r})\n"
+        out.append(line)
+    return out
+
 
 def load_ipython_extension(ipython: Any) -> None:
-    """``%load_ext unity_nb``: register the ``%unity`` magics (nothing else is touched)."""
+    """``%load_ext unity_nb``: register the ``%unity`` magics (and keep ``?`` in ``%unity`` lines)."""
     from ._magics import UnityMagics
 
     ipython.register_magics(UnityMagics)
+    if _keep_question_marks not in ipython.input_transformers_cleanup:
+        ipython.input_transformers_cleanup.append(_keep_question_marks)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
@@ -20,6 +38,8 @@ def unload_ipython_extension(ipython: Any) -> None:
     magics["line"].pop("unity", None)
     magics["cell"].pop("unity", None)
     ipython.magics_manager.registry.pop("UnityMagics", None)
+    if _keep_question_marks in ipython.input_transformers_cleanup:
+        ipython.input_transformers_cleanup.remove(_keep_question_marks)
 
 
 def show(handle: Any, **options: Any) -> Any:
