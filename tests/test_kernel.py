@@ -134,3 +134,17 @@ def test_the_display_has_a_plain_repr_and_a_snapshot(kernel):
     first = outputs[0]
     assert first["text/plain"].startswith("<unity handle 'job3': running")
     assert "application/vnd.jupyter.widget-view+json" in first and "text/html" in first
+
+
+def test_a_cell_awaiting_the_handle_can_be_stopped_by_a_click(kernel):
+    k = kernel
+    k.run("h4 = %unity act --name job4 count forever")
+    comm_id, node = k.value("[get_ipython().magics_manager.registry['UnityMagics'].widgets['job4'].model_id, h4.id]")
+    k.run("await h4.wait_for('model_request', timeout=20)")
+    msg_id = k.kc.execute("await h4")  # this cell blocks on the handle ...
+    k.click(comm_id, action="stop", node=node)  # ... and the click still reaches the widget
+    reply = k.kc.get_shell_msg(timeout=30)
+    while reply["parent_header"].get("msg_id") != msg_id:
+        reply = k.kc.get_shell_msg(timeout=30)
+    assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "Stopped"
+    assert k.value("h4.stop_reason") == "stopped from the widget"
