@@ -243,7 +243,7 @@ class LoopHandle:
         self._paused = False
         self._resume_evt = asyncio.Event()
         self._resume_evt.set()
-        self._steer_evt = asyncio.Event()
+        self._wake = asyncio.Event()
         self._ended = asyncio.Event()
         self._answer: str | None = None
         self._error: BaseException | None = None
@@ -413,7 +413,7 @@ class LoopHandle:
         self._pending_notes.append(f"[interjection from the user] {message}")
         self._interjected = True
         self._publish(ev.Steering(loop_id=self.id, lineage=self.lineage, action="interject", message=message))
-        self._steer_evt.set()
+        self._wake.set()
         task = self._model_task
         if self.interrupt_on_interject and task is not None and not task.done():
             self._interrupted = True
@@ -733,28 +733,33 @@ class LoopHandle:
             await self._run_tools(records, wire_msg)
 
     async def _run_tools(self, records: list[ToolCallRecord], wire_msg: dict) -> None:
-        tasks = {self._loop.create_task(self._run_one(rec)): rec for rec in records}
+        tasks = [self._loop.create_task(self._run_one(rec)) for rec in records]
         deferred: list[dict] = []
+        wake = self._wake  # set by each finished call, and by an interjection to route
+        remaining = len(tasks)
+
+        def finished(_task: asyncio.Task) -> None:
+            nonlocal remaining
+            remaining -= 1
+            wake.set()
+
+        for t in tasks:
+            t.add_done_callback(finished)
         try:
-            pending = set(tasks)
-            while pending:
+            while True:
+                wake.clear()
+                if not remaining:
+                    break
+                # children may be born inside the tools, so check for them on every wake
                 if self._interjected and self.live_children():
                     await self._route(records, wire_msg, deferred)
                     continue
-                # wake for a finished call, or for an interjection to route (children may be born
-                # inside the tools, so listen whether or not any exist yet)
-                self._steer_evt.clear()
-                waiter = self._loop.create_task(self._steer_evt.wait())
-                try:
-                    done, _ = await asyncio.wait(pending | {waiter}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    waiter.cancel()
-                pending -= done
+                await wake.wait()
         finally:
             for t in tasks:
                 if not t.done():
                     t.cancel()
-            if tasks:
+            if remaining:
                 await asyncio.wait(tasks)  # each records its own result, also when cancelled
             for rec in records:
                 self._wire.append({"role": "tool", "tool_call_id": rec.id, "content": rec.result or ""})

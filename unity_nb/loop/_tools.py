@@ -11,6 +11,7 @@ import inspect
 import json
 import re
 import typing
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -60,14 +61,17 @@ class Tool:
     params: type[pydantic.BaseModel]
     ctx_param: str | None
     is_async: bool
+    _params_schema: dict | None = None
 
     @property
     def parameters_schema(self) -> dict:
-        schema = self.params.model_json_schema()
-        schema.pop("title", None)
-        for prop in schema.get("properties", {}).values():
-            prop.pop("title", None)
-        return schema
+        if self._params_schema is None:
+            schema = self.params.model_json_schema()
+            schema.pop("title", None)
+            for prop in schema.get("properties", {}).values():
+                prop.pop("title", None)
+            self._params_schema = schema
+        return self._params_schema
 
     def schema(self, *, extra_properties: dict | None = None) -> dict:
         """The tool in the OpenAI wire format."""
@@ -91,10 +95,31 @@ class Tool:
         return {k: getattr(model, k) for k in type(model).model_fields}
 
 
+_CACHE: weakref.WeakKeyDictionary[Callable[..., Any], dict[str | None, Tool]] = weakref.WeakKeyDictionary()
+
+
 def as_tool(obj: Callable[..., Any] | Tool, *, name: str | None = None) -> Tool:
-    """Make a :class:`Tool` of a function (sync or async, with type hints and a docstring)."""
+    """Make a :class:`Tool` of a function (sync or async, with type hints and a docstring).
+
+    The result is cached per function: building a schema with pydantic costs milliseconds.
+    """
     if isinstance(obj, Tool):
         return obj
+    try:
+        cached = _CACHE.get(obj, {}).get(name)
+    except TypeError:  # not weak-referenceable or hashable
+        cached = None
+    if cached is not None:
+        return cached
+    tool = _build(obj, name)
+    try:
+        _CACHE.setdefault(obj, {})[name] = tool
+    except TypeError:
+        pass
+    return tool
+
+
+def _build(obj: Callable[..., Any], name: str | None) -> Tool:
     if not callable(obj):
         raise ToolDefinitionError(f"a tool must be a function, not {type(obj).__name__}")
     fn = obj
@@ -126,11 +151,10 @@ def as_tool(obj: Callable[..., Any] | Tool, *, name: str | None = None) -> Tool:
         fields[pname] = (hints[pname], default)
     try:
         params = pydantic.create_model(f"{tool_name}_args", __config__=pydantic.ConfigDict(arbitrary_types_allowed=True), **fields)
-        params.model_json_schema()
     except Exception as err:
         raise ToolDefinitionError(f"tool {tool_name!r}: its parameters have no JSON schema ({err})") from None
     doc = inspect.getdoc(fn) or ""
-    return Tool(
+    tool = Tool(
         name=tool_name,
         description=doc or f"Call {tool_name}.",
         fn=fn,
@@ -138,6 +162,11 @@ def as_tool(obj: Callable[..., Any] | Tool, *, name: str | None = None) -> Tool:
         ctx_param=ctx_param,
         is_async=inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)),
     )
+    try:
+        tool.parameters_schema  # noqa: B018 - fail now, not at the first model call
+    except Exception as err:
+        raise ToolDefinitionError(f"tool {tool_name!r}: its parameters have no JSON schema ({err})") from None
+    return tool
 
 
 def render_result(value: Any) -> str:
