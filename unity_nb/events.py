@@ -175,6 +175,28 @@ AnyEvent = Annotated[
 """The discriminated union of every event: ``TypeAdapter(AnyEvent)`` parses any of them."""
 
 Predicate = Callable[[Event], bool]
+Waiters = list[tuple[Predicate, asyncio.Future]]
+
+
+async def wait_matching(waiters: Waiters, pred: Predicate, timeout: float | None) -> Event:
+    """Register a waiter for the next event matching ``pred`` (see :func:`resolve_waiters`)."""
+    fut = asyncio.get_running_loop().create_future()
+    entry = (pred, fut)
+    waiters.append(entry)
+    try:
+        return await asyncio.wait_for(fut, timeout)
+    finally:
+        if entry in waiters:
+            waiters.remove(entry)
+
+
+def resolve_waiters(waiters: Waiters, event: Event) -> None:
+    """Wake every waiter whose predicate matches ``event``."""
+    for entry in list(waiters):
+        pred, fut = entry
+        if not fut.done() and pred(event):
+            fut.set_result(event)
+            waiters.remove(entry)
 
 
 class EventBus:
@@ -188,7 +210,7 @@ class EventBus:
         self._limit = history
         self._history: dict[str, collections.deque[Event]] = {}
         self._subscribers: list[tuple[Callable[[Event], Any], frozenset[str] | None]] = []
-        self._waiters: list[tuple[Predicate, asyncio.Future]] = []
+        self._waiters: Waiters = []
 
     def publish(self, event: Event) -> None:
         hist = self._history.get(event.kind)
@@ -204,11 +226,7 @@ class EventBus:
                 except Exception:  # a subscriber must never break a loop
                     log.exception("event subscriber %r failed", callback)
         if self._waiters:
-            for waiter in list(self._waiters):
-                pred, fut = waiter
-                if not fut.done() and pred(event):
-                    fut.set_result(event)
-                    self._waiters.remove(waiter)
+            resolve_waiters(self._waiters, event)
 
     def subscribe(
         self, callback: Callable[[Event], Any], *, kinds: Iterable[str] | None = None
@@ -254,18 +272,11 @@ class EventBus:
         self, kind: str | None = None, where: Predicate | None = None, *, timeout: float | None = 10.0
     ) -> Event:
         """Wait for the next published event matching ``kind`` and ``where``."""
-        fut = asyncio.get_running_loop().create_future()
 
         def pred(e: Event) -> bool:
             return (kind is None or e.kind == kind) and (where is None or where(e))
 
-        waiter = (pred, fut)
-        self._waiters.append(waiter)
-        try:
-            return await asyncio.wait_for(fut, timeout)
-        finally:
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
+        return await wait_matching(self._waiters, pred, timeout)
 
     def clear(self) -> None:
         """Forget the history (subscribers stay)."""

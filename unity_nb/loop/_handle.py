@@ -258,7 +258,7 @@ class LoopHandle:
         self._waiting = 0
         self._clar_queue: asyncio.Queue[dict] = asyncio.Queue()
         self._note_queue: asyncio.Queue[dict] = asyncio.Queue()
-        self._waiters: list[tuple[Callable[[ev.Event], bool], asyncio.Future]] = []
+        self._waiters: ev.Waiters = []
         self._listeners: list[Callable[[LoopHandle, ev.Event], None]] = []
 
         wire: list[dict] = []
@@ -363,14 +363,7 @@ class LoopHandle:
         for e in self.events:
             if pred(e):
                 return e
-        fut = self._loop.create_future()
-        entry = (pred, fut)
-        self._waiters.append(entry)
-        try:
-            return await asyncio.wait_for(fut, timeout)
-        finally:
-            if entry in self._waiters:
-                self._waiters.remove(entry)
+        return await ev.wait_matching(self._waiters, pred, timeout)
 
     def add_listener(self, fn: Callable[[LoopHandle, ev.Event], None]) -> Callable[[], None]:
         """Call ``fn(handle, event)`` for every event of this loop and of its descendants."""
@@ -551,11 +544,7 @@ class LoopHandle:
     def _publish(self, event: ev.Event) -> None:
         self.events.append(event)
         if self._waiters:
-            for entry in list(self._waiters):
-                pred, fut = entry
-                if not fut.done() and pred(event):
-                    fut.set_result(event)
-                    self._waiters.remove(entry)
+            ev.resolve_waiters(self._waiters, event)
         for h in self._ancestry():
             for fn in h._listeners:
                 fn(self, event)
