@@ -138,7 +138,7 @@ function render({ model, el }) {
         h("span", { class: "unb-stats" }, `${node.steps} steps · ${node.tool_calls} tool calls · ${node.tokens_in}/${node.tokens_out} tokens · ${node.elapsed}s · ${node.model}`),
       );
       v.pause.textContent = node.status === "paused" ? "Resume" : "Pause";
-      for (const b of [v.pause, v.stop, v.interject, v.input]) b.disabled = ended;
+      for (const b of [v.pause, v.stop, v.interject, v.ask, v.input]) b.disabled = ended;
       // clarifications: question and answer box, rebuilt only when they change
       const key = JSON.stringify(node.clarifications);
       if (key !== v.clarKey) {
