@@ -35,6 +35,8 @@ class Reply:
     drop_after_chunks: int | None = None
     usage: tuple[int, int] | None = None
     model: str | None = None
+    stream_error_after: int | None = None  # streaming: send an in-stream error event after this many chunks
+    omit_finish: bool = False  # streaming: end cleanly ([DONE]) without any finish_reason
 
 
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 408: "Request Timeout",
@@ -215,8 +217,11 @@ class FakeOpenAIServer:
             deltas += [{"tool_calls": [{"index": i, "function": {"arguments": p}}]} for p in _split(c["arguments"], reply.chunks)]
         chunks = [{"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
                    "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
-        chunks.append({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-                       "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+        if not reply.omit_finish:
+            chunks.append({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                           "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+        if reply.stream_error_after is not None:
+            chunks[reply.stream_error_after:] = [{"error": {"message": "fake overload in stream", "type": "server_error", "code": None}}]
         if (request.get("stream_options") or {}).get("include_usage"):
             chunks.append({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [], "usage": usage_obj})
         head = ["HTTP/1.1 200 OK", "content-type: text/event-stream", "transfer-encoding: chunked", "cache-control: no-cache"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import email.utils
+import math
 import os
 import random
 import time
@@ -33,6 +34,18 @@ streamed text can be discarded and the retry shown)."""
 _RETRY_STATUS = frozenset({408, 409, 429})
 
 
+class _Incomplete(Exception):
+    """A stream that closed cleanly but never gave a finish reason: retried like a dropped one."""
+
+
+def _seconds(text: str, scale: float = 1.0) -> float | None:
+    try:
+        value = float(text) / scale
+    except ValueError:
+        return None
+    return max(0.0, value) if math.isfinite(value) else None  # "nan" would make sleep() hang
+
+
 def _retry_after(err: Exception) -> float | None:
     response = getattr(err, "response", None)
     headers = getattr(response, "headers", None)
@@ -40,18 +53,20 @@ def _retry_after(err: Exception) -> float | None:
         return None
     ms = headers.get("retry-after-ms")
     if ms:
-        try:
-            return float(ms) / 1000
-        except ValueError:
-            pass
+        delay = _seconds(ms, 1000)
+        if delay is not None:
+            return delay
     value = headers.get("retry-after")
     if not value:
         return None
+    delay = _seconds(value)
+    if delay is not None:
+        return delay
     try:
-        return float(value)
-    except ValueError:
-        parsed = email.utils.parsedate_to_datetime(value) if value else None
-        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+        parsed = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):  # unparseable: fall back to our own backoff, still retry
+        return None
+    return max(0.0, parsed.timestamp() - time.time())
 
 
 class OpenAIModel:
@@ -147,7 +162,9 @@ class OpenAIModel:
         while True:
             try:
                 return await self._stream_once(body, on_delta)
-            except (oa.APITimeoutError, oa.APIConnectionError, oa.APIStatusError) as err:
+            except (oa.APIError, _Incomplete) as err:
+                # status errors, timeouts, refused or dropped connections, an error event inside
+                # the stream, or a stream that ended without saying it was finished
                 status = getattr(err, "status_code", None)
                 retryable = status is None or status in _RETRY_STATUS or status >= 500
                 if not retryable or attempt >= self.max_retries:
@@ -205,6 +222,8 @@ class OpenAIModel:
                         finish = choice["finish_reason"]
         finally:
             await stream.close()  # also on cancellation: closes the HTTP stream
+        if finish is None:
+            raise _Incomplete(f"the stream from {self.name!r} ended before the reply was complete")
         tool_calls = [
             ToolCall(name=name, arguments="".join(args) or "{}", id=cid or f"call_{i}")
             for i, (cid, name, args) in sorted(calls.items())
