@@ -5,7 +5,7 @@ It answers with a tool call `step` until the request holds K tool results, then 
 
   A. CPU per model round trip at zero latency, K=20: a bare loop on
      `AsyncOpenAI().chat.completions.create(stream=True)`, a bare HTTP loop on the same
-     client's httpx pool with minimal SSE parsing (the floor), and unity_nb's loop.
+     client's httpx pool with minimal SSE parsing, and unity_nb's loop.
   B. 50 concurrent loops at 50 ms server latency: wall time against the ideal (K+1) x 50 ms.
   C. Steering latency while a 5 s model call is in flight: stop() until it returns; an
      interrupting interject() until the re-issued request is sent.
@@ -79,7 +79,7 @@ async def bare_create_loop(client: openai.AsyncOpenAI) -> None:
 
 
 async def bare_http_loop(client: openai.AsyncOpenAI) -> None:
-    """The floor: the same client's httpx pool, JSON in, SSE split by hand."""
+    """The same client's httpx pool, JSON in, SSE split by hand: what httpx alone costs."""
     http, url = client._client, str(client.base_url).rstrip("/") + "/chat/completions"
     headers = {"Authorization": "Bearer x", "Content-Type": "application/json"}
     messages: list[dict] = [{"role": "user", "content": "go"}]
@@ -125,7 +125,7 @@ async def bench_cpu(loops: int) -> dict:
         bus = u.EventBus()
         return {
             "bare create() loop": await cpu_per_round_trip(lambda: bare_create_loop(client), loops),
-            "bare HTTP loop (floor)": await cpu_per_round_trip(lambda: bare_http_loop(client), loops),
+            "bare httpx loop (the client's own pool, SSE split by hand)": await cpu_per_round_trip(lambda: bare_http_loop(client), loops),
             "unity_nb loop": await cpu_per_round_trip(lambda: unity_loop(model, bus), loops),
         }
     finally:

@@ -37,6 +37,7 @@ class Reply:
     model: str | None = None
     stream_error_after: int | None = None  # streaming: send an in-stream error event after this many chunks
     omit_finish: bool = False  # streaming: end cleanly ([DONE]) without any finish_reason
+    close_after: bool = False  # close the connection after this response, without saying so
 
 
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 408: "Request Timeout",
@@ -56,8 +57,9 @@ class _Dropped(Exception):
 
 
 class FakeOpenAIServer:
-    def __init__(self, handler: Callable[[dict], Any] | None = None) -> None:
+    def __init__(self, handler: Callable[[dict], Any] | None = None, *, ssl: Any = None) -> None:
         self.handler = handler or (lambda body: "ok")
+        self.ssl = ssl  # an ssl.SSLContext: serve https
         self.requests: list[dict] = []
         self.request_headers: list[dict] = []
         self.disconnects = 0
@@ -78,9 +80,9 @@ class FakeOpenAIServer:
 
     async def start(self) -> FakeOpenAIServer:
         self._changed = asyncio.Condition()
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.ssl)
         port = self._server.sockets[0].getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{port}/v1"
+        self.base_url = f"{'https' if self.ssl else 'http'}://127.0.0.1:{port}/v1"
         return self
 
     async def stop(self) -> None:
@@ -155,6 +157,9 @@ class FakeOpenAIServer:
                 await self._notify()
                 reply = await self._reply(request)
                 await self._respond(reader, writer, request, reply)
+                if reply.close_after:
+                    writer.transport.abort()
+                    return
         except (asyncio.IncompleteReadError, ConnectionError, _Dropped, asyncio.CancelledError):
             pass  # the client went away, or the server is shutting down
         finally:

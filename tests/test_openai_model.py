@@ -27,13 +27,14 @@ async def server():
         yield srv
 
 
-@pytest.fixture
-async def make_model(server):
-    """OpenAIModel factory pointed at the server; closes every client it made."""
+@pytest.fixture(params=[True, False], ids=["lean-http", "client.post"])
+async def make_model(server, request):
+    """OpenAIModel factory pointed at the server, over both request paths; closes every client it made."""
     made = []
 
     def make(**kw):
         kw.setdefault("backoff", 0.001)  # keep retries quick; nothing asserts on time
+        kw.setdefault("fast_path", request.param)
         m = u.OpenAIModel("m", base_url=server.base_url, api_key=KEY, **kw)
         made.append(m)
         return m
@@ -453,3 +454,49 @@ async def test_an_error_inside_the_stream_or_an_unfinished_stream_is_retried(ser
     assert await asyncio.wait_for(h.result(), 10) == "complete reply"
     assert len(retries(h)) == 1 and KEY not in retries(h)[0].error
     assert len(server.requests) == 2
+
+
+
+async def test_a_stale_keep_alive_connection_is_replaced_without_a_retry(server, make_model):
+    m = make_model()
+    server.script([R(content="first", close_after=True), R(content="second")])
+    assert await asyncio.wait_for(u.start_loop("a", model=m).result(), T) == "first"
+    h = u.start_loop("b", model=m)  # its pooled connection was closed by the server meanwhile
+    assert await asyncio.wait_for(h.result(), T) == "second"
+    assert retries(h) == []
+
+
+async def test_the_request_deadline_ends_a_hung_call_and_it_is_retried(server, make_model):
+    m = make_model(timeout=0.5)
+    server.script([R(content="never", first_byte_delay=30), R(content="after the deadline")])
+    h = u.start_loop("go", model=m)
+    assert await asyncio.wait_for(h.result(), T) == "after the deadline"
+    assert len(retries(h)) == 1
+
+
+async def test_https_with_certificate_verification(tmp_path, monkeypatch):
+    import shutil
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+         "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    async with FakeOpenAIServer(ssl=ctx) as srv:
+        srv.script([R(content="over tls")])
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # trust our throwaway certificate
+        m = u.OpenAIModel("m", base_url=srv.base_url, api_key=KEY)
+        assert srv.base_url.startswith("https://")
+        assert await asyncio.wait_for(u.start_loop("go", model=m).result(), T) == "over tls"
+        monkeypatch.delenv("SSL_CERT_FILE")  # an untrusted certificate is refused, and said so
+        m2 = u.OpenAIModel("m", base_url=srv.base_url, api_key=KEY, max_retries=0)
+        h = u.start_loop("go", model=m2)
+        with pytest.raises(u.ModelError, match="CERTIFICATE_VERIFY_FAILED|certificate"):
+            await asyncio.wait_for(h.result(), T)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import email.utils
+import json
 import math
 import os
 import random
@@ -22,6 +23,7 @@ from typing import Any
 
 from .._errors import ModelConfigError, ModelError
 from ._base import DeltaCallback, ModelRequest, Reply, ToolCall, Usage
+from ._http import HTTPStatusError, LeanHTTP, StreamError, TransportError, proxy_configured
 
 __all__ = ("OpenAIModel", "retry_hook")
 
@@ -80,6 +82,12 @@ class OpenAIModel:
     Failures worth retrying (429, 5xx, 408, 409, timeouts, refused or dropped connections) are
     retried ``max_retries`` times with exponential backoff and jitter, honouring Retry-After.
     The key is never shown: not in the repr, not in errors.
+
+    When it builds its own client (no ``client=``) and no proxy is configured, requests are
+    streamed by a lean HTTP/1.1 client (``unity_nb.models._http``) configured from that
+    ``AsyncOpenAI`` (base URL, auth and default headers): the generic HTTP stack costs more CPU
+    per call than the rest of a tool loop together. ``fast_path=False``, a client handed in
+    (Azure included) or a proxy use the client's documented ``post`` instead.
     """
 
     def __init__(
@@ -94,6 +102,7 @@ class OpenAIModel:
         max_backoff: float = 30.0,
         timeout: float = 600.0,
         options: dict | None = None,
+        fast_path: bool = True,
     ) -> None:
         import openai  # imported here: the rest of the package works without a network client
 
@@ -102,6 +111,7 @@ class OpenAIModel:
             raise ModelConfigError(
                 "OpenAIModel needs a model name: OpenAIModel('gpt-4.1-mini'), or set UNITY_NB_MODEL"
             )
+        own_client = client is None
         if client is None:
             key = api_key or os.environ.get("OPENAI_API_KEY")
             base = base_url or os.environ.get("OPENAI_BASE_URL")
@@ -129,6 +139,14 @@ class OpenAIModel:
         self.usage = Usage()
         """Tokens used by every call of this model so far."""
         self._openai = openai
+        self._lean: LeanHTTP | None = None
+        if fast_path and own_client and not proxy_configured():
+            headers = {k: v for k, v in client.default_headers.items() if isinstance(v, str)}
+            headers.update(client.auth_headers)
+            try:
+                self._lean = LeanHTTP(str(client.base_url), headers=headers, timeout=timeout)
+            except ValueError:
+                self._lean = None
 
     def __repr__(self) -> str:
         return f"OpenAIModel({self.name!r}, base_url={str(self.client.base_url)!r})"
@@ -161,8 +179,11 @@ class OpenAIModel:
         attempt = 0
         while True:
             try:
+                if self._lean is not None:
+                    data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+                    return await self._assemble(self._lean.stream("/chat/completions", data), on_delta)
                 return await self._stream_once(body, on_delta)
-            except (oa.APIError, _Incomplete) as err:
+            except (oa.APIError, _Incomplete, HTTPStatusError, TransportError, StreamError) as err:
                 # status errors, timeouts, refused or dropped connections, an error event inside
                 # the stream, or a stream that ended without saying it was finished
                 status = getattr(err, "status_code", None)
@@ -187,13 +208,25 @@ class OpenAIModel:
         stream = await self.client.post(
             "/chat/completions", body=body, cast_to=object, stream=True, stream_cls=oa.AsyncStream[object]
         )
+
+        async def chunks():
+            try:
+                async for chunk in stream:
+                    yield chunk
+            finally:
+                await stream.close()  # also on cancellation: closes the HTTP stream
+
+        return await self._assemble(chunks(), on_delta)
+
+    async def _assemble(self, chunks: Any, on_delta: DeltaCallback | None) -> Reply:
+        """A reply from streamed chunks (dicts in the Chat Completions format), tool-call deltas joined."""
         parts: list[str] = []
         calls: dict[int, list] = {}  # index -> [id, name, [argument pieces]]
         usage = Usage()
         finish = None
         model = self.name
         try:
-            async for chunk in stream:
+            async for chunk in chunks:
                 if not isinstance(chunk, dict):
                     continue
                 u = chunk.get("usage")
@@ -221,7 +254,7 @@ class OpenAIModel:
                     if choice.get("finish_reason"):
                         finish = choice["finish_reason"]
         finally:
-            await stream.close()  # also on cancellation: closes the HTTP stream
+            await chunks.aclose()  # also on cancellation: closes the HTTP stream
         if finish is None:
             raise _Incomplete(f"the stream from {self.name!r} ended before the reply was complete")
         tool_calls = [
