@@ -148,3 +148,37 @@ def test_a_cell_awaiting_the_handle_can_be_stopped_by_a_click(kernel):
         reply = k.kc.get_shell_msg(timeout=30)
     assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "Stopped"
     assert k.value("h4.stop_reason") == "stopped from the widget"
+
+
+def test_tool_output_goes_to_the_widget_never_into_a_cell(kernel):
+    k = kernel
+    k.run(textwrap.dedent('''
+        import asyncio
+        go = asyncio.Event()
+
+        async def chatty(n: int) -> int:
+            """Print while the next cell runs."""
+            await go.wait()
+            print("PRINTED-BY-TOOL", n)
+            return n
+
+        def chatty_script(messages, tools):
+            done = [m for m in messages if m["role"] == "tool"]
+            return u.call_tool("chatty", n=7) if not done else "chatty done"
+
+        u.register_tool(chatty)
+        chatty_model = u.ScriptedModel(chatty_script)
+        %unity model --var chatty_model
+    '''))
+    k.run("h5 = %unity act --name chatty print something")
+    streams = []
+
+    def hook(msg):  # every iopub message, whichever cell it names as parent
+        if msg["msg_type"] == "stream":
+            streams.append(msg["content"]["text"])
+
+    k.kc.execute_interactive("go.set()\nprint('cell output', await h5)", timeout=60, output_hook=hook)
+    assert "cell output chatty done" in "".join(streams)
+    assert not any("PRINTED-BY-TOOL" in s for s in streams)
+    assert k.value("[c.output for m in h5.transcript for c in m.tool_calls]") == ["PRINTED-BY-TOOL 7\n"]
+    k.run("u.unregister_tool('chatty')\n%unity model --var slow")

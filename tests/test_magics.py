@@ -241,3 +241,37 @@ async def test_a_question_mark_ends_a_question_not_a_help_request(ip):
     ip.run_cell("a = %unity ask q what have you found so far?")
     assert ip.user_ns["a"].task == "what have you found so far?"
     assert ip.transform_cell("len?") == "get_ipython().run_line_magic('pinfo', 'len')\n"  # help still works
+
+
+async def test_what_a_tool_prints_goes_to_its_call_not_the_cell(ip, capsys):
+    def noisy(x: int) -> int:
+        """Print while working (runs in a worker thread)."""
+        print("working on", x)
+        return x
+
+    async def anoisy(x: int) -> int:
+        """Print while working (runs on the event loop)."""
+        print("async work on", x)
+        return x
+
+    def script(messages, tools):
+        return [u.call_tool("noisy", x=1), u.call_tool("anoisy", x=2)] if not tool_messages(messages) else "done"
+
+    ip.user_ns["m"] = u.ScriptedModel(script)
+    ip.run_line_magic("unity", "model --var m")
+    u.register_tool(noisy), u.register_tool(anoisy)
+    try:
+        h = ip.run_line_magic("unity", "act --name noisy go")
+        assert await h == "done"
+    finally:
+        u.unregister_tool("noisy"), u.unregister_tool("anoisy")
+    calls = {c.name: c for m in h.transcript for c in m.tool_calls}
+    assert calls["noisy"].output == "working on 1\n" and calls["anoisy"].output == "async work on 2\n"
+    assert "work" not in capsys.readouterr().out
+    assert "".join(e.text for e in h.events if e.kind == "tool_output" and e.name == "noisy") == "working on 1\n"
+    w = ip.magics_manager.registry["UnityMagics"].widgets["noisy"]
+    w.flush()
+    shown = [c for e in w.entries[h.id] for c in e.get("calls", [])]
+    assert {c["name"]: c["output"] for c in shown} == {"noisy": "working on 1\n", "anoisy": "async work on 2\n"}
+    print("a plain print still reaches the cell")
+    assert "a plain print still reaches the cell" in capsys.readouterr().out

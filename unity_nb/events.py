@@ -27,6 +27,7 @@ __all__ = (
     "ModelRetry",
     "ToolStarted",
     "ToolFinished",
+    "ToolOutput",
     "ChildStarted",
     "Steering",
     "ClarificationRequested",
@@ -119,6 +120,14 @@ class ToolFinished(Event):
     duration: float = 0.0
 
 
+class ToolOutput(Event):
+    kind: Literal["tool_output"] = "tool_output"
+    call_id: str
+    name: str
+    text: str
+    """Text the tool printed (routed here by the notebook layer instead of into a cell)."""
+
+
 class ChildStarted(Event):
     kind: Literal["child_started"] = "child_started"
     child_id: str
@@ -167,7 +176,7 @@ class LoopFailed(Event):
 AnyEvent = Annotated[
     Union[
         LoopStarted, ModelRequest, ModelDelta, ModelResponse, ModelRetry, ToolStarted,
-        ToolFinished, ChildStarted, Steering, ClarificationRequested, ClarificationAnswered,
+        ToolFinished, ToolOutput, ChildStarted, Steering, ClarificationRequested, ClarificationAnswered,
         Notification, LoopFinished, LoopFailed,
     ],
     Field(discriminator="kind"),

@@ -83,6 +83,7 @@ function renderEntry(entry, open, depthNodes) {
     } else {
       details.append(h("pre", { class: "unb-args" }, call.arguments));
     }
+    if (call.output) details.append(h("pre", { class: "unb-output" }, call.output));
     if (call.result !== null) details.append(h("pre", { class: `unb-result${call.error ? " unb-error" : ""}` }, call.result));
     el.append(details);
   }

@@ -27,13 +27,19 @@ def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext unity_nb``: register the ``%unity`` magics (and keep ``?`` in ``%unity`` lines)."""
     from ._magics import UnityMagics
 
+    from . import _output
+
     ipython.register_magics(UnityMagics)
+    _output.install()
     if _keep_question_marks not in ipython.input_transformers_cleanup:
         ipython.input_transformers_cleanup.append(_keep_question_marks)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
-    """Remove the magics; operations already started keep running."""
+    """Remove the magics (and the output routing); operations already started keep running."""
+    from . import _output
+
+    _output.uninstall()
     magics = ipython.magics_manager.magics
     magics["line"].pop("unity", None)
     magics["cell"].pop("unity", None)

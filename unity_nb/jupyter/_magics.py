@@ -112,6 +112,9 @@ class UnityMagics(Magics):
             asyncio.get_running_loop()
         except RuntimeError:
             raise UsageError("%unity act needs the kernel's running event loop: use it in Jupyter (ipykernel >= 7.4)") from None
+        from . import _output
+
+        _output.install()  # again: something (say %%capture) may have swapped the streams since
         handle = start_loop(
             cmd.text, model=model, tools=registered_tools(), name=name,
             max_steps=cmd.options.get("max_steps", self.max_steps),

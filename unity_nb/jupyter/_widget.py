@@ -48,6 +48,7 @@ def _entry(m: Message) -> dict:
                 "result": None if c.result is None else _clip(c.result),
                 "error": c.error,
                 "child": c.child.id if c.child is not None else None,
+                "output": _clip(c.output),
             }
             for c in m.tool_calls
         ]
@@ -110,7 +111,7 @@ class HandleWidget(anywidget.AnyWidget):
         """How many times state was sent (for benchmarks)."""
         self._flush_scheduled: asyncio.TimerHandle | None = None
         self._ask_handles: list[tuple[str, str, LoopHandle]] = []
-        self._entry_counts: dict[str, int] = {}
+        self._entry_counts: dict[str, tuple[int, int]] = {}
         self.on_msg(self._on_custom)
         self._unlisten = handle.add_listener(self._on_event)
         self.flush()
@@ -133,10 +134,11 @@ class HandleWidget(anywidget.AnyWidget):
         nodes = [_node(h, d) for h, d in tree]
         changed_entries = None
         for h, _d in tree:
-            if self._entry_counts.get(h.id) != len(h.transcript):  # a result always appends a message
+            signature = (len(h.transcript), h.printed)  # a result always appends a message
+            if self._entry_counts.get(h.id) != signature:
                 changed_entries = changed_entries or dict(self.entries)
                 changed_entries[h.id] = [_entry(m) for m in h.transcript]
-                self._entry_counts[h.id] = len(h.transcript)
+                self._entry_counts[h.id] = signature
         asks = [
             {"node": nid, "question": q, "status": a.status.value, "answer": a.result_value or a.streaming_text}
             for nid, q, a in self._ask_handles

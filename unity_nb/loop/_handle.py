@@ -70,6 +70,8 @@ class ToolCallRecord:
     result: str | None = None
     error: bool = False
     child: LoopHandle | None = None
+    output: str = ""
+    """What the tool printed while it ran (when the notebook layer routes output)."""
 
 
 @dataclass(slots=True)
@@ -97,6 +99,12 @@ _CALL: contextvars.ContextVar[tuple[LoopHandle, str, bool] | None] = contextvars
     "unity_nb_tool_call", default=None
 )
 _CURRENT: contextvars.ContextVar[LoopHandle | None] = contextvars.ContextVar("unity_nb_loop", default=None)
+tool_output: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar(
+    "unity_nb_tool_output", default=None
+)
+"""Inside a tool call: where text the tool prints belongs (its call record). The notebook layer
+routes ``sys.stdout``/``sys.stderr`` writes here, so a background tool never prints into
+whichever cell happens to be running."""
 
 
 def current_loop() -> LoopHandle | None:
@@ -238,6 +246,8 @@ class LoopHandle:
         self.ended_at: float | None = None
         self.streaming_text = ""
         """The assistant text of the model call in flight, as streamed so far."""
+        self.printed = 0
+        """Characters tools have printed so far (routed to their call records)."""
 
         self._status = Status.RUNNING
         self._paused = False
@@ -861,6 +871,7 @@ class LoopHandle:
         if tool.ctx_param:
             kwargs[tool.ctx_param] = ToolContext(self, rec.id, rec.name)
         token = _CALL.set((self, rec.id, share))
+        out_token = tool_output.set(lambda text: self._tool_printed(rec, text))
         try:
             if tool.is_async:
                 value = await tool.fn(**kwargs)
@@ -881,7 +892,23 @@ class LoopHandle:
             result, error = f"error: {type(err).__name__}: {err}", True
         finally:
             _CALL.reset(token)
+            tool_output.reset(out_token)
         self._finish_call(rec, result, error, time.perf_counter() - t0)
+
+    def _tool_printed(self, rec: ToolCallRecord, text: str) -> None:
+        rec.output += text
+        self.printed += len(text)
+        try:
+            here = asyncio.get_running_loop() is self._loop
+        except RuntimeError:  # a sync tool in its worker thread
+            here = False
+        if here:
+            self._publish_output(rec, text)
+        else:
+            self._loop.call_soon_threadsafe(self._publish_output, rec, text)
+
+    def _publish_output(self, rec: ToolCallRecord, text: str) -> None:
+        self._publish(ev.ToolOutput(loop_id=self.id, lineage=self.lineage, call_id=rec.id, name=rec.name, text=text))
 
     def _finish_call(self, rec: ToolCallRecord, result: str, error: bool, duration: float) -> None:
         rec.result = result
