@@ -45,6 +45,18 @@ export function markdown(src) {
   return out;
 }
 
+// Python highlighting: comments, strings, keywords, numbers; every piece escaped.
+const PY = /(#[^\n]*)|("""[\s\S]*?"""|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*")|\b(and|as|assert|async|await|break|class|continue|def|del|elif|else|except|finally|for|from|global|if|import|in|is|lambda|None|nonlocal|not|or|pass|raise|return|True|False|try|while|with|yield)\b|\b(\d[\d_]*(?:\.\d+)?)\b/g;
+export function highlightPython(code) {
+  let out = "", last = 0;
+  for (const m of code.matchAll(PY)) {
+    const cls = m[1] ? "unb-c" : m[2] ? "unb-s" : m[3] ? "unb-k" : "unb-n";
+    out += esc(code.slice(last, m.index)) + `<span class="${cls}">${esc(m[0])}</span>`;
+    last = m.index + m[0].length;
+  }
+  return out + esc(code.slice(last));
+}
+
 function codeOf(call) {
   try {
     const args = JSON.parse(call.arguments);
@@ -79,7 +91,9 @@ function renderEntry(entry, open, depthNodes) {
     const code = codeOf(call);
     if (code) {
       if (code.intent) details.append(h("div", { class: "unb-intent" }, code.intent));
-      details.append(h("pre", { class: "unb-code unb-python" }, code.code));
+      const pre = h("pre", { class: "unb-code unb-python" });
+      pre.innerHTML = highlightPython(code.code);
+      details.append(pre);
     } else {
       details.append(h("pre", { class: "unb-args" }, call.arguments));
     }
