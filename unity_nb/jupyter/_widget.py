@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import html
-import json
 import logging
 from importlib import resources
 from typing import Any
@@ -246,7 +245,3 @@ def render_html(root: LoopHandle) -> str:
     parts.append("</div>")
     return "".join(parts)
 
-
-def to_json(root: LoopHandle) -> str:
-    """The widget's node state as JSON (for tests and debugging)."""
-    return json.dumps([_node(h, d) for h, d in _tree(root)], default=str)

@@ -131,9 +131,6 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", name)[:40] or "loop"
 
 
-_ROLE_PREFIX = {"outer": "outer", "inner": "inner"}
-
-
 def render_conversation(messages: Iterable[Message], prefix: str) -> str:
     """A transcript as text with roles rewritten (``outer_user``, ``inner_assistant``, ...)."""
     lines = []
@@ -263,6 +260,7 @@ class LoopHandle:
         self._interrupted = False
         self._model_task: asyncio.Task | None = None
         self._sem = asyncio.Semaphore(max_parallel_tools)
+        self._schema_cache: dict[str, dict] = {}
         self._turns = 0
         self._clarifications: dict[str, tuple[str, asyncio.Future]] = {}
         self._waiting = 0
@@ -608,13 +606,16 @@ class LoopHandle:
         return tools, "auto"
 
     def _schemas(self, tools: Sequence[Tool]) -> list[dict]:
-        cache = self.__dict__.setdefault("_schema_cache", {})
+        cache = self._schema_cache
         out = []
         extra = (
             {"include_parent_context": {"type": "boolean", "description": "true: a sub-operation this tool starts sees this conversation as context"}}
             if self.parent_context == "model" else None
         )
         for t in tools:
+            if self._tools.get(t.name) is not t:  # a steering tool made for this step: not cached
+                out.append(t.schema(extra_properties=extra))
+                continue
             s = cache.get(t.name)
             if s is None:
                 s = cache[t.name] = t.schema(extra_properties=extra)
@@ -635,8 +636,6 @@ class LoopHandle:
         step = self.steps
         last_user = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), None)
         request = ModelRequest(messages=messages, tools=self._schemas(tools), tool_choice=choice if tools else "none", options=self.options)
-        if not tools:
-            request.tools = []
         self._publish(
             ev.ModelRequest(
                 loop_id=self.id, lineage=self.lineage, step=step, messages=len(messages),
