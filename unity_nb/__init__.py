@@ -14,10 +14,22 @@ from ._errors import (
     UnityError,
     UserError,
 )
+from .actor import Actor, ActorHandle, PlanResult, act, final_answer, primitive, registered_primitives
 from .events import AnyEvent, Event, EventBus, default_bus
 from ._registry import register_tool, registered_tools, tool, unregister_tool
 from .jupyter import load_ipython_extension, unload_ipython_extension
-from .loop import LoopHandle, Message, Status, Tool, ToolCallRecord, ToolContext, as_tool, current_loop, start_loop
+from .loop import (
+    LoopHandle,
+    Message,
+    Status,
+    Tool,
+    ToolCallRecord,
+    ToolContext,
+    ToolFailed,
+    as_tool,
+    current_loop,
+    start_loop,
+)
 from .models import CachedModel, Model, ModelRequest, OpenAIModel, Reply, ScriptedModel, ToolCall, Usage, call_tool
 
 __version__ = "0.1.0"
@@ -33,6 +45,15 @@ __all__ = (
     "ToolContext",
     "as_tool",
     "current_loop",
+    "ToolFailed",
+    # the CodeAct actor
+    "act",
+    "Actor",
+    "ActorHandle",
+    "PlanResult",
+    "final_answer",
+    "primitive",
+    "registered_primitives",
     # notebooks
     "tool",
     "register_tool",

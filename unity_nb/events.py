@@ -28,6 +28,11 @@ __all__ = (
     "ToolStarted",
     "ToolFinished",
     "ToolOutput",
+    "ToolDisplay",
+    "CodeExecuted",
+    "VariablesChanged",
+    "ApprovalRequested",
+    "ApprovalDecided",
     "ChildStarted",
     "Steering",
     "ClarificationRequested",
@@ -128,6 +133,48 @@ class ToolOutput(Event):
     """Text the tool printed (routed here by the notebook layer instead of into a cell)."""
 
 
+class ToolDisplay(Event):
+    kind: Literal["tool_display"] = "tool_display"
+    call_id: str
+    mime_types: tuple[str, ...]
+    """A rich output (a DataFrame, a figure) a plan displayed; it shows in the widget."""
+
+
+class CodeExecuted(Event):
+    kind: Literal["code_executed"] = "code_executed"
+    call_id: str
+    intent: str
+    code: str
+    success: bool
+    error: str | None = None
+    stdout_chars: int = 0
+    stderr_chars: int = 0
+    final: bool = False
+
+
+class VariablesChanged(Event):
+    kind: Literal["variables_changed"] = "variables_changed"
+    call_id: str | None
+    """The plan or tool call that changed them (``None``: a change made outside, in a cell)."""
+    created: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+    deleted: tuple[str, ...] = ()
+
+
+class ApprovalRequested(Event):
+    kind: Literal["approval_requested"] = "approval_requested"
+    call_id: str
+    code: str
+    intent: str
+
+
+class ApprovalDecided(Event):
+    kind: Literal["approval_decided"] = "approval_decided"
+    call_id: str
+    approved: bool
+    reason: str | None = None
+
+
 class ChildStarted(Event):
     kind: Literal["child_started"] = "child_started"
     child_id: str
@@ -176,7 +223,8 @@ class LoopFailed(Event):
 AnyEvent = Annotated[
     Union[
         LoopStarted, ModelRequest, ModelDelta, ModelResponse, ModelRetry, ToolStarted,
-        ToolFinished, ToolOutput, ChildStarted, Steering, ClarificationRequested, ClarificationAnswered,
+        ToolFinished, ToolOutput, ToolDisplay, CodeExecuted, VariablesChanged, ApprovalRequested,
+        ApprovalDecided, ChildStarted, Steering, ClarificationRequested, ClarificationAnswered,
         Notification, LoopFinished, LoopFailed,
     ],
     Field(discriminator="kind"),

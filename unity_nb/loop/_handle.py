@@ -33,8 +33,9 @@ from typing import Any, Literal
 from .. import events as ev
 from .._errors import HandleStateError, Stopped, UnityError, UserError
 from ..models._base import Model, ModelRequest, Reply, ToolCall, Usage
+from .._output import tool_output
 from ..models._openai import retry_hook
-from ._tools import Tool, ToolContext, as_tool, render_result
+from ._tools import Tool, ToolContext, ToolFailed, as_tool, render_result
 
 __all__ = ("LoopHandle", "Status", "Message", "ToolCallRecord", "start_loop", "current_loop", "forward_call")
 
@@ -72,6 +73,8 @@ class ToolCallRecord:
     child: LoopHandle | None = None
     output: str = ""
     """What the tool printed while it ran (when the notebook layer routes output)."""
+    displays: list[dict] = field(default_factory=list)
+    """Rich outputs the call displayed (mime bundles: ``text/html``, ``image/png``, ...)."""
 
 
 @dataclass(slots=True)
@@ -99,12 +102,8 @@ _CALL: contextvars.ContextVar[tuple[LoopHandle, str, bool] | None] = contextvars
     "unity_nb_tool_call", default=None
 )
 _CURRENT: contextvars.ContextVar[LoopHandle | None] = contextvars.ContextVar("unity_nb_loop", default=None)
-tool_output: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar(
-    "unity_nb_tool_output", default=None
-)
-"""Inside a tool call: where text the tool prints belongs (its call record). The notebook layer
-routes ``sys.stdout``/``sys.stderr`` writes here, so a background tool never prints into
-whichever cell happens to be running."""
+# Inside a tool call, ``tool_output`` says where text the tool prints belongs (its call
+# record): see unity_nb._output, which routes sys.stdout/sys.stderr writes there.
 
 
 def current_loop() -> LoopHandle | None:
@@ -121,6 +120,9 @@ def forward_call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
         kwargs = {k: v for k, v in kwargs.items() if k in params}
     return method(*args, **kwargs)
+
+
+_UNSET: Any = object()
 
 
 def _new_id() -> str:
@@ -201,6 +203,13 @@ class LoopHandle:
                 "asyncio.run(main()), or in a notebook cell (Jupyter runs one)"
             ) from None
         tool_list = [as_tool(t) for t in tools]
+        if _kind != "actor":
+            for t in tool_list:
+                if t.ref_only:
+                    raise UserError(
+                        f"tool {t.name!r} takes {', '.join(t.ref_only)} as an object no JSON can carry: offer it "
+                        "through the actor (unity_nb.act or unity_nb.Actor), which passes variables by reference"
+                    )
         self._tools: dict[str, Tool] = {}
         for t in tool_list:
             if t.name in self._tools:
@@ -268,6 +277,8 @@ class LoopHandle:
         self._note_queue: asyncio.Queue[dict] = asyncio.Queue()
         self._waiters: ev.Waiters = []
         self._listeners: list[Callable[[LoopHandle, ev.Event], None]] = []
+        self._finish: tuple[Any, str] | None = None
+        self._result_obj: Any = _UNSET
 
         wire: list[dict] = []
         if system:
@@ -338,11 +349,17 @@ class LoopHandle:
         """True once the loop has finished, stopped or failed."""
         return self._ended.is_set()
 
-    async def result(self) -> str:
-        """Wait for the answer; raise :class:`Stopped` if stopped, or the error it failed with."""
+    async def result(self) -> Any:
+        """Wait for the answer; raise :class:`Stopped` if stopped, or the error it failed with.
+
+        The answer is the model's final text, or the object a tool handed to
+        :meth:`finish_with` (the actor's ``final_answer(value)``).
+        """
         await self._ended.wait()
         if self._error is not None:
             raise self._error
+        if self._result_obj is not _UNSET:
+            return self._result_obj
         return self._answer or ""
 
     def __await__(self):
@@ -591,19 +608,37 @@ class LoopHandle:
     async def _checkpoint(self) -> None:
         while self._paused:
             await self._resume_evt.wait()
+        self._before_step()
         self._drain_notes()
+
+    def _available_tools(self) -> list[Tool]:
+        """The tools this step may offer (derived loops compute them from state)."""
+        return list(self._tools.values())
+
+    def _tool_named(self, name: str) -> Tool | None:
+        """The tool a call names (derived loops may know tools not offered this step)."""
+        return self._tools.get(name)
+
+    def _before_step(self) -> None:
+        """Called before each model call, after pause and before steering is drained."""
 
     def _offered(self) -> tuple[list[Tool], str | dict]:
         if self._turns >= self.max_steps - 1:
             return [], "none"
-        tools = list(self._tools.values())
+        tools = self._available_tools()
+        by_name = {t.name: t for t in tools}
         if self._turns == 0 and self._first_step_tools:
-            return [self._tools[n] for n in self._first_step_tools], "required"
+            return [by_name[n] for n in self._first_step_tools if n in by_name], "required"
         if self.tool_policy is not None:
             mode, chosen = self.tool_policy(self._turns, tools)
-            picked = [self._tools[t] if isinstance(t, str) else t for t in chosen]
+            picked = [by_name[t] if isinstance(t, str) else t for t in chosen]
             return picked, mode
         return tools, "auto"
+
+    def finish_with(self, value: Any, text: str | None = None) -> None:
+        """From inside a tool of this loop: end the loop with ``value`` as its result once the
+        current tool calls have their results (``text`` is what the transcript shows)."""
+        self._finish = (value, text if text is not None else render_result(value))
 
     def _schemas(self, tools: Sequence[Tool]) -> list[dict]:
         cache = self._schema_cache
@@ -729,6 +764,11 @@ class LoopHandle:
                     "offered, instead of answering"
                 )
             await self._run_tools(records, wire_msg)
+            if self._finish is not None:
+                value, text = self._finish
+                self._result_obj = value
+                self.transcript.append(Message("assistant", text, kind="answer"))
+                return text
 
     async def _run_tools(self, records: list[ToolCallRecord], wire_msg: dict) -> None:
         tasks = [self._loop.create_task(self._run_one(rec)) for rec in records]
@@ -844,7 +884,7 @@ class LoopHandle:
             async with self._sem:
                 while self._paused:  # no new tool starts while paused
                     await self._resume_evt.wait()
-                await self._execute(rec, self._tools.get(rec.name))
+                await self._execute(rec, self._tool_named(rec.name))
         finally:
             if rec.result is None:  # cancelled before or while running: still exactly one result
                 self._finish_call(rec, f"cancelled: {self._stop_reason or 'the loop was cancelled'}", True, 0.0)
@@ -853,7 +893,7 @@ class LoopHandle:
         self._publish(ev.ToolStarted(loop_id=self.id, lineage=self.lineage, call_id=rec.id, name=rec.name, arguments=rec.arguments))
         t0 = time.perf_counter()
         if tool is None:
-            known = ", ".join(sorted(self._tools)) or "none"
+            known = ", ".join(sorted(t.name for t in self._available_tools())) or "none"
             self._finish_call(rec, f"error: there is no tool named {rec.name!r}; available: {known}", True, 0.0)
             return
         try:
@@ -868,9 +908,9 @@ class LoopHandle:
             self._finish_call(rec, f"error: {err}", True, time.perf_counter() - t0)
             return
         if tool.ctx_param:
-            kwargs[tool.ctx_param] = ToolContext(self, rec.id, rec.name)
+            kwargs[tool.ctx_param] = ToolContext(self, rec.id, rec.name, rec)
         token = _CALL.set((self, rec.id, share))
-        out_token = tool_output.set(lambda text: self._tool_printed(rec, text))
+        out_token = tool_output.set(lambda text, _stream="stdout": self._tool_printed(rec, text))
         try:
             if tool.is_async:
                 value = await tool.fn(**kwargs)
@@ -887,6 +927,8 @@ class LoopHandle:
             raise
         except Stopped as err:
             result, error = f"error: the sub-operation was stopped ({err.reason})", True
+        except ToolFailed as err:
+            result, error = str(err), True
         except Exception as err:  # noqa: BLE001 - the model sees it and may correct itself
             result, error = f"error: {type(err).__name__}: {err}", True
         finally:

@@ -23,9 +23,13 @@ from .._errors import ToolDefinitionError
 if TYPE_CHECKING:
     from ._handle import LoopHandle
 
-__all__ = ("Tool", "ToolContext", "as_tool")
+__all__ = ("Tool", "ToolContext", "ToolFailed", "as_tool")
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class ToolFailed(Exception):
+    """Raised by a tool to fail its call with exactly this text as the result the model reads."""
 
 
 class ToolContext:
@@ -35,12 +39,14 @@ class ToolContext:
     status says ``waiting`` meanwhile); ``ctx.notify(text)`` reports progress without waiting.
     """
 
-    __slots__ = ("call_id", "handle", "tool_name")
+    __slots__ = ("call_id", "handle", "record", "tool_name")
 
-    def __init__(self, handle: LoopHandle, call_id: str, tool_name: str) -> None:
+    def __init__(self, handle: LoopHandle, call_id: str, tool_name: str, record: Any = None) -> None:
         self.handle = handle
         self.call_id = call_id
         self.tool_name = tool_name
+        self.record = record
+        """The call's :class:`ToolCallRecord` (what the transcript and the widget show)."""
 
     async def clarify(self, question: str) -> str:
         """Ask the person ``question``; return their answer."""
@@ -61,12 +67,17 @@ class Tool:
     params: type[pydantic.BaseModel]
     ctx_param: str | None
     is_async: bool
+    ref_only: tuple[str, ...] = ()
+    """Parameters whose type has no JSON form (a DataFrame, say): only a variable reference
+    can fill them, so only the actor can offer this tool."""
+    json_params: type[pydantic.BaseModel] | None = None
+    """``params`` without the ``ref_only`` fields (what the JSON schema describes)."""
     _params_schema: dict | None = None
 
     @property
     def parameters_schema(self) -> dict:
         if self._params_schema is None:
-            schema = self.params.model_json_schema()
+            schema = (self.json_params or self.params).model_json_schema()
             schema.pop("title", None)
             for prop in schema.get("properties", {}).values():
                 prop.pop("title", None)
@@ -149,10 +160,22 @@ def _build(obj: Callable[..., Any], name: str | None) -> Tool:
             continue
         default = ... if param.default is param.empty else param.default
         fields[pname] = (hints[pname], default)
+    config = pydantic.ConfigDict(arbitrary_types_allowed=True)
     try:
-        params = pydantic.create_model(f"{tool_name}_args", __config__=pydantic.ConfigDict(arbitrary_types_allowed=True), **fields)
+        params = pydantic.create_model(f"{tool_name}_args", __config__=config, **fields)
     except Exception as err:
-        raise ToolDefinitionError(f"tool {tool_name!r}: its parameters have no JSON schema ({err})") from None
+        raise ToolDefinitionError(f"tool {tool_name!r}: its parameters cannot be validated ({err})") from None
+    ref_only = []
+    for pname, (hint, _default) in fields.items():
+        try:
+            pydantic.TypeAdapter(hint, config=config).json_schema()
+        except Exception:  # noqa: BLE001 - no JSON form: a variable reference only
+            ref_only.append(pname)
+    json_params = None
+    if ref_only:
+        json_params = pydantic.create_model(
+            f"{tool_name}_json_args", __config__=config, **{k: v for k, v in fields.items() if k not in ref_only}
+        )
     doc = inspect.getdoc(fn) or ""
     tool = Tool(
         name=tool_name,
@@ -161,6 +184,8 @@ def _build(obj: Callable[..., Any], name: str | None) -> Tool:
         params=params,
         ctx_param=ctx_param,
         is_async=inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)),
+        ref_only=tuple(ref_only),
+        json_params=json_params,
     )
     try:
         tool.parameters_schema  # noqa: B018 - fail now, not at the first model call

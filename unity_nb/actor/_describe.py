@@ -1,0 +1,218 @@
+"""Compact descriptions of namespace variables: what the model sees instead of the data.
+
+A DataFrame is described by its type, shape, dtypes and a few rows, never dumped: the text
+for two million rows is as long as for ten. Every description is bounded, and so is the
+whole namespace listing, whatever the size of the data. Nothing here imports pandas or
+numpy: types are recognised by module and name, so describing costs nothing when they are
+not in use.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ("describe_value", "describe_namespace", "user_variables", "fingerprint", "HIDDEN_NAMES")
+
+HIDDEN_NAMES = frozenset(
+    {"In", "Out", "get_ipython", "exit", "quit", "primitives", "final_answer"}
+)
+"""Names never shown to the model as variables (IPython's own, and the actor's)."""
+
+_VALUE_LIMIT = 600
+_ROWS = 3
+_COLUMNS = 12
+
+
+def _kind(obj: Any) -> str:
+    t = type(obj)
+    mod = t.__module__.split(".", 1)[0]
+    return f"{mod}.{t.__qualname__}" if mod not in ("builtins",) else t.__qualname__
+
+
+def _short_type(obj: Any) -> str:
+    t = type(obj)
+    mod = t.__module__.split(".", 1)[0]
+    alias = {"pandas": "pd", "numpy": "np"}.get(mod)
+    if alias:
+        return f"{alias}.{t.__name__}"
+    return t.__name__ if mod == "builtins" else f"{t.__module__}.{t.__name__}"
+
+
+def _clip(text: str, limit: int) -> str:
+    text = text if len(text) <= limit else text[: limit - 3] + "..."
+    return text
+
+
+def _safe_repr(obj: Any, limit: int) -> str:
+    if isinstance(obj, str):
+        body = repr(obj[: limit + 1])
+        return _clip(body, limit) + (f" ({len(obj):,} characters)" if len(obj) > limit else "")
+    if isinstance(obj, bytes | bytearray):
+        return _clip(repr(obj[: limit + 1]), limit) + (f" ({len(obj):,} bytes)" if len(obj) > limit else "")
+    try:
+        text = repr(obj)
+    except Exception as err:  # noqa: BLE001 - a broken __repr__ must not break the description
+        return f"<{_short_type(obj)}: repr failed: {type(err).__name__}>"
+    return _clip(text, limit)
+
+
+def _is(obj: Any, module: str, *names: str) -> bool:
+    t = type(obj)
+    return any(c.__module__.split(".", 1)[0] == module and c.__name__ in names for c in t.__mro__)
+
+
+def _frame(df: Any, limit: int) -> str:
+    rows, cols = df.shape
+    dtypes = df.dtypes
+    shown = list(df.columns[:_COLUMNS])
+    col_text = ", ".join(f"{c!s}: {dtypes.iloc[i]}" for i, c in enumerate(shown))
+    if cols > len(shown):
+        col_text += f", ... ({cols - len(shown)} more columns)"
+    head = ""
+    if rows:
+        try:
+            sample = df.iloc[:_ROWS, : len(shown)]
+            head = sample.to_string(max_colwidth=24, show_dimensions=False)
+        except Exception:  # noqa: BLE001
+            head = ""
+    text = f"pd.DataFrame, shape ({rows:,}, {cols}); columns: {col_text}"
+    if head:
+        text += f"\nfirst {min(rows, _ROWS)} rows:\n{head}"
+    return _clip(text, limit)
+
+
+def _series(s: Any, limit: int) -> str:
+    n = len(s)
+    head = ""
+    if n:
+        try:
+            head = s.iloc[:_ROWS].to_string(max_rows=_ROWS)
+        except Exception:  # noqa: BLE001
+            head = ""
+    text = f"pd.Series {s.name!r}, length {n:,}, dtype {s.dtype}"
+    if head:
+        text += f"\nfirst {min(n, _ROWS)}:\n{head}"
+    return _clip(text, limit)
+
+
+def _container(obj: Any, limit: int) -> str:
+    n = len(obj)
+    kind = type(obj).__name__
+    if isinstance(obj, Mapping):
+        items = []
+        for i, (k, v) in enumerate(obj.items()):
+            if i == 5:
+                break
+            items.append(f"{_safe_repr(k, 40)}: {_safe_repr(v, 60)}")
+        body = "{" + ", ".join(items) + (", ..." if n > 5 else "") + "}"
+    else:
+        items = []
+        for i, v in enumerate(obj):
+            if i == 5:
+                break
+            items.append(_safe_repr(v, 60))
+        opener, closer = ("(", ")") if isinstance(obj, tuple) else ("{", "}") if isinstance(obj, set | frozenset) else ("[", "]")
+        body = opener + ", ".join(items) + (", ..." if n > 5 else "") + closer
+    return _clip(f"{kind}, length {n:,}: {body}", limit)
+
+
+def _callable(obj: Any, limit: int) -> str:
+    try:
+        sig = str(inspect.signature(obj))
+    except (TypeError, ValueError):
+        sig = "(...)"
+    doc = (inspect.getdoc(obj) or "").strip().split("\n", 1)[0]
+    kind = "class" if isinstance(obj, type) else "function"
+    name = getattr(obj, "__name__", "?")
+    return _clip(f"{kind} {name}{sig}" + (f": {doc}" if doc else ""), limit)
+
+
+def describe_value(obj: Any, limit: int = _VALUE_LIMIT) -> str:
+    """A bounded, human- and model-readable description of ``obj``."""
+    try:
+        if _is(obj, "pandas", "DataFrame"):
+            return _frame(obj, limit)
+        if _is(obj, "pandas", "Series"):
+            return _series(obj, limit)
+        if _is(obj, "numpy", "ndarray"):
+            return _clip(f"np.ndarray, shape {obj.shape}, dtype {obj.dtype}", limit)
+        if isinstance(obj, str | bytes | bytearray | int | float | complex | bool) or obj is None:
+            return f"{_short_type(obj)}: {_safe_repr(obj, limit - 12)}"
+        if isinstance(obj, list | tuple | set | frozenset | dict) or (
+            isinstance(obj, Mapping) and hasattr(obj, "__len__")
+        ):
+            return _container(obj, limit)
+        if isinstance(obj, types.FunctionType | types.BuiltinFunctionType | type) or inspect.ismethod(obj):
+            return _callable(obj, limit)
+        shape = getattr(obj, "shape", None)
+        if isinstance(shape, tuple):
+            return _clip(f"{_short_type(obj)}, shape {shape}", limit)
+    except Exception as err:  # noqa: BLE001 - describing must never fail the plan
+        return f"{_short_type(obj)} (could not describe: {type(err).__name__})"
+    return f"{_short_type(obj)}: {_safe_repr(obj, limit - 20)}"
+
+
+def user_variables(ns: Mapping[str, Any], hidden: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The user's variables in ``ns``: not modules, not ``_``-prefixed names, not IPython's own.
+
+    ``hidden`` is IPython's ``user_ns_hidden`` (names the shell put there itself); a name in it
+    counts as the user's only once rebound to another object.
+    """
+    out = {}
+    for name, value in list(ns.items()):
+        if name.startswith("_") or name in HIDDEN_NAMES or isinstance(value, types.ModuleType):
+            continue
+        if hidden is not None and name in hidden and hidden[name] is value:
+            continue
+        out[name] = value
+    return out
+
+
+def fingerprint(obj: Any) -> tuple:
+    """A cheap signature to notice in-place changes (identity, type, size, shape, columns).
+
+    Mutations that keep all of these (one cell of a big DataFrame rewritten) go unnoticed:
+    hashing the data would cost as much as reading it.
+    """
+    parts: list[Any] = [id(obj), type(obj)]
+    try:
+        if _is(obj, "pandas", "DataFrame"):
+            parts += [obj.shape, tuple(map(str, obj.columns[:200])), tuple(map(str, obj.dtypes[:200]))]
+        elif _is(obj, "pandas", "Series") or _is(obj, "numpy", "ndarray"):
+            parts += [obj.shape, str(obj.dtype)]
+        elif isinstance(obj, str | bytes | int | float | bool | complex | tuple | frozenset) or obj is None:
+            parts.append(obj if not isinstance(obj, str | bytes) or len(obj) < 4096 else hash(obj))
+        elif isinstance(obj, list | dict | set | bytearray):
+            parts.append(len(obj))
+            if isinstance(obj, dict) and len(obj) <= 64:
+                parts.append(tuple(map(id, obj.values())))
+            elif isinstance(obj, list) and len(obj) <= 64:
+                parts.append(tuple(map(id, obj)))
+    except Exception:  # noqa: BLE001
+        pass
+    return tuple(parts)
+
+
+def describe_namespace(
+    variables: Mapping[str, Any], *, budget: int = 6000, per_value: int = _VALUE_LIMIT, order: Iterable[str] | None = None
+) -> str:
+    """Every variable described, within ``budget`` characters in total (the rest named only)."""
+    names = list(order) if order is not None else sorted(variables)
+    if not names:
+        return "(no variables yet)"
+    lines: list[str] = []
+    used = 0
+    for i, name in enumerate(names):
+        line = f"- {name}: {describe_value(variables[name], per_value)}"
+        if used + len(line) > budget:
+            rest = names[i:]
+            shown = ", ".join(rest[:50])
+            more = f" and {len(rest) - 50} more" if len(rest) > 50 else ""
+            lines.append(f"- ({len(rest)} more, not described for space: {shown}{more})")
+            break
+        lines.append(line)
+        used += len(line) + 1
+    return "\n".join(lines)

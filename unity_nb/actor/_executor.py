@@ -1,0 +1,399 @@
+"""Running a plan (model-written Python) in a live namespace.
+
+The pattern measured in real kernels: parse, compile with ``ast.PyCF_ALLOW_TOP_LEVEL_AWAIT``,
+``eval`` the code object in the namespace, and await the result when the code object is a
+coroutine. A trailing expression is compiled apart (``eval`` mode) so its value can be
+reported and displayed, as a cell's ``Out`` would be. The source is registered in
+``linecache`` under a unique file name, so tracebacks show the plan's own lines.
+
+What a plan prints or displays is captured (and also streamed to the call record the widget
+shows) through the routing in :mod:`unity_nb._output`, so a plan running in the background
+never prints into whichever cell is running.
+
+A plan that computes without awaiting blocks the event loop, so no click can stop it. A
+watchdog interrupts any synchronous stretch longer than ``code_timeout`` seconds: a timer
+signal when the plan runs on the main thread (it also interrupts ``time.sleep``), else an
+asynchronous exception raised in the plan's thread. Time spent awaiting does not count.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import base64
+import ctypes
+import inspect
+import io
+import itertools
+import linecache
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import _output
+from ._describe import describe_value, fingerprint, user_variables
+
+__all__ = ("Executor", "PlanResult", "FinalAnswer", "PlanTimeout", "final_answer")
+
+_OUTPUT_LIMIT = 4000
+_counter = itertools.count(1)
+
+
+class FinalAnswer(BaseException):
+    """Raised by ``final_answer(value)`` in a plan. A ``BaseException``, so a plan's own
+    ``except Exception`` cannot swallow it."""
+
+    def __init__(self, value: Any) -> None:
+        super().__init__("final_answer")
+        self.value = value
+
+
+class PlanTimeout(BaseException):
+    """A plan computed for longer than ``code_timeout`` seconds without awaiting."""
+
+
+def final_answer(value: Any = None) -> None:
+    """End the task with ``value`` as its result (call it in a plan)."""
+    raise FinalAnswer(value)
+
+
+def truncate(text: str, limit: int = _OUTPUT_LIMIT) -> str:
+    """``text`` kept whole up to ``limit`` characters; else its head and tail, saying so."""
+    if len(text) <= limit:
+        return text
+    head, tail = text[: limit // 2], text[-limit // 2 :]
+    return f"{head}\n[... truncated: {len(text) - len(head) - len(tail):,} characters omitted ...]\n{tail}"
+
+
+@dataclass
+class PlanResult:
+    """What running one plan did."""
+
+    success: bool
+    stdout: str = ""
+    stderr: str = ""
+    error: str | None = None
+    """The traceback (pointing at the plan's lines) or the reason it did not run."""
+    has_value: bool = False
+    value: Any = None
+    created: dict[str, str] = field(default_factory=dict)
+    changed: dict[str, str] = field(default_factory=dict)
+    deleted: list[str] = field(default_factory=list)
+    restored: list[str] = field(default_factory=list)
+    displays: list[dict] = field(default_factory=list)
+    final: bool = False
+    final_value: Any = None
+    filename: str = ""
+
+    def for_model(self) -> str:
+        """The tool result the model reads."""
+        parts = ["success: true" if self.success else "success: false"]
+        if self.final:
+            parts.append("final_answer was called: the task ends with that value.")
+        if self.stdout:
+            parts.append("stdout:\n" + truncate(self.stdout))
+        if self.stderr:
+            parts.append("stderr:\n" + truncate(self.stderr))
+        if self.error:
+            parts.append("error:\n" + truncate(self.error))
+        if self.has_value:
+            parts.append("value of the last expression: " + describe_value(self.value))
+        for d in self.displays:
+            if d.get("value"):
+                continue
+            plain = d.get("data", {}).get("text/plain", "")
+            kinds = ", ".join(k for k in d.get("data", {}) if k != "text/plain")
+            parts.append(f"displayed to the user ({kinds or 'text'}): " + truncate(str(plain), 500))
+        if self.created:
+            parts.append("variables created:\n" + "\n".join(f"- {k}: {v}" for k, v in self.created.items()))
+        if self.changed:
+            parts.append("variables changed:\n" + "\n".join(f"- {k}: {v}" for k, v in self.changed.items()))
+        if self.deleted:
+            parts.append("variables deleted: " + ", ".join(self.deleted))
+        for name in self.restored:
+            parts.append(f"note: a plan may not rebind or delete `{name}`; it was restored.")
+        return "\n".join(parts)
+
+
+class _Watchdog:
+    """Interrupt a synchronous stretch of a plan that runs longer than ``timeout`` seconds."""
+
+    def __init__(self, timeout: float | None) -> None:
+        self.timeout = timeout
+        self.fired = False
+        self._active = False
+        self._prev: Any = None
+        self._timer: threading.Timer | None = None
+        self._lock = threading.Lock()
+        self._thread = threading.get_ident()
+        self._main = threading.current_thread() is threading.main_thread()
+
+    def _on_signal(self, _signum: int, _frame: Any) -> None:
+        if self._active:
+            self._active = False
+            self.fired = True
+            raise PlanTimeout
+
+    def _on_timer(self) -> None:
+        with self._lock:
+            if not self._active:
+                return
+            self._active = False
+            self.fired = True
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread), ctypes.py_object(PlanTimeout))
+
+    def __enter__(self) -> _Watchdog:
+        if not self.timeout:
+            return self
+        self._active = True
+        if self._main:
+            self._prev = signal.signal(signal.SIGALRM, self._on_signal)
+            signal.setitimer(signal.ITIMER_REAL, self.timeout)
+        else:
+            self._timer = threading.Timer(self.timeout, self._on_timer)
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self.timeout:
+            return
+        if self._main:
+            self._active = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._prev if self._prev is not None else signal.SIG_DFL)
+        else:
+            with self._lock:
+                self._active = False
+                if self._timer is not None:
+                    self._timer.cancel()
+
+
+class _Guarded:
+    """Drive a coroutine step by step with the watchdog armed only while it runs (not while
+    it awaits), passing whatever it awaits through to the task."""
+
+    def __init__(self, coro: Any, watchdog: _Watchdog) -> None:
+        self.coro = coro
+        self.watchdog = watchdog
+
+    def __await__(self):
+        coro = self.coro
+        send: Any = None
+        throw: BaseException | None = None
+        try:
+            while True:
+                with self.watchdog:
+                    try:
+                        yielded = coro.throw(throw) if throw is not None else coro.send(send)
+                    except StopIteration as stop:
+                        return stop.value
+                try:
+                    send, throw = (yield yielded), None
+                except BaseException as err:  # noqa: BLE001 - cancellation and the like go into the plan
+                    send, throw = None, err
+        finally:
+            coro.close()
+
+
+class Executor:
+    """Runs plans in ``namespace``; reports output, value, displays and variable changes.
+
+    ``protected`` names (``primitives``, ``final_answer``, IPython's own) are put back if a
+    plan rebinds or deletes them. ``hidden`` is IPython's ``user_ns_hidden``.
+    """
+
+    def __init__(
+        self,
+        namespace: dict,
+        *,
+        protected: Mapping[str, Any] | None = None,
+        hidden: Mapping[str, Any] | None = None,
+        code_timeout: float | None = 60.0,
+        label: str = "plan",
+        shell: Any = None,
+    ) -> None:
+        self.namespace = namespace
+        self.protected = dict(protected or {})
+        self.hidden = hidden
+        self.code_timeout = code_timeout
+        self.label = label
+        self.shell = shell
+
+    def snapshot(self) -> dict[str, tuple]:
+        """Fingerprints of the user's variables (to diff before and after)."""
+        return {k: fingerprint(v) for k, v in user_variables(self.namespace, self.hidden).items()}
+
+    def diff(self, before: dict[str, tuple], result: PlanResult | None = None) -> PlanResult:
+        result = result if result is not None else PlanResult(success=True)
+        now = user_variables(self.namespace, self.hidden)
+        for name, value in now.items():
+            if name not in before:
+                result.created[name] = describe_value(value)
+            elif fingerprint(value) != before[name]:
+                result.changed[name] = describe_value(value)
+        result.deleted = [n for n in before if n not in now]
+        return result
+
+    async def run(
+        self,
+        code: str,
+        *,
+        on_output: Callable[[str, str], None] | None = None,
+        on_display: Callable[[dict], None] | None = None,
+    ) -> PlanResult:
+        """Run ``code``; never raises for the plan's own errors (they are in the result).
+
+        Cancellation (a stop) propagates, after the namespace changes so far are recorded.
+        """
+        filename = f"<{self.label} #{next(_counter)}>"
+        try:
+            tree = ast.parse(code, filename=filename)
+        except SyntaxError as err:
+            detail = traceback.format_exception_only(type(err), err)
+            return PlanResult(success=False, error="".join(detail).rstrip(), filename=filename)
+        linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
+
+        body, last = tree.body, None
+        if body and isinstance(body[-1], ast.Expr):
+            body, last = body[:-1], body[-1]
+        flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+        try:
+            main = compile(ast.Module(body=body, type_ignores=[]), filename, "exec", flags=flags) if body else None
+            tail = compile(ast.Expression(body=last.value), filename, "eval", flags=flags) if last is not None else None
+        except SyntaxError as err:  # e.g. `return` or `yield` outside a function
+            detail = traceback.format_exception_only(type(err), err)
+            return PlanResult(success=False, error="".join(detail).rstrip(), filename=filename)
+
+        stdout: list[str] = []
+        stderr: list[str] = []
+        displays: list[dict] = []
+
+        def on_write(text: str, stream: str = "stdout") -> None:
+            (stderr if stream == "stderr" else stdout).append(text)
+            if on_output is not None:
+                on_output(text, stream)
+
+        def on_pub(data: dict, metadata: dict) -> None:
+            bundle = {"data": _keep(data), "metadata": metadata}
+            displays.append(bundle)
+            if on_display is not None:
+                on_display(bundle)
+
+        _output.install()
+        if self.shell is not None:
+            _output.install_display(self.shell)
+        figures_before = _figure_numbers()
+        before = self.snapshot()
+        protected_before = {n: self.namespace[n] for n in GUARDED if n in self.namespace}
+        self.namespace.update(self.protected)
+        out_token = _output.tool_output.set(on_write)
+        disp_token = _output.display_output.set(on_pub)
+        watchdog = _Watchdog(self.code_timeout)
+        result = PlanResult(success=True, filename=filename)
+        try:
+            for code_obj in (main, tail):
+                if code_obj is None:
+                    continue
+                with watchdog:
+                    value = eval(code_obj, self.namespace)  # noqa: S307 - running the plan is the point
+                if code_obj.co_flags & inspect.CO_COROUTINE:
+                    value = await _Guarded(value, watchdog)
+                if code_obj is tail:
+                    result.has_value = value is not None
+                    result.value = value
+        except FinalAnswer as fa:
+            result.final, result.final_value = True, fa.value
+        except asyncio.CancelledError:
+            raise
+        except PlanTimeout as err:
+            result.success = False
+            result.error = (
+                _plan_traceback(err, filename) + f"\nthe plan computed for more than code_timeout="
+                f"{self.code_timeout:g} s without awaiting and was interrupted. Work in smaller pieces, "
+                "or on a sample of the data."
+            )
+        except (KeyboardInterrupt, SystemExit, Exception) as err:  # noqa: BLE001 - the model sees it
+            result.success = False
+            result.error = _plan_traceback(err, filename)
+            if isinstance(err, SystemExit):
+                result.error += "\n(sys.exit in a plan ends the plan, not the kernel)"
+        finally:
+            _output.tool_output.reset(out_token)
+            _output.display_output.reset(disp_token)
+            result.restored = self._restore(protected_before)
+            self._collect_figures(figures_before, on_pub)
+            result.stdout, result.stderr = "".join(stdout), "".join(stderr)
+        if result.has_value:
+            data, md = self._format(result.value)
+            bundle = {"data": _keep(data), "metadata": md, "value": True}
+            displays.append(bundle)
+            if on_display is not None:
+                on_display(bundle)
+        result.displays = displays
+        return self.diff(before, result)
+
+    def _restore(self, before: dict[str, Any]) -> list[str]:
+        restored = []
+        for name, value in {**before, **self.protected}.items():
+            if self.namespace.get(name, _MISSING) is not value:
+                self.namespace[name] = value
+                restored.append(name)
+        return restored
+
+    def _format(self, value: Any) -> tuple[dict, dict]:
+        if self.shell is not None:
+            try:
+                data, md = self.shell.display_formatter.format(value)
+                return data, md
+            except Exception:  # noqa: BLE001 - a broken _repr_html_ must not fail the plan
+                pass
+        return {"text/plain": describe_value(value, 2000)}, {}
+
+    def _collect_figures(self, before: set[int], publish: Callable[[dict, dict], None]) -> None:
+        """Figures a plan drew show in the widget (and are closed, so no cell shows them later)."""
+        plt = sys.modules.get("matplotlib.pyplot")
+        if plt is None:
+            return
+        for num in sorted(set(plt.get_fignums()) - before):
+            fig = plt.figure(num)
+            buf = io.BytesIO()
+            try:
+                fig.savefig(buf, format="png", bbox_inches="tight")
+                png = base64.b64encode(buf.getvalue()).decode("ascii")
+                publish({"image/png": png, "text/plain": f"<Figure {num}>"}, {})
+            except Exception:  # noqa: BLE001
+                pass
+            finally:
+                plt.close(fig)
+
+
+_MISSING = object()
+GUARDED = ("In", "Out", "get_ipython", "exit", "quit", "__builtins__", "__name__", "_ih", "_oh", "_dh")
+"""IPython's names in a kernel namespace: put back if a plan rebinds or deletes them."""
+_MIMES = ("text/plain", "text/html", "text/markdown", "image/png", "image/jpeg", "image/svg+xml", "application/json")
+
+
+def _keep(data: dict) -> dict:
+    return {k: v for k, v in data.items() if k in _MIMES}
+
+
+def _figure_numbers() -> set[int]:
+    plt = sys.modules.get("matplotlib.pyplot")
+    return set(plt.get_fignums()) if plt is not None else set()
+
+
+def _plan_traceback(err: BaseException, filename: str) -> str:
+    """The traceback from the plan's first frame on (the executor's own frames dropped)."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != filename:
+        tb = tb.tb_next
+    last = "".join(traceback.format_exception_only(type(err), err)).rstrip()
+    if tb is None:
+        return last
+    frames = [f for f in traceback.extract_tb(tb) if f.filename != __file__]
+    return "Traceback (most recent call last):\n" + "".join(traceback.format_list(frames)) + last

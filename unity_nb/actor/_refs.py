@@ -1,0 +1,277 @@
+"""Variables by reference in JSON tool calls (after Conatus).
+
+Any tool parameter may receive ``"<<var:name>>"``: the variable ``name`` of the namespace,
+passed as the very object (no copy, no JSON). Which variables fit which parameter is decided
+by pydantic, in strict mode, with **one** validation model holding every parameter of every
+tool (building a model costs far more than running it). The answers are cached per variable
+and recomputed only for variables that changed.
+
+Each parameter's schema then offers the compatible variables as an enum alternative; a
+parameter whose type has no JSON form (a DataFrame) takes references only, and a tool whose
+required parameter has no compatible variable is not offered at all. An optional ``return``
+parameter names the variable that receives the result; without it a fresh name is chosen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import keyword
+import re
+from collections.abc import Callable, Mapping, MutableMapping
+from typing import Any
+
+import pydantic
+
+from ..loop._handle import LoopHandle, _CALL
+from ..loop._tools import Tool, render_result
+from ._describe import HIDDEN_NAMES, describe_value, fingerprint, user_variables
+
+__all__ = ("REF", "RefIndex", "RefTool")
+
+REF = re.compile(r"^<<var:([A-Za-z_][A-Za-z0-9_]*)>>$")
+_MAX_ENUM = 40
+_RETURN_DOC = (
+    "Optional. The name of a variable to store this call's result in (a new or an existing one). "
+    "Without it the result is stored in a fresh variable, named in the reply."
+)
+
+
+class RefIndex:
+    """Which namespace variables are compatible with which parameter of which tool."""
+
+    def __init__(self, tools: list[Tool]) -> None:
+        self.tools = {t.name: t for t in tools}
+        self._keys: dict[str, tuple[str, str]] = {}
+        fields: dict[str, Any] = {}
+        for t in tools:
+            for pname, finfo in t.params.model_fields.items():
+                key = f"f{len(self._keys)}"
+                self._keys[key] = (t.name, pname)
+                fields[key] = (finfo.annotation, ...)
+        self._by_param = {v: k for k, v in self._keys.items()}
+        self._model = pydantic.create_model(
+            "unity_nb_references", __config__=pydantic.ConfigDict(arbitrary_types_allowed=True, strict=True), **fields
+        )
+        self._cache: dict[str, tuple[tuple, frozenset[str]]] = {}
+
+    def _fits(self, value: Any) -> frozenset[str]:
+        """The field keys ``value`` validates against (strict: no coercion)."""
+        if not self._keys:
+            return frozenset()
+        try:
+            self._model.model_validate(dict.fromkeys(self._keys, value))
+            return frozenset(self._keys)
+        except pydantic.ValidationError as err:
+            bad = {e["loc"][0] for e in err.errors() if e["loc"]}
+            return frozenset(k for k in self._keys if k not in bad)
+        except Exception:  # noqa: BLE001 - a value that breaks validation fits nothing
+            return frozenset()
+
+    def refresh(self, variables: Mapping[str, Any]) -> dict[tuple[str, str], list[str]]:
+        """``{(tool, param): [compatible variable names]}``, recomputed for changed variables only."""
+        for name in list(self._cache):
+            if name not in variables:
+                del self._cache[name]
+        for name, value in variables.items():
+            fp = fingerprint(value)
+            cached = self._cache.get(name)
+            if cached is None or cached[0] != fp:
+                self._cache[name] = (fp, self._fits(value))
+        out: dict[tuple[str, str], list[str]] = {p: [] for p in self._by_param}
+        for name in sorted(self._cache):
+            for key in self._cache[name][1]:
+                out[self._keys[key]].append(name)
+        return out
+
+    def fits(self, tool: str, param: str, value: Any) -> bool:
+        key = self._by_param.get((tool, param))
+        return key is None or key in self._fits(value)
+
+
+def _type_name(tool: Tool, param: str) -> str:
+    ann = tool.params.model_fields[param].annotation
+    return getattr(ann, "__name__", None) or str(ann).replace("typing.", "")
+
+
+def ref_schema(tool: Tool, compatible: Mapping[tuple[str, str], list[str]]) -> dict | None:
+    """The tool's wire schema with references offered, or ``None`` when it cannot be called yet."""
+    params = copy.deepcopy(tool.parameters_schema)
+    props = params.setdefault("properties", {})
+    required = list(params.get("required", []))
+    fields = tool.params.model_fields
+    for pname, finfo in fields.items():
+        names = compatible.get((tool.name, pname), [])[:_MAX_ENUM]
+        refs = {
+            "type": "string",
+            "enum": [f"<<var:{n}>>" for n in names],
+            "description": f"a variable passed by reference, compatible with type {_type_name(tool, pname)}",
+        }
+        if pname in tool.ref_only:
+            if not names:
+                if finfo.is_required():
+                    return None
+                continue
+            props[pname] = {**refs, "description": (
+                f"(type: {_type_name(tool, pname)}) Pass a variable by reference: '<<var:name>>' "
+                f"with one of {names}."
+            )}
+            if finfo.is_required():
+                required.append(pname)
+        elif names and pname in props:
+            original = props[pname]
+            desc = original.pop("description", None)
+            props[pname] = {"anyOf": [original, refs]}
+            if desc:
+                props[pname]["description"] = desc
+    props["return"] = {
+        "anyOf": [{"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}, {"type": "null"}],
+        "description": _RETURN_DOC,
+    }
+    if required:
+        params["required"] = required
+    return {"type": "function", "function": {"name": tool.name, "description": tool.description, "parameters": params}}
+
+
+class RefTool(Tool):
+    """A tool as the actor offers it: references resolved, the result stored in a variable."""
+
+    def __init__(
+        self,
+        inner: Tool,
+        *,
+        namespace: MutableMapping[str, Any],
+        index: RefIndex,
+        compatible: Mapping[tuple[str, str], list[str]],
+        protected: frozenset[str],
+        on_stored: Callable[[str, Any], None] | None = None,
+        hidden: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(
+            name=inner.name, description=inner.description, fn=self._call, params=inner.params,
+            ctx_param=inner.ctx_param, is_async=True, ref_only=inner.ref_only, json_params=inner.json_params,
+        )
+        self.inner = inner
+        self.namespace = namespace
+        self.index = index
+        self.compatible = compatible
+        self.protected = protected
+        self.on_stored = on_stored
+        self.hidden = hidden
+        self._wire = ref_schema(inner, compatible)
+
+    @property
+    def available(self) -> bool:
+        return self._wire is not None
+
+    def schema(self, *, extra_properties: dict | None = None) -> dict:
+        wire = self._wire or ref_schema(self.inner, {})
+        if wire is None:  # only reached when called while unavailable; never offered
+            return Tool.schema(self.inner)
+        if extra_properties:
+            wire = copy.deepcopy(wire)
+            wire["function"]["parameters"]["properties"].update(extra_properties)
+        return wire
+
+    def parse(self, arguments: str) -> dict[str, Any]:
+        try:
+            raw = json.loads(arguments or "{}")
+        except json.JSONDecodeError as err:
+            raise ValueError(f"invalid arguments for {self.name}: not JSON ({err.msg})") from None
+        if not isinstance(raw, dict):
+            raise ValueError(f"invalid arguments for {self.name}: expected a JSON object")
+        target = raw.pop("return", None)
+        if target is not None:
+            if not isinstance(target, str) or not target.isidentifier() or keyword.iskeyword(target):
+                raise ValueError(f"`return` must be a Python variable name, not {target!r}")
+            if target in self.protected or target in HIDDEN_NAMES or target.startswith("__"):
+                raise ValueError(f"`return` may not name {target!r}: that name is reserved; choose another")
+        fields = self.params.model_fields
+        unknown = [k for k in raw if k not in fields]
+        if unknown:
+            raise ValueError(f"invalid arguments for {self.name}: unknown parameters {unknown}; it takes {list(fields)}")
+        resolved: dict[str, Any] = {}
+        for key, value in list(raw.items()):
+            m = REF.match(value) if isinstance(value, str) else None
+            if m is None:
+                if key in self.ref_only:
+                    raise ValueError(self._needs_ref(key))
+                continue
+            name = m[1]
+            if name not in self.namespace:
+                raise ValueError(f"there is no variable named {name!r} for {key}; {self._choices(key)}")
+            obj = self.namespace[name]
+            if not self.index.fits(self.name, key, obj):
+                raise ValueError(
+                    f"variable {name!r} ({describe_value(obj, 80)}) is not compatible with parameter {key} "
+                    f"(type {_type_name(self, key)}); {self._choices(key)}"
+                )
+            resolved[key] = obj
+            del raw[key]
+        for key in self.ref_only:
+            if key not in resolved and fields[key].is_required():
+                raise ValueError(self._needs_ref(key))
+        try:
+            checked = self.params.model_validate({**raw, **resolved})
+        except pydantic.ValidationError as err:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '(arguments)'}: {e['msg']}" for e in err.errors()
+            )
+            raise ValueError(f"invalid arguments for {self.name}: {problems}") from None
+        kwargs = {k: getattr(checked, k) for k in fields if k in raw or k not in resolved}
+        kwargs.update(resolved)  # the very objects, not validated copies
+        return {"_unity_args": kwargs, "_unity_return": target}
+
+    def _choices(self, key: str) -> str:
+        names = self.compatible.get((self.name, key), [])
+        return f"compatible variables: {names}" if names else "no variable is compatible yet"
+
+    def _needs_ref(self, key: str) -> str:
+        return (
+            f"parameter {key} of {self.name} (type {_type_name(self, key)}) takes a variable by reference, "
+            f"'<<var:name>>'; {self._choices(key)}"
+        )
+
+    async def _call(self, _unity_args: dict, _unity_return: str | None, **ctx: Any) -> str:
+        inner = self.inner
+        kwargs = {**_unity_args, **ctx}
+        if inner.is_async:
+            value = await inner.fn(**kwargs)
+        else:
+            value = await asyncio.to_thread(inner.fn, **kwargs)
+        if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
+            value = await value
+        if isinstance(value, LoopHandle):
+            call = _CALL.get()
+            if call is not None:
+                call[0]._adopt_child(value, call[1])
+            value = await value.result()
+        if value is None and _unity_return is None:
+            return "null"
+        name = _unity_return or self._fresh_name()
+        self.namespace[name] = value
+        if self.on_stored is not None:
+            self.on_stored(name, value)
+        if isinstance(value, str | int | float | bool) or value is None:
+            shown = render_result(value)
+            shown = shown if len(shown) <= 4000 else shown[:4000] + f"... [{len(shown) - 4000:,} more characters]"
+        else:
+            shown = describe_value(value)
+        return f"{shown}\n[stored in variable `{name}`; pass it on as <<var:{name}>>]"
+
+    def _fresh_name(self) -> str:
+        base = f"{self.name}_result".replace("-", "_")
+        if not base.isidentifier():
+            base = "result"
+        taken = set(self.namespace)
+        if base not in taken:
+            return base
+        n = 2
+        while f"{base}_{n}" in taken:
+            n += 1
+        return f"{base}_{n}"
+
+
+def compatible_now(index: RefIndex, namespace: Mapping[str, Any], hidden: Mapping[str, Any] | None) -> dict:
+    return index.refresh(user_variables(namespace, hidden))
