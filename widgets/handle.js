@@ -65,6 +65,20 @@ function codeOf(call) {
   return null;
 }
 
+function renderDisplay(d) {
+  // rich output a plan displayed (a DataFrame, a figure): as a notebook output would show it
+  const box = h("div", { class: "unb-display" });
+  if (d["image/png"] || d["image/jpeg"]) {
+    const mime = d["image/png"] ? "image/png" : "image/jpeg";
+    box.append(h("img", { src: `data:${mime};base64,${d[mime]}`, alt: d["text/plain"] || "figure" }));
+  } else if (d["text/html"]) {
+    box.innerHTML = d["text/html"];
+  } else {
+    box.append(h("pre", { class: "unb-output" }, d["text/plain"] || ""));
+  }
+  return box;
+}
+
 function renderEntry(entry, open, depthNodes) {
   const kind = entry.kind;
   if (kind === "system" || kind === "context") return null;
@@ -100,6 +114,7 @@ function renderEntry(entry, open, depthNodes) {
     if (call.output) details.append(h("pre", { class: "unb-output" }, call.output));
     if (call.result !== null) details.append(h("pre", { class: `unb-result${call.error ? " unb-error" : ""}` }, call.result));
     el.append(details);
+    for (const d of call.displays || []) el.append(renderDisplay(d));
   }
   return el;
 }
@@ -125,12 +140,13 @@ function render({ model, el }) {
     const header = h("div", { class: "unb-header" });
     const controls = h("div", { class: "unb-controls" }, pause, stop, input, interject, ask);
     const clar = h("div", { class: "unb-clarifications" });
+    const approvals = h("div", { class: "unb-approvals" });
     const transcript = h("div", { class: "unb-transcript" });
     const streaming = h("div", { class: "unb-streaming" });
     const asks = h("div", { class: "unb-asks" });
-    const box = h("div", { class: "unb-node", "data-node": node.id }, header, controls, clar, transcript, streaming, asks);
+    const box = h("div", { class: "unb-node", "data-node": node.id }, header, controls, clar, approvals, transcript, streaming, asks);
     box.style.marginLeft = `${node.depth * 18}px`;
-    v = { box, header, controls, pause, stop, input, interject, ask, clar, transcript, streaming, asks, node, clarKey: "" };
+    v = { box, header, controls, pause, stop, input, interject, ask, clar, approvals, transcript, streaming, asks, node, clarKey: "", approvalKey: "" };
     views.set(node.id, v);
     return v;
   }
@@ -163,6 +179,22 @@ function render({ model, el }) {
           const answer = h("input", { class: "unb-input", type: "text", placeholder: "Your answer" });
           v.clar.append(h("div", { class: "unb-clarification" }, h("b", {}, "Question: "), c.question, " ", answer,
             h("button", { class: "unb-btn", onclick: () => send("answer", node.id, answer.value, c.call_id) }, "Answer")));
+        }
+      }
+      // plans waiting for the person: the code, then Run or Skip
+      const akey = JSON.stringify(node.approvals || []);
+      if (akey !== v.approvalKey) {
+        v.approvalKey = akey;
+        v.approvals.innerHTML = "";
+        for (const a of node.approvals || []) {
+          const pre = h("pre", { class: "unb-code unb-python" });
+          pre.innerHTML = highlightPython(a.code);
+          const reason = h("input", { class: "unb-input", type: "text", placeholder: "Why skip? (optional)" });
+          v.approvals.append(h("div", { class: "unb-approval", "data-call": a.call_id },
+            h("b", {}, "Plan waiting for your approval: "), a.intent, pre,
+            h("button", { class: "unb-btn unb-run", onclick: () => send("approve", node.id, null, a.call_id) }, "Run"),
+            h("button", { class: "unb-btn unb-skip", onclick: () => send("skip", node.id, reason.value, a.call_id) }, "Skip"),
+            reason));
         }
       }
       const open = new Set([...v.transcript.querySelectorAll("details[open]")].map((d) => d.getAttribute("data-call")));

@@ -362,4 +362,4 @@ class ActorHandle(LoopHandle):
 
     def __repr__(self) -> str:
         extra = f", {len(self._approvals)} plan(s) waiting for approval" if getattr(self, "_approvals", None) else ""
-        return f"<unity actor {self.name!r}: {self.status.value}, {self.steps} steps{extra}>"
+        return f"<unity handle {self.name!r}: {self.status.value}, {self.steps} steps{extra}>"

@@ -14,16 +14,31 @@ HELP = {
     "model": "%unity model [NAME] [--base-url URL] [--var VARIABLE]\n"
     "    Set the model (OPENAI_API_KEY from the environment), or with no NAME show the current one.\n"
     "    --var takes a Model object from a notebook variable (e.g. a ScriptedModel).",
-    "act": "%unity act [--name NAME] [--max-steps N] TASK    (or %%unity act [options] with the task as the cell)\n"
-    "    Start an operation in the background and show its live widget; returns its handle.",
+    "act": "%unity act [--name NAME] [--max-steps N] [--approval never|first|always] [--code-timeout SECONDS] TASK\n"
+    "    (or %%unity act [options] with the task as the cell)\n"
+    "    Start the CodeAct actor in the background on TASK and show its live widget; returns its handle.\n"
+    "    Its plans run in this notebook's namespace: your variables are used by name, what it creates stays.\n"
+    "    --approval first|always: plans wait for Run (in the widget, or %unity approve NAME).",
     "list": "%unity list\n    Live and finished handles: name, status, steps, tokens, elapsed.",
     "pause": "%unity pause NAME\n    Pause the operation NAME (and its sub-operations).",
     "resume": "%unity resume NAME\n    Resume the operation NAME.",
     "interject": "%unity interject NAME MESSAGE\n    Send MESSAGE to the operation NAME while it runs.",
     "ask": "%unity ask NAME QUESTION\n    Ask the operation NAME a question without disturbing it; returns the answer's handle.",
     "stop": "%unity stop NAME [REASON]\n    Stop the operation NAME and everything under it.",
+    "approve": "%unity approve NAME\n    Run the plan of NAME that waits for approval.",
+    "skip": "%unity skip NAME [REASON]\n    Do not run the plan of NAME that waits for approval; the model is told.",
 }
-_OPTIONS = {"act": {"--name": str, "--max-steps": int}, "model": {"--base-url": str, "--var": str}}
+def _approval(value: str) -> str:
+    if value not in ("never", "first", "always"):
+        raise ValueError(value)
+    return value
+
+
+_approval.__name__ = "one of never, first, always"
+_OPTIONS = {
+    "act": {"--name": str, "--max-steps": int, "--approval": _approval, "--code-timeout": float},
+    "model": {"--base-url": str, "--var": str},
+}
 
 
 def _usage(sub: str | None, problem: str) -> UsageError:
@@ -124,6 +139,6 @@ def parse(line: str, cell: str | None = None) -> Command:
         cmd.text = "\n".join(t for t in (text.strip(), (cell or "").strip()) if t)
         if sub in ("interject", "ask") and not cmd.text:
             raise _usage(sub, f"%unity {sub} needs a {'message' if sub == 'interject' else 'question'}")
-        if sub in ("pause", "resume") and cmd.text:
+        if sub in ("pause", "resume", "approve") and cmd.text:
             raise _usage(sub, f"%unity {sub} takes only a name, got extra text {cmd.text!r}")
     return cmd

@@ -12,8 +12,7 @@ from IPython.display import display
 from traitlets import Bool, Float, Integer, Unicode
 
 from .._errors import ModelConfigError, UserError
-from .._registry import registered_tools
-from ..loop._handle import LoopHandle, start_loop
+from ..loop._handle import LoopHandle
 from ._args import HELP, Command, parse
 
 __all__ = ("UnityMagics",)
@@ -34,6 +33,8 @@ class UnityMagics(Magics):
     max_steps = Integer(30, help="Default max_steps of an operation.").tag(config=True)
     max_updates_per_second = Float(10.0, help="Widget refresh rate while a handle streams (coalesced).").tag(config=True)
     show_widgets = Bool(True, help="Display a live widget for each operation started.").tag(config=True)
+    approval = Unicode("never", help="Default approval mode of %unity act: never, first or always.").tag(config=True)
+    code_timeout = Float(60.0, help="Seconds a plan may compute without awaiting before it is interrupted.").tag(config=True)
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell, **kwargs)
@@ -112,13 +113,16 @@ class UnityMagics(Magics):
             asyncio.get_running_loop()
         except RuntimeError:
             raise UsageError("%unity act needs the kernel's running event loop: use it in Jupyter (ipykernel >= 7.4)") from None
+        from ..actor import Actor
         from . import _output
 
         _output.install()  # again: something (say %%capture) may have swapped the streams since
-        handle = start_loop(
-            cmd.text, model=model, tools=registered_tools(), name=name,
-            max_steps=cmd.options.get("max_steps", self.max_steps),
+        _output.install_display(self.shell)
+        actor = Actor(
+            model, namespace=self.shell.user_ns, approval=cmd.options.get("approval", self.approval),
+            code_timeout=cmd.options.get("code_timeout", self.code_timeout) or None,
         )
+        handle = actor.act(cmd.text, name=name, max_steps=cmd.options.get("max_steps", self.max_steps))
         self.handles[name] = handle
         self._show(handle)
         return handle
@@ -176,6 +180,18 @@ class UnityMagics(Magics):
         handle = self._find(cmd)
         if not handle.done():
             asyncio.ensure_future(handle.stop(cmd.text or "stopped with %unity stop"))
+
+    def _approve(self, cmd: Command) -> None:
+        handle = self._live(cmd)
+        if not getattr(handle, "pending_approvals", None):
+            raise UsageError(f"{handle.name!r} has no plan waiting for approval\n\n{HELP[cmd.sub]}")
+        asyncio.ensure_future(handle.approve())
+
+    def _skip(self, cmd: Command) -> None:
+        handle = self._live(cmd)
+        if not getattr(handle, "pending_approvals", None):
+            raise UsageError(f"{handle.name!r} has no plan waiting for approval\n\n{HELP[cmd.sub]}")
+        asyncio.ensure_future(handle.skip(reason=cmd.text or None))
 
     def _ask(self, cmd: Command) -> LoopHandle:
         handle = self._find(cmd).start_ask(cmd.text)

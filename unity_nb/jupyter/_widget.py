@@ -36,6 +36,22 @@ def _clip(text: str | None, limit: int = _LIMIT) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n... [{len(text) - limit} more characters]"
 
 
+_MAX_DISPLAYS = 10
+_MAX_DISPLAY_BYTES = 2_000_000
+
+
+def _display(bundle: dict) -> dict:
+    """One rich output for the widget: HTML, an image, or text (oversized ones as text)."""
+    data = bundle.get("data", {})
+    out: dict[str, str] = {"text/plain": _clip(str(data.get("text/plain", "")), 2000)}
+    for mime in ("image/png", "image/jpeg", "text/html"):
+        value = data.get(mime)
+        if isinstance(value, str) and len(value) <= _MAX_DISPLAY_BYTES:
+            out[mime] = value
+            break
+    return out
+
+
 def _entry(m: Message) -> dict:
     out: dict[str, Any] = {"role": m.role, "kind": m.kind, "content": _clip(m.content), "error": m.error}
     if m.tool_calls:
@@ -48,6 +64,7 @@ def _entry(m: Message) -> dict:
                 "error": c.error,
                 "child": c.child.id if c.child is not None else None,
                 "output": _clip(c.output),
+                "displays": [_display(d) for d in c.displays[-_MAX_DISPLAYS:]],
             }
             for c in m.tool_calls
         ]
@@ -77,6 +94,10 @@ def _node(h: LoopHandle, depth: int) -> dict:
         "stop_reason": h.stop_reason,
         "streaming": _clip(h.streaming_text),
         "clarifications": [{"call_id": cid, "question": q} for cid, (q, _f) in h._clarifications.items()],
+        "approvals": [
+            {"call_id": cid, "code": _clip(a["code"]), "intent": _clip(a["intent"], 500)}
+            for cid, a in getattr(h, "_approvals", {}).items()
+        ],
     }
 
 
@@ -133,7 +154,7 @@ class HandleWidget(anywidget.AnyWidget):
         nodes = [_node(h, d) for h, d in tree]
         changed_entries = None
         for h, _d in tree:
-            signature = (len(h.transcript), h.printed)  # a result always appends a message
+            signature = (len(h.transcript), h.printed, getattr(h, "displayed", 0))  # a result always appends a message
             if self._entry_counts.get(h.id) != signature:
                 changed_entries = changed_entries or dict(self.entries)
                 changed_entries[h.id] = [_entry(m) for m in h.transcript]
@@ -190,6 +211,8 @@ class HandleWidget(anywidget.AnyWidget):
             return self._ask(h, text or "")
         if action == "answer":
             return h.answer_clarification(call_id or "", text or "")
+        if action in ("approve", "skip") and hasattr(h, "approve"):
+            return h.approve(call_id) if action == "approve" else h.skip(call_id, text or None)
         raise ValueError(f"unknown widget action {action!r}")
 
     async def _ask(self, h: LoopHandle, question: str) -> None:
