@@ -277,3 +277,70 @@ async def test_what_a_tool_prints_goes_to_its_call_not_the_cell(ip, capsys):
     assert {c["name"]: c["output"] for c in shown} == {"noisy": "working on 1\n", "anoisy": "async work on 2\n"}
     print("a plain print still reaches the cell")
     assert "a plain print still reaches the cell" in capsys.readouterr().out
+
+
+# -- the actor behind %unity act ------------------------------------------------------------
+
+
+def plan_script(*codes):
+    def script(messages, tools):
+        done = tool_messages(messages)
+        if len(done) < len(codes):
+            return u.call_tool("execute_code", code=codes[len(done)], intent=f"plan {len(done) + 1}")
+        return "done"
+
+    return script
+
+
+async def test_what_a_plan_displays_goes_to_the_widget_not_the_cell(ip, capsys):
+    import pandas as pd
+
+    ip.user_ns["sales"] = pd.DataFrame({"region": ["north", "south"], "delta": [3, -4]})
+    ip.user_ns["m"] = u.ScriptedModel(plan_script(
+        "from IPython.display import display\nprint('PLAN-PRINT')\ndisplay(sales)\nint(sales.delta.sum())"
+    ))
+    ip.run_line_magic("unity", "model --var m")
+    h = ip.run_line_magic("unity", "act --name shows show the data")
+    assert await h == "done"
+    assert "PLAN-PRINT" not in capsys.readouterr().out  # nothing leaked into the cell
+    (call,) = [c for m in h.transcript for c in m.tool_calls]
+    assert call.output == "PLAN-PRINT\n"
+    assert [sorted(d["data"]) for d in call.displays] == [["text/html", "text/plain"], ["text/plain"]]
+    assert "<table" in call.displays[0]["data"]["text/html"] and call.displays[1]["data"]["text/plain"] == "-1"
+    result = tool_messages(ip.user_ns["m"].requests[-1].messages)[0]["content"]
+    assert "displayed to the user (text/html)" in result and "value of the last expression: int: -1" in result
+    w = ip.magics_manager.registry["UnityMagics"].widgets["shows"]
+    w.flush()
+    shown = [c for e in w.entries[h.id] for c in e.get("calls", [])][0]
+    assert "<table" in shown["displays"][0]["text/html"] and shown["output"] == "PLAN-PRINT\n"
+
+
+async def test_approval_through_the_widget_and_the_magics(ip):
+    ip.user_ns["m"] = u.ScriptedModel(plan_script("ran_one = True", "ran_two = True"))
+    ip.run_line_magic("unity", "model --var m")
+    h = ip.run_line_magic("unity", "act --name careful --approval always be careful")
+    first = await h.wait_for("approval_requested", timeout=10)
+    w = ip.magics_manager.registry["UnityMagics"].widgets["careful"]
+    w.flush()
+    assert w.nodes[0]["status"] == "waiting"
+    assert w.nodes[0]["approvals"] == [{"call_id": first.call_id, "code": "ran_one = True", "intent": "plan 1"}]
+    assert "ran_one" not in ip.user_ns
+    w._on_custom(w, {"action": "approve", "node": h.id, "call_id": first.call_id}, [])  # the Run button
+    await h.wait_for("code_executed", timeout=10)
+    assert ip.user_ns["ran_one"] is True
+    await h.wait_for("approval_requested", lambda e: e.call_id != first.call_id, timeout=10)
+    ip.run_line_magic("unity", "skip careful not now")
+    assert await h == "done"
+    assert "ran_two" not in ip.user_ns
+    assert "[the person skipped this plan; it did not run]: not now" in tool_messages(ip.user_ns["m"].requests[-1].messages)[1]["content"]
+    with pytest.raises(UsageError, match="has no plan waiting for approval|is finished"):
+        ip.run_line_magic("unity", "approve careful")
+
+
+async def test_act_options_are_checked(ip):
+    ip.user_ns["m"] = u.ScriptedModel(plan_script())
+    ip.run_line_magic("unity", "model --var m")
+    with pytest.raises(UsageError, match="--approval"):
+        ip.run_line_magic("unity", "act --approval sometimes go")
+    with pytest.raises(UsageError, match="--code-timeout"):
+        ip.run_line_magic("unity", "act --code-timeout soon go")
