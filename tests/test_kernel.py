@@ -1,12 +1,10 @@
 """In a real kernel started with jupyter_client: %unity act runs in the background and the
 widget's buttons, sent as the comm messages a browser sends, steer it."""
 
-import json
-import sys
 import textwrap
 
 import pytest
-from jupyter_client.manager import start_new_kernel
+from _kernel import Kernel
 
 SETUP = textwrap.dedent(
     """
@@ -29,38 +27,6 @@ SETUP = textwrap.dedent(
     %unity model --var slow
     """
 )
-
-
-class Kernel:
-    def __init__(self):
-        self.km, self.kc = start_new_kernel(kernel_name="python3")
-
-    def run(self, code, timeout=60):
-        """Execute a cell; return its stdout; fail on an error."""
-        out, errors = [], []
-
-        def hook(msg):
-            t, c = msg["msg_type"], msg["content"]
-            if t == "stream" and c["name"] == "stdout":
-                out.append(c["text"])
-            elif t == "error":
-                errors.append("\n".join(c["traceback"]))
-
-        reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=hook)
-        assert reply["content"]["status"] == "ok" and not errors, "\n".join(errors)
-        return "".join(out)
-
-    def value(self, expr):
-        return json.loads(self.run(f"import json as _j; print(_j.dumps({expr}))").strip().splitlines()[-1])
-
-    def click(self, comm_id, **content):
-        """What a browser sends when a button of the widget is clicked."""
-        msg = self.kc.session.msg("comm_msg", {"comm_id": comm_id, "data": {"method": "custom", "content": content}})
-        self.kc.shell_channel.send(msg)
-
-    def close(self):
-        self.kc.stop_channels()
-        self.km.shutdown_kernel(now=True)
 
 
 @pytest.fixture(scope="module")
