@@ -1,0 +1,41 @@
+"""A real IPython kernel started with jupyter_client, for tests that run cells and click widgets."""
+
+from __future__ import annotations
+
+import json
+
+from jupyter_client.manager import start_new_kernel
+
+
+class Kernel:
+    def __init__(self):
+        self.km, self.kc = start_new_kernel(kernel_name="python3")
+
+    def run(self, code, timeout=60):
+        """Execute a cell; return its stdout; fail on an error."""
+        out, errors = [], []
+
+        def hook(msg):
+            t, c = msg["msg_type"], msg["content"]
+            if t == "stream" and c["name"] == "stdout":
+                out.append(c["text"])
+            elif t == "error":
+                errors.append("\n".join(c["traceback"]))
+
+        reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=hook)
+        assert reply["content"]["status"] == "ok" and not errors, "\n".join(errors)
+        return "".join(out)
+
+    def value(self, expr, timeout=60):
+        """The JSON value of ``expr`` evaluated in the kernel (top-level await allowed)."""
+        out = self.run(f"import json as _j; print(_j.dumps({expr}))", timeout=timeout)
+        return json.loads(out.strip().splitlines()[-1])
+
+    def click(self, comm_id, **content):
+        """What a browser sends when a button of the widget is clicked."""
+        msg = self.kc.session.msg("comm_msg", {"comm_id": comm_id, "data": {"method": "custom", "content": content}})
+        self.kc.shell_channel.send(msg)
+
+    def close(self):
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
