@@ -344,3 +344,33 @@ async def test_act_options_are_checked(ip):
         ip.run_line_magic("unity", "act --approval sometimes go")
     with pytest.raises(UsageError, match="--code-timeout"):
         ip.run_line_magic("unity", "act --code-timeout soon go")
+
+
+async def test_widget_shows_cited_references_thinking_and_idle():
+    def search(query: str) -> u.ToolResult:
+        """Search."""
+        return u.ToolResult("hits", references=[
+            u.Reference("Q3 report", "North fell.", url="https://example.invalid/q3"),
+            u.Reference("Bad link", "x", url="javascript:alert(1)"),
+        ])
+
+    def script(messages, tools):
+        if not tool_messages(messages):
+            return u.Reply(content="Searching the reports.", tool_calls=[u.call_tool("search", query="north")])
+        return "North fell [1], see also [2]."
+
+    h = u.start_loop("north?", model=u.ScriptedModel(script), tools=[search], multi=True, persist=True, name="refs")
+    w = HandleWidget(h)
+    await h.requests[0]
+    await h.wait_for("request_finished")
+    while h.status != "idle":
+        await asyncio.sleep(0)
+    w.flush()
+    node = w.nodes[0]
+    assert node["status"] == "idle" and node["thinking"] == "Searching the reports."
+    assert node["references"] == [
+        {"number": 1, "title": "Q3 report", "url": "https://example.invalid/q3", "text": "North fell."},
+        {"number": 2, "title": "Bad link", "url": None, "text": "x"},  # never a javascript: link
+    ]
+    assert [e["kind"] for e in w.entries[h.id]][:2] == ["task", "text"]
+    await h.stop()

@@ -19,7 +19,15 @@ from .events import AnyEvent, Event, EventBus, default_bus
 from ._registry import register_tool, registered_tools, tool, unregister_tool
 from .jupyter import load_ipython_extension, unload_ipython_extension
 from .loop import (
+    Evaluation,
+    HandOff,
     LoopHandle,
+    Reference,
+    RequestHandle,
+    ToolResult,
+    cites_references,
+    discovery_first,
+    handoff,
     Message,
     Status,
     Tool,
@@ -46,6 +54,15 @@ __all__ = (
     "as_tool",
     "current_loop",
     "ToolFailed",
+    # policies and answers
+    "RequestHandle",
+    "discovery_first",
+    "Reference",
+    "ToolResult",
+    "Evaluation",
+    "cites_references",
+    "handoff",
+    "HandOff",
     # the CodeAct actor
     "act",
     "Actor",

@@ -40,6 +40,12 @@ __all__ = (
     "Notification",
     "LoopFinished",
     "LoopFailed",
+    "RequestSubmitted",
+    "RequestFinished",
+    "ContextCompressed",
+    "ThinkingStep",
+    "EvaluationRun",
+    "ControlHandedOff",
     "AnyEvent",
     "EventBus",
     "default_bus",
@@ -186,6 +192,8 @@ class Steering(Event):
     kind: Literal["steering"] = "steering"
     action: Literal["pause", "resume", "interject", "stop", "ask"]
     message: str | None = None
+    request_id: str | None = None
+    """The request an interjection or a stop is about (multi-request loops)."""
 
 
 class ClarificationRequested(Event):
@@ -220,12 +228,66 @@ class LoopFailed(Event):
     steps: int = 0
 
 
+class RequestSubmitted(Event):
+    """A request reached a multi-request loop (the first one is the task)."""
+
+    kind: Literal["request_submitted"] = "request_submitted"
+    request_id: str
+    text: str
+
+
+class RequestFinished(Event):
+    kind: Literal["request_finished"] = "request_finished"
+    request_id: str
+    status: Literal["finished", "stopped", "failed"]
+    answer: str | None = None
+    reason: str | None = None
+
+
+class ContextCompressed(Event):
+    """The older part of the conversation the model receives was replaced by a summary
+    (the transcript keeps everything)."""
+
+    kind: Literal["context_compressed"] = "context_compressed"
+    messages_before: int
+    messages_after: int
+    tokens_before: int
+    tokens_after: int
+    summarised: int
+    """How many messages the summary replaced."""
+
+
+class ThinkingStep(Event):
+    """A short progress line for people watching the loop."""
+
+    kind: Literal["thinking_step"] = "thinking_step"
+    text: str
+
+
+class EvaluationRun(Event):
+    kind: Literal["evaluation_run"] = "evaluation_run"
+    name: str
+    passed: bool
+    feedback: str = ""
+    attempt: int = 1
+    sent_back: bool = False
+    """True when the failure sent the model back to correct its answer."""
+
+
+class ControlHandedOff(Event):
+    kind: Literal["control_handed_off"] = "control_handed_off"
+    call_id: str
+    child_id: str
+    child_name: str
+
+
 AnyEvent = Annotated[
     Union[
         LoopStarted, ModelRequest, ModelDelta, ModelResponse, ModelRetry, ToolStarted,
         ToolFinished, ToolOutput, ToolDisplay, CodeExecuted, VariablesChanged, ApprovalRequested,
         ApprovalDecided, ChildStarted, Steering, ClarificationRequested, ClarificationAnswered,
-        Notification, LoopFinished, LoopFailed,
+        Notification, LoopFinished, LoopFailed, RequestSubmitted, RequestFinished, ContextCompressed,
+        ThinkingStep, EvaluationRun, ControlHandedOff,
     ],
     Field(discriminator="kind"),
 ]

@@ -3,7 +3,7 @@
 // {action, node, text, call_id} messages that call the public handle API.
 
 const ENDED = new Set(["finished", "stopped", "failed"]);
-const BADGE = { running: "running", paused: "paused", waiting: "waiting for you", finished: "finished", stopped: "stopped", failed: "failed" };
+const BADGE = { running: "running", paused: "paused", waiting: "waiting for you", idle: "idle: waiting for a request", finished: "finished", stopped: "stopped", failed: "failed" };
 
 function h(tag, attrs = {}, ...children) {
   const el = document.createElement(tag);
@@ -89,12 +89,15 @@ function renderEntry(entry, open, depthNodes) {
     const label = kind === "interjection" ? "interjection" : "steering";
     return h("div", { class: cls }, h("span", { class: "unb-label" }, label), " ", entry.content);
   }
+  if (kind === "request") return h("div", { class: cls }, h("span", { class: "unb-label" }, `request ${entry.name || ""}`), " ", entry.content);
+  if (kind === "evaluation" || kind === "compression") return h("div", { class: cls }, h("span", { class: "unb-label" }, kind), " ", entry.content);
   if (kind === "notification") return h("div", { class: cls }, h("span", { class: "unb-label" }, `note from ${entry.name || "tool"}`), " ", entry.content);
   if (kind === "clarification") return h("div", { class: cls }, h("span", { class: "unb-label" }, entry.role === "user" ? "you answered" : "question"), " ", entry.content);
   const el = h("div", { class: cls });
   if (entry.content) {
     const body = h("div", { class: kind === "answer" ? "unb-answer" : "unb-text" });
     body.innerHTML = kind === "answer" ? markdown(entry.content) : esc(entry.content);
+    if (kind === "answer" && entry.name) el.append(h("span", { class: "unb-label" }, `answer to ${entry.name}`));
     el.append(body);
   }
   for (const call of entry.calls || []) {
@@ -204,7 +207,15 @@ function render({ model, el }) {
         if (r) v.transcript.append(r);
       }
       if (node.error) v.transcript.append(h("div", { class: "unb-entry unb-error" }, node.error));
-      v.streaming.textContent = node.streaming || "";
+      if (node.references && node.references.length) {
+        const refs = h("div", { class: "unb-references" }, h("span", { class: "unb-label" }, "references"));
+        for (const r of node.references) {
+          const title = r.url ? h("a", { href: r.url, target: "_blank", rel: "noopener noreferrer" }, r.title) : h("span", {}, r.title);
+          refs.append(h("div", { class: "unb-reference" }, `[${r.number}] `, title, r.text ? ` — ${r.text}` : ""));
+        }
+        v.transcript.append(refs);
+      }
+      v.streaming.textContent = node.streaming || (!ended && node.thinking ? `… ${node.thinking}` : "");
       v.asks.innerHTML = "";
       for (const a of asks.filter((a) => a.node === node.id)) {
         v.asks.append(h("div", { class: "unb-ask-entry" }, h("span", { class: "unb-label" }, "asked"), ` ${a.question} `,

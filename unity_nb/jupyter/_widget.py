@@ -36,6 +36,11 @@ def _clip(text: str | None, limit: int = _LIMIT) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n... [{len(text) - limit} more characters]"
 
 
+def _safe_url(url: str | None) -> bool:
+    """Only web links become clickable (never ``javascript:`` and the like)."""
+    return bool(url) and url.lower().startswith(("http://", "https://"))
+
+
 _MAX_DISPLAYS = 10
 _MAX_DISPLAY_BYTES = 2_000_000
 
@@ -53,7 +58,7 @@ def _display(bundle: dict) -> dict:
 
 
 def _entry(m: Message) -> dict:
-    out: dict[str, Any] = {"role": m.role, "kind": m.kind, "content": _clip(m.content), "error": m.error}
+    out: dict[str, Any] = {"role": m.role, "kind": m.kind, "content": _clip(m.content), "error": m.error, "name": m.name}
     if m.tool_calls:
         out["calls"] = [
             {
@@ -94,6 +99,11 @@ def _node(h: LoopHandle, depth: int) -> dict:
         "stop_reason": h.stop_reason,
         "streaming": _clip(h.streaming_text),
         "clarifications": [{"call_id": cid, "question": q} for cid, (q, _f) in h._clarifications.items()],
+        "thinking": h.thinking[-1] if h.thinking else "",
+        "references": [
+            {"number": r.number, "title": _clip(r.title, 200), "url": r.url if _safe_url(r.url) else None, "text": _clip(r.text, 300)}
+            for r in h.references
+        ],
         "approvals": [
             {"call_id": cid, "code": _clip(a["code"]), "intent": _clip(a["intent"], 500)}
             for cid, a in getattr(h, "_approvals", {}).items()
@@ -239,7 +249,7 @@ class HandleWidget(anywidget.AnyWidget):
 
 _BADGE = {
     "running": "#2563eb", "paused": "#d97706", "waiting": "#9333ea",
-    "finished": "#16a34a", "stopped": "#6b7280", "failed": "#dc2626",
+    "finished": "#16a34a", "stopped": "#6b7280", "failed": "#dc2626", "idle": "#0891b2",
 }
 
 

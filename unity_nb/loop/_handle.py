@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import enum
 import inspect
 import json
 import re
@@ -35,27 +34,16 @@ from .._errors import HandleStateError, Stopped, UnityError, UserError
 from ..models._base import Model, ModelRequest, Reply, ToolCall, Usage
 from .._output import tool_output
 from ..models._openai import retry_hook
+from ._answers import Evaluation, HandOff, Reference, ToolResult, call_hook, cited_numbers, evaluate, hook_name
+from ._policies import SUMMARY_PROMPT, SUMMARY_TAG, estimate_tokens, render_for_summary, split_for_compression, time_note
+from ._requests import MULTI_NOTE, RequestHandle, check_text
+from ._status import Status
 from ._tools import Tool, ToolContext, ToolFailed, as_tool, render_result
 
 __all__ = ("LoopHandle", "Status", "Message", "ToolCallRecord", "start_loop", "current_loop", "forward_call")
 
 ParentContext = Literal["always", "never", "model"]
 ToolPolicy = Callable[[int, Sequence[Tool]], "tuple[str, Sequence[Tool | str]]"]
-
-
-class Status(str, enum.Enum):
-    """A loop's lifecycle. The values are plain strings (``h.status == "running"``)."""
-
-    RUNNING = "running"
-    PAUSED = "paused"
-    WAITING = "waiting"
-    """Waiting for a person: a clarification (or, with the actor, an approval)."""
-    FINISHED = "finished"
-    STOPPED = "stopped"
-    FAILED = "failed"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 _ENDED = frozenset({Status.FINISHED, Status.STOPPED, Status.FAILED})
@@ -125,6 +113,17 @@ def forward_call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 _UNSET: Any = object()
 
 
+def _takes_three(fn: Callable[..., Any]) -> bool:
+    """Whether a policy accepts ``(step, tools, loop)`` (else it gets ``(step, tools)``)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return True
+    return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) >= 3
+
+
 def _new_id() -> str:
     return secrets.token_hex(2)
 
@@ -176,6 +175,18 @@ class LoopHandle:
         parent_context: ParentContext = "never",
         bus: ev.EventBus | None = None,
         options: dict | None = None,
+        multi: bool = False,
+        persist: bool = False,
+        context_window: int | None = None,
+        compress_at: float = 0.8,
+        keep_last: int = 8,
+        count_tokens: Callable[[list[dict]], int] | None = None,
+        dynamic_tools: Callable[[LoopHandle], Iterable[Callable[..., Any] | Tool]] | None = None,
+        time_awareness: bool = False,
+        prompt_cache: bool | Literal["openai", "anthropic"] = False,
+        evaluations: Sequence[Callable[..., Any]] = (),
+        max_corrections: int = 1,
+        postprocessors: Sequence[Callable[..., Any]] = (),
         _kind: str = "loop",
         _context: list[dict] | None = None,
         _lineage: tuple[str, ...] | None = None,
@@ -195,6 +206,24 @@ class LoopHandle:
             raise UserError(f"max_parallel_tools must be at least 1, not {max_parallel_tools}")
         if parent_context not in ("always", "never", "model"):
             raise UserError(f"parent_context must be 'always', 'never' or 'model', not {parent_context!r}")
+        if persist and not multi:
+            raise UserError("persist=True needs multi=True: only a multi-request loop waits for more requests")
+        if context_window is not None and (not isinstance(context_window, int) or context_window < 64):
+            raise UserError(f"context_window is the model's window in tokens (at least 64), not {context_window!r}")
+        if not 0.1 <= compress_at <= 1.0:
+            raise UserError(f"compress_at is a fraction of the context window between 0.1 and 1, not {compress_at!r}")
+        if keep_last < 1:
+            raise UserError(f"keep_last must be at least 1, not {keep_last}")
+        if max_corrections < 0:
+            raise UserError(f"max_corrections must be 0 or more, not {max_corrections}")
+        if prompt_cache not in (False, True, "openai", "anthropic"):
+            raise UserError(f"prompt_cache must be False, True ('openai') or 'anthropic', not {prompt_cache!r}")
+        for label, hooks in (("evaluations", evaluations), ("postprocessors", postprocessors)):
+            for fn in hooks:
+                if not callable(fn):
+                    raise UserError(f"{label} must be functions fn(answer, loop), not {type(fn).__name__}")
+        if dynamic_tools is not None and not callable(dynamic_tools):
+            raise UserError("dynamic_tools must be a function fn(loop) returning the extra tools of a step")
         try:
             self._loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -215,7 +244,13 @@ class LoopHandle:
             if t.name in self._tools:
                 raise UserError(f"two tools are named {t.name!r}; tool names must be unique")
             self._tools[t.name] = t
+        self._multi = multi
+        if multi:
+            if "final_answer" in self._tools:
+                raise UserError("a multi-request loop brings its own final_answer tool; rename yours")
+            self._tools["final_answer"] = self._final_answer_tool()
         self._first_step_tools = list(first_step_tools) if first_step_tools else []
+        self._policy_takes_loop = _takes_three(tool_policy) if tool_policy is not None else False
         for n in self._first_step_tools:
             if n not in self._tools:
                 raise UserError(f"first_step_tools names {n!r}, which is not among the tools: {sorted(self._tools)}")
@@ -230,6 +265,17 @@ class LoopHandle:
         self.parent_context = parent_context
         self.bus = bus or ev.default_bus()
         self.options = dict(options or {})
+        self.persist = persist
+        self.context_window = context_window
+        self.compress_at = compress_at
+        self.keep_last = keep_last
+        self.count_tokens = count_tokens
+        self.dynamic_tools = dynamic_tools
+        self.time_awareness = time_awareness
+        self.prompt_cache = "openai" if prompt_cache is True else prompt_cache
+        self.evaluations = list(evaluations)
+        self.max_corrections = max_corrections
+        self.postprocessors = list(postprocessors)
 
         call = _CALL.get()
         self.parent: LoopHandle | None = _parent
@@ -254,6 +300,20 @@ class LoopHandle:
         """The assistant text of the model call in flight, as streamed so far."""
         self.printed = 0
         """Characters tools have printed so far (routed to their call records)."""
+        self.called_tools: set[str] = set()
+        """Names of the tools called successfully so far (what policies like discovery-first read)."""
+        self.requests: list[RequestHandle] = []
+        """The requests of a multi-request loop, in order (the task is the first)."""
+        self.all_references: list[Reference] = []
+        """Every reference tools returned, numbered in order of arrival."""
+        self.references: list[Reference] = []
+        """The references the final answer cites."""
+        self.thinking: list[str] = []
+        """Short progress lines (what the model said it was doing, which tools it called)."""
+        self.evaluation_results: list[Evaluation] = []
+        """Every evaluation verdict, in order (failed ones that sent the model back included)."""
+        self.compressions = 0
+        """How many times the context was compressed."""
 
         self._status = Status.RUNNING
         self._paused = False
@@ -279,6 +339,15 @@ class LoopHandle:
         self._listeners: list[Callable[[LoopHandle, ev.Event], None]] = []
         self._finish: tuple[Any, str] | None = None
         self._result_obj: Any = _UNSET
+        self._handoff: LoopHandle | None = None
+        self._dynamic: dict[str, Tool] = {}
+        self._budget_start = 0
+        self._corrections = 0
+        self._request_evt = asyncio.Event()
+        self._summary_failed_at = -1
+        self._idle = False
+        self._call_requests: dict[str, str] = {}
+        self._parent_call: str | None = None
 
         wire: list[dict] = []
         if system:
@@ -294,7 +363,13 @@ class LoopHandle:
             )
             wire.append({"role": "system", "content": note})
             self.transcript.append(Message("system", note, kind="context"))
-        wire.append({"role": "user", "content": task})
+        if multi:
+            wire.append({"role": "system", "content": MULTI_NOTE})
+            first = RequestHandle(self, "r1", task)
+            self.requests.append(first)
+            wire.append({"role": "user", "content": f"[request r1] {task}"})
+        else:
+            wire.append({"role": "user", "content": task})
         self.transcript.append(Message("user", task, kind="task"))
         self._wire = wire
 
@@ -307,6 +382,8 @@ class LoopHandle:
                 parent_id=self.parent.id if self.parent else None,
             )
         )
+        if multi:
+            self._publish(ev.RequestSubmitted(loop_id=self.id, lineage=self.lineage, request_id="r1", text=task))
         self._task = self._loop.create_task(self._run(), name=f"unity_nb:{self.name}")
         self._task.add_done_callback(self._on_task_done)
 
@@ -325,6 +402,8 @@ class LoopHandle:
             return Status.PAUSED
         if self._waiting:
             return Status.WAITING
+        if self._idle:
+            return Status.IDLE
         return Status.RUNNING
 
     @property
@@ -421,21 +500,90 @@ class LoopHandle:
             self._steering("resume", None, "[resumed by the user]")
             self._resume_evt.set()
 
-    async def interject(self, message: str) -> None:
+    async def interject(self, message: str, *, request_id: str | None = None) -> None:
         """Deliver ``message`` to the model before its next call (cancelling and re-issuing one in flight
-        when ``interrupt_on_interject``). While tools run, the model may route it to a live child."""
+        when ``interrupt_on_interject``). While tools run, the model may route it to a live child.
+        In a multi-request loop ``request_id`` tags it with the request it is about."""
         self._require_live("interject")
         if not isinstance(message, str) or not message.strip():
             raise UserError("interject needs a non-empty message")
+        if request_id is not None:
+            self._request(request_id)
         self.transcript.append(Message("user", message, kind="interjection"))
-        self._pending_notes.append(f"[interjection from the user] {message}")
+        about = f" about request {request_id}" if request_id else ""
+        self._pending_notes.append(f"[interjection from the user{about}] {message}")
+        self._publish(ev.Steering(loop_id=self.id, lineage=self.lineage, action="interject", message=message, request_id=request_id))
+        self._nudge()
+
+    def _nudge(self) -> None:
+        """New steering or a new request: wake the loop, and interrupt a model call in flight."""
         self._interjected = True
-        self._publish(ev.Steering(loop_id=self.id, lineage=self.lineage, action="interject", message=message))
         self._wake.set()
+        self._request_evt.set()
         task = self._model_task
         if self.interrupt_on_interject and task is not None and not task.done():
             self._interrupted = True
             task.cancel()
+
+    # ------------------------------------------------------------------ multi-request loops
+
+    def submit(self, text: str) -> RequestHandle:
+        """Add a request to a multi-request loop (``start_loop(..., multi=True)``); it shares the
+        loop's context and gets a handle of its own."""
+        if not self._multi:
+            raise UserError(f"{self.name!r} serves one request; start it with multi=True to submit more")
+        self._require_live("submit to")
+        check_text(text)
+        req = RequestHandle(self, f"r{len(self.requests) + 1}", text)
+        self.requests.append(req)
+        self.transcript.append(Message("user", text, kind="request", name=req.request_id))
+        self._pending_notes.append(f"[request {req.request_id}] {text}")
+        self._budget_start = self._turns
+        self._publish(ev.RequestSubmitted(loop_id=self.id, lineage=self.lineage, request_id=req.request_id, text=text))
+        self._nudge()
+        return req
+
+    def open_requests(self) -> list[RequestHandle]:
+        return [r for r in self.requests if not r.done()]
+
+    def _request(self, request_id: str) -> RequestHandle:
+        for r in self.requests:
+            if r.request_id == request_id:
+                return r
+        known = [r.request_id for r in self.requests] or "none (this loop serves one request)"
+        raise UserError(f"{self.name!r} has no request {request_id!r}; its requests: {known}")
+
+    async def _stop_request(self, req: RequestHandle, reason: str) -> None:
+        self._require_live("stop a request of")
+        req._end(Status.STOPPED, Stopped(reason))
+        self.transcript.append(Message("user", f"[request {req.request_id} stopped by the user: {reason}]", kind="steering"))
+        self._publish(ev.Steering(loop_id=self.id, lineage=self.lineage, action="stop", message=reason, request_id=req.request_id))
+        if not self.open_requests() and not self.persist:
+            await self.stop(f"its last open request ({req.request_id}) was stopped: {reason}")
+            return
+        self._pending_notes.append(f"[request {req.request_id} was stopped by the user ({reason}): do not work on it any further]")
+        self._nudge()
+
+    def _final_answer_tool(self) -> Tool:
+        loop = self
+
+        async def final_answer(request_id: str, answer: str) -> str:
+            """Complete the request `request_id` with `answer` (what the person who asked receives)."""
+            req = next((r for r in loop.requests if r.request_id == request_id), None)
+            if req is None:
+                raise ToolFailed(
+                    f"error: there is no request {request_id!r}; open requests: {[r.request_id for r in loop.open_requests()]}"
+                )
+            if req.done():
+                raise ToolFailed(f"error: request {request_id} is already {req.status.value}; answer only open requests")
+            ok, text = await loop._finalize(answer, req)
+            if not ok:
+                raise ToolFailed(f"error: request {request_id} is still open. {text}")
+            req._finish(text)
+            loop.transcript.append(Message("assistant", text, kind="answer", name=request_id))
+            return f"request {request_id} completed"
+
+        return as_tool(final_answer)
 
     async def stop(self, reason: str | None = None) -> None:
         """Cancel the model call, running tools and every child; return once the loop has ended.
@@ -524,12 +672,31 @@ class LoopHandle:
         """Wait for the next progress note from a tool here or in any descendant: ``{"call_id", "text", "loop", "tool"}``."""
         return await self._note_queue.get()
 
-    async def _clarify(self, call_id: str, question: str) -> str:
+    def _bubble(self, call_id: str | None, request_id: str | None) -> list[Any]:
+        """Where a question or note from tool call ``call_id`` goes: this loop, its ancestors, and
+        the request each multi-request loop among them was serving with the call that led here."""
+        out: list[Any] = []
+        h: LoopHandle | None = self
+        via = call_id
+        while h is not None:
+            out.append(h)
+            if h._multi:
+                rid = request_id if h is self else h._call_requests.get(via or "")
+                req = next((r for r in h.requests if r.request_id == rid), None) if rid else None
+                if req is not None:
+                    out.append(req)
+            via = h._parent_call
+            h = h.parent
+        return out
+
+    async def _clarify(self, call_id: str, question: str, request_id: str | None = None) -> str:
         fut = self._loop.create_future()
         self._clarifications[call_id] = (question, fut)
         self.transcript.append(Message("assistant", question, kind="clarification", tool_call_id=call_id))
         item = {"call_id": call_id, "question": question, "loop": self.name, "tool": self._tool_name(call_id), "handle": self}
-        chain = list(self._ancestry())
+        if request_id is not None:
+            item["request_id"] = request_id
+        chain = self._bubble(call_id, request_id)
         for h in chain:
             h._waiting += 1
             h._clar_queue.put_nowait(item)
@@ -544,10 +711,12 @@ class LoopHandle:
         self._publish(ev.ClarificationAnswered(loop_id=self.id, lineage=self.lineage, call_id=call_id, answer=answer))
         return answer
 
-    def _notify(self, call_id: str | None, text: str) -> None:
+    def _notify(self, call_id: str | None, text: str, request_id: str | None = None) -> None:
         self.transcript.append(Message("tool", text, kind="notification", tool_call_id=call_id, name=self._tool_name(call_id)))
         item = {"call_id": call_id, "text": text, "loop": self.name, "tool": self._tool_name(call_id)}
-        for h in self._ancestry():
+        if request_id is not None:
+            item["request_id"] = request_id
+        for h in self._bubble(call_id, request_id):
             h._note_queue.put_nowait(item)
         self._publish(ev.Notification(loop_id=self.id, lineage=self.lineage, call_id=call_id, text=text))
 
@@ -588,6 +757,7 @@ class LoopHandle:
         if child in self.children:
             return
         child.parent = self
+        child._parent_call = call_id
         self.children.append(child)
         if call_id is not None:
             for m in reversed(self.transcript):
@@ -605,11 +775,26 @@ class LoopHandle:
             self._wire.append({"role": "user", "content": "\n".join(self._pending_notes)})
             self._pending_notes.clear()
 
-    async def _checkpoint(self) -> None:
-        while self._paused:
-            await self._resume_evt.wait()
+    async def _checkpoint(self) -> bool:
+        """Before each model call: honour pause, wait for requests (persistent multi-request
+        loops), deliver steering, compress. True when a multi-request loop is done."""
+        while True:
+            while self._paused:
+                await self._resume_evt.wait()
+            if not self._multi or self.open_requests() or self._pending_notes:
+                break
+            if not self.persist:
+                return True
+            self._request_evt.clear()
+            self._idle = True
+            try:
+                await self._request_evt.wait()
+            finally:
+                self._idle = False
         self._before_step()
         self._drain_notes()
+        await self._maybe_compress()
+        return False
 
     def _available_tools(self) -> list[Tool]:
         """The tools this step may offer (derived loops compute them from state)."""
@@ -622,40 +807,90 @@ class LoopHandle:
     def _before_step(self) -> None:
         """Called before each model call, after pause and before steering is drained."""
 
+    def _last_step(self) -> bool:
+        return self._turns - self._budget_start >= self.max_steps - 1
+
     def _offered(self) -> tuple[list[Tool], str | dict]:
-        if self._turns >= self.max_steps - 1:
+        if self._last_step():  # the last step offers no tools, so an answer comes
+            if self._multi and len(self.open_requests()) > 1:
+                return [self._tools["final_answer"]], "required"
             return [], "none"
         tools = self._available_tools()
+        if self._multi and "final_answer" not in {t.name for t in tools}:
+            tools.append(self._tools["final_answer"])
+        if self.dynamic_tools is not None:
+            self._dynamic = {}
+            for obj in self.dynamic_tools(self) or ():
+                t = as_tool(obj)
+                if any(x.name == t.name for x in tools):
+                    raise UserError(f"dynamic_tools made a tool named {t.name!r}, which the loop already has")
+                self._dynamic[t.name] = t
+                tools.append(t)
         by_name = {t.name: t for t in tools}
         if self._turns == 0 and self._first_step_tools:
             return [by_name[n] for n in self._first_step_tools if n in by_name], "required"
         if self.tool_policy is not None:
-            mode, chosen = self.tool_policy(self._turns, tools)
+            args = (self._turns, tools, self) if self._policy_takes_loop else (self._turns, tools)
+            mode, chosen = self.tool_policy(*args)
             picked = [by_name[t] if isinstance(t, str) else t for t in chosen]
             return picked, mode
         return tools, "auto"
+
+    def _lookup(self, name: str) -> Tool | None:
+        """The tool a call names: a dynamic tool of this step, the loop's own, or final_answer."""
+        found = self._dynamic.get(name) or self._tool_named(name)
+        if found is None and self._multi and name == "final_answer":
+            found = self._tools["final_answer"]
+        return found
 
     def finish_with(self, value: Any, text: str | None = None) -> None:
         """From inside a tool of this loop: end the loop with ``value`` as its result once the
         current tool calls have their results (``text`` is what the transcript shows)."""
         self._finish = (value, text if text is not None else render_result(value))
 
+    def _extra_properties(self, tool: Tool) -> dict | None:
+        """Parameters the loop adds to a tool's schema (and takes out of its arguments)."""
+        extra: dict[str, dict] = {}
+        if self.parent_context == "model":
+            extra["include_parent_context"] = {
+                "type": "boolean", "description": "true: a sub-operation this tool starts sees this conversation as context",
+            }
+        if self._multi and tool.name != "final_answer" and "request_id" not in tool.params.model_fields:
+            extra["request_id"] = {"type": "string", "description": "the id of the request this call serves (e.g. r2)"}
+        return extra or None
+
     def _schemas(self, tools: Sequence[Tool]) -> list[dict]:
         cache = self._schema_cache
         out = []
-        extra = (
-            {"include_parent_context": {"type": "boolean", "description": "true: a sub-operation this tool starts sees this conversation as context"}}
-            if self.parent_context == "model" else None
-        )
         for t in tools:
-            if self._tools.get(t.name) is not t:  # a steering tool made for this step: not cached
-                out.append(t.schema(extra_properties=extra))
+            if self._tools.get(t.name) is not t:  # a steering or dynamic tool made for this step: not cached
+                out.append(t.schema(extra_properties=self._extra_properties(t)))
                 continue
             s = cache.get(t.name)
             if s is None:
-                s = cache[t.name] = t.schema(extra_properties=extra)
+                s = cache[t.name] = t.schema(extra_properties=self._extra_properties(t))
             out.append(s)
         return out
+
+    def _cache_hints(self, request: ModelRequest) -> ModelRequest:
+        """Prompt-caching hints: OpenAI's ``prompt_cache_key`` (one per loop tree, so its requests
+        share a cache), or Anthropic-style ``cache_control`` breakpoints on the system prompt and
+        the newest message (for OpenAI-compatible gateways that pass them on)."""
+        if self.prompt_cache == "openai":
+            root = self
+            while root.parent is not None:
+                root = root.parent
+            return ModelRequest(request.messages, request.tools, request.tool_choice,
+                                {**request.options, "prompt_cache_key": f"unity_nb-{root.id}"})
+        messages = list(request.messages)
+        marks = [i for i, m in enumerate(messages) if m.get("role") == "system"][:1]
+        if messages and messages[-1].get("role") in ("user", "system") and len(messages) - 1 not in marks:
+            marks.append(len(messages) - 1)
+        for i in marks:
+            m = messages[i]
+            if isinstance(m.get("content"), str):
+                messages[i] = {**m, "content": [{"type": "text", "text": m["content"], "cache_control": {"type": "ephemeral"}}]}
+        return ModelRequest(messages, request.tools, request.tool_choice, request.options)
 
     def _on_delta(self, text: str) -> None:
         self.streaming_text += text
@@ -671,6 +906,8 @@ class LoopHandle:
         step = self.steps
         last_user = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), None)
         request = ModelRequest(messages=messages, tools=self._schemas(tools), tool_choice=choice if tools else "none", options=self.options)
+        if self.prompt_cache:
+            request = self._cache_hints(request)
         self._publish(
             ev.ModelRequest(
                 loop_id=self.id, lineage=self.lineage, step=step, messages=len(messages),
@@ -720,6 +957,9 @@ class LoopHandle:
         self._end(Status.FINISHED, answer=answer)
 
     def _end(self, status: Status, *, answer: str | None = None, error: BaseException | None = None) -> None:
+        for r in self.open_requests():
+            r._end(status if status is not Status.FINISHED else Status.FAILED,
+                   error or UnityError(f"the loop ended before answering request {r.request_id}"))
         self._status = status
         self._answer = answer
         self._error = error
@@ -737,7 +977,9 @@ class LoopHandle:
 
     async def _drive(self) -> str:
         while True:
-            await self._checkpoint()
+            if await self._checkpoint():  # a multi-request loop with nothing left to do
+                return self._multi_answer()
+            last = self._last_step()
             tools, choice = self._offered()
             reply = await self._call_model(list(self._wire), tools, choice)
             if reply is None:  # interrupted by an interjection: re-issue with it
@@ -748,27 +990,149 @@ class LoopHandle:
             records = [ToolCallRecord(c.id, c.name, c.arguments) for c in reply.tool_calls]
             # an answer written before the latest interjection is not final: the model sees it next
             final = not reply.tool_calls and not self._interjected
-            self.transcript.append(Message("assistant", reply.content, kind="answer" if final else "text", tool_calls=records))
+            if final and self._multi and len(self.open_requests()) > 1:
+                final = False
+                self._pending_notes.append(
+                    f"[{len(self.open_requests())} requests are still open: "
+                    f"{', '.join(r.request_id for r in self.open_requests())}. Complete each with final_answer(request_id, answer).]"
+                )
+            entry = Message("assistant", reply.content, kind="answer" if final else "text", tool_calls=records)
+            self.transcript.append(entry)
             wire_msg: dict[str, Any] = {"role": "assistant", "content": reply.content}
             if reply.tool_calls:
                 wire_msg["tool_calls"] = [c.to_wire() for c in reply.tool_calls]
             self._wire.append(wire_msg)
+            if reply.tool_calls:
+                self._think(reply.content, [c.name for c in reply.tool_calls])
             if final:
-                return reply.content or ""
+                ok, text = await self._finalize(reply.content or "", self)
+                if not ok:  # an evaluation sent the model back with its feedback
+                    entry.kind = "text"
+                    self._pending_notes.append(text)
+                    continue
+                if text != (reply.content or ""):
+                    entry.kind = "text"
+                    self.transcript.append(Message("assistant", text, kind="answer"))
+                self.references = self._cited(text)
+                if not self._multi:
+                    return text
+                open_now = self.open_requests()
+                if open_now:
+                    open_now[0]._finish(text)
+                if last:
+                    self._fail_open(f"the loop reached max_steps={self.max_steps} before answering it")
+                continue
             if not reply.tool_calls:
                 continue
             if not tools:
-                why = f"its last step (max_steps={self.max_steps})" if self._turns >= self.max_steps else "a step"
+                why = f"its last step (max_steps={self.max_steps})" if last else "a step"
                 raise UnityError(
                     f"the model called {[c.name for c in reply.tool_calls]} at {why} where no tools were "
                     "offered, instead of answering"
                 )
             await self._run_tools(records, wire_msg)
+            if self._handoff is not None:
+                child = self._handoff
+                self._result_obj = child
+                text = f"[control handed to {child.name!r}, which goes on by itself]"
+                self.transcript.append(Message("assistant", text, kind="answer"))
+                return text
             if self._finish is not None:
                 value, text = self._finish
                 self._result_obj = value
                 self.transcript.append(Message("assistant", text, kind="answer"))
                 return text
+            if self._multi and last:
+                self._fail_open(f"the loop reached max_steps={self.max_steps} before answering it")
+
+    # ------------------------------------------------------------------ answers
+
+    def _think(self, content: str | None, calls: list[str]) -> None:
+        line = (content or "").strip().split("\n", 1)[0]
+        line = line if len(line) <= 160 else line[:157] + "..."
+        text = line or f"calling {', '.join(dict.fromkeys(calls))}"
+        self.thinking.append(text)
+        self._publish(ev.ThinkingStep(loop_id=self.id, lineage=self.lineage, text=text))
+
+    def _cited(self, text: str) -> list[Reference]:
+        by_number = {r.number: r for r in self.all_references}
+        return [by_number[n] for n in cited_numbers(text) if n in by_number]
+
+    async def _finalize(self, answer: str, owner: Any) -> tuple[bool, str]:
+        """Evaluations, then post-processors. ``(False, feedback)`` sends the model back (at most
+        ``max_corrections`` times per answer owner: the loop, or one request); else ``(True, answer)``."""
+        verdicts = [await evaluate(fn, answer, self) for fn in self.evaluations]
+        self.evaluation_results.extend(verdicts)
+        failed = [v for v in verdicts if not v.passed]
+        send_back = bool(failed) and owner._corrections < self.max_corrections
+        for verdict in verdicts:
+            self._publish(ev.EvaluationRun(
+                loop_id=self.id, lineage=self.lineage, name=verdict.name, passed=verdict.passed,
+                feedback=verdict.feedback, attempt=owner._corrections + 1, sent_back=send_back and not verdict.passed,
+            ))
+        if send_back:
+            owner._corrections += 1
+            problems = "; ".join(f"{v.name}: {v.feedback}" for v in failed)
+            note = f"[your answer did not pass evaluation ({problems}). Correct it and answer again.]"
+            self.transcript.append(Message("user", note, kind="evaluation"))
+            return False, note
+        for fn in self.postprocessors:
+            try:
+                value = await call_hook(fn, answer, self)
+            except Exception as err:  # noqa: BLE001 - the answer stands; the failure is recorded
+                self._notify(None, f"post-processor {hook_name(fn)} failed: {type(err).__name__}: {err}")
+                continue
+            if isinstance(value, str):
+                answer = value
+        return True, answer
+
+    def _multi_answer(self) -> str:
+        answers = {r.request_id: r.answer for r in self.requests if r.status is Status.FINISHED}
+        self._result_obj = answers
+        return f"completed requests: {', '.join(answers) or 'none'}"
+
+    def _fail_open(self, why: str) -> None:
+        for r in self.open_requests():
+            r._end(Status.FAILED, UnityError(f"request {r.request_id}: {why}"))
+
+    async def _maybe_compress(self) -> None:
+        """Summarise the older part of the wire when it nears the context window."""
+        if not self.context_window:
+            return
+        count = self.count_tokens or estimate_tokens
+        before = count(self._wire)
+        if before < self.compress_at * self.context_window:
+            return
+        head, middle, tail = split_for_compression(self._wire, self.keep_last)
+        if not middle or (len(middle) == 1 and str(middle[0].get("content", "")).startswith(SUMMARY_TAG)):
+            return  # nothing older than the kept turns to summarise
+        if self._summary_failed_at == self._turns:
+            return
+        request = ModelRequest(
+            messages=[{"role": "system", "content": SUMMARY_PROMPT}, {"role": "user", "content": render_for_summary(middle)}],
+            tools=[], tool_choice="none", options=self.options,
+        )
+        try:
+            reply = await self.model.complete(request, None)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # noqa: BLE001 - go on uncompressed; the model may still cope
+            self._summary_failed_at = self._turns
+            self._notify(None, f"context compression failed ({type(err).__name__}: {err}); continuing uncompressed")
+            return
+        self.usage += reply.usage
+        summary = {"role": "user", "content": f"{SUMMARY_TAG}\n{reply.content or ''}"}
+        self._wire = [*head, summary, *tail]
+        self.compressions += 1
+        after = count(self._wire)
+        self.transcript.append(Message(
+            "system", f"[context compressed: {len(middle)} earlier messages summarised for the model; the transcript keeps them]",
+            kind="compression",
+        ))
+        self._publish(ev.ContextCompressed(
+            loop_id=self.id, lineage=self.lineage, messages_before=len(head) + len(middle) + len(tail),
+            messages_after=len(self._wire), tokens_before=before, tokens_after=after, summarised=len(middle),
+        ))
 
     async def _run_tools(self, records: list[ToolCallRecord], wire_msg: dict) -> None:
         tasks = [self._loop.create_task(self._run_one(rec)) for rec in records]
@@ -802,6 +1166,8 @@ class LoopHandle:
             for rec in records:
                 self._wire.append({"role": "tool", "tool_call_id": rec.id, "content": rec.result or ""})
             self._wire.extend(deferred)
+            if self.time_awareness:
+                self._wire.append({"role": "user", "content": time_note(self.started_at)})
 
     async def _route(self, records: list[ToolCallRecord], wire_msg: dict, deferred: list[dict]) -> None:
         """Steering arrived while tools (with live children) run: let the model route it."""
@@ -884,7 +1250,7 @@ class LoopHandle:
             async with self._sem:
                 while self._paused:  # no new tool starts while paused
                     await self._resume_evt.wait()
-                await self._execute(rec, self._tool_named(rec.name))
+                await self._execute(rec, self._lookup(rec.name))
         finally:
             if rec.result is None:  # cancelled before or while running: still exactly one result
                 self._finish_call(rec, f"cancelled: {self._stop_reason or 'the loop was cancelled'}", True, 0.0)
@@ -896,19 +1262,32 @@ class LoopHandle:
             known = ", ".join(sorted(t.name for t in self._available_tools())) or "none"
             self._finish_call(rec, f"error: there is no tool named {rec.name!r}; available: {known}", True, 0.0)
             return
+        request_id = None
         try:
             arguments = rec.arguments
             share = self.parent_context == "always"
-            if self.parent_context == "model":
+            extras = self._extra_properties(tool)
+            if extras:
                 raw = json.loads(arguments or "{}")
-                share = bool(raw.pop("include_parent_context", False)) if isinstance(raw, dict) else False
-                arguments = json.dumps(raw)
+                if isinstance(raw, dict):
+                    if "include_parent_context" in extras:
+                        share = bool(raw.pop("include_parent_context", False))
+                    if "request_id" in extras:
+                        request_id = raw.pop("request_id", None)
+                        if request_id is not None:
+                            self._request(str(request_id))
+                    arguments = json.dumps(raw)
             kwargs = tool.parse(arguments)
-        except (ValueError, json.JSONDecodeError) as err:
+        except (ValueError, json.JSONDecodeError, UserError) as err:
             self._finish_call(rec, f"error: {err}", True, time.perf_counter() - t0)
             return
+        if request_id is None and self._multi:
+            open_now = self.open_requests()
+            request_id = open_now[0].request_id if len(open_now) == 1 else None
+        if request_id is not None:
+            self._call_requests[rec.id] = request_id
         if tool.ctx_param:
-            kwargs[tool.ctx_param] = ToolContext(self, rec.id, rec.name, rec)
+            kwargs[tool.ctx_param] = ToolContext(self, rec.id, rec.name, rec, request_id)
         token = _CALL.set((self, rec.id, share))
         out_token = tool_output.set(lambda text, _stream="stdout": self._tool_printed(rec, text))
         try:
@@ -918,11 +1297,19 @@ class LoopHandle:
                 value = await asyncio.to_thread(tool.fn, **kwargs)
             if inspect.isawaitable(value) and not isinstance(value, LoopHandle):
                 value = await value
-            if isinstance(value, LoopHandle):
-                self._adopt_child(value, rec.id)
-                rec.child = value
-                value = await value.result()
-            result, error = render_result(value), False
+            if isinstance(value, HandOff):
+                result, error = self._take_handoff(rec, value.handle), False
+            else:
+                if isinstance(value, LoopHandle):
+                    self._adopt_child(value, rec.id)
+                    rec.child = value
+                    value = await value.result()
+                if isinstance(value, ToolResult):
+                    result = self._with_references(rec, value)
+                else:
+                    result = render_result(value)
+                error = False
+                self.called_tools.add(rec.name)
         except asyncio.CancelledError:
             raise
         except Stopped as err:
@@ -935,6 +1322,29 @@ class LoopHandle:
             _CALL.reset(token)
             tool_output.reset(out_token)
         self._finish_call(rec, result, error, time.perf_counter() - t0)
+
+    def _take_handoff(self, rec: ToolCallRecord, child: LoopHandle) -> str:
+        self._adopt_child(child, rec.id)
+        rec.child = child
+        self._handoff = child
+        self._publish(ev.ControlHandedOff(loop_id=self.id, lineage=self.lineage, call_id=rec.id, child_id=child.id, child_name=child.name))
+        return f"control handed to {child.name!r}: it goes on by itself, and this loop ends"
+
+    def _with_references(self, rec: ToolCallRecord, value: ToolResult) -> str:
+        """Number the result's references and show them to the model with it."""
+        text = render_result(value.content)
+        lines = []
+        for ref in value.references:
+            if not isinstance(ref, Reference):
+                raise TypeError(f"ToolResult.references holds Reference objects, not {type(ref).__name__}")
+            ref.number = len(self.all_references) + 1
+            ref.tool = rec.name
+            self.all_references.append(ref)
+            body = ref.text if len(ref.text) <= 2000 else ref.text[:2000] + " ..."
+            lines.append(f"[{ref.number}] {ref.title}" + (f" ({ref.url})" if ref.url else "") + (f": {body}" if body else ""))
+        if lines:
+            text += "\nReferences (cite them as [n] where you use them):\n" + "\n".join(lines)
+        return text
 
     def _tool_printed(self, rec: ToolCallRecord, text: str) -> None:
         rec.output += text
@@ -982,6 +1392,18 @@ def start_loop(
     name: str | None = None,
     bus: ev.EventBus | None = None,
     options: dict | None = None,
+    multi: bool = False,
+    persist: bool = False,
+    context_window: int | None = None,
+    compress_at: float = 0.8,
+    keep_last: int = 8,
+    count_tokens: Callable[[list[dict]], int] | None = None,
+    dynamic_tools: Callable[[LoopHandle], Iterable[Callable[..., Any] | Tool]] | None = None,
+    time_awareness: bool = False,
+    prompt_cache: bool | Literal["openai", "anthropic"] = False,
+    evaluations: Sequence[Callable[..., Any]] = (),
+    max_corrections: int = 1,
+    postprocessors: Sequence[Callable[..., Any]] = (),
 ) -> LoopHandle:
     """Start a steerable tool loop on the running event loop and return its handle at once.
 
@@ -992,10 +1414,35 @@ def start_loop(
     loop becomes that loop's child (steering reaches it); ``parent_context`` says whether
     children of *this* loop see its conversation: ``"always"``, ``"never"``, or ``"model"``
     (each tool gets an ``include_parent_context`` flag the model sets).
+
+    Policies (see ``unity_nb.discovery_first``): ``tool_policy`` may also take the loop as a
+    third argument; ``dynamic_tools(loop)`` adds tools computed from state at each step;
+    ``time_awareness`` notes the wall-clock time after each batch of tool results;
+    ``prompt_cache`` adds caching hints (``True``/``"openai"``: a ``prompt_cache_key``;
+    ``"anthropic"``: ``cache_control`` breakpoints).
+
+    ``multi=True`` serves several requests in one context: the task is the first,
+    ``h.submit(text)`` adds more (each a :class:`RequestHandle`), the model completes each with
+    ``final_answer(request_id, answer)``; the loop ends when all are done (its result is
+    ``{request_id: answer}``), or with ``persist=True`` waits for more until stopped.
+    ``max_steps`` then counts from the latest request.
+
+    ``context_window`` (tokens) turns on compression: when the next request would exceed
+    ``compress_at`` of it (``count_tokens(messages)``, by default about four characters a
+    token), the model summarises all but the head and the last ``keep_last`` messages; the
+    transcript and events keep everything.
+
+    Around the final answer: ``evaluations`` (``fn(answer, loop)`` returning an
+    :class:`Evaluation`, ``True``/``None`` to pass, or feedback text to fail) send the model back
+    at most ``max_corrections`` times; ``postprocessors`` (``fn(answer, loop) -> str``) transform
+    it. A tool that returns ``unity_nb.handoff(handle)`` ends the loop with that handle as result.
     """
     return LoopHandle(
         task, model=model, tools=tools, system=system, name=name, max_steps=max_steps,
         max_parallel_tools=max_parallel_tools, interrupt_on_interject=interrupt_on_interject,
         first_step_tools=first_step_tools, tool_policy=tool_policy, parent_context=parent_context,
-        bus=bus, options=options,
+        bus=bus, options=options, multi=multi, persist=persist, context_window=context_window,
+        compress_at=compress_at, keep_last=keep_last, count_tokens=count_tokens, dynamic_tools=dynamic_tools,
+        time_awareness=time_awareness, prompt_cache=prompt_cache, evaluations=evaluations,
+        max_corrections=max_corrections, postprocessors=postprocessors,
     )

@@ -39,22 +39,24 @@ class ToolContext:
     status says ``waiting`` meanwhile); ``ctx.notify(text)`` reports progress without waiting.
     """
 
-    __slots__ = ("call_id", "handle", "record", "tool_name")
+    __slots__ = ("call_id", "handle", "record", "request_id", "tool_name")
 
-    def __init__(self, handle: LoopHandle, call_id: str, tool_name: str, record: Any = None) -> None:
+    def __init__(self, handle: LoopHandle, call_id: str, tool_name: str, record: Any = None, request_id: str | None = None) -> None:
         self.handle = handle
         self.call_id = call_id
         self.tool_name = tool_name
         self.record = record
         """The call's :class:`ToolCallRecord` (what the transcript and the widget show)."""
+        self.request_id = request_id
+        """In a multi-request loop: the request this call serves (when the model said, or only one is open)."""
 
     async def clarify(self, question: str) -> str:
         """Ask the person ``question``; return their answer."""
-        return await self.handle._clarify(self.call_id, question)
+        return await self.handle._clarify(self.call_id, question, self.request_id)
 
     def notify(self, text: str) -> None:
         """Report progress to whoever watches the handle (bottom-up, no waiting)."""
-        self.handle._notify(self.call_id, text)
+        self.handle._notify(self.call_id, text, self.request_id)
 
 
 @dataclass(slots=True)

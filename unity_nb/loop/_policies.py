@@ -1,0 +1,103 @@
+"""Loop policies: which tools a step offers, context compression, time awareness, prompt caching.
+
+``tool_policy(step, tools)`` or ``tool_policy(step, tools, loop)`` returns ``(mode, tools)``:
+``mode`` is ``"auto"``, ``"required"`` or ``"none"``, ``tools`` a subset (objects or names).
+:func:`discovery_first` is the policy of an explore-then-act loop.
+
+Compression keeps the head of the conversation (system messages and the task) and its latest
+messages verbatim, and replaces what lies between with a summary the model writes. The cut
+never separates a tool call from its result: the kept tail never starts with a tool result.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .._errors import UserError
+
+if TYPE_CHECKING:
+    from ._handle import LoopHandle
+    from ._tools import Tool
+
+__all__ = ("discovery_first", "estimate_tokens", "split_for_compression", "render_for_summary", "time_note", "SUMMARY_PROMPT", "SUMMARY_TAG")
+
+SUMMARY_TAG = "[summary of the earlier conversation, compressed to save context]"
+SUMMARY_PROMPT = (
+    "You compress the middle of a long working conversation so the work can go on in less context. "
+    "Write a faithful summary of it: the facts found (with exact values, names and identifiers), what "
+    "was tried and what failed, decisions made, what the user asked for or changed, and open questions. "
+    "Write plain text, as short as it can be without losing anything the work still needs."
+)
+
+
+def discovery_first(*names: str, required: bool = True) -> Callable[..., tuple[str, Sequence[Any]]]:
+    """A tool policy: offer only the discovery tools ``names`` until each has been called once
+    (successfully), then every tool. With ``required`` the model must call one meanwhile."""
+    if not names:
+        raise UserError("discovery_first needs the names of the discovery tools")
+
+    def policy(step: int, tools: Sequence[Tool], loop: LoopHandle) -> tuple[str, Sequence[Any]]:
+        missing = [n for n in names if n not in loop.called_tools]
+        if not missing:
+            return "auto", tools
+        offered = [t for t in tools if t.name in names]
+        if not offered:
+            return "auto", tools
+        return ("required" if required else "auto"), offered
+
+    policy.__name__ = f"discovery_first({', '.join(names)})"
+    return policy
+
+
+def estimate_tokens(messages: Sequence[dict]) -> int:
+    """About four characters a token: cheap, provider-neutral, good enough to decide when to compress."""
+    chars = 0
+    for m in messages:
+        content = m.get("content")
+        chars += len(content) if isinstance(content, str) else len(json.dumps(content)) if content else 0
+        for call in m.get("tool_calls") or ():
+            chars += len(call["function"]["name"]) + len(call["function"]["arguments"]) + 16
+        chars += 8
+    return chars // 4 + 1
+
+
+def split_for_compression(wire: list[dict], keep_last: int) -> tuple[list[dict], list[dict], list[dict]]:
+    """``(head, middle, tail)``: the head (system messages and the first user message), the part
+    to summarise, and the latest ``keep_last`` messages or more, starting at a message that is not
+    a tool result (so every tool call in the tail keeps its result, and none in the middle loses one)."""
+    h = 0
+    while h < len(wire) and wire[h].get("role") == "system":
+        h += 1
+    if h < len(wire) and wire[h].get("role") == "user":
+        h += 1
+    start = max(h, len(wire) - keep_last)
+    while start > h and wire[start].get("role") == "tool":
+        start -= 1
+    return wire[:h], wire[h:start], wire[start:]
+
+
+def render_for_summary(messages: Sequence[dict]) -> str:
+    lines = []
+    for m in messages:
+        role = m.get("role")
+        content = m.get("content")
+        text = content if isinstance(content, str) else json.dumps(content) if content else ""
+        if role == "tool":
+            lines.append(f"tool result ({m.get('tool_call_id')}): {text}")
+            continue
+        calls = m.get("tool_calls") or ()
+        if calls:
+            text += ("\n" if text else "") + "\n".join(
+                f"calls {c['function']['name']}({c['function']['arguments']}) [{c['id']}]" for c in calls
+            )
+        lines.append(f"{role}: {text}")
+    return "\n".join(lines)
+
+
+def time_note(started: float) -> str:
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now))
+    return f"[time now: {stamp}; {now - started:.1f} s since this task began]"

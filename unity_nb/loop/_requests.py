@@ -1,0 +1,128 @@
+"""Several requests served by one loop (``start_loop(..., multi=True)``).
+
+Every request shares the loop's context, and has a handle of its own: a short ``request_id``
+(``r1``, ``r2``, ...), its own ``result()``, clarifications, notifications and ``stop()``. The
+model sees each request as ``[request r2] ...`` and completes it with the tool
+``final_answer(request_id, answer)``; a plain answer completes the only open request. The
+loop ends when every request is done, or with ``persist=True`` waits for more until stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from .. import events as ev
+from .._errors import HandleStateError, Stopped, UserError
+from ._status import Status
+
+if TYPE_CHECKING:
+    from ._handle import LoopHandle
+
+__all__ = ("RequestHandle",)
+
+MULTI_NOTE = (
+    "You serve several requests in this one conversation. Each arrives as '[request <id>] <text>', and "
+    "messages about one say which. Complete each request with the tool final_answer(request_id, answer) "
+    "as soon as it is done, in any order; other tools may take a request_id saying which request they serve."
+)
+
+
+class RequestHandle:
+    """One request of a multi-request loop. ``await r`` gives its answer."""
+
+    def __init__(self, loop: LoopHandle, request_id: str, text: str) -> None:
+        self.loop = loop
+        self.request_id = request_id
+        self.text = text
+        self._status = Status.RUNNING
+        self._done = asyncio.Event()
+        self._answer: str | None = None
+        self._error: BaseException | None = None
+        self._clar_queue: asyncio.Queue[dict] = asyncio.Queue()
+        self._note_queue: asyncio.Queue[dict] = asyncio.Queue()
+        self._waiting = 0
+        self._corrections = 0
+
+    def __repr__(self) -> str:
+        return f"<unity request {self.request_id!r} of {self.loop.name!r}: {self.status.value}>"
+
+    @property
+    def status(self) -> Status:
+        if self._status is not Status.RUNNING:
+            return self._status
+        return Status.WAITING if self._waiting else Status.RUNNING
+
+    @property
+    def answer(self) -> str | None:
+        return self._answer
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    async def result(self) -> str:
+        """Wait for this request's answer; raise :class:`Stopped` or the error it failed with."""
+        await self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._answer or ""
+
+    def __await__(self):
+        return self.result().__await__()
+
+    async def interject(self, message: str) -> None:
+        """A message about this request, delivered to the loop's model tagged with its id."""
+        if self.done():
+            raise HandleStateError(
+                f"cannot interject into request {self.request_id!r}: it is {self.status.value}", state=self.status.value
+            )
+        await self.loop.interject(message, request_id=self.request_id)
+
+    async def stop(self, reason: str | None = None) -> None:
+        """Stop this request (the model is told); the last open request of a loop that does not
+        persist stops the loop."""
+        if self.done():
+            return
+        await self.loop._stop_request(self, reason or "stopped by the user")
+
+    async def ask(self, question: str, **options: Any) -> LoopHandle:
+        return await self.loop.ask(f"(about request {self.request_id}: {self.text[:200]!r}) {question}", **options)
+
+    async def next_clarification(self) -> dict:
+        """The next question a tool serving this request asks the person."""
+        while True:
+            item = await self._clar_queue.get()
+            owner = item["handle"]
+            if item["call_id"] in owner._clarifications:
+                return {k: v for k, v in item.items() if k != "handle"}
+
+    async def answer_clarification(self, call_id: str, answer: str) -> None:
+        await self.loop.answer_clarification(call_id, answer)
+
+    async def next_notification(self) -> dict:
+        """The next progress note from a tool serving this request."""
+        return await self._note_queue.get()
+
+    # -- ending (called by the loop) ----------------------------------------------------------
+
+    def _finish(self, answer: str) -> None:
+        self._answer = answer
+        self._end(Status.FINISHED, None)
+
+    def _end(self, status: Status, error: BaseException | None) -> None:
+        if self.done():
+            return
+        self._status = status
+        self._error = error
+        self._done.set()
+        reason = error.reason if isinstance(error, Stopped) else (str(error) if error else None)
+        self.loop._publish(ev.RequestFinished(
+            loop_id=self.loop.id, lineage=self.loop.lineage, request_id=self.request_id, status=status.value,
+            answer=self._answer, reason=reason,
+        ))
+
+
+def check_text(text: Any) -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise UserError("submit needs a request: a non-empty string")
+    return text
