@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 from jupyter_client.manager import start_new_kernel
 
 
 class Kernel:
-    def __init__(self):
-        self.km, self.kc = start_new_kernel(kernel_name="python3")
+    def __init__(self, env=None):
+        extra = {"env": {**os.environ, **env}} if env else {}
+        self.km, self.kc = start_new_kernel(kernel_name="python3", **extra)
 
     def run(self, code, timeout=60):
         """Execute a cell; return its stdout; fail on an error."""
@@ -35,6 +38,14 @@ class Kernel:
         """What a browser sends when a button of the widget is clicked."""
         msg = self.kc.session.msg("comm_msg", {"comm_id": comm_id, "data": {"method": "custom", "content": content}})
         self.kc.shell_channel.send(msg)
+
+    def kill(self):
+        """SIGKILL the kernel process: no cleanup of any kind runs in it."""
+        pid = self.value("__import__('os').getpid()")
+        os.kill(pid, signal.SIGKILL)
+        self.km.provisioner.process.wait(timeout=30)
+        self.kc.stop_channels()
+        self.km.cleanup_resources()
 
     def close(self):
         self.kc.stop_channels()

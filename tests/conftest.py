@@ -1,6 +1,11 @@
 import asyncio
+import os
+import tempfile
 
 import pytest
+
+# every store a test (or a kernel or notebook a test starts) opens by default lives here, not in the repository
+os.environ.setdefault("UNITY_NB_STORE", os.path.join(tempfile.mkdtemp(prefix="unity_nb_tests_"), "state.db"))
 
 
 async def settle(ticks: int = 50) -> None:

@@ -97,6 +97,7 @@ class Actor:
         code_timeout: float | None = 60.0,
         references: bool = True,
         system: str | None = None,
+        instructions: str | None = None,
         bus: ev.EventBus | None = None,
     ) -> None:
         if approval not in ("never", "first", "always"):
@@ -117,21 +118,29 @@ class Actor:
         self.code_timeout = code_timeout
         self.references = references
         self.system = system
+        self.instructions = instructions
+        """Appended to the system prompt (a registry's description of its managers, say)."""
+        self.extra_tools: list[Tool] = []
+        """JSON tools offered beside the registered ones."""
+        self.loop_options: dict[str, Any] = {}
+        """Options for every run's loop (``tool_policy``, ``evaluations``, ...); ``act`` options win."""
         self.bus = bus
 
     @property
     def tools(self) -> list[Tool]:
-        return list(self._tools) if self._tools is not None else registered_tools()
+        base = list(self._tools) if self._tools is not None else registered_tools()
+        return base + [t for t in self.extra_tools if all(t.name != b.name for b in base)]
 
     def act(self, task: str, *, name: str | None = None, model: Any = None, **options: Any) -> ActorHandle:
         """Start working on ``task`` in the background; return the steerable handle at once."""
         model = model or self.model or _default_model()
+        options = {**self.loop_options, **options}
         return ActorHandle(task, actor=self, model=model, name=name, bus=options.pop("bus", self.bus), **options)
 
 
 def act(task: str, **options: Any) -> ActorHandle:
     """``unity_nb.act(task, model=..., ...)``: an :class:`Actor` with ``options``, started on ``task``."""
-    actor_keys = {"namespace", "primitives", "tools", "approval", "code_timeout", "references", "system"}
+    actor_keys = {"namespace", "primitives", "tools", "approval", "code_timeout", "references", "system", "instructions"}
     actor_opts = {k: options.pop(k) for k in list(options) if k in actor_keys}
     return Actor(options.pop("model", None), **actor_opts).act(task, **options)
 
@@ -185,7 +194,8 @@ class ActorHandle(LoopHandle):
             tools_hint=_TOOLS_HINT if self._json_tools and self.actor.references else "",
         )
         variables = user_variables(self.namespace, self.actor.hidden)
-        return prompt + "\nVariables in the namespace now:\n" + describe_namespace(variables)
+        extra = f"\n{self.actor.instructions}\n" if self.actor.instructions else ""
+        return prompt + extra + "\nVariables in the namespace now:\n" + describe_namespace(variables)
 
     def _available_tools(self) -> list[Tool]:
         tools: list[Tool] = [self._exec_tool]

@@ -24,12 +24,14 @@ def _keep_question_marks(lines: list[str]) -> list[str]:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """``%load_ext unity_nb``: register the ``%unity`` magics (and keep ``?`` in ``%unity`` lines)."""
+    """``%load_ext unity_nb``: register the ``%unity`` magics (and keep ``?`` in ``%unity`` lines), and
+    open the store that records every loop (``.unity_nb/state.db`` beside the notebook by default)."""
     from ._magics import UnityMagics
 
     from . import _output
 
     ipython.register_magics(UnityMagics)
+    ipython.magics_manager.registry["UnityMagics"].store  # noqa: B018 - record every loop from now on
     _output.install()
     if _keep_question_marks not in ipython.input_transformers_cleanup:
         ipython.input_transformers_cleanup.append(_keep_question_marks)
@@ -40,6 +42,9 @@ def unload_ipython_extension(ipython: Any) -> None:
     from . import _output
 
     _output.uninstall()
+    registered = ipython.magics_manager.registry.get("UnityMagics")
+    if registered is not None:
+        registered.close()
     magics = ipython.magics_manager.magics
     magics["line"].pop("unity", None)
     magics["cell"].pop("unity", None)

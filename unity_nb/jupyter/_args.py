@@ -20,6 +20,8 @@ HELP = {
     "    Its plans run in this notebook's namespace: your variables are used by name, what it creates stays.\n"
     "    --approval first|always: plans wait for Run (in the widget, or %unity approve NAME).",
     "list": "%unity list\n    Live and finished handles: name, status, steps, tokens, elapsed.",
+    "history": "%unity history [N]\n    Past loops from the store (also from earlier kernels): name, task, status, started, steps.\n"
+    "    A loop whose kernel died before it ended shows as interrupted.",
     "pause": "%unity pause NAME\n    Pause the operation NAME (and its sub-operations).",
     "resume": "%unity resume NAME\n    Resume the operation NAME.",
     "interject": "%unity interject NAME MESSAGE\n    Send MESSAGE to the operation NAME while it runs.",
@@ -131,6 +133,10 @@ def parse(line: str, cell: str | None = None) -> Command:
     elif sub == "list":
         if rest:
             raise _usage(sub, f"%unity list takes no arguments, got {rest!r}")
+    elif sub == "history":
+        if rest and not rest.isdigit():
+            raise _usage(sub, f"%unity history takes an optional number of rows, not {rest!r}")
+        cmd.options["limit"] = int(rest) if rest else None
     else:
         name, _, text = rest.partition(" ")
         if not name:

@@ -35,6 +35,9 @@ class UnityMagics(Magics):
     show_widgets = Bool(True, help="Display a live widget for each operation started.").tag(config=True)
     approval = Unicode("never", help="Default approval mode of %unity act: never, first or always.").tag(config=True)
     code_timeout = Float(60.0, help="Seconds a plan may compute without awaiting before it is interrupted.").tag(config=True)
+    store_path = Unicode(
+        help="SQLite file recording every loop's events (else $UNITY_NB_STORE, else .unity_nb/state.db); 'off' disables.",
+    ).tag(config=True)
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell, **kwargs)
@@ -43,6 +46,29 @@ class UnityMagics(Magics):
         self.widgets: dict[str, Any] = {}
         self.model: Any = None
         self._count = 0
+        self._store: Any = None
+
+    @property
+    def store(self) -> Any:
+        """The store recording the default bus's events (opened on first use; ``None`` when off)."""
+        if self._store is None:
+            from ..events import default_bus
+            from ..store import Store, default_store_path
+
+            path = self.store_path or default_store_path()
+            if path == "off":
+                return None
+            try:
+                self._store = Store(path)
+            except UserError as err:
+                raise UsageError(f"{err}\n(set %config UnityMagics.store_path = 'off' to run without a store)") from None
+            self._store.attach(default_bus())
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
 
     # -- entry ----------------------------------------------------------------------------
 
@@ -101,6 +127,7 @@ class UnityMagics(Magics):
 
     def _act(self, cmd: Command) -> LoopHandle:
         model = self.current_model()
+        self.store  # noqa: B018 - record this operation from its first event
         name = cmd.options.get("name")
         if name is None:
             self._count += 1
@@ -153,6 +180,12 @@ class UnityMagics(Magics):
             for n, h in self.handles.items()
         ]
         return pd.DataFrame(rows, columns=["name", "status", "steps", "tool_calls", "tokens_in", "tokens_out", "elapsed_s", "task"])
+
+    def _history(self, cmd: Command) -> Any:
+        store = self.store
+        if store is None:
+            raise UsageError(f"the store is off (UnityMagics.store_path = 'off'): no history is kept\n\n{HELP['history']}")
+        return store.history(limit=cmd.options.get("limit"))
 
     def _find(self, cmd: Command) -> LoopHandle:
         handle = self.handles.get(cmd.name or "")

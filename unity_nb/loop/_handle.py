@@ -407,6 +407,12 @@ class LoopHandle:
         return Status.RUNNING
 
     @property
+    def messages(self) -> list[dict]:
+        """A copy of the conversation as the model receives it (OpenAI wire format): always valid,
+        every tool call followed by its result; compressed when the loop compresses."""
+        return [dict(m) for m in self._wire]
+
+    @property
     def result_value(self) -> str | None:
         """The final answer once finished (``None`` before, or if it did not finish)."""
         return self._answer
@@ -513,6 +519,17 @@ class LoopHandle:
         about = f" about request {request_id}" if request_id else ""
         self._pending_notes.append(f"[interjection from the user{about}] {message}")
         self._publish(ev.Steering(loop_id=self.id, lineage=self.lineage, action="interject", message=message, request_id=request_id))
+        self._nudge()
+
+    def post(self, message: str, *, kind: str = "message") -> None:
+        """Deliver ``message`` to the model verbatim before its next call (like an interjection,
+        without the "from the user" label): a durable task's queue uses it for child completions."""
+        self._require_live("post to")
+        if not isinstance(message, str) or not message.strip():
+            raise UserError("post needs a non-empty message")
+        self.transcript.append(Message("user", message, kind=kind))
+        self._pending_notes.append(message)
+        self._publish(ev.Notification(loop_id=self.id, lineage=self.lineage, call_id=None, text=message))
         self._nudge()
 
     def _nudge(self) -> None:

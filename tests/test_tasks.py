@@ -1,0 +1,250 @@
+"""Durable tasks (UniCore semantics) over a real SQLite store, driven by ScriptedModel,
+synchronised on events and on the tasks' own handles."""
+
+import asyncio
+import json
+
+import pytest
+
+import unity_nb as u
+from conftest import tool_messages
+from unity_nb.managers import TasksManager, repair_history
+from unity_nb.store import Store
+
+T = 10
+
+
+def users(messages):
+    return [m["content"] for m in messages if m["role"] == "user"]
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(tmp_path / "state.db")
+    yield s
+    s.close()
+
+
+def manager(store, script, bus=None, **kw):
+    return TasksManager(store=store, model=u.ScriptedModel(script), namespace={}, bus=bus or u.EventBus(), **kw)
+
+
+async def test_a_task_keeps_its_conversation_in_turns(store):
+    seen = []
+
+    def script(messages, tools):
+        seen.append(users(messages))
+        return f"answer {len(seen)}"
+
+    tm = manager(store, script)
+    t = tm.create("report", "Write the weekly report.")
+    assert t.status == "new" and tm.list() == [t]
+    assert await tm.execute(t.id) == "answer 1"
+    assert tm.get(t.id).status == "idle" and tm.get(t.id).result == "answer 1"
+    assert seen[0] == ["Task 'report': Write the weekly report."]
+    # idle, and the last turn ended with an answer: a message starts a new turn that sees the old ones
+    assert await tm.run(t.id, "Now shorten it.") == "answer 2"
+    assert seen[1] == ["Task 'report': Write the weekly report.", "Now shorten it."]
+    turns = tm.turns(t.id)
+    assert [(x["turn"], x["summary"]) for x in turns] == [(0, "answer 1"), (1, "answer 2")]
+    assert [m["role"] for m in turns[1]["messages"]] == ["user", "assistant"]
+    assert all(x["ended"] for x in turns)
+
+
+async def test_edit_reorder_and_clear_errors(store):
+    tm = manager(store, lambda m, t: "x")
+    a, b, c = (tm.create(n, f"do {n}") for n in "abc")
+    assert [t.name for t in tm.reorder([c.id, a.id])] == ["c", "a", "b"]
+    assert tm.edit(b.id, description="do b better").description == "do b better"
+    with pytest.raises(u.UserError, match="there is no task 'nope'"):
+        tm.get("nope")
+    with pytest.raises(u.UserError, match="needs a description"):
+        tm.create("x", " ")
+    with pytest.raises(u.UserError, match="needs store="):
+        TasksManager(store=None)
+
+
+def parent_script(n_children, gate=None, seen=None):
+    """A parent that spawns n children, then answers; later turns report what it was told."""
+
+    async def script(messages, tools):
+        texts = users(messages)
+        done = tool_messages(messages)
+        if messages[-1]["role"] == "user" and "child task" in messages[-1]["content"] and seen is not None:
+            seen.append(messages[-1]["content"])
+        if len(done) < n_children and not any("child task" in t for t in texts):
+            return [u.call_tool("spawn_task", name=f"child{i}", description=f"part {i}") for i in range(n_children)]
+        if gate is not None:
+            await gate.wait()
+        notices = sum(1 for t in texts if t.startswith("[child task"))
+        return f"parent saw {notices} completions"
+
+    return script
+
+
+async def test_a_child_completing_while_the_parent_runs_lands_in_its_current_turn(store):
+    parent_gate = asyncio.Event()
+    child_gate = asyncio.Event()
+
+    async def script(messages, tools):
+        first = users(messages)[0]
+        if first.startswith("Task 'child"):
+            await child_gate.wait()
+            return "child result 42"
+        done = tool_messages(messages)
+        if not done:
+            return u.call_tool("spawn_task", name="child", description="compute")
+        if not any("child result 42" in t for t in users(messages)):
+            child_gate.set()  # the child finishes while this (parent) call is in flight
+            await parent_gate.wait()
+            return u.call_tool("execute_code", code="waited = True", intent="keep working")
+        return "parent got the child's result"
+
+    tm = manager(store, script)
+    parent = tm.create("parent", "Delegate a computation.")
+    h = tm.execute(parent.id)
+    # the notice is posted into the running parent: wait for it, then let the parent go on
+    await h.wait_for("notification", lambda e: "child result 42" in e.text, timeout=T)
+    parent_gate.set()
+    assert await h == "parent got the child's result"
+    assert len(tm.turns(parent.id)) == 1  # no new turn: it landed in the current one
+    msgs = tm.messages(parent.id)
+    assert any("child result 42" in (m.get("content") or "") for m in msgs if m["role"] == "user")
+    child = tm.list(parent=parent.id)[0]
+    assert child.status == "idle" and child.result == "child result 42"
+
+
+async def test_a_child_completing_while_the_parent_is_idle_wakes_it_in_a_new_turn(store):
+    child_gate = asyncio.Event()
+
+    async def script(messages, tools):
+        texts = users(messages)
+        if texts[0].startswith("Task 'child"):
+            await child_gate.wait()
+            return "child says done"
+        if not tool_messages(messages):
+            return u.call_tool("spawn_task", name="child", description="slow work")
+        if any("child says done" in t for t in texts):
+            return "parent: the child is done"
+        return "parent: waiting for the child"
+
+    bus = u.EventBus()
+    tm = manager(store, script, bus=bus)
+    parent = tm.create("parent", "Delegate slow work.")
+    assert await tm.execute(parent.id) == "parent: waiting for the child"
+    assert tm.get(parent.id).status == "idle" and len(tm.turns(parent.id)) == 1
+    woken = asyncio.ensure_future(bus.wait_for("loop_finished", lambda e: e.result == "parent: the child is done", timeout=T))
+    child_gate.set()
+    await woken
+    turns = tm.turns(parent.id)
+    assert len(turns) == 2 and turns[1]["summary"] == "parent: the child is done"
+    assert turns[1]["messages"][0]["content"].startswith("[child task 'child'")
+
+
+async def test_four_children_completing_at_once_are_all_seen(store):
+    child_gate = asyncio.Event()
+    all_seen = asyncio.Event()
+
+    async def script(messages, tools):
+        texts = users(messages)
+        if texts[0].startswith("Task 'child"):
+            await child_gate.wait()
+            return f"result of {texts[0].split(':')[0]}"
+        if not tool_messages(messages):
+            return [u.call_tool("spawn_task", name=f"child{i}", description=f"part {i}") for i in range(4)]
+        notices = [t for t in texts if t.startswith("[child task")]
+        if len(notices) == 4:
+            all_seen.set()
+        return f"saw {len(notices)}"
+
+    tm = manager(store, script)
+    parent = tm.create("parent", "Split the work in four.")
+    assert await tm.execute(parent.id) == "saw 0"
+    child_gate.set()  # all four finish together while the parent is idle
+    await asyncio.wait_for(all_seen.wait(), T)
+    notices = [m["content"] for m in tm.messages(parent.id) if m["role"] == "user" and m["content"].startswith("[child task")]
+    assert sorted(n.split("'")[1] for n in notices) == ["child0", "child1", "child2", "child3"]
+    assert all(c.status == "idle" for c in tm.list(parent=parent.id))
+
+
+async def test_a_parent_resumes_a_child_with_a_new_message(store):
+    child_calls = []
+
+    async def script(messages, tools):
+        texts = users(messages)
+        if texts[0].startswith("Task 'child"):
+            child_calls.append(texts)
+            return f"child turn {len(child_calls)}"
+        done = tool_messages(messages)
+        if not done:
+            return u.call_tool("spawn_task", name="child", description="draft")
+        notices = [t for t in texts if t.startswith("[child task")]
+        if len(notices) == 1 and len(done) == 1:
+            child_id = notices[0].split("(")[1].split(")")[0]
+            return u.call_tool("message_task", child_id=child_id, message="make it longer")
+        return f"parent done after {len(notices)} notices"
+
+    bus = u.EventBus()
+    tm = manager(store, script, bus=bus)
+    parent = tm.create("parent", "Draft and refine.")
+    finished = asyncio.ensure_future(bus.wait_for("loop_finished", lambda e: e.result == "parent done after 2 notices", timeout=T))
+    tm.execute(parent.id)
+    await finished
+    assert child_calls[1][-1] == "make it longer" and len(child_calls[1]) == 2  # the child's 2nd turn sees its 1st
+    child = tm.list(parent=parent.id)[0]
+    assert [x["turn"] for x in tm.turns(child.id)] == [0, 1]
+
+
+async def test_an_interrupted_task_resumes_its_turn_from_the_store(tmp_path):
+    path = tmp_path / "state.db"
+    hang = asyncio.Event()
+
+    async def first_run(messages, tools):
+        if not tool_messages(messages):
+            return u.call_tool("execute_code", code="found = 7", intent="step one")
+        await hang.wait()  # the kernel "dies" during this model call
+
+    s1 = Store(path)
+    tm1 = manager(s1, first_run)
+    t = tm1.create("job", "Find the number.")
+    h = tm1.execute(t.id)
+    await h.wait_for("model_request", lambda e: e.step == 2, timeout=T)
+    # what a dead kernel leaves: the loop never ends, its session is gone
+    s1.execute("UPDATE tasks SET session = 'dead0000' WHERE id = ?", (t.id,))
+    s2 = Store(path)
+    seen = []
+
+    def second_run(messages, tools):
+        seen.append(messages)
+        return "the number is 7"
+
+    tm2 = manager(s2, second_run)
+    assert tm2.get(t.id).status == "interrupted"
+    assert await tm2.execute(t.id) == "the number is 7"
+    resumed = seen[0]
+    assert [m["role"] for m in resumed[1:]] == ["user", "assistant", "tool", "user"]
+    assert "found = 7" in resumed[2]["tool_calls"][0]["function"]["arguments"]
+    assert resumed[3]["content"].startswith("success: true")
+    assert resumed[-1]["content"].startswith("[this task's previous run was interrupted")
+    assert len(tm2.turns(t.id)) == 1  # resumed in the same turn
+    await h.stop()
+    s1.close(), s2.close()
+
+
+def test_repair_gives_every_tool_call_one_result():
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+        {"id": "b", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+    ]}
+    broken = [
+        {"role": "user", "content": "go"}, call, {"role": "tool", "tool_call_id": "a", "content": "ok"},
+        {"role": "tool", "tool_call_id": "a", "content": "duplicate"}, {"role": "tool", "tool_call_id": "zzz", "content": "orphan"},
+        {"role": "user", "content": "more"}, {"role": "tool", "tool_call_id": "q", "content": "orphan too"}, dict(call),
+    ]
+    fixed = repair_history(broken)
+    assert [(m["role"], m.get("tool_call_id")) for m in fixed] == [
+        ("user", None), ("assistant", None), ("tool", "a"), ("tool", "b"), ("user", None), ("assistant", None),
+        ("tool", "a"), ("tool", "b"),
+    ]
+    assert "interrupted" in fixed[3]["content"] and json.dumps(fixed)
+    assert repair_history(fixed) == fixed

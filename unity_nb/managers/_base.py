@@ -1,0 +1,106 @@
+"""The base of every manager: a slice of state behind a natural-language API.
+
+Each public method of a manager starts a tool loop over the manager's own tools and returns
+its handle at once (``await`` it for the answer; steer it like any loop). The method's
+docstring is the model-facing contract: the loop's system prompt is built from the class
+and method docstrings, and says who is calling (the person, the actor, or another manager,
+by its ``caller_description``). Managers talk to each other only through public methods.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar
+
+from .. import events as ev
+from .._errors import UserError
+from ..loop._handle import LoopHandle, current_loop, start_loop
+from ..loop._tools import Tool
+
+__all__ = ("Manager", "default_model")
+
+
+def default_model() -> Any:
+    name = os.environ.get("UNITY_NB_MODEL")
+    if not name:
+        raise UserError(
+            "this manager needs model=...: an OpenAIModel('gpt-4.1-mini'), a ScriptedModel(fn), or any object "
+            "with `async def complete(request, on_delta)` (or set UNITY_NB_MODEL)"
+        )
+    from ..models import OpenAIModel
+
+    return OpenAIModel(name)
+
+
+def _doc(obj: Any) -> str:
+    return inspect.getdoc(obj) or ""
+
+
+class Manager:
+    """Base class. Subclasses set ``alias`` and ``caller_description`` and implement public
+    methods with :meth:`_loop`."""
+
+    alias: ClassVar[str] = ""
+    """The name under which plans reach it: ``primitives.<alias>.<method>``."""
+    caller_description: ClassVar[str] = ""
+    """How this manager introduces itself when it calls another one."""
+    exposed: ClassVar[tuple[str, ...] | None] = None
+    """The methods a registry offers the actor by default (``None``: every public method)."""
+
+    def __init__(self, *, model: Any = None, bus: ev.EventBus | None = None, registry: Any = None) -> None:
+        self.model = model
+        self.bus = bus
+        self.registry = registry
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.alias!r}>"
+
+    # -- for subclasses -------------------------------------------------------------------
+
+    def _tools(self) -> list[Callable[..., Any] | Tool]:
+        """The tools the manager's loops use (its private API over its state)."""
+        return []
+
+    def _loop(
+        self, method: str, request: str, *, tools: Iterable[Callable[..., Any] | Tool] | None = None,
+        context: str = "", **options: Any,
+    ) -> LoopHandle:
+        """Start the loop behind public method ``method`` on ``request``."""
+        if not isinstance(request, str) or not request.strip():
+            raise UserError(f"{self.alias}.{method} needs a request: a non-empty string")
+        model = self.model or default_model()
+        fn = getattr(type(self), method, None)
+        system = "\n\n".join(p for p in (
+            f"You are the {type(self).__name__}: {_doc(type(self))}",
+            f"You are serving its method `{method}`: {_doc(fn)}" if fn is not None else "",
+            f"Who is calling: {self.caller()}.",
+            context,
+            "Use your tools to do what is asked; answer concisely with what you found or did.",
+        ) if p)
+        handle = start_loop(
+            request, model=model, tools=list(tools if tools is not None else self._tools()), system=system,
+            name=f"{self.alias}.{method}", bus=self.bus, **options,
+        )
+        handle.manager = self  # type: ignore[attr-defined] - who started it, for callers further down
+        return handle
+
+    @staticmethod
+    def caller() -> str:
+        """Who is calling right now: another manager (its description), the actor, or the person."""
+        loop = current_loop()
+        if loop is None:
+            return "the person, from the notebook"
+        manager = getattr(loop, "manager", None)
+        if manager is not None:
+            return f"the {type(manager).__name__}, {manager.caller_description}"
+        if getattr(loop, "actor", None) is not None:
+            return "the CodeAct actor, running a plan for the person"
+        return f"the loop {loop.name!r}"
+
+    def _other(self, alias: str) -> Manager:
+        """Another manager of the same registry (to call its public methods only)."""
+        if self.registry is None:
+            raise UserError(f"{type(self).__name__} needs the {alias!r} manager: register both in one Registry")
+        return self.registry.manager(alias)

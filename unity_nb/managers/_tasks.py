@@ -1,0 +1,429 @@
+"""Durable tasks with turns, a message queue and parent/child tasks (after UniCore).
+
+A task is a conversation kept in the store, in **turns**. Everything that reaches a task goes
+through its **queue** first (a person's message, a child's completion notice), and one place
+moves queued messages into the conversation:
+
+- while the task runs, they are delivered into its current turn (the model sees them before
+  its next call);
+- while it is idle, they start a **new turn** (all messages queued by then, in order), but
+  only if the last turn ended with an answer; a turn cut short (the kernel died) is resumed
+  instead, its history repaired so every tool call has a result.
+
+A task runs through the actor (``execute``), and its plans may ``spawn_task`` children: a
+child runs on its own; when its turn ends, a completion notice is queued for the parent,
+which wakes the parent in a new turn if it is idle. ``message_task`` resumes a child with a
+new message. Messages are written to the store before each model call, so a kernel that
+dies loses at most the step in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import json
+import secrets
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .. import events as ev
+from .._errors import HandleStateError, UserError
+from ..loop._handle import LoopHandle
+from ._base import Manager
+
+__all__ = ("Task", "TasksManager", "repair_history")
+
+_INTERRUPTED = "[this task's previous run was interrupted before it finished (the kernel stopped); continue where it left off]"
+
+
+@dataclass
+class Task:
+    """One durable task as stored."""
+
+    id: str
+    name: str
+    description: str
+    status: str
+    """``new``, ``running``, ``idle`` (its last turn ended), ``stopped``, ``failed``, or
+    ``interrupted`` (it was running in a kernel that is gone)."""
+    parent_id: str | None
+    position: float
+    created: float
+    updated: float
+    result: str | None = None
+    """The answer that ended its last turn."""
+
+
+def repair_history(messages: list[dict]) -> list[dict]:
+    """Every assistant tool call followed by exactly one result, no result without its call:
+    missing results become error results saying the run was interrupted; orphans are dropped."""
+    out: list[dict] = []
+    i = 0
+    while i < len(messages):
+        m = messages[i]
+        i += 1
+        if m.get("role") == "tool":
+            continue  # a result whose call is not right before it
+        out.append(m)
+        calls = [c["id"] for c in m.get("tool_calls") or ()]
+        seen: set[str] = set()
+        while i < len(messages) and messages[i].get("role") == "tool":
+            r = messages[i]
+            i += 1
+            if r.get("tool_call_id") in calls and r["tool_call_id"] not in seen:
+                seen.add(r["tool_call_id"])
+                out.append(r)
+        for cid in calls:
+            if cid not in seen:
+                out.append({"role": "tool", "tool_call_id": cid, "content": "error: no result was recorded (the run was interrupted)"})
+    return out
+
+
+def _soon(callback: Callable[..., Any], *args: Any) -> None:
+    asyncio.get_running_loop().call_soon(callback, *args, context=contextvars.Context())
+
+
+def _turn_ending(message: dict | None) -> bool:
+    return bool(message) and message.get("role") == "assistant" and not message.get("tool_calls")
+
+
+class TasksManager(Manager):
+    """Durable tasks: create, list, edit, reorder and execute them; each keeps its conversation
+    in turns across kernel restarts, receives messages through a queue, and may spawn child
+    tasks whose completion wakes it."""
+
+    alias = "tasks"
+    caller_description = "running and organising the person's durable tasks"
+    exposed = ("ask", "update", "run")
+
+    def __init__(
+        self,
+        *,
+        store: Any,
+        model: Any = None,
+        bus: ev.EventBus | None = None,
+        registry: Any = None,
+        namespace: dict | None = None,
+        actor_options: dict | None = None,
+    ) -> None:
+        super().__init__(model=model, bus=bus, registry=registry)
+        if store is None:
+            raise UserError("TasksManager needs store=unity_nb.Store(path)")
+        self.store = store
+        self.namespace = namespace
+        self.actor_options = dict(actor_options or {})
+        self._live: dict[str, LoopHandle] = {}
+        self._scheduled: set[str] = set()
+        self._starting: dict[str, asyncio.Future] = {}
+
+    # ------------------------------------------------------------------ records
+
+    def _row(self, task_id: str) -> dict:
+        rows = self.store.query("SELECT * FROM tasks WHERE id = ?", (task_id,))
+        if not rows:
+            names = [r["id"] for r in self.store.query("SELECT id FROM tasks ORDER BY position")]
+            raise UserError(f"there is no task {task_id!r}; tasks: {names or 'none'}")
+        return rows[0]
+
+    def _task(self, row: dict) -> Task:
+        status = row["status"]
+        if status == "running" and row["id"] not in self._live and row["session"] != self.store.session:
+            status = "interrupted"
+        return Task(row["id"], row["name"], row["description"], status, row["parent_id"], row["position"],
+                    row["created"], row["updated"], row["result"])
+
+    def create(self, name: str, description: str, *, parent: str | None = None) -> Task:
+        """A new task (not started: :meth:`execute` or :meth:`send` starts it)."""
+        if not isinstance(name, str) or not name.strip():
+            raise UserError("a task needs a name")
+        if not isinstance(description, str) or not description.strip():
+            raise UserError("a task needs a description: what it is to do")
+        if parent is not None:
+            self._row(parent)
+        task_id = f"t{secrets.token_hex(3)}"
+        now = time.time()
+        top = self.store.query("SELECT MAX(position) AS p FROM tasks")[0]["p"] or 0
+        self.store.execute(
+            "INSERT INTO tasks (id, name, description, status, parent_id, position, created, updated)"
+            " VALUES (?, ?, ?, 'new', ?, ?, ?, ?)",
+            (task_id, name.strip(), description.strip(), parent, top + 1, now, now),
+        )
+        return self.get(task_id)
+
+    def get(self, task_id: str) -> Task:
+        return self._task(self._row(task_id))
+
+    def list(self, *, parent: str | None = None) -> list[Task]:
+        """Every task in order (or the children of ``parent``)."""
+        if parent is None:
+            rows = self.store.query("SELECT * FROM tasks ORDER BY position")
+        else:
+            rows = self.store.query("SELECT * FROM tasks WHERE parent_id = ? ORDER BY position", (parent,))
+        return [self._task(r) for r in rows]
+
+    def edit(self, task_id: str, *, name: str | None = None, description: str | None = None) -> Task:
+        row = self._row(task_id)
+        self.store.execute(
+            "UPDATE tasks SET name = ?, description = ?, updated = ? WHERE id = ?",
+            (name or row["name"], description or row["description"], time.time(), task_id),
+        )
+        return self.get(task_id)
+
+    def reorder(self, task_ids: Iterable[str]) -> list[Task]:
+        """Put these tasks first, in this order (the others keep their order after them)."""
+        ids = list(task_ids)
+        for tid in ids:
+            self._row(tid)
+        rest = [t.id for t in self.list() if t.id not in ids]
+        with self.store.transaction() as db:
+            for i, tid in enumerate(ids + rest):
+                db.execute("UPDATE tasks SET position = ? WHERE id = ?", (i + 1, tid))
+        return self.list()
+
+    def messages(self, task_id: str) -> list[dict]:
+        """The task's whole conversation (wire format), all turns, as stored."""
+        self._row(task_id)
+        return [json.loads(r["message"]) for r in self.store.query(
+            "SELECT message FROM task_messages WHERE task_id = ? ORDER BY n", (task_id,))]
+
+    def turns(self, task_id: str) -> list[dict]:
+        """``[{turn, started, ended, summary, messages}]``."""
+        self._row(task_id)
+        out = []
+        for t in self.store.query("SELECT * FROM task_turns WHERE task_id = ? ORDER BY turn", (task_id,)):
+            msgs = [json.loads(r["message"]) for r in self.store.query(
+                "SELECT message FROM task_messages WHERE task_id = ? AND turn = ? ORDER BY n", (task_id, t["turn"]))]
+            out.append({**t, "messages": msgs})
+        return out
+
+    def handle(self, task_id: str) -> LoopHandle | None:
+        """The live handle of a running task (``None`` when it is not running here)."""
+        h = self._live.get(task_id)
+        return h if h is not None and not h.done() else None
+
+    # ------------------------------------------------------------------ the queue
+
+    def send(self, task_id: str, message: str, *, type: str = "user", sender: str | None = None) -> None:
+        """Queue ``message`` for the task: delivered into its current turn if it runs, else it
+        starts a new turn (with everything else queued by then)."""
+        self._row(task_id)
+        if not isinstance(message, str) or not message.strip():
+            raise UserError("send needs a non-empty message")
+        self.store.execute(
+            "INSERT INTO task_queue (task_id, type, content, sender, ts) VALUES (?, ?, ?, ?, ?)",
+            (task_id, type, message, sender, time.time()),
+        )
+        self._activate(task_id)
+
+    def _take_queue(self, task_id: str) -> list[dict]:
+        with self.store.transaction() as db:
+            rows = [dict(r) for r in db.execute("SELECT * FROM task_queue WHERE task_id = ? ORDER BY id", (task_id,))]
+            db.execute("DELETE FROM task_queue WHERE task_id = ? AND id <= ?", (task_id, rows[-1]["id"] if rows else -1))
+        return rows
+
+    def _activate(self, task_id: str) -> None:
+        live = self.handle(task_id)
+        if live is not None:
+            for row in self._take_queue(task_id):
+                try:
+                    live.post(row["content"])
+                except HandleStateError:  # it ended meanwhile: the message starts the next turn
+                    self.store.execute(
+                        "INSERT INTO task_queue (task_id, type, content, sender, ts) VALUES (?, ?, ?, ?, ?)",
+                        (task_id, row["type"], row["content"], row["sender"], row["ts"]),
+                    )
+                    break
+            else:
+                return
+        self._schedule(task_id)
+
+    def _schedule(self, task_id: str) -> None:
+        """Start the task on the next tick (so messages queued in the same tick share its new
+        turn), in a fresh context: its loop is nobody's child."""
+        if task_id in self._scheduled:
+            return
+        self._scheduled.add(task_id)
+        _soon(self._start_scheduled, task_id)
+
+    def _start_scheduled(self, task_id: str) -> None:
+        self._scheduled.discard(task_id)
+        if self.handle(task_id) is not None:
+            return
+        waiting = self.store.query("SELECT 1 FROM task_queue WHERE task_id = ? LIMIT 1", (task_id,))
+        if waiting or self._row(task_id)["status"] == "new":
+            self._start(task_id)
+
+    # ------------------------------------------------------------------ running
+
+    def execute(self, task_id: str, **options: Any) -> LoopHandle:
+        """Run the task now and return its live handle (the running one if it runs already).
+        A new task starts its first turn; an interrupted one resumes its turn; an idle one
+        starts a new turn with its queued messages (or, with none, a request to go on)."""
+        live = self.handle(task_id)
+        if live is not None:
+            return live
+        return self._start(task_id, **options)
+
+    def _start(self, task_id: str, **options: Any) -> LoopHandle:
+        row = self._row(task_id)
+        task = self._task(row)
+        history = repair_history(self.messages(task_id))
+        queued = [q["content"] for q in self._take_queue(task_id)]
+        turns = self.store.query("SELECT turn, ended FROM task_turns WHERE task_id = ? ORDER BY turn", (task_id,))
+        ended = not turns or turns[-1]["ended"] is not None
+        if not history:
+            queued = [f"Task {task.name!r}: {task.description}", *queued]
+        elif not ended and not _turn_ending(history[-1]):
+            queued = [_INTERRUPTED, *queued]  # resume the turn cut short
+        elif not queued:
+            queued = ["[continue this task]"]
+        if ended:
+            turn = (turns[-1]["turn"] + 1) if turns else 0
+            self.store.execute("INSERT INTO task_turns (task_id, turn, started) VALUES (?, ?, ?)", (task_id, turn, time.time()))
+        else:
+            turn = turns[-1]["turn"]
+        from ..actor import Actor
+
+        actor = Actor(
+            self.model, namespace=self.namespace if self.namespace is not None else None,
+            tools=self._task_tools(task_id), **self.actor_options,
+        )
+        name = f"task {task.name}"
+        handle = actor.act(queued[-1], name=name, bus=self.bus, _context=history + [{"role": "user", "content": q} for q in queued[:-1]],
+                           _adopt=False, **options)
+        handle.manager = self  # type: ignore[attr-defined]
+        handle.task_id = task_id  # type: ignore[attr-defined]
+        self._live[task_id] = handle
+        cursor = len(handle.messages) - len(queued)
+        state = {"cursor": cursor, "n": len(history)}
+        self.store.execute(
+            "UPDATE tasks SET status = 'running', session = ?, loop_uid = ?, updated = ? WHERE id = ?",
+            (self.store.session, self.store.uid(handle.id), time.time(), task_id),
+        )
+        self._persist(task_id, handle, turn, state)
+
+        def on_event(source: LoopHandle, event: ev.Event) -> None:
+            if source is not handle:
+                return
+            if event.kind == "model_request":
+                self._persist(task_id, handle, turn, state)
+            elif event.kind in ("loop_finished", "loop_failed"):
+                self._persist(task_id, handle, turn, state)
+                self._end_turn(task_id, handle, turn, event)
+
+        handle.add_listener(on_event)
+        return handle
+
+    def _persist(self, task_id: str, handle: LoopHandle, turn: int, state: dict) -> None:
+        """Write the messages the task's loop added since the last write (before each model call)."""
+        wire = handle.messages
+        new = wire[state["cursor"]:]
+        if not new:
+            return
+        now = time.time()
+        with self.store.transaction() as db:
+            for m in new:
+                db.execute("INSERT INTO task_messages (task_id, n, turn, message, ts) VALUES (?, ?, ?, ?, ?)",
+                           (task_id, state["n"], turn, json.dumps(m), now))
+                state["n"] += 1
+        state["cursor"] = len(wire)
+
+    def _end_turn(self, task_id: str, handle: LoopHandle, turn: int, event: ev.Event) -> None:
+        status = "idle" if event.kind == "loop_finished" and getattr(event, "status", "") == "finished" else (
+            "stopped" if event.kind == "loop_finished" else "failed")
+        answer = handle.result_value if status == "idle" else None
+        summary = (answer or getattr(event, "reason", None) or getattr(event, "error", None) or "")[:200]
+        now = time.time()
+        with self.store.transaction() as db:
+            db.execute("UPDATE task_turns SET ended = ?, summary = ? WHERE task_id = ? AND turn = ?", (now, summary, task_id, turn))
+            db.execute("UPDATE tasks SET status = ?, result = COALESCE(?, result), updated = ? WHERE id = ?",
+                       (status, answer, now, task_id))
+        self._live.pop(task_id, None)
+        row = self._row(task_id)
+        if row["parent_id"] and status == "idle":
+            turns = len(self.store.query("SELECT 1 FROM task_turns WHERE task_id = ?", (task_id,)))
+            notice = (
+                f"[child task {row['name']!r} ({task_id}) completed its turn {turn} ({turns} turn(s) so far). "
+                f"Continue it with message_task('{task_id}', message) if needed.]\nIts final response:\n{answer}"
+            )
+            _soon(functools.partial(self.send, row["parent_id"], notice, type="completion", sender=task_id))
+        if self.store.query("SELECT 1 FROM task_queue WHERE task_id = ? LIMIT 1", (task_id,)):
+            _soon(self._activate, task_id)  # messages that arrived as the turn ended
+
+    def _task_tools(self, task_id: str) -> list[Callable[..., Any]]:
+        manager = self
+
+        async def spawn_task(name: str, description: str) -> str:
+            """Start a child task that runs on its own; its final response arrives here as a
+            message when its turn ends (this task is woken for it if idle)."""
+            child = manager.create(name, description, parent=task_id)
+            manager._schedule(child.id)
+            return f"started child task {child.id} ({child.name!r}); its result will arrive as a message"
+
+        async def message_task(child_id: str, message: str) -> str:
+            """Send a message to one of your child tasks (it resumes with a new turn if idle)."""
+            child = manager._row(child_id)
+            if child["parent_id"] != task_id:
+                raise ValueError(f"{child_id} is not a child of this task; children: {[t.id for t in manager.list(parent=task_id)]}")
+            manager.send(child_id, message, type="user", sender=task_id)
+            return f"sent to {child_id}"
+
+        return [spawn_task, message_task]
+
+    # ------------------------------------------------------------------ as a manager (loops)
+
+    def _tools(self) -> list[Callable[..., Any]]:
+        manager = self
+
+        def list_tasks() -> list[dict]:
+            """Every task: id, name, status, parent and the start of its description and result."""
+            return [{"id": t.id, "name": t.name, "status": t.status, "parent": t.parent_id,
+                     "description": t.description[:200], "result": (t.result or "")[:200]} for t in manager.list()]
+
+        def get_task(task_id: str) -> dict:
+            """One task with its turn summaries."""
+            t = manager.get(task_id)
+            return {"id": t.id, "name": t.name, "status": t.status, "description": t.description, "result": t.result,
+                    "turns": [{"turn": x["turn"], "summary": x["summary"]} for x in manager.turns(task_id)]}
+
+        def create_task(name: str, description: str, parent: str | None = None) -> dict:
+            """Create a task (not started)."""
+            t = manager.create(name, description, parent=parent)
+            return {"id": t.id, "name": t.name}
+
+        def edit_task(task_id: str, name: str | None = None, description: str | None = None) -> dict:
+            """Rename a task or change its description."""
+            t = manager.edit(task_id, name=name, description=description)
+            return {"id": t.id, "name": t.name, "description": t.description}
+
+        def reorder_tasks(task_ids: list[str]) -> list[str]:
+            """Put these tasks first, in this order."""
+            return [t.id for t in manager.reorder(task_ids)]
+
+        return [list_tasks, get_task, create_task, edit_task, reorder_tasks]
+
+    def ask(self, question: str) -> LoopHandle:
+        """Answer a question about the tasks: what exists, their status, what they found."""
+        tools = self._tools()
+        return self._loop("ask", question, tools=[t for t in tools if t.__name__ in ("list_tasks", "get_task")])
+
+    def update(self, instruction: str) -> LoopHandle:
+        """Create, rename, describe or reorder tasks as instructed (does not run them)."""
+        return self._loop("update", instruction)
+
+    async def run(self, task_id: str, message: str | None = None) -> str:
+        """Run a task (with an optional new message) until its turn ends; return its answer."""
+        if message:
+            self._row(task_id)
+            self.store.execute(
+                "INSERT INTO task_queue (task_id, type, content, sender, ts) VALUES (?, ?, ?, ?, ?)",
+                (task_id, "user", message, self.caller(), time.time()),
+            )
+            live = self.handle(task_id)
+            if live is not None:
+                self._activate(task_id)
+                return await live
+        return await self.execute(task_id)

@@ -1,0 +1,324 @@
+"""Persistence: one SQLite file (WAL) for loops, their events, tasks, knowledge and guidance.
+
+The store is a *subscriber* of the event bus (the loop never imports it): every event but the
+streamed deltas is written and committed as it is published, that is before the loop's next
+model call, so a kernel that dies mid-loop loses at most the step in flight. After a restart,
+:meth:`Store.loops` lists every past loop (one whose process died shows as ``interrupted``) and
+:meth:`Store.transcript` rebuilds its transcript from its events.
+
+Several kernels may share one file: SQLite's WAL mode lets one writer and many readers work
+at once, every write waits its turn (``busy_timeout``), and rows are keyed by a per-process
+session id so two kernels' loop ids never collide. The schema has a version
+(``PRAGMA user_version``) and numbered migration steps, applied in order on open.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from . import events as ev
+from ._errors import UserError
+
+__all__ = ("Store", "SCHEMA_VERSION", "default_store_path")
+
+_V1 = """
+CREATE TABLE sessions (id TEXT PRIMARY KEY, pid INTEGER, host TEXT, started REAL);
+CREATE TABLE loops (
+    uid TEXT PRIMARY KEY, session TEXT, loop_id TEXT, name TEXT, task TEXT, model TEXT,
+    parent_uid TEXT, lineage TEXT, status TEXT, started REAL, ended REAL, steps INTEGER DEFAULT 0,
+    result TEXT, error TEXT
+);
+CREATE INDEX loops_started ON loops (started);
+CREATE TABLE events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, loop_uid TEXT, kind TEXT, ts REAL, data TEXT
+);
+CREATE INDEX events_loop ON events (loop_uid, seq);
+CREATE TABLE knowledge_tables (name TEXT PRIMARY KEY, columns TEXT, description TEXT, created REAL);
+CREATE TABLE guidance (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT UNIQUE, body TEXT, functions TEXT, created REAL, updated REAL
+);
+"""
+
+_V2 = """
+CREATE TABLE tasks (
+    id TEXT PRIMARY KEY, name TEXT, description TEXT, status TEXT, parent_id TEXT, position REAL,
+    created REAL, updated REAL, session TEXT, loop_uid TEXT, result TEXT
+);
+CREATE TABLE task_turns (
+    task_id TEXT, turn INTEGER, started REAL, ended REAL, summary TEXT, PRIMARY KEY (task_id, turn)
+);
+CREATE TABLE task_messages (
+    task_id TEXT, n INTEGER, turn INTEGER, message TEXT, ts REAL, PRIMARY KEY (task_id, n)
+);
+CREATE TABLE task_queue (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, task_id TEXT, type TEXT, content TEXT, sender TEXT, ts REAL
+);
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2]
+"""Step ``i`` takes the schema from version ``i`` to ``i + 1``."""
+SCHEMA_VERSION = len(MIGRATIONS)
+
+_SKIP = frozenset({"model_delta"})
+_LIVE = ("running", "paused", "waiting", "idle")
+
+
+def default_store_path() -> str:
+    """``UNITY_NB_STORE`` if set, else ``.unity_nb/state.db`` in the working directory (beside the notebook)."""
+    return os.environ.get("UNITY_NB_STORE") or os.path.join(".unity_nb", "state.db")
+
+
+class Store:
+    """A SQLite store at ``path`` (``":memory:"`` for a throwaway one)."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 10.0) -> None:
+        path = str(path) if path is not None else default_store_path()
+        if path != ":memory:":
+            parent = Path(path).expanduser().resolve().parent
+            try:
+                parent.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise UserError(f"cannot create the store's folder {str(parent)!r}: {err}") from None
+        self.path = path
+        try:
+            self._db = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as err:
+            raise UserError(f"cannot open the store at {path!r}: {err}") from None
+        self._db.row_factory = sqlite3.Row
+        self._lock = threading.RLock()
+        self._db.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+        if path != ":memory:":
+            self._db.execute("PRAGMA journal_mode = WAL")
+        self._db.execute("PRAGMA synchronous = NORMAL")
+        self.migrate()
+        self.session = secrets.token_hex(4)
+        self.execute(
+            "INSERT INTO sessions (id, pid, host, started) VALUES (?, ?, ?, ?)",
+            (self.session, os.getpid(), socket.gethostname(), time.time()),
+        )
+        self._unsubscribe: list[Callable[[], None]] = []
+        self._steps: dict[str, int] = {}
+
+    def __repr__(self) -> str:
+        return f"<unity_nb.Store {self.path!r}>"
+
+    # -- the database --------------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    def migrate(self, target: int = SCHEMA_VERSION) -> None:
+        """Apply the migration steps from the file's version up to ``target``, each in one transaction."""
+        with self._lock:
+            current = self.version
+            if current > SCHEMA_VERSION:
+                raise UserError(
+                    f"the store {self.path!r} has schema version {current}, newer than this unity_nb "
+                    f"understands ({SCHEMA_VERSION}); upgrade unity_nb"
+                )
+            for step in range(current, target):
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    if self.version != step:  # another kernel migrated meanwhile
+                        self._db.execute("ROLLBACK")
+                        continue
+                    for statement in MIGRATIONS[step].split(";"):
+                        if statement.strip():
+                            self._db.execute(statement)
+                    self._db.execute(f"PRAGMA user_version = {step + 1}")
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+
+    def execute(self, sql: str, params: tuple | dict = ()) -> sqlite3.Cursor:
+        with self._lock:
+            return self._db.execute(sql, params)
+
+    def query(self, sql: str, params: tuple | dict = ()) -> list[dict]:
+        with self._lock:
+            return [dict(r) for r in self._db.execute(sql, params).fetchall()]
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """Statements inside commit together (``BEGIN IMMEDIATE``: writers queue up, never deadlock)."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def close(self) -> None:
+        for unsubscribe in self._unsubscribe:
+            unsubscribe()
+        self._unsubscribe.clear()
+        with self._lock:
+            self._db.close()
+
+    # -- recording -----------------------------------------------------------------------
+
+    def attach(self, bus: ev.EventBus) -> Callable[[], None]:
+        """Record every event published on ``bus`` (streamed deltas excepted)."""
+        unsubscribe = bus.subscribe(self.record)
+        self._unsubscribe.append(unsubscribe)
+        return unsubscribe
+
+    def uid(self, loop_id: str) -> str:
+        """The store's key of a loop of this process."""
+        return f"{self.session}-{loop_id}"
+
+    def record(self, event: ev.Event) -> None:
+        """Write one event (and keep its loop's row current); committed at once."""
+        if event.kind in _SKIP:
+            return
+        uid = self.uid(event.loop_id)
+        data = event.model_dump_json()
+        with self.transaction() as db:
+            db.execute("INSERT INTO events (loop_uid, kind, ts, data) VALUES (?, ?, ?, ?)", (uid, event.kind, event.ts, data))
+            if isinstance(event, ev.LoopStarted):
+                db.execute(
+                    "INSERT OR REPLACE INTO loops (uid, session, loop_id, name, task, model, parent_uid, lineage, status, started)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
+                    (uid, self.session, event.loop_id, event.name, event.task, event.model,
+                     self.uid(event.parent_id) if event.parent_id else None, json.dumps(event.lineage), event.ts),
+                )
+            elif isinstance(event, ev.ModelRequest):
+                db.execute("UPDATE loops SET steps = ? WHERE uid = ?", (event.step, uid))
+            elif isinstance(event, ev.Steering) and event.action in ("pause", "resume") and event.request_id is None:
+                db.execute("UPDATE loops SET status = ? WHERE uid = ? AND ended IS NULL",
+                           ("paused" if event.action == "pause" else "running", uid))
+            elif isinstance(event, ev.LoopFinished):
+                db.execute("UPDATE loops SET status = ?, ended = ?, result = ?, error = ?, steps = ? WHERE uid = ?",
+                           (event.status, event.ts, event.result, event.reason, event.steps, uid))
+            elif isinstance(event, ev.LoopFailed):
+                db.execute("UPDATE loops SET status = 'failed', ended = ?, error = ?, steps = ? WHERE uid = ?",
+                           (event.ts, event.error, event.steps, uid))
+
+    # -- reading -------------------------------------------------------------------------
+
+    def _alive(self) -> set[str]:
+        """Sessions whose process still runs (on this host)."""
+        host = socket.gethostname()
+        alive = set()
+        for row in self.query("SELECT id, pid, host FROM sessions"):
+            if row["id"] == self.session:
+                alive.add(row["id"])
+            elif row["host"] == host and _pid_alive(row["pid"]):
+                alive.add(row["id"])
+        return alive
+
+    def loops(self, *, limit: int | None = None, name: str | None = None) -> list[dict]:
+        """Past and present loops, newest last: ``uid, name, task, status, started, ended, steps, ...``.
+        A loop whose kernel died before it ended has status ``interrupted``."""
+        sql = "SELECT * FROM loops" + (" WHERE name = ?" if name else "") + " ORDER BY started"
+        rows = self.query(sql, (name,) if name else ())
+        alive = self._alive()
+        for row in rows:
+            if row["status"] in _LIVE and row["session"] not in alive:
+                row["status"] = "interrupted"
+            row["lineage"] = tuple(json.loads(row["lineage"] or "[]"))
+        return rows[-limit:] if limit else rows
+
+    def find(self, key: str) -> dict:
+        """A loop by uid, loop id or name (the newest of that name)."""
+        rows = self.loops()
+        for row in reversed(rows):
+            if key in (row["uid"], row["loop_id"], row["name"]):
+                return row
+        raise UserError(f"the store has no loop {key!r}; see %unity history")
+
+    def events(self, loop: str | None = None, *, kind: str | None = None) -> list[ev.Event]:
+        """The recorded events (of one loop: its uid, id or name), oldest first, as event objects."""
+        from pydantic import TypeAdapter
+
+        adapter = TypeAdapter(ev.AnyEvent)
+        clauses, params = [], []
+        if loop is not None:
+            clauses.append("loop_uid = ?")
+            params.append(self.find(loop)["uid"])
+        if kind is not None:
+            clauses.append("kind = ?")
+            params.append(kind)
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self.query(f"SELECT data FROM events{where} ORDER BY seq", tuple(params))
+        return [adapter.validate_json(r["data"]) for r in rows]
+
+    def transcript(self, loop: str) -> list:
+        """The transcript of a loop rebuilt from its recorded events (also after a crash)."""
+        from .loop._handle import Message, ToolCallRecord
+
+        out: list[Message] = []
+        calls: dict[str, ToolCallRecord] = {}
+        for e in self.events(loop):
+            if isinstance(e, ev.LoopStarted):
+                out.append(Message("user", e.task, kind="task", ts=e.ts))
+            elif isinstance(e, ev.ModelResponse) and not e.interrupted:
+                recs = [ToolCallRecord(c["id"], c["name"], c["arguments"]) for c in e.tool_calls]
+                calls.update({r.id: r for r in recs})
+                out.append(Message("assistant", e.content, kind="text", tool_calls=recs, ts=e.ts))
+            elif isinstance(e, ev.ToolFinished):
+                if e.call_id in calls:
+                    calls[e.call_id].result, calls[e.call_id].error = e.result, e.error
+                out.append(Message("tool", e.result, kind="tool_result", tool_call_id=e.call_id, name=e.name, error=e.error, ts=e.ts))
+            elif isinstance(e, ev.ToolOutput) and e.call_id in calls:
+                calls[e.call_id].output += e.text
+            elif isinstance(e, ev.Steering):
+                text = {"pause": "[paused by the user]", "resume": "[resumed by the user]"}.get(e.action, e.message)
+                if e.action == "stop":
+                    text = f"[stopped by the user{': ' + e.message if e.message else ''}]"
+                kind = "interjection" if e.action == "interject" else "steering"
+                out.append(Message("user", text, kind=kind, ts=e.ts))
+            elif isinstance(e, ev.ClarificationRequested):
+                out.append(Message("assistant", e.question, kind="clarification", tool_call_id=e.call_id, ts=e.ts))
+            elif isinstance(e, ev.ClarificationAnswered):
+                out.append(Message("user", e.answer, kind="clarification", tool_call_id=e.call_id, ts=e.ts))
+            elif isinstance(e, ev.Notification):
+                out.append(Message("tool", e.text, kind="notification", tool_call_id=e.call_id, ts=e.ts))
+            elif isinstance(e, ev.LoopFinished) and e.status == "finished":
+                for m in reversed(out):
+                    if m.role == "assistant" and not m.tool_calls:
+                        m.kind = "answer"
+                        break
+            elif isinstance(e, ev.LoopFailed):
+                out.append(Message("assistant", f"[failed] {e.error}", kind="error", error=True, ts=e.ts))
+        return out
+
+    def history(self, limit: int | None = None):
+        """One row per past loop (a DataFrame): name, the task's first 80 characters, status, started, steps."""
+        import pandas as pd
+
+        rows = self.loops(limit=limit)
+        df = pd.DataFrame(
+            [{
+                "name": r["name"], "task": (r["task"] or "")[:80], "status": r["status"],
+                "started": pd.to_datetime(r["started"], unit="s").floor("s"), "steps": r["steps"], "uid": r["uid"],
+            } for r in rows],
+            columns=["name", "task", "status", "started", "steps", "uid"],
+        )
+        return df
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
