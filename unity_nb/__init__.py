@@ -14,6 +14,7 @@ from ._errors import (
     UnityError,
     UserError,
 )
+from ._secrets import forget_secret, get_secret, secret_names, set_secret
 from .actor import Actor, ActorHandle, PlanResult, act, final_answer, primitive, registered_primitives
 from .events import AnyEvent, Event, EventBus, default_bus
 from ._registry import register_tool, registered_tools, tool, unregister_tool
@@ -71,6 +72,11 @@ __all__ = (
     "final_answer",
     "primitive",
     "registered_primitives",
+    # secrets
+    "set_secret",
+    "get_secret",
+    "forget_secret",
+    "secret_names",
     # notebooks
     "tool",
     "register_tool",

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from .. import events as ev
 from .._errors import UserError
 from .._registry import registered_tools
+from .._secrets import get_secret, scrub, scrub_bundle, secret_names
 from ..loop._handle import LoopHandle, Message, ToolCallRecord
 from ..loop._tools import Tool, ToolContext, ToolFailed, as_tool
 from ._describe import describe_namespace, describe_value, user_variables
@@ -173,7 +174,7 @@ class ActorHandle(LoopHandle):
                     )
         self.executor = Executor(
             actor.namespace,
-            protected={"primitives": actor.primitives, "final_answer": final_answer},
+            protected={"primitives": actor.primitives, "final_answer": final_answer, "get_secret": get_secret},
             hidden=actor.hidden,
             code_timeout=actor.code_timeout,
             label=f"plan {options.get('name') or 'actor'}",
@@ -195,6 +196,13 @@ class ActorHandle(LoopHandle):
         )
         variables = user_variables(self.namespace, self.actor.hidden)
         extra = f"\n{self.actor.instructions}\n" if self.actor.instructions else ""
+        names = secret_names()
+        if names:
+            listing = ", ".join(f"{n} ({d})" if d else n for n, d in names.items())
+            extra += (
+                f"\nSecrets (you never see their values): {listing}. In a plan, get_secret('NAME') gives one; "
+                "in a JSON tool argument write '<<secret:NAME>>'. Never print, return or store a secret's value.\n"
+            )
         return prompt + extra + "\nVariables in the namespace now:\n" + describe_namespace(variables)
 
     def _available_tools(self) -> list[Tool]:
@@ -290,6 +298,7 @@ class ActorHandle(LoopHandle):
                 self._tool_printed(rec, text)
 
         def on_display(bundle: dict) -> None:
+            bundle = scrub_bundle(bundle)
             self.displayed += 1
             if rec is not None:
                 rec.displays.append(bundle)
@@ -299,7 +308,7 @@ class ActorHandle(LoopHandle):
         self._known = self.executor.snapshot()
         self._publish(ev.CodeExecuted(
             loop_id=self.id, lineage=self.lineage, call_id=ctx.call_id, intent=intent, code=code,
-            success=result.success, error=result.error, stdout_chars=len(result.stdout),
+            success=result.success, error=scrub(result.error), stdout_chars=len(result.stdout),
             stderr_chars=len(result.stderr), final=result.final,
         ))
         if result.created or result.changed or result.deleted:

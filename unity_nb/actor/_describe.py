@@ -17,7 +17,7 @@ from typing import Any
 __all__ = ("describe_value", "describe_namespace", "user_variables", "fingerprint", "HIDDEN_NAMES")
 
 HIDDEN_NAMES = frozenset(
-    {"In", "Out", "get_ipython", "exit", "quit", "primitives", "final_answer"}
+    {"In", "Out", "get_ipython", "exit", "quit", "primitives", "final_answer", "get_secret"}
 )
 """Names never shown to the model as variables (IPython's own, and the actor's)."""
 

@@ -33,6 +33,7 @@ from .. import events as ev
 from .._errors import HandleStateError, Stopped, UnityError, UserError
 from ..models._base import Model, ModelRequest, Reply, ToolCall, Usage
 from .._output import tool_output
+from .._secrets import SECRET_REF, get_secret, scrub
 from ..models._openai import retry_hook
 from ._answers import Evaluation, HandOff, Reference, ToolResult, call_hook, cited_numbers, evaluate, hook_name
 from ._policies import SUMMARY_PROMPT, SUMMARY_TAG, estimate_tokens, render_for_summary, split_for_compression, time_note
@@ -111,6 +112,13 @@ def forward_call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 
 _UNSET: Any = object()
+
+
+def _secret_value(name: str) -> str:
+    try:
+        return get_secret(name)
+    except KeyError as err:
+        raise ValueError(err.args[0]) from None
 
 
 def _takes_three(fn: Callable[..., Any]) -> bool:
@@ -707,6 +715,7 @@ class LoopHandle:
         return out
 
     async def _clarify(self, call_id: str, question: str, request_id: str | None = None) -> str:
+        question = scrub(question)
         fut = self._loop.create_future()
         self._clarifications[call_id] = (question, fut)
         self.transcript.append(Message("assistant", question, kind="clarification", tool_call_id=call_id))
@@ -724,11 +733,12 @@ class LoopHandle:
             self._clarifications.pop(call_id, None)
             for h in chain:
                 h._waiting -= 1
-        self.transcript.append(Message("user", answer, kind="clarification", tool_call_id=call_id))
+        self.transcript.append(Message("user", scrub(answer), kind="clarification", tool_call_id=call_id))
         self._publish(ev.ClarificationAnswered(loop_id=self.id, lineage=self.lineage, call_id=call_id, answer=answer))
         return answer
 
     def _notify(self, call_id: str | None, text: str, request_id: str | None = None) -> None:
+        text = scrub(text)
         self.transcript.append(Message("tool", text, kind="notification", tool_call_id=call_id, name=self._tool_name(call_id)))
         item = {"call_id": call_id, "text": text, "loop": self.name, "tool": self._tool_name(call_id)}
         if request_id is not None:
@@ -863,7 +873,7 @@ class LoopHandle:
     def finish_with(self, value: Any, text: str | None = None) -> None:
         """From inside a tool of this loop: end the loop with ``value`` as its result once the
         current tool calls have their results (``text`` is what the transcript shows)."""
-        self._finish = (value, text if text is not None else render_result(value))
+        self._finish = (value, scrub(text if text is not None else render_result(value)))
 
     def _extra_properties(self, tool: Tool) -> dict | None:
         """Parameters the loop adds to a tool's schema (and takes out of its arguments)."""
@@ -910,6 +920,7 @@ class LoopHandle:
         return ModelRequest(messages, request.tools, request.tool_choice, request.options)
 
     def _on_delta(self, text: str) -> None:
+        text = scrub(text)
         self.streaming_text += text
         self._publish(ev.ModelDelta(loop_id=self.id, lineage=self.lineage, step=self.steps, text=text))
 
@@ -947,6 +958,7 @@ class LoopHandle:
         finally:
             self._model_task = None
         self.usage += reply.usage
+        reply.content = scrub(reply.content)
         self._publish(
             ev.ModelResponse(
                 loop_id=self.id, lineage=self.lineage, step=step, content=reply.content,
@@ -1294,6 +1306,8 @@ class LoopHandle:
                         if request_id is not None:
                             self._request(str(request_id))
                     arguments = json.dumps(raw)
+            if "<<secret:" in arguments:  # the values go to the tool only; the record keeps the references
+                arguments = SECRET_REF.sub(lambda m: json.dumps(_secret_value(m[1]))[1:-1], arguments)
             kwargs = tool.parse(arguments)
         except (ValueError, json.JSONDecodeError, UserError) as err:
             self._finish_call(rec, f"error: {err}", True, time.perf_counter() - t0)
@@ -1364,6 +1378,7 @@ class LoopHandle:
         return text
 
     def _tool_printed(self, rec: ToolCallRecord, text: str) -> None:
+        text = scrub(text)
         rec.output += text
         self.printed += len(text)
         try:
@@ -1379,6 +1394,7 @@ class LoopHandle:
         self._publish(ev.ToolOutput(loop_id=self.id, lineage=self.lineage, call_id=rec.id, name=rec.name, text=text))
 
     def _finish_call(self, rec: ToolCallRecord, result: str, error: bool, duration: float) -> None:
+        result = scrub(result)
         rec.result = result
         rec.error = error
         self.tool_calls += 1

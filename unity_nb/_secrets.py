@@ -1,0 +1,106 @@
+"""Named secrets, used by reference and scrubbed from everything people or models see.
+
+``set_secret("GITHUB_TOKEN", env="GITHUB_TOKEN")`` keeps a value in this process only (never
+in the store). A JSON tool argument ``"<<secret:GITHUB_TOKEN>>"`` is replaced by the value at
+call time, after the arguments were recorded; a plan calls ``get_secret("GITHUB_TOKEN")``.
+The model is only ever told the names.
+
+Every text on its way into a transcript, an event, the widget or a tool result the model reads
+(tool results, what tools and plans print or display, model replies) goes through
+:func:`scrub`, which replaces each secret's value with its reference. So a value a tool echoes,
+a plan prints or an error message quotes shows as ``<<secret:NAME>>`` everywhere, including
+the store and a saved notebook.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from ._errors import UserError
+
+__all__ = ("set_secret", "get_secret", "forget_secret", "secret_names", "scrub", "resolve_secrets", "SECRET_REF")
+
+SECRET_REF = re.compile(r"<<secret:([A-Za-z_][A-Za-z0-9_]*)>>")
+_MIN = 4  # shorter values would scrub ordinary words
+_SECRETS: dict[str, tuple[str, str]] = {}
+_ORDER: list[tuple[str, str]] = []  # (value, name), longest value first
+
+
+def _reindex() -> None:
+    _ORDER[:] = sorted(((v, n) for n, (v, _d) in _SECRETS.items()), key=lambda p: -len(p[0]))
+
+
+def set_secret(name: str, value: str | None = None, *, env: str | None = None, description: str = "") -> None:
+    """Keep a secret under ``name``: ``value``, or the environment variable ``env`` (so the value
+    never appears in a notebook cell). Only ``name`` and ``description`` are ever shown."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise UserError(f"a secret's name must be an identifier, not {name!r}")
+    if value is None and env is None:
+        raise UserError("set_secret needs a value or env='VARIABLE' (better: the value never appears in a cell)")
+    if value is None:
+        value = os.environ.get(env or "")
+        if value is None:
+            raise UserError(f"the environment variable {env!r} is not set")
+    if not isinstance(value, str) or len(value) < _MIN:
+        raise UserError(f"a secret's value must be a string of at least {_MIN} characters")
+    _SECRETS[name] = (value, description)
+    _reindex()
+
+
+def forget_secret(name: str) -> None:
+    """Drop secret ``name`` (no error if absent); its value is no longer scrubbed."""
+    _SECRETS.pop(name, None)
+    _reindex()
+
+
+def secret_names() -> dict[str, str]:
+    """``{name: description}`` (never the values)."""
+    return {n: d for n, (_v, d) in _SECRETS.items()}
+
+
+def get_secret(name: str) -> str:
+    """The value of secret ``name`` (for plans and tools; never print it)."""
+    try:
+        return _SECRETS[name][0]
+    except KeyError:
+        raise KeyError(f"no secret named {name!r}; secrets: {sorted(_SECRETS) or 'none'}") from None
+
+
+def scrub(text: Any) -> Any:
+    """``text`` with every secret value replaced by its ``<<secret:NAME>>`` reference."""
+    if not _ORDER or not isinstance(text, str):
+        return text
+    for value, name in _ORDER:
+        if value in text:
+            text = text.replace(value, f"<<secret:{name}>>")
+    return text
+
+
+def scrub_bundle(bundle: dict) -> dict:
+    """A display's mime bundle with its text scrubbed (binary images are left as they are)."""
+    if not _ORDER:
+        return bundle
+    data = {k: (scrub(v) if isinstance(v, str) and not k.startswith("image/") else v) for k, v in bundle.get("data", {}).items()}
+    return {**bundle, "data": data}
+
+
+def resolve_secrets(value: Any) -> Any:
+    """Arguments with every ``"<<secret:NAME>>"`` string (whole or inside a string) replaced by the value."""
+    if isinstance(value, str):
+        if "<<secret:" not in value:
+            return value
+
+        def sub(m: re.Match) -> str:
+            try:
+                return _SECRETS[m[1]][0]
+            except KeyError:
+                raise ValueError(f"there is no secret named {m[1]!r}; secrets: {sorted(_SECRETS) or 'none'}") from None
+
+        return SECRET_REF.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: resolve_secrets(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve_secrets(v) for v in value]
+    return value
