@@ -358,7 +358,7 @@ async def test_primitives_are_awaited_in_plans_and_their_loops_are_children(bus)
     await h
     assert ns["answer"] == "child says hi" and ns["total"] == 5
     system = model.requests[0].messages[0]["content"]
-    assert "await primitives.notes.ask(question: str) -> unity_nb.loop._handle.LoopHandle" in system
+    assert "await primitives.notes.ask(question: str) -> LoopHandle" in system
     assert "await primitives.maths.add(a: int, b: int) -> int" in system
     assert [c.name for c in h.children] == ["notes.ask"]
     assert h.children[0].lineage[0] == h.lineage[0]

@@ -59,6 +59,15 @@ def registered_primitives() -> dict[str, dict[str, Callable[..., Any]]]:
     return {a: {n: f for n, (f, _b) in fns.items()} for a, fns in _REGISTRY.items() if fns}
 
 
+def _signature(fn: Callable[..., Any]) -> str:
+    for kwargs in ({"eval_str": True}, {}):
+        try:
+            return str(inspect.signature(fn, **kwargs)).replace("unity_nb.loop._handle.", "")
+        except (TypeError, ValueError, NameError):
+            continue
+    return "(...)"
+
+
 def _public_methods(obj: Any) -> dict[str, Callable[..., Any]]:
     out = {}
     for n in dir(obj):
@@ -154,10 +163,7 @@ class Primitives:
         lines: list[str] = []
         for alias in sorted(self._groups):
             for name, (fn, _b) in sorted(self._groups[alias]._functions.items()):
-                try:
-                    sig = str(inspect.signature(fn))
-                except (TypeError, ValueError):
-                    sig = "(...)"
+                sig = _signature(fn)
                 doc = (inspect.getdoc(fn) or "").strip()
                 doc = doc if len(doc) <= 400 else doc[:400] + "..."
                 lines.append(f"- await primitives.{alias}.{name}{sig}" + (f"\n  {doc}".replace("\n", "\n  ") if doc else ""))

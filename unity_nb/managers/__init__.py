@@ -15,9 +15,8 @@ from ._memory import MemoryManager
 from ._registry import ManagerSpec, Registry
 from ._transcripts import TranscriptsManager
 
-# -- TasksManager and SecretsManager go here (written separately):
-# from ._tasks import TasksManager
-# from ._secrets import SecretsManager
+from ._secrets import SecretsManager
+from ._tasks import Task, TasksManager, repair_history
 
 __all__ = (
     "Manager",
@@ -29,6 +28,8 @@ __all__ = (
     "TranscriptsManager",
     "GuidanceManager",
     "MemoryManager",
-    # "TasksManager",
-    # "SecretsManager",
+    "TasksManager",
+    "Task",
+    "repair_history",
+    "SecretsManager",
 )

@@ -65,9 +65,10 @@ class Manager:
 
     def _loop(
         self, method: str, request: str, *, tools: Iterable[Callable[..., Any] | Tool] | None = None,
-        context: str = "", **options: Any,
+        context: str = "", caller: str | None = None, **options: Any,
     ) -> LoopHandle:
-        """Start the loop behind public method ``method`` on ``request``."""
+        """Start the loop behind public method ``method`` on ``request`` (``caller`` overrides who
+        the prompt says is calling: for loops started from an event rather than a call)."""
         if not isinstance(request, str) or not request.strip():
             raise UserError(f"{self.alias}.{method} needs a request: a non-empty string")
         model = self.model or default_model()
@@ -75,7 +76,7 @@ class Manager:
         system = "\n\n".join(p for p in (
             f"You are the {type(self).__name__}: {_doc(type(self))}",
             f"You are serving its method `{method}`: {_doc(fn)}" if fn is not None else "",
-            f"Who is calling: {self.caller()}.",
+            f"Who is calling: {caller or self.caller()}.",
             context,
             "Use your tools to do what is asked; answer concisely with what you found or did.",
         ) if p)

@@ -79,7 +79,7 @@ class Registry:
         if alias in self._specs:
             raise UserError(f"two managers are registered as {alias!r}")
         public = _public(spec.manager)
-        for name in [*(spec.expose or ()), *spec.exclude]:
+        for name in [*(spec.expose or ()), *spec.exclude, *(getattr(spec.manager, "exposed", None) or ())]:
             if name not in public:
                 raise UserError(f"{alias}: no public method {name!r} to expose or exclude; it has {public}")
         spec.alias = alias
@@ -99,6 +99,9 @@ class Registry:
     @property
     def aliases(self) -> list[str]:
         return list(self._specs)
+
+    def __contains__(self, alias: object) -> bool:
+        return alias in self._specs
 
     def manager(self, alias: str) -> Any:
         spec = self._specs.get(alias)
@@ -137,10 +140,7 @@ class Registry:
             if spec.depends_on:
                 lines.append(f"Uses: {', '.join(spec.depends_on)}")
             for name, method in self.methods(alias).items():
-                try:
-                    sig = str(inspect.signature(method))
-                except (TypeError, ValueError):
-                    sig = "(...)"
+                sig = signature_text(method)
                 lines.append(f"- {alias}.{name}{sig}: {_first_paragraph(inspect.getdoc(method) or '')}")
         return "\n".join(lines)
 
@@ -159,6 +159,16 @@ class Registry:
             actor.extra_tools = tools
             actor.loop_options["tool_policy"] = policy(*needed)
         return actor
+
+
+def signature_text(fn: Callable[..., Any]) -> str:
+    """``(question: str) -> LoopHandle``: annotations evaluated, so no quotes from postponed annotations."""
+    for kwargs in ({"eval_str": True}, {}):
+        try:
+            return str(inspect.signature(fn, **kwargs)).replace("unity_nb.loop._handle.", "")
+        except (TypeError, ValueError, NameError):
+            continue
+    return "(...)"
 
 
 def _method_tool(alias: str, name: str, method: Callable[..., Any]) -> Tool:
