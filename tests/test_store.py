@@ -80,3 +80,21 @@ def test_an_unusable_path_is_a_clear_error(tmp_path):
     blocker.write_text("x")
     with pytest.raises(u.UserError, match="cannot create the store's folder"):
         Store(blocker / "sub" / "state.db")
+
+
+async def test_every_event_is_committed_before_the_next_model_call(tmp_path):
+    bus = u.EventBus()
+    store = Store(tmp_path / "s.db")
+    store.attach(bus)
+    reader = Store(tmp_path / "s.db")  # another connection: sees only what was committed
+    seen = []
+
+    def script(messages, tools):
+        seen.append([r["kind"] for r in reader.query("SELECT kind FROM events ORDER BY seq")])
+        return u.call_tool("lookup", key="a") if not tool_messages(messages) else "done"
+
+    h = u.start_loop("find a", model=u.ScriptedModel(script), tools=[lookup], bus=bus)
+    await h
+    assert seen[0] == ["loop_started", "model_request"]
+    assert seen[1][-1] == "model_request" and {"model_response", "tool_started", "tool_finished"} <= set(seen[1])
+    store.close(), reader.close()

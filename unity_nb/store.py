@@ -1,8 +1,10 @@
 """Persistence: one SQLite file (WAL) for loops, their events, tasks, knowledge and guidance.
 
 The store is a *subscriber* of the event bus (the loop never imports it): every event but the
-streamed deltas is written and committed as it is published, that is before the loop's next
-model call, so a kernel that dies mid-loop loses at most the step in flight. After a restart,
+streamed deltas is written. Writes are batched: a batch is committed when a model call is about
+to be made (a ``model_request`` event), when a loop starts or ends, when steering or a question
+for the person arrives, and otherwise within half a second. So every event is committed before
+the loop's next model call, and a kernel that dies mid-loop loses at most the step in flight. After a restart,
 :meth:`Store.loops` lists every past loop (one whose process died shows as ``interrupted``) and
 :meth:`Store.transcript` rebuilds its transcript from its events.
 
@@ -14,6 +16,8 @@ session id so two kernels' loop ids never collide. The schema has a version
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import contextlib
 import json
 import os
@@ -70,6 +74,11 @@ MIGRATIONS: list[str] = [_V1, _V2]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _SKIP = frozenset({"model_delta"})
+_FLUSH_NOW = frozenset({
+    "model_request", "loop_started", "loop_finished", "loop_failed", "steering", "clarification_requested",
+    "approval_requested", "request_submitted", "request_finished", "control_handed_off",
+})
+_FLUSH_AFTER = 0.5
 _LIVE = ("running", "paused", "waiting", "idle")
 
 
@@ -107,7 +116,15 @@ class Store:
             (self.session, os.getpid(), socket.gethostname(), time.time()),
         )
         self._unsubscribe: list[Callable[[], None]] = []
-        self._steps: dict[str, int] = {}
+        self._pending: list[ev.Event] = []
+        self._timer: Any = None
+        atexit.register(self._at_exit)
+
+    def _at_exit(self) -> None:
+        try:
+            self.flush()
+        except sqlite3.Error:
+            pass
 
     def __repr__(self) -> str:
         return f"<unity_nb.Store {self.path!r}>"
@@ -163,6 +180,8 @@ class Store:
             self._db.execute("COMMIT")
 
     def close(self) -> None:
+        self.flush()
+        atexit.unregister(self._at_exit)
         for unsubscribe in self._unsubscribe:
             unsubscribe()
         self._unsubscribe.clear()
@@ -182,31 +201,54 @@ class Store:
         return f"{self.session}-{loop_id}"
 
     def record(self, event: ev.Event) -> None:
-        """Write one event (and keep its loop's row current); committed at once."""
+        """Take one event; it is committed with its batch (at once for the kinds that matter)."""
         if event.kind in _SKIP:
             return
+        self._pending.append(event)
+        if event.kind in _FLUSH_NOW:
+            self.flush()
+        elif self._timer is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self.flush()
+                return
+            self._timer = loop.call_later(_FLUSH_AFTER, self.flush)
+
+    def flush(self) -> None:
+        """Commit every event taken so far (one transaction)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._pending:
+            return
+        batch, self._pending = self._pending, []
+        with self.transaction() as db:
+            for event in batch:
+                self._write(db, event)
+
+    def _write(self, db: sqlite3.Connection, event: ev.Event) -> None:
         uid = self.uid(event.loop_id)
         data = event.model_dump_json()
-        with self.transaction() as db:
-            db.execute("INSERT INTO events (loop_uid, kind, ts, data) VALUES (?, ?, ?, ?)", (uid, event.kind, event.ts, data))
-            if isinstance(event, ev.LoopStarted):
-                db.execute(
-                    "INSERT OR REPLACE INTO loops (uid, session, loop_id, name, task, model, parent_uid, lineage, status, started)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
-                    (uid, self.session, event.loop_id, event.name, event.task, event.model,
-                     self.uid(event.parent_id) if event.parent_id else None, json.dumps(event.lineage), event.ts),
-                )
-            elif isinstance(event, ev.ModelRequest):
-                db.execute("UPDATE loops SET steps = ? WHERE uid = ?", (event.step, uid))
-            elif isinstance(event, ev.Steering) and event.action in ("pause", "resume") and event.request_id is None:
-                db.execute("UPDATE loops SET status = ? WHERE uid = ? AND ended IS NULL",
-                           ("paused" if event.action == "pause" else "running", uid))
-            elif isinstance(event, ev.LoopFinished):
-                db.execute("UPDATE loops SET status = ?, ended = ?, result = ?, error = ?, steps = ? WHERE uid = ?",
-                           (event.status, event.ts, event.result, event.reason, event.steps, uid))
-            elif isinstance(event, ev.LoopFailed):
-                db.execute("UPDATE loops SET status = 'failed', ended = ?, error = ?, steps = ? WHERE uid = ?",
-                           (event.ts, event.error, event.steps, uid))
+        db.execute("INSERT INTO events (loop_uid, kind, ts, data) VALUES (?, ?, ?, ?)", (uid, event.kind, event.ts, data))
+        if isinstance(event, ev.LoopStarted):
+            db.execute(
+                "INSERT OR REPLACE INTO loops (uid, session, loop_id, name, task, model, parent_uid, lineage, status, started)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
+                (uid, self.session, event.loop_id, event.name, event.task, event.model,
+                 self.uid(event.parent_id) if event.parent_id else None, json.dumps(event.lineage), event.ts),
+            )
+        elif isinstance(event, ev.ModelRequest):
+            db.execute("UPDATE loops SET steps = ? WHERE uid = ?", (event.step, uid))
+        elif isinstance(event, ev.Steering) and event.action in ("pause", "resume") and event.request_id is None:
+            db.execute("UPDATE loops SET status = ? WHERE uid = ? AND ended IS NULL",
+                       ("paused" if event.action == "pause" else "running", uid))
+        elif isinstance(event, ev.LoopFinished):
+            db.execute("UPDATE loops SET status = ?, ended = ?, result = ?, error = ?, steps = ? WHERE uid = ?",
+                       (event.status, event.ts, event.result, event.reason, event.steps, uid))
+        elif isinstance(event, ev.LoopFailed):
+            db.execute("UPDATE loops SET status = 'failed', ended = ?, error = ?, steps = ? WHERE uid = ?",
+                       (event.ts, event.error, event.steps, uid))
 
     # -- reading -------------------------------------------------------------------------
 
@@ -224,6 +266,7 @@ class Store:
     def loops(self, *, limit: int | None = None, name: str | None = None) -> list[dict]:
         """Past and present loops, newest last: ``uid, name, task, status, started, ended, steps, ...``.
         A loop whose kernel died before it ended has status ``interrupted``."""
+        self.flush()
         sql = "SELECT * FROM loops" + (" WHERE name = ?" if name else "") + " ORDER BY started"
         rows = self.query(sql, (name,) if name else ())
         alive = self._alive()
@@ -235,11 +278,17 @@ class Store:
 
     def find(self, key: str) -> dict:
         """A loop by uid, loop id or name (the newest of that name)."""
-        rows = self.loops()
-        for row in reversed(rows):
-            if key in (row["uid"], row["loop_id"], row["name"]):
-                return row
-        raise UserError(f"the store has no loop {key!r}; see %unity history")
+        self.flush()
+        rows = self.query(
+            "SELECT uid FROM loops WHERE uid = ? OR loop_id = ? OR name = ? ORDER BY started DESC LIMIT 1", (key, key, key)
+        )
+        if not rows:
+            raise UserError(f"the store has no loop {key!r}; see %unity history")
+        row = self.query("SELECT * FROM loops WHERE uid = ?", (rows[0]["uid"],))[0]
+        if row["status"] in _LIVE and row["session"] not in self._alive():
+            row["status"] = "interrupted"
+        row["lineage"] = tuple(json.loads(row["lineage"] or "[]"))
+        return row
 
     def events(self, loop: str | None = None, *, kind: str | None = None) -> list[ev.Event]:
         """The recorded events (of one loop: its uid, id or name), oldest first, as event objects."""
@@ -254,6 +303,7 @@ class Store:
             clauses.append("kind = ?")
             params.append(kind)
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        self.flush()
         rows = self.query(f"SELECT data FROM events{where} ORDER BY seq", tuple(params))
         return [adapter.validate_json(r["data"]) for r in rows]
 
