@@ -10,6 +10,7 @@ not in use.
 from __future__ import annotations
 
 import inspect
+import re
 import types
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -22,6 +23,7 @@ HIDDEN_NAMES = frozenset(
 """Names never shown to the model as variables (IPython's own, and the actor's)."""
 
 _VALUE_LIMIT = 600
+_ADDRESS = re.compile(r" at 0x[0-9A-Fa-f]+")
 _ROWS = 3
 _COLUMNS = 12
 
@@ -56,7 +58,8 @@ def _safe_repr(obj: Any, limit: int) -> str:
         text = repr(obj)
     except Exception as err:  # noqa: BLE001 - a broken __repr__ must not break the description
         return f"<{_short_type(obj)}: repr failed: {type(err).__name__}>"
-    return _clip(text, limit)
+    # memory addresses differ every run: leave them out, so a prompt is the same each time (and replays)
+    return _clip(_ADDRESS.sub(" at 0x…", text), limit)
 
 
 def _is(obj: Any, module: str, *names: str) -> bool:
@@ -92,7 +95,8 @@ def _series(s: Any, limit: int) -> str:
             head = s.iloc[:_ROWS].to_string(max_rows=_ROWS)
         except Exception:  # noqa: BLE001
             head = ""
-    text = f"pd.Series {s.name!r}, length {n:,}, dtype {s.dtype}"
+    label = f" {s.name!r}" if s.name is not None else " (unnamed)"
+    text = f"pd.Series{label}, length {n:,}, dtype {s.dtype}"
     if head:
         text += f"\nfirst {min(n, _ROWS)}:\n{head}"
     return _clip(text, limit)

@@ -271,7 +271,7 @@ class LoopHandle:
         self.interrupt_on_interject = interrupt_on_interject
         self.tool_policy = tool_policy
         self.parent_context = parent_context
-        self.bus = bus or ev.default_bus()
+        self.bus = bus  # settled below, once the parent is known: a child publishes where its parent does
         self.options = dict(options or {})
         self.persist = persist
         self.context_window = context_window
@@ -290,6 +290,7 @@ class LoopHandle:
         share_context = False
         if self.parent is None and call is not None and _adopt:
             self.parent, parent_call_id, share_context = call
+        self.bus = bus or (self.parent.bus if self.parent is not None else ev.default_bus())
         base = _lineage if _lineage is not None else (self.parent.lineage if self.parent else ())
         self.lineage: tuple[str, ...] = (*base, f"{self.name}({self.id})")
 

@@ -19,14 +19,15 @@ Mode = Literal["auto", "replay", "record"]
 
 
 def request_key(model_name: str, request: ModelRequest) -> str:
-    """The canonical key of a request: model, messages, tools, tool choice and options. Never a key or header."""
+    """The canonical key of a request: model, messages, tools, tool choice and options. Never a key or header,
+    nor a prompt-cache key (an id that differs every run and changes no reply)."""
     canonical = json.dumps(
         {
             "model": model_name,
             "messages": request.messages,
             "tools": request.tools,
             "tool_choice": request.tool_choice,
-            "options": request.options,
+            "options": {k: v for k, v in request.options.items() if k != "prompt_cache_key"},
         },
         sort_keys=True,
         separators=(",", ":"),
