@@ -200,20 +200,26 @@ function render({ model, el }) {
             reason));
         }
       }
-      const open = new Set([...v.transcript.querySelectorAll("details[open]")].map((d) => d.getAttribute("data-call")));
-      v.transcript.innerHTML = "";
-      for (const e of entries[node.id] || []) {
-        const r = renderEntry(e, open);
-        if (r) v.transcript.append(r);
-      }
-      if (node.error) v.transcript.append(h("div", { class: "unb-entry unb-error" }, node.error));
-      if (node.references && node.references.length) {
-        const refs = h("div", { class: "unb-references" }, h("span", { class: "unb-label" }, "references"));
-        for (const r of node.references) {
-          const title = r.url ? h("a", { href: r.url, target: "_blank", rel: "noopener noreferrer" }, r.title) : h("span", {}, r.title);
-          refs.append(h("div", { class: "unb-reference" }, `[${r.number}] `, title, r.text ? ` — ${r.text}` : ""));
+      // the transcript is rebuilt only when it changed, not at every streamed chunk, so a click
+      // on a tool call (or a text selection) in it survives while the operation streams
+      const tkey = [entries[node.id], node.error, JSON.stringify(node.references || [])];
+      if (!v.tkey || tkey.some((x, i) => x !== v.tkey[i])) {
+        v.tkey = tkey;
+        const open = new Set([...v.transcript.querySelectorAll("details[open]")].map((d) => d.getAttribute("data-call")));
+        v.transcript.innerHTML = "";
+        for (const e of entries[node.id] || []) {
+          const r = renderEntry(e, open);
+          if (r) v.transcript.append(r);
         }
-        v.transcript.append(refs);
+        if (node.error) v.transcript.append(h("div", { class: "unb-entry unb-error" }, node.error));
+        if (node.references && node.references.length) {
+          const refs = h("div", { class: "unb-references" }, h("span", { class: "unb-label" }, "references"));
+          for (const r of node.references) {
+            const title = r.url ? h("a", { href: r.url, target: "_blank", rel: "noopener noreferrer" }, r.title) : h("span", {}, r.title);
+            refs.append(h("div", { class: "unb-reference" }, `[${r.number}] `, title, r.text ? ` — ${r.text}` : ""));
+          }
+          v.transcript.append(refs);
+        }
       }
       v.streaming.textContent = node.streaming || (!ended && node.thinking ? `… ${node.thinking}` : "");
       v.asks.innerHTML = "";
@@ -222,7 +228,9 @@ function render({ model, el }) {
           h("span", { class: `unb-badge unb-${a.status}` }, a.status), h("div", { class: "unb-text" }, a.answer || "")));
       }
     }
-    tree.replaceChildren(...order);
+    // re-insert the nodes only when they changed: a button taken out of the page between a
+    // person's mousedown and mouseup loses the click (at 10 updates a second, most clicks)
+    if (order.length !== tree.children.length || order.some((box, i) => tree.children[i] !== box)) tree.replaceChildren(...order);
   }
 
   for (const name of ["nodes", "entries", "asks", "notice"]) model.on(`change:${name}`, update);

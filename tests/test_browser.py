@@ -1,0 +1,306 @@
+"""End to end, in a real browser: JupyterLab serves notebooks/01_quickstart.ipynb, Debian's
+Chromium (driven by Playwright) opens it and runs every cell, and the live widget of the
+notebook's last operation (``tour``, a deliberately slow one) is steered by clicks: Pause,
+an interjection typed into its text box, Resume, Stop. The widget's badge and transcript must
+show each step, which also proves the anywidget front end loads in JupyterLab.
+
+Only loopback: the server listens on 127.0.0.1 with a token and fetches nothing (news,
+update checks and the extension manager's PyPI look-ups are off), the page may request nothing
+but the server (anything else is refused and fails the test), and the browser is Debian's
+``/usr/bin/chromium`` (``.ci/run`` installs it), never a download. In the page every wait is
+one of Playwright's auto-waiting expectations with a timeout: no fixed sleeps, no timed
+assertions. On failure a screenshot of the page, the browser console and the server's log go
+to ``tests/artifacts/`` (ignored by git). When the test passes it rewrites ``docs/widget.png``,
+the README's picture of the widget. JupyterLab, its kernel and the browser end with the test,
+pass or fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOK = REPO / "notebooks" / "01_quickstart.ipynb"
+ARTIFACTS = REPO / "tests" / "artifacts"
+SCREENSHOT = REPO / "docs" / "widget.png"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--no-first-run",
+]
+START_TIMEOUT = 60  # seconds for JupyterLab to start serving
+UI_TIMEOUT = 30_000  # milliseconds for one expectation in the page
+NOTE = "look at the west first"
+# a person holds the button down this long (ms): a widget that re-renders its buttons under the
+# pointer while it streams would lose such a click, so the test clicks the same way
+PRESS = 150
+
+
+def _require_prerequisites() -> None:
+    """Skip where Chromium or the test extra is missing; fail instead under CI, which installs both."""
+    missing = [] if os.path.exists(CHROMIUM) else [f"{CHROMIUM} (apt-get install chromium)"]
+    for module in ("playwright", "jupyterlab"):
+        try:
+            __import__(module)
+        except ImportError:
+            missing.append(f"{module} (pip install -e '.[test]')")
+    if missing:
+        message = "the browser test needs " + ", ".join(missing)
+        if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of ``pid`` (the kernels a Jupyter server started), from /proc."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def _end(pid: int, timeout: float) -> None:
+    """Wait up to ``timeout`` for a process (not our child) to exit, then kill it by its id."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        if not select.select([fd], [], [], timeout)[0]:
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+            select.select([fd], [], [], 10)
+    except ProcessLookupError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class Lab:
+    """A JupyterLab server on 127.0.0.1 with a token and its own root, config, settings and runtime dirs."""
+
+    def __init__(self, base: Path) -> None:
+        self.token = secrets.token_hex(16)
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.root = base / "root"
+        self.root.mkdir()
+        # the quickstart as a newcomer would open it, less the widget state saved in its
+        # metadata, so that every widget on the page comes from the running kernel
+        nb = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
+        nb["metadata"].pop("widgets", None)
+        (self.root / NOTEBOOK.name).write_text(json.dumps(nb, indent=1), encoding="utf-8")
+
+        data, settings = base / "data", base / "settings"
+        for plugin, values in {
+            # no news, no update check: nothing is fetched and no toast covers the page
+            "@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
+            # every cell attached to the DOM, so locators find outputs outside the viewport
+            "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
+            "@jupyterlab/extensionmanager-extension/plugin": {"enabled": False},
+        }.items():
+            path = settings / f"{plugin}.jupyterlab-settings"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(values))
+        env = dict(os.environ)
+        env.update({
+            "JUPYTER_CONFIG_DIR": str(base / "config"),
+            "JUPYTER_DATA_DIR": str(data),
+            "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
+            "JUPYTERLAB_SETTINGS_DIR": str(settings),
+            "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces"),
+            "JUPYTER_PLATFORM_DIRS": "1",
+            "PYTHONUNBUFFERED": "1",
+        })
+        env.pop("UNITY_NB_MODEL", None)
+        self.log_path = base / "jupyterlab.log"
+        self.log: list[str] = []
+        self.ready = threading.Event()
+        self.serving = False
+        self.proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "jupyterlab",
+                "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}",
+                "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}",
+                f"--ServerApp.root_dir={self.root}",
+                "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                "--LabApp.extension_manager=readonly",
+            ],
+            env=env, cwd=self.root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )
+        threading.Thread(target=self._read_log, daemon=True).start()
+
+    def _read_log(self) -> None:
+        with open(self.log_path, "w", encoding="utf-8") as f:
+            for line in self.proc.stdout:  # ends when the server exits
+                self.log.append(line)
+                f.write(line)
+                f.flush()
+                if not self.serving and f"127.0.0.1:{self.port}/" in line and "running at" in "".join(self.log[-3:]):
+                    self.serving = True
+                    self.ready.set()
+        self.ready.set()  # exited: wake the waiter, which then sees the exit code
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        if self.ready.wait(START_TIMEOUT) and self.serving:
+            # the server logs its URL just before its event loop's first turn binds the port:
+            # probe the port until it accepts (a readiness check, not a wait for the page)
+            while self.proc.poll() is None and time.monotonic() < deadline:
+                try:
+                    socket.create_connection(("127.0.0.1", self.port), timeout=5).close()
+                    return
+                except ConnectionRefusedError:
+                    time.sleep(0.05)
+        raise RuntimeError(f"JupyterLab did not start; its log:\n{''.join(self.log[-40:])}")
+
+    def shutdown(self) -> None:
+        """Shut the server and its kernels down; kill whatever is left, by process id."""
+        kernels = _children(self.proc.pid) if self.proc.poll() is None else []
+        try:
+            request = urllib.request.Request(
+                f"{self.url}/api/shutdown", method="POST", headers={"Authorization": f"token {self.token}"}
+            )
+            urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=20).close()
+        except OSError:
+            pass  # not serving (failed start) or already gone: the signals below do it
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for pid in kernels:  # each kernel runs in its own session, so end them one by one
+            _end(pid, timeout=10)
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # anything else the server's session started
+        except ProcessLookupError:
+            pass
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    _require_prerequisites()
+    server = Lab(tmp_path_factory.mktemp("jupyterlab"))
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.shutdown()
+
+
+@pytest.fixture
+def browser(lab, request):
+    """A Chromium page on the server's origin; on failure, a screenshot and logs in tests/artifacts/."""
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=UI_TIMEOUT)
+    failed_before = request.session.testsfailed
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            context = chromium.new_context(viewport={"width": 1100, "height": 900}, device_scale_factor=2)
+            context.set_default_timeout(UI_TIMEOUT)
+            b = SimpleNamespace(page=context.new_page(), outside=[], console=[])
+            # loopback only: a request anywhere else is refused, and recorded for the test to see
+            context.route(lambda url: not url.startswith(lab.url), lambda route: (b.outside.append(route.request.url), route.abort()))
+            b.page.on("console", lambda m: m.type in ("error", "warning") and b.console.append(f"{m.type}: {m.text}"))
+            b.page.on("pageerror", lambda e: b.console.append(f"pageerror: {e}"))
+            yield b
+            if request.session.testsfailed > failed_before:
+                ARTIFACTS.mkdir(exist_ok=True)
+                stem = ARTIFACTS / request.node.name
+                b.page.screenshot(path=f"{stem}.png", full_page=True)
+                (ARTIFACTS / f"{request.node.name}.console.txt").write_text("\n".join(b.console), encoding="utf-8")
+                shutil.copy(lab.log_path, f"{stem}.jupyterlab.log")
+                print(f"\nbrowser test failed: see {stem}.png, .console.txt and .jupyterlab.log")
+        finally:
+            chromium.close()
+
+
+def test_the_quickstart_widget_is_steered_by_clicks(lab, browser):
+    from playwright.sync_api import expect
+
+    page = browser.page
+    page.goto(f"{lab.url}/lab/tree/{NOTEBOOK.name}?token={lab.token}")
+    expect(page.locator(".jp-NotebookPanel")).to_be_visible()
+    # the kernel is up once the status bar names it and says Idle (a Run All before that
+    # would ask which kernel to start)
+    expect(page.locator("#jp-main-statusbar").get_by_role("button", name=re.compile(r"^Python 3.* \| Idle$"))).to_be_visible()
+
+    page.locator("#jp-MainMenu").get_by_text("Run", exact=True).click()
+    page.get_by_role("menuitem", name=re.compile(r"^Run All Cells")).click()
+
+    # the last cell's operation, live in the widget that the anywidget front end renders
+    tour = page.locator(".unb-node").filter(has=page.locator(".unb-name", has_text=re.compile(r"^tour$")))
+    badge, transcript = tour.locator(".unb-badge"), tour.locator(".unb-transcript")
+    pause, stop, text_box = tour.locator(".unb-pause"), tour.locator(".unb-stop"), tour.locator(".unb-controls .unb-input")
+    expect(badge).to_have_text("running", timeout=60_000)
+    expect(transcript.locator(".unb-call")).not_to_have_count(0)  # it is working: a tool call is in
+
+    pause.click(delay=PRESS)
+    expect(badge).to_have_text("paused")
+    expect(pause).to_have_text("Resume")
+    expect(transcript).to_contain_text("[paused by the user]")
+
+    text_box.fill(NOTE)
+    tour.locator(".unb-interject").click(delay=PRESS)
+    expect(transcript.locator(".unb-interjection")).to_have_text(f"interjection {NOTE}")
+    expect(text_box).to_have_value("")
+    expect(badge).to_have_text("paused")
+
+    pause.click(delay=PRESS)  # the same button, now labelled Resume
+    expect(badge).to_have_text("running")
+    expect(pause).to_have_text("Pause")
+    expect(transcript).to_contain_text("[resumed by the user]")
+    # the scripted model answers the interjection in its next step
+    expect(transcript.locator(".unb-assistant", has_text=f"Noted: {NOTE}.")).to_have_count(1)
+    picture = page.locator(".unb-root").filter(has=tour).screenshot()
+
+    stop.click(delay=PRESS)
+    expect(badge).to_have_text("stopped")
+    expect(transcript).to_contain_text("[stopped by the user: stopped from the widget]")
+    for control in (pause, stop, text_box, tour.locator(".unb-interject"), tour.locator(".unb-ask")):
+        expect(control).to_be_disabled()
+    # each step once, in the order of the clicks
+    expect(transcript.locator(".unb-steering, .unb-interjection")).to_have_text([
+        "steering [paused by the user]",
+        f"interjection {NOTE}",
+        "steering [resumed by the user]",
+        "steering [stopped by the user: stopped from the widget]",
+    ])
+    assert browser.outside == [], "the page requested something beyond the local server"
+
+    SCREENSHOT.parent.mkdir(exist_ok=True)
+    SCREENSHOT.write_bytes(picture)  # the README's picture of the widget
