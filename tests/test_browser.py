@@ -10,8 +10,9 @@ but the server (anything else is refused and fails the test), and the browser is
 ``/usr/bin/chromium`` (``.ci/run`` installs it), never a download. In the page every wait is
 one of Playwright's auto-waiting expectations with a timeout: no fixed sleeps, no timed
 assertions. On failure a screenshot of the page, the browser console and the server's log go
-to ``tests/artifacts/`` (ignored by git). When the test passes it rewrites ``docs/widget.png``,
-the README's picture of the widget. JupyterLab, its kernel and the browser end with the test,
+to ``tests/artifacts/`` (ignored by git). When the test passes it saves its picture of the
+widget to ``tests/artifacts/widget.png``; with ``UNITY_NB_README_SCREENSHOT=1`` it rewrites
+``docs/widget.png``, the README's picture. JupyterLab, its kernel and the browser end with the test,
 pass or fail.
 """
 
@@ -38,7 +39,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOK = REPO / "notebooks" / "01_quickstart.ipynb"
 ARTIFACTS = REPO / "tests" / "artifacts"
-SCREENSHOT = REPO / "docs" / "widget.png"
+SCREENSHOT = REPO / "docs" / "widget.png" if os.environ.get("UNITY_NB_README_SCREENSHOT") else REPO / "tests" / "artifacts" / "widget.png"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -302,5 +303,5 @@ def test_the_quickstart_widget_is_steered_by_clicks(lab, browser):
     ])
     assert browser.outside == [], "the page requested something beyond the local server"
 
-    SCREENSHOT.parent.mkdir(exist_ok=True)
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     SCREENSHOT.write_bytes(picture)  # the README's picture of the widget
