@@ -10,7 +10,6 @@ Everything else (steering, nesting, events, the widget) is the loop's.
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
@@ -18,6 +17,7 @@ from typing import Any, Literal
 from .. import events as ev
 from .._errors import UserError
 from .._registry import registered_tools
+from ..models import default_model
 from .._secrets import get_secret, scrub, scrub_bundle, secret_names
 from ..loop._handle import LoopHandle, Message, ToolCallRecord
 from ..loop._tools import Tool, ToolContext, ToolFailed, as_tool
@@ -60,18 +60,6 @@ def _ipython() -> Any:
     from IPython import get_ipython
 
     return get_ipython()
-
-
-def _default_model() -> Any:
-    name = os.environ.get("UNITY_NB_MODEL")
-    if not name:
-        raise UserError(
-            "the actor needs model=...: an OpenAIModel('gpt-4.1-mini'), a ScriptedModel(fn), or any object with "
-            "`async def complete(request, on_delta)` (or set UNITY_NB_MODEL)"
-        )
-    from ..models import OpenAIModel
-
-    return OpenAIModel(name)
 
 
 class Actor:
@@ -134,7 +122,7 @@ class Actor:
 
     def act(self, task: str, *, name: str | None = None, model: Any = None, **options: Any) -> ActorHandle:
         """Start working on ``task`` in the background; return the steerable handle at once."""
-        model = model or self.model or _default_model()
+        model = model or self.model or default_model("the actor")
         options = {**self.loop_options, **options}
         return ActorHandle(task, actor=self, model=model, name=name, bus=options.pop("bus", self.bus), **options)
 

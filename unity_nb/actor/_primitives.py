@@ -19,7 +19,7 @@ from typing import Any, TypeVar, overload
 from .._errors import UserError
 from ..loop._handle import _CALL, LoopHandle
 
-__all__ = ("primitive", "registered_primitives", "unregister_primitive", "Primitives")
+__all__ = ("primitive", "registered_primitives", "unregister_primitive", "Primitives", "signature_text")
 
 F = TypeVar("F", bound=Callable[..., Any])
 _REGISTRY: dict[str, dict[str, tuple[Callable[..., Any], bool]]] = {}
@@ -59,7 +59,8 @@ def registered_primitives() -> dict[str, dict[str, Callable[..., Any]]]:
     return {a: {n: f for n, (f, _b) in fns.items()} for a, fns in _REGISTRY.items() if fns}
 
 
-def _signature(fn: Callable[..., Any]) -> str:
+def signature_text(fn: Callable[..., Any]) -> str:
+    """``(question: str) -> LoopHandle``: annotations evaluated, so postponed ones show unquoted."""
     for kwargs in ({"eval_str": True}, {}):
         try:
             return str(inspect.signature(fn, **kwargs)).replace("unity_nb.loop._handle.", "")
@@ -163,7 +164,7 @@ class Primitives:
         lines: list[str] = []
         for alias in sorted(self._groups):
             for name, (fn, _b) in sorted(self._groups[alias]._functions.items()):
-                sig = _signature(fn)
+                sig = signature_text(fn)
                 doc = (inspect.getdoc(fn) or "").strip()
                 doc = doc if len(doc) <= 400 else doc[:400] + "..."
                 lines.append(f"- await primitives.{alias}.{name}{sig}" + (f"\n  {doc}".replace("\n", "\n  ") if doc else ""))

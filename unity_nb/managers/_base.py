@@ -18,20 +18,9 @@ from .. import events as ev
 from .._errors import UserError
 from ..loop._handle import LoopHandle, current_loop, start_loop
 from ..loop._tools import Tool
+from ..models import default_model
 
-__all__ = ("Manager", "default_model")
-
-
-def default_model() -> Any:
-    name = os.environ.get("UNITY_NB_MODEL")
-    if not name:
-        raise UserError(
-            "this manager needs model=...: an OpenAIModel('gpt-4.1-mini'), a ScriptedModel(fn), or any object "
-            "with `async def complete(request, on_delta)` (or set UNITY_NB_MODEL)"
-        )
-    from ..models import OpenAIModel
-
-    return OpenAIModel(name)
+__all__ = ("Manager",)
 
 
 def _doc(obj: Any) -> str:
@@ -71,7 +60,7 @@ class Manager:
         the prompt says is calling: for loops started from an event rather than a call)."""
         if not isinstance(request, str) or not request.strip():
             raise UserError(f"{self.alias}.{method} needs a request: a non-empty string")
-        model = self.model or default_model()
+        model = self.model or default_model(f"the {type(self).__name__}")
         fn = getattr(type(self), method, None)
         system = "\n\n".join(p for p in (
             f"You are the {type(self).__name__}: {_doc(type(self))}",

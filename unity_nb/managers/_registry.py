@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import UserError
+from ..actor._primitives import signature_text
 from ..loop._tools import Tool, as_tool
 
 __all__ = ("ManagerSpec", "Registry")
@@ -140,7 +141,7 @@ class Registry:
             if spec.depends_on:
                 lines.append(f"Uses: {', '.join(spec.depends_on)}")
             for name, method in self.methods(alias).items():
-                sig = signature_text(method)
+                sig = signature_text(method)  # annotations evaluated: no quotes
                 lines.append(f"- {alias}.{name}{sig}: {_first_paragraph(inspect.getdoc(method) or '')}")
         return "\n".join(lines)
 
@@ -159,16 +160,6 @@ class Registry:
             actor.extra_tools = tools
             actor.loop_options["tool_policy"] = policy(*needed)
         return actor
-
-
-def signature_text(fn: Callable[..., Any]) -> str:
-    """``(question: str) -> LoopHandle``: annotations evaluated, so no quotes from postponed annotations."""
-    for kwargs in ({"eval_str": True}, {}):
-        try:
-            return str(inspect.signature(fn, **kwargs)).replace("unity_nb.loop._handle.", "")
-        except (TypeError, ValueError, NameError):
-            continue
-    return "(...)"
 
 
 def _method_tool(alias: str, name: str, method: Callable[..., Any]) -> Tool:
