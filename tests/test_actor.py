@@ -505,3 +505,21 @@ async def test_without_a_model_the_error_says_what_to_do(monkeypatch):
     monkeypatch.delenv("UNITY_NB_MODEL", raising=False)
     with pytest.raises(u.UserError, match="the actor needs model="):
         u.act("x", namespace={})
+
+
+async def test_a_figure_a_plan_draws_is_shown_with_its_call_and_closed(bus):
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    model = u.ScriptedModel(plans("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('sales')\nNone"))
+    h = u.act("plot", model=model, namespace={}, bus=bus)
+    await h
+    (call,) = [c for m in h.transcript for c in m.tool_calls]
+    (figure,) = call.displays
+    assert figure["data"]["image/png"].startswith("iVBOR")  # a PNG, base64
+    assert plt.get_fignums() == []  # closed: no later cell shows it again
+    assert "displayed to the user (image/png)" in results(model)[0]
+    assert [e.mime_types for e in h.events if e.kind == "tool_display"] == [("image/png", "text/plain")]

@@ -664,3 +664,27 @@ async def test_memory_never_runs_two_consolidations_at_once(bus):
     assert await second == "consolidation 2" and memory.pending == 0
     prompt = second.model.requests[-1].messages[0]["content"]  # the second one is told about the loops it covers
     assert "task 'two'" in prompt and "task 'three'" in prompt and "task 'one'" not in prompt
+
+
+async def test_a_discovery_first_actor_lists_functions_and_guidance_before_anything_else(bus, store):
+    inner = u.ScriptedModel(lambda m, t: "nothing relevant")  # the functions and guidance loops
+
+    def plan(messages, tools):
+        names = sorted(t["function"]["name"] for t in tools)
+        done = tool_messages(messages)
+        if "execute_code" not in names:
+            assert names == ["functions_search", "guidance_search"]
+            return u.call_tool(names[len(done)], request="what helps with sales?")
+        if len(done) == 2:
+            return u.call_tool("execute_code", code="ok = True", intent="act")
+        return "done"
+
+    registry = Registry([FunctionsManager(model=inner, bus=bus), GuidanceManager(store=store, model=inner, bus=bus)])
+    actor_model = u.ScriptedModel(plan)
+    ns = {}
+    h = registry.actor(actor_model, namespace=ns, bus=bus, discovery_first=True).act("Improve sales")
+    assert await h == "done"
+    assert [r.tool_choice for r in actor_model.requests[:2]] == ["required", "required"]
+    assert ns["ok"] is True and [c.name for c in h.children] == ["functions.search", "guidance.search"]
+    with pytest.raises(u.UserError, match="discovery_first needs the functions and guidance managers"):
+        Registry([FunctionsManager(bus=bus)]).actor(actor_model, discovery_first=True)
