@@ -374,3 +374,12 @@ async def test_widget_shows_cited_references_thinking_and_idle():
     ]
     assert [e["kind"] for e in w.entries[h.id]][:2] == ["task", "text"]
     await h.stop()
+
+
+async def test_code_and_managers_use_the_model_set_with_the_magic(ip):
+    from unity_nb.managers import FunctionsManager
+
+    ip.user_ns["m"] = u.ScriptedModel(lambda m, t: "from the magic's model")
+    ip.run_line_magic("unity", "model --var m")
+    assert await u.act("hello", namespace={}) == "from the magic's model"
+    assert await FunctionsManager().ask("what exists?") == "from the magic's model"

@@ -17,6 +17,7 @@ from ._errors import (
 from ._secrets import forget_secret, get_secret, secret_names, set_secret
 from .actor import Actor, ActorHandle, PlanResult, act, final_answer, primitive, registered_primitives
 from .events import AnyEvent, Event, EventBus, default_bus
+from .store import Store
 from ._registry import register_tool, registered_tools, tool, unregister_tool
 from .jupyter import load_ipython_extension, unload_ipython_extension
 from .loop import (
@@ -99,6 +100,8 @@ __all__ = (
     "AnyEvent",
     "EventBus",
     "default_bus",
+    # the store
+    "Store",
     # errors
     "UnityError",
     "UserError",

@@ -6,12 +6,21 @@ from ._openai import OpenAIModel
 from ._scripted import ScriptedModel
 
 
-def default_model(who: str) -> OpenAIModel:
-    """The model named by ``UNITY_NB_MODEL``; else a UserError telling ``who`` how to get one."""
+def default_model(who: str) -> Model:
+    """The model ``%unity model`` set in this kernel, else the one ``UNITY_NB_MODEL`` names; else a
+    UserError telling ``who`` how to get one."""
     import os
+    import sys
 
     from .._errors import UserError
 
+    if "IPython" in sys.modules:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        magics = shell.magics_manager.registry.get("UnityMagics") if shell is not None else None
+        if getattr(magics, "model", None) is not None:
+            return magics.model
     name = os.environ.get("UNITY_NB_MODEL")
     if not name:
         raise UserError(
