@@ -248,3 +248,10 @@ def test_repair_gives_every_tool_call_one_result():
     ]
     assert "interrupted" in fixed[3]["content"] and json.dumps(fixed)
     assert repair_history(fixed) == fixed
+
+
+async def test_compression_is_refused_for_durable_tasks(store):
+    tm = manager(store, lambda m, t: "x")
+    t = tm.create("a", "b")
+    with pytest.raises(u.UserError, match="compression is not available"):
+        tm.execute(t.id, context_window=1000)

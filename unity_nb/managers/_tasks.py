@@ -268,6 +268,8 @@ class TasksManager(Manager):
         return self._start(task_id, **options)
 
     def _start(self, task_id: str, **options: Any) -> LoopHandle:
+        if options.get("context_window") or self.actor_options.get("context_window"):
+            raise UserError("durable tasks keep their whole history in the store; context compression is not available for them")
         row = self._row(task_id)
         task = self._task(row)
         history = repair_history(self.messages(task_id))
