@@ -107,7 +107,7 @@ def test_a_cell_awaiting_the_handle_can_be_stopped_by_a_click(kernel):
     k.run("h4 = %unity act --name job4 count forever")
     comm_id, node = k.value("[get_ipython().magics_manager.registry['UnityMagics'].widgets['job4'].model_id, h4.id]")
     k.run("await h4.wait_for('model_request', timeout=20)")
-    msg_id = k.kc.execute("await h4")  # this cell blocks on the handle ...
+    msg_id = k.kc.execute("await h4", stop_on_error=False)  # this cell blocks on the handle (its error must not abort the next cells)
     k.click(comm_id, action="stop", node=node)  # ... and the click still reaches the widget
     reply = k.kc.get_shell_msg(timeout=30)
     while reply["parent_header"].get("msg_id") != msg_id:
