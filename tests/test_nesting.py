@@ -123,6 +123,29 @@ async def test_interjection_is_routed_to_the_live_child_by_the_parents_model(bus
     assert_every_call_answered_once(f.parent)
 
 
+async def test_the_routing_request_answers_every_tool_call_exactly_once(bus):
+    routing = []
+
+    def parent_script(messages, tools):
+        names = [t["function"]["name"] for t in tools]
+        if "interject_researcher" in names:
+            routing.append(messages)
+            return u.call_tool("interject_researcher", message="focus on spring tides")
+        return Family._default_parent(messages, tools)
+
+    f = Family(bus, parent_script=parent_script)
+    child = await f.started()
+    await f.parent.interject("only spring tides please")
+    await child.wait_for("steering", lambda e: e.action == "interject")
+    f.child_gate.set()
+    await asyncio.wait_for(f.parent.result(), 10)
+    (messages,) = routing
+    calls = [c["id"] for m in messages for c in m.get("tool_calls") or ()]
+    results = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
+    assert calls == results == [calls[0]]  # the research call once, with its placeholder result right after it
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "user", "system"]
+
+
 async def test_ask_on_the_parent_can_drill_into_the_live_child(bus):
     def inspector(messages, tools):
         names = [t["function"]["name"] for t in tools]

@@ -133,6 +133,45 @@ async def test_max_steps_with_open_requests_forces_final_answers_and_fails_the_r
     assert await h == {"r1": "best effort"}
 
 
+async def test_a_request_submitted_while_the_last_step_answers_gets_a_budget_of_its_own(bus):
+    evaluating = asyncio.Event()
+    release = asyncio.Event()
+
+    async def slow_check(answer, loop):
+        evaluating.set()
+        await release.wait()
+        return True
+
+    def script(messages, tools):
+        if "[request r2] beta" in "\n".join(users(messages)):
+            return "beta done"
+        return "alpha done"
+
+    model = u.ScriptedModel(script)
+    h = u.start_loop("alpha", model=model, multi=True, max_steps=1, evaluations=[slow_check], bus=bus)
+    await asyncio.wait_for(evaluating.wait(), 10)  # r1's answer, at its last step, is being evaluated
+    r2 = h.submit("beta")  # max_steps counts from the latest request: r2 has a step of its own
+    release.set()
+    assert await asyncio.wait_for(h.requests[0].result(), 10) == "alpha done"
+    assert await asyncio.wait_for(r2.result(), 10) == "beta done"
+    assert await asyncio.wait_for(h.result(), 10) == {"r1": "alpha done", "r2": "beta done"}
+
+
+async def test_plain_replies_at_the_last_step_with_open_requests_do_not_outlive_max_steps(bus):
+    model = u.ScriptedModel(lambda m, t: "still thinking")  # never calls final_answer
+    h = u.start_loop("first", model=model, multi=True, max_steps=2, bus=bus)
+    r2 = h.submit("second")
+    try:
+        with pytest.raises(u.UnityError, match="max_steps=2"):
+            await asyncio.wait_for(r2.result(), 10)
+        with pytest.raises(u.UnityError, match="max_steps=2"):
+            await asyncio.wait_for(h.requests[0].result(), 10)
+        assert await asyncio.wait_for(h.result(), 10) == {}
+        assert len(model.requests) == 2
+    finally:
+        await h.stop()
+
+
 async def test_a_request_has_its_own_clarifications_interjections_and_stop(bus):
     async def confirm(what: str, ctx: u.ToolContext) -> str:
         """Ask the person to confirm."""
@@ -369,6 +408,30 @@ async def test_references_are_numbered_shown_and_kept_when_cited(bus):
     assert [(r.number, r.title, r.tool) for r in h.references] == [(1, "Q3 report", "search")]
 
 
+CORPUS = [u.Reference("Q3 report", "North fell 12%."), u.Reference("Memo", "South grew.")]
+
+
+def lookup_doc(query: str) -> u.ToolResult:
+    """Look a document up in a fixed corpus."""
+    return u.ToolResult(f"hit for {query}", references=[CORPUS[0] if "north" in query else CORPUS[1]])
+
+
+async def test_a_reference_object_returned_twice_keeps_the_number_the_model_was_shown(bus):
+    def script(messages, tools):
+        done = tool_messages(messages)
+        if len(done) < 3:
+            return u.call_tool("lookup_doc", query=["north", "south", "north again"][len(done)])
+        assert "[1] Q3 report" in done[0]["content"] and "[3] Q3 report" in done[2]["content"]
+        return "North fell [1], South grew [2]."
+
+    h = u.start_loop("How did the regions do?", model=u.ScriptedModel(script), tools=[lookup_doc],
+                     evaluations=[u.cites_references()], max_corrections=0, bus=bus)
+    assert await h == "North fell [1], South grew [2]."
+    assert [r.number for r in h.all_references] == [1, 2, 3]
+    assert [(r.number, r.title) for r in h.references] == [(1, "Q3 report"), (2, "Memo")]
+    assert [v.passed for v in h.evaluation_results] == [True]
+
+
 async def test_an_evaluation_that_fails_once_sends_the_model_back_once(bus):
     def script(messages, tools):
         done = tool_messages(messages)
@@ -415,6 +478,21 @@ async def test_evaluations_of_a_request_answer_keep_it_open_until_corrected(bus)
 
     h = u.start_loop("x", model=u.ScriptedModel(script), multi=True, evaluations=[lambda a, loop: len(a) > 10 or "longer please"], bus=bus)
     assert await h.requests[0] == "long enough now"
+
+
+async def test_corrections_of_plain_answers_are_counted_per_request(bus):
+    def script(messages, tools):
+        return "corrected" if "did not pass evaluation" in users(messages)[-1] else "draft"
+
+    h = u.start_loop("one", model=u.ScriptedModel(script), multi=True, persist=True,
+                     evaluations=[lambda a, loop: a == "corrected" or "say corrected"], bus=bus)
+    try:
+        assert await asyncio.wait_for(h.requests[0].result(), 10) == "corrected"
+        r2 = h.submit("two")  # max_corrections=1 holds for each request, not once for the loop
+        assert await asyncio.wait_for(r2.result(), 10) == "corrected"
+        assert [e.sent_back for e in h.events if e.kind == "evaluation_run"] == [True, False, True, False]
+    finally:
+        await h.stop()
 
 
 async def test_postprocessors_transform_the_answer_and_the_transcript_keeps_the_original(bus):

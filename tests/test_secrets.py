@@ -77,6 +77,69 @@ async def test_a_secret_is_used_by_reference_and_found_nowhere(secret, tmp_path)
     assert "<<secret:API_TOKEN>>" in places["transcript"]
 
 
+async def test_a_secret_typed_as_a_clarification_answer_is_scrubbed_too(secret, tmp_path):
+    async def login(ctx: u.ToolContext) -> str:
+        """Log in, asking the person for the token."""
+        token = await ctx.clarify("Which token?")
+        return "logged in" if VALUE in token else "wrong token"  # the tool gets the value itself
+
+    bus = u.EventBus()
+    store = Store(tmp_path / "s.db")
+    store.attach(bus)
+    script = lambda m, t: u.call_tool("login") if not tool_messages(m) else "done: " + tool_messages(m)[0]["content"]  # noqa: E731
+    h = u.start_loop("log in", model=u.ScriptedModel(script), tools=[login], bus=bus, name="login")
+    question = await h.next_clarification()
+    await h.answer_clarification(question["call_id"], f"use {VALUE}")
+    assert await h == "done: logged in"
+    answered = [e for e in h.events if e.kind == "clarification_answered"]
+    assert answered and answered[0].answer == "use <<secret:API_TOKEN>>"
+    places = {
+        "transcript": json.dumps([m.content for m in h.transcript]),
+        "events": json.dumps([e.model_dump_json() for e in h.events]),
+        "rebuilt transcript": json.dumps([m.content for m in store.transcript("login")]),
+    }
+    store.close()
+    places["store"] = "".join(p.read_bytes().decode("latin-1") for p in tmp_path.glob("s.db*"))
+    for where, text in places.items():
+        assert VALUE not in text, where
+
+
+async def test_a_secret_in_a_reference_is_scrubbed_from_the_references_the_widget_lists(secret):
+    def fetch(url: str) -> u.ToolResult:
+        """Fetch a page."""
+        return u.ToolResult("fetched", references=[u.Reference(f"token {VALUE}", f"body {VALUE}", url=f"{url}?key={VALUE}")])
+
+    script = lambda m, t: u.call_tool("fetch", url="https://example.invalid") if not tool_messages(m) else "see [1]"  # noqa: E731
+    h = u.start_loop("fetch it", model=u.ScriptedModel(script), tools=[fetch], bus=u.EventBus())
+    w = HandleWidget(h)
+    assert await h == "see [1]"
+    w.flush()
+    (ref,) = h.references
+    assert ref.title == "token <<secret:API_TOKEN>>" and ref.url == "https://example.invalid?key=<<secret:API_TOKEN>>"
+    assert VALUE not in json.dumps({"nodes": w.nodes, "entries": w.entries}) and VALUE not in render_html(h)
+    assert VALUE not in json.dumps([(r.title, r.text, r.url) for r in h.all_references])
+
+
+def test_a_display_bundle_is_scrubbed_in_text_svg_and_json_but_binary_images_are_kept(secret):
+    from unity_nb._secrets import scrub_bundle
+
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    bundle = {
+        "data": {
+            "text/plain": f"token {VALUE}",
+            "image/svg+xml": f"<svg><text>{VALUE}</text></svg>",
+            "application/json": {"token": VALUE, "items": [VALUE, 1]},
+            "image/png": png,
+        },
+        "metadata": {},
+    }
+    data = scrub_bundle(bundle)["data"]
+    assert VALUE not in json.dumps(data)
+    assert data["image/svg+xml"] == "<svg><text><<secret:API_TOKEN>></text></svg>"
+    assert data["application/json"] == {"token": "<<secret:API_TOKEN>>", "items": ["<<secret:API_TOKEN>>", 1]}
+    assert data["image/png"] == png
+
+
 def test_bad_secrets_are_clear_errors(monkeypatch):
     monkeypatch.delenv("NOPE_NOT_SET", raising=False)
     with pytest.raises(u.UserError, match="is not set"):

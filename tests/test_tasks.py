@@ -231,6 +231,51 @@ async def test_an_interrupted_task_resumes_its_turn_from_the_store(tmp_path):
     s1.close(), s2.close()
 
 
+async def test_a_message_sent_while_the_turn_ends_in_a_plan_starts_the_next_turn(store):
+    started, gate = asyncio.Event(), asyncio.Event()
+    plan = "started.set()\nawait gate.wait()\nfinal_answer('first turn done')"
+
+    def script(messages, tools):
+        texts = users(messages)
+        if any("also count the rows" in t for t in texts):
+            return "rows counted"
+        return u.call_tool("execute_code", code=plan, intent="finish")
+
+    bus = u.EventBus()
+    tm = TasksManager(store=store, model=u.ScriptedModel(script), namespace={"started": started, "gate": gate}, bus=bus)
+    t = tm.create("job", "Do the job.")
+    h = tm.execute(t.id)
+    await asyncio.wait_for(started.wait(), T)
+    tm.send(t.id, "also count the rows")  # delivered into the running turn, whose plan is ending it
+    next_turn = asyncio.ensure_future(bus.wait_for("loop_finished", lambda e: e.result == "rows counted", timeout=T))
+    gate.set()
+    assert await h == "first turn done"
+    await next_turn  # the message was not lost: it started the next turn
+    turns = tm.turns(t.id)
+    assert [x["summary"] for x in turns] == ["first turn done", "rows counted"]
+    assert sum("also count the rows" in (m.get("content") or "") for m in tm.messages(t.id) if m["role"] == "user") == 1
+
+
+async def test_a_task_running_in_another_live_kernel_is_not_interrupted(tmp_path):
+    path = tmp_path / "state.db"
+    release = asyncio.Event()
+
+    async def slow(messages, tools):
+        await release.wait()
+        return "done"
+
+    s1, s2 = Store(path), Store(path)  # two kernels sharing one file, both alive
+    tm1, tm2 = manager(s1, slow), manager(s2, slow)
+    t = tm1.create("job", "Take a while.")
+    h = tm1.execute(t.id)
+    await h.wait_for("model_request", timeout=T)
+    assert tm2.get(t.id).status == "running"
+    release.set()
+    assert await h == "done"
+    assert tm2.get(t.id).status == "idle"
+    s1.close(), s2.close()
+
+
 def test_repair_gives_every_tool_call_one_result():
     call = {"role": "assistant", "content": None, "tool_calls": [
         {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}},
@@ -255,3 +300,26 @@ async def test_compression_is_refused_for_durable_tasks(store):
     t = tm.create("a", "b")
     with pytest.raises(u.UserError, match="compression is not available"):
         tm.execute(t.id, context_window=1000)
+
+
+async def test_a_parent_is_told_when_its_child_fails(store):
+    async def script(messages, tools):
+        texts = users(messages)
+        if texts[0].startswith("Task 'child"):
+            raise RuntimeError("the child's model broke")
+        if not tool_messages(messages):
+            return u.call_tool("spawn_task", name="child", description="fragile work")
+        if any("failed in turn 0" in t for t in texts):
+            return "parent: the child failed"
+        return "parent: waiting"
+
+    bus = u.EventBus()
+    tm = manager(store, script, bus=bus)
+    parent = tm.create("parent", "Delegate fragile work.")
+    woken = asyncio.ensure_future(bus.wait_for("loop_finished", lambda e: e.result == "parent: the child failed", timeout=T))
+    await tm.execute(parent.id)
+    await woken
+    child = tm.list(parent=parent.id)[0]
+    assert child.status == "failed"
+    notice = [m["content"] for m in tm.messages(parent.id) if m["role"] == "user" and "failed in turn 0" in m["content"]]
+    assert "the child's model broke" in notice[0]

@@ -78,11 +78,25 @@ def scrub(text: Any) -> Any:
     return text
 
 
+def _scrub_json(value: Any) -> Any:
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, dict):
+        return {k: _scrub_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub_json(v) for v in value]
+    return value
+
+
 def scrub_bundle(bundle: dict) -> dict:
-    """A display's mime bundle with its text scrubbed (binary images are left as they are)."""
+    """A display's mime bundle with its text scrubbed, SVG and JSON included (binary images, base64
+    encoded, are left as they are)."""
     if not _ORDER:
         return bundle
-    data = {k: (scrub(v) if isinstance(v, str) and not k.startswith("image/") else v) for k, v in bundle.get("data", {}).items()}
+    data = {
+        k: (v if k.startswith("image/") and k != "image/svg+xml" else _scrub_json(v))
+        for k, v in bundle.get("data", {}).items()
+    }
     return {**bundle, "data": data}
 
 

@@ -223,9 +223,13 @@ class Store:
         if not self._pending:
             return
         batch, self._pending = self._pending, []
-        with self.transaction() as db:
-            for event in batch:
-                self._write(db, event)
+        try:
+            with self.transaction() as db:
+                for event in batch:
+                    self._write(db, event)
+        except sqlite3.Error:
+            self._pending = batch + self._pending  # kept for the next flush (the file may be locked a while)
+            raise
 
     def _write(self, db: sqlite3.Connection, event: ev.Event) -> None:
         uid = self.uid(event.loop_id)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import inspect
 import json
 import re
@@ -735,7 +736,7 @@ class LoopHandle:
             for h in chain:
                 h._waiting -= 1
         self.transcript.append(Message("user", scrub(answer), kind="clarification", tool_call_id=call_id))
-        self._publish(ev.ClarificationAnswered(loop_id=self.id, lineage=self.lineage, call_id=call_id, answer=answer))
+        self._publish(ev.ClarificationAnswered(loop_id=self.id, lineage=self.lineage, call_id=call_id, answer=scrub(answer)))
         return answer
 
     def _notify(self, call_id: str | None, text: str, request_id: str | None = None) -> None:
@@ -1010,6 +1011,7 @@ class LoopHandle:
             if await self._checkpoint():  # a multi-request loop with nothing left to do
                 return self._multi_answer()
             last = self._last_step()
+            budget = self._budget_start  # a request submitted during this step restarts the budget
             tools, choice = self._offered()
             reply = await self._call_model(list(self._wire), tools, choice)
             if reply is None:  # interrupted by an interjection: re-issue with it
@@ -1022,10 +1024,11 @@ class LoopHandle:
             final = not reply.tool_calls and not self._interjected
             if final and self._multi and len(self.open_requests()) > 1:
                 final = False
-                self._pending_notes.append(
-                    f"[{len(self.open_requests())} requests are still open: "
-                    f"{', '.join(r.request_id for r in self.open_requests())}. Complete each with final_answer(request_id, answer).]"
-                )
+                if not (last and self._budget_start == budget):  # at the last step they fail below
+                    self._pending_notes.append(
+                        f"[{len(self.open_requests())} requests are still open: "
+                        f"{', '.join(r.request_id for r in self.open_requests())}. Complete each with final_answer(request_id, answer).]"
+                    )
             entry = Message("assistant", reply.content, kind="answer" if final else "text", tool_calls=records)
             self.transcript.append(entry)
             wire_msg: dict[str, Any] = {"role": "assistant", "content": reply.content}
@@ -1035,7 +1038,9 @@ class LoopHandle:
             if reply.tool_calls:
                 self._think(reply.content, [c.name for c in reply.tool_calls])
             if final:
-                ok, text = await self._finalize(reply.content or "", self)
+                # corrections are counted per answer owner: in a multi-request loop, the request it completes
+                owner = (self.open_requests() or [self])[0] if self._multi else self
+                ok, text = await self._finalize(reply.content or "", owner)
                 if not ok:  # an evaluation sent the model back with its feedback
                     entry.kind = "text"
                     self._pending_notes.append(text)
@@ -1049,10 +1054,12 @@ class LoopHandle:
                 open_now = self.open_requests()
                 if open_now:
                     open_now[0]._finish(text)
-                if last:
+                if last and self._budget_start == budget:
                     self._fail_open(f"the loop reached max_steps={self.max_steps} before answering it")
                 continue
             if not reply.tool_calls:
+                if self._multi and last and self._budget_start == budget:  # a plain reply at the last step
+                    self._fail_open(f"the loop reached max_steps={self.max_steps} before answering it")
                 continue
             if not tools:
                 why = f"its last step (max_steps={self.max_steps})" if last else "a step"
@@ -1072,7 +1079,7 @@ class LoopHandle:
                 self._result_obj = value
                 self.transcript.append(Message("assistant", text, kind="answer"))
                 return text
-            if self._multi and last:
+            if self._multi and last and self._budget_start == budget:
                 self._fail_open(f"the loop reached max_steps={self.max_steps} before answering it")
 
     # ------------------------------------------------------------------ answers
@@ -1222,7 +1229,8 @@ class LoopHandle:
             "them with the steering tools if it concerns them; otherwise reply briefly. Their results will follow.",
         }
         for _ in range(3):
-            reply = await self._call_model([*self._wire, wire_msg, *placeholders, *deferred, note], tools, "auto")
+            # the wire ends with wire_msg (the running calls): their placeholders follow it
+            reply = await self._call_model([*self._wire, *placeholders, *deferred, note], tools, "auto")
             if reply is None:  # interrupted by another interjection: include it and re-issue
                 self._interjected = False
                 deferred.append({"role": "user", "content": "\n".join(self._pending_notes)})
@@ -1369,8 +1377,11 @@ class LoopHandle:
         for ref in value.references:
             if not isinstance(ref, Reference):
                 raise TypeError(f"ToolResult.references holds Reference objects, not {type(ref).__name__}")
-            ref.number = len(self.all_references) + 1
-            ref.tool = rec.name
+            # a copy: a tool may return the same object again (a fixed corpus), which must not renumber this one
+            ref = dataclasses.replace(
+                ref, title=scrub(ref.title), text=scrub(ref.text), url=scrub(ref.url),
+                number=len(self.all_references) + 1, tool=rec.name,
+            )
             self.all_references.append(ref)
             body = ref.text if len(ref.text) <= 2000 else ref.text[:2000] + " ..."
             lines.append(f"[{ref.number}] {ref.title}" + (f" ({ref.url})" if ref.url else "") + (f": {body}" if body else ""))

@@ -118,6 +118,7 @@ class TasksManager(Manager):
         self._live: dict[str, LoopHandle] = {}
         self._scheduled: set[str] = set()
         self._starting: dict[str, asyncio.Future] = {}
+        self._posted: dict[str, list[dict]] = {}  # queue rows posted into each running turn
 
     # ------------------------------------------------------------------ records
 
@@ -130,8 +131,8 @@ class TasksManager(Manager):
 
     def _task(self, row: dict) -> Task:
         status = row["status"]
-        if status == "running" and row["id"] not in self._live and row["session"] != self.store.session:
-            status = "interrupted"
+        if status == "running" and row["id"] not in self._live and row["session"] not in self.store._alive():
+            status = "interrupted"  # its kernel is gone (a live kernel sharing the store still runs it)
         return Task(row["id"], row["name"], row["description"], status, row["parent_id"], row["position"],
                     row["created"], row["updated"], row["result"])
 
@@ -230,6 +231,7 @@ class TasksManager(Manager):
             for row in self._take_queue(task_id):
                 try:
                     live.post(row["content"])
+                    self._posted.setdefault(task_id, []).append(row)
                 except HandleStateError:  # it ended meanwhile: the message starts the next turn
                     self.store.execute(
                         "INSERT INTO task_queue (task_id, type, content, sender, ts) VALUES (?, ?, ?, ?, ?)",
@@ -299,6 +301,7 @@ class TasksManager(Manager):
         handle.manager = self  # type: ignore[attr-defined]
         handle.task_id = task_id  # type: ignore[attr-defined]
         self._live[task_id] = handle
+        self._posted[task_id] = []
         cursor = len(handle.messages) - len(queued)
         state = {"cursor": cursor, "n": len(history)}
         self.store.execute(
@@ -338,19 +341,36 @@ class TasksManager(Manager):
             "stopped" if event.kind == "loop_finished" else "failed")
         answer = handle.result_value if status == "idle" else None
         summary = (answer or getattr(event, "reason", None) or getattr(event, "error", None) or "")[:200]
+        # messages posted into this turn that its model never saw (the turn ended first) are queued again
+        pending = list(handle._pending_notes)
+        undelivered = []
+        for row in self._posted.pop(task_id, []):
+            if row["content"] in pending:
+                pending.remove(row["content"])
+                undelivered.append(row)
         now = time.time()
         with self.store.transaction() as db:
             db.execute("UPDATE task_turns SET ended = ?, summary = ? WHERE task_id = ? AND turn = ?", (now, summary, task_id, turn))
             db.execute("UPDATE tasks SET status = ?, result = COALESCE(?, result), updated = ? WHERE id = ?",
                        (status, answer, now, task_id))
+            for row in undelivered:
+                db.execute("INSERT INTO task_queue (task_id, type, content, sender, ts) VALUES (?, ?, ?, ?, ?)",
+                           (task_id, row["type"], row["content"], row["sender"], row["ts"]))
         self._live.pop(task_id, None)
         row = self._row(task_id)
-        if row["parent_id"] and status == "idle":
+        if row["parent_id"]:
             turns = len(self.store.query("SELECT 1 FROM task_turns WHERE task_id = ?", (task_id,)))
-            notice = (
-                f"[child task {row['name']!r} ({task_id}) completed its turn {turn} ({turns} turn(s) so far). "
-                f"Continue it with message_task('{task_id}', message) if needed.]\nIts final response:\n{answer}"
-            )
+            if status == "idle":
+                notice = (
+                    f"[child task {row['name']!r} ({task_id}) completed its turn {turn} ({turns} turn(s) so far). "
+                    f"Continue it with message_task('{task_id}', message) if needed.]\nIts final response:\n{answer}"
+                )
+            else:  # a parent waiting for it must not wait for ever
+                notice = (
+                    f"[child task {row['name']!r} ({task_id}) {'was stopped' if status == 'stopped' else 'failed'} in turn "
+                    f"{turn}: {summary or 'no reason given'}. Send it a message with message_task('{task_id}', message) "
+                    "to try again.]"
+                )
             _soon(functools.partial(self.send, row["parent_id"], notice, type="completion", sender=task_id))
         if self.store.query("SELECT 1 FROM task_queue WHERE task_id = ? LIMIT 1", (task_id,)):
             _soon(self._activate, task_id)  # messages that arrived as the turn ended
