@@ -383,3 +383,44 @@ async def test_code_and_managers_use_the_model_set_with_the_magic(ip):
     ip.run_line_magic("unity", "model --var m")
     assert await u.act("hello", namespace={}) == "from the magic's model"
     assert await FunctionsManager().ask("what exists?") == "from the magic's model"
+
+
+async def test_a_multi_operation_takes_more_requests_with_submit(ip):
+    import pandas as pd
+
+    ip.user_ns["sales"] = pd.DataFrame({"region": ["north", "south"], "delta": [3, -4]})
+
+    def script(messages, tools):
+        names = [t["function"]["name"] for t in tools]
+        assert "final_answer" in names
+        users = [m["content"] for m in messages if m["role"] == "user"]
+        results = [m["content"] for m in tool_messages(messages)]
+        if not results:
+            return u.call_tool("execute_code", code="final_answer(1)", intent="try to end the run in a plan")
+        if "[request r2]" in "\n".join(users) and not any("r2 completed" in r for r in results):
+            if not any("total" in r for r in results):
+                return u.call_tool("execute_code", code="total = int(sales.delta.sum())", intent="sum")
+            return u.call_tool("final_answer", request_id="r2", answer="the total is -1")
+        return u.call_tool("final_answer", request_id="r1", answer="north rose")
+
+    gate = Gate(script)
+    ip.user_ns["m"] = u.ScriptedModel(gate)
+    ip.run_line_magic("unity", "model --var m")
+    h = ip.run_line_magic("unity", "act --multi --name chat How did north do?")
+    r2 = ip.run_line_magic("unity", "submit chat and what is the total?")
+    assert isinstance(r2, u.RequestHandle) and r2.request_id == "r2"
+    gate.event.set()
+    assert await r2 == "the total is -1" and await h.requests[0] == "north rose"
+    assert await h == {"r1": "north rose", "r2": "the total is -1"}
+    assert ip.user_ns["total"] == -1  # a request's plan works in the notebook's namespace too
+    first_plan = tool_messages(ip.user_ns["m"].requests[-1].messages)[0]["content"]
+    assert "complete one with the tool final_answer(request_id, answer), not in a plan" in first_plan
+    assert "Complete each one with the\n  tool final_answer(request_id, answer)" in ip.user_ns["m"].requests[0].messages[0]["content"]
+    ip.user_ns["m2"] = u.ScriptedModel(["hi"])
+    ip.run_line_magic("unity", "model --var m2")
+    single = ip.run_line_magic("unity", "act --name one hello")
+    with pytest.raises(UsageError, match="serves one request: start it with `%unity act --multi"):
+        ip.run_line_magic("unity", "submit one more")
+    await single
+    with pytest.raises(UsageError, match="--multi is a flag"):
+        ip.run_line_magic("unity", "act --multi=yes go")

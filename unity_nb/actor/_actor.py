@@ -41,10 +41,23 @@ notebook's own namespace, `intent` says in a few words what it is for (the perso
 - Each plan's result tells you its stdout and stderr, the value of its last expression, and
   the variables it created, changed or deleted. Look at data with small, bounded outputs
   (`.head()`, `.shape`, aggregates), never whole tables.
-- When you are done, reply with your answer without calling any tool, or call
-  `final_answer(value)` inside a plan to return a value (a DataFrame, say) as the result.
+{done_hint}
 - Do not rebind `primitives` or `final_answer`.{tools_hint}
 """
+_DONE = """\
+- When you are done, reply with your answer without calling any tool, or call
+  `final_answer(value)` inside a plan to return a value (a DataFrame, say) as the result."""
+_DONE_MULTI = """\
+- You serve several requests, each shown as '[request <id>] ...'. Complete each one with the
+  tool final_answer(request_id, answer) as soon as it is done (not in a plan); what a plan
+  creates stays in the namespace for the person."""
+
+
+def _no_plan_final_answer(value: Any = None) -> None:
+    """In a multi-request run a plan cannot end the run: the final_answer tool completes a request."""
+    raise RuntimeError(
+        "this run serves several requests: complete one with the tool final_answer(request_id, answer), not in a plan"
+    )
 
 _PRIMITIVES_HINT = "\n- Primitives (call them with await):\n{listing}"
 _TOOLS_HINT = (
@@ -162,12 +175,16 @@ class ActorHandle(LoopHandle):
                     )
         self.executor = Executor(
             actor.namespace,
-            protected={"primitives": actor.primitives, "final_answer": final_answer, "get_secret": get_secret},
+            protected={
+                "primitives": actor.primitives, "get_secret": get_secret,
+                "final_answer": _no_plan_final_answer if options.get("multi") else final_answer,
+            },
             hidden=actor.hidden,
             code_timeout=actor.code_timeout,
             label=f"plan {options.get('name') or 'actor'}",
             shell=actor.shell,
         )
+        self._multi_run = bool(options.get("multi"))
         exec_tool = as_tool(self._make_execute(), name="execute_code")
         self._exec_tool = exec_tool
         system = options.pop("system", None) or actor.system or self._system_prompt()
@@ -181,6 +198,7 @@ class ActorHandle(LoopHandle):
         prompt = SYSTEM.format(
             primitives_hint=_PRIMITIVES_HINT.format(listing=prims.describe()) if prims else "",
             tools_hint=_TOOLS_HINT if self._json_tools and self.actor.references else "",
+            done_hint=_DONE_MULTI if self._multi_run else _DONE,
         )
         variables = user_variables(self.namespace, self.actor.hidden)
         extra = f"\n{self.actor.instructions}\n" if self.actor.instructions else ""

@@ -14,11 +14,14 @@ HELP = {
     "model": "%unity model [NAME] [--base-url URL] [--var VARIABLE]\n"
     "    Set the model (OPENAI_API_KEY from the environment), or with no NAME show the current one.\n"
     "    --var takes a Model object from a notebook variable (e.g. a ScriptedModel).",
-    "act": "%unity act [--name NAME] [--max-steps N] [--approval never|first|always] [--code-timeout SECONDS] TASK\n"
+    "act": "%unity act [--name NAME] [--max-steps N] [--approval never|first|always] [--code-timeout SECONDS] [--multi] TASK\n"
     "    (or %%unity act [options] with the task as the cell)\n"
     "    Start the CodeAct actor in the background on TASK and show its live widget; returns its handle.\n"
     "    Its plans run in this notebook's namespace: your variables are used by name, what it creates stays.\n"
-    "    --approval first|always: plans wait for Run (in the widget, or %unity approve NAME).",
+    "    --approval first|always: plans wait for Run (in the widget, or %unity approve NAME).\n"
+    "    --multi: it serves more requests sent with %unity submit NAME ... while it works.",
+    "submit": "%unity submit NAME REQUEST\n    Send another request to the --multi operation NAME while it works; returns the request's\n"
+    "    handle (await it for its answer). It shares the operation's context and variables.",
     "list": "%unity list\n    Live and finished handles: name, status, steps, tokens, elapsed.",
     "history": "%unity history [N]\n    Past loops from the store (also from earlier kernels): name, task, status, started, steps.\n"
     "    A loop whose kernel died before it ended shows as interrupted.",
@@ -38,7 +41,7 @@ def _approval(value: str) -> str:
 
 _approval.__name__ = "one of never, first, always"
 _OPTIONS = {
-    "act": {"--name": str, "--max-steps": int, "--approval": _approval, "--code-timeout": float},
+    "act": {"--name": str, "--max-steps": int, "--approval": _approval, "--code-timeout": float, "--multi": bool},
     "model": {"--base-url": str, "--var": str},
 }
 
@@ -65,6 +68,8 @@ def _convert(sub: str, key: str, value: str, options: dict) -> None:
     flag = f"--{key}"
     if flag not in allowed:
         raise _usage(sub, f"unknown option {flag} for %unity {sub}")
+    if allowed[flag] is bool:
+        raise _usage(sub, f"{flag} is a flag: it takes no value")
     if value[:1] in "'\"" and value[-1:] == value[:1]:
         value = value[1:-1]
     try:
@@ -74,10 +79,15 @@ def _convert(sub: str, key: str, value: str, options: dict) -> None:
 
 
 def _peel_options(sub: str, rest: str) -> tuple[dict, str]:
-    """Take ``--option value`` pairs from the front of ``rest``; the remainder stays raw text."""
+    """Take ``--option value`` pairs (and ``--flag``) from the front of ``rest``; the remainder stays raw text."""
     options: dict = {}
     rest = rest.strip()
     while rest.startswith("--"):
+        flag = rest.split(maxsplit=1)[0]
+        if _OPTIONS.get(sub, {}).get(flag) is bool:
+            options[flag[2:].replace("-", "_")] = True
+            rest = rest[len(flag):].strip()
+            continue
         m = _OPTION.match(rest)
         if m is None:
             raise _usage(sub, f"option {rest.split()[0]} needs a value")
@@ -143,8 +153,8 @@ def parse(line: str, cell: str | None = None) -> Command:
             raise _usage(sub, f"%unity {sub} needs the name of an operation")
         cmd.name = name
         cmd.text = "\n".join(t for t in (text.strip(), (cell or "").strip()) if t)
-        if sub in ("interject", "ask") and not cmd.text:
-            raise _usage(sub, f"%unity {sub} needs a {'message' if sub == 'interject' else 'question'}")
+        if sub in ("interject", "ask", "submit") and not cmd.text:
+            raise _usage(sub, f"%unity {sub} needs a {'message' if sub == 'interject' else 'question' if sub == 'ask' else 'request'}")
         if sub in ("pause", "resume", "approve") and cmd.text:
             raise _usage(sub, f"%unity {sub} takes only a name, got extra text {cmd.text!r}")
     return cmd

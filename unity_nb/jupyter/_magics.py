@@ -149,7 +149,9 @@ class UnityMagics(Magics):
             model, namespace=self.shell.user_ns, approval=cmd.options.get("approval", self.approval),
             code_timeout=cmd.options.get("code_timeout", self.code_timeout) or None,
         )
-        handle = actor.act(cmd.text, name=name, max_steps=cmd.options.get("max_steps", self.max_steps))
+        handle = actor.act(
+            cmd.text, name=name, max_steps=cmd.options.get("max_steps", self.max_steps), multi=cmd.options.get("multi", False),
+        )
         self.handles[name] = handle
         self._show(handle)
         return handle
@@ -213,6 +215,15 @@ class UnityMagics(Magics):
         handle = self._find(cmd)
         if not handle.done():
             asyncio.ensure_future(handle.stop(cmd.text or "stopped with %unity stop"))
+
+    def _submit(self, cmd: Command) -> Any:
+        handle = self._live(cmd)
+        if not getattr(handle, "_multi", False):
+            raise UsageError(
+                f"{handle.name!r} serves one request: start it with `%unity act --multi ...` to submit more "
+                f"(or use %unity interject {handle.name} ...)\n\n{HELP[cmd.sub]}"
+            )
+        return handle.submit(cmd.text)
 
     def _approve(self, cmd: Command) -> None:
         handle = self._live(cmd)
