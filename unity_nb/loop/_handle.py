@@ -1422,34 +1422,7 @@ async def _quiet(awaitable: Any) -> None:
         pass
 
 
-def start_loop(
-    task: str,
-    *,
-    model: Model,
-    tools: Iterable[Callable[..., Any] | Tool] = (),
-    system: str | None = None,
-    max_steps: int = 30,
-    max_parallel_tools: int = 8,
-    interrupt_on_interject: bool = True,
-    first_step_tools: Iterable[str] | None = None,
-    tool_policy: ToolPolicy | None = None,
-    parent_context: ParentContext = "never",
-    name: str | None = None,
-    bus: ev.EventBus | None = None,
-    options: dict | None = None,
-    multi: bool = False,
-    persist: bool = False,
-    context_window: int | None = None,
-    compress_at: float = 0.8,
-    keep_last: int = 8,
-    count_tokens: Callable[[list[dict]], int] | None = None,
-    dynamic_tools: Callable[[LoopHandle], Iterable[Callable[..., Any] | Tool]] | None = None,
-    time_awareness: bool = False,
-    prompt_cache: bool | Literal["openai", "anthropic"] = False,
-    evaluations: Sequence[Callable[..., Any]] = (),
-    max_corrections: int = 1,
-    postprocessors: Sequence[Callable[..., Any]] = (),
-) -> LoopHandle:
+def start_loop(task: str, **options: Any) -> LoopHandle:
     """Start a steerable tool loop on the running event loop and return its handle at once.
 
     ``tools`` are plain functions (sync ones run in a worker thread) with type hints and a
@@ -1482,12 +1455,14 @@ def start_loop(
     at most ``max_corrections`` times; ``postprocessors`` (``fn(answer, loop) -> str``) transform
     it. A tool that returns ``unity_nb.handoff(handle)`` ends the loop with that handle as result.
     """
-    return LoopHandle(
-        task, model=model, tools=tools, system=system, name=name, max_steps=max_steps,
-        max_parallel_tools=max_parallel_tools, interrupt_on_interject=interrupt_on_interject,
-        first_step_tools=first_step_tools, tool_policy=tool_policy, parent_context=parent_context,
-        bus=bus, options=options, multi=multi, persist=persist, context_window=context_window,
-        compress_at=compress_at, keep_last=keep_last, count_tokens=count_tokens, dynamic_tools=dynamic_tools,
-        time_awareness=time_awareness, prompt_cache=prompt_cache, evaluations=evaluations,
-        max_corrections=max_corrections, postprocessors=postprocessors,
-    )
+    private = sorted(k for k in options if k.startswith("_"))
+    if private:
+        raise UserError(f"start_loop takes no private options ({', '.join(private)})")
+    return LoopHandle(task, **options)
+
+
+# start_loop's signature is LoopHandle's, without the private parameters: one list, shown by help()
+start_loop.__signature__ = inspect.signature(LoopHandle.__init__).replace(  # type: ignore[attr-defined]
+    parameters=[p for n, p in inspect.signature(LoopHandle.__init__).parameters.items() if n != "self" and not n.startswith("_")],
+    return_annotation="LoopHandle",
+)
