@@ -2,7 +2,11 @@
 Chromium (driven by Playwright) opens it and runs every cell, and the live widget of the
 notebook's last operation (``tour``, a deliberately slow one) is steered by clicks: Pause,
 an interjection typed into its text box, Resume, Stop. The widget's badge and transcript must
-show each step, which also proves the anywidget front end loads in JupyterLab.
+show each step, which also proves the anywidget front end loads in JupyterLab. A second test, on
+the same server, writes a small notebook whose actor runs with ``--approval always``: the first
+plan is run with the Run button, the second skipped with a reason typed beside Skip, and a cell
+run afterwards shows that only the first plan ran (its picture of the waiting plan goes to
+``tests/artifacts/approval.png``).
 
 Only loopback: the server listens on 127.0.0.1 with a token and fetches nothing (news,
 update checks and the extension manager's PyPI look-ups are off), the page may request nothing
@@ -40,6 +44,7 @@ REPO = Path(__file__).resolve().parent.parent
 NOTEBOOK = REPO / "notebooks" / "01_quickstart.ipynb"
 ARTIFACTS = REPO / "tests" / "artifacts"
 SCREENSHOT = REPO / "docs" / "widget.png" if os.environ.get("UNITY_NB_README_SCREENSHOT") else REPO / "tests" / "artifacts" / "widget.png"
+APPROVAL_SCREENSHOT = REPO / "tests" / "artifacts" / "approval.png"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -305,3 +310,98 @@ def test_the_quickstart_widget_is_steered_by_clicks(lab, browser):
 
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     SCREENSHOT.write_bytes(picture)  # the README's picture of the widget
+
+
+# the second test's notebook: two plans, each waiting for a click, then an answer that repeats
+# what the model was told about the last one
+APPROVAL_NOTEBOOK = "approval.ipynb"
+PLANS = ["ran_first = True  # the plan you run", "ran_second = True  # the plan you skip"]
+REASON = "not on the production data"
+SKIPPED = f"[the person skipped this plan; it did not run]: {REASON}"
+APPROVAL_CELLS = [
+    "%load_ext unity_nb\nimport unity_nb as u",
+    f"""PLANS = {PLANS!r}
+
+def script(messages, tools):
+    \"\"\"One plan per step, then an answer repeating the last tool result the model received.\"\"\"
+    done = [m for m in messages if m["role"] == "tool"]
+    if len(done) < len(PLANS):
+        return u.call_tool("execute_code", code=PLANS[len(done)], intent=f"set flag {{len(done) + 1}}")
+    return "Told: " + done[-1]["content"]
+
+careful_model = u.ScriptedModel(script)
+%unity model --var careful_model""",
+    "h = %unity act --approval always --name careful Set both flags",
+    "print(f\"ran_first={globals().get('ran_first')} ran_second={globals().get('ran_second', 'never set')}\")",
+]
+
+
+def test_plans_wait_for_run_and_skip_clicks(lab, browser):
+    import nbformat
+    from playwright.sync_api import expect
+
+    nb = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell(src) for src in APPROVAL_CELLS],
+        metadata={"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+    )
+    nbformat.write(nb, lab.root / APPROVAL_NOTEBOOK)
+    page = browser.page
+    # a workspace of its own, so the first test's notebook is not restored beside this one
+    page.goto(f"{lab.url}/lab/workspaces/approval/tree/{APPROVAL_NOTEBOOK}?token={lab.token}")
+    panel = page.locator(".jp-NotebookPanel")
+    expect(panel).to_be_visible()
+    expect(page.locator("#jp-main-statusbar").get_by_role("button", name=re.compile(r"^Python 3.* \| Idle$"))).to_be_visible()
+    cells = panel.locator(".jp-Notebook .jp-CodeCell")
+    expect(cells).to_have_count(len(APPROVAL_CELLS))
+
+    # run every cell but the last (the check), which is run once the operation has ended
+    check = cells.nth(len(APPROVAL_CELLS) - 1)
+    check.locator(".jp-InputArea-editor").click()
+    page.locator("#jp-MainMenu").get_by_text("Run", exact=True).click()
+    page.get_by_role("menuitem", name=re.compile(r"^Run All Above Selected Cell")).click()
+
+    careful = page.locator(".unb-node").filter(has=page.locator(".unb-name", has_text=re.compile(r"^careful$")))
+    badge, transcript, approvals = careful.locator(".unb-badge"), careful.locator(".unb-transcript"), careful.locator(".unb-approval")
+    # the first plan waits: its code, highlighted, with Run and Skip
+    expect(badge).to_have_text("waiting for you", timeout=60_000)
+    expect(approvals).to_have_count(1)
+    expect(approvals.locator("pre.unb-python")).to_have_text(PLANS[0])
+    expect(approvals).to_contain_text("set flag 1")
+    first = approvals.get_attribute("data-call")
+    expect(transcript.locator(f'.unb-call[data-call="{first}"] summary')).to_have_text("execute_code waiting for approval")
+    picture = page.locator(".unb-root").filter(has=careful).screenshot()
+
+    approvals.locator(".unb-run").click(delay=PRESS)
+    expect(transcript.locator(".unb-steering")).to_have_text(["steering [plan approved by the user]"])
+    expect(transcript.locator(f'.unb-call[data-call="{first}"] summary')).to_have_text("execute_code done")
+    expect(transcript.locator(f'.unb-call[data-call="{first}"] .unb-result')).to_contain_text("success: true")
+    # then the second plan waits
+    expect(approvals.locator("pre.unb-python")).to_have_text(PLANS[1])
+    expect(approvals).to_have_count(1)
+    expect(badge).to_have_text("waiting for you")
+    second = approvals.get_attribute("data-call")
+    assert second != first
+
+    approvals.locator(".unb-input").fill(REASON)
+    approvals.locator(".unb-skip").click(delay=PRESS)
+    expect(badge).to_have_text("finished")
+    expect(approvals).to_have_count(0)
+    expect(transcript.locator(".unb-steering")).to_have_text([
+        "steering [plan approved by the user]", f"steering [plan skipped by the user: {REASON}]",
+    ])
+    # the answer repeats what the model was told about the skipped plan
+    expect(transcript.locator(".unb-entry.unb-answer")).to_have_text(f"Told: {SKIPPED}")
+    # and the skipped call, opened like a person would, shows that result
+    skipped = transcript.locator(f'.unb-call[data-call="{second}"]')
+    skipped.locator("summary").click(delay=PRESS)
+    expect(skipped.locator(".unb-result")).to_be_visible()
+    expect(skipped.locator(".unb-result")).to_have_text(SKIPPED)
+
+    # in the kernel: the run plan ran, the skipped one never did
+    check.locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Shift+Enter")
+    expect(check.locator(".jp-OutputArea-output")).to_have_text("ran_first=True ran_second=never set")
+    assert browser.outside == [], "the page requested something beyond the local server"
+
+    APPROVAL_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    APPROVAL_SCREENSHOT.write_bytes(picture)

@@ -79,7 +79,7 @@ function renderDisplay(d) {
   return box;
 }
 
-function renderEntry(entry, open, depthNodes) {
+function renderEntry(entry, open, waiting) {
   const kind = entry.kind;
   if (kind === "system" || kind === "context") return null;
   if (entry.role === "tool" && kind === "tool_result") return null; // shown inside its call
@@ -103,7 +103,7 @@ function renderEntry(entry, open, depthNodes) {
   for (const call of entry.calls || []) {
     const details = h("details", { class: `unb-call${call.error ? " unb-error" : ""}`, "data-call": call.id });
     if (open.has(call.id)) details.open = true;
-    const state = call.result === null ? "running..." : call.error ? "error" : "done";
+    const state = call.result === null ? (waiting.has(call.id) ? "waiting for approval" : "running...") : call.error ? "error" : "done";
     details.append(h("summary", {}, h("code", {}, call.name), ` ${state}`, call.child ? ` (sub-operation below)` : ""));
     const code = codeOf(call);
     if (code) {
@@ -202,13 +202,14 @@ function render({ model, el }) {
       }
       // the transcript is rebuilt only when it changed, not at every streamed chunk, so a click
       // on a tool call (or a text selection) in it survives while the operation streams
-      const tkey = [entries[node.id], node.error, JSON.stringify(node.references || [])];
+      const tkey = [entries[node.id], node.error, JSON.stringify(node.references || []), akey];
       if (!v.tkey || tkey.some((x, i) => x !== v.tkey[i])) {
         v.tkey = tkey;
         const open = new Set([...v.transcript.querySelectorAll("details[open]")].map((d) => d.getAttribute("data-call")));
+        const waiting = new Set((node.approvals || []).map((a) => a.call_id));
         v.transcript.innerHTML = "";
         for (const e of entries[node.id] || []) {
-          const r = renderEntry(e, open);
+          const r = renderEntry(e, open, waiting);
           if (r) v.transcript.append(r);
         }
         if (node.error) v.transcript.append(h("div", { class: "unb-entry unb-error" }, node.error));
