@@ -222,7 +222,7 @@ function render({ model, el }) {
           v.transcript.append(refs);
         }
       }
-      v.streaming.textContent = node.streaming || (!ended && node.thinking ? `… ${node.thinking}` : "");
+      v.streaming.textContent = node.streaming || (!ended && node.status !== "waiting" && node.thinking ? `… ${node.thinking}` : "");
       v.asks.innerHTML = "";
       for (const a of asks.filter((a) => a.node === node.id)) {
         v.asks.append(h("div", { class: "unb-ask-entry" }, h("span", { class: "unb-label" }, "asked"), ` ${a.question} `,
