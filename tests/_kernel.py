@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -50,3 +51,14 @@ class Kernel:
     def close(self):
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=True)
+
+
+@contextlib.contextmanager
+def running(setup, **kwargs):
+    """A kernel that has run ``setup``, shut down on leaving."""
+    k = Kernel(**kwargs)
+    try:
+        k.run(setup)
+        yield k
+    finally:
+        k.close()

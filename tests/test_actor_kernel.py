@@ -11,7 +11,7 @@ import re
 import textwrap
 
 import pytest
-from _kernel import Kernel
+from _kernel import running
 
 SETUP = textwrap.dedent(
     """
@@ -33,12 +33,8 @@ SETUP = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def kernel():
-    k = Kernel()
-    try:
-        k.run(SETUP)
+    with running(SETUP) as k:
         yield k
-    finally:
-        k.close()
 
 
 def plans(*codes, answer="done"):

@@ -4,7 +4,7 @@ widget's buttons, sent as the comm messages a browser sends, steer it."""
 import textwrap
 
 import pytest
-from _kernel import Kernel
+from _kernel import running
 
 SETUP = textwrap.dedent(
     """
@@ -31,12 +31,8 @@ SETUP = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def kernel():
-    k = Kernel()
-    try:
-        k.run(SETUP)
+    with running(SETUP) as k:
         yield k
-    finally:
-        k.close()
 
 
 def test_buttons_steer_a_background_operation(kernel):

@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter
+
 from . import events as ev
 from ._errors import UserError
 
@@ -74,6 +76,7 @@ MIGRATIONS: list[str] = [_V1, _V2]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _SKIP = frozenset({"model_delta"})
+_EVENTS: TypeAdapter = TypeAdapter(ev.AnyEvent)
 _FLUSH_NOW = frozenset({
     "model_request", "loop_started", "loop_finished", "loop_failed", "steering", "clarification_requested",
     "approval_requested", "request_submitted", "request_finished", "control_handed_off",
@@ -256,7 +259,7 @@ class Store:
 
     # -- reading -------------------------------------------------------------------------
 
-    def _alive(self) -> set[str]:
+    def alive_sessions(self) -> set[str]:
         """Sessions whose process still runs (on this host)."""
         host = socket.gethostname()
         alive = set()
@@ -271,34 +274,33 @@ class Store:
         """Past and present loops, newest last: ``uid, name, task, status, started, ended, steps, ...``.
         A loop whose kernel died before it ended has status ``interrupted``."""
         self.flush()
-        sql = "SELECT * FROM loops" + (" WHERE name = ?" if name else "") + " ORDER BY started"
-        rows = self.query(sql, (name,) if name else ())
-        alive = self._alive()
-        for row in rows:
-            if row["status"] in _LIVE and row["session"] not in alive:
-                row["status"] = "interrupted"
-            row["lineage"] = tuple(json.loads(row["lineage"] or "[]"))
-        return rows[-limit:] if limit else rows
+        sql = "SELECT * FROM loops" + (" WHERE name = ?" if name else "") + " ORDER BY started DESC"
+        params: tuple = (name,) if name else ()
+        if limit:
+            sql, params = sql + " LIMIT ?", (*params, limit)
+        alive = self.alive_sessions()
+        return [self._present(row, alive) for row in reversed(self.query(sql, params))]
+
+    @staticmethod
+    def _present(row: dict, alive: set[str]) -> dict:
+        """A loops row as read: ``interrupted`` if its kernel is gone, the lineage a tuple."""
+        if row["status"] in _LIVE and row["session"] not in alive:
+            row["status"] = "interrupted"
+        row["lineage"] = tuple(json.loads(row["lineage"] or "[]"))
+        return row
 
     def find(self, key: str) -> dict:
         """A loop by uid, loop id or name (the newest of that name)."""
         self.flush()
         rows = self.query(
-            "SELECT uid FROM loops WHERE uid = ? OR loop_id = ? OR name = ? ORDER BY started DESC LIMIT 1", (key, key, key)
+            "SELECT * FROM loops WHERE uid = ? OR loop_id = ? OR name = ? ORDER BY started DESC LIMIT 1", (key, key, key)
         )
         if not rows:
             raise UserError(f"the store has no loop {key!r}; see %unity history")
-        row = self.query("SELECT * FROM loops WHERE uid = ?", (rows[0]["uid"],))[0]
-        if row["status"] in _LIVE and row["session"] not in self._alive():
-            row["status"] = "interrupted"
-        row["lineage"] = tuple(json.loads(row["lineage"] or "[]"))
-        return row
+        return self._present(rows[0], self.alive_sessions())
 
     def events(self, loop: str | None = None, *, kind: str | None = None) -> list[ev.Event]:
         """The recorded events (of one loop: its uid, id or name), oldest first, as event objects."""
-        from pydantic import TypeAdapter
-
-        adapter = TypeAdapter(ev.AnyEvent)
         clauses, params = [], []
         if loop is not None:
             clauses.append("loop_uid = ?")
@@ -309,7 +311,7 @@ class Store:
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
         self.flush()
         rows = self.query(f"SELECT data FROM events{where} ORDER BY seq", tuple(params))
-        return [adapter.validate_json(r["data"]) for r in rows]
+        return [_EVENTS.validate_json(r["data"]) for r in rows]
 
     def transcript(self, loop: str) -> list:
         """The transcript of a loop rebuilt from its recorded events (also after a crash)."""

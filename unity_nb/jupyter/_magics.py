@@ -225,17 +225,17 @@ class UnityMagics(Magics):
             )
         return handle.submit(cmd.text)
 
-    def _approve(self, cmd: Command) -> None:
+    def _waiting_plan(self, cmd: Command) -> Any:
         handle = self._live(cmd)
         if not getattr(handle, "pending_approvals", None):
             raise UsageError(f"{handle.name!r} has no plan waiting for approval\n\n{HELP[cmd.sub]}")
-        asyncio.ensure_future(handle.approve())
+        return handle
+
+    def _approve(self, cmd: Command) -> None:
+        asyncio.ensure_future(self._waiting_plan(cmd).approve())
 
     def _skip(self, cmd: Command) -> None:
-        handle = self._live(cmd)
-        if not getattr(handle, "pending_approvals", None):
-            raise UsageError(f"{handle.name!r} has no plan waiting for approval\n\n{HELP[cmd.sub]}")
-        asyncio.ensure_future(handle.skip(reason=cmd.text or None))
+        asyncio.ensure_future(self._waiting_plan(cmd).skip(reason=cmd.text or None))
 
     def _ask(self, cmd: Command) -> LoopHandle:
         handle = self._find(cmd).start_ask(cmd.text)

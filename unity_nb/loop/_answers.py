@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "Reference", "ToolResult", "Evaluation", "HandOff", "handoff", "cited_numbers", "cites_references",
-    "evaluate", "call_hook", "hook_name",
+    "evaluate", "call_hook", "hook_name", "accepts_positional",
 )
 
 _CITE = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")
@@ -96,19 +96,20 @@ def hook_name(fn: Any) -> str:
     return getattr(fn, "__name__", None) or type(fn).__name__
 
 
-def _positional(fn: Any) -> int:
+def accepts_positional(fn: Any, n: int, *, unknown: bool) -> bool:
+    """Whether ``fn`` takes at least ``n`` positional arguments (``unknown`` when it has no signature)."""
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
-        return 2
+        return unknown
     if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return 2
-    return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)])
+        return True
+    return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) >= n
 
 
 async def call_hook(fn: Any, answer: str, loop: LoopHandle) -> Any:
     """``fn(answer, loop)``, or ``fn(answer)`` for a one-argument function (``str.strip``, say)."""
-    value = fn(answer, loop) if _positional(fn) >= 2 else fn(answer)
+    value = fn(answer, loop) if accepts_positional(fn, 2, unknown=True) else fn(answer)
     if inspect.isawaitable(value):
         value = await value
     return value

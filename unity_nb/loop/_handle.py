@@ -36,7 +36,9 @@ from ..models._base import Model, ModelRequest, Reply, ToolCall, Usage
 from .._output import tool_output
 from .._secrets import SECRET_REF, get_secret, scrub
 from ..models._openai import retry_hook
-from ._answers import Evaluation, HandOff, Reference, ToolResult, call_hook, cited_numbers, evaluate, hook_name
+from ._answers import (
+    Evaluation, HandOff, Reference, ToolResult, accepts_positional, call_hook, cited_numbers, evaluate, hook_name,
+)
 from ._policies import SUMMARY_PROMPT, SUMMARY_TAG, estimate_tokens, render_for_summary, split_for_compression, time_note
 from ._requests import MULTI_NOTE, RequestHandle, check_text
 from ._status import Status
@@ -120,17 +122,6 @@ def _secret_value(name: str) -> str:
         return get_secret(name)
     except KeyError as err:
         raise ValueError(err.args[0]) from None
-
-
-def _takes_three(fn: Callable[..., Any]) -> bool:
-    """Whether a policy accepts ``(step, tools, loop)`` (else it gets ``(step, tools)``)."""
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
-        return False
-    if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return True
-    return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) >= 3
 
 
 def _new_id() -> str:
@@ -259,7 +250,8 @@ class LoopHandle:
                 raise UserError("a multi-request loop brings its own final_answer tool; rename yours")
             self._tools["final_answer"] = self._final_answer_tool()
         self._first_step_tools = list(first_step_tools) if first_step_tools else []
-        self._policy_takes_loop = _takes_three(tool_policy) if tool_policy is not None else False
+        # a policy gets (step, tools, loop) if it takes three arguments, else (step, tools)
+        self._policy_takes_loop = tool_policy is not None and accepts_positional(tool_policy, 3, unknown=False)
         for n in self._first_step_tools:
             if n not in self._tools:
                 raise UserError(f"first_step_tools names {n!r}, which is not among the tools: {sorted(self._tools)}")
@@ -272,7 +264,6 @@ class LoopHandle:
         self.interrupt_on_interject = interrupt_on_interject
         self.tool_policy = tool_policy
         self.parent_context = parent_context
-        self.bus = bus  # settled below, once the parent is known: a child publishes where its parent does
         self.options = dict(options or {})
         self.persist = persist
         self.context_window = context_window
@@ -291,6 +282,7 @@ class LoopHandle:
         share_context = False
         if self.parent is None and call is not None and _adopt:
             self.parent, parent_call_id, share_context = call
+        # a child publishes where its parent does
         self.bus = bus or (self.parent.bus if self.parent is not None else ev.default_bus())
         base = _lineage if _lineage is not None else (self.parent.lineage if self.parent else ())
         self.lineage: tuple[str, ...] = (*base, f"{self.name}({self.id})")
@@ -573,10 +565,13 @@ class LoopHandle:
     def open_requests(self) -> list[RequestHandle]:
         return [r for r in self.requests if not r.done()]
 
+    def _find_request(self, request_id: str | None) -> RequestHandle | None:
+        return next((r for r in self.requests if r.request_id == request_id), None)
+
     def _request(self, request_id: str) -> RequestHandle:
-        for r in self.requests:
-            if r.request_id == request_id:
-                return r
+        found = self._find_request(request_id)
+        if found is not None:
+            return found
         known = [r.request_id for r in self.requests] or "none (this loop serves one request)"
         raise UserError(f"{self.name!r} has no request {request_id!r}; its requests: {known}")
 
@@ -596,7 +591,7 @@ class LoopHandle:
 
         async def final_answer(request_id: str, answer: str) -> str:
             """Complete the request `request_id` with `answer` (what the person who asked receives)."""
-            req = next((r for r in loop.requests if r.request_id == request_id), None)
+            req = loop._find_request(request_id)
             if req is None:
                 raise ToolFailed(
                     f"error: there is no request {request_id!r}; open requests: {[r.request_id for r in loop.open_requests()]}"
@@ -709,7 +704,7 @@ class LoopHandle:
             out.append(h)
             if h._multi:
                 rid = request_id if h is self else h._call_requests.get(via or "")
-                req = next((r for r in h.requests if r.request_id == rid), None) if rid else None
+                req = h._find_request(rid)
                 if req is not None:
                     out.append(req)
             via = h._parent_call
@@ -735,8 +730,9 @@ class LoopHandle:
             self._clarifications.pop(call_id, None)
             for h in chain:
                 h._waiting -= 1
-        self.transcript.append(Message("user", scrub(answer), kind="clarification", tool_call_id=call_id))
-        self._publish(ev.ClarificationAnswered(loop_id=self.id, lineage=self.lineage, call_id=call_id, answer=scrub(answer)))
+        shown = scrub(answer)  # the tool gets the answer itself; people and the store see it scrubbed
+        self.transcript.append(Message("user", shown, kind="clarification", tool_call_id=call_id))
+        self._publish(ev.ClarificationAnswered(loop_id=self.id, lineage=self.lineage, call_id=call_id, answer=shown))
         return answer
 
     def _notify(self, call_id: str | None, text: str, request_id: str | None = None) -> None:
@@ -1011,7 +1007,12 @@ class LoopHandle:
             if await self._checkpoint():  # a multi-request loop with nothing left to do
                 return self._multi_answer()
             last = self._last_step()
-            budget = self._budget_start  # a request submitted during this step restarts the budget
+            budget = self._budget_start
+
+            def still_last() -> bool:
+                """This was the last step, and no request submitted meanwhile restarted the budget."""
+                return last and self._budget_start == budget
+
             tools, choice = self._offered()
             reply = await self._call_model(list(self._wire), tools, choice)
             if reply is None:  # interrupted by an interjection: re-issue with it
@@ -1024,7 +1025,7 @@ class LoopHandle:
             final = not reply.tool_calls and not self._interjected
             if final and self._multi and len(self.open_requests()) > 1:
                 final = False
-                if not (last and self._budget_start == budget):  # at the last step they fail below
+                if not still_last():  # at the last step they fail below
                     self._pending_notes.append(
                         f"[{len(self.open_requests())} requests are still open: "
                         f"{', '.join(r.request_id for r in self.open_requests())}. Complete each with final_answer(request_id, answer).]"
@@ -1054,11 +1055,11 @@ class LoopHandle:
                 open_now = self.open_requests()
                 if open_now:
                     open_now[0]._finish(text)
-                if last and self._budget_start == budget:
+                if still_last():
                     self._fail_open(f"the loop reached max_steps={self.max_steps} before answering it")
                 continue
             if not reply.tool_calls:
-                if self._multi and last and self._budget_start == budget:  # a plain reply at the last step
+                if self._multi and still_last():  # a plain reply at the last step
                     self._fail_open(f"the loop reached max_steps={self.max_steps} before answering it")
                 continue
             if not tools:
@@ -1079,7 +1080,7 @@ class LoopHandle:
                 self._result_obj = value
                 self.transcript.append(Message("assistant", text, kind="answer"))
                 return text
-            if self._multi and last and self._budget_start == budget:
+            if self._multi and still_last():
                 self._fail_open(f"the loop reached max_steps={self.max_steps} before answering it")
 
     # ------------------------------------------------------------------ answers

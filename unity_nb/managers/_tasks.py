@@ -117,7 +117,6 @@ class TasksManager(Manager):
         self.actor_options = dict(actor_options or {})
         self._live: dict[str, LoopHandle] = {}
         self._scheduled: set[str] = set()
-        self._starting: dict[str, asyncio.Future] = {}
         self._posted: dict[str, list[dict]] = {}  # queue rows posted into each running turn
 
     # ------------------------------------------------------------------ records
@@ -131,7 +130,7 @@ class TasksManager(Manager):
 
     def _task(self, row: dict) -> Task:
         status = row["status"]
-        if status == "running" and row["id"] not in self._live and row["session"] not in self.store._alive():
+        if status == "running" and row["id"] not in self._live and row["session"] not in self.store.alive_sessions():
             status = "interrupted"  # its kernel is gone (a live kernel sharing the store still runs it)
         return Task(row["id"], row["name"], row["description"], status, row["parent_id"], row["position"],
                     row["created"], row["updated"], row["result"])
