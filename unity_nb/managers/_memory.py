@@ -19,9 +19,6 @@ __all__ = ("MemoryManager",)
 
 log = logging.getLogger("unity_nb.managers.memory")
 
-_AUTO: contextvars.ContextVar[str | None] = contextvars.ContextVar("unity_nb_memory_auto", default=None)
-"""Set (in a fresh context) when the schedule, not a caller, starts a consolidation."""
-
 DEFAULT_REQUEST = (
     "Consolidate what the recent operations learned: durable facts into the knowledge tables, "
     "reusable procedures into guidance, and open follow-ups into tasks."
@@ -117,18 +114,11 @@ class MemoryManager(Manager):
     def _start_scheduled(self) -> None:
         if len(self._pending) < self.every or (self._running is not None and not self._running.done()):
             return
-        _AUTO.set(f"{len(self._pending)} top-level operations finished since the last consolidation")
+        why = f"{len(self._pending)} top-level operations finished since the last consolidation"
         try:
-            self.consolidate()
+            self._consolidate(None, caller=f"the MemoryManager's own schedule ({why}); no person is waiting on this run")
         except Exception:  # noqa: BLE001 - a schedule has nobody to raise to
             log.exception("memory consolidation could not start")
-
-    @staticmethod
-    def caller() -> str:
-        auto = _AUTO.get()
-        if auto:
-            return f"the MemoryManager's own schedule ({auto}); no person is waiting on this run"
-        return Manager.caller()
 
     # -- the loop's tools ------------------------------------------------------------------------------
 
@@ -218,6 +208,9 @@ class MemoryManager(Manager):
 
         ``request`` may narrow or redirect it ("only record the sales figures").
         """
+        return self._consolidate(request)
+
+    def _consolidate(self, request: str | None, caller: str | None = None) -> LoopHandle:
         request = request or DEFAULT_REQUEST
         pending, self._pending = self._pending, []
         since, self._since = self._since, time.time()
@@ -229,7 +222,9 @@ class MemoryManager(Manager):
                              f"result {clip(p['result'], 300)!r}")
         available = [a for a in ("transcripts", "knowledge", "guidance", "tasks") if other(self, a) is not None]
         lines.append("Managers available to you: " + (", ".join(available) if available else "none (you can only report)"))
-        handle = self._loop("consolidate", request, tools=self._tools_for(since, pending), context="\n".join(lines))
+        handle = self._loop(
+            "consolidate", request, tools=self._tools_for(since, pending), context="\n".join(lines), caller=caller,
+        )
         self._running = handle
         self.consolidations.append(handle)
 

@@ -28,7 +28,7 @@ def fail(message: str) -> ToolFailed:
 def other(manager: Any, alias: str) -> Any | None:
     """The manager registered as ``alias`` beside ``manager``, or ``None`` if there is none."""
     registry = getattr(manager, "registry", None)
-    if registry is None or alias not in getattr(registry, "aliases", ()):
+    if registry is None or alias not in registry:
         return None
     return manager._other(alias)
 
