@@ -15,7 +15,7 @@ import pytest
 import unity_nb as u
 from fake_openai import FakeOpenAIServer, Reply as R
 from unity_nb.models import ModelRequest
-from unity_nb.models._openai import retry_hook
+from unity_nb.models import retry_hook
 
 KEY = "sk-test-123456789"
 T = 10.0  # every wait is bounded by this
@@ -41,7 +41,7 @@ async def make_model(server, request):
 
     yield make
     for m in made:
-        await m.client.close()
+        await m.close()
 
 
 def ask(text="hi"):
@@ -447,14 +447,19 @@ async def test_cached_model_replays_a_whole_loop(server, make_model, tmp_path, b
     assert KEY not in path.read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("broken", [R(content="partial text here", stream_error_after=2), R(content="partial text here", omit_finish=True)])
-async def test_an_error_inside_the_stream_or_an_unfinished_stream_is_retried(server, make_model, broken):
-    server.script([broken, R(content="complete reply")])
+async def test_an_error_inside_the_stream_is_retried(server, make_model):
+    server.script([R(content="partial text here", stream_error_after=2), R(content="complete reply")])
     h = u.start_loop("go", model=make_model())
     assert await asyncio.wait_for(h.result(), 10) == "complete reply"
     assert len(retries(h)) == 1 and KEY not in retries(h)[0].error
     assert len(server.requests) == 2
 
+
+async def test_a_stream_that_ends_cleanly_without_a_finish_reason_is_accepted(server, make_model):
+    server.script([R(content="all of it", omit_finish=True), R(content="never asked for")])
+    h = u.start_loop("go", model=make_model())
+    assert await asyncio.wait_for(h.result(), T) == "all of it"
+    assert retries(h) == [] and len(server.requests) == 1
 
 
 async def test_a_stale_keep_alive_connection_is_replaced_without_a_retry(server, make_model):

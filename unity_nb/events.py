@@ -95,6 +95,8 @@ class ModelDelta(Event):
     kind: Literal["model_delta"] = "model_delta"
     step: int
     text: str
+    thinking: bool = False
+    """True for a piece of the model's reasoning (where the provider streams it), not of its answer."""
 
 
 class ModelResponse(Event):
@@ -106,6 +108,10 @@ class ModelResponse(Event):
     output_tokens: int = 0
     interrupted: bool = False
     """True when an interjection cancelled this call; it is re-issued."""
+    thinking: str | None = None
+    """The model's reasoning, where the provider streams it."""
+    refusal: str | None = None
+    """The model declined: its words (or the provider's content filter said so)."""
 
 
 class ModelRetry(Event):

@@ -35,7 +35,7 @@ from .._errors import HandleStateError, Stopped, UnityError, UserError
 from ..models._base import Model, ModelRequest, Reply, ToolCall, Usage
 from .._output import tool_output
 from .._secrets import SECRET_REF, get_secret, scrub
-from ..models._openai import retry_hook
+from ..models import retry_hook
 from ._answers import (
     Evaluation, HandOff, Reference, ToolResult, accepts_positional, call_hook, cited_numbers, evaluate, hook_name,
 )
@@ -86,6 +86,8 @@ class Message:
     name: str | None = None
     error: bool = False
     ts: float = field(default_factory=time.time)
+    thinking: str | None = None
+    """The model's reasoning behind an assistant entry, where the provider streams it."""
 
 
 # The loop whose tool is running in this context (set around each tool call), so a loop
@@ -96,6 +98,19 @@ _CALL: contextvars.ContextVar[tuple[LoopHandle, str, bool] | None] = contextvars
 _CURRENT: contextvars.ContextVar[LoopHandle | None] = contextvars.ContextVar("unity_nb_loop", default=None)
 # Inside a tool call, ``tool_output`` says where text the tool prints belongs (its call
 # record): see unity_nb._output, which routes sys.stdout/sys.stderr writes there.
+
+
+class _Sink:
+    """What a model streams into: answer text by calling it, reasoning through ``.thinking``."""
+
+    __slots__ = ("_text", "thinking")
+
+    def __init__(self, text: Callable[[str], None], thinking: Callable[[str], None]) -> None:
+        self._text = text
+        self.thinking = thinking
+
+    def __call__(self, text: str) -> None:
+        self._text(text)
 
 
 def current_loop() -> LoopHandle | None:
@@ -300,6 +315,8 @@ class LoopHandle:
         self.ended_at: float | None = None
         self.streaming_text = ""
         """The assistant text of the model call in flight, as streamed so far."""
+        self.streaming_thinking = ""
+        """The reasoning of the model call in flight, as far as it has streamed (where the provider streams it)."""
         self.printed = 0
         """Characters tools have printed so far (routed to their call records)."""
         self.called_tools: set[str] = set()
@@ -922,8 +939,14 @@ class LoopHandle:
         self.streaming_text += text
         self._publish(ev.ModelDelta(loop_id=self.id, lineage=self.lineage, step=self.steps, text=text))
 
+    def _on_thinking(self, text: str) -> None:
+        text = scrub(text)
+        self.streaming_thinking += text
+        self._publish(ev.ModelDelta(loop_id=self.id, lineage=self.lineage, step=self.steps, text=text, thinking=True))
+
     def _on_retry(self, attempt: int, error: str, delay: float) -> None:
         self.streaming_text = ""
+        self.streaming_thinking = ""
         self._publish(ev.ModelRetry(loop_id=self.id, lineage=self.lineage, attempt=attempt, error=error, delay=delay))
 
     async def _call_model(self, messages: list[dict], tools: Sequence[Tool], choice: str | dict) -> Reply | None:
@@ -942,8 +965,9 @@ class LoopHandle:
             )
         )
         self.streaming_text = ""
+        self.streaming_thinking = ""
         self._interrupted = False
-        task = self._loop.create_task(self.model.complete(request, self._on_delta))
+        task = self._loop.create_task(self.model.complete(request, _Sink(self._on_delta, self._on_thinking)))
         self._model_task = task
         try:
             reply = await task
@@ -957,14 +981,20 @@ class LoopHandle:
             self._model_task = None
         self.usage += reply.usage
         reply.content = scrub(reply.content)
+        reply.thinking = scrub(getattr(reply, "thinking", None))
+        reply.refusal = scrub(getattr(reply, "refusal", None))
         self._publish(
             ev.ModelResponse(
                 loop_id=self.id, lineage=self.lineage, step=step, content=reply.content,
                 tool_calls=tuple({"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls),
                 input_tokens=reply.usage.input_tokens, output_tokens=reply.usage.output_tokens,
+                thinking=reply.thinking, refusal=reply.refusal,
             )
         )
+        if reply.refusal and not reply.content:  # a refusal is what the model said: shown and kept as such
+            reply.content = f"[refused] {reply.refusal}"
         self.streaming_text = ""
+        self.streaming_thinking = ""
         return reply
 
     async def _run(self) -> None:
@@ -1030,14 +1060,15 @@ class LoopHandle:
                         f"[{len(self.open_requests())} requests are still open: "
                         f"{', '.join(r.request_id for r in self.open_requests())}. Complete each with final_answer(request_id, answer).]"
                     )
-            entry = Message("assistant", reply.content, kind="answer" if final else "text", tool_calls=records)
+            entry = Message("assistant", reply.content, kind="answer" if final else "text", tool_calls=records,
+                            thinking=reply.thinking, error=bool(reply.refusal))
             self.transcript.append(entry)
             wire_msg: dict[str, Any] = {"role": "assistant", "content": reply.content}
             if reply.tool_calls:
                 wire_msg["tool_calls"] = [c.to_wire() for c in reply.tool_calls]
             self._wire.append(wire_msg)
             if reply.tool_calls:
-                self._think(reply.content, [c.name for c in reply.tool_calls])
+                self._think(reply.content or reply.thinking, [c.name for c in reply.tool_calls])
             if final:
                 # corrections are counted per answer owner: in a multi-request loop, the request it completes
                 owner = (self.open_requests() or [self])[0] if self._multi else self

@@ -1,6 +1,6 @@
 """Models: the protocol, the OpenAI-compatible client, the scripted double, record/replay."""
 
-from ._base import Model, ModelRequest, Reply, ToolCall, Usage, call_tool
+from ._base import Model, ModelRequest, Reply, ToolCall, Usage, call_tool, retry_hook
 from ._cache import CachedModel
 from ._openai import OpenAIModel
 from ._scripted import ScriptedModel
@@ -30,4 +30,4 @@ def default_model(who: str) -> Model:
     return OpenAIModel(name)
 
 
-__all__ = ("Model", "ModelRequest", "Reply", "ToolCall", "Usage", "call_tool", "CachedModel", "OpenAIModel", "ScriptedModel", "default_model")
+__all__ = ("Model", "ModelRequest", "Reply", "ToolCall", "Usage", "call_tool", "CachedModel", "OpenAIModel", "ScriptedModel", "default_model", "retry_hook")

@@ -7,15 +7,23 @@ sends them untouched and every other model reads one well-known shape.
 
 from __future__ import annotations
 
+import contextvars
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ("Model", "ModelRequest", "Reply", "ToolCall", "Usage", "call_tool", "DeltaCallback")
+__all__ = ("Model", "ModelRequest", "Reply", "ToolCall", "Usage", "call_tool", "DeltaCallback", "retry_hook")
 
 DeltaCallback = Callable[[str], None]
-"""Receives each piece of streamed assistant text as it arrives."""
+"""Receives each piece of streamed assistant text as it arrives. If it also has a ``thinking``
+attribute (a callable), a model that streams reasoning calls ``on_delta.thinking(text)`` with it."""
+
+retry_hook: contextvars.ContextVar[Callable[[int, str, float], None] | None] = contextvars.ContextVar(
+    "unity_nb_retry_hook", default=None
+)
+"""Set by whoever runs a model (the loop): a model calls ``hook(attempt, error, delay)`` before each
+retry, so partial streamed text can be discarded and the retry shown. Any model may use it."""
 
 
 @dataclass(slots=True)
@@ -36,9 +44,14 @@ class ToolCall:
     name: str
     arguments: str = "{}"
     id: str = ""
+    extra: dict = field(default_factory=dict)
+    """Provider fields of the call that must be sent back with it (Gemini's ``extra_content``)."""
 
     def to_wire(self) -> dict:
-        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+        wire = {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+        if self.extra:
+            wire.update(self.extra)
+        return wire
 
 
 def call_tool(name: str, /, **arguments: Any) -> ToolCall:
@@ -55,6 +68,10 @@ class Reply:
     usage: Usage = field(default_factory=Usage)
     model: str = ""
     finish_reason: str | None = None
+    thinking: str | None = None
+    """The model's reasoning, where the provider streams it (shown, never sent back)."""
+    refusal: str | None = None
+    """The model declined to answer: its words, or what the provider said withheld the reply."""
 
 
 @dataclass(slots=True)

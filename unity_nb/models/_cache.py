@@ -86,7 +86,12 @@ class CachedModel:
                 usage=Usage(*entry["usage"]),
                 model=entry["model"],
                 finish_reason=entry.get("finish_reason"),
+                thinking=entry.get("thinking"),
+                refusal=entry.get("refusal"),
             )
+            thinking = getattr(on_delta, "thinking", None)
+            if reply.thinking and thinking is not None:
+                thinking(reply.thinking)
             if reply.content and on_delta is not None:
                 on_delta(reply.content)
             return reply
@@ -98,13 +103,20 @@ class CachedModel:
             )
         self.misses += 1
         reply = await self.inner.complete(request, on_delta)
-        self._entries[key] = {
+        entry = {
             "content": reply.content,
-            "tool_calls": [{"name": c.name, "arguments": c.arguments, "id": c.id} for c in reply.tool_calls],
+            "tool_calls": [
+                {"name": c.name, "arguments": c.arguments, "id": c.id, **({"extra": c.extra} if c.extra else {})}
+                for c in reply.tool_calls
+            ],
             "usage": [reply.usage.input_tokens, reply.usage.output_tokens],
             "model": reply.model,
             "finish_reason": reply.finish_reason,
         }
+        for optional in ("thinking", "refusal"):  # only when present: older recordings stay byte-identical
+            if getattr(reply, optional):
+                entry[optional] = getattr(reply, optional)
+        self._entries[key] = entry
         async with self._lock:
             self._save()
         return reply

@@ -1,43 +1,43 @@
 """The OpenAI-compatible model: OpenAI, Azure, and any server speaking the Chat Completions API.
 
-It always uses ``openai.AsyncOpenAI`` (a synchronous client would freeze the kernel's event
-loop and every widget button with it). Requests go through the client's documented low-level
-``post`` with the body as a plain dict: the client still supplies auth, base_url and headers,
-but the per-call parameter transform of ``chat.completions.create`` (most of its CPU cost, and
-growing with the transcript) is skipped. Streaming is always on; tool-call deltas are
-assembled here. Retries are ours, so a stream dropped half-way is retried too.
+It always uses ``openai.AsyncOpenAI`` for its configuration (base URL, auth, default headers) and
+never a synchronous client (that would freeze the kernel's event loop and every widget button with
+it). The request body is built here as a plain dict: the per-call parameter transform of
+``chat.completions.create`` is most of its CPU cost and grows with the transcript. It is sent by
+``aiohttp`` (``_transport``), or by the client's own documented ``post`` for a client handed in.
+Both paths hand raw bytes to one SSE decoder (``_sse``) and one assembler (``_assemble``), so every
+provider's dialect is read the same way on both. Streaming is always on. Retries are ours, so a
+stream dropped half-way is retried too.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import email.utils
 import json
 import math
 import os
 import random
 import time
-from collections.abc import Callable
 from typing import Any
 
 from .._errors import ModelConfigError, ModelError
-from ._base import DeltaCallback, ModelRequest, Reply, ToolCall, Usage
-from ._http import HTTPStatusError, LeanHTTP, StreamError, TransportError, proxy_configured
+from ._assemble import Assembler, ProviderError, provider_error
+from ._base import DeltaCallback, ModelRequest, Reply, Usage, retry_hook
+from ._sse import SSEDecoder
+from ._transport import AioHTTPTransport, ClientTransport, HTTPStatusError, Response, TransportError, check_base_url
 
 __all__ = ("OpenAIModel", "retry_hook")
-
-retry_hook: contextvars.ContextVar[Callable[[int, str, float], None] | None] = contextvars.ContextVar(
-    "unity_nb_retry_hook", default=None
-)
-"""Set by the loop: called as ``hook(attempt, error, delay)`` before each retry (so partial
-streamed text can be discarded and the retry shown)."""
 
 _RETRY_STATUS = frozenset({408, 409, 429})
 
 
 class _Incomplete(Exception):
-    """A stream that closed cleanly but never gave a finish reason: retried like a dropped one."""
+    """A stream that closed before it said anything: retried like a dropped one."""
+
+
+class _BadStream(Exception):
+    """A response that is not a Chat Completions stream (a data line that is not JSON, an HTML page)."""
 
 
 def _seconds(text: str, scale: float = 1.0) -> float | None:
@@ -79,15 +79,18 @@ class OpenAIModel:
     is then optional); ``client=`` takes a ready ``openai.AsyncOpenAI`` or
     ``openai.AsyncAzureOpenAI``. ``options`` (temperature, ...) go into every request.
 
-    Failures worth retrying (429, 5xx, 408, 409, timeouts, refused or dropped connections) are
-    retried ``max_retries`` times with exponential backoff and jitter, honouring Retry-After.
-    The key is never shown: not in the repr, not in errors.
+    ``timeout`` bounds silence, not length: an attempt that receives no complete line of the stream
+    for ``timeout`` seconds (nothing at all, or a trickle that never finishes a line) is abandoned
+    and retried, while a long generation that keeps sending is never cut. ``connect_timeout``
+    bounds opening a connection. Failures worth retrying (429, 5xx, 408, 409, timeouts, refused or
+    dropped connections, a provider's error event) are retried ``max_retries`` times with
+    exponential backoff and jitter, honouring Retry-After; each retry is announced through
+    ``retry_hook`` (the loop shows it). The key is never shown: not in the repr, not in errors.
 
-    When it builds its own client (no ``client=``) and no proxy is configured, requests are
-    streamed by a lean HTTP/1.1 client (``unity_nb.models._http``) configured from that
-    ``AsyncOpenAI`` (base URL, auth and default headers): the generic HTTP stack costs more CPU
-    per call than the rest of a tool loop together. ``fast_path=False``, a client handed in
-    (Azure included) or a proxy use the client's documented ``post`` instead.
+    Requests go through aiohttp with one connection pool per model (``fast_path=False``, or a
+    client handed in, uses the client's own ``post`` instead). Close the pool with
+    ``await model.close()`` or ``async with OpenAIModel(...) as model``; a model that is dropped
+    unclosed closes its sockets when it is collected.
     """
 
     def __init__(
@@ -100,7 +103,8 @@ class OpenAIModel:
         max_retries: int = 4,
         backoff: float = 0.5,
         max_backoff: float = 30.0,
-        timeout: float = 600.0,
+        timeout: float = 120.0,
+        connect_timeout: float = 10.0,
         options: dict | None = None,
         fast_path: bool = True,
     ) -> None:
@@ -111,7 +115,12 @@ class OpenAIModel:
             raise ModelConfigError(
                 "OpenAIModel needs a model name: OpenAIModel('gpt-4.1-mini'), or set UNITY_NB_MODEL"
             )
-        own_client = client is None
+        for name, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
+                raise ModelConfigError(f"OpenAIModel({name}=...) takes a positive number of seconds, not {value!r}")
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise ModelConfigError(f"OpenAIModel(max_retries=...) takes a whole number >= 0, not {max_retries!r}")
+        self._owns_client = client is None
         if client is None:
             key = api_key or os.environ.get("OPENAI_API_KEY")
             base = base_url or os.environ.get("OPENAI_BASE_URL")
@@ -121,8 +130,15 @@ class OpenAIModel:
                     "for another server), or pass api_key=..., base_url=... (e.g. "
                     "'http://localhost:11434/v1' for Ollama) or client=openai.AsyncOpenAI(...)"
                 )
+            if base:
+                try:
+                    check_base_url(base)
+                except ValueError as err:
+                    raise ModelConfigError(f"OpenAIModel: {err}") from None
             # a local server needs no key, but the client insists on one
-            client = openai.AsyncOpenAI(api_key=key or "no-key", base_url=base, max_retries=0, timeout=timeout)
+            client = openai.AsyncOpenAI(
+                api_key=key or "no-key", base_url=base, max_retries=0, timeout=openai.Timeout(timeout, connect=connect_timeout)
+            )
         elif not isinstance(client, openai.AsyncOpenAI):
             raise ModelConfigError(
                 f"OpenAIModel(client=...) needs an openai.AsyncOpenAI (or AsyncAzureOpenAI), not "
@@ -135,21 +151,43 @@ class OpenAIModel:
         self.max_retries = max_retries
         self.backoff = backoff
         self.max_backoff = max_backoff
+        self.timeout = float(timeout)
         self.options = dict(options or {})
         self.usage = Usage()
         """Tokens used by every call of this model so far."""
-        self._openai = openai
-        self._lean: LeanHTTP | None = None
-        if fast_path and own_client and not proxy_configured():
+        self._transport: AioHTTPTransport | ClientTransport
+        if fast_path and self._owns_client:
             headers = {k: v for k, v in client.default_headers.items() if isinstance(v, str)}
             headers.update(client.auth_headers)
-            try:
-                self._lean = LeanHTTP(str(client.base_url), headers=headers, timeout=timeout)
-            except ValueError:
-                self._lean = None
+            self._transport = AioHTTPTransport(
+                str(client.base_url), headers=headers, connect_timeout=connect_timeout, read_timeout=timeout
+            )
+        else:
+            self._transport = ClientTransport(client)
 
     def __repr__(self) -> str:
         return f"OpenAIModel({self.name!r}, base_url={str(self.client.base_url)!r})"
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Close this model's connections (and its client, if it made it). It can be used again after."""
+        if isinstance(self._transport, AioHTTPTransport):
+            await self._transport.close()
+        if self._owns_client:
+            await self.client.close()
+
+    def close_now(self) -> None:
+        """Close the connection pool without awaiting: for exit hooks, where no event loop may run."""
+        self._transport.close_now()
+
+    async def __aenter__(self) -> OpenAIModel:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    # -- requests -----------------------------------------------------------------------------
 
     def _scrub(self, text: str) -> str:
         key = getattr(self.client, "api_key", None)
@@ -174,20 +212,25 @@ class OpenAIModel:
         return body
 
     async def complete(self, request: ModelRequest, on_delta: DeltaCallback | None = None) -> Reply:
-        oa = self._openai
         body = self._body(request)
+        payload: bytes | dict = body
+        if isinstance(self._transport, AioHTTPTransport):
+            payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
         attempt = 0
         while True:
             try:
-                if self._lean is not None:
-                    data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-                    return await self._assemble(self._lean.stream("/chat/completions", data), on_delta)
-                return await self._stream_once(body, on_delta)
-            except (oa.APIError, _Incomplete, HTTPStatusError, TransportError, StreamError) as err:
-                # status errors, timeouts, refused or dropped connections, an error event inside
-                # the stream, or a stream that ended without saying it was finished
+                reply = await self._attempt(payload, on_delta)
+                self.usage += reply.usage
+                return reply
+            except _BadStream as err:  # not a protocol this client speaks: retrying cannot help
+                raise ModelError(self._scrub(f"model {self.name!r} sent a response that is not a Chat Completions stream: {err}")) from None
+            except (HTTPStatusError, TransportError, ProviderError, _Incomplete, TimeoutError) as err:
                 status = getattr(err, "status_code", None)
-                retryable = status is None or status in _RETRY_STATUS or status >= 500
+                retryable = getattr(err, "retryable", None)
+                if retryable is None:
+                    retryable = status is None or status in _RETRY_STATUS or status >= 500
+                if isinstance(err, TimeoutError):
+                    err = TransportError(f"no progress for {self.timeout:g} s (timeout={self.timeout:g})")
                 if not retryable or attempt >= self.max_retries:
                     what = f"HTTP {status}" if status else type(err).__name__
                     raise ModelError(
@@ -203,65 +246,79 @@ class OpenAIModel:
                     hook(attempt, self._scrub(f"{type(err).__name__}: {err}"), delay)
                 await asyncio.sleep(delay)
 
-    async def _stream_once(self, body: dict, on_delta: DeltaCallback | None) -> Reply:
-        oa = self._openai
-        stream = await self.client.post(
-            "/chat/completions", body=body, cast_to=object, stream=True, stream_cls=oa.AsyncStream[object]
-        )
-
-        async def chunks():
+    async def _attempt(self, payload: bytes | dict, on_delta: DeltaCallback | None) -> Reply:
+        """One request, bounded by ``timeout`` of silence (each complete line of the stream resets it)."""
+        asm = Assembler(self.name, on_delta)
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(self.timeout) as deadline:
+            response = await self._transport.open("/chat/completions", payload)  # type: ignore[arg-type]
             try:
-                async for chunk in stream:
-                    yield chunk
+                if response.content_type in ("application/json", "text/json") or response.content_type.endswith("+json"):
+                    await self._whole(response, asm)
+                else:
+                    await self._stream(response, asm, lambda: deadline.reschedule(loop.time() + self.timeout))
             finally:
-                await stream.close()  # also on cancellation: closes the HTTP stream
+                await response.close()
+        return asm.reply()
 
-        return await self._assemble(chunks(), on_delta)
-
-    async def _assemble(self, chunks: Any, on_delta: DeltaCallback | None) -> Reply:
-        """A reply from streamed chunks (dicts in the Chat Completions format), tool-call deltas joined."""
-        parts: list[str] = []
-        calls: dict[int, list] = {}  # index -> [id, name, [argument pieces]]
-        usage = Usage()
-        finish = None
-        model = self.name
+    async def _whole(self, response: Response, asm: Assembler) -> None:
+        """A JSON body instead of a stream: an error said with a success status, or a whole reply."""
+        raw = b"".join([piece async for piece in response.chunks()])
         try:
-            async for chunk in chunks:
-                if not isinstance(chunk, dict):
-                    continue
-                u = chunk.get("usage")
-                if u:
-                    usage = Usage(u.get("prompt_tokens") or 0, u.get("completion_tokens") or 0)
-                model = chunk.get("model") or model
-                for choice in chunk.get("choices") or ():
-                    delta = choice.get("delta") or {}
-                    text = delta.get("content")
-                    if text:
-                        parts.append(text)
-                        if on_delta is not None:
-                            on_delta(text)
-                    for tc in delta.get("tool_calls") or ():
-                        slot = calls.get(tc.get("index", 0))
-                        if slot is None:
-                            slot = calls[tc.get("index", 0)] = ["", "", []]
-                        if tc.get("id"):
-                            slot[0] = tc["id"]
-                        fn = tc.get("function") or {}
-                        if fn.get("name"):
-                            slot[1] += fn["name"]
-                        if fn.get("arguments"):
-                            slot[2].append(fn["arguments"])
-                    if choice.get("finish_reason"):
-                        finish = choice["finish_reason"]
-        finally:
-            await chunks.aclose()  # also on cancellation: closes the HTTP stream
-        if finish is None:
-            raise _Incomplete(f"the stream from {self.name!r} ended before the reply was complete")
-        tool_calls = [
-            ToolCall(name=name, arguments="".join(args) or "{}", id=cid or f"call_{i}")
-            for i, (cid, name, args) in sorted(calls.items())
-        ]
-        self.usage += usage
-        return Reply(
-            content="".join(parts) or None, tool_calls=tool_calls, usage=usage, model=model, finish_reason=finish
-        )
+            body = json.loads(raw)
+        except ValueError:
+            raise _BadStream(f"a JSON content type with a body that is not JSON: {raw[:200]!r}") from None
+        err = provider_error(body)
+        if err is not None:
+            raise err
+        asm.add(body)
+        if not asm.chunks or not (isinstance(body, dict) and body.get("choices")):
+            raise _BadStream(f"a JSON body that is neither a reply nor an error: {raw[:200]!r}")
+
+    async def _stream(self, response: Response, asm: Assembler, alive: Any) -> None:
+        decoder = SSEDecoder()
+        lines = 0
+        head = b""
+        done = False
+        async for piece in response.chunks():
+            if len(head) < 200:
+                head += piece[:200]
+            events = decoder.feed(piece)
+            if decoder.lines != lines:
+                lines = decoder.lines
+                alive()
+            for event in events:
+                if _event(event.event, event.data, asm):
+                    done = True
+                    break
+            if done:
+                break
+        else:
+            for event in decoder.end():
+                if _event(event.event, event.data, asm):
+                    done = True
+                    break
+        if not asm.chunks:
+            if head.strip() and not done:
+                raise _BadStream(f"no events in {head[:200]!r}")
+            raise _Incomplete(f"the stream from {self.name!r} ended before any reply")
+
+
+def _event(kind: str, data: bytes, asm: Assembler) -> bool:
+    """Add one event's payload to the reply; True at ``[DONE]``."""
+    if data.strip() == b"[DONE]":
+        return True
+    try:
+        payload = json.loads(data)
+    except ValueError:
+        if kind == "error":
+            raise ProviderError(data.decode("utf-8", "replace")[:500]) from None
+        if kind != "message":
+            return False  # a named event of another protocol (ping, keep-alive): not ours
+        raise _BadStream(f"a data line that is not JSON: {data[:200]!r}") from None
+    if kind == "error" and provider_error(payload) is None:
+        raise ProviderError(json.dumps(payload, ensure_ascii=False)[:500])
+    if kind not in ("message", "error") and not (isinstance(payload, dict) and ("choices" in payload or "error" in payload)):
+        return False
+    asm.add(payload)
+    return False

@@ -1,0 +1,245 @@
+"""Sending a Chat Completions request and handing back the response's bytes, on two paths.
+
+- :class:`AioHTTPTransport`, the default: ``aiohttp`` with one connection pool per model. In a tool
+  loop the HTTP stack under ``openai.AsyncOpenAI`` costs more CPU per streamed request than the rest
+  of the loop together; aiohttp costs a fraction of it (``bench/bench_loop.py``) and does what a
+  well-kept client does: keep-alive, gzip and deflate, redirects (307 and 308 resend the body),
+  proxies from the environment (``HTTPS_PROXY``, ``NO_PROXY``), TLS, a connect timeout and a
+  per-read timeout. The OpenAI client still supplies base URL, auth and default headers.
+- :class:`ClientTransport`: a client the user handed in (Azure, a custom transport) goes through
+  its own documented ``post``; the raw response's bytes are read, so both paths share one SSE
+  decoder and one assembler.
+
+Both raise :class:`TransportError` (no response: refused, dropped, timed out) and
+:class:`HTTPStatusError` (a status that is not success), and hand back a :class:`Response`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import ssl
+import urllib.parse
+import warnings
+import weakref
+from collections.abc import AsyncIterator, Mapping
+from types import SimpleNamespace
+from typing import Any
+
+__all__ = ("AioHTTPTransport", "ClientTransport", "HTTPStatusError", "Response", "TransportError", "check_base_url")
+
+_ERROR_BODY_LIMIT = 65536
+
+
+class TransportError(Exception):
+    """No usable response: the connection was refused or dropped, or a timeout passed."""
+
+
+class HTTPStatusError(Exception):
+    """A status that is not success; shaped like openai's ``APIStatusError`` (``status_code``,
+    ``response.headers``), with the provider's message when the body carries one."""
+
+    def __init__(self, status: int, headers: Mapping[str, str], body: bytes | str, url: str = "") -> None:
+        self.status_code = status
+        self.response = SimpleNamespace(headers=headers)
+        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+        try:
+            error = json.loads(text)["error"]
+            detail = error.get("message") or json.dumps(error) if isinstance(error, dict) else str(error)
+        except Exception:  # noqa: BLE001 - any body at all
+            detail = text[:300].strip() or "(no body)"
+        if 300 <= status < 400:
+            location = headers.get("location") or headers.get("Location")
+            detail = f"redirect not followed{f' to {location}' if location else ' (no Location header)'} from {url}"
+        super().__init__(f"Error code: {status} - {detail}")
+
+
+def check_base_url(url: str) -> urllib.parse.SplitResult:
+    """The parsed URL if it is http(s) with a host; else a ValueError naming it."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"base URL {url!r} is not an http:// or https:// URL with a host (e.g. 'http://localhost:11434/v1')")
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        raise ValueError(f"base URL {url!r} has a port that is not a number") from None
+    return parts
+
+
+def _where(parts: urllib.parse.SplitResult) -> str:
+    return f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+
+
+def _tls_context() -> ssl.SSLContext:
+    """Verify servers: ``SSL_CERT_FILE`` if set, else certifi's bundle if installed, else the system's store."""
+    cafile = os.environ.get("SSL_CERT_FILE")
+    if not cafile:
+        try:
+            import certifi
+
+            cafile = certifi.where()
+        except ImportError:
+            cafile = None
+    return ssl.create_default_context(cafile=cafile)
+
+
+class Response:
+    """A successful response: its content type, and its body as bytes arrive."""
+
+    __slots__ = ("content_type", "_chunks", "_close")
+
+    def __init__(self, content_type: str, chunks: AsyncIterator[bytes], close: Any) -> None:
+        self.content_type = content_type
+        self._chunks = chunks
+        self._close = close
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        return self._chunks
+
+    async def close(self) -> None:
+        """Release the connection (closed, not pooled, when the body was not read to its end)."""
+        await self._close()
+
+
+class AioHTTPTransport:
+    """POST JSON with aiohttp; one pool per model, made on first use in the running event loop."""
+
+    def __init__(self, base_url: str, *, headers: Mapping[str, str], connect_timeout: float, read_timeout: float) -> None:
+        self._parts = check_base_url(base_url)
+        self.base_url = base_url.rstrip("/")
+        merged: dict[str, tuple[str, str]] = {}  # each header once, whatever its case
+        for k, v in headers.items():
+            merged[k.lower()] = (k, v)
+        merged["content-type"] = ("Content-Type", "application/json")
+        merged["accept"] = ("Accept", "text/event-stream")
+        self.headers = dict(merged.values())
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self._session: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._finalizer: weakref.finalize | None = None
+
+    def _pool(self) -> Any:
+        import aiohttp
+
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._loop is not loop:
+            self.close_now()  # a pool made in another (finished) event loop cannot serve this one
+            connector = aiohttp.TCPConnector(limit=0, ssl=_tls_context() if self._parts.scheme == "https" else None)
+            timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout, sock_read=self.read_timeout)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, trust_env=True)
+            self._loop = loop
+            # a transport dropped unclosed (or left open at exit) closes its sockets, without warnings
+            self._finalizer = weakref.finalize(self, _close_pool, self._session)
+        return self._session
+
+    async def open(self, path: str, body: bytes) -> Response:
+        import aiohttp
+
+        url = self.base_url + path
+        session = self._pool()
+        try:
+            resp = await session.post(url, data=body, headers=self.headers)
+        except aiohttp.ClientConnectorError as err:
+            reason = err.os_error.strerror if getattr(err.os_error, "strerror", None) else err.os_error
+            raise TransportError(f"cannot connect to {err.host}:{err.port} ({url}): {reason}") from None
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
+            raise TransportError(f"no response from {_where(self._parts)} ({url}): {_describe(err)}") from None
+        if resp.status >= 300:
+            try:
+                data = await resp.content.read(_ERROR_BODY_LIMIT)
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                data = b""
+            finally:
+                resp.close()
+            raise HTTPStatusError(resp.status, resp.headers, data, url)
+
+        async def chunks() -> AsyncIterator[bytes]:
+            try:
+                async for data in resp.content.iter_any():
+                    yield data
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
+                raise TransportError(f"the response stream from {_where(self._parts)} broke off: {_describe(err)}") from None
+
+        async def close() -> None:
+            if resp.content.is_eof():
+                resp.release()
+            else:
+                resp.close()
+
+        return Response(resp.content_type or "", chunks(), close)
+
+    def _forget(self) -> Any:
+        session, self._session = self._session, None
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        return session
+
+    async def close(self) -> None:
+        session = self._forget()
+        if session is not None and not session.closed:
+            await session.close()
+
+    def close_now(self) -> None:
+        """Close the pool without awaiting (a finished event loop, an exit hook)."""
+        _close_pool(self._forget())
+
+
+def _close_pool(session: Any) -> None:
+    if session is None or session.closed:
+        return
+    import aiohttp
+
+    connector = session.connector
+    session.detach()  # the session counts as closed: no "Unclosed client session"
+    if connector is not None and not connector.closed:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the returned waiter is not awaited: the sockets are closed already
+            # the base class's close() closes every socket at once (TCPConnector's own is a coroutine,
+            # which cannot run when the event loop has finished)
+            aiohttp.BaseConnector.close(connector)
+
+
+class ClientTransport:
+    """POST through a ready ``openai.AsyncOpenAI`` (or Azure) client's documented ``post``."""
+
+    def __init__(self, client: Any) -> None:
+        import openai
+
+        self.client = client
+        self._openai = openai
+        self._parts = urllib.parse.urlsplit(str(client.base_url))
+
+    async def open(self, path: str, body: dict) -> Response:
+        oa = self._openai
+        try:
+            stream = await self.client.post(path, body=body, cast_to=object, stream=True, stream_cls=oa.AsyncStream[object])
+        except oa.APIStatusError as err:
+            message = getattr(err, "message", None) or str(err)
+            raise HTTPStatusError(err.status_code, err.response.headers, message, str(self.client.base_url) + path) from None
+        except (oa.APIConnectionError, oa.APITimeoutError) as err:  # APITimeoutError is a connection error too
+            cause = err.__cause__ or err
+            raise TransportError(f"no response from {_where(self._parts)} ({self.client.base_url}): {_describe(cause)}") from None
+        raw = stream.response
+
+        async def chunks() -> AsyncIterator[bytes]:
+            try:
+                async for data in raw.aiter_bytes():
+                    yield data
+            except Exception as err:  # noqa: BLE001 - the HTTP library's own errors: the stream broke off
+                raise TransportError(f"the response stream from {_where(self._parts)} broke off: {_describe(err)}") from None
+
+        return Response(raw.headers.get("content-type", "").split(";")[0].strip().lower(), chunks(), stream.close)
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    def close_now(self) -> None:
+        pass  # the client is the user's; they close it
+
+
+def _describe(err: BaseException) -> str:
+    text = str(err)
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
