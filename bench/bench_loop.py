@@ -5,10 +5,14 @@ It answers with a tool call `step` until the request holds K tool results, then 
 
   A. CPU per model round trip at zero latency, K=20: a bare loop on
      `AsyncOpenAI().chat.completions.create(stream=True)`, a bare HTTP loop on the same
-     client's httpx pool with minimal SSE parsing, and unity_nb's loop.
+     client's httpx pool with minimal SSE parsing, a bare aiohttp loop (the floor: one pooled
+     session, the whole body JSON-encoded each step, SSE split by hand), and unity_nb's loop on
+     its default path (aiohttp) and on the client.post path (a client handed in).
   B. 50 concurrent loops at 50 ms server latency: wall time against the ideal (K+1) x 50 ms.
   C. Steering latency while a 5 s model call is in flight: stop() until it returns; an
      interrupting interject() until the re-issued request is sent.
+  D. Decoding one streamed reply's SSE bytes: unity_nb's decoder against openai's own (why the
+     project has its own: it must serve both request paths, and it may not cost more).
 
 Run: .venv/bin/python bench/bench_loop.py   (about a minute on 2 cores)
 """
@@ -25,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+import aiohttp
 import openai
 
 import unity_nb as u
@@ -105,6 +110,32 @@ async def bare_http_loop(client: openai.AsyncOpenAI) -> None:
             messages.append({"role": "tool", "tool_call_id": c["id"], "content": "ok"})
 
 
+async def bare_aiohttp_loop(session, url: str) -> None:
+    """aiohttp alone: what the default path's HTTP client costs, with the least work around it."""
+    headers = {"Authorization": "Bearer x", "Content-Type": "application/json"}
+    messages: list[dict] = [{"role": "user", "content": "go"}]
+    while True:
+        body = json.dumps({"model": "m", "messages": messages, "tools": [STEP_SCHEMA], "stream": True})
+        calls: dict[int, dict] = {}
+        async with session.post(url, data=body, headers=headers) as r:
+            data = await r.read()
+        for event in data.split(b"\n\n"):
+            if not event.startswith(b"data: {"):
+                continue
+            for choice in json.loads(event[6:])["choices"]:
+                for tc in choice["delta"].get("tool_calls") or []:
+                    slot = calls.setdefault(tc["index"], {"id": "", "name": "", "arguments": ""})
+                    slot["id"] = tc.get("id") or slot["id"]
+                    slot["name"] += tc.get("function", {}).get("name") or ""
+                    slot["arguments"] += tc.get("function", {}).get("arguments") or ""
+        if not calls:
+            return
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls.values()]})
+        for c in calls.values():
+            messages.append({"role": "tool", "tool_call_id": c["id"], "content": "ok"})
+
+
 async def unity_loop(model: u.OpenAIModel, bus: u.EventBus) -> None:
     await u.start_loop("go", model=model, tools=[step], max_steps=K + 5, bus=bus)
 
@@ -122,13 +153,20 @@ async def bench_cpu(loops: int) -> dict:
     try:
         client = openai.AsyncOpenAI(base_url=srv.base_url, api_key="x", max_retries=0)
         model = u.OpenAIModel("m", base_url=srv.base_url, api_key="x")
+        post_model = u.OpenAIModel("m", base_url=srv.base_url, api_key="x", fast_path=False)
         bus = u.EventBus()
-        return {
-            "bare create() loop": await cpu_per_round_trip(lambda: bare_create_loop(client), loops),
-            "bare httpx loop (the client's own pool, SSE split by hand)": await cpu_per_round_trip(lambda: bare_http_loop(client), loops),
-            "unity_nb loop": await cpu_per_round_trip(lambda: unity_loop(model, bus), loops),
-        }
+        async with aiohttp.ClientSession() as session:
+            url = srv.base_url + "/chat/completions"
+            return {
+                "bare create() loop": await cpu_per_round_trip(lambda: bare_create_loop(client), loops),
+                "bare httpx loop (the client's own pool, SSE split by hand)": await cpu_per_round_trip(lambda: bare_http_loop(client), loops),
+                "bare aiohttp loop (one session, SSE split by hand)": await cpu_per_round_trip(lambda: bare_aiohttp_loop(session, url), loops),
+                "unity_nb loop (default: aiohttp)": await cpu_per_round_trip(lambda: unity_loop(model, bus), loops),
+                "unity_nb loop (client.post path)": await cpu_per_round_trip(lambda: unity_loop(post_model, bus), loops),
+            }
     finally:
+        await model.close()
+        await post_model.close()
         srv.close()
 
 
@@ -140,13 +178,20 @@ async def bench_concurrency(n: int, latency: float) -> dict:
         model = u.OpenAIModel("m", base_url=srv.base_url, api_key="x")
         bus = u.EventBus(history=100)
         out = {}
-        for label, make in (("bare create()", lambda: bare_create_loop(client)), ("unity_nb", lambda: unity_loop(model, bus))):
-            await asyncio.gather(*(make() for _ in range(5)))  # warm the connection pool
-            t = time.perf_counter()
-            await asyncio.gather(*(make() for _ in range(n)))
-            out[label] = (time.perf_counter() - t) / ideal
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+            url = srv.base_url + "/chat/completions"
+            for label, make in (
+                ("bare create()", lambda: bare_create_loop(client)),
+                ("bare aiohttp", lambda: bare_aiohttp_loop(session, url)),
+                ("unity_nb", lambda: unity_loop(model, bus)),
+            ):
+                await asyncio.gather(*(make() for _ in range(5)))  # warm the connection pool
+                t = time.perf_counter()
+                await asyncio.gather(*(make() for _ in range(n)))
+                out[label] = (time.perf_counter() - t) / ideal
         return {"ideal_s": ideal, **out}
     finally:
+        await model.close()
         srv.close()
 
 
@@ -177,6 +222,34 @@ async def bench_steering(reps: int) -> dict:
         srv.close()
 
 
+def bench_sse(reps: int) -> dict:
+    """Microseconds to decode one reply's SSE body (20 tool-call chunks and [DONE]), fed in 4 KB pieces."""
+    from openai._streaming import SSEDecoder as OpenAIDecoder
+
+    from unity_nb.models._sse import SSEDecoder
+
+    chunk = {"id": "c", "object": "chat.completion.chunk", "model": "m", "choices": [
+        {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"i": 1}'}}]}, "finish_reason": None}]}
+    body = b"".join(b"data: " + json.dumps(chunk).encode() + b"\n\n" for _ in range(20)) + b"data: [DONE]\n\n"
+    pieces = [body[i : i + 4096] for i in range(0, len(body), 4096)]
+
+    def ours() -> int:
+        d = SSEDecoder()
+        return sum(len(d.feed(p)) for p in pieces) + len(d.end())
+
+    def theirs() -> int:
+        return sum(1 for _ in OpenAIDecoder().iter_bytes(iter(pieces)))
+
+    out = {}
+    for label, fn in (("unity_nb SSEDecoder (bytes)", ours), ("openai SSEDecoder.iter_bytes", theirs)):
+        assert fn() == 21
+        t = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        out[label] = (time.perf_counter() - t) / reps * 1e6
+    return out
+
+
 def pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))]
@@ -186,24 +259,31 @@ async def main() -> None:
     cpu = await bench_cpu(loops=8)
     conc = await bench_concurrency(50, 0.05)
     steer = await bench_steering(20)
+    sse = bench_sse(2000)
     base = cpu["bare create() loop"]
+    floor = cpu["bare aiohttp loop (one session, SSE split by hand)"]
     lines = [
         f"unity_nb loop benchmark, {time.strftime('%Y-%m-%d')}: {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"openai {openai.__version__}; command: .venv/bin/python bench/bench_loop.py",
         "",
-        f"| A. CPU per model round trip (K={K} tool steps, zero latency) | ms | ratio to bare create() |",
-        "| --- | --- | --- |",
-        *[f"| {k} | {v:.2f} | {v / base:.2f}x |" for k, v in cpu.items()],
+        f"| A. CPU per model round trip (K={K} tool steps, zero latency) | ms | ratio to bare create() | ratio to bare aiohttp |",
+        "| --- | --- | --- | --- |",
+        *[f"| {k} | {v:.3f} | {v / base:.3f}x | {v / floor:.2f}x |" for k, v in cpu.items()],
         "",
         f"| B. 50 concurrent loops, 50 ms server latency, K={K} (ideal {conc['ideal_s']:.2f} s) | wall / ideal |",
         "| --- | --- |",
         f"| bare create() loops | {conc['bare create()']:.2f}x |",
+        f"| bare aiohttp loops | {conc['bare aiohttp']:.2f}x |",
         f"| unity_nb loops | {conc['unity_nb']:.2f}x |",
         "",
         "| C. steering while a 5 s model call is in flight (20 runs) | median ms | p90 ms |",
         "| --- | --- | --- |",
         f"| stop() until it returns (loop ended, HTTP stream closed) | {statistics.median(steer['stop']):.1f} | {pct(steer['stop'], 0.9):.1f} |",
         f"| interrupting interject() until the re-issued request is sent | {statistics.median(steer['interject']):.1f} | {pct(steer['interject'], 0.9):.1f} |",
+        "",
+        "| D. decoding one reply's SSE body (21 events, 4 KB pieces) | us |",
+        "| --- | --- |",
+        *[f"| {k} | {v:.1f} |" for k, v in sse.items()],
     ]
     print("\n".join(lines))
 

@@ -21,6 +21,7 @@ import json
 import os
 import ssl
 import urllib.parse
+import urllib.request
 import warnings
 import weakref
 from collections.abc import AsyncIterator, Mapping
@@ -65,6 +66,16 @@ def check_base_url(url: str) -> urllib.parse.SplitResult:
     except ValueError:
         raise ValueError(f"base URL {url!r} has a port that is not a number") from None
     return parts
+
+
+def env_proxy(url: str) -> str | None:
+    """The proxy the environment names for ``url`` (``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``, in
+    either case), or None when there is none or ``NO_PROXY`` exempts its host."""
+    parts = urllib.parse.urlsplit(url)
+    proxies = urllib.request.getproxies_environment()
+    if not proxies or (parts.hostname and urllib.request.proxy_bypass_environment(parts.hostname, proxies)):
+        return None
+    return proxies.get(parts.scheme) or proxies.get("all") or None
 
 
 def _where(parts: urllib.parse.SplitResult) -> str:
@@ -119,6 +130,7 @@ class AioHTTPTransport:
         self._session: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._finalizer: weakref.finalize | None = None
+        self._proxy: str | None = None
 
     def _pool(self) -> Any:
         import aiohttp
@@ -128,7 +140,10 @@ class AioHTTPTransport:
             self.close_now()  # a pool made in another (finished) event loop cannot serve this one
             connector = aiohttp.TCPConnector(limit=0, ssl=_tls_context() if self._parts.scheme == "https" else None)
             timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout, sock_read=self.read_timeout)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, trust_env=True)
+            # the proxy is looked up once per pool: aiohttp's trust_env looks it up (and .netrc) in a
+            # worker thread on every request, two thread hops per model call
+            self._proxy = env_proxy(self.base_url)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout)
             self._loop = loop
             # a transport dropped unclosed (or left open at exit) closes its sockets, without warnings
             self._finalizer = weakref.finalize(self, _close_pool, self._session)
@@ -140,7 +155,7 @@ class AioHTTPTransport:
         url = self.base_url + path
         session = self._pool()
         try:
-            resp = await session.post(url, data=body, headers=self.headers)
+            resp = await session.post(url, data=body, headers=self.headers, proxy=self._proxy)
         except aiohttp.ClientConnectorError as err:
             reason = err.os_error.strerror if getattr(err.os_error, "strerror", None) else err.os_error
             raise TransportError(f"cannot connect to {err.host}:{err.port} ({url}): {reason}") from None
