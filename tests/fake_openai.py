@@ -17,6 +17,7 @@ import itertools
 import json
 import threading
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -38,6 +39,7 @@ class Reply:
     stream_error_after: int | None = None  # streaming: send an in-stream error event after this many chunks
     omit_finish: bool = False  # streaming: end cleanly ([DONE]) without any finish_reason
     close_after: bool = False  # close the connection after this response, without saying so
+    trickle: float | None = None  # streaming: send the body one byte at a time, this many seconds apart
 
 
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 408: "Request Timeout",
@@ -147,6 +149,7 @@ class FakeOpenAIServer:
                         k, v = line.split(":", 1)
                         headers[k.strip().lower()] = v.strip()
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
+                path = urllib.parse.urlsplit(path).path  # a proxy's absolute-form target too
                 if method != "POST" or path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
                     self._send(writer, 404, {"error": {"message": f"no route {method} {path}", "type": "not_found", "code": None}})
                     await writer.drain()
@@ -232,6 +235,18 @@ class FakeOpenAIServer:
         head = ["HTTP/1.1 200 OK", "content-type: text/event-stream", "transfer-encoding: chunked", "cache-control: no-cache"]
         head += [f"{k}: {v}" for k, v in reply.headers.items()]
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode())
+        if reply.trickle is not None:  # one byte per write, each its own HTTP chunk
+            body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+            for i in range(len(body)):
+                self._write_chunk(writer, body[i : i + 1])
+                await writer.drain()
+                if await self._gone(reader, reply.trickle):
+                    self.disconnects += 1
+                    await self._notify()
+                    raise _Dropped
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            return
         for n, chunk in enumerate(chunks):
             if reply.drop_after_chunks is not None and n >= reply.drop_after_chunks:
                 writer.transport.abort()
