@@ -30,4 +30,4 @@ def default_model(who: str) -> Model:
     return OpenAIModel(name)
 
 
-__all__ = ("Model", "ModelRequest", "Reply", "ToolCall", "Usage", "call_tool", "CachedModel", "OpenAIModel", "ScriptedModel", "default_model", "retry_hook")
+__all__ = ("CachedModel", "Model", "ModelRequest", "OpenAIModel", "Reply", "ScriptedModel", "ToolCall", "Usage", "call_tool", "default_model", "retry_hook")

@@ -57,7 +57,7 @@ def provider_error(payload: Any) -> ProviderError | None:
 
 
 class _Call:
-    __slots__ = ("id", "name", "args", "extra")
+    __slots__ = ("args", "extra", "id", "name")
 
     def __init__(self) -> None:
         self.id = ""
@@ -69,8 +69,19 @@ class _Call:
 class Assembler:
     """Feed it payloads with :meth:`add`; :meth:`reply` gives the assembled turn."""
 
-    __slots__ = ("model", "_text", "_thinking", "_refusal", "_calls", "_by_index", "usage", "finish",
-                 "chunks", "_on_text", "_on_thinking")
+    __slots__ = (
+        "_by_index",
+        "_calls",
+        "_on_text",
+        "_on_thinking",
+        "_refusal",
+        "_text",
+        "_thinking",
+        "chunks",
+        "finish",
+        "model",
+        "usage",
+    )
 
     def __init__(self, model: str, on_delta: DeltaCallback | None = None) -> None:
         self.model = model
@@ -150,9 +161,9 @@ class Assembler:
         elif kind == "refusal":
             self._refusal.extend(_texts(part.get("refusal")))
         elif kind in ("text", "output_text", None):
-            text = part.get("text")
-            if isinstance(text, str) and text:
-                self._emit_text(text)
+            value = part.get("text")
+            if isinstance(value, str) and value:
+                self._emit_text(value)
         # other parts (images, audio, citations) are not text of the answer
 
     def _emit_text(self, text: str) -> None:
@@ -168,7 +179,7 @@ class Assembler:
     def _tool_delta(self, tc: dict) -> None:
         index = tc.get("index")
         cid = tc.get("id") if isinstance(tc.get("id"), str) else ""
-        fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
+        fn: dict = tc["function"] if isinstance(tc.get("function"), dict) else {}
         name = fn.get("name") if isinstance(fn.get("name"), str) else ""
         if isinstance(index, int):
             call = self._by_index.get(index)

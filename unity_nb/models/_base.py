@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ("Model", "ModelRequest", "Reply", "ToolCall", "Usage", "call_tool", "DeltaCallback", "retry_hook")
+__all__ = ("DeltaCallback", "Model", "ModelRequest", "Reply", "ToolCall", "Usage", "call_tool", "retry_hook")
 
 DeltaCallback = Callable[[str], None]
 """Receives each piece of streamed assistant text as it arrives. If it also has a ``thinking``

@@ -184,7 +184,7 @@ class OpenAIModel:
     async def __aenter__(self) -> OpenAIModel:
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     # -- requests -----------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from ._base import DeltaCallback, ModelRequest, Reply, ToolCall, Usage
 __all__ = ("ScriptedModel",)
 
 ScriptOutput = Union[str, ToolCall, Sequence[ToolCall], Reply]
-Script = Callable[[list[dict], list[dict]], Union[ScriptOutput, Awaitable[ScriptOutput]]]
+Script = Callable[[list[dict], list[dict]], ScriptOutput | Awaitable[ScriptOutput]]
 
 
 def _as_reply(out: ScriptOutput) -> Reply:

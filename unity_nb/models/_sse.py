@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ("ServerSentEvent", "SSEDecoder")
+__all__ = ("SSEDecoder", "ServerSentEvent")
 
 
 @dataclass(slots=True, frozen=True)
@@ -105,8 +105,7 @@ class SSEDecoder:
             elif name == b"id":
                 if b"\x00" not in value:
                     self._id = value.decode("utf-8", "replace")
-            elif name == b"retry":
-                if value.isdigit():
-                    self._retry = int(value)
+            elif name == b"retry" and value.isdigit():
+                self._retry = int(value)
             # any other field is ignored, as the specification says
         return out

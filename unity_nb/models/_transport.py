@@ -72,8 +72,8 @@ def env_proxy(url: str) -> str | None:
     """The proxy the environment names for ``url`` (``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``, in
     either case), or None when there is none or ``NO_PROXY`` exempts its host."""
     parts = urllib.parse.urlsplit(url)
-    proxies = urllib.request.getproxies_environment()
-    if not proxies or (parts.hostname and urllib.request.proxy_bypass_environment(parts.hostname, proxies)):
+    proxies = urllib.request.getproxies()  # as aiohttp's trust_env reads them
+    if not proxies or (parts.hostname and urllib.request.proxy_bypass(parts.hostname)):
         return None
     return proxies.get(parts.scheme) or proxies.get("all") or None
 
@@ -98,7 +98,7 @@ def _tls_context() -> ssl.SSLContext:
 class Response:
     """A successful response: its content type, and its body as bytes arrive."""
 
-    __slots__ = ("content_type", "_chunks", "_close")
+    __slots__ = ("_chunks", "_close", "content_type")
 
     def __init__(self, content_type: str, chunks: AsyncIterator[bytes], close: Any) -> None:
         self.content_type = content_type
@@ -138,7 +138,7 @@ class AioHTTPTransport:
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed or self._loop is not loop:
             self.close_now()  # a pool made in another (finished) event loop cannot serve this one
-            connector = aiohttp.TCPConnector(limit=0, ssl=_tls_context() if self._parts.scheme == "https" else None)
+            connector = aiohttp.TCPConnector(limit=0, ssl=_tls_context() if self._parts.scheme == "https" else True)
             timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout, sock_read=self.read_timeout)
             # the proxy is looked up once per pool: aiohttp's trust_env looks it up (and .netrc) in a
             # worker thread on every request, two thread hops per model call
@@ -159,12 +159,12 @@ class AioHTTPTransport:
         except aiohttp.ClientConnectorError as err:
             reason = err.os_error.strerror if getattr(err.os_error, "strerror", None) else err.os_error
             raise TransportError(f"cannot connect to {err.host}:{err.port} ({url}): {reason}") from None
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
+        except (TimeoutError, aiohttp.ClientError, OSError) as err:
             raise TransportError(f"no response from {_where(self._parts)} ({url}): {_describe(err)}") from None
         if resp.status >= 300:
             try:
                 data = await resp.content.read(_ERROR_BODY_LIMIT)
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            except (TimeoutError, aiohttp.ClientError, OSError):
                 data = b""
             finally:
                 resp.close()
@@ -174,7 +174,7 @@ class AioHTTPTransport:
             try:
                 async for data in resp.content.iter_any():
                     yield data
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as err:
+            except (TimeoutError, aiohttp.ClientError, OSError) as err:
                 raise TransportError(f"the response stream from {_where(self._parts)} broke off: {_describe(err)}") from None
 
         async def close() -> None:
