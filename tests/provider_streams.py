@@ -791,7 +791,11 @@ def _vllm() -> None:
 # server_sent_event(sink, "error", error_data), i.e. a bare "error: {...}" SSE field (not data),
 # followed by "data: [DONE]".
 
-_family("llamacpp", "https://github.com/ggml-org/llama.cpp/blob/master/tools/server/README.md ; tools/server/server.cpp")
+# llama.cpp's server reads `reasoning_content` of input assistant messages (common/chat.cpp,
+# common_chat_msgs_parse_oaicompat) and hands it to templates that render earlier thinking of
+# tool-calling turns (gpt-oss, Qwen3): sending it back on a turn that called tools is right here too
+_family("llamacpp", "https://github.com/ggml-org/llama.cpp/blob/master/tools/server/README.md ; tools/server/server.cpp",
+        echo_reasoning="reasoning_content")
 
 
 def _lc_chunk(delta: dict, finish: str | None = None, *, usage=None) -> dict:

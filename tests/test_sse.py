@@ -98,3 +98,10 @@ def test_comment_lines_count_as_signs_of_life_but_are_no_events():
     assert d.feed(b": OPENROUTER PROCESSING\n\n: OPENROUTER PROCESSING\n\n") == []
     assert d.lines == 4
     assert d.feed(b"data: {}") == [] and d.lines == 4  # a line only counts once it is whole
+
+
+def test_lines_that_may_carry_an_error_outside_the_format_are_kept_for_the_reader():
+    d = SSEDecoder()
+    events = d.feed(b'data: {"a": 1}\n\n{"error": {"message": "bare"}}\nerror: {"message": "field"}\nfoo: bar\n')
+    assert [e.data for e in events] == [b'{"a": 1}']
+    assert d.stray == [b'{"error": {"message": "bare"}}', b'error: {"message": "field"}']

@@ -1066,6 +1066,8 @@ class LoopHandle:
             wire_msg: dict[str, Any] = {"role": "assistant", "content": reply.content}
             if reply.tool_calls:
                 wire_msg["tool_calls"] = [c.to_wire() for c in reply.tool_calls]
+            for key, value in (getattr(reply, "echo", None) or {}).items():
+                wire_msg[key] = scrub(value) if isinstance(value, str) else value
             self._wire.append(wire_msg)
             if reply.tool_calls:
                 self._think(reply.content or reply.thinking, [c.name for c in reply.tool_calls])

@@ -12,6 +12,8 @@ format, not against any one provider's sample:
   the newest call unless it brings a new id or a second name, which start a new call. A call's
   fields besides ``index``, ``id``, ``type`` and ``function`` (Gemini's ``extra_content`` with its
   thought signature) are kept in ``ToolCall.extra`` and sent back with the call;
+- reasoning is not sent back, except ``reasoning_content`` of a turn that called tools (``Reply.echo``),
+  which DeepSeek's thinking mode requires;
 - usage comes from ``usage`` or ``x_groq.usage``, the newest one counting;
 - a stream may end without a ``finish_reason``: it is inferred (``tool_calls`` or ``stop``);
 - an ``error`` object in a payload is the provider speaking: :class:`ProviderError`.
@@ -77,6 +79,7 @@ class Assembler:
         "_refusal",
         "_text",
         "_thinking",
+        "_thinking_field",
         "chunks",
         "finish",
         "model",
@@ -87,6 +90,7 @@ class Assembler:
         self.model = model
         self._text: list[str] = []
         self._thinking: list[str] = []
+        self._thinking_field = ""
         self._refusal: list[str] = []
         self._calls: list[_Call] = []
         self._by_index: dict[Any, _Call] = {}
@@ -135,6 +139,7 @@ class Assembler:
         for key in ("reasoning_content", "reasoning", "thinking"):
             value = delta.get(key)
             if isinstance(value, str) and value:
+                self._thinking_field = key
                 self._emit_thinking(value)
                 break
         refusal = delta.get("refusal")
@@ -225,14 +230,21 @@ class Assembler:
         finish = self.finish or ("tool_calls" if calls else "stop")
         if finish == "content_filter" and refusal is None and not self._text and not calls:
             refusal = "the provider's content filter withheld the reply"
+        thinking = "".join(self._thinking) or None
+        echo = {}
+        if thinking and calls and self._thinking_field == "reasoning_content":
+            # DeepSeek's thinking mode answers 400 unless the reasoning of a turn that called tools
+            # is sent back with it; reasoning is otherwise never sent back (some providers reject it)
+            echo["reasoning_content"] = thinking
         return Reply(
             content="".join(self._text) or None,
             tool_calls=calls,
             usage=self.usage or Usage(),
             model=self.model,
             finish_reason=finish,
-            thinking="".join(self._thinking) or None,
+            thinking=thinking,
             refusal=refusal,
+            echo=echo,
         )
 
 

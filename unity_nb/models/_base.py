@@ -72,6 +72,8 @@ class Reply:
     """The model's reasoning, where the provider streams it (shown, never sent back)."""
     refusal: str | None = None
     """The model declined to answer: its words, or what the provider said withheld the reply."""
+    echo: dict = field(default_factory=dict)
+    """Fields the provider needs back on this assistant message when the conversation goes on."""
 
 
 @dataclass(slots=True)

@@ -88,6 +88,7 @@ class CachedModel:
                 finish_reason=entry.get("finish_reason"),
                 thinking=entry.get("thinking"),
                 refusal=entry.get("refusal"),
+                echo=entry.get("echo") or {},
             )
             thinking = getattr(on_delta, "thinking", None)
             if reply.thinking and thinking is not None:
@@ -113,7 +114,7 @@ class CachedModel:
             "model": reply.model,
             "finish_reason": reply.finish_reason,
         }
-        for optional in ("thinking", "refusal"):  # only when present: older recordings stay byte-identical
+        for optional in ("thinking", "refusal", "echo"):  # only when present: older recordings stay byte-identical
             if getattr(reply, optional):
                 entry[optional] = getattr(reply, optional)
         self._entries[key] = entry

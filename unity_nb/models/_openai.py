@@ -287,6 +287,8 @@ class OpenAIModel:
             if decoder.lines != lines:
                 lines = decoder.lines
                 alive()
+                if decoder.stray:
+                    _stray(decoder)
             for event in events:
                 if _event(event.event, event.data, asm):
                     done = True
@@ -298,10 +300,31 @@ class OpenAIModel:
                 if _event(event.event, event.data, asm):
                     done = True
                     break
+            if decoder.stray:
+                _stray(decoder)
         if not asm.chunks:
             if head.strip() and not done:
                 raise _BadStream(f"no events in {head[:200]!r}")
             raise _Incomplete(f"the stream from {self.name!r} ended before any reply")
+
+
+def _stray(decoder: SSEDecoder) -> None:
+    """An error said outside the format (``error: {...}``, or a bare JSON line) is still an error."""
+    lines, decoder.stray = decoder.stray, []
+    for line in lines:
+        name, colon, value = line.partition(b":")
+        text = value.strip() if name == b"error" and colon else line
+        try:
+            payload = json.loads(text)
+        except ValueError:
+            if name == b"error":
+                raise ProviderError(text.decode("utf-8", "replace")[:500]) from None
+            continue
+        err = provider_error(payload)
+        if err is None and name == b"error":
+            err = ProviderError(json.dumps(payload, ensure_ascii=False)[:500])
+        if err is not None:
+            raise err
 
 
 def _event(kind: str, data: bytes, asm: Assembler) -> bool:

@@ -19,8 +19,13 @@ What the specification asks and this does:
 - chunk boundaries may fall anywhere, inside a UTF-8 character too: bytes are decoded only once a
   whole line is there.
 
-One deliberate extension: :meth:`end` dispatches a last event that the server closed the stream
-on without a blank line after it (the specification discards it; providers' streams do end so).
+Two deliberate extensions, for servers that speak the format loosely:
+
+- :meth:`end` dispatches a last event that the server closed the stream on without a blank line
+  after it (the specification discards it; providers' streams do end so);
+- lines the specification ignores but a reader must not, an ``error:`` field (llama.cpp's server)
+  or a bare JSON object with no field name (Ollama writes its errors so), are kept in
+  :attr:`SSEDecoder.stray` for the reader to look at.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ class ServerSentEvent:
 class SSEDecoder:
     """``feed(bytes) -> events``, then ``end() -> events`` once the stream closed."""
 
-    __slots__ = ("_buf", "_data", "_event", "_id", "_retry", "_started", "lines")
+    __slots__ = ("_buf", "_data", "_event", "_id", "_retry", "_started", "lines", "stray")
 
     def __init__(self) -> None:
         self._buf = b""
@@ -53,6 +58,9 @@ class SSEDecoder:
         self._started = False
         self.lines = 0
         """Complete lines seen so far, comments included (a sign of life from the server)."""
+        self.stray: list[bytes] = []
+        """Lines outside the format that may carry an error (an ``error:`` field, a bare JSON object);
+        the reader empties it."""
 
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
         buf = self._buf + chunk if self._buf else chunk
@@ -107,5 +115,7 @@ class SSEDecoder:
                     self._id = value.decode("utf-8", "replace")
             elif name == b"retry" and value.isdigit():
                 self._retry = int(value)
+            elif name == b"error" or line[:1] in (b"{", b"["):
+                self.stray.append(line)
             # any other field is ignored, as the specification says
         return out
