@@ -9,9 +9,10 @@ import gc
 import warnings
 
 import pytest
+from fake_openai import FakeOpenAIServer
+from fake_openai import Reply as R
 
 import unity_nb as u
-from fake_openai import FakeOpenAIServer, Reply as R
 from unity_nb.models import ModelRequest
 
 KEY = "sk-test-123456789"
