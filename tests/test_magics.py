@@ -1,6 +1,7 @@
 """%unity through a real InteractiveShell; the widget through the Python side of its message handler."""
 
 import asyncio
+import gc
 
 import pytest
 from IPython.core.error import UsageError
@@ -424,3 +425,88 @@ async def test_a_multi_operation_takes_more_requests_with_submit(ip):
     await single
     with pytest.raises(UsageError, match="--multi is a flag"):
         ip.run_line_magic("unity", "act --multi=yes go")
+
+
+@pytest.mark.parametrize("arg", ["²", "99999999999999999999999", "1" * 5000, "-1", "3 rows"])
+async def test_history_takes_only_a_plain_number_of_rows(ip, arg):
+    with pytest.raises(UsageError, match="%unity history takes an optional number of rows") as info:
+        ip.run_line_magic("unity", f"history {arg}")
+    assert "Past loops from the store" in str(info.value)  # the help follows
+
+
+async def test_a_steering_call_losing_the_race_with_the_end_is_reported_not_left_unobserved(ip, caplog, monkeypatch):
+    gate = Gate(lambda m, t: "done")
+    ip.user_ns["m"] = u.ScriptedModel(gate)
+    ip.run_line_magic("unity", "model --var m")
+    h = ip.run_line_magic("unity", "act --name racer go")
+    await h.wait_for("model_request")
+    real_pause = h.pause
+
+    async def pause_after_the_end():  # the loop ends between the magic's check and the pause arriving
+        await h
+        await real_pause()
+
+    monkeypatch.setattr(h, "pause", pause_after_the_end)
+    unobserved = []
+    asyncio.get_running_loop().set_exception_handler(lambda _loop, context: unobserved.append(context))
+    ip.run_line_magic("unity", "pause racer")  # accepted: the loop is live now
+    gate.event.set()
+    assert await h == "done"
+
+    async def reported():
+        while "cannot pause 'racer': the loop is finished" not in caplog.text:
+            await asyncio.sleep(0)
+
+    await asyncio.wait_for(reported(), 10)
+    (record,) = [r for r in caplog.records if r.name == "unity_nb.magics"]
+    assert record.levelname == "WARNING" and record.getMessage().startswith("%unity pause racer: ")
+    gc.collect()  # an unobserved task's exception would be reported now
+    assert not unobserved
+
+
+async def test_an_async_subscriber_s_failure_is_logged_not_left_unobserved(caplog):
+    bus = u.EventBus()
+
+    async def broken(event):
+        raise RuntimeError(f"subscriber broke on {event.kind}")
+
+    bus.subscribe(broken)
+    unobserved = []
+    asyncio.get_running_loop().set_exception_handler(lambda _loop, context: unobserved.append(context))
+    assert await u.start_loop("hi", model=u.ScriptedModel(["ok"]), bus=bus) == "ok"
+
+    async def logged():
+        while "subscriber broke on loop_finished" not in caplog.text:
+            await asyncio.sleep(0)
+
+    await asyncio.wait_for(logged(), 10)
+    assert all(r.name == "unity_nb.events" and r.exc_info for r in caplog.records)
+    gc.collect()
+    assert not unobserved
+
+
+async def test_the_store_s_problems_show_in_live_widgets_and_a_damaged_file_is_named(ip, tmp_path):
+    magics = ip.magics_manager.registry["UnityMagics"]
+    magics.close()
+    magics.store_path = str(tmp_path / "s.db")
+    gate = Gate(lambda m, t: "done")
+    ip.user_ns["m"] = u.ScriptedModel(gate)
+    ip.run_line_magic("unity", "model --var m")
+    h = ip.run_line_magic("unity", "act --name job go")
+    await h.wait_for("model_request")
+    store = magics.store
+    store.execute(f"PRAGMA max_page_count = {store.query('PRAGMA page_count')[0]['page_count']}")
+    await h.interject("x" * 100_000)  # an event the full file cannot take
+    assert magics.widgets["job"].notice.startswith("store: disk full, ")
+    store.execute("PRAGMA max_page_count = 1073741823")
+    store.flush()  # space returned: the backlog is written and the notice goes
+    assert magics.widgets["job"].notice == "" and store.waiting == 0
+    gate.event.set()
+    await h
+    magics.close()
+    (tmp_path / "bad.db").write_bytes(b"not a database at all" * 100)
+    magics.store_path = str(tmp_path / "bad.db")
+    with pytest.raises(UsageError, match="move it aside") as info:
+        ip.run_line_magic("unity", "history")
+    assert str(tmp_path / "bad.db") in str(info.value) and "UNITY_NB_STORE" in str(info.value)
+    magics.store_path = ""

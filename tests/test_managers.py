@@ -287,7 +287,89 @@ async def test_knowledge_ask_runs_only_a_single_read_only_select(bus, where, tmp
     store.execute("INSERT INTO kn_sales (region, amount) VALUES (?, ?)", ("east", 1.0))
     assert len(knowledge_rows(store, "sales")) == 3
     assert knowledge._select("SELECT count(*) AS n FROM kn_sales")["rows"] == [{"n": 3}]  # and sees new rows at once
-    assert (knowledge._ro is not None) == (where == "file")
+    assert not knowledge.running  # each query had a connection of its own, closed when it ended
+    store.close()
+
+
+async def sales_knowledge(bus, where, tmp_path, model=None):
+    """A knowledge manager over a store (in memory or a file) holding a two-row ``kn_sales``."""
+    store = Store(":memory:" if where == "memory" else tmp_path / "state.db")
+    setup = u.ScriptedModel(steps(
+        u.call_tool("create_table", name="sales", columns={"region": "text", "amount": "real"}, description="Sales"),
+        u.call_tool("add_rows", table="sales", rows=[{"region": "north", "amount": 10.0},
+                                                     {"region": "south", "amount": 5.5}]),
+    ))
+    await KnowledgeManager(store=store, model=setup, bus=bus).update("set up")
+    return store, KnowledgeManager(store=store, model=model, bus=bus)
+
+
+# the issue's query: one LIKE call comparing a 999,000-character text with a 49,002-character
+# pattern ran 41-48 s with the budget never firing (no progress handler runs inside a function)
+PATHOLOGICAL = [
+    "SELECT printf('%.*c', 999000, 'a') LIKE '%' || printf('%.*c', 49000, 'a') || 'b'",
+    "SELECT printf('%.*c', 999000, 'a') GLOB '*' || printf('%.*c', 49000, 'a') || 'b'",
+    "SELECT instr(printf('%.*c', 999999, 'a'), printf('%.*c', 499999, 'a') || 'b')",
+    "SELECT length(replace(printf('%.*c', 999999, 'a'), printf('%.*c', 499999, 'a') || 'b', 'x'))",
+    "SELECT length(trim(printf('%.*c', 999999, 'a'), printf('%.*c', 49999, 'b') || 'a'))",
+]
+
+
+@pytest.mark.parametrize("where", ["memory", "file"])
+async def test_knowledge_work_inside_one_function_call_counts_against_the_budget(bus, where, tmp_path):
+    store, knowledge = await sales_knowledge(bus, where, tmp_path)
+    for sql in PATHOLOGICAL:
+        with pytest.raises(u.ToolFailed, match="did too much work"):
+            await asyncio.wait_for(asyncio.to_thread(knowledge._select, sql), 20)  # bounded; far sooner
+    # the functions keep SQLite's own meaning (case-insensitive LIKE, ESCAPE, GLOB, instr, replace, trim)
+    sql = ("SELECT region LIKE 'NOR%' AS l, region GLOB 'n*' AS g, instr(region, 'th') AS i, "
+           "replace(region, 'th', 'TH') AS r, trim('xxaxx', 'x') AS t, 'a_b' LIKE 'a!_b' ESCAPE '!' AS e "
+           "FROM kn_sales ORDER BY id")
+    assert knowledge._select(sql)["rows"] == [{"l": 1, "g": 1, "i": 4, "r": "norTH", "t": "a", "e": 1},
+                                              {"l": 0, "g": 0, "i": 4, "r": "souTH", "t": "a", "e": 1}]
+    with pytest.raises(u.ToolFailed, match="ESCAPE expression must be a single character"):
+        knowledge._select("SELECT 'a' LIKE 'a' ESCAPE 'xy'")
+    assert not knowledge.running
+    store.close()
+
+
+@pytest.mark.parametrize("where", ["memory", "file"])
+async def test_knowledge_stop_interrupts_a_running_query_and_holds_no_lock_after(bus, where, tmp_path):
+    endless = "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c) SELECT count(*) FROM c"
+    model = u.ScriptedModel(steps(u.call_tool("query", sql=endless)))
+    store, knowledge = await sales_knowledge(bus, where, tmp_path, model)
+    knowledge.query_budget = knowledge.query_seconds = float("inf")  # only the stop can end it
+    h = knowledge.ask("count forever")
+    await until(lambda: knowledge.running)
+    await asyncio.wait_for(h.stop("enough"), 20)
+    assert not knowledge.running  # the statement ended before stop() returned
+    # nothing is held: the store records and reads, and the next query runs (each in a thread, bounded)
+    counted = asyncio.to_thread(store.query, "SELECT count(*) AS n FROM kn_sales")
+    assert await asyncio.wait_for(counted, 20) == [{"n": 2}]
+    second = asyncio.to_thread(knowledge._select, "SELECT count(*) AS n FROM kn_sales")
+    assert (await asyncio.wait_for(second, 20))["rows"] == [{"n": 2}]
+    store.close()
+
+
+async def test_knowledge_results_are_capped_in_rows_and_characters_and_the_model_is_told(bus, tmp_path):
+    rows21 = "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n+1 FROM c LIMIT 21) "
+    blobs = rows21 + "SELECT randomblob(999999) AS b FROM c"  # the issue's query (101 rows) gave 351,536,258 characters
+    texts = rows21 + "SELECT printf('%.*c', 999999, 'a') AS t FROM c"
+    wide = "SELECT " + ", ".join(f"printf('%.*c', 5000, 'w') AS c{i}" for i in range(60))
+    many = "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n+1 FROM c LIMIT 500) SELECT n FROM c"
+    model = u.ScriptedModel(steps(*[u.call_tool("query", sql=q) for q in (blobs, texts, wide, many)], answer="seen"))
+    store, knowledge = await sales_knowledge(bus, "file", tmp_path, model)
+    assert await knowledge.ask("show me everything") == "seen"
+    out = results(model)
+    assert all(len(text) < 25_000 for text in out), [len(text) for text in out]  # was 351,536,258 characters
+    b, t, w, m = (json.loads(text) for text in out)
+    assert len(b["rows"]) == 21 and b["rows"][0] == {"b": "<blob of 999,999 bytes>"}
+    assert "blobs are shown by size" in b["note"]
+    assert 0 < len(t["rows"]) < 21 and t["rows"][0]["t"].endswith("… [997,999 more characters cut]")
+    assert f"only the first {len(t['rows'])} rows are shown (a result is cut at about 20,000 characters)" in t["note"]
+    assert "long values are cut" in t["note"]
+    assert len(w["rows"]) == 1 and len(w["rows"][0]) == 60 and "long values are cut" in w["note"]
+    assert len(m["rows"]) == 100 and "only the first 100 rows are shown" in m["note"]
+    assert "at most 100 rows and about 20,000 characters" in model.requests[0].tools[-1]["function"]["description"]
     store.close()
 
 

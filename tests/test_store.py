@@ -1,5 +1,6 @@
 """The SQLite store: recording events from the bus, rebuilding transcripts, migrations."""
 
+import asyncio
 import sqlite3
 
 import pytest
@@ -98,3 +99,139 @@ async def test_every_event_is_committed_before_the_next_model_call(tmp_path):
     assert seen[0] == ["loop_started", "model_request"]
     assert seen[1][-1] == "model_request" and {"model_response", "tool_started", "tool_finished"} <= set(seen[1])
     store.close(), reader.close()
+
+
+# ---------------------------------------------------------------------------- ids (issue 15, item 8)
+
+
+async def test_loop_ids_are_unique_and_names_stay_short():
+    from unity_nb.loop._handle import _new_id
+
+    ids = {_new_id() for _ in range(100_000)}
+    assert len(ids) == 100_000  # 4 hex digits had 65,536 values: 14 of 1,000 loops collided
+    h = u.LoopHandle("t", model=u.ScriptedModel(["ok"]), bus=u.EventBus())
+    assert h.name == f"loop-{h.id[:4]}" and h.lineage == (f"{h.name}({h.id})",)
+
+
+async def test_loops_of_two_kernels_on_one_file_never_merge_or_overwrite(tmp_path):
+    kernels = []
+    for _ in range(2):  # two stores on one file: two kernels
+        bus, store = u.EventBus(), Store(tmp_path / "s.db")
+        store.attach(bus)
+        kernels.append((bus, store))
+    handles = [u.start_loop(f"task {i}", model=u.ScriptedModel([f"answer {i}"]), bus=kernels[i % 2][0])
+               for i in range(400)]
+    await asyncio.gather(*handles)
+    store = kernels[0][1]
+    rows = store.loops()
+    assert len(rows) == 400 and {r["task"] for r in rows} == {f"task {i}" for i in range(400)}
+    starts = store.query("SELECT loop_uid, COUNT(*) AS n FROM events WHERE kind = 'loop_started' GROUP BY loop_uid")
+    assert len(starts) == 400 and {r["n"] for r in starts} == {1}
+    # a second start under a recorded id never overwrites the first loop's row
+    first = rows[0]
+    owner = next(s for _, s in kernels if s.session == first["session"])
+    owner.record(u.events.LoopStarted(loop_id=first["loop_id"], lineage=("impostor",), name="impostor",
+                                      task="an impostor", model="scripted"))
+    assert owner.find(first["uid"])["task"] == first["task"]
+    for _, s in kernels:
+        s.close()
+
+
+# ---------------------------------------------------------------------------- an unusable file (item 9)
+
+
+def garbage(path):
+    path.write_bytes(bytes(range(256)) * 40)
+    return path
+
+
+def truncated(path):
+    store = Store(path)
+    store.execute("CREATE TABLE filler (x)")
+    store.execute("INSERT INTO filler VALUES (zeroblob(100000))")
+    store.close()
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+@pytest.mark.parametrize("make", [garbage, truncated])
+def test_a_damaged_store_is_a_clear_error_naming_the_file_and_what_to_do(tmp_path, make):
+    path = make(tmp_path / "state.db")
+    with pytest.raises(u.UserError) as info:
+        Store(path)
+    text = str(info.value)
+    assert str(path) in text and "move it aside" in text and "UNITY_NB_STORE" in text
+    assert not isinstance(info.value, sqlite3.Error)
+
+
+def test_a_store_that_cannot_be_opened_is_a_clear_error(tmp_path):
+    folder = tmp_path / "a folder"
+    folder.mkdir()
+    with pytest.raises(u.UserError) as info:
+        Store(folder)  # a folder, not a file (as a read-only folder, it cannot be opened for writing)
+    assert str(folder) in str(info.value) and "UNITY_NB_STORE" in str(info.value)
+
+
+class Malformed:
+    """A connection whose file turned out damaged: every write fails as SQLite says then."""
+
+    def __init__(self, db):
+        self.db = db
+
+    def __getattr__(self, name):
+        return getattr(self.db, name)
+
+    def execute(self, sql, *args):
+        if sql.startswith("INSERT INTO events"):
+            err = sqlite3.DatabaseError("database disk image is malformed")
+            err.sqlite_errorcode = sqlite3.SQLITE_CORRUPT
+            raise err
+        return self.db.execute(sql, *args)
+
+
+async def test_a_store_damaged_while_a_loop_runs_harms_nothing_and_says_what_to_do(tmp_path, caplog):
+    bus, store = u.EventBus(), Store(tmp_path / "s.db")
+    store.attach(bus)
+    store._db = Malformed(store._db)
+    h = u.start_loop("find a", model=u.ScriptedModel(script), tools=[lookup], bus=bus, name="job")
+    assert await h == "found aa"  # the operation is unharmed
+    (warning,) = [r for r in caplog.records if r.name.startswith("unity_nb")]
+    assert warning.levelname == "WARNING" and warning.exc_info is None
+    assert str(tmp_path / "s.db") in warning.getMessage() and "move it aside" in warning.getMessage()
+    assert store.waiting == len([e for e in h.events if e.kind != "model_delta"])
+    store._db = store._db.db
+    store.close()
+
+
+# ---------------------------------------------------------------------------- a full disk (item 10)
+
+
+def script(messages, tools):
+    return u.call_tool("lookup", key="a") if not tool_messages(messages) else "found aa"
+
+
+async def test_a_full_disk_is_reported_once_and_the_backlog_written_when_space_returns(tmp_path, caplog):
+    bus, store = u.EventBus(), Store(tmp_path / "s.db")
+    store.attach(bus)
+    seen = []
+    store.add_problem_listener(seen.append)
+    pages = store.query("PRAGMA page_count")[0]["page_count"]
+    store.execute(f"PRAGMA max_page_count = {pages}")  # the file cannot grow: SQLite's own "disk full"
+    handles = [u.start_loop(f"find a {i}", model=u.ScriptedModel(script), tools=[lookup], bus=bus) for i in range(40)]
+    assert await asyncio.gather(*handles) == ["found aa"] * 40  # every loop unharmed
+    logged = [r for r in caplog.records if r.name.startswith("unity_nb")]
+    assert len(logged) == 1 and logged[0].exc_info is None, [r.getMessage() for r in logged]  # once, no traceback
+    assert logged[0].getMessage().startswith("store: disk full, ") and "events waiting" in logged[0].getMessage()
+    assert "cannot rollback" not in caplog.text
+    assert store.waiting > 0 and store.problem.startswith(f"store: disk full, {store.waiting} events waiting")
+    assert seen and seen[-1].startswith("store: disk full, ")  # for a widget (the magics show it in theirs)
+    # space returns: the next flush writes the whole backlog, in order
+    store.execute("PRAGMA max_page_count = 1073741823")
+    store.flush()
+    assert store.waiting == 0 and store.problem is None and seen[-1] is None
+    assert "recording again" in caplog.records[-1].getMessage()
+    assert len(store.loops()) == 40
+    for h in handles:
+        assert [e.kind for e in store.events(h.name)] == [e.kind for e in h.events if e.kind != "model_delta"]
+    store.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import inspect
 import itertools
 import logging
@@ -324,6 +325,12 @@ def resolve_waiters(waiters: Waiters, event: Event) -> None:
             waiters.remove(entry)
 
 
+def _observe(callback: Callable[[Event], Any], task: asyncio.Future) -> None:
+    """An async subscriber's failure is logged like a sync one's, never left unobserved."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("event subscriber %r failed", callback, exc_info=task.exception())
+
+
 class EventBus:
     """In-process pub/sub for loop events, with a bounded history per kind.
 
@@ -347,7 +354,7 @@ class EventBus:
                 try:
                     out = callback(event)
                     if inspect.isawaitable(out):
-                        asyncio.ensure_future(out)
+                        asyncio.ensure_future(out).add_done_callback(functools.partial(_observe, callback))
                 except Exception:  # a subscriber must never break a loop
                     log.exception("event subscriber %r failed", callback)
         if self._waiters:

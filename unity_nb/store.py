@@ -10,8 +10,13 @@ the loop's next model call, and a kernel that dies mid-loop loses at most the st
 
 Several kernels may share one file: SQLite's WAL mode lets one writer and many readers work
 at once, every write waits its turn (``busy_timeout``), and rows are keyed by a per-process
-session id so two kernels' loop ids never collide. The schema has a version
+session id and the loop's id (random, 64 bits: unique across kernels and time). The schema has a version
 (``PRAGMA user_version``) and numbered migration steps, applied in order on open.
+
+A file that cannot be used (damaged, not a database, in a folder that cannot be written) is a
+:class:`UserError` naming the file and what to do. When the file cannot take a batch (a full disk,
+a lock held too long), the events wait in memory, the problem is reported once (the log, and
+:attr:`Store.problem` for whoever shows it), and the backlog is written as soon as a later try succeeds.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import asyncio
 import atexit
 import contextlib
 import json
+import logging
 import os
 import secrets
 import socket
@@ -36,6 +42,8 @@ from . import events as ev
 from ._errors import UserError
 
 __all__ = ("Store", "SCHEMA_VERSION", "default_store_path")
+
+log = logging.getLogger("unity_nb.store")
 
 _V1 = """
 CREATE TABLE sessions (id TEXT PRIMARY KEY, pid INTEGER, host TEXT, started REAL);
@@ -83,6 +91,34 @@ _FLUSH_NOW = frozenset({
 })
 _FLUSH_AFTER = 0.5
 _LIVE = ("running", "paused", "waiting", "idle")
+_RETRY_FIRST, _RETRY_MAX = 1.0, 30.0
+"""Seconds before the first retry of a batch the file could not take, doubling up to the second."""
+_DAMAGED = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
+_FULL = frozenset({sqlite3.SQLITE_FULL})
+_BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+
+def _code(err: BaseException) -> int | None:
+    code = getattr(err, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
+
+
+def _literal(text: str) -> str:
+    """``text`` inside a ``str.format`` template."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def _unusable(path: str, err: BaseException) -> UserError:
+    """The error for a store file that cannot be used: which file, and what to do."""
+    if _code(err) in _DAMAGED:
+        return UserError(
+            f"the store file {path!r} is damaged ({err}): move it aside (rename it, for example to "
+            f"{path + '.damaged'!r}; a new store is then made in its place) or set UNITY_NB_STORE to another file"
+        )
+    return UserError(
+        f"the store file {path!r} cannot be used ({err}): set UNITY_NB_STORE to a file in a folder you can write, "
+        "or move the file aside if it is damaged"
+    )
 
 
 def default_store_path() -> str:
@@ -102,32 +138,41 @@ class Store:
             except OSError as err:
                 raise UserError(f"cannot create the store's folder {str(parent)!r}: {err}") from None
         self.path = path
+        self._lock = threading.RLock()
+        self.session = secrets.token_hex(8)
         try:
             self._db = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as err:
-            raise UserError(f"cannot open the store at {path!r}: {err}") from None
-        self._db.row_factory = sqlite3.Row
-        self._lock = threading.RLock()
-        self._db.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
-        if path != ":memory:":
-            self._db.execute("PRAGMA journal_mode = WAL")
-        self._db.execute("PRAGMA synchronous = NORMAL")
-        self.migrate()
-        self.session = secrets.token_hex(4)
-        self.execute(
-            "INSERT INTO sessions (id, pid, host, started) VALUES (?, ?, ?, ?)",
-            (self.session, os.getpid(), socket.gethostname(), time.time()),
-        )
+            raise _unusable(path, err) from None
+        try:
+            self._db.row_factory = sqlite3.Row
+            self._db.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+            if path != ":memory:":
+                self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = NORMAL")
+            self.migrate()
+            self.execute(
+                "INSERT INTO sessions (id, pid, host, started) VALUES (?, ?, ?, ?)",
+                (self.session, os.getpid(), socket.gethostname(), time.time()),
+            )
+        except (sqlite3.Error, UserError) as err:
+            self._db.close()
+            if isinstance(err, UserError):
+                raise
+            raise _unusable(path, err) from None
         self._unsubscribe: list[Callable[[], None]] = []
         self._pending: list[ev.Event] = []
         self._timer: Any = None
+        self._retry = _RETRY_FIRST
+        self._listeners: list[Callable[[str | None], None]] = []
+        self._problem: tuple[str, str] | None = None  # (kind, message with {n} for the events waiting)
         atexit.register(self._at_exit)
 
     def _at_exit(self) -> None:
-        try:
-            self.flush()
-        except sqlite3.Error:
-            pass
+        self.flush()
+        if self._pending:
+            log.warning("store: %d events could not be written to %r and are lost (%s)",
+                        len(self._pending), self.path, self.problem)
 
     def __repr__(self) -> str:
         return f"<unity_nb.Store {self.path!r}>"
@@ -162,28 +207,47 @@ class Store:
                     self._db.execute("ROLLBACK")
                     raise
 
+    @contextlib.contextmanager
+    def _damage(self) -> Iterator[None]:
+        """A damaged file is a UserError naming it and what to do (not a raw ``DatabaseError``)."""
+        try:
+            yield
+        except sqlite3.DatabaseError as err:
+            if _code(err) in _DAMAGED:
+                raise _unusable(self.path, err) from err
+            raise
+
     def execute(self, sql: str, params: tuple | dict = ()) -> sqlite3.Cursor:
-        with self._lock:
+        with self._lock, self._damage():
             return self._db.execute(sql, params)
 
     def query(self, sql: str, params: tuple | dict = ()) -> list[dict]:
-        with self._lock:
+        with self._lock, self._damage():
             return [dict(r) for r in self._db.execute(sql, params).fetchall()]
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """Statements inside commit together (``BEGIN IMMEDIATE``: writers queue up, never deadlock)."""
-        with self._lock:
+        with self._lock, self._damage():
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
+                self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # SQLite may have rolled back already (a full disk does)
+                    with contextlib.suppress(sqlite3.Error):
+                        self._db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
+
+    def copy(self) -> sqlite3.Connection:
+        """A private in-memory copy of the database (its own connection: reading it takes no lock of the store's)."""
+        dest = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        with self._lock, self._damage():
+            self._db.backup(dest)
+        return dest
 
     def close(self) -> None:
-        self.flush()
+        self._at_exit()
         atexit.unregister(self._at_exit)
         for unsubscribe in self._unsubscribe:
             unsubscribe()
@@ -204,11 +268,13 @@ class Store:
         return f"{self.session}-{loop_id}"
 
     def record(self, event: ev.Event) -> None:
-        """Take one event; it is committed with its batch (at once for the kinds that matter)."""
+        """Take one event; it is committed with its batch (at once for the kinds that matter).
+        While the file cannot take events (see :attr:`problem`), they wait for the next retry."""
         if event.kind in _SKIP:
             return
-        self._pending.append(event)
-        if event.kind in _FLUSH_NOW:
+        with self._lock:
+            self._pending.append(event)
+        if event.kind in _FLUSH_NOW and self._problem is None:
             self.flush()
         elif self._timer is None:
             try:
@@ -216,32 +282,90 @@ class Store:
             except RuntimeError:
                 self.flush()
                 return
-            self._timer = loop.call_later(_FLUSH_AFTER, self.flush)
+            self._timer = loop.call_later(_FLUSH_AFTER if self._problem is None else self._retry, self.flush)
+
+    @property
+    def waiting(self) -> int:
+        """Events taken but not yet written."""
+        return len(self._pending)
+
+    @property
+    def problem(self) -> str | None:
+        """Why events are waiting (``"store: disk full, N events waiting ..."``), or ``None`` when all are written."""
+        return self._problem[1].format(n=len(self._pending)) if self._problem else None
+
+    def add_problem_listener(self, fn: Callable[[str | None], None]) -> Callable[[], None]:
+        """Call ``fn(message)`` when events start or keep waiting (the message says why and how many),
+        and ``fn(None)`` once they are all written; returns a function removing it."""
+        self._listeners.append(fn)
+        return lambda: fn in self._listeners and self._listeners.remove(fn)  # type: ignore[func-returns-value]
 
     def flush(self) -> None:
-        """Commit every event taken so far (one transaction)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if not self._pending:
-            return
-        batch, self._pending = self._pending, []
+        """Commit every event taken so far (one transaction). Never raises: when the file cannot
+        take them, they are kept for the next try and the problem is reported (once)."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if not self._pending:
+                return
+            batch, self._pending = self._pending, []
+            try:
+                with self.transaction() as db:
+                    for event in batch:
+                        self._write(db, event)
+            except (sqlite3.Error, UserError) as err:
+                self._pending = batch + self._pending  # kept for the next try: nothing is lost
+                self._trouble(err)
+                return
+            if self._problem is not None:
+                self._recovered(len(batch))
+
+    def _trouble(self, err: BaseException) -> None:
+        """Report once per kind of problem; keep the message's count current; schedule a retry."""
+        code, path = _code(err), _literal(self.path)
+        if code in _FULL:
+            kind, text = "full", "store: disk full, {n} events waiting (written when space returns): " + path
+        elif code in _BUSY:
+            kind, text = "busy", "store: the file is locked by another process, {n} events waiting: " + path
+        else:
+            reason = str(err) if isinstance(err, UserError) else str(_unusable(self.path, err))
+            kind, text = "broken", "store: {n} events waiting; " + _literal(reason)
+        first = self._problem is None or self._problem[0] != kind
+        self._problem = (kind, text)
+        if first:
+            log.warning("%s", self.problem)
+        self._notify(self.problem)
         try:
-            with self.transaction() as db:
-                for event in batch:
-                    self._write(db, event)
-        except sqlite3.Error:
-            self._pending = batch + self._pending  # kept for the next flush (the file may be locked a while)
-            raise
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # the next event (or read) tries again
+        if self._timer is None:
+            self._timer = loop.call_later(self._retry, self.flush)
+        self._retry = min(self._retry * 2, _RETRY_MAX)
+
+    def _recovered(self, n: int) -> None:
+        log.warning("store: recording again; the %d waiting events are written to %s", n, self.path)
+        self._problem = None
+        self._retry = _RETRY_FIRST
+        self._notify(None)
+
+    def _notify(self, message: str | None) -> None:
+        for fn in list(self._listeners):
+            try:
+                fn(message)
+            except Exception:  # a listener must never break recording
+                log.exception("store problem listener %r failed", fn)
 
     def _write(self, db: sqlite3.Connection, event: ev.Event) -> None:
         uid = self.uid(event.loop_id)
         data = event.model_dump_json()
         db.execute("INSERT INTO events (loop_uid, kind, ts, data) VALUES (?, ?, ?, ?)", (uid, event.kind, event.ts, data))
         if isinstance(event, ev.LoopStarted):
+            # never over another loop's row (ids are unique; a second start of the same id is ignored)
             db.execute(
-                "INSERT OR REPLACE INTO loops (uid, session, loop_id, name, task, model, parent_uid, lineage, status, started)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
+                "INSERT INTO loops (uid, session, loop_id, name, task, model, parent_uid, lineage, status, started)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?) ON CONFLICT (uid) DO NOTHING",
                 (uid, self.session, event.loop_id, event.name, event.task, event.model,
                  self.uid(event.parent_id) if event.parent_id else None, json.dumps(event.lineage), event.ts),
             )

@@ -60,6 +60,7 @@ class Command:
     options: dict = field(default_factory=dict)
 
 
+_MAX_ROWS = 2**63 - 1
 _OPTION = re.compile(r"""^--([A-Za-z][\w-]*)(?:=|\s+)("[^"]*"|'[^']*'|\S+)\s*""")
 
 
@@ -144,8 +145,9 @@ def parse(line: str, cell: str | None = None) -> Command:
         if rest:
             raise _usage(sub, f"%unity list takes no arguments, got {rest!r}")
     elif sub == "history":
-        if rest and not rest.isdigit():
-            raise _usage(sub, f"%unity history takes an optional number of rows, not {rest!r}")
+        # ASCII digits only ('²'.isdigit() holds), and within SQLite's integers
+        if rest and not (re.fullmatch(r"[0-9]{1,19}", rest) and int(rest) <= _MAX_ROWS):
+            raise _usage(sub, f"%unity history takes an optional number of rows (0 to {_MAX_ROWS}), not {rest!r}")
         cmd.options["limit"] = int(rest) if rest else None
     else:
         name, _, text = rest.partition(" ")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+from collections.abc import Coroutine
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -11,11 +13,13 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display
 from traitlets import Bool, Float, Integer, Unicode
 
-from .._errors import ModelConfigError, UserError
+from .._errors import HandleStateError, ModelConfigError, UserError
 from ..loop._handle import LoopHandle
 from ._args import HELP, Command, parse
 
 __all__ = ("UnityMagics",)
+
+log = logging.getLogger("unity_nb.magics")
 
 _NO_MODEL = (
     "no model is configured: run `%unity model gpt-4.1-mini` (with OPENAI_API_KEY set in the environment), "
@@ -63,7 +67,16 @@ class UnityMagics(Magics):
             except UserError as err:
                 raise UsageError(f"{err}\n(set %config UnityMagics.store_path = 'off' to run without a store)") from None
             self._store.attach(default_bus())
+            self._store.add_problem_listener(self._store_problem)
         return self._store
+
+    def _store_problem(self, message: str | None) -> None:
+        """Show why events wait to be stored (a full disk, ...) in the live operations' widgets; clear it after."""
+        for widget in list(self.widgets.values()):
+            if message is not None and not widget.handle.done():
+                widget.notice = message
+            elif message is None and widget.notice.startswith("store: "):
+                widget.notice = ""
 
     def close(self) -> None:
         if self._store is not None:
@@ -202,19 +215,34 @@ class UnityMagics(Magics):
             raise UsageError(f"cannot {cmd.sub} {handle.name!r}: it is {handle.status.value}\n\n{HELP[cmd.sub]}")
         return handle
 
+    def _steer(self, cmd: Command, call: Coroutine[Any, Any, Any]) -> None:
+        """Run a steering call in the background; its failure is reported, never left unobserved
+        (the operation may end between this line and the call: that is said, not raised)."""
+
+        def report(task: asyncio.Future) -> None:
+            if task.cancelled():
+                return
+            err = task.exception()
+            if isinstance(err, HandleStateError):
+                log.warning("%%unity %s %s: %s", cmd.sub, cmd.name, err)
+            elif err is not None:
+                log.error("%%unity %s %s failed", cmd.sub, cmd.name, exc_info=err)
+
+        asyncio.ensure_future(call).add_done_callback(report)
+
     def _pause(self, cmd: Command) -> None:
-        asyncio.ensure_future(self._live(cmd).pause())
+        self._steer(cmd, self._live(cmd).pause())
 
     def _resume(self, cmd: Command) -> None:
-        asyncio.ensure_future(self._live(cmd).resume())
+        self._steer(cmd, self._live(cmd).resume())
 
     def _interject(self, cmd: Command) -> None:
-        asyncio.ensure_future(self._live(cmd).interject(cmd.text))
+        self._steer(cmd, self._live(cmd).interject(cmd.text))
 
     def _stop(self, cmd: Command) -> None:
         handle = self._find(cmd)
         if not handle.done():
-            asyncio.ensure_future(handle.stop(cmd.text or "stopped with %unity stop"))
+            self._steer(cmd, handle.stop(cmd.text or "stopped with %unity stop"))
 
     def _submit(self, cmd: Command) -> Any:
         handle = self._live(cmd)
@@ -232,10 +260,10 @@ class UnityMagics(Magics):
         return handle
 
     def _approve(self, cmd: Command) -> None:
-        asyncio.ensure_future(self._waiting_plan(cmd).approve())
+        self._steer(cmd, self._waiting_plan(cmd).approve())
 
     def _skip(self, cmd: Command) -> None:
-        asyncio.ensure_future(self._waiting_plan(cmd).skip(reason=cmd.text or None))
+        self._steer(cmd, self._waiting_plan(cmd).skip(reason=cmd.text or None))
 
     def _ask(self, cmd: Command) -> LoopHandle:
         handle = self._find(cmd).start_ask(cmd.text)

@@ -140,7 +140,8 @@ def _secret_value(name: str) -> str:
 
 
 def _new_id() -> str:
-    return secrets.token_hex(2)
+    """Unique across kernels and time (64 random bits); names show its first 4 digits."""
+    return secrets.token_hex(8)
 
 
 def _safe(name: str) -> str:
@@ -274,7 +275,7 @@ class LoopHandle:
         self.task = task
         self.model = model
         self.id = _new_id()
-        self.name = name or f"{_kind}-{self.id}"
+        self.name = name or f"{_kind}-{self.id[:4]}"
         self.max_steps = max_steps
         self.interrupt_on_interject = interrupt_on_interject
         self.tool_policy = tool_policy

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import re
 import sqlite3
-import threading
 import time
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from .. import events as ev
 from .._errors import UserError
 from ..loop._handle import LoopHandle
 from ._base import Manager
+from ._sql import Query, QueryFailed, TooMuchWork
 from ._util import clip, fail
 
 __all__ = ("KnowledgeManager",)
@@ -31,10 +32,11 @@ _MAX_COLUMNS = 64
 _MAX_ROWS_PER_CALL = 1000
 _SHOW_ROWS = 100
 _QUERY_BUDGET = 5_000
-"""Progress-handler calls (of 1,000 SQLite VM instructions each) a query may take: about 5M
-instructions, then it is interrupted; counted, not timed, so it is the same on every machine."""
-_MAX_VALUE = 1_000_000
-"""While a query runs, no string or blob it builds may exceed this many bytes."""
+"""Units of work a query may take (a unit: 1,000 SQLite VM instructions, or 10,000 character pairs
+compared inside one LIKE, GLOB, instr, replace or trim call): about 5M instructions, then it is
+interrupted; counted, not timed, so it is the same on every machine (see ``_sql``)."""
+_QUERY_SECONDS = 10.0
+"""A ceiling on one query's time, behind the counted budget."""
 _SELECT = re.compile(r"^\s*(select|with)\b", re.IGNORECASE)
 
 _READ_ONLY_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_FUNCTION, getattr(sqlite3, "SQLITE_RECURSIVE", 33)})
@@ -111,8 +113,10 @@ class KnowledgeManager(Manager):
         self.store = store
         self.query_budget = _QUERY_BUDGET
         """How much work one query may do (in thousands of SQLite VM instructions) before it is interrupted."""
-        self._ro: sqlite3.Connection | None = None
-        self._reader_lock = threading.Lock()
+        self.query_seconds = _QUERY_SECONDS
+        """The most time one query may take, whatever its budget."""
+        self.running: set[Query] = set()
+        """The queries running now (each on its own connection)."""
 
     # -- the tables ---------------------------------------------------------------------------
 
@@ -157,69 +161,65 @@ class KnowledgeManager(Manager):
 
     # -- read-only SQL ------------------------------------------------------------------------
 
-    def _reader(self) -> sqlite3.Connection | None:
-        """A read-only connection of its own to a file store (so a query never holds the store's
-        lock, which recording events needs); ``None`` for an in-memory store."""
+    def _connect(self) -> sqlite3.Connection:
+        """A connection of the query's own (so a query never holds a lock that recording events or
+        another query needs): read-only on a file store; a private copy of an in-memory store."""
         if self.store.path == ":memory:":
-            return None
-        if self._ro is None:
-            uri = Path(self.store.path).expanduser().resolve().as_uri() + "?mode=ro"
-            db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
-            db.execute("PRAGMA query_only = ON")
-            db.execute("PRAGMA busy_timeout = 10000")
-            weakref.finalize(self, db.close)
-            self._ro = db
-        return self._ro
+            return self.store.copy()
+        uri = Path(self.store.path).expanduser().resolve().as_uri() + "?mode=ro"
+        db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+        db.execute("PRAGMA query_only = ON")
+        db.execute("PRAGMA busy_timeout = 10000")
+        return db
 
-    def _select(self, sql: str, limit: int = _SHOW_ROWS) -> dict:
-        """Run one SELECT under an authorizer that permits reading knowledge tables only."""
+    def _query(self, sql: Any, limit: int) -> Query:
         if not isinstance(sql, str) or not _SELECT.match(sql):
             raise fail("only a single read-only SELECT (or WITH ... SELECT) statement is allowed here; "
                        "to change tables or rows use the update tools")
-        text = sql.strip().rstrip(";").strip()
-        steps, budget = 0, self.query_budget
+        return Query(sql.strip().rstrip(";").strip(), self._connect, budget=self.query_budget,
+                     seconds=self.query_seconds, authorizer=_authorize, limit=limit)
 
-        def progress() -> int:
-            nonlocal steps
-            steps += 1
-            return 1 if steps > budget else 0
-
-        def run(db: sqlite3.Connection) -> tuple[list[str], list]:
-            previous = db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _MAX_VALUE)
-            db.set_authorizer(_authorize)
-            db.set_progress_handler(progress, 1000)
-            try:
-                cur = db.execute(text)
-                return [d[0] for d in cur.description or ()], cur.fetchmany(limit + 1)
-            finally:
-                db.set_authorizer(None)
-                db.set_progress_handler(None, 0)
-                db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, previous)
-
+    def _run(self, query: Query) -> dict:
+        """Run one SELECT under an authorizer that permits reading knowledge tables only."""
+        self.running.add(query)
         try:
-            reader = self._reader()
-            if reader is not None:
-                with self._reader_lock:
-                    names, rows = run(reader)
-            else:  # an in-memory store has one connection: borrow it, the store's lock held
-                with self.store.transaction() as db:
-                    names, rows = run(db)
+            return query.run()
         except sqlite3.ProgrammingError as err:
             if "one statement" in str(err):
                 raise fail("only a single SELECT statement is allowed: remove everything after the first ';'") from None
             raise fail(f"the query failed: {err}") from None
-        except sqlite3.Error as err:
+        except TooMuchWork:
+            if query.stopped:
+                raise fail("the query was stopped") from None
+            raise fail("the query did too much work and was interrupted; narrow it (WHERE, LIMIT) "
+                       "or aggregate") from None
+        except (QueryFailed, sqlite3.Error) as err:
             message = str(err)
-            if steps > budget or message == "interrupted":
-                raise fail("the query did too much work and was interrupted; narrow it (WHERE, LIMIT) or aggregate") from None
             if "not authorized" in message or "prohibited" in message:
                 raise fail(f"not allowed ({message}): a query may only read the knowledge tables "
                            f"({PREFIX}<name>), with a single SELECT") from None
             raise fail(f"the query failed: {message}") from None
-        out: dict[str, Any] = {"columns": names, "rows": [dict(zip(names, tuple(r), strict=False)) for r in rows[:limit]]}
-        if len(rows) > limit:
-            out["note"] = f"only the first {limit} rows are shown; aggregate or add LIMIT/OFFSET for the rest"
-        return out
+        finally:
+            self.running.discard(query)
+
+    def _select(self, sql: str, limit: int = _SHOW_ROWS) -> dict:
+        """Run one read-only SELECT here (blocking) and return its capped result."""
+        return self._run(self._query(sql, limit))
+
+    async def _select_async(self, sql: str, limit: int = _SHOW_ROWS) -> dict:
+        """:meth:`_select` in a worker thread; cancelled (the loop was stopped), it interrupts the
+        statement and returns only once it has ended, so nothing it held outlives the stop."""
+        query = self._query(sql, limit)
+        done = asyncio.get_running_loop().run_in_executor(None, self._run, query)
+        try:
+            return await asyncio.shield(done)
+        except asyncio.CancelledError:
+            query.interrupt()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait({done})
+            if done.done() and not done.cancelled():
+                done.exception()  # observed: it was stopped
+            raise
 
     # -- the loops' tools -----------------------------------------------------------------------
 
@@ -247,11 +247,13 @@ class KnowledgeManager(Manager):
             return {"name": t["name"], "sql_name": sql_name, "columns": {"id": "integer", **t["columns"]},
                     "description": t["description"], "rows": n, "first_rows": sample}
 
-        def query(sql: str) -> dict:
+        async def query(sql: str) -> dict:
             """Run one read-only SQL SELECT over the knowledge tables (by their SQL names,
-            ``kn_<name>``) and return the rows (at most 100; aggregate or page with LIMIT/OFFSET
-            for more). Booleans read as 0/1. Anything but a single SELECT is refused."""
-            return manager._select(sql)
+            ``kn_<name>``) and return the rows: at most 100 rows and about 20,000 characters of them
+            (a value longer than 2,000 characters is cut, a blob shown by its size; a note says when
+            anything was left out: aggregate or page with LIMIT/OFFSET for more). Booleans read as
+            0/1. Anything but a single SELECT is refused, and so is a query doing too much work."""
+            return await manager._select_async(sql)
 
         return [list_tables, describe_table, query]
 
