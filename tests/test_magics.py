@@ -510,3 +510,25 @@ async def test_the_store_s_problems_show_in_live_widgets_and_a_damaged_file_is_n
         ip.run_line_magic("unity", "history")
     assert str(tmp_path / "bad.db") in str(info.value) and "UNITY_NB_STORE" in str(info.value)
     magics.store_path = ""
+
+
+def test_a_base_url_that_is_not_a_url_is_refused_naming_it(ip):
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError, match="'not-a-url'"):
+        ip.run_line_magic("unity", "model gpt-x --base-url not-a-url")
+
+
+def test_models_the_magics_made_are_closed_when_replaced_and_on_unload(ip, monkeypatch):
+    closed = []
+    monkeypatch.setattr(u.OpenAIModel, "close_now", lambda self: closed.append(self.name))
+    ip.run_line_magic("unity", "model first --base-url http://127.0.0.1:9/v1")
+    ip.run_line_magic("unity", "model second --base-url http://127.0.0.1:9/v1")
+    assert closed == ["first"]
+    ip.user_ns["mine"] = u.ScriptedModel(["hi"])
+    ip.run_line_magic("unity", "model --var mine")  # the person's own model is theirs to close
+    assert closed == ["first", "second"]
+    ip.run_line_magic("unity", "model third --base-url http://127.0.0.1:9/v1")
+    ip.run_line_magic("unload_ext", "unity_nb")
+    assert closed == ["first", "second", "third"]
+    ip.run_line_magic("load_ext", "unity_nb")

@@ -49,6 +49,7 @@ class UnityMagics(Magics):
         """Every operation started here, by name (live and finished)."""
         self.widgets: dict[str, Any] = {}
         self.model: Any = None
+        self._made_model = False
         self._count = 0
         self._store: Any = None
 
@@ -78,7 +79,16 @@ class UnityMagics(Magics):
             elif message is None and widget.notice.startswith("store: "):
                 widget.notice = ""
 
+    def _set_model(self, model: Any, *, made: bool) -> None:
+        """Use ``model`` from now on; a model these magics made earlier has its connections closed."""
+        old, self.model = self.model, model
+        if self._made_model and old is not None and old is not model:
+            old.close_now()
+        self._made_model = made
+
     def close(self) -> None:
+        if self._made_model and self.model is not None:
+            self.model.close_now()  # %unload_ext: its connections go with it (a running loop makes a new pool)
         if self._store is not None:
             self._store.close()
             self._store = None
@@ -105,10 +115,10 @@ class UnityMagics(Magics):
             obj = self.shell.user_ns.get(var)
             if obj is None or not callable(getattr(obj, "complete", None)):
                 raise UsageError(f"`{var}` is not a model (it needs an async `complete` method)\n\n{HELP['model']}")
-            self.model = obj
+            self._set_model(obj, made=False)
         elif cmd.name:
             try:
-                self.model = OpenAIModel(cmd.name, base_url=cmd.options.get("base_url") or self.base_url or None)
+                self._set_model(OpenAIModel(cmd.name, base_url=cmd.options.get("base_url") or self.base_url or None), made=True)
             except ModelConfigError as err:
                 raise UsageError(f"{err}\n\n{HELP['model']}") from None
         elif cmd.options.get("base_url"):
@@ -133,7 +143,7 @@ class UnityMagics(Magics):
             from ..models import OpenAIModel
 
             try:
-                self.model = OpenAIModel(name, base_url=self.base_url or None)
+                self._set_model(OpenAIModel(name, base_url=self.base_url or None), made=True)
             except ModelConfigError as err:
                 raise UsageError(f"{err}\n\n{_NO_MODEL}") from None
         return self.model
