@@ -35,10 +35,31 @@ class Kernel:
         out = self.run(f"import json as _j; print(_j.dumps({expr}))", timeout=timeout)
         return json.loads(out.strip().splitlines()[-1])
 
-    def click(self, comm_id, **content):
-        """What a browser sends when a button of the widget is clicked."""
+    def click(self, comm_id, subshell=None, **content):
+        """What a browser sends when a button of the widget is clicked. JupyterLab (4.4 and later)
+        sends it over a kernel subshell by default: pass one from :meth:`subshell` to do the same."""
         msg = self.kc.session.msg("comm_msg", {"comm_id": comm_id, "data": {"method": "custom", "content": content}})
+        if subshell is not None:
+            msg["header"]["subshell_id"] = subshell
         self.kc.shell_channel.send(msg)
+
+    def subshell(self, timeout=30):
+        """A new kernel subshell (a thread with its own event loop), as JupyterLab creates for comms."""
+        self.kc.control_channel.send(self.kc.session.msg("create_subshell_request", {}))
+        reply = self.kc.get_control_msg(timeout=timeout)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        return reply["content"]["subshell_id"]
+
+    def run_in_subshell(self, subshell, code, timeout=60):
+        """Execute ``code`` on a subshell's thread; wait for its reply (its output is not collected)."""
+        content = {"code": code, "silent": True, "store_history": False, "user_expressions": {}, "allow_stdin": False}
+        msg = self.kc.session.msg("execute_request", content)
+        msg["header"]["subshell_id"] = subshell
+        self.kc.shell_channel.send(msg)
+        reply = self.kc.get_shell_msg(timeout=timeout)
+        while reply["parent_header"].get("msg_id") != msg["header"]["msg_id"]:
+            reply = self.kc.get_shell_msg(timeout=timeout)
+        assert reply["content"]["status"] == "ok", reply["content"]
 
     def kill(self):
         """SIGKILL the kernel process: no cleanup of any kind runs in it."""

@@ -1,8 +1,12 @@
 """End to end, in a real browser: JupyterLab serves notebooks/01_quickstart.ipynb, Debian's
 Chromium (driven by Playwright) opens it and runs every cell, and the live widget of the
 notebook's last operation (``tour``, a deliberately slow one) is steered by clicks: Pause,
-an interjection typed into its text box, Resume, Stop. The widget's badge and transcript must
-show each step, which also proves the anywidget front end loads in JupyterLab. A second test, on
+an interjection typed into its text box, Resume, Stop, at a person's pace (about a second
+between clicks, so the operation sits idle while paused, as it does for a person). The widget's
+badge and transcript must show each step, a model request must follow Resume (the step counter
+advances and the model answers the interjection), and Stop must reach "stopped"; this also
+proves the anywidget front end loads in JupyterLab. (JupyterLab sends a widget's comm messages
+over a kernel subshell by default: the clicks take the same path as a person's.) A second test, on
 the same server, writes a small notebook whose actor runs with ``--approval always``: the first
 plan is run with the Run button, the second skipped with a reason typed beside Skip, and a cell
 run afterwards shows that only the first plan ran (its picture of the waiting plan goes to
@@ -12,8 +16,9 @@ Only loopback: the server listens on 127.0.0.1 with a token and fetches nothing 
 update checks and the extension manager's PyPI look-ups are off), the page may request nothing
 but the server (anything else is refused and fails the test), and the browser is Debian's
 ``/usr/bin/chromium`` (``.ci/run`` installs it), never a download. In the page every wait is
-one of Playwright's auto-waiting expectations with a timeout: no fixed sleeps, no timed
-assertions. On failure a screenshot of the page, the browser console and the server's log go
+one of Playwright's auto-waiting expectations with a timeout, and no assertion is about how long
+anything took. The only fixed waits are a person's pauses between clicks (``HESITATE``): they
+are input, never a way to wait for something to appear. On failure a screenshot of the page, the browser console and the server's log go
 to ``tests/artifacts/`` (ignored by git). When the test passes it saves its picture of the
 widget to ``tests/artifacts/widget.png``; with ``UNITY_NB_README_SCREENSHOT=1`` it rewrites
 ``docs/widget.png``, the README's picture. JupyterLab, its kernel and the browser end with the test,
@@ -56,6 +61,8 @@ NOTE = "look at the west first"
 # a person holds the button down this long (ms): a widget that re-renders its buttons under the
 # pointer while it streams would lose such a click, so the test clicks the same way
 PRESS = 150
+# a person's pause between clicks (ms): input pacing only, never used to wait for a result
+HESITATE = 1000
 
 
 def _require_prerequisites() -> None:
@@ -215,6 +222,16 @@ class Lab:
             pass
 
 
+def _steps(stats: str) -> int:
+    """The step count of a node's stats line ("12 steps · 11 tool calls · ...")."""
+    return int(re.match(r"(\d+) steps", stats)[1])
+
+
+def _more_steps_than(n: int) -> re.Pattern:
+    """Matches a stats line whose step count is above ``n`` (the tour makes at most 40 steps)."""
+    return re.compile(rf"^(?:{'|'.join(str(i) for i in range(n + 1, 100))}) steps")
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     _require_prerequisites()
@@ -275,24 +292,37 @@ def test_the_quickstart_widget_is_steered_by_clicks(lab, browser):
     expect(badge).to_have_text("running", timeout=60_000)
     expect(transcript.locator(".unb-call")).not_to_have_count(0)  # it is working: a tool call is in
 
+    stats = tour.locator(".unb-stats")
+    assistant = transcript.locator(".unb-assistant")
+
+    # the quickstart's exercise, at a person's pace: Pause, a second, type, Interject, a second, Resume
     pause.click(delay=PRESS)
     expect(badge).to_have_text("paused")
     expect(pause).to_have_text("Resume")
     expect(transcript).to_contain_text("[paused by the user]")
+    page.wait_for_timeout(HESITATE)  # the call in flight ends; then nothing runs in the kernel
 
-    text_box.fill(NOTE)
+    text_box.click()
+    text_box.press_sequentially(NOTE, delay=20)
     tour.locator(".unb-interject").click(delay=PRESS)
     expect(transcript.locator(".unb-interjection")).to_have_text(f"interjection {NOTE}")
     expect(text_box).to_have_value("")
     expect(badge).to_have_text("paused")
+    page.wait_for_timeout(HESITATE)
+    steps = _steps(stats.inner_text())  # no step starts while paused
+    replies = assistant.count()
 
     pause.click(delay=PRESS)  # the same button, now labelled Resume
     expect(badge).to_have_text("running")
     expect(pause).to_have_text("Pause")
     expect(transcript).to_contain_text("[resumed by the user]")
-    # the scripted model answers the interjection in its next step
-    expect(transcript.locator(".unb-assistant", has_text=f"Noted: {NOTE}.")).to_have_count(1)
+    # a model request follows Resume: the step counter advances (no step starts while paused) ...
+    expect(stats).to_have_text(_more_steps_than(steps))
+    expect(assistant).not_to_have_count(replies)  # and the transcript grows
+    # ... and the scripted model answers the interjection in that step
+    expect(assistant.filter(has_text=f"Noted: {NOTE}.")).to_have_count(1)
     picture = page.locator(".unb-root").filter(has=tour).screenshot()
+    page.wait_for_timeout(HESITATE)
 
     stop.click(delay=PRESS)
     expect(badge).to_have_text("stopped")

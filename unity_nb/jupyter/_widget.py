@@ -3,8 +3,10 @@
 State flows one way: handle events mark the widget dirty; a flush at most ``max_hz`` times a
 second (latest value wins) recomputes the synced traits from the handles. Clicks come back
 as custom messages and call the public handle API, nothing else, so whatever a button does,
-code can do. Without a kernel (a saved notebook, nbconvert, GitHub) the mimebundle's
-``text/html`` snapshot shows the transcript, and ``text/plain`` is the handle's repr.
+code can do. A click may arrive on another thread (a kernel subshell's): it is carried to the
+handle's event loop and queued behind earlier clicks (see ``_clicks``). Without a kernel (a
+saved notebook, nbconvert, GitHub) the mimebundle's ``text/html`` snapshot shows the
+transcript, and ``text/plain`` is the handle's repr.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import anywidget
 import traitlets
 
 from ..loop._handle import LoopHandle, Message
+from ._clicks import Clicks
 
 __all__ = ("HandleWidget", "render_html")
 
@@ -142,6 +145,11 @@ class HandleWidget(anywidget.AnyWidget):
         self._flush_scheduled: asyncio.TimerHandle | None = None
         self._ask_handles: list[tuple[str, str, LoopHandle]] = []
         self._entry_counts: dict[str, tuple[int, int]] = {}
+        self._loop = handle._loop
+        self.clicks = Clicks(self._loop, self._perform, self._report)
+        """The clicks received, queued on the handle's loop and performed in arrival order."""
+        self.errors: list[str] = []
+        """What went wrong with clicks, oldest first (the ``notice`` shows the latest)."""
         self.on_msg(self._on_custom)
         self._unlisten = handle.add_listener(self._on_event)
         self.flush()
@@ -151,9 +159,19 @@ class HandleWidget(anywidget.AnyWidget):
     def _on_event(self, source: LoopHandle, event: Any) -> None:
         if self._flush_scheduled is not None:
             return
-        loop = asyncio.get_running_loop()
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is not self._loop:  # published from another thread: schedule the flush on the handle's loop
+            self._loop.call_soon_threadsafe(self._on_event, source, event)
+            return
         ended = event.kind in ("loop_finished", "loop_failed") and source is self.handle
-        self._flush_scheduled = loop.call_later(0 if ended else self.interval, self.flush)
+        # flushes run in the context the widget was made in, whatever event (or click) led to
+        # them: each update names the same parent, so the kernel routes clicks to one place
+        self._flush_scheduled = self._loop.call_later(
+            0 if ended else self.interval, self.flush, context=self.clicks.context.copy()
+        )
 
     def flush(self) -> None:
         """Send the current state (called by the throttle; call it directly to force one)."""
@@ -189,21 +207,33 @@ class HandleWidget(anywidget.AnyWidget):
         for h in self.handle.walk():
             if h.id == node_id:
                 return h
-        raise KeyError(node_id)
+        raise ValueError(f"no operation {node_id!r} in the widget of {self.handle.name!r}")
 
     def _on_custom(self, _widget: Any, content: dict, _buffers: Any) -> None:
+        """A click, as the browser sends it; on whichever thread the kernel delivers it."""
         try:
-            coro = self.act(content.get("action", ""), content.get("node") or self.handle.id, content.get("text"), content.get("call_id"))
-        except Exception as err:  # noqa: BLE001 - a click must never raise into the kernel
+            self.clicks.receive(dict(content) if isinstance(content, dict) else {"action": repr(content)})
+        except Exception as err:  # noqa: BLE001 - a click must never raise into the kernel (a closed loop)
+            self.errors.append(str(err))
             self.notice = str(err)
-            return
-        task = asyncio.ensure_future(coro)
-        task.add_done_callback(self._report)
+            log.warning("widget click not received: %s", err)
 
-    def _report(self, task: asyncio.Future) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            self.notice = str(task.exception())
-            log.warning("widget action failed: %s", task.exception())
+    async def _perform(self, click: dict) -> Any:
+        """One click, on the handle's loop: steer, and return what is left to wait for (an Ask's answer)."""
+        action, text = click.get("action", ""), click.get("text")
+        node_id = click.get("node") or self.handle.id
+        if action == "ask":
+            a = await self._start_ask(self._find(node_id), text or "")
+            return self._ask_answered(a)
+        await self.act(action, node_id, text, click.get("call_id"))
+        return None
+
+    def _report(self, click: dict, error: BaseException | None) -> None:
+        """After each click: the notice says what went wrong (until a later click works); then a flush."""
+        if error is not None:
+            message = str(error) or type(error).__name__
+            self.errors.append(f"{click.get('action')}: {message}")
+            self.notice = message
         else:
             self.notice = ""
         self.flush()
@@ -226,10 +256,16 @@ class HandleWidget(anywidget.AnyWidget):
         raise ValueError(f"unknown widget action {action!r}")
 
     async def _ask(self, h: LoopHandle, question: str) -> None:
+        await self._ask_answered(await self._start_ask(h, question))
+
+    async def _start_ask(self, h: LoopHandle, question: str) -> LoopHandle:
         a = await h.ask(question)
         self._ask_handles.append((h.id, question, a))
         a.add_listener(lambda _s, _e: self._on_event(self.handle, _e))
         self.flush()
+        return a
+
+    async def _ask_answered(self, a: LoopHandle) -> None:
         try:
             await a.result()
         finally:
