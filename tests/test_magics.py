@@ -532,3 +532,33 @@ def test_models_the_magics_made_are_closed_when_replaced_and_on_unload(ip, monke
     ip.run_line_magic("unload_ext", "unity_nb")
     assert closed == ["first", "second", "third"]
     ip.run_line_magic("load_ext", "unity_nb")
+
+
+async def test_the_widget_shows_reasoning_as_it_streams_and_keeps_it_with_its_answer():
+    class Thinker:
+        """A model that streams reasoning, then waits before it answers (the Model protocol's thinking channel)."""
+
+        name = "thinker"
+
+        def __init__(self):
+            self.go = asyncio.Event()
+
+        async def complete(self, request, on_delta=None):
+            on_delta.thinking("weighing the west ")
+            on_delta.thinking("against the east")
+            await self.go.wait()
+            on_delta("West.")
+            return u.models.Reply(content="West.", thinking="weighing the west against the east")
+
+    m = Thinker()
+    h = u.start_loop("which?", model=m)
+    w = HandleWidget(h)
+    await h.wait_for("model_delta", lambda e: e.thinking and e.text == "against the east")
+    w.flush()
+    assert w.nodes[0]["reasoning"] == "weighing the west against the east" and w.nodes[0]["streaming"] == ""
+    m.go.set()
+    assert await asyncio.wait_for(h.result(), 10) == "West."
+    w.flush()
+    assert w.nodes[0]["reasoning"] == ""
+    answer = w.entries[h.id][-1]
+    assert (answer["kind"], answer["content"], answer["thinking"]) == ("answer", "West.", "weighing the west against the east")

@@ -94,6 +94,7 @@ function renderEntry(entry, open, waiting) {
   if (kind === "notification") return h("div", { class: cls }, h("span", { class: "unb-label" }, `note from ${entry.name || "tool"}`), " ", entry.content);
   if (kind === "clarification") return h("div", { class: cls }, h("span", { class: "unb-label" }, entry.role === "user" ? "you answered" : "question"), " ", entry.content);
   const el = h("div", { class: cls });
+  if (entry.thinking) el.append(h("details", { class: "unb-thinking" }, h("summary", {}, "thinking"), h("div", { class: "unb-text" }, entry.thinking)));
   if (entry.content) {
     const body = h("div", { class: kind === "answer" ? "unb-answer" : "unb-text" });
     body.innerHTML = kind === "answer" ? markdown(entry.content) : esc(entry.content);
@@ -222,7 +223,8 @@ function render({ model, el }) {
           v.transcript.append(refs);
         }
       }
-      v.streaming.textContent = node.streaming || (!ended && node.status !== "waiting" && node.thinking ? `… ${node.thinking}` : "");
+      v.streaming.textContent = node.streaming || (!ended && node.reasoning ? `thinking: ${node.reasoning}` : "") ||
+        (!ended && node.status !== "waiting" && node.thinking ? `… ${node.thinking}` : "");
       v.asks.innerHTML = "";
       for (const a of asks.filter((a) => a.node === node.id)) {
         v.asks.append(h("div", { class: "unb-ask-entry" }, h("span", { class: "unb-label" }, "asked"), ` ${a.question} `,

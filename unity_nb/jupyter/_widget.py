@@ -39,6 +39,12 @@ def _clip(text: str | None, limit: int = _LIMIT) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n... [{len(text) - limit} more characters]"
 
 
+def _tail(text: str | None, limit: int = 600) -> str:
+    """The newest part of a text that is still streaming."""
+    text = text or ""
+    return text if len(text) <= limit else "…" + text[-limit:]
+
+
 def _safe_url(url: str | None) -> bool:
     """Only web links become clickable (never ``javascript:`` and the like)."""
     return bool(url) and url.lower().startswith(("http://", "https://"))
@@ -76,6 +82,8 @@ def _entry(m: Message) -> dict:
             }
             for c in m.tool_calls
         ]
+    if m.thinking:
+        out["thinking"] = _clip(m.thinking)
     if m.tool_call_id:
         out["call_id"] = m.tool_call_id
     if m.name:
@@ -101,6 +109,7 @@ def _node(h: LoopHandle, depth: int) -> dict:
         "error": None if h.error is None or h.status.value == "stopped" else f"{type(h.error).__name__}: {h.error}",
         "stop_reason": h.stop_reason,
         "streaming": _clip(h.streaming_text),
+        "reasoning": _tail(h.streaming_thinking),
         "clarifications": [{"call_id": cid, "question": q} for cid, (q, _f) in h._clarifications.items()],
         "thinking": h.thinking[-1] if h.thinking else "",
         "references": [
