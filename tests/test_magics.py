@@ -89,11 +89,13 @@ async def test_steering_by_name(ip):
 @pytest.mark.parametrize(
     "line, message",
     [
-        ("", "needs a subcommand"),
         ("frobnicate", "unknown subcommand 'frobnicate'"),
+        ("help frobnicate", "no subcommand 'frobnicate'"),
         ("act", "needs a task"),
         ("act --bogus 1 x", "unknown option --bogus"),
-        ("act --max-steps lots x", "needs a int"),
+        ("act --max-steps lots x", "--max-steps takes a whole number, not 'lots'"),
+        ("act --approval sometimes x", "--approval takes one of never, first, always, not 'sometimes'"),
+        ("act --code-timeout soon x", "--code-timeout takes a number of seconds, not 'soon'"),
         ("pause nobody", "no operation named 'nobody'"),
         ("interject", "needs the name of an operation"),
         ("ask someone", "needs a question"),
@@ -105,6 +107,13 @@ async def test_bad_input_is_a_usage_error_with_help(ip, line, message):
     with pytest.raises(UsageError, match=message) as info:
         ip.run_line_magic("unity", line)
     assert "%unity" in str(info.value)  # the subcommand's help (or all of them) follows
+
+
+@pytest.mark.parametrize("line, shows", [("", "%unity act"), ("help", "%unity submit"), ("--help", "%unity history"),
+                                         ("act --help", "--approval"), ("help model", "--base-url"), ("?", "%unity stop")])
+def test_help_is_shown_not_refused(ip, capsys, line, shows):
+    assert ip.run_line_magic("unity", line) is None
+    assert shows in capsys.readouterr().out
 
 
 async def test_steering_a_finished_operation_names_its_state(ip):

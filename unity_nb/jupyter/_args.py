@@ -11,6 +11,8 @@ from IPython.core.error import UsageError
 __all__ = ("Command", "parse", "HELP")
 
 HELP = {
+    "help": "%unity help [SUBCOMMAND]   (also: %unity, %unity SUBCOMMAND --help, %unity?)\n"
+    "    Show what every subcommand does, or one subcommand's options.",
     "model": "%unity model [NAME] [--base-url URL] [--var VARIABLE]\n"
     "    Set the model (OPENAI_API_KEY from the environment), or with no NAME show the current one.\n"
     "    --var takes a Model object from a notebook variable (e.g. a ScriptedModel).",
@@ -39,7 +41,7 @@ def _approval(value: str) -> str:
     return value
 
 
-_approval.__name__ = "one of never, first, always"
+_TAKES = {str: "a text", int: "a whole number", float: "a number of seconds", _approval: "one of never, first, always"}
 _OPTIONS = {
     "act": {"--name": str, "--max-steps": int, "--approval": _approval, "--code-timeout": float, "--multi": bool},
     "model": {"--base-url": str, "--var": str},
@@ -76,7 +78,7 @@ def _convert(sub: str, key: str, value: str, options: dict) -> None:
     try:
         options[key.replace("-", "_")] = allowed[flag](value)
     except ValueError:
-        raise _usage(sub, f"option {flag} needs a {allowed[flag].__name__}, not {value!r}") from None
+        raise _usage(sub, f"option {flag} takes {_TAKES[allowed[flag]]}, not {value!r}") from None
 
 
 def _peel_options(sub: str, rest: str) -> tuple[dict, str]:
@@ -127,11 +129,18 @@ def _model_args(rest: str) -> tuple[dict, str | None]:
 def parse(line: str, cell: str | None = None) -> Command:
     """``%unity`` line (and cell body) -> Command."""
     line = line.strip()
-    if not line:
-        raise _usage(None, "%unity needs a subcommand")
+    if not line or line in ("--help", "-h", "?"):  # `%unity?` reaches here as "?" (see jupyter/__init__.py)
+        return Command("help")
     sub, _, rest = line.partition(" ")
     if sub not in HELP:
         raise _usage(None, f"unknown subcommand {sub!r}")
+    if sub == "help":
+        topic = rest.strip() or None
+        if topic is not None and topic not in HELP:
+            raise _usage(None, f"no subcommand {topic!r} to help with")
+        return Command("help", name=topic)
+    if rest.split()[:1] in (["--help"], ["-h"]):
+        return Command("help", name=sub)
     if sub == "model":
         options, name = _model_args(rest)
         return Command(sub, name=name, options=options)

@@ -107,6 +107,12 @@ class UnityMagics(Magics):
 
     # -- subcommands ----------------------------------------------------------------------
 
+    def _help(self, cmd: Command) -> None:
+        if cmd.name:
+            print(HELP[cmd.name])
+        else:
+            print("%unity: start and steer steerable LLM operations.\n\n" + "\n".join(HELP.values()))
+
     def _model(self, cmd: Command) -> Any:
         from ..models import OpenAIModel
 
