@@ -2,7 +2,9 @@
 a model or a saved notebook could see it: the requests sent to the model, the transcript, the
 events, the store, the widget's state and snapshot, and a notebook saved after running."""
 
+import asyncio
 import json
+import sys
 import textwrap
 
 import nbformat
@@ -138,6 +140,162 @@ def test_a_display_bundle_is_scrubbed_in_text_svg_and_json_but_binary_images_are
     assert data["image/svg+xml"] == "<svg><text><<secret:API_TOKEN>></text></svg>"
     assert data["application/json"] == {"token": "<<secret:API_TOKEN>>", "items": ["<<secret:API_TOKEN>>", 1]}
     assert data["image/png"] == png
+
+
+# -- values written in pieces ---------------------------------------------------------------
+
+PLANS_IN_PIECES = {
+    "one character a write": "print(*get_secret('API_TOKEN'), sep='')",
+    "two halves": "import sys\ntok = get_secret('API_TOKEN')\nsys.stdout.write(tok[:9])\nsys.stdout.write(tok[9:] + '\\n')",
+}
+
+
+def leaky(how: str) -> str:
+    """Print the token in pieces."""
+    token = u.get_secret("API_TOKEN")
+    pieces = list(token) if how == "chars" else [token[:9], token[9:]]
+    for piece in pieces:
+        sys.stdout.write(piece)
+    sys.stdout.write("\n")
+    return "printed"
+
+
+async def aleaky(how: str) -> str:
+    """Print the token in pieces, awaiting between them."""
+    token = u.get_secret("API_TOKEN")
+    for piece in list(token) if how == "chars" else [token[:9], token[9:]]:
+        sys.stdout.write(piece)
+        await asyncio.sleep(0)
+    sys.stdout.write("\n")
+    return "printed"
+
+
+@pytest.fixture
+def routed():
+    """Route what tools print to their call records, as the notebook layer does (call it in the
+    test itself: pytest swaps ``sys.stdout`` between a fixture's set-up and the test)."""
+    from unity_nb import _output
+
+    yield _output.install
+    _output.uninstall()
+
+
+def scan_everywhere(h, w, store, tmp_path):
+    """Where a person could see what the run printed: every place holds no value."""
+    (rec,) = [c for m in h.transcript for c in m.tool_calls]
+    rebuilt = [c for m in store.transcript(h.id) for c in m.tool_calls]
+    places = {
+        "the call's output": rec.output,
+        "the ToolOutput events joined": "".join(e.text for e in h.events if e.kind == "tool_output"),
+        "events": json.dumps([e.model_dump_json() for e in h.events]),
+        "transcript": json.dumps([[m.content, [(c.arguments, c.result, c.output) for c in m.tool_calls]] for m in h.transcript]),
+        "widget state": json.dumps({"nodes": w.nodes, "entries": w.entries}),
+        "Store.transcript()": json.dumps([(c.output, c.result) for c in rebuilt]),
+    }
+    store.close()
+    places["store"] = "".join(p.read_bytes().decode("latin-1") for p in tmp_path.glob("s.db*"))
+    for where, text in places.items():
+        assert VALUE not in text, where
+    return rec, rebuilt
+
+
+@pytest.mark.parametrize("code", list(PLANS_IN_PIECES.values()), ids=list(PLANS_IN_PIECES))
+async def test_a_secret_a_plan_prints_in_pieces_is_found_nowhere(secret, tmp_path, code):
+    bus = u.EventBus()
+    store = Store(tmp_path / "s.db")
+    store.attach(bus)
+    script = lambda m, t: u.call_tool("execute_code", code=code, intent="leak it") if not tool_messages(m) else "done"
+    h = u.act("print the token", model=u.ScriptedModel(script), namespace={}, bus=bus)
+    w = HandleWidget(h)
+    assert await h == "done"
+    w.flush()
+    rec, rebuilt = scan_everywhere(h, w, store, tmp_path)
+    # nothing lost: the pieces published add up to the record, which the store rebuilds
+    assert rec.output == "<<secret:API_TOKEN>>\n"
+    assert [c.output for c in rebuilt] == [rec.output]
+    assert "stdout:\n<<secret:API_TOKEN>>" in rec.result
+
+
+@pytest.mark.parametrize("tool", [leaky, aleaky], ids=["sync tool", "async tool"])
+@pytest.mark.parametrize("how", ["chars", "halves"])
+async def test_a_secret_a_tool_writes_in_pieces_is_found_nowhere(secret, routed, tmp_path, tool, how):
+    routed()
+    bus = u.EventBus()
+    store = Store(tmp_path / "s.db")
+    store.attach(bus)
+    script = lambda m, t: u.call_tool(tool.__name__, how=how) if not tool_messages(m) else "done"
+    h = u.start_loop("print the token", model=u.ScriptedModel(script), tools=[tool], bus=bus)
+    w = HandleWidget(h)
+    assert await h == "done"
+    w.flush()
+    rec, rebuilt = scan_everywhere(h, w, store, tmp_path)
+    assert rec.output == "<<secret:API_TOKEN>>\n" and [c.output for c in rebuilt] == [rec.output]
+    assert h.printed == len(rec.output)
+
+
+async def test_text_held_back_as_a_possible_start_of_a_value_is_published_when_the_call_ends(secret, routed):
+    def tease() -> str:
+        """Print most of the token, never all of it."""
+        sys.stdout.write("x" + VALUE[:-1])
+        return "teased"
+
+    routed()
+    script = lambda m, t: u.call_tool("tease") if not tool_messages(m) else "done"
+    h = u.start_loop("tease", model=u.ScriptedModel(script), tools=[tease], bus=u.EventBus())
+    assert await h == "done"
+    (rec,) = [c for m in h.transcript for c in m.tool_calls]
+    outputs = [e.text for e in h.events if e.kind == "tool_output"]
+    assert rec.output == "x" + VALUE[:-1] and "".join(outputs) == rec.output  # nothing lost
+    assert outputs[0] == "x"  # the rest waited: only the call's end showed it could not become the value
+
+
+async def test_a_secret_a_model_streams_over_several_deltas_is_found_in_none(secret):
+    reply = f"the token is {VALUE}, and again: {VALUE[:5]}|{VALUE}"
+    for chunk in (1, 3, 7):
+        h = u.start_loop("say it", model=u.ScriptedModel([reply], chunk=chunk), bus=u.EventBus())
+        seen: list[str] = []
+        h.add_listener(lambda _source, _e, h=h, seen=seen: seen.append(h.streaming_text))
+        answer = await h
+        deltas = [e.text for e in h.events if e.kind == "model_delta"]
+        assert len(deltas) > 3
+        assert answer == "the token is <<secret:API_TOKEN>>, and again: sk-li|<<secret:API_TOKEN>>"
+        assert "".join(deltas) == answer  # nothing lost, nothing shown twice
+        assert not any(VALUE in text for text in seen) and VALUE not in json.dumps([e.model_dump_json() for e in h.events])
+
+
+async def test_no_piece_of_a_value_shows_where_the_models_view_of_long_output_is_cut(secret):
+    code = "print('x' * 1990 + get_secret('API_TOKEN') + 'y' * 20000)"  # the view's head ends inside the value
+    script = lambda m, t: u.call_tool("execute_code", code=code, intent="long") if not tool_messages(m) else "done"
+    model = u.ScriptedModel(script)
+    h = u.act("print", model=model, namespace={}, bus=u.EventBus())
+    assert await h == "done"
+    (seen,) = [m["content"] for m in tool_messages(model.requests[-1].messages)]
+    assert "characters omitted" in seen and VALUE[:8] not in seen
+
+
+def test_scrub_stream_gives_what_scrubbing_the_whole_text_gives_however_it_is_split(secret):
+    import random
+
+    from unity_nb._secrets import ScrubStream, scrub
+
+    u.set_secret("OTHER", "sk-live-5f2b")  # a prefix of the first value: the longer one wins
+    u.set_secret("THIRD", "aaab")
+    try:
+        text = f"{VALUE} x sk-live-5f2b y aaaab aaaaab {VALUE[:-1]}z {VALUE}{VALUE} sk-live-5f2 end sk-live"
+        expected = scrub(text)
+        assert VALUE not in expected and "<<secret:OTHER>>" in expected and "<<secret:THIRD>>" in expected
+        rng = random.Random(7)
+        for _ in range(300):
+            cuts = sorted(rng.sample(range(1, len(text)), rng.randint(1, 40)))
+            pieces = [text[i:j] for i, j in zip([0, *cuts], [*cuts, len(text)])]
+            stream = ScrubStream()
+            out = [stream.feed(p) for p in pieces]
+            out.append(stream.flush())
+            assert "".join(out) == expected
+            assert not any(VALUE in piece or "aaab" in piece for piece in out)
+    finally:
+        u.forget_secret("OTHER")
+        u.forget_secret("THIRD")
 
 
 def test_bad_secrets_are_clear_errors(monkeypatch):

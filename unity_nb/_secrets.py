@@ -9,7 +9,8 @@ Every text on its way into a transcript, an event, the widget or a tool result t
 (tool results, what tools and plans print or display, model replies) goes through
 :func:`scrub`, which replaces each secret's value with its reference. So a value a tool echoes,
 a plan prints or an error message quotes shows as ``<<secret:NAME>>`` everywhere, including
-the store and a saved notebook.
+the store and a saved notebook. Text that arrives in pieces (writes, streamed deltas) goes through
+a :class:`ScrubStream`, so a value split over pieces is caught too.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from typing import Any
 
 from ._errors import UserError
 
-__all__ = ("set_secret", "get_secret", "forget_secret", "secret_names", "scrub", "resolve_secrets", "SECRET_REF")
+__all__ = (
+    "SECRET_REF", "ScrubStream", "forget_secret", "get_secret", "resolve_secrets", "scrub", "secret_names", "set_secret",
+)
 
 SECRET_REF = re.compile(r"<<secret:([A-Za-z_][A-Za-z0-9_]*)>>")
 _MIN = 4  # shorter values would scrub ordinary words
@@ -76,6 +79,60 @@ def scrub(text: Any) -> Any:
         if value in text:
             text = text.replace(value, f"<<secret:{name}>>")
     return text
+
+
+def _held_from(text: str) -> int:
+    """Where the end of ``text`` that could still become a secret value starts (``len(text)`` if none):
+    the earliest start of a proper prefix of a value that ends ``text``, moved back over any whole
+    value crossing that point (so scrubbing the text before it cannot cut a value in two)."""
+    cut = len(text)
+    for value, _name in _ORDER:
+        first, i = value[0], text.find(value[0], max(len(text) - len(value) + 1, 0))
+        while i != -1 and i < cut:
+            if value.startswith(text[i:]):
+                cut = i
+                break
+            i = text.find(first, i + 1)
+    moved = True
+    while moved:
+        moved = False
+        for value, _name in _ORDER:
+            i = text.find(value, max(cut - len(value) + 1, 0))
+            if i != -1 and i < cut:
+                cut, moved = i, True
+    return cut
+
+
+class ScrubStream:
+    """Scrubs text that arrives in pieces (writes, streamed deltas), so a value split over pieces is caught.
+
+    :meth:`feed` returns the scrubbed text that is safe to show now. An end that could be the start
+    of a secret value is held back (about as long as the longest value) until the next piece settles
+    it; :meth:`flush` releases what is held when no more text comes. Not thread-safe: callers lock.
+    """
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    @property
+    def holding(self) -> bool:
+        return bool(self._held)
+
+    def feed(self, text: str) -> str:
+        if self._held:
+            text, self._held = self._held + text, ""
+        if not _ORDER or not text:
+            return text
+        cut = _held_from(text)
+        if cut < len(text):
+            text, self._held = text[:cut], text[cut:]
+        return scrub(text)
+
+    def flush(self) -> str:
+        held, self._held = self._held, ""
+        return scrub(held)
 
 
 def _scrub_json(value: Any) -> Any:

@@ -322,6 +322,8 @@ class ActorHandle(LoopHandle):
                 loop_id=self.id, lineage=self.lineage, call_id=ctx.call_id, created=tuple(result.created),
                 changed=tuple(result.changed), deleted=tuple(result.deleted),
             ))
+        # scrubbed whole before the model's view cuts them to a head and a tail, so no cut splits a value
+        result.stdout, result.stderr, result.error = scrub(result.stdout), scrub(result.stderr), scrub(result.error)
         text = result.for_model()
         if result.final:
             value = result.final_value

@@ -34,7 +34,7 @@ from .. import events as ev
 from .._errors import HandleStateError, Stopped, UnityError, UserError
 from ..models._base import Model, ModelRequest, Reply, ToolCall, Usage
 from .._output import tool_output
-from .._secrets import SECRET_REF, get_secret, scrub
+from .._secrets import SECRET_REF, ScrubStream, get_secret, scrub
 from ..models import retry_hook
 from ._answers import (
     Evaluation, HandOff, Reference, ToolResult, accepts_positional, call_hook, cited_numbers, evaluate, hook_name,
@@ -42,6 +42,7 @@ from ._answers import (
 from ._policies import SUMMARY_PROMPT, SUMMARY_TAG, estimate_tokens, render_for_summary, split_for_compression, time_note
 from ._requests import MULTI_NOTE, RequestHandle, check_text
 from ._status import Status
+from ._text import PrintedOutput, TextBuffer
 from ._tools import Tool, ToolContext, ToolFailed, as_tool, render_result
 
 __all__ = ("LoopHandle", "Status", "Message", "ToolCallRecord", "start_loop", "current_loop", "forward_call")
@@ -63,10 +64,26 @@ class ToolCallRecord:
     result: str | None = None
     error: bool = False
     child: LoopHandle | None = None
-    output: str = ""
-    """What the tool printed while it ran (when the notebook layer routes output)."""
     displays: list[dict] = field(default_factory=list)
     """Rich outputs the call displayed (mime bundles: ``text/html``, ``image/png``, ...)."""
+    _printed: PrintedOutput = field(default_factory=PrintedOutput, repr=False, compare=False)
+    """What :attr:`output` is kept in (scrubbed across writes, bounded, published in order)."""
+
+    @property
+    def output(self) -> str:
+        """What the tool printed while it ran (when the notebook layer routes output), scrubbed.
+        Past a million characters, its first and last half million, with a line saying how many
+        characters were cut between them."""
+        return self._printed.text
+
+    @output.setter
+    def output(self, text: str) -> None:
+        self._printed.replace(text)
+
+    @property
+    def output_cut(self) -> int:
+        """How many printed characters :attr:`output` left out (0 unless the tool printed more than a million)."""
+        return self._printed.buffer.cut
 
 
 @dataclass(slots=True)
@@ -314,10 +331,7 @@ class LoopHandle:
         self.events: list[ev.Event] = []
         self.started_at = time.time()
         self.ended_at: float | None = None
-        self.streaming_text = ""
-        """The assistant text of the model call in flight, as streamed so far."""
-        self.streaming_thinking = ""
-        """The reasoning of the model call in flight, as far as it has streamed (where the provider streams it)."""
+        self._reset_streaming()
         self.printed = 0
         """Characters tools have printed so far (routed to their call records)."""
         self.called_tools: set[str] = set()
@@ -935,19 +949,46 @@ class LoopHandle:
                 messages[i] = {**m, "content": [{"type": "text", "text": m["content"], "cache_control": {"type": "ephemeral"}}]}
         return ModelRequest(messages, request.tools, request.tool_choice, request.options)
 
+    @property
+    def streaming_text(self) -> str:
+        """The assistant text of the model call in flight, as streamed so far (scrubbed: an end that
+        could be the start of a secret value shows once the next piece settles it)."""
+        return self._streaming.text
+
+    @property
+    def streaming_thinking(self) -> str:
+        """The reasoning of the model call in flight, as far as it has streamed (where the provider streams it)."""
+        return self._streaming_thinking.text
+
+    def _reset_streaming(self) -> None:
+        # pieces joined when read (appending to a str is quadratic), scrubbed as they accumulate
+        self._streaming, self._streaming_scrub = TextBuffer(), ScrubStream()
+        self._streaming_thinking, self._thinking_scrub = TextBuffer(), ScrubStream()
+
     def _on_delta(self, text: str) -> None:
-        text = scrub(text)
-        self.streaming_text += text
-        self._publish(ev.ModelDelta(loop_id=self.id, lineage=self.lineage, step=self.steps, text=text))
+        text = self._streaming_scrub.feed(text)
+        if text:
+            self._streaming.append(text)
+            self._publish(ev.ModelDelta(loop_id=self.id, lineage=self.lineage, step=self.steps, text=text))
 
     def _on_thinking(self, text: str) -> None:
-        text = scrub(text)
-        self.streaming_thinking += text
-        self._publish(ev.ModelDelta(loop_id=self.id, lineage=self.lineage, step=self.steps, text=text, thinking=True))
+        text = self._thinking_scrub.feed(text)
+        if text:
+            self._streaming_thinking.append(text)
+            self._publish(ev.ModelDelta(loop_id=self.id, lineage=self.lineage, step=self.steps, text=text, thinking=True))
+
+    def _flush_streaming(self) -> None:
+        """The model call ended: publish what the scrubbers held back (an unfinished start of a value)."""
+        for scrubber, buffer, thinking in (
+            (self._streaming_scrub, self._streaming, False), (self._thinking_scrub, self._streaming_thinking, True),
+        ):
+            text = scrubber.flush()
+            if text:
+                buffer.append(text)
+                self._publish(ev.ModelDelta(loop_id=self.id, lineage=self.lineage, step=self.steps, text=text, thinking=thinking))
 
     def _on_retry(self, attempt: int, error: str, delay: float) -> None:
-        self.streaming_text = ""
-        self.streaming_thinking = ""
+        self._reset_streaming()
         self._publish(ev.ModelRetry(loop_id=self.id, lineage=self.lineage, attempt=attempt, error=error, delay=delay))
 
     async def _call_model(self, messages: list[dict], tools: Sequence[Tool], choice: str | dict) -> Reply | None:
@@ -965,8 +1006,7 @@ class LoopHandle:
                 last_user=last_user if isinstance(last_user, str) else None,
             )
         )
-        self.streaming_text = ""
-        self.streaming_thinking = ""
+        self._reset_streaming()
         self._interrupted = False
         task = self._loop.create_task(self.model.complete(request, _Sink(self._on_delta, self._on_thinking)))
         self._model_task = task
@@ -975,11 +1015,13 @@ class LoopHandle:
         except asyncio.CancelledError:
             me = asyncio.current_task()
             if self._interrupted and me is not None and not me.cancelling():
+                self._flush_streaming()
                 self._publish(ev.ModelResponse(loop_id=self.id, lineage=self.lineage, step=step, content=self.streaming_text or None, interrupted=True))
                 return None
             raise
         finally:
             self._model_task = None
+        self._flush_streaming()
         self.usage += reply.usage
         reply.content = scrub(reply.content)
         reply.thinking = scrub(getattr(reply, "thinking", None))
@@ -994,8 +1036,7 @@ class LoopHandle:
         )
         if reply.refusal and not reply.content:  # a refusal is what the model said: shown and kept as such
             reply.content = f"[refused] {reply.refusal}"
-        self.streaming_text = ""
-        self.streaming_thinking = ""
+        self._reset_streaming()
         return reply
 
     async def _run(self) -> None:
@@ -1425,22 +1466,28 @@ class LoopHandle:
         return text
 
     def _tool_printed(self, rec: ToolCallRecord, text: str) -> None:
-        text = scrub(text)
-        rec.output += text
-        self.printed += len(text)
+        # scrubbed as it accumulates: a value written in pieces is caught, and an end that could
+        # start one is held back (published with the next write, or when the call ends)
+        self.printed += rec._printed.write(text)
         try:
             here = asyncio.get_running_loop() is self._loop
         except RuntimeError:  # a sync tool in its worker thread
             here = False
-        if here:
-            self._publish_output(rec, text)
+        if here and not rec._printed.ended:
+            self._publish_output(rec)
         else:
-            self._loop.call_soon_threadsafe(self._publish_output, rec, text)
+            self._loop.call_soon_threadsafe(self._publish_output, rec)
 
-    def _publish_output(self, rec: ToolCallRecord, text: str) -> None:
-        self._publish(ev.ToolOutput(loop_id=self.id, lineage=self.lineage, call_id=rec.id, name=rec.name, text=text))
+    def _publish_output(self, rec: ToolCallRecord) -> None:
+        if rec._printed.ended:  # printed after its call ended (and the writer had its turn): release what is held
+            self.printed += rec._printed.release()
+        text = rec._printed.take()
+        if text:
+            self._publish(ev.ToolOutput(loop_id=self.id, lineage=self.lineage, call_id=rec.id, name=rec.name, text=text))
 
     def _finish_call(self, rec: ToolCallRecord, result: str, error: bool, duration: float) -> None:
+        self.printed += rec._printed.end()
+        self._publish_output(rec)
         result = scrub(result)
         rec.result = result
         rec.error = error
