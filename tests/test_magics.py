@@ -571,3 +571,4 @@ async def test_the_widget_shows_reasoning_as_it_streams_and_keeps_it_with_its_an
     assert w.nodes[0]["reasoning"] == ""
     answer = w.entries[h.id][-1]
     assert (answer["kind"], answer["content"], answer["thinking"]) == ("answer", "West.", "weighing the west against the east")
+

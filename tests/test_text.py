@@ -3,6 +3,7 @@ where they must (the answer) and bounded where they are kept for show (a call's 
 its head and tail, with a line saying how much was cut). Their cost is linear: see
 bench/bench_text.py (no timing here)."""
 
+import asyncio
 import json
 import random
 import sys
@@ -161,3 +162,26 @@ def test_the_bench_script_runs_at_a_tiny_size():
     run = subprocess.run([sys.executable, str(script), "--small", "2000", "--repeat", "1"], capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode == 0, run.stderr
     assert "A. streamed reply" in run.stdout and "C. plan printing" in run.stdout
+
+
+async def test_the_widget_shows_the_head_and_tail_of_huge_output_and_how_much_is_not_shown(routed):
+    def noisy() -> str:
+        """Print a lot."""
+        print("first line")
+        print("x" * 2_000_000)
+        print("last line")
+        return "done"
+
+    routed()
+    m = u.ScriptedModel([u.call_tool("noisy"), "finished"])
+    h = u.start_loop("go", model=m, tools=[noisy])
+    assert await asyncio.wait_for(h.result(), 30) == "finished"
+    w = HandleWidget(h)
+    w.flush()
+    call = next(c for e in w.entries[h.id] for c in e.get("calls", []))
+    out = call["output"]
+    assert out.startswith("first line") and out.rstrip().endswith("last line") and len(out) < 10_000
+    rec = h.transcript[1].tool_calls[0]
+    head, rest = out.split("\n... [", 1)
+    hidden, tail = rest.split(" characters not shown] ...\n", 1)
+    assert int(hidden.replace(",", "")) == len(rec.output) + rec.output_cut - len(head) - len(tail) > 2_000_000 - 10_000

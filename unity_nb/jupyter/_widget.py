@@ -39,6 +39,18 @@ def _clip(text: str | None, limit: int = _LIMIT) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n... [{len(text) - limit} more characters]"
 
 
+def _clip_output(text: str, cut: int, limit: int = _LIMIT) -> str:
+    """Printed output: its head and its tail, saying how much of all that was printed is not shown
+    (``cut``: what the call record itself dropped from the middle)."""
+    if len(text) <= limit and not cut:
+        return text
+    if len(text) <= limit:
+        return text  # the record's own line says what it cut
+    half = limit // 2
+    hidden = len(text) - 2 * half + cut
+    return f"{text[:half]}\n... [{hidden:,} characters not shown] ...\n{text[-half:]}"
+
+
 def _tail(text: str | None, limit: int = 600) -> str:
     """The newest part of a text that is still streaming."""
     text = text or ""
@@ -77,7 +89,7 @@ def _entry(m: Message) -> dict:
                 "result": None if c.result is None else _clip(c.result),
                 "error": c.error,
                 "child": c.child.id if c.child is not None else None,
-                "output": _clip(c.output),
+                "output": _clip_output(c.output, c.output_cut),
                 "displays": [_display(d) for d in c.displays[-_MAX_DISPLAYS:]],
             }
             for c in m.tool_calls
