@@ -83,57 +83,51 @@ async def bare_create_loop(client: openai.AsyncOpenAI) -> None:
             messages.append({"role": "tool", "tool_call_id": c["id"], "content": await step(**json.loads(c["arguments"]))})
 
 
+def _hand_step(data: bytes, messages: list[dict]) -> bool:
+    """One reply's SSE body split by hand, its tool calls answered "ok"; False when it called none."""
+    calls: dict[int, dict] = {}
+    for event in data.split(b"\n\n"):
+        if not event.startswith(b"data: {"):
+            continue
+        for choice in json.loads(event[6:])["choices"]:
+            for tc in choice["delta"].get("tool_calls") or []:
+                slot = calls.setdefault(tc["index"], {"id": "", "name": "", "arguments": ""})
+                slot["id"] = tc.get("id") or slot["id"]
+                slot["name"] += tc.get("function", {}).get("name") or ""
+                slot["arguments"] += tc.get("function", {}).get("arguments") or ""
+    if not calls:
+        return False
+    messages.append({"role": "assistant", "content": None, "tool_calls": [
+        {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls.values()]})
+    for c in calls.values():
+        messages.append({"role": "tool", "tool_call_id": c["id"], "content": "ok"})
+    return True
+
+
+HAND_HEADERS = {"Authorization": "Bearer x", "Content-Type": "application/json"}
+
+
 async def bare_http_loop(client: openai.AsyncOpenAI) -> None:
     """The same client's httpx pool, JSON in, SSE split by hand: what httpx alone costs."""
     http, url = client._client, str(client.base_url).rstrip("/") + "/chat/completions"
-    headers = {"Authorization": "Bearer x", "Content-Type": "application/json"}
     messages: list[dict] = [{"role": "user", "content": "go"}]
     while True:
         body = json.dumps({"model": "m", "messages": messages, "tools": [STEP_SCHEMA], "stream": True})
-        calls: dict[int, dict] = {}
-        async with http.stream("POST", url, content=body, headers=headers) as r:
+        async with http.stream("POST", url, content=body, headers=HAND_HEADERS) as r:
             data = b"".join([b async for b in r.aiter_bytes()])
-        for event in data.split(b"\n\n"):
-            if not event.startswith(b"data: {"):
-                continue
-            for choice in json.loads(event[6:])["choices"]:
-                for tc in choice["delta"].get("tool_calls") or []:
-                    slot = calls.setdefault(tc["index"], {"id": "", "name": "", "arguments": ""})
-                    slot["id"] = tc.get("id") or slot["id"]
-                    slot["name"] += tc.get("function", {}).get("name") or ""
-                    slot["arguments"] += tc.get("function", {}).get("arguments") or ""
-        if not calls:
+        if not _hand_step(data, messages):
             return
-        messages.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls.values()]})
-        for c in calls.values():
-            messages.append({"role": "tool", "tool_call_id": c["id"], "content": "ok"})
 
 
 async def bare_aiohttp_loop(session, url: str) -> None:
     """aiohttp alone: what the default path's HTTP client costs, with the least work around it."""
-    headers = {"Authorization": "Bearer x", "Content-Type": "application/json"}
     messages: list[dict] = [{"role": "user", "content": "go"}]
     while True:
         body = json.dumps({"model": "m", "messages": messages, "tools": [STEP_SCHEMA], "stream": True})
-        calls: dict[int, dict] = {}
-        async with session.post(url, data=body, headers=headers) as r:
+        async with session.post(url, data=body, headers=HAND_HEADERS) as r:
             data = await r.read()
-        for event in data.split(b"\n\n"):
-            if not event.startswith(b"data: {"):
-                continue
-            for choice in json.loads(event[6:])["choices"]:
-                for tc in choice["delta"].get("tool_calls") or []:
-                    slot = calls.setdefault(tc["index"], {"id": "", "name": "", "arguments": ""})
-                    slot["id"] = tc.get("id") or slot["id"]
-                    slot["name"] += tc.get("function", {}).get("name") or ""
-                    slot["arguments"] += tc.get("function", {}).get("arguments") or ""
-        if not calls:
+        if not _hand_step(data, messages):
             return
-        messages.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls.values()]})
-        for c in calls.values():
-            messages.append({"role": "tool", "tool_call_id": c["id"], "content": "ok"})
 
 
 async def unity_loop(model: u.OpenAIModel, bus: u.EventBus) -> None:
