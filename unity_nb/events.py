@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = (
     "Event",
     "LoopStarted",
-    "ModelRequest",
+    "ModelRequested",
     "ModelDelta",
     "ModelResponse",
     "ModelRetry",
@@ -80,7 +80,7 @@ class LoopStarted(Event):
     parent_id: str | None = None
 
 
-class ModelRequest(Event):
+class ModelRequested(Event):
     kind: Literal["model_request"] = "model_request"
     step: int
     messages: int
@@ -290,7 +290,7 @@ class ControlHandedOff(Event):
 
 AnyEvent = Annotated[
     Union[
-        LoopStarted, ModelRequest, ModelDelta, ModelResponse, ModelRetry, ToolStarted,
+        LoopStarted, ModelRequested, ModelDelta, ModelResponse, ModelRetry, ToolStarted,
         ToolFinished, ToolOutput, ToolDisplay, CodeExecuted, VariablesChanged, ApprovalRequested,
         ApprovalDecided, ChildStarted, Steering, ClarificationRequested, ClarificationAnswered,
         Notification, LoopFinished, LoopFailed, RequestSubmitted, RequestFinished, ContextCompressed,

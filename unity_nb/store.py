@@ -369,7 +369,7 @@ class Store:
                 (uid, self.session, event.loop_id, event.name, event.task, event.model,
                  self.uid(event.parent_id) if event.parent_id else None, json.dumps(event.lineage), event.ts),
             )
-        elif isinstance(event, ev.ModelRequest):
+        elif isinstance(event, ev.ModelRequested):
             db.execute("UPDATE loops SET steps = ? WHERE uid = ?", (event.step, uid))
         elif isinstance(event, ev.Steering) and event.action in ("pause", "resume") and event.request_id is None:
             db.execute("UPDATE loops SET status = ? WHERE uid = ? AND ended IS NULL",

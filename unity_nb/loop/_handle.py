@@ -1000,7 +1000,7 @@ class LoopHandle:
         if self.prompt_cache:
             request = self._cache_hints(request)
         self._publish(
-            ev.ModelRequest(
+            ev.ModelRequested(
                 loop_id=self.id, lineage=self.lineage, step=step, messages=len(messages),
                 tools=tuple(t.name for t in tools), tool_choice=choice if isinstance(choice, str) else "function",
                 last_user=last_user if isinstance(last_user, str) else None,
