@@ -14,7 +14,8 @@ from IPython.display import display
 from traitlets import Bool, Float, Integer, Unicode
 
 from .._errors import HandleStateError, ModelConfigError, UserError
-from ..loop._handle import LoopHandle
+from ..loop import LoopHandle
+from ..models import set_default_model
 from ._args import HELP, Command, parse
 
 __all__ = ("UnityMagics",)
@@ -82,11 +83,14 @@ class UnityMagics(Magics):
     def _set_model(self, model: Any, *, made: bool) -> None:
         """Use ``model`` from now on; a model these magics made earlier has its connections closed."""
         old, self.model = self.model, model
+        set_default_model(model)
         if self._made_model and old is not None and old is not model:
             old.close_now()
         self._made_model = made
 
     def close(self) -> None:
+        if self.model is not None:
+            set_default_model(None)
         if self._made_model and self.model is not None:
             self.model.close_now()  # %unload_ext: its connections go with it (a running loop makes a new pool)
         if self._store is not None:

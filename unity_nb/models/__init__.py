@@ -6,21 +6,25 @@ from ._openai import OpenAIModel
 from ._scripted import ScriptedModel
 
 
+_DEFAULT: list[Model] = []
+
+
+def set_default_model(model: Model | None) -> None:
+    """Make ``model`` the kernel's default (what ``%unity model`` does); ``None`` clears it."""
+    if model is not None and not callable(getattr(model, "complete", None)):
+        raise TypeError(f"a default model needs `async def complete(request, on_delta)`, not {type(model).__name__}")
+    _DEFAULT[:] = [model] if model is not None else []
+
+
 def default_model(who: str) -> Model:
-    """The model ``%unity model`` set in this kernel, else the one ``UNITY_NB_MODEL`` names; else a
-    UserError telling ``who`` how to get one."""
+    """The model :func:`set_default_model` set (``%unity model``), else the one ``UNITY_NB_MODEL``
+    names; else a UserError telling ``who`` how to get one."""
     import os
-    import sys
 
     from .._errors import UserError
 
-    if "IPython" in sys.modules:
-        from IPython import get_ipython
-
-        shell = get_ipython()
-        magics = shell.magics_manager.registry.get("UnityMagics") if shell is not None else None
-        if getattr(magics, "model", None) is not None:
-            return magics.model
+    if _DEFAULT:
+        return _DEFAULT[0]
     name = os.environ.get("UNITY_NB_MODEL")
     if not name:
         raise UserError(
@@ -30,4 +34,7 @@ def default_model(who: str) -> Model:
     return OpenAIModel(name)
 
 
-__all__ = ("CachedModel", "Model", "ModelRequest", "OpenAIModel", "Reply", "ScriptedModel", "ToolCall", "Usage", "call_tool", "default_model", "retry_hook")
+__all__ = (
+    "CachedModel", "Model", "ModelRequest", "OpenAIModel", "Reply", "ScriptedModel", "ToolCall", "Usage", "call_tool", "default_model", "retry_hook",
+    "set_default_model",
+)
