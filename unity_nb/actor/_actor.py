@@ -338,7 +338,7 @@ class ActorHandle(LoopHandle):
     def pending_approvals(self) -> list[dict]:
         """Plans waiting for the person (here and in nested actors): ``{call_id, code, intent, loop}``."""
         return [
-            {"call_id": cid, "code": a["code"], "intent": a["intent"], "loop": h.name}
+            {"call_id": cid, "code": a["code"], "intent": a["intent"], "loop": h.name, "loop_id": h.id}
             for h in self.walk()
             for cid, a in getattr(h, "_approvals", {}).items()
         ]

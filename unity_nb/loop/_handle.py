@@ -487,6 +487,26 @@ class LoopHandle:
     def __repr__(self) -> str:
         return f"<unity handle {self.name!r}: {self.status.value}, {self.steps} steps>"
 
+    @property
+    def multi(self) -> bool:
+        """True for a multi-request loop (``start_loop(..., multi=True)``)."""
+        return self._multi
+
+    @property
+    def pending_notes(self) -> tuple[str, ...]:
+        """Steering and messages waiting to reach the model at its next call, in order."""
+        return tuple(self._pending_notes)
+
+    @property
+    def pending_approvals(self) -> list[dict]:
+        """Plans waiting for the person's approval (an actor's; a plain loop has none)."""
+        return []
+
+    def dataframe(self, kind: str | Iterable[str] | None = None) -> Any:
+        """This loop's events as a pandas DataFrame (one row per event, ``kind`` first); ``kind`` filters."""
+        kinds = {kind} if isinstance(kind, str) else set(kind) if kind is not None else None
+        return ev.EventBus.to_dataframe(e for e in self.events if kinds is None or e.kind in kinds)
+
     def live_children(self) -> list[LoopHandle]:
         return [c for c in self.children if not c.done()]
 
@@ -717,7 +737,7 @@ class LoopHandle:
     def pending_clarifications(self) -> list[dict]:
         """Open questions in this loop and its descendants."""
         return [
-            {"call_id": cid, "question": q, "loop": h.name}
+            {"call_id": cid, "question": q, "loop": h.name, "loop_id": h.id}
             for h in self.walk()
             for cid, (q, _f) in h._clarifications.items()
         ]
