@@ -341,7 +341,7 @@ class TasksManager(Manager):
         answer = handle.result_value if status == "idle" else None
         summary = (answer or getattr(event, "reason", None) or getattr(event, "error", None) or "")[:200]
         # messages posted into this turn that its model never saw (the turn ended first) are queued again
-        pending = list(handle._pending_notes)
+        pending = list(handle.pending_notes)
         undelivered = []
         for row in self._posted.pop(task_id, []):
             if row["content"] in pending:
