@@ -419,7 +419,9 @@ async def test_approval_first_waits_for_run_and_skip_tells_the_model(bus):
     h = u.act("approve", model=model, namespace=ns, approval="first", bus=bus)
     requested = await h.wait_for("approval_requested", timeout=10)
     assert h.status == "waiting" and "a" not in ns
-    assert h.pending_approvals == [{"call_id": requested.call_id, "code": "a = 1", "intent": "step 1", "loop": h.name}]
+    assert h.pending_approvals == [
+        {"call_id": requested.call_id, "code": "a = 1", "intent": "step 1", "loop": h.name, "loop_id": h.id}
+    ]
     with pytest.raises(u.UserError, match="no plan with call_id 'nope'"):
         await h.skip("nope")
     await h.skip(reason="not that way")

@@ -197,7 +197,7 @@ async def test_a_request_has_its_own_clarifications_interjections_and_stop(bus):
     question = await asyncio.wait_for(r2.next_clarification(), 10)
     assert question["question"] == "confirm beta?" and question["request_id"] == "r2"
     assert r2.status == "waiting" and r1.status == "running"
-    assert r1._clar_queue.empty()  # r1's own queue saw nothing
+    assert r1.inbox.questions.empty()  # r1's own queue saw nothing
     await r2.answer_clarification(question["call_id"], "yes")
     await r2.interject("make it short")
     release.set()

@@ -439,7 +439,7 @@ class Store:
 
     def transcript(self, loop: str) -> list:
         """The transcript of a loop rebuilt from its recorded events (also after a crash)."""
-        from .loop._handle import Message, ToolCallRecord
+        from .loop import Message, ToolCallRecord, steering_entry
 
         out: list[Message] = []
         calls: dict[str, ToolCallRecord] = {}
@@ -457,10 +457,7 @@ class Store:
             elif isinstance(e, ev.ToolOutput) and e.call_id in calls:
                 calls[e.call_id].output += e.text
             elif isinstance(e, ev.Steering):
-                text = {"pause": "[paused by the user]", "resume": "[resumed by the user]"}.get(e.action, e.message)
-                if e.action == "stop":
-                    text = f"[stopped by the user{': ' + e.message if e.message else ''}]"
-                kind = "interjection" if e.action == "interject" else "steering"
+                text, kind = steering_entry(e.action, e.message, e.request_id)
                 out.append(Message("user", text, kind=kind, ts=e.ts))
             elif isinstance(e, ev.ClarificationRequested):
                 out.append(Message("assistant", e.question, kind="clarification", tool_call_id=e.call_id, ts=e.ts))

@@ -19,8 +19,7 @@ from .._errors import UserError
 from .._registry import registered_tools
 from ..models import default_model
 from .._secrets import get_secret, scrub, scrub_bundle, secret_names
-from ..loop._handle import LoopHandle, Message, ToolCallRecord
-from ..loop._tools import Tool, ToolContext, ToolFailed, as_tool
+from ..loop import LoopHandle, Message, Tool, ToolCallRecord, ToolContext, ToolFailed, as_tool, current_call
 from ._describe import describe_namespace, describe_value, user_variables
 from ._executor import Executor, final_answer
 from ._primitives import Primitives
@@ -211,7 +210,7 @@ class ActorHandle(LoopHandle):
             )
         return prompt + extra + "\nVariables in the namespace now:\n" + describe_namespace(variables)
 
-    def _available_tools(self) -> list[Tool]:
+    def available_tools(self) -> list[Tool]:
         tools: list[Tool] = [self._exec_tool]
         if not self._json_tools:
             return tools
@@ -235,7 +234,7 @@ class ActorHandle(LoopHandle):
             if t.name != "execute_code"
         }
 
-    def _tool_named(self, name: str) -> Tool | None:
+    def tool_named(self, name: str) -> Tool | None:
         if name == "execute_code":
             return self._exec_tool
         if self.actor.references:
@@ -244,7 +243,7 @@ class ActorHandle(LoopHandle):
             return self._ref_tools.get(name)
         return next((t for t in self._json_tools if t.name == name), None)
 
-    def _before_step(self) -> None:
+    def before_step(self) -> None:
         """Tell the model about variables the person changed in cells since it last looked."""
         if self.steps == 0:
             return
@@ -256,22 +255,20 @@ class ActorHandle(LoopHandle):
             lines += [f"changed {k}: {v}" for k, v in outside.changed.items()]
             if outside.deleted:
                 lines.append("deleted: " + ", ".join(outside.deleted))
-            self._pending_notes.append("\n".join(lines))
-            self._publish(ev.VariablesChanged(
-                loop_id=self.id, lineage=self.lineage, call_id=None, created=tuple(outside.created),
+            self.note("\n".join(lines))
+            self.emit(
+                ev.VariablesChanged, call_id=None, created=tuple(outside.created),
                 changed=tuple(outside.changed), deleted=tuple(outside.deleted),
-            ))
+            )
 
     def _stored(self, name: str, _value: Any) -> None:
         call = self._current_call()
         self._known = self.executor.snapshot()
-        self._publish(ev.VariablesChanged(loop_id=self.id, lineage=self.lineage, call_id=call, created=(name,)))
+        self.emit(ev.VariablesChanged, call_id=call, created=(name,))
 
     def _current_call(self) -> str | None:
-        from ..loop._handle import _CALL
-
-        c = _CALL.get()
-        return c[1] if c is not None and c[0] is self else None
+        c = current_call()
+        return c.call_id if c is not None and c.loop is self else None
 
     # -- plans ----------------------------------------------------------------------------
 
@@ -301,27 +298,27 @@ class ActorHandle(LoopHandle):
 
         def on_output(text: str, _stream: str) -> None:
             if rec is not None:
-                self._tool_printed(rec, text)
+                self.printed_by(rec, text)
 
         def on_display(bundle: dict) -> None:
             bundle = scrub_bundle(bundle)
             self.displayed += 1
             if rec is not None:
                 rec.displays.append(bundle)
-            self._publish(ev.ToolDisplay(loop_id=self.id, lineage=self.lineage, call_id=ctx.call_id, mime_types=tuple(bundle.get("data", {}))))
+            self.emit(ev.ToolDisplay, call_id=ctx.call_id, mime_types=tuple(bundle.get("data", {})))
 
         result = await self.executor.run(code, on_output=on_output, on_display=on_display)
         self._known = self.executor.snapshot()
-        self._publish(ev.CodeExecuted(
-            loop_id=self.id, lineage=self.lineage, call_id=ctx.call_id, intent=intent, code=code,
+        self.emit(
+            ev.CodeExecuted, call_id=ctx.call_id, intent=intent, code=scrub(code),
             success=result.success, error=scrub(result.error), stdout_chars=len(result.stdout),
             stderr_chars=len(result.stderr), final=result.final,
-        ))
+        )
         if result.created or result.changed or result.deleted:
-            self._publish(ev.VariablesChanged(
-                loop_id=self.id, lineage=self.lineage, call_id=ctx.call_id, created=tuple(result.created),
+            self.emit(
+                ev.VariablesChanged, call_id=ctx.call_id, created=tuple(result.created),
                 changed=tuple(result.changed), deleted=tuple(result.deleted),
-            ))
+            )
         # scrubbed whole before the model's view cuts them to a head and a tail, so no cut splits a value
         result.stdout, result.stderr, result.error = scrub(result.stdout), scrub(result.stderr), scrub(result.error)
         text = result.for_model()
@@ -344,25 +341,22 @@ class ActorHandle(LoopHandle):
         ]
 
     async def _wait_for_approval(self, call_id: str, code: str, intent: str) -> tuple[bool, str | None]:
-        fut: asyncio.Future = self._loop.create_future()
+        fut: asyncio.Future = self.event_loop.create_future()
+        code = scrub(code)
         self._approvals[call_id] = {"code": code, "intent": intent, "future": fut}
-        chain = list(self._ancestry())
-        for h in chain:
-            h._waiting += 1
-        self._publish(ev.ApprovalRequested(loop_id=self.id, lineage=self.lineage, call_id=call_id, code=code, intent=intent))
+        self.emit(ev.ApprovalRequested, call_id=call_id, code=code, intent=intent)
         try:
-            run, reason = await fut
+            with self.awaiting_person():
+                run, reason = await fut
         finally:
             self._approvals.pop(call_id, None)
-            for h in chain:
-                h._waiting -= 1
         word = "approved" if run else "skipped"
-        self.transcript.append(Message("user", f"[plan {word} by the user{': ' + reason if reason else ''}]", kind="steering"))
-        self._publish(ev.ApprovalDecided(loop_id=self.id, lineage=self.lineage, call_id=call_id, approved=run, reason=reason))
+        self.conversation.record(Message("user", f"[plan {word} by the user{': ' + reason if reason else ''}]", kind="steering"))
+        self.emit(ev.ApprovalDecided, call_id=call_id, approved=run, reason=reason)
         return run, reason
 
     def _decide(self, call_id: str | None, run: bool, reason: str | None) -> None:
-        self._require_live("approve" if run else "skip")
+        self.require_live("approve" if run else "skip")
         pending = [(h, cid) for h in self.walk() for cid in getattr(h, "_approvals", {})]
         if call_id is None:
             if len(pending) != 1:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar, overload
 
 from .._errors import UserError
-from ..loop._handle import _CALL, LoopHandle
+from ..loop import LoopHandle, resolve_tool_value
 
 __all__ = ("primitive", "registered_primitives", "unregister_primitive", "Primitives", "signature_text")
 
@@ -88,14 +88,7 @@ async def _invoke(fn: Callable[..., Any], blocking: bool, args: tuple, kwargs: d
         value = fn(*args, **kwargs)
     else:
         value = await asyncio.to_thread(fn, *args, **kwargs)
-    if inspect.isawaitable(value) and not isinstance(value, LoopHandle):
-        value = await value
-    if isinstance(value, LoopHandle):
-        call = _CALL.get()
-        if call is not None and value.parent is None:
-            call[0]._adopt_child(value, call[1])
-        value = await value.result()
-    return value
+    return await resolve_tool_value(value)
 
 
 class _Group:

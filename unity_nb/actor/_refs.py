@@ -24,8 +24,8 @@ from typing import Any
 
 import pydantic
 
-from ..loop._handle import LoopHandle, _CALL
-from ..loop._tools import Tool, render_result
+from ..loop import resolve_tool_value
+from ..loop import Tool, render_result
 from ._describe import HIDDEN_NAMES, describe_value, fingerprint, user_variables
 
 __all__ = ("REF", "RefIndex", "RefTool")
@@ -240,13 +240,7 @@ class RefTool(Tool):
             value = await inner.fn(**kwargs)
         else:
             value = await asyncio.to_thread(inner.fn, **kwargs)
-        if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
-            value = await value
-        if isinstance(value, LoopHandle):
-            call = _CALL.get()
-            if call is not None:
-                call[0]._adopt_child(value, call[1])
-            value = await value.result()
+        value = await resolve_tool_value(value)
         if value is None and _unity_return is None:
             return "null"
         name = _unity_return or self._fresh_name()

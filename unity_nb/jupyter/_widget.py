@@ -122,7 +122,10 @@ def _node(h: LoopHandle, depth: int) -> dict:
         "stop_reason": h.stop_reason,
         "streaming": _clip(h.streaming_text),
         "reasoning": _tail(h.streaming_thinking),
-        "clarifications": [{"call_id": cid, "question": q} for cid, (q, _f) in h._clarifications.items()],
+        "clarifications": [
+            {"call_id": c["call_id"], "question": c["question"]}
+            for c in h.pending_clarifications() if c["loop_id"] == h.id
+        ],
         "thinking": h.thinking[-1] if h.thinking else "",
         "references": [
             {"number": r.number, "title": _clip(r.title, 200), "url": r.url if _safe_url(r.url) else None, "text": _clip(r.text, 300)}
@@ -166,7 +169,7 @@ class HandleWidget(anywidget.AnyWidget):
         self._flush_scheduled: asyncio.TimerHandle | None = None
         self._ask_handles: list[tuple[str, str, LoopHandle]] = []
         self._entry_counts: dict[str, tuple[int, int]] = {}
-        self._loop = handle._loop
+        self._loop = handle.event_loop
         self.clicks = Clicks(self._loop, self._perform, self._report)
         """The clicks received, queued on the handle's loop and performed in arrival order."""
         self.errors: list[str] = []

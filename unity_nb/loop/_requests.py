@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
 from .._errors import HandleStateError, Stopped, UserError
+from ._routing import Inbox
 from ._status import Status
 
 if TYPE_CHECKING:
@@ -39,10 +40,10 @@ class RequestHandle:
         self._done = asyncio.Event()
         self._answer: str | None = None
         self._error: BaseException | None = None
-        self._clar_queue: asyncio.Queue[dict] = asyncio.Queue()
-        self._note_queue: asyncio.Queue[dict] = asyncio.Queue()
-        self._waiting = 0
-        self._corrections = 0
+        self.inbox = Inbox()
+        """Questions and notes from the tool calls serving this request."""
+        self.corrections = 0
+        """Times an evaluation sent the model back on this request's answer."""
 
     def __repr__(self) -> str:
         return f"<unity request {self.request_id!r} of {self.loop.name!r}: {self.status.value}>"
@@ -51,7 +52,7 @@ class RequestHandle:
     def status(self) -> Status:
         if self._status is not Status.RUNNING:
             return self._status
-        return Status.WAITING if self._waiting else Status.RUNNING
+        return Status.WAITING if self.inbox.waiting else Status.RUNNING
 
     @property
     def answer(self) -> str | None:
@@ -83,25 +84,21 @@ class RequestHandle:
         persist stops the loop."""
         if self.done():
             return
-        await self.loop._stop_request(self, reason or "stopped by the user")
+        await self.loop.stop_request(self, reason or "stopped by the user")
 
     async def ask(self, question: str, **options: Any) -> LoopHandle:
         return await self.loop.ask(f"(about request {self.request_id}: {self.text[:200]!r}) {question}", **options)
 
     async def next_clarification(self) -> dict:
         """The next question a tool serving this request asks the person."""
-        while True:
-            item = await self._clar_queue.get()
-            owner = item["handle"]
-            if item["call_id"] in owner._clarifications:
-                return {k: v for k, v in item.items() if k != "handle"}
+        return await self.inbox.next_question()
 
     async def answer_clarification(self, call_id: str, answer: str) -> None:
         await self.loop.answer_clarification(call_id, answer)
 
     async def next_notification(self) -> dict:
         """The next progress note from a tool serving this request."""
-        return await self._note_queue.get()
+        return await self.inbox.notes.get()
 
     # -- ending (called by the loop) ----------------------------------------------------------
 
@@ -116,10 +113,8 @@ class RequestHandle:
         self._error = error
         self._done.set()
         reason = error.reason if isinstance(error, Stopped) else (str(error) if error else None)
-        self.loop._publish(ev.RequestFinished(
-            loop_id=self.loop.id, lineage=self.loop.lineage, request_id=self.request_id, status=status.value,
-            answer=self._answer, reason=reason,
-        ))
+        self.loop.emit(ev.RequestFinished, request_id=self.request_id, status=status.value, answer=self._answer,
+                       reason=reason)
 
 
 def check_text(text: Any) -> str:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import enum
 
-__all__ = ("Status",)
+__all__ = ("PauseGate", "Status")
 
 
 class Status(str, enum.Enum):
@@ -22,3 +23,28 @@ class Status(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+class PauseGate:
+    """Closed while a loop is paused: nothing new starts (a model call, a tool) until it opens."""
+
+    __slots__ = ("_open",)
+
+    def __init__(self) -> None:
+        self._open = asyncio.Event()
+        self._open.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._open.is_set()
+
+    def close(self) -> None:
+        self._open.clear()
+
+    def open(self) -> None:
+        self._open.set()
+
+    async def wait(self) -> None:
+        """Return once the gate is open (at once when it is)."""
+        while not self._open.is_set():
+            await self._open.wait()

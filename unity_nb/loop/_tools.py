@@ -52,11 +52,11 @@ class ToolContext:
 
     async def clarify(self, question: str) -> str:
         """Ask the person ``question``; return their answer."""
-        return await self.handle._clarify(self.call_id, question, self.request_id)
+        return await self.handle.clarify(self.call_id, question, self.request_id)
 
     def notify(self, text: str) -> None:
         """Report progress to whoever watches the handle (bottom-up, no waiting)."""
-        self.handle._notify(self.call_id, text, self.request_id)
+        self.handle.notify(self.call_id, text, self.request_id)
 
 
 @dataclass(slots=True)

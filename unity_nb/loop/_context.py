@@ -1,0 +1,82 @@
+"""Where code runs: the loop and the tool call of the current context, and what a tool's value resolves to.
+
+A loop sets its handle as the current loop for everything its task runs, and around each tool
+call it sets the call. A loop started inside a tool becomes that call's child; the actor, the
+managers and tools ask :func:`current_call` instead of reading a loop's state.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._handle import LoopHandle
+
+__all__ = ("CallInfo", "current_call", "current_loop", "forward_call", "resolve_tool_value")
+
+
+@dataclass(frozen=True, slots=True)
+class CallInfo:
+    """The tool call code runs in: its loop, its id, and whether a loop it starts sees the caller's conversation."""
+
+    loop: LoopHandle
+    call_id: str
+    share_context: bool = False
+
+
+_CALL: contextvars.ContextVar[CallInfo | None] = contextvars.ContextVar("unity_nb_tool_call", default=None)
+_CURRENT: contextvars.ContextVar[LoopHandle | None] = contextvars.ContextVar("unity_nb_loop", default=None)
+
+
+def current_call() -> CallInfo | None:
+    """The tool call running in this context (``None`` outside any tool call)."""
+    return _CALL.get()
+
+
+def current_loop() -> LoopHandle | None:
+    """The loop running in this context (inside a tool: the loop that called it)."""
+    return _CURRENT.get()
+
+
+def enter_call(call: CallInfo) -> contextvars.Token:
+    """Mark ``call`` as the running tool call (the tool runner does, around each call)."""
+    return _CALL.set(call)
+
+
+def leave_call(token: contextvars.Token) -> None:
+    _CALL.reset(token)
+
+
+def enter_loop(handle: LoopHandle) -> None:
+    """Mark ``handle`` as the loop of this context (its task does, once, at its start)."""
+    _CURRENT.set(handle)
+
+
+def forward_call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call ``method`` dropping keyword arguments its signature does not accept."""
+    try:
+        params = inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return method(*args, **kwargs)
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        kwargs = {k: v for k, v in kwargs.items() if k in params}
+    return method(*args, **kwargs)
+
+
+async def resolve_tool_value(value: Any) -> Any:
+    """What a tool's return value stands for: an awaitable is awaited; a loop handle becomes a child
+    of the running call's loop (unless it has a parent already) and its result is awaited."""
+    from ._handle import LoopHandle
+
+    if inspect.isawaitable(value) and not isinstance(value, LoopHandle):
+        value = await value
+    if isinstance(value, LoopHandle):
+        call = _CALL.get()
+        if call is not None and value.parent in (None, call.loop):
+            call.loop.adopt_child(value, call.call_id)
+        value = await value.result()
+    return value

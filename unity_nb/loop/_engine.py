@@ -1,0 +1,213 @@
+"""The cycle one loop's task drives::
+
+    checkpoint (pause, requests, steering, compression) -> model turn -> tool calls -> repeat
+
+until an answer, which passes evaluations and post-processors (:meth:`Engine.finalize`) before it
+is final. The last of ``max_steps`` turns offers no tools, so an answer comes; a model that calls
+a tool there anyway is told so and asked once more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from .. import events as ev
+from .._errors import Stopped, UnityError
+from ..models import retry_hook
+from ._answers import call_hook, cited_numbers, evaluate, hook_name
+from ._context import enter_loop
+from ._records import Message
+from ._status import Status
+
+if TYPE_CHECKING:
+    from ._handle import LoopHandle
+    from ._requests import RequestHandle
+
+__all__ = ("Engine",)
+
+
+class Engine:
+    """Drives one loop from its first model call to its end."""
+
+    def __init__(self, owner: LoopHandle) -> None:
+        self.owner = owner
+        self.corrections = 0
+        """Times an evaluation sent the model back (a single-request loop's count)."""
+
+    async def run(self) -> None:
+        """The loop's task: drive, then end the handle with what happened."""
+        h = self.owner
+        enter_loop(h)
+        retry_hook.set(h.turn.on_retry)
+        try:
+            answer = await self.drive()
+        except asyncio.CancelledError as err:
+            if h.stop_reason is not None:
+                h.end(Status.STOPPED, error=Stopped(h.stop_reason))
+            else:  # cancelled from outside: not a stop of ours
+                h.end(Status.STOPPED, error=err)
+            return
+        except Exception as err:  # noqa: BLE001 - the run failed: result() raises it
+            h.end(Status.FAILED, error=err)
+            return
+        h.end(Status.FINISHED, answer=answer)
+
+    async def checkpoint(self) -> bool:
+        """Before each model call: honour pause, wait for requests (persistent multi-request
+        loops), deliver steering, compress. True when a multi-request loop is done."""
+        h = self.owner
+        while True:
+            await h.gate.wait()
+            if not h.multi or h.open_requests() or h.conversation.pending:
+                break
+            if not h.config.persist:
+                return True
+            await h.wait_for_request()
+        h.before_step()
+        h.conversation.deliver()
+        await h.turn.maybe_compress()
+        return False
+
+    async def drive(self) -> str:
+        h = self.owner
+        conv, turn, cfg = h.conversation, h.turn, h.config
+        strays = 0
+        while True:
+            if await self.checkpoint():  # a multi-request loop with nothing left to do
+                return self._multi_answer()
+            last = turn.last_step()
+            budget = turn.budget_start
+
+            def still_last(last: bool = last, budget: int = budget) -> bool:
+                """This was the last step, and no request submitted meanwhile restarted the budget."""
+                return last and turn.budget_start == budget
+
+            offers = turn.offer()
+            offered = [t for tools, _choice in offers for t in tools]
+            reply = await turn.call_all(offers, conv.last_user)
+            if reply is None:  # interrupted by an interjection: re-issue with it
+                continue
+            await h.gate.wait()  # a reply that lands while paused is processed on resume
+            turn.count += 1
+            if reply.tool_calls and not offered:  # a stray call where no tools were offered: ask once more
+                names = [c.name for c in reply.tool_calls]
+                if strays:
+                    why = f"its last step (max_steps={cfg.max_steps})" if last else "a step"
+                    raise UnityError(
+                        f"the model called {names} at {why} where no tools were offered, instead of answering, "
+                        "and again when asked once more"
+                    )
+                strays += 1
+                reply.tool_calls = []
+                conv.record(Message("assistant", reply.content or f"[called {', '.join(names)}]", kind="text"))
+                if reply.content:
+                    conv.add({"role": "assistant", "content": reply.content})
+                conv.note(f"[no tools are available at this step, so {', '.join(names)} did not run: "
+                          "answer now with what you have]")
+                continue
+            # an answer written before the latest interjection is not final: the model sees it next
+            final = not reply.tool_calls and not conv.interjected
+            if final and h.multi and len(h.open_requests()) > 1:
+                final = False
+                if not still_last():  # at the last step they fail below
+                    open_ids = ", ".join(r.request_id for r in h.open_requests())
+                    conv.note(f"[{len(h.open_requests())} requests are still open: {open_ids}. "
+                              "Complete each with final_answer(request_id, answer).]")
+            entry, wire_msg, records = conv.add_reply(reply, final=final)
+            if reply.tool_calls:
+                h.think(reply.content or reply.thinking, [c.name for c in reply.tool_calls])
+            if final:
+                # corrections are counted per answer owner: in a multi-request loop, the request it completes
+                owner: Any = (h.open_requests() or [self])[0] if h.multi else self
+                heard = conv.heard
+                ok, text = await self.finalize(reply.content or "", owner)
+                if not ok:  # an evaluation sent the model back with its feedback
+                    entry.kind = "text"
+                    conv.note(text)
+                    continue
+                if conv.heard != heard:  # a person spoke while the answer was checked: the model hears it first
+                    entry.kind = "text"
+                    continue
+                if text != (reply.content or ""):
+                    entry.kind = "text"
+                    conv.record(Message("assistant", text, kind="answer"))
+                h.references = self.cited(text)
+                if not h.multi:
+                    return text
+                open_now = h.open_requests()
+                if open_now:
+                    open_now[0]._finish(text)
+                if still_last():
+                    self.fail_open(f"the loop reached max_steps={cfg.max_steps} before answering it")
+                continue
+            if not reply.tool_calls:
+                if h.multi and still_last():  # a plain reply at the last step
+                    self.fail_open(f"the loop reached max_steps={cfg.max_steps} before answering it")
+                continue
+            await h.runner.run(records, wire_msg)
+            done = self._ended_by_tool()
+            if done is not None:
+                return done
+            if h.multi and still_last():
+                self.fail_open(f"the loop reached max_steps={cfg.max_steps} before answering it")
+
+    def _ended_by_tool(self) -> str | None:
+        """A tool handed control to a child or finished the loop with a value: the loop's answer text."""
+        h, runner = self.owner, self.owner.runner
+        if runner.handoff is not None:
+            child = runner.handoff
+            h.set_result_object(child)
+            text = f"[control handed to {child.name!r}, which goes on by itself]"
+        elif runner.finish is not None:
+            value, text = runner.finish
+            h.set_result_object(value)
+        else:
+            return None
+        h.conversation.record(Message("assistant", text, kind="answer"))
+        return text
+
+    # -- answers ---------------------------------------------------------------------------
+
+    def cited(self, text: str) -> list:
+        by_number = {r.number: r for r in self.owner.all_references}
+        return [by_number[n] for n in cited_numbers(text) if n in by_number]
+
+    async def finalize(self, answer: str, owner: Engine | RequestHandle) -> tuple[bool, str]:
+        """Evaluations, then post-processors. ``(False, feedback)`` sends the model back (at most
+        ``max_corrections`` times per answer owner: the loop, or one request); else ``(True, answer)``."""
+        h, cfg = self.owner, self.owner.config
+        verdicts = [await evaluate(fn, answer, h) for fn in cfg.evaluations]
+        h.evaluation_results.extend(verdicts)
+        failed = [v for v in verdicts if not v.passed]
+        send_back = bool(failed) and owner.corrections < cfg.max_corrections
+        for verdict in verdicts:
+            h.emit(
+                ev.EvaluationRun, name=verdict.name, passed=verdict.passed, feedback=verdict.feedback,
+                attempt=owner.corrections + 1, sent_back=send_back and not verdict.passed,
+            )
+        if send_back:
+            owner.corrections += 1
+            problems = "; ".join(f"{v.name}: {v.feedback}" for v in failed)
+            note = f"[your answer did not pass evaluation ({problems}). Correct it and answer again.]"
+            h.conversation.record(Message("user", note, kind="evaluation"))
+            return False, note
+        for fn in cfg.postprocessors:
+            try:
+                value = await call_hook(fn, answer, h)
+            except Exception as err:  # noqa: BLE001 - the answer stands; the failure is recorded
+                h.notify(None, f"post-processor {hook_name(fn)} failed: {type(err).__name__}: {err}")
+                continue
+            if isinstance(value, str):
+                answer = value
+        return True, answer
+
+    def _multi_answer(self) -> str:
+        h = self.owner
+        answers = {r.request_id: r.answer for r in h.requests if r.status is Status.FINISHED}
+        h.set_result_object(answers)
+        return f"completed requests: {', '.join(answers) or 'none'}"
+
+    def fail_open(self, why: str) -> None:
+        for r in self.owner.open_requests():
+            r._end(Status.FAILED, UnityError(f"request {r.request_id}: {why}"))

@@ -1,0 +1,86 @@
+"""What a loop's transcript is made of: messages, tool call records, and rendering them as text."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ._text import PrintedOutput
+
+if TYPE_CHECKING:
+    from ._handle import LoopHandle
+
+__all__ = ("Message", "ToolCallRecord", "render_conversation")
+
+
+@dataclass(slots=True)
+class ToolCallRecord:
+    """One tool call in the transcript, with its result once it has one."""
+
+    id: str
+    name: str
+    arguments: str
+    result: str | None = None
+    error: bool = False
+    child: LoopHandle | None = None
+    displays: list[dict] = field(default_factory=list)
+    """Rich outputs the call displayed (mime bundles: ``text/html``, ``image/png``, ...)."""
+    _printed: PrintedOutput = field(default_factory=PrintedOutput, repr=False, compare=False)
+    """What :attr:`output` is kept in (scrubbed across writes, bounded, published in order)."""
+
+    @property
+    def output(self) -> str:
+        """What the tool printed while it ran (when the notebook layer routes output), scrubbed.
+        Past a million characters, its first and last half million, with a line saying how many
+        characters were cut between them."""
+        return self._printed.text
+
+    @output.setter
+    def output(self, text: str) -> None:
+        self._printed.replace(text)
+
+    @property
+    def output_cut(self) -> int:
+        """How many printed characters :attr:`output` left out (0 unless the tool printed more than a million)."""
+        return self._printed.buffer.cut
+
+
+@dataclass(slots=True)
+class Message:
+    """One transcript entry.
+
+    ``role`` is ``system``, ``user``, ``assistant`` or ``tool``; ``kind`` says more:
+    ``task``, ``interjection``, ``steering`` (pause, resume, stop, ask), ``clarification``,
+    ``notification``, ``answer`` (the final assistant message), ``text``, ``tool_result``.
+    """
+
+    role: str
+    content: str | None
+    kind: str = "text"
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    tool_call_id: str | None = None
+    name: str | None = None
+    error: bool = False
+    ts: float = field(default_factory=time.time)
+    thinking: str | None = None
+    """The model's reasoning behind an assistant entry, where the provider streams it."""
+
+
+def render_conversation(messages: Iterable[Message], prefix: str) -> str:
+    """A transcript as text with roles rewritten (``outer_user``, ``inner_assistant``, ...)."""
+    lines = []
+    for m in messages:
+        if m.role == "system":
+            continue
+        if m.role == "tool":
+            lines.append(f"{prefix}_tool[{m.name}]: {m.content}")
+            continue
+        text = m.content or ""
+        if m.tool_calls:
+            calls = ", ".join(f"{c.name}({c.arguments})" for c in m.tool_calls)
+            text = f"{text}\n[calls {calls}]" if text else f"[calls {calls}]"
+        role = "user" if m.role == "user" else m.role
+        lines.append(f"{prefix}_{role}: {text}")
+    return "\n".join(lines)

@@ -1,0 +1,187 @@
+"""What travels between a loop and the loops around it.
+
+Down: steering that arrives while tools with live children run is routed by the model, through
+one tool per steering verb and child (see :data:`VERBS`). Up: a question a tool asks the person
+(a clarification) and a progress note bubble to every ancestor, and to the request each
+multi-request ancestor was serving with the call that led there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from .. import events as ev
+from .._errors import UserError
+from .._secrets import scrub
+from ._records import Message, ToolCallRecord
+from ._steering import child_tools
+
+if TYPE_CHECKING:
+    from ._handle import LoopHandle
+
+__all__ = ("Inbox", "Router")
+
+_ROUTING_NOTE = {
+    "role": "system",
+    "content": "Tool calls above are still running as sub-operations. Route the user's new message to "
+    "them with the steering tools if it concerns them; otherwise reply briefly. Their results will follow.",
+}
+
+
+class Inbox:
+    """Where questions and notes bubbling up arrive: a loop's, or one request's of a multi-request loop."""
+
+    __slots__ = ("notes", "questions", "waiting")
+
+    def __init__(self) -> None:
+        self.waiting = 0
+        """How many questions and approvals (here or below) wait for the person."""
+        self.questions: asyncio.Queue[dict] = asyncio.Queue()
+        self.notes: asyncio.Queue[dict] = asyncio.Queue()
+
+    async def next_question(self) -> dict:
+        """The next question still open (one answered meanwhile is skipped)."""
+        while True:
+            item = await self.questions.get()
+            owner: LoopHandle = item["handle"]
+            if item["call_id"] in owner.router.questions:
+                return {k: v for k, v in item.items() if k != "handle"}
+
+
+class Router:
+    """One loop's routing of steering down to its children, and of questions and notes up."""
+
+    def __init__(self, owner: LoopHandle) -> None:
+        self.owner = owner
+        self.questions: dict[str, tuple[str, asyncio.Future]] = {}
+        """Open questions of this loop's tool calls: ``{call_id: (question, future)}``."""
+        self.inbox = Inbox()
+
+    # -- down: steering to running children ----------------------------------------------------
+
+    async def route(self, records: list[ToolCallRecord], deferred: list[dict]) -> None:
+        """Steering arrived while tools (with live children) run: let the model route it."""
+        h = self.owner
+        conv = h.conversation
+        await h.gate.wait()
+        message = conv.take_pending()
+        if message is None:
+            return
+        deferred.append(message)
+        live = h.live_children()
+        if not live:
+            return
+        tools = [t for c in live for t in child_tools(c)]
+        placeholders = [
+            {"role": "tool", "tool_call_id": r.id, "content": r.result if r.result is not None else "[still running]"}
+            for r in records
+        ]
+        for _ in range(3):
+            # the wire ends with the running calls: their placeholders follow it
+            reply = await h.turn.call(
+                [*conv.wire, *placeholders, *deferred, _ROUTING_NOTE], tools, "auto", deferred[-1].get("content")
+            )
+            if reply is None:  # interrupted by another interjection: include it and re-issue
+                more = conv.take_pending()
+                if more is not None:
+                    deferred.append(more)
+                continue
+            break
+        else:
+            return
+        recs = [ToolCallRecord(c.id, c.name, c.arguments) for c in reply.tool_calls]
+        conv.record(Message("assistant", reply.content, kind="routing", tool_calls=recs))
+        msg: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if reply.tool_calls:
+            msg["tool_calls"] = [c.to_wire() for c in reply.tool_calls]
+        deferred.append(msg)
+        by_name = {t.name: t for t in tools}
+        for rec in recs:
+            await h.runner.execute(rec, by_name.get(rec.name))
+            deferred.append({"role": "tool", "tool_call_id": rec.id, "content": rec.result or ""})
+
+    # -- up: questions and notes ---------------------------------------------------------------
+
+    def bubble(self, call_id: str | None, request_id: str | None) -> list[Inbox]:
+        """Where a question or note from tool call ``call_id`` goes: this loop, its ancestors, and
+        the request each multi-request loop among them was serving with the call that led here."""
+        out: list[Inbox] = []
+        h: LoopHandle | None = self.owner
+        via = call_id
+        while h is not None:
+            out.append(h.router.inbox)
+            if h.multi:
+                rid = request_id if h is self.owner else h.runner.call_requests.get(via or "")
+                req = h.find_request(rid)
+                if req is not None:
+                    out.append(req.inbox)
+            via = h.parent_call
+            h = h.parent
+        return out
+
+    @contextmanager
+    def awaiting_person(self) -> Iterator[None]:
+        """While inside: this loop and its ancestors say ``waiting`` (a question or an approval is open)."""
+        chain = [h.router.inbox for h in self.owner.ancestry()]
+        for inbox in chain:
+            inbox.waiting += 1
+        try:
+            yield
+        finally:
+            for inbox in chain:
+                inbox.waiting -= 1
+
+    async def clarify(self, call_id: str, question: str, request_id: str | None = None) -> str:
+        h = self.owner
+        question = scrub(question)
+        fut = h.event_loop.create_future()
+        self.questions[call_id] = (question, fut)
+        h.conversation.record(Message("assistant", question, kind="clarification", tool_call_id=call_id))
+        item = {
+            "call_id": call_id, "question": question, "loop": h.name,
+            "tool": h.conversation.tool_name(call_id), "handle": h,
+        }
+        if request_id is not None:
+            item["request_id"] = request_id
+        chain = self.bubble(call_id, request_id)
+        for inbox in chain:
+            inbox.waiting += 1
+            inbox.questions.put_nowait(item)
+        h.emit(ev.ClarificationRequested, call_id=call_id, question=question)
+        try:
+            answer = await fut
+        finally:
+            self.questions.pop(call_id, None)
+            for inbox in chain:
+                inbox.waiting -= 1
+        shown = scrub(answer)  # the tool gets the answer itself; people and the store see it scrubbed
+        h.conversation.record(Message("user", shown, kind="clarification", tool_call_id=call_id))
+        h.emit(ev.ClarificationAnswered, call_id=call_id, answer=shown)
+        return answer
+
+    def notify(self, call_id: str | None, text: str, request_id: str | None = None) -> None:
+        h = self.owner
+        text = scrub(text)
+        name = h.conversation.tool_name(call_id)
+        h.conversation.record(Message("tool", text, kind="notification", tool_call_id=call_id, name=name))
+        item = {"call_id": call_id, "text": text, "loop": h.name, "tool": name}
+        if request_id is not None:
+            item["request_id"] = request_id
+        for inbox in self.bubble(call_id, request_id):
+            inbox.notes.put_nowait(item)
+        h.emit(ev.Notification, call_id=call_id, text=text)
+
+    def answer(self, call_id: str, answer: str) -> None:
+        h = self.owner
+        for x in h.walk():
+            pending = x.router.questions.get(call_id)
+            if pending is not None:
+                _question, fut = pending
+                if not fut.done():
+                    fut.set_result(answer)
+                return
+        asked = [cid for x in h.walk() for cid in x.router.questions]
+        raise UserError(f"no open clarification with call_id {call_id!r} in {h.name!r}; open: {asked or 'none'}")

@@ -1,0 +1,288 @@
+"""Running a step's tool calls: in parallel (bounded), each with exactly one result, whatever happens.
+
+A call's value may be a loop handle (it becomes the call's child and its result is the call's),
+a :class:`HandOff` (the loop ends and the child goes on), or a :class:`ToolResult` with references
+(numbered and shown to the model). What a tool prints is routed to its call record, scrubbed as it
+accumulates. A tool that outlives its timeout fails with an error the model sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import ctypes
+import dataclasses
+import inspect
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .. import events as ev
+from .._errors import Stopped, UserError
+from .._output import tool_output
+from .._secrets import SECRET_REF, get_secret, scrub
+from ._answers import HandOff, Reference, ToolResult
+from ._policies import time_note
+from ._context import CallInfo, enter_call, leave_call, resolve_tool_value
+from ._records import Message, ToolCallRecord
+from ._tools import Tool, ToolContext, ToolFailed, render_result
+
+if TYPE_CHECKING:
+    from ._handle import LoopHandle
+
+__all__ = ("ToolRunner",)
+
+
+class ToolTimeout(Exception):
+    """Raised inside a sync tool's thread when its time is up."""
+
+
+def _secret_value(name: str) -> str:
+    try:
+        return get_secret(name)
+    except KeyError as err:
+        raise ValueError(err.args[0]) from None
+
+
+async def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    """Run a sync tool in a thread of its own (with the call's context). If the call is cancelled
+    (a stop, a timeout), the thread gets :class:`ToolTimeout` raised at its next Python instruction
+    instead of running on unseen."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future = loop.create_future()
+    ctx = contextvars.copy_context()
+    lock = threading.Lock()
+    finished = [False]
+
+    def deliver(ok: bool, value: Any) -> None:
+        if not fut.done():
+            fut.set_result(value) if ok else fut.set_exception(value)
+
+    def run() -> None:
+        try:
+            try:
+                value, ok = ctx.run(fn, **kwargs), True
+            except BaseException as err:  # noqa: BLE001 - handed to the awaiting call
+                value, ok = err, False
+            with lock:
+                finished[0] = True
+            loop.call_soon_threadsafe(deliver, ok, value)
+        except BaseException:  # noqa: BLE001, S110 - a late ToolTimeout, or the loop closed: nobody waits
+            pass
+
+    thread = threading.Thread(target=run, name=f"unity_nb-tool-{getattr(fn, '__name__', 'tool')}", daemon=True)
+    thread.start()
+    try:
+        return await fut
+    except asyncio.CancelledError:
+        with lock:
+            if not finished[0] and thread.ident is not None:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(ToolTimeout))
+        raise
+
+
+class ToolRunner:
+    """Executes tool calls for one loop."""
+
+    def __init__(self, owner: LoopHandle) -> None:
+        self.owner = owner
+        self._sem = asyncio.Semaphore(owner.config.max_parallel_tools)
+        self.handoff: LoopHandle | None = None
+        """The child a tool handed control to (the loop ends with it as result)."""
+        self.finish: tuple[Any, str] | None = None
+        """``(value, text)`` a tool ended the loop with (:meth:`LoopHandle.finish_with`)."""
+        self.call_requests: dict[str, str] = {}
+        """Which request each call served (multi-request loops)."""
+
+    async def run(self, records: list[ToolCallRecord], wire_msg: dict) -> None:
+        """Run a step's calls; steering that arrives meanwhile with live children is routed to them."""
+        h = self.owner
+        tasks = [h.event_loop.create_task(self.run_one(rec)) for rec in records]
+        deferred: list[dict] = []
+        wake = h.wake  # set by each finished call, and by an interjection to route
+        remaining = len(tasks)
+
+        def finished(_task: asyncio.Task) -> None:
+            nonlocal remaining
+            remaining -= 1
+            wake.set()
+
+        for t in tasks:
+            t.add_done_callback(finished)
+        try:
+            while True:
+                wake.clear()
+                if not remaining:
+                    break
+                # children may be born inside the tools, so check for them on every wake
+                if h.conversation.interjected and h.live_children():
+                    await h.router.route(records, deferred)
+                    continue
+                await wake.wait()
+        finally:
+            for t in tasks:
+                if not t.done():
+                    t.cancel()
+            if remaining:
+                await asyncio.wait(tasks)  # each records its own result, also when cancelled
+            h.conversation.add_results(records, deferred)
+            if h.config.time_awareness:
+                h.conversation.add({"role": "user", "content": time_note(h.started_at)})
+
+    async def run_one(self, rec: ToolCallRecord) -> None:
+        h = self.owner
+        try:
+            async with self._sem:
+                await h.gate.wait()  # no new tool starts while paused
+                await self.execute(rec, h.turn.lookup(rec.name))
+        finally:
+            if rec.result is None:  # cancelled before or while running: still exactly one result
+                self.finish_call(rec, f"cancelled: {h.stop_reason or 'the loop was cancelled'}", True, 0.0)
+
+    def _arguments(self, rec: ToolCallRecord, tool: Tool) -> tuple[dict[str, Any], bool, str | None]:
+        """``(kwargs, share_context, request_id)`` from the call's JSON arguments."""
+        h = self.owner
+        arguments = rec.arguments
+        share = h.config.parent_context == "always"
+        request_id = None
+        extras = h.turn.extra_properties(tool)
+        if extras:
+            raw = json.loads(arguments or "{}")
+            if isinstance(raw, dict):
+                if "include_parent_context" in extras:
+                    share = bool(raw.pop("include_parent_context", False))
+                if "request_id" in extras:
+                    request_id = raw.pop("request_id", None)
+                    if request_id is not None:
+                        h.request(str(request_id))
+                arguments = json.dumps(raw)
+        if "<<secret:" in arguments:  # the values go to the tool only; the record keeps the references
+            arguments = SECRET_REF.sub(lambda m: json.dumps(_secret_value(m[1]))[1:-1], arguments)
+        return tool.parse(arguments), share, request_id
+
+    async def execute(self, rec: ToolCallRecord, tool: Tool | None) -> None:
+        h = self.owner
+        h.emit(ev.ToolStarted, call_id=rec.id, name=rec.name, arguments=rec.arguments)
+        t0 = time.perf_counter()
+        if tool is None:
+            known = ", ".join(sorted(t.name for t in h.available_tools())) or "none"
+            self.finish_call(rec, f"error: there is no tool named {rec.name!r}; available: {known}", True, 0.0)
+            return
+        try:
+            kwargs, share, request_id = self._arguments(rec, tool)
+        except (ValueError, UserError) as err:
+            self.finish_call(rec, f"error: {err}", True, time.perf_counter() - t0)
+            return
+        if request_id is None and h.config.multi:
+            open_now = h.open_requests()
+            request_id = open_now[0].request_id if len(open_now) == 1 else None
+        if request_id is not None:
+            self.call_requests[rec.id] = request_id
+        if tool.ctx_param:
+            kwargs[tool.ctx_param] = ToolContext(h, rec.id, rec.name, rec, request_id)
+        timeout = getattr(tool, "timeout", None) or h.config.tool_timeout
+        token = enter_call(CallInfo(h, rec.id, share))
+        out_token = tool_output.set(lambda text, _stream="stdout": self.printed(rec, text))
+        try:
+            async with asyncio.timeout(timeout):
+                result, error = await self._call(rec, tool, kwargs), False
+        except asyncio.CancelledError:
+            raise
+        except TimeoutError:
+            if rec.child is not None and not rec.child.done():
+                await rec.child.stop(f"the tool {rec.name} ran out of time")
+            result, error = f"error: {rec.name} did not finish within its timeout of {timeout:g} s and was stopped", True
+        except Stopped as err:
+            result, error = f"error: the sub-operation was stopped ({err.reason})", True
+        except ToolFailed as err:
+            result, error = str(err), True
+        except Exception as err:  # noqa: BLE001 - the model sees it and may correct itself
+            result, error = f"error: {type(err).__name__}: {err}", True
+        finally:
+            leave_call(token)
+            tool_output.reset(out_token)
+        self.finish_call(rec, result, error, time.perf_counter() - t0)
+
+    async def _call(self, rec: ToolCallRecord, tool: Tool, kwargs: dict[str, Any]) -> str:
+        from ._handle import LoopHandle
+
+        value = await tool.fn(**kwargs) if tool.is_async else await _in_thread(tool.fn, kwargs)
+        if inspect.isawaitable(value) and not isinstance(value, LoopHandle):
+            value = await value
+        if isinstance(value, HandOff):
+            return self._take_handoff(rec, value.handle)
+        value = await resolve_tool_value(value)
+        self.owner.called_tools.add(rec.name)
+        if isinstance(value, ToolResult):
+            return self._with_references(rec, value)
+        return render_result(value)
+
+    def _take_handoff(self, rec: ToolCallRecord, child: LoopHandle) -> str:
+        h = self.owner
+        h.adopt_child(child, rec.id)
+        rec.child = child
+        self.handoff = child
+        h.emit(ev.ControlHandedOff, call_id=rec.id, child_id=child.id, child_name=child.name)
+        return f"control handed to {child.name!r}: it goes on by itself, and this loop ends"
+
+    def _with_references(self, rec: ToolCallRecord, value: ToolResult) -> str:
+        """Number the result's references and show them to the model with it."""
+        h = self.owner
+        text = render_result(value.content)
+        lines = []
+        for ref in value.references:
+            if not isinstance(ref, Reference):
+                raise TypeError(f"ToolResult.references holds Reference objects, not {type(ref).__name__}")
+            # a copy: a tool may return the same object again (a fixed corpus), which must not renumber this one
+            ref = dataclasses.replace(
+                ref, title=scrub(ref.title), text=scrub(ref.text), url=scrub(ref.url),
+                number=len(h.all_references) + 1, tool=rec.name,
+            )
+            h.all_references.append(ref)
+            body = ref.text if len(ref.text) <= 2000 else ref.text[:2000] + " ..."
+            lines.append(
+                f"[{ref.number}] {ref.title}" + (f" ({ref.url})" if ref.url else "") + (f": {body}" if body else "")
+            )
+        if lines:
+            text += "\nReferences (cite them as [n] where you use them):\n" + "\n".join(lines)
+        return text
+
+    # -- what tools print ----------------------------------------------------------------------
+
+    def printed(self, rec: ToolCallRecord, text: str) -> None:
+        """Route text a tool printed to its call record (from the loop's thread or a worker thread)."""
+        # scrubbed as it accumulates: a value written in pieces is caught, and an end that could
+        # start one is held back (published with the next write, or when the call ends)
+        h = self.owner
+        h.printed += rec._printed.write(text)
+        try:
+            here = asyncio.get_running_loop() is h.event_loop
+        except RuntimeError:  # a sync tool in its worker thread
+            here = False
+        if here and not rec._printed.ended:
+            self._publish_output(rec)
+        else:
+            h.event_loop.call_soon_threadsafe(self._publish_output, rec)
+
+    def _publish_output(self, rec: ToolCallRecord) -> None:
+        h = self.owner
+        if rec._printed.ended:  # printed after its call ended (and the writer had its turn): release what is held
+            h.printed += rec._printed.release()
+        text = rec._printed.take()
+        if text:
+            h.emit(ev.ToolOutput, call_id=rec.id, name=rec.name, text=text)
+
+    def finish_call(self, rec: ToolCallRecord, result: str, error: bool, duration: float) -> None:
+        h = self.owner
+        h.printed += rec._printed.end()
+        self._publish_output(rec)
+        result = scrub(result)
+        rec.result = result
+        rec.error = error
+        h.tool_calls += 1
+        h.conversation.record(
+            Message("tool", result, kind="tool_result", tool_call_id=rec.id, name=rec.name, error=error)
+        )
+        h.emit(ev.ToolFinished, call_id=rec.id, name=rec.name, result=result, error=error, duration=duration)

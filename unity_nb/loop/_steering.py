@@ -1,0 +1,135 @@
+"""The steering verbs, in one table.
+
+Each :class:`Verb` says what the transcript shows when a person uses it, what the model is told
+at its next call, whether it reaches the loop's live children, and the tool through which a
+parent's model applies it to a running child (routing). The handle's verb methods, the routing
+of steering to children, the store's transcript rebuild, the widget and the magics all read
+:data:`VERBS`.
+
+Adding a verb is one entry here plus its method on :class:`LoopHandle` (which calls
+``self.steer(name, message)``), and the name in ``events.Steering.action``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from ._tools import Tool, as_tool
+
+if TYPE_CHECKING:
+    from ._handle import LoopHandle
+
+__all__ = ("VERBS", "Verb", "child_tools", "steering_entry")
+
+Text = Callable[[str | None, str | None], str | None]
+"""``(message, request_id) -> text``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Verb:
+    """One steering verb."""
+
+    name: str
+    """The handle's method, the event's ``action`` and the widget's button."""
+    entry: Text
+    """What the transcript shows (a ``user`` message)."""
+    kind: str = "steering"
+    """The transcript entry's kind."""
+    note: Text = lambda _m, _r: None
+    """What the model is told at its next call (``None``: nothing)."""
+    reaches_children: bool = False
+    """The verb is applied to every live child too."""
+    child_tool: Callable[[LoopHandle], Tool] | None = None
+    """The tool a parent's model uses to apply the verb to one running child (routing)."""
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name)[:40] or "loop"
+
+
+def _tool(child: LoopHandle, verb: str, fn: Callable[..., object], description: str) -> Tool:
+    tool = as_tool(fn, name=f"{verb}_{_safe(child.name)}")
+    tool.description = description
+    return tool
+
+
+def _interject_tool(child: LoopHandle) -> Tool:
+    async def fn(message: str) -> str:
+        await child.interject(message)
+        return f"delivered to {child.name}"
+
+    return _tool(child, "interject", fn,
+                 f"Send a message to the running sub-operation {child.name!r} (its task: {child.task[:200]!r}).")
+
+
+def _ask_tool(child: LoopHandle) -> Tool:
+    async def fn(question: str) -> str:
+        return str(await (await child.ask(question)).result())
+
+    return _tool(child, "ask", fn, f"Ask the running sub-operation {child.name!r} about its progress; returns its answer.")
+
+
+def _stop_tool(child: LoopHandle) -> Tool:
+    async def fn(reason: str | None = None) -> str:
+        await child.stop(reason)
+        return f"{child.name} stopped"
+
+    return _tool(child, "stop", fn, f"Stop the sub-operation {child.name!r} for good.")
+
+
+def _plain_tool(verb: Literal["pause", "resume"]) -> Callable[[LoopHandle], Tool]:
+    def make(child: LoopHandle) -> Tool:
+        async def fn() -> str:
+            await getattr(child, verb)()
+            return f"{child.name}: {verb}d"
+
+        return _tool(child, verb, fn, f"{verb.capitalize()} the sub-operation {child.name!r}.")
+
+    return make
+
+
+def _about(request_id: str | None) -> str:
+    return f" about request {request_id}" if request_id else ""
+
+
+VERBS: dict[str, Verb] = {
+    v.name: v
+    for v in (
+        Verb(
+            "interject", entry=lambda m, _r: m, kind="interjection",
+            note=lambda m, r: f"[interjection from the user{_about(r)}] {m}", child_tool=_interject_tool,
+        ),
+        Verb("ask", entry=lambda m, _r: f"[asked by the user] {m}", child_tool=_ask_tool),
+        Verb(
+            "pause", entry=lambda _m, _r: "[paused by the user]", note=lambda _m, _r: "[paused by the user]",
+            reaches_children=True, child_tool=_plain_tool("pause"),
+        ),
+        Verb(
+            "resume", entry=lambda _m, _r: "[resumed by the user]", note=lambda _m, _r: "[resumed by the user]",
+            reaches_children=True, child_tool=_plain_tool("resume"),
+        ),
+        Verb(
+            "stop",
+            entry=lambda m, r: (f"[request {r} stopped by the user: {m}]" if r
+                                else f"[stopped by the user{': ' + m if m else ''}]"),
+            note=lambda m, r: f"[request {r} was stopped by the user ({m}): do not work on it any further]" if r else None,
+            reaches_children=True, child_tool=_stop_tool,
+        ),
+    )
+}
+
+
+def steering_entry(action: str, message: str | None, request_id: str | None = None) -> tuple[str, str]:
+    """``(text, kind)`` of the transcript entry a steering event stands for (the store rebuilds with it)."""
+    verb = VERBS.get(action)
+    if verb is None:
+        return message or f"[{action}]", "steering"
+    return verb.entry(message, request_id) or "", verb.kind
+
+
+def child_tools(child: LoopHandle) -> list[Tool]:
+    """The tools through which a parent's model steers the running ``child``, one per verb."""
+    return [v.child_tool(child) for v in VERBS.values() if v.child_tool is not None]

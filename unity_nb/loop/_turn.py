@@ -1,0 +1,298 @@
+"""One model turn: which tools are offered, their schemas, the call itself (streamed, interruptible),
+prompt-caching hints, and compressing the wire when it nears the context window."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .. import events as ev
+from .._errors import UserError
+from .._secrets import ScrubStream, scrub
+from ..models import ModelRequest, Reply
+from ._answers import accepts_positional
+from ._policies import SUMMARY_PROMPT, SUMMARY_TAG, estimate_tokens, render_for_summary, split_for_compression
+from ._records import Message
+from ._text import TextBuffer
+from ._tools import Tool, as_tool
+
+if TYPE_CHECKING:
+    from ._handle import LoopHandle
+
+__all__ = ("Turn",)
+
+Offer = tuple[list[Tool], "str | dict"]
+
+
+class _Sink:
+    """What a model streams into: answer text by calling it, reasoning through ``.thinking``."""
+
+    __slots__ = ("_text", "thinking")
+
+    def __init__(self, text: Callable[[str], None], thinking: Callable[[str], None]) -> None:
+        self._text = text
+        self.thinking = thinking
+
+    def __call__(self, text: str) -> None:
+        self._text(text)
+
+
+class Turn:
+    """The model side of a loop: what each step offers and how the model is called."""
+
+    def __init__(self, owner: LoopHandle, tools: dict[str, Tool]) -> None:
+        self.owner = owner
+        self.tools = tools
+        """The loop's own tools by name (a multi-request loop's ``final_answer`` among them)."""
+        self.count = 0
+        """Model turns completed (a reply processed)."""
+        self.budget_start = 0
+        """The turn ``max_steps`` counts from (a new request of a multi-request loop restarts it)."""
+        self.dynamic: dict[str, Tool] = {}
+        self._schema_cache: dict[str, dict] = {}
+        self._policy_takes_loop = owner.config.tool_policy is not None and accepts_positional(
+            owner.config.tool_policy, 3, unknown=False
+        )
+        self._task: asyncio.Task | None = None
+        self._interrupted = False
+        self._summary_failed_at = -1
+        self.reset_streaming()
+
+    # -- offered tools -----------------------------------------------------------------------
+
+    def last_step(self) -> bool:
+        return self.count - self.budget_start >= self.owner.config.max_steps - 1
+
+    def offer(self) -> list[Offer]:
+        """The tools this step offers and the tool choice: one call, or one per forced first-step tool."""
+        h, cfg = self.owner, self.owner.config
+        if self.last_step():  # the last step offers no tools, so an answer comes
+            if cfg.multi and len(h.open_requests()) > 1:
+                return [([self.tools["final_answer"]], "required")]
+            return [([], "none")]
+        tools = h.available_tools()
+        if cfg.multi and "final_answer" not in {t.name for t in tools}:
+            tools.append(self.tools["final_answer"])
+        if cfg.dynamic_tools is not None:
+            self.dynamic = {}
+            for obj in cfg.dynamic_tools(h) or ():
+                t = as_tool(obj)
+                if any(x.name == t.name for x in tools):
+                    raise UserError(f"dynamic_tools made a tool named {t.name!r}, which the loop already has")
+                self.dynamic[t.name] = t
+                tools.append(t)
+        by_name = {t.name: t for t in tools}
+        if self.count == 0 and cfg.first_step_tools:  # each forced tool is called: one request per tool
+            return [([by_name[n]], "required") for n in cfg.first_step_tools if n in by_name]
+        if cfg.tool_policy is not None:
+            args = (self.count, tools, h) if self._policy_takes_loop else (self.count, tools)
+            mode, chosen = cfg.tool_policy(*args)
+            return [([by_name[t] if isinstance(t, str) else t for t in chosen], mode)]
+        return [(tools, "auto")]
+
+    def lookup(self, name: str) -> Tool | None:
+        """The tool a call names: a dynamic tool of this step, the loop's own, or final_answer."""
+        found = self.dynamic.get(name) or self.owner.tool_named(name)
+        if found is None and self.owner.config.multi and name == "final_answer":
+            found = self.tools["final_answer"]
+        return found
+
+    def extra_properties(self, tool: Tool) -> dict | None:
+        """Parameters the loop adds to a tool's schema (and takes out of its arguments)."""
+        cfg = self.owner.config
+        extra: dict[str, dict] = {}
+        if cfg.parent_context == "model":
+            extra["include_parent_context"] = {
+                "type": "boolean",
+                "description": "true: a sub-operation this tool starts sees this conversation as context",
+            }
+        if cfg.multi and tool.name != "final_answer" and "request_id" not in tool.params.model_fields:
+            extra["request_id"] = {"type": "string", "description": "the id of the request this call serves (e.g. r2)"}
+        return extra or None
+
+    def schemas(self, tools: Sequence[Tool]) -> list[dict]:
+        cache = self._schema_cache
+        out = []
+        for t in tools:
+            if self.tools.get(t.name) is not t:  # a steering or dynamic tool made for this step: not cached
+                out.append(t.schema(extra_properties=self.extra_properties(t)))
+                continue
+            s = cache.get(t.name)
+            if s is None:
+                s = cache[t.name] = t.schema(extra_properties=self.extra_properties(t))
+            out.append(s)
+        return out
+
+    def cache_hints(self, request: ModelRequest) -> ModelRequest:
+        """Prompt-caching hints: OpenAI's ``prompt_cache_key`` (one per loop tree, so its requests
+        share a cache), or Anthropic-style ``cache_control`` breakpoints on the system prompt and
+        the newest message (for OpenAI-compatible gateways that pass them on)."""
+        if self.owner.config.prompt_cache in (True, "openai"):
+            root = self.owner
+            while root.parent is not None:
+                root = root.parent
+            return ModelRequest(request.messages, request.tools, request.tool_choice,
+                                {**request.options, "prompt_cache_key": f"unity_nb-{root.id}"})
+        messages = list(request.messages)
+        marks = [i for i, m in enumerate(messages) if m.get("role") == "system"][:1]
+        if messages and messages[-1].get("role") in ("user", "system") and len(messages) - 1 not in marks:
+            marks.append(len(messages) - 1)
+        for i in marks:
+            m = messages[i]
+            if isinstance(m.get("content"), str):
+                content = [{"type": "text", "text": m["content"], "cache_control": {"type": "ephemeral"}}]
+                messages[i] = {**m, "content": content}
+        return ModelRequest(messages, request.tools, request.tool_choice, request.options)
+
+    # -- streaming ---------------------------------------------------------------------------
+
+    def reset_streaming(self) -> None:
+        # pieces joined when read (appending to a str is quadratic), scrubbed as they accumulate
+        self.text, self._text_scrub = TextBuffer(), ScrubStream()
+        self.thinking, self._thinking_scrub = TextBuffer(), ScrubStream()
+
+    def _on_delta(self, text: str) -> None:
+        text = self._text_scrub.feed(text)
+        if text:
+            self.text.append(text)
+            self.owner.emit(ev.ModelDelta, step=self.owner.steps, text=text)
+
+    def _on_thinking(self, text: str) -> None:
+        text = self._thinking_scrub.feed(text)
+        if text:
+            self.thinking.append(text)
+            self.owner.emit(ev.ModelDelta, step=self.owner.steps, text=text, thinking=True)
+
+    def _flush_streaming(self) -> None:
+        """The model call ended: publish what the scrubbers held back (an unfinished start of a value)."""
+        for scrubber, buffer, thinking in ((self._text_scrub, self.text, False),
+                                           (self._thinking_scrub, self.thinking, True)):
+            text = scrubber.flush()
+            if text:
+                buffer.append(text)
+                self.owner.emit(ev.ModelDelta, step=self.owner.steps, text=text, thinking=thinking)
+
+    def on_retry(self, attempt: int, error: str, delay: float) -> None:
+        self.reset_streaming()
+        self.owner.emit(ev.ModelRetry, attempt=attempt, error=error, delay=delay)
+
+    # -- the call ----------------------------------------------------------------------------
+
+    def interrupt(self) -> None:
+        """Cancel the model call in flight (an interjection arrived); :meth:`call` returns ``None``."""
+        task = self._task
+        if task is not None and not task.done():
+            self._interrupted = True
+            task.cancel()
+
+    async def call(self, messages: list[dict], tools: Sequence[Tool], choice: str | dict,
+                   last_user: str | None = None) -> Reply | None:
+        """One model call; ``None`` when an interjection interrupted it (the caller re-issues)."""
+        h = self.owner
+        h.steps += 1
+        step = h.steps
+        request = ModelRequest(messages=messages, tools=self.schemas(tools),
+                               tool_choice=choice if tools else "none", options=h.config.options)
+        if h.config.prompt_cache:
+            request = self.cache_hints(request)
+        h.emit(
+            ev.ModelRequested, step=step, messages=len(messages), tools=tuple(t.name for t in tools),
+            tool_choice=choice if isinstance(choice, str) else "function", last_user=last_user,
+        )
+        self.reset_streaming()
+        self._interrupted = False
+        task = h.event_loop.create_task(h.model.complete(request, _Sink(self._on_delta, self._on_thinking)))
+        self._task = task
+        try:
+            reply = await task
+        except asyncio.CancelledError:
+            me = asyncio.current_task()
+            if self._interrupted and me is not None and not me.cancelling():
+                self._flush_streaming()
+                h.emit(ev.ModelResponse, step=step, content=self.text.text or None, interrupted=True)
+                return None
+            raise
+        finally:
+            self._task = None
+        self._flush_streaming()
+        h.usage += reply.usage
+        reply.content = scrub(reply.content)
+        reply.thinking = scrub(getattr(reply, "thinking", None))
+        reply.refusal = scrub(getattr(reply, "refusal", None))
+        for c in reply.tool_calls:  # a value the model wrote is shown as its reference (the tool gets the value)
+            c.arguments = scrub(c.arguments)
+        h.emit(
+            ev.ModelResponse, step=step, content=reply.content,
+            tool_calls=tuple({"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls),
+            input_tokens=reply.usage.input_tokens, output_tokens=reply.usage.output_tokens,
+            thinking=reply.thinking, refusal=reply.refusal,
+        )
+        if reply.refusal and not reply.content:  # a refusal is what the model said: shown and kept as such
+            reply.content = f"[refused] {reply.refusal}"
+        self.reset_streaming()
+        return reply
+
+    async def call_all(self, offers: list[Offer], last_user: str | None) -> Reply | None:
+        """The step's call; forced first-step tools make one call each, merged into one reply."""
+        if len(offers) == 1:
+            tools, choice = offers[0]
+            return await self.call(list(self.owner.conversation.wire), tools, choice, last_user)
+        merged: Reply | None = None
+        for tools, choice in offers:
+            reply = await self.call(list(self.owner.conversation.wire), tools, choice, last_user)
+            if reply is None:
+                return None
+            if merged is None:
+                merged = reply
+                continue
+            merged.tool_calls.extend(reply.tool_calls)
+            merged.usage += reply.usage
+            if reply.content:
+                merged.content = f"{merged.content}\n{reply.content}" if merged.content else reply.content
+        return merged
+
+    # -- compression -------------------------------------------------------------------------
+
+    async def maybe_compress(self) -> None:
+        """Summarise the older part of the wire when it nears the context window."""
+        h, cfg = self.owner, self.owner.config
+        if not cfg.context_window:
+            return
+        count = cfg.count_tokens or estimate_tokens
+        wire = h.conversation.wire
+        before = count(wire)
+        if before < cfg.compress_at * cfg.context_window:
+            return
+        head, middle, tail = split_for_compression(wire, cfg.keep_last)
+        if not middle or (len(middle) == 1 and str(middle[0].get("content", "")).startswith(SUMMARY_TAG)):
+            return  # nothing older than the kept turns to summarise
+        if self._summary_failed_at == self.count:
+            return
+        request = ModelRequest(
+            messages=[{"role": "system", "content": SUMMARY_PROMPT},
+                      {"role": "user", "content": render_for_summary(middle)}],
+            tools=[], tool_choice="none", options=cfg.options,
+        )
+        try:
+            reply = await h.model.complete(request, None)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # noqa: BLE001 - go on uncompressed; the model may still cope
+            self._summary_failed_at = self.count
+            h.notify(None, f"context compression failed ({type(err).__name__}: {err}); continuing uncompressed")
+            return
+        h.usage += reply.usage
+        summary = {"role": "user", "content": f"{SUMMARY_TAG}\n{reply.content or ''}"}
+        h.conversation.replace([*head, summary, *tail])
+        h.compressions += 1
+        after = count(h.conversation.wire)
+        h.conversation.record(Message(
+            "system",
+            f"[context compressed: {len(middle)} earlier messages summarised for the model; the transcript keeps them]",
+            kind="compression",
+        ))
+        h.emit(
+            ev.ContextCompressed, messages_before=len(head) + len(middle) + len(tail),
+            messages_after=len(h.conversation.wire), tokens_before=before, tokens_after=after, summarised=len(middle),
+        )
