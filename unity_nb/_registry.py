@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
-from .loop._tools import Tool, as_tool
+from .loop import Tool, as_tool
 
 __all__ = ("tool", "register_tool", "unregister_tool", "registered_tools")
 

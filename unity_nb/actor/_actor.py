@@ -17,9 +17,9 @@ from typing import Any, Literal
 from .. import events as ev
 from .._errors import UserError
 from .._registry import registered_tools
-from ..models import default_model
 from .._secrets import get_secret, scrub, scrub_bundle, secret_names
 from ..loop import LoopHandle, Message, Tool, ToolCallRecord, ToolContext, ToolFailed, as_tool, current_call
+from ..models import default_model
 from ._describe import describe_namespace, describe_value, user_variables
 from ._executor import Executor, final_answer
 from ._primitives import Primitives

@@ -2,18 +2,42 @@
 
 from ._answers import Evaluation, HandOff, Reference, ToolResult, cites_references, handoff
 from ._context import CallInfo, current_call, current_loop, forward_call, resolve_tool_value
-from ._handle import LoopHandle, start_loop
+from ._handle import LoopHandle
 from ._options import LoopOptions
 from ._policies import discovery_first
 from ._records import Message, ToolCallRecord
 from ._requests import RequestHandle
+from ._start import start_loop
 from ._status import Status
 from ._steering import VERBS, Verb, steering_entry
 from ._tools import Tool, ToolContext, ToolFailed, as_tool, render_result
 
 __all__ = (
-    "LoopHandle", "LoopOptions", "Message", "Status", "ToolCallRecord", "current_loop", "current_call", "CallInfo",
-    "forward_call", "resolve_tool_value", "start_loop", "Tool", "ToolContext", "ToolFailed", "as_tool",
-    "render_result", "RequestHandle", "Reference", "ToolResult", "Evaluation", "HandOff", "handoff",
-    "cites_references", "discovery_first", "VERBS", "Verb", "steering_entry",
+    "LoopHandle",
+    "LoopOptions",
+    "Message",
+    "Status",
+    "ToolCallRecord",
+    "current_loop",
+    "current_call",
+    "CallInfo",
+    "forward_call",
+    "resolve_tool_value",
+    "start_loop",
+    "Tool",
+    "ToolContext",
+    "ToolFailed",
+    "as_tool",
+    "render_result",
+    "RequestHandle",
+    "Reference",
+    "ToolResult",
+    "Evaluation",
+    "HandOff",
+    "handoff",
+    "cites_references",
+    "discovery_first",
+    "VERBS",
+    "Verb",
+    "steering_entry",
 )

@@ -24,8 +24,17 @@ if TYPE_CHECKING:
     from ._handle import LoopHandle
 
 __all__ = (
-    "Reference", "ToolResult", "Evaluation", "HandOff", "handoff", "cited_numbers", "cites_references",
-    "evaluate", "call_hook", "hook_name", "accepts_positional",
+    "Reference",
+    "ToolResult",
+    "Evaluation",
+    "HandOff",
+    "handoff",
+    "cited_numbers",
+    "cites_references",
+    "evaluate",
+    "call_hook",
+    "hook_name",
+    "accepts_positional",
 )
 
 _CITE = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")
@@ -142,7 +151,9 @@ def cites_references(*, required: bool = True):
         if unknown:
             return Evaluation(False, f"the answer cites {unknown}, which no tool returned; cite only {sorted(known)}")
         if required and known and not cited:
-            return Evaluation(False, f"the answer cites none of the references; support its claims with them ({sorted(known)})")
+            return Evaluation(
+                False, f"the answer cites none of the references; support its claims with them ({sorted(known)})"
+            )
         return Evaluation(True)
 
     return cites_references

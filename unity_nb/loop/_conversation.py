@@ -16,6 +16,7 @@ from typing import Any
 from .._secrets import scrub
 from ..models import Reply
 from ._records import Message, ToolCallRecord
+from ._requests import MULTI_NOTE
 
 __all__ = ("Conversation",)
 
@@ -36,6 +37,29 @@ class Conversation:
         makes the answer not final."""
         self.last_user: str | None = None
         """The text of the newest user message on the wire (what the model is answering)."""
+
+    def open(
+        self, task: str, system: str | None, context: list[dict] | None, outer: str | None, *, multi: bool
+    ) -> None:
+        """The start: system prompt, inherited context, the caller's conversation (``outer``), the task."""
+        if system:
+            self.add({"role": "system", "content": system})
+            self.record(Message("system", system, kind="system"))
+        if context:
+            self.extend(context)
+        if outer is not None:
+            note = (
+                "Context: the conversation of the loop that called you, for reference only. Its roles "
+                f"are prefixed outer_; your own conversation follows.\n{outer}"
+            )
+            self.add({"role": "system", "content": note})
+            self.record(Message("system", note, kind="context"))
+        if multi:
+            self.add({"role": "system", "content": MULTI_NOTE})
+            self.add({"role": "user", "content": f"[request r1] {task}"})
+        else:
+            self.add({"role": "user", "content": task})
+        self.record(Message("user", task, kind="task"))
 
     # -- what people read ------------------------------------------------------------------
 
@@ -100,8 +124,12 @@ class Conversation:
         """Record the model's reply in both records: ``(transcript entry, wire message, call records)``."""
         records = [ToolCallRecord(c.id, c.name, c.arguments) for c in reply.tool_calls]
         entry = Message(
-            "assistant", reply.content, kind="answer" if final else "text", tool_calls=records,
-            thinking=reply.thinking, error=bool(reply.refusal),
+            "assistant",
+            reply.content,
+            kind="answer" if final else "text",
+            tool_calls=records,
+            thinking=reply.thinking,
+            error=bool(reply.refusal),
         )
         self.transcript.append(entry)
         wire_msg: dict[str, Any] = {"role": "assistant", "content": reply.content}

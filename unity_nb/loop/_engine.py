@@ -103,8 +103,10 @@ class Engine:
                 conv.record(Message("assistant", reply.content or f"[called {', '.join(names)}]", kind="text"))
                 if reply.content:
                     conv.add({"role": "assistant", "content": reply.content})
-                conv.note(f"[no tools are available at this step, so {', '.join(names)} did not run: "
-                          "answer now with what you have]")
+                conv.note(
+                    f"[no tools are available at this step, so {', '.join(names)} did not run: "
+                    "answer now with what you have]"
+                )
                 continue
             # an answer written before the latest interjection is not final: the model sees it next
             final = not reply.tool_calls and not conv.interjected
@@ -112,8 +114,10 @@ class Engine:
                 final = False
                 if not still_last():  # at the last step they fail below
                     open_ids = ", ".join(r.request_id for r in h.open_requests())
-                    conv.note(f"[{len(h.open_requests())} requests are still open: {open_ids}. "
-                              "Complete each with final_answer(request_id, answer).]")
+                    conv.note(
+                        f"[{len(h.open_requests())} requests are still open: {open_ids}. "
+                        "Complete each with final_answer(request_id, answer).]"
+                    )
             entry, wire_msg, records = conv.add_reply(reply, final=final)
             if reply.tool_calls:
                 h.think(reply.content or reply.thinking, [c.name for c in reply.tool_calls])
@@ -183,8 +187,12 @@ class Engine:
         send_back = bool(failed) and owner.corrections < cfg.max_corrections
         for verdict in verdicts:
             h.emit(
-                ev.EvaluationRun, name=verdict.name, passed=verdict.passed, feedback=verdict.feedback,
-                attempt=owner.corrections + 1, sent_back=send_back and not verdict.passed,
+                ev.EvaluationRun,
+                name=verdict.name,
+                passed=verdict.passed,
+                feedback=verdict.feedback,
+                attempt=owner.corrections + 1,
+                sent_back=send_back and not verdict.passed,
             )
         if send_back:
             owner.corrections += 1

@@ -18,9 +18,7 @@ surfaces as ``asyncio.CancelledError``.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import functools
-import inspect
 import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -37,17 +35,15 @@ from ._conversation import Conversation
 from ._engine import Engine
 from ._options import LoopOptions
 from ._records import Message, ToolCallRecord, render_conversation
-from ._requests import MULTI_NOTE, RequestHandle, check_text
+from ._requests import RequestHandle, check_text, final_answer_tool
 from ._routing import Router
 from ._runner import ToolRunner
 from ._status import PauseGate, Status
 from ._steering import VERBS
-from ._tools import Tool, ToolFailed, as_tool, render_result
-from ._turn import Turn
+from ._tools import Tool, render_result
+from ._turn import Turn, own_tools
 
-__all__ = ("LoopHandle", "Message", "Status", "ToolCallRecord", "current_loop", "forward_call", "start_loop")
-
-from ._context import current_loop  # noqa: E402 - re-exported
+__all__ = ("LoopHandle",)
 
 _ENDED = frozenset({Status.FINISHED, Status.STOPPED, Status.FAILED})
 _UNSET: Any = object()
@@ -119,7 +115,7 @@ class LoopHandle:
                 "start_loop needs a running event loop: call it inside `async def main(): ...` run by "
                 "asyncio.run(main()), or in a notebook cell (Jupyter runs one)"
             ) from None
-        tools = self._own_tools(cfg, _kind)
+        tools = own_tools(cfg, _kind, final_answer_tool(self) if cfg.multi else None)
         self.task = task
         self.model: Model = cfg.model
         self.id = _new_id()
@@ -182,12 +178,18 @@ class LoopHandle:
         self.runner = ToolRunner(self)
         self.router = Router(self)
         self.engine = Engine(self)
-        self._open_conversation(task, cfg, _context, share_context)
+        outer = render_conversation(self.parent.transcript, "outer") if share_context and self.parent else None
+        self.conversation.open(task, cfg.system, _context, outer, multi=cfg.multi)
+        if cfg.multi:
+            self.requests.append(RequestHandle(self, "r1", task))
 
         if self.parent is not None:
             self.parent.adopt_child(self, adopt_call)
         self.emit(
-            ev.LoopStarted, name=self.name, task=task, model=getattr(cfg.model, "name", type(cfg.model).__name__),
+            ev.LoopStarted,
+            name=self.name,
+            task=task,
+            model=getattr(cfg.model, "name", type(cfg.model).__name__),
             parent_id=self.parent.id if self.parent else None,
         )
         if cfg.multi:
@@ -195,53 +197,12 @@ class LoopHandle:
         self._task = self.event_loop.create_task(self.engine.run(), name=f"unity_nb:{self.name}")
         self._task.add_done_callback(self._on_task_done)
 
-    def _own_tools(self, cfg: LoopOptions, kind: str) -> dict[str, Tool]:
-        tools: dict[str, Tool] = {}
-        for t in map(as_tool, cfg.tools):
-            if kind != "actor" and t.ref_only:
-                raise UserError(
-                    f"tool {t.name!r} takes {', '.join(t.ref_only)} as an object no JSON can carry: offer it "
-                    "through the actor (unity_nb.act or unity_nb.Actor), which passes variables by reference"
-                )
-            if t.name in tools:
-                raise UserError(f"two tools are named {t.name!r}; tool names must be unique")
-            tools[t.name] = t
-        if cfg.multi:
-            if "final_answer" in tools:
-                raise UserError("a multi-request loop brings its own final_answer tool; rename yours")
-            tools["final_answer"] = self._final_answer_tool()
-        for n in cfg.first_step_tools:
-            if n not in tools:
-                raise UserError(f"first_step_tools names {n!r}, which is not among the tools: {sorted(tools)}")
-        return tools
-
-    def _open_conversation(self, task: str, cfg: LoopOptions, context: list[dict] | None, share: bool) -> None:
-        conv = self.conversation
-        if cfg.system:
-            conv.add({"role": "system", "content": cfg.system})
-            conv.record(Message("system", cfg.system, kind="system"))
-        if context:
-            conv.extend(context)
-        if share and self.parent is not None:
-            outer = render_conversation(self.parent.transcript, "outer")
-            note = (
-                "Context: the conversation of the loop that called you, for reference only. Its roles "
-                f"are prefixed outer_; your own conversation follows.\n{outer}"
-            )
-            conv.add({"role": "system", "content": note})
-            conv.record(Message("system", note, kind="context"))
-        if cfg.multi:
-            conv.add({"role": "system", "content": MULTI_NOTE})
-            self.requests.append(RequestHandle(self, "r1", task))
-            conv.add({"role": "user", "content": f"[request r1] {task}"})
-        else:
-            conv.add({"role": "user", "content": task})
-        conv.record(Message("user", task, kind="task"))
-
     def _on_task_done(self, task: asyncio.Task) -> None:
         # a task cancelled before its first step never enters run(): end the handle anyway
         if not self._ended.is_set():
-            self.end(Status.STOPPED, error=Stopped(self._stop_reason) if self._stop_reason else asyncio.CancelledError())
+            self.end(
+                Status.STOPPED, error=Stopped(self._stop_reason) if self._stop_reason else asyncio.CancelledError()
+            )
 
     # ------------------------------------------------------------------ reading
 
@@ -476,8 +437,10 @@ class LoopHandle:
     def end(self, status: Status, *, answer: str | None = None, error: BaseException | None = None) -> None:
         """Mark the loop ended (its task does, once)."""
         for r in self.open_requests():
-            r._end(status if status is not Status.FINISHED else Status.FAILED,
-                   error or UnityError(f"the loop ended before answering request {r.request_id}"))
+            r._end(
+                status if status is not Status.FINISHED else Status.FAILED,
+                error or UnityError(f"the loop ended before answering request {r.request_id}"),
+            )
         self._status = status
         self._answer = answer
         self._error = error
@@ -595,9 +558,17 @@ class LoopHandle:
         ask_tool = VERBS["ask"].child_tool
         tools = [ask_tool(c) for c in self.live_children()] if ask_tool is not None else []
         return LoopHandle(
-            question, model=options.pop("model", self.model), tools=tools, system=system,
-            name=f"ask-{self.name}", bus=self.bus, _kind="ask",
-            _lineage=self.lineage, _adopt=False, max_steps=options.pop("max_steps", 6), **options,
+            question,
+            model=options.pop("model", self.model),
+            tools=tools,
+            system=system,
+            name=f"ask-{self.name}",
+            bus=self.bus,
+            _kind="ask",
+            _lineage=self.lineage,
+            _adopt=False,
+            max_steps=options.pop("max_steps", 6),
+            **options,
         )
 
     def post(self, message: str, *, kind: str = "message") -> None:
@@ -657,33 +628,14 @@ class LoopHandle:
         self.require_live("stop a request of")
         req._end(Status.STOPPED, Stopped(reason))
         if not self.open_requests() and not self.config.persist:
-            self.conversation.record(Message(
-                "user", VERBS["stop"].entry(reason, req.request_id) or "", kind="steering"))
+            self.conversation.record(
+                Message("user", VERBS["stop"].entry(reason, req.request_id) or "", kind="steering")
+            )
             self.emit(ev.Steering, action="stop", message=reason, request_id=req.request_id)
             await self.stop(f"its last open request ({req.request_id}) was stopped: {reason}")
             return
         self.steer("stop", reason, req.request_id)
         self._nudge()
-
-    def _final_answer_tool(self) -> Tool:
-        loop = self
-
-        async def final_answer(request_id: str, answer: str) -> str:
-            """Complete the request `request_id` with `answer` (what the person who asked receives)."""
-            req = loop.find_request(request_id)
-            if req is None:
-                open_ids = [r.request_id for r in loop.open_requests()]
-                raise ToolFailed(f"error: there is no request {request_id!r}; open requests: {open_ids}")
-            if req.done():
-                raise ToolFailed(f"error: request {request_id} is already {req.status.value}; answer only open requests")
-            ok, text = await loop.engine.finalize(answer, req)
-            if not ok:
-                raise ToolFailed(f"error: request {request_id} is still open. {text}")
-            req._finish(text)
-            loop.conversation.record(Message("assistant", text, kind="answer", name=request_id))
-            return f"request {request_id} completed"
-
-        return as_tool(final_answer)
 
     # ------------------------------------------------------------------ clarifications, notifications
 
@@ -707,76 +659,6 @@ class LoopHandle:
         ]
 
     async def next_notification(self) -> dict:
-        """Wait for the next progress note from a tool here or in any descendant: ``{"call_id", "text", "loop", "tool"}``."""
+        """Wait for the next progress note from a tool here or in any descendant:
+        ``{"call_id", "text", "loop", "tool"}``."""
         return await self.router.inbox.notes.get()
-
-
-def _made_on_loop_thread(call: Any, task: str, options: dict[str, Any]) -> LoopHandle:
-    """``start_loop`` called in a sync tool's worker thread: make the loop on the calling loop's thread,
-    in the tool call's context (so it becomes the call's child), and wait for it."""
-    import concurrent.futures
-
-    done: concurrent.futures.Future[LoopHandle] = concurrent.futures.Future()
-
-    def make() -> None:
-        try:
-            done.set_result(LoopHandle(task, **options))
-        except BaseException as err:  # noqa: BLE001 - raised in the calling thread
-            done.set_exception(err)
-
-    call.loop.event_loop.call_soon_threadsafe(make, context=contextvars.copy_context())
-    return done.result()
-
-
-def start_loop(task: str, **options: Any) -> LoopHandle:
-    """Start a steerable tool loop on the running event loop and return its handle at once.
-
-    The options are :class:`LoopOptions`' fields. ``tools`` are plain functions (sync ones run in
-    a worker thread) with type hints and a docstring. The last of ``max_steps`` model calls offers
-    no tools, so an answer always comes. ``first_step_tools`` forces each of those tools on the first
-    step; ``tool_policy(step, tools) -> (mode, tools)`` chooses per step. Called inside a tool of
-    another loop (a sync tool's thread included), the new loop becomes that loop's child (steering
-    reaches it); ``parent_context`` says whether children of *this* loop see its conversation:
-    ``"always"``, ``"never"``, or ``"model"`` (each tool gets an ``include_parent_context`` flag).
-
-    Policies (see ``unity_nb.discovery_first``): ``tool_policy`` may also take the loop as a
-    third argument; ``dynamic_tools(loop)`` adds tools computed from state at each step;
-    ``time_awareness`` notes the wall-clock time after each batch of tool results;
-    ``prompt_cache`` adds caching hints (``True``/``"openai"``: a ``prompt_cache_key``;
-    ``"anthropic"``: ``cache_control`` breakpoints).
-
-    ``multi=True`` serves several requests in one context: the task is the first,
-    ``h.submit(text)`` adds more (each a :class:`RequestHandle`), the model completes each with
-    ``final_answer(request_id, answer)``; the loop ends when all are done (its result is
-    ``{request_id: answer}``), or with ``persist=True`` waits for more until stopped.
-    ``max_steps`` then counts from the latest request.
-
-    ``context_window`` (tokens) turns on compression: when the next request would exceed
-    ``compress_at`` of it (``count_tokens(messages)``, by default about four characters a
-    token), the model summarises all but the head and the last ``keep_last`` messages; the
-    transcript and events keep everything.
-
-    Around the final answer: ``evaluations`` (``fn(answer, loop)`` returning an
-    :class:`Evaluation`, ``True``/``None`` to pass, or feedback text to fail) send the model back
-    at most ``max_corrections`` times; ``postprocessors`` (``fn(answer, loop) -> str``) transform
-    it. A tool that returns ``unity_nb.handoff(handle)`` ends the loop with that handle as result.
-    ``tool_timeout`` bounds each tool call (its expiry is an error result the model reads).
-    """
-    private = sorted(k for k in options if k.startswith("_"))
-    if private:
-        raise UserError(f"start_loop takes no private options ({', '.join(private)})")
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        call = current_call()
-        if call is not None and not call.loop.event_loop.is_closed():
-            return _made_on_loop_thread(call, task, options)
-    return LoopHandle(task, **options)
-
-
-# start_loop's signature: the task, then LoopOptions' fields (one list, shown by help())
-start_loop.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-    [inspect.Parameter("task", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="str")]
-    + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in inspect.signature(LoopOptions).parameters.values()],
-    return_annotation="LoopHandle",
-)

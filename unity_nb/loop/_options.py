@@ -140,7 +140,9 @@ class LoopOptions:
         if any(not isinstance(n, str) for n in self.first_step_tools):
             raise UserError(f"first_step_tools takes tool names (strings), not {list(self.first_step_tools)!r}")
         if self.tool_policy is not None and not callable(self.tool_policy):
-            raise UserError(f"tool_policy takes a function policy(step, tools) -> (mode, tools), not {self.tool_policy!r}")
+            raise UserError(
+                f"tool_policy takes a function policy(step, tools) -> (mode, tools), not {self.tool_policy!r}"
+            )
         if self.parent_context not in ("always", "never", "model"):
             raise UserError(f"parent_context must be 'always', 'never' or 'model', not {self.parent_context!r}")
         if self.bus is not None and not isinstance(self.bus, ev.EventBus):
@@ -148,7 +150,9 @@ class LoopOptions:
         if self.options is None:
             object.__setattr__(self, "options", {})
         elif not isinstance(self.options, dict):
-            raise UserError(f"options takes a dict of provider options (e.g. {{'temperature': 0}}), not {self.options!r}")
+            raise UserError(
+                f"options takes a dict of provider options (e.g. {{'temperature': 0}}), not {self.options!r}"
+            )
         else:
             object.__setattr__(self, "options", dict(self.options))
         for flag in ("interrupt_on_interject", "multi", "persist", "time_awareness"):
@@ -164,7 +168,9 @@ class LoopOptions:
             raise UserError(f"compress_at is a fraction of the context window between 0.1 and 1, not {at!r}")
         if self.prompt_cache not in (False, True, "openai", "anthropic"):
             raise UserError(f"prompt_cache must be False, True ('openai') or 'anthropic', not {self.prompt_cache!r}")
-        object.__setattr__(self, "evaluations", _functions("evaluations", self.evaluations, "functions fn(answer, loop)"))
+        object.__setattr__(
+            self, "evaluations", _functions("evaluations", self.evaluations, "functions fn(answer, loop)")
+        )
         object.__setattr__(
             self, "postprocessors", _functions("postprocessors", self.postprocessors, "functions fn(answer, loop)")
         )
@@ -173,7 +179,10 @@ class LoopOptions:
                 raise UserError(f"{label} takes a function, not {fn!r}")
         timeout = self.tool_timeout
         if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout <= 0
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout)
+            or timeout <= 0
         ):
             raise UserError(f"tool_timeout takes a number of seconds above 0 (or None), not {timeout!r}")
 
@@ -183,7 +192,9 @@ class LoopOptions:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(options) - known)
         if unknown:
-            raise UserError(f"start_loop got unknown option(s) {', '.join(unknown)}; it takes: {', '.join(sorted(known))}")
+            raise UserError(
+                f"start_loop got unknown option(s) {', '.join(unknown)}; it takes: {', '.join(sorted(known))}"
+            )
         if "model" not in options:
             _check_model(None)
         return cls(**options)

@@ -22,7 +22,15 @@ if TYPE_CHECKING:
     from ._handle import LoopHandle
     from ._tools import Tool
 
-__all__ = ("discovery_first", "estimate_tokens", "split_for_compression", "render_for_summary", "time_note", "SUMMARY_PROMPT", "SUMMARY_TAG")
+__all__ = (
+    "discovery_first",
+    "estimate_tokens",
+    "split_for_compression",
+    "render_for_summary",
+    "time_note",
+    "SUMMARY_PROMPT",
+    "SUMMARY_TAG",
+)
 
 SUMMARY_TAG = "[summary of the earlier conversation, compressed to save context]"
 SUMMARY_PROMPT = (

@@ -14,13 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
 from .._errors import HandleStateError, Stopped, UserError
+from ._records import Message
 from ._routing import Inbox
 from ._status import Status
+from ._tools import Tool, ToolFailed, as_tool
 
 if TYPE_CHECKING:
     from ._handle import LoopHandle
 
-__all__ = ("RequestHandle",)
+__all__ = ("RequestHandle", "final_answer_tool")
 
 MULTI_NOTE = (
     "You serve several requests in this one conversation. Each arrives as '[request <id>] <text>', and "
@@ -113,11 +115,33 @@ class RequestHandle:
         self._error = error
         self._done.set()
         reason = error.reason if isinstance(error, Stopped) else (str(error) if error else None)
-        self.loop.emit(ev.RequestFinished, request_id=self.request_id, status=status.value, answer=self._answer,
-                       reason=reason)
+        self.loop.emit(
+            ev.RequestFinished, request_id=self.request_id, status=status.value, answer=self._answer, reason=reason
+        )
 
 
 def check_text(text: Any) -> str:
     if not isinstance(text, str) or not text.strip():
         raise UserError("submit needs a request: a non-empty string")
     return text
+
+
+def final_answer_tool(loop: LoopHandle) -> Tool:
+    """The tool through which a multi-request loop's model completes one request."""
+
+    async def final_answer(request_id: str, answer: str) -> str:
+        """Complete the request `request_id` with `answer` (what the person who asked receives)."""
+        req = loop.find_request(request_id)
+        if req is None:
+            open_ids = [r.request_id for r in loop.open_requests()]
+            raise ToolFailed(f"error: there is no request {request_id!r}; open requests: {open_ids}")
+        if req.done():
+            raise ToolFailed(f"error: request {request_id} is already {req.status.value}; answer only open requests")
+        ok, text = await loop.engine.finalize(answer, req)
+        if not ok:
+            raise ToolFailed(f"error: request {request_id} is still open. {text}")
+        req._finish(text)
+        loop.conversation.record(Message("assistant", text, kind="answer", name=request_id))
+        return f"request {request_id} completed"
+
+    return as_tool(final_answer)

@@ -141,8 +141,11 @@ class Router:
         self.questions[call_id] = (question, fut)
         h.conversation.record(Message("assistant", question, kind="clarification", tool_call_id=call_id))
         item = {
-            "call_id": call_id, "question": question, "loop": h.name,
-            "tool": h.conversation.tool_name(call_id), "handle": h,
+            "call_id": call_id,
+            "question": question,
+            "loop": h.name,
+            "tool": h.conversation.tool_name(call_id),
+            "handle": h,
         }
         if request_id is not None:
             item["request_id"] = request_id

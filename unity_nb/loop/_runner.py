@@ -24,8 +24,8 @@ from .._errors import Stopped, UserError
 from .._output import tool_output
 from .._secrets import SECRET_REF, get_secret, scrub
 from ._answers import HandOff, Reference, ToolResult
-from ._policies import time_note
 from ._context import CallInfo, enter_call, leave_call, resolve_tool_value
+from ._policies import time_note
 from ._records import Message, ToolCallRecord
 from ._tools import Tool, ToolContext, ToolFailed, render_result
 
@@ -193,7 +193,10 @@ class ToolRunner:
         except TimeoutError:
             if rec.child is not None and not rec.child.done():
                 await rec.child.stop(f"the tool {rec.name} ran out of time")
-            result, error = f"error: {rec.name} did not finish within its timeout of {timeout:g} s and was stopped", True
+            result, error = (
+                f"error: {rec.name} did not finish within its timeout of {timeout:g} s and was stopped",
+                True,
+            )
         except Stopped as err:
             result, error = f"error: the sub-operation was stopped ({err.reason})", True
         except ToolFailed as err:
@@ -237,8 +240,12 @@ class ToolRunner:
                 raise TypeError(f"ToolResult.references holds Reference objects, not {type(ref).__name__}")
             # a copy: a tool may return the same object again (a fixed corpus), which must not renumber this one
             ref = dataclasses.replace(
-                ref, title=scrub(ref.title), text=scrub(ref.text), url=scrub(ref.url),
-                number=len(h.all_references) + 1, tool=rec.name,
+                ref,
+                title=scrub(ref.title),
+                text=scrub(ref.text),
+                url=scrub(ref.url),
+                number=len(h.all_references) + 1,
+                tool=rec.name,
             )
             h.all_references.append(ref)
             body = ref.text if len(ref.text) <= 2000 else ref.text[:2000] + " ..."

@@ -61,15 +61,21 @@ def _interject_tool(child: LoopHandle) -> Tool:
         await child.interject(message)
         return f"delivered to {child.name}"
 
-    return _tool(child, "interject", fn,
-                 f"Send a message to the running sub-operation {child.name!r} (its task: {child.task[:200]!r}).")
+    return _tool(
+        child,
+        "interject",
+        fn,
+        f"Send a message to the running sub-operation {child.name!r} (its task: {child.task[:200]!r}).",
+    )
 
 
 def _ask_tool(child: LoopHandle) -> Tool:
     async def fn(question: str) -> str:
         return str(await (await child.ask(question)).result())
 
-    return _tool(child, "ask", fn, f"Ask the running sub-operation {child.name!r} about its progress; returns its answer.")
+    return _tool(
+        child, "ask", fn, f"Ask the running sub-operation {child.name!r} about its progress; returns its answer."
+    )
 
 
 def _stop_tool(child: LoopHandle) -> Tool:
@@ -99,24 +105,37 @@ VERBS: dict[str, Verb] = {
     v.name: v
     for v in (
         Verb(
-            "interject", entry=lambda m, _r: m, kind="interjection",
-            note=lambda m, r: f"[interjection from the user{_about(r)}] {m}", child_tool=_interject_tool,
+            "interject",
+            entry=lambda m, _r: m,
+            kind="interjection",
+            note=lambda m, r: f"[interjection from the user{_about(r)}] {m}",
+            child_tool=_interject_tool,
         ),
         Verb("ask", entry=lambda m, _r: f"[asked by the user] {m}", child_tool=_ask_tool),
         Verb(
-            "pause", entry=lambda _m, _r: "[paused by the user]", note=lambda _m, _r: "[paused by the user]",
-            reaches_children=True, child_tool=_plain_tool("pause"),
+            "pause",
+            entry=lambda _m, _r: "[paused by the user]",
+            note=lambda _m, _r: "[paused by the user]",
+            reaches_children=True,
+            child_tool=_plain_tool("pause"),
         ),
         Verb(
-            "resume", entry=lambda _m, _r: "[resumed by the user]", note=lambda _m, _r: "[resumed by the user]",
-            reaches_children=True, child_tool=_plain_tool("resume"),
+            "resume",
+            entry=lambda _m, _r: "[resumed by the user]",
+            note=lambda _m, _r: "[resumed by the user]",
+            reaches_children=True,
+            child_tool=_plain_tool("resume"),
         ),
         Verb(
             "stop",
-            entry=lambda m, r: (f"[request {r} stopped by the user: {m}]" if r
-                                else f"[stopped by the user{': ' + m if m else ''}]"),
-            note=lambda m, r: f"[request {r} was stopped by the user ({m}): do not work on it any further]" if r else None,
-            reaches_children=True, child_tool=_stop_tool,
+            entry=lambda m, r: (
+                f"[request {r} stopped by the user: {m}]" if r else f"[stopped by the user{': ' + m if m else ''}]"
+            ),
+            note=lambda m, r: (
+                f"[request {r} was stopped by the user ({m}): do not work on it any further]" if r else None
+            ),
+            reaches_children=True,
+            child_tool=_stop_tool,
         ),
     )
 }

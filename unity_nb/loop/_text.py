@@ -34,7 +34,18 @@ class TextBuffer:
     the last ``limit - limit // 2`` are kept, with :func:`cut_line` saying how many were cut.
     """
 
-    __slots__ = ("_head", "_head_len", "_head_max", "_sealed", "_tail", "_tail_len", "_tail_max", "_text", "_total", "limit")
+    __slots__ = (
+        "_head",
+        "_head_len",
+        "_head_max",
+        "_sealed",
+        "_tail",
+        "_tail_len",
+        "_tail_max",
+        "_text",
+        "_total",
+        "limit",
+    )
 
     def __init__(self, text: str = "", limit: int | None = None) -> None:
         self.limit = limit
@@ -70,7 +81,7 @@ class TextBuffer:
         return text if self._sealed else head
 
     def _trim_tail(self) -> str:
-        tail = "".join(self._tail)[-self._tail_max:] if self._tail_max else ""
+        tail = "".join(self._tail)[-self._tail_max :] if self._tail_max else ""
         self._tail = [tail] if tail else []
         self._tail_len = len(tail)
         return tail
@@ -104,7 +115,7 @@ class TextBuffer:
         if self._sealed:
             return ""
         self._sealed = True
-        return self.text[self._head_len:] if self._tail else ""
+        return self.text[self._head_len :] if self._tail else ""
 
 
 class PrintedOutput:

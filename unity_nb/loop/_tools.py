@@ -41,7 +41,9 @@ class ToolContext:
 
     __slots__ = ("call_id", "handle", "record", "request_id", "tool_name")
 
-    def __init__(self, handle: LoopHandle, call_id: str, tool_name: str, record: Any = None, request_id: str | None = None) -> None:
+    def __init__(
+        self, handle: LoopHandle, call_id: str, tool_name: str, record: Any = None, request_id: str | None = None
+    ) -> None:
         self.handle = handle
         self.call_id = call_id
         self.tool_name = tool_name
@@ -138,9 +140,7 @@ def _build(obj: Callable[..., Any], name: str | None) -> Tool:
     fn = obj
     tool_name = name or getattr(fn, "__name__", None) or type(fn).__name__
     if not _NAME.match(tool_name):
-        raise ToolDefinitionError(
-            f"tool name {tool_name!r} is not allowed: use 1-64 letters, digits, '_' or '-'"
-        )
+        raise ToolDefinitionError(f"tool name {tool_name!r} is not allowed: use 1-64 letters, digits, '_' or '-'")
     try:
         hints = typing.get_type_hints(fn)
     except Exception as err:
@@ -185,7 +185,7 @@ def _build(obj: Callable[..., Any], name: str | None) -> Tool:
         fn=fn,
         params=params,
         ctx_param=ctx_param,
-        is_async=inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)),
+        is_async=inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)),  # noqa: B004
         ref_only=tuple(ref_only),
         json_params=json_params,
     )

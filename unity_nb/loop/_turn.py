@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .. import events as ev
 from .._errors import UserError
@@ -19,10 +19,33 @@ from ._tools import Tool, as_tool
 
 if TYPE_CHECKING:
     from ._handle import LoopHandle
+    from ._options import LoopOptions
 
-__all__ = ("Turn",)
+__all__ = ("Turn", "own_tools")
 
 Offer = tuple[list[Tool], "str | dict"]
+
+
+def own_tools(cfg: LoopOptions, kind: str, final_answer: Tool | None) -> dict[str, Tool]:
+    """A loop's own tools by name, checked (``final_answer``: a multi-request loop's)."""
+    tools: dict[str, Tool] = {}
+    for t in map(as_tool, cfg.tools):
+        if kind != "actor" and t.ref_only:
+            raise UserError(
+                f"tool {t.name!r} takes {', '.join(t.ref_only)} as an object no JSON can carry: offer it "
+                "through the actor (unity_nb.act or unity_nb.Actor), which passes variables by reference"
+            )
+        if t.name in tools:
+            raise UserError(f"two tools are named {t.name!r}; tool names must be unique")
+        tools[t.name] = t
+    if final_answer is not None:
+        if "final_answer" in tools:
+            raise UserError("a multi-request loop brings its own final_answer tool; rename yours")
+        tools["final_answer"] = final_answer
+    for n in cfg.first_step_tools:
+        if n not in tools:
+            raise UserError(f"first_step_tools names {n!r}, which is not among the tools: {sorted(tools)}")
+    return tools
 
 
 class _Sink:
@@ -132,8 +155,12 @@ class Turn:
             root = self.owner
             while root.parent is not None:
                 root = root.parent
-            return ModelRequest(request.messages, request.tools, request.tool_choice,
-                                {**request.options, "prompt_cache_key": f"unity_nb-{root.id}"})
+            return ModelRequest(
+                request.messages,
+                request.tools,
+                request.tool_choice,
+                {**request.options, "prompt_cache_key": f"unity_nb-{root.id}"},
+            )
         messages = list(request.messages)
         marks = [i for i, m in enumerate(messages) if m.get("role") == "system"][:1]
         if messages and messages[-1].get("role") in ("user", "system") and len(messages) - 1 not in marks:
@@ -166,8 +193,10 @@ class Turn:
 
     def _flush_streaming(self) -> None:
         """The model call ended: publish what the scrubbers held back (an unfinished start of a value)."""
-        for scrubber, buffer, thinking in ((self._text_scrub, self.text, False),
-                                           (self._thinking_scrub, self.thinking, True)):
+        for scrubber, buffer, thinking in (
+            (self._text_scrub, self.text, False),
+            (self._thinking_scrub, self.thinking, True),
+        ):
             text = scrubber.flush()
             if text:
                 buffer.append(text)
@@ -186,19 +215,28 @@ class Turn:
             self._interrupted = True
             task.cancel()
 
-    async def call(self, messages: list[dict], tools: Sequence[Tool], choice: str | dict,
-                   last_user: str | None = None) -> Reply | None:
+    async def call(
+        self, messages: list[dict], tools: Sequence[Tool], choice: str | dict, last_user: str | None = None
+    ) -> Reply | None:
         """One model call; ``None`` when an interjection interrupted it (the caller re-issues)."""
         h = self.owner
         h.steps += 1
         step = h.steps
-        request = ModelRequest(messages=messages, tools=self.schemas(tools),
-                               tool_choice=choice if tools else "none", options=h.config.options)
+        request = ModelRequest(
+            messages=messages,
+            tools=self.schemas(tools),
+            tool_choice=choice if tools else "none",
+            options=h.config.options,
+        )
         if h.config.prompt_cache:
             request = self.cache_hints(request)
         h.emit(
-            ev.ModelRequested, step=step, messages=len(messages), tools=tuple(t.name for t in tools),
-            tool_choice=choice if isinstance(choice, str) else "function", last_user=last_user,
+            ev.ModelRequested,
+            step=step,
+            messages=len(messages),
+            tools=tuple(t.name for t in tools),
+            tool_choice=choice if isinstance(choice, str) else "function",
+            last_user=last_user,
         )
         self.reset_streaming()
         self._interrupted = False
@@ -223,10 +261,14 @@ class Turn:
         for c in reply.tool_calls:  # a value the model wrote is shown as its reference (the tool gets the value)
             c.arguments = scrub(c.arguments)
         h.emit(
-            ev.ModelResponse, step=step, content=reply.content,
+            ev.ModelResponse,
+            step=step,
+            content=reply.content,
             tool_calls=tuple({"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls),
-            input_tokens=reply.usage.input_tokens, output_tokens=reply.usage.output_tokens,
-            thinking=reply.thinking, refusal=reply.refusal,
+            input_tokens=reply.usage.input_tokens,
+            output_tokens=reply.usage.output_tokens,
+            thinking=reply.thinking,
+            refusal=reply.refusal,
         )
         if reply.refusal and not reply.content:  # a refusal is what the model said: shown and kept as such
             reply.content = f"[refused] {reply.refusal}"
@@ -270,9 +312,13 @@ class Turn:
         if self._summary_failed_at == self.count:
             return
         request = ModelRequest(
-            messages=[{"role": "system", "content": SUMMARY_PROMPT},
-                      {"role": "user", "content": render_for_summary(middle)}],
-            tools=[], tool_choice="none", options=cfg.options,
+            messages=[
+                {"role": "system", "content": SUMMARY_PROMPT},
+                {"role": "user", "content": render_for_summary(middle)},
+            ],
+            tools=[],
+            tool_choice="none",
+            options=cfg.options,
         )
         try:
             reply = await h.model.complete(request, None)
@@ -287,12 +333,19 @@ class Turn:
         h.conversation.replace([*head, summary, *tail])
         h.compressions += 1
         after = count(h.conversation.wire)
-        h.conversation.record(Message(
-            "system",
-            f"[context compressed: {len(middle)} earlier messages summarised for the model; the transcript keeps them]",
-            kind="compression",
-        ))
+        h.conversation.record(
+            Message(
+                "system",
+                f"[context compressed: {len(middle)} earlier messages summarised for the model; "
+                "the transcript keeps them]",
+                kind="compression",
+            )
+        )
         h.emit(
-            ev.ContextCompressed, messages_before=len(head) + len(middle) + len(tail),
-            messages_after=len(h.conversation.wire), tokens_before=before, tokens_after=after, summarised=len(middle),
+            ev.ContextCompressed,
+            messages_before=len(head) + len(middle) + len(tail),
+            messages_after=len(h.conversation.wire),
+            tokens_before=before,
+            tokens_after=after,
+            summarised=len(middle),
         )

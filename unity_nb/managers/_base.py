@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 
 from .. import events as ev
 from .._errors import UserError
-from ..loop._handle import LoopHandle, current_loop, start_loop
-from ..loop._tools import Tool
+from ..loop import LoopHandle, current_loop, start_loop
+from ..loop import Tool
 from ..models import default_model
 
 __all__ = ("Manager",)

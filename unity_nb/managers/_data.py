@@ -8,7 +8,7 @@ from typing import Any
 from .. import events as ev
 from ..actor._describe import describe_namespace, describe_value, fingerprint, user_variables
 from ..actor._executor import Executor
-from ..loop._handle import LoopHandle
+from ..loop import LoopHandle
 from ._base import Manager
 from ._util import clip, fail
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from .. import events as ev
 from .._errors import UserError
-from ..loop._handle import LoopHandle
-from ..loop._tools import Tool
+from ..loop import LoopHandle
+from ..loop import Tool
 from ._base import Manager
 from ._util import clip, fail, words_score
 

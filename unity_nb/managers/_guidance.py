@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import events as ev
 from .._errors import UserError
-from ..loop._handle import LoopHandle
+from ..loop import LoopHandle
 from ._base import Manager
 from ._util import clip, fail, other, words_score
 

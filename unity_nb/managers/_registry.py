@@ -17,7 +17,7 @@ from typing import Any
 
 from .._errors import UserError
 from ..actor._primitives import signature_text
-from ..loop._tools import Tool, as_tool
+from ..loop import Tool, as_tool
 
 __all__ = ("ManagerSpec", "Registry")
 
@@ -149,7 +149,7 @@ class Registry:
         """An :class:`~unity_nb.Actor` whose plans reach every manager; with ``discovery_first``
         only ``functions_search`` and ``guidance_search`` are offered until both were called."""
         from ..actor import Actor
-        from ..loop._policies import discovery_first as policy
+        from ..loop import discovery_first as policy
 
         actor = Actor(model, primitives=self.primitives(), instructions=self.prompt(), **options)
         if discovery_first:
@@ -165,7 +165,7 @@ class Registry:
 def _method_tool(alias: str, name: str, method: Callable[..., Any]) -> Tool:
     @functools.wraps(method)
     async def call(*args: Any, **kwargs: Any) -> Any:
-        from ..loop._handle import LoopHandle
+        from ..loop import LoopHandle
 
         value = method(*args, **kwargs)
         if inspect.isawaitable(value) and not isinstance(value, LoopHandle):

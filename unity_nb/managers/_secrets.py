@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._secrets import forget_secret, secret_names, set_secret
-from ..loop._handle import LoopHandle
+from ..loop import LoopHandle
 from ._base import Manager
 
 __all__ = ("SecretsManager",)

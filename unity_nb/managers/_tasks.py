@@ -31,7 +31,7 @@ from typing import Any
 
 from .. import events as ev
 from .._errors import HandleStateError, UserError
-from ..loop._handle import LoopHandle
+from ..loop import LoopHandle
 from ._base import Manager
 
 __all__ = ("Task", "TasksManager", "repair_history")

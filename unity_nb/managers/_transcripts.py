@@ -8,7 +8,7 @@ from typing import Any
 
 from .. import events as ev
 from .._errors import UserError
-from ..loop._handle import LoopHandle, current_loop
+from ..loop import LoopHandle, current_loop
 from ._base import Manager
 from ._util import clip, fail, render_transcript, when
 

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ..loop._tools import ToolFailed
+from ..loop import ToolFailed
 
 __all__ = ("clip", "fail", "other", "words_score", "render_transcript", "when", "segment_name")
 
