@@ -7,6 +7,7 @@ through which the tool can ask the person a question or report progress.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import re
@@ -76,6 +77,8 @@ class Tool:
     can fill them, so only the actor can offer this tool."""
     json_params: type[pydantic.BaseModel] | None = None
     """``params`` without the ``ref_only`` fields (what the JSON schema describes)."""
+    timeout: float | None = None
+    """Seconds a call may run before it fails with an error the model reads (``None``: the loop's ``tool_timeout``)."""
     _params_schema: dict | None = None
 
     @property
@@ -113,11 +116,17 @@ class Tool:
 _CACHE: weakref.WeakKeyDictionary[Callable[..., Any], dict[str | None, Tool]] = weakref.WeakKeyDictionary()
 
 
-def as_tool(obj: Callable[..., Any] | Tool, *, name: str | None = None) -> Tool:
+def as_tool(obj: Callable[..., Any] | Tool, *, name: str | None = None, timeout: float | None = None) -> Tool:
     """Make a :class:`Tool` of a function (sync or async, with type hints and a docstring).
 
-    The result is cached per function: building a schema with pydantic costs milliseconds.
+    ``timeout`` (seconds) bounds each call: past it the call fails with an error the model reads
+    (a sync tool's thread is interrupted). The result is cached per function: building a schema
+    with pydantic costs milliseconds.
     """
+    if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < float("inf"):
+            raise ToolDefinitionError(f"a tool's timeout is a number of seconds above 0, not {timeout!r}")
+        return dataclasses.replace(as_tool(obj, name=name), timeout=float(timeout))
     if isinstance(obj, Tool):
         return obj
     try:
