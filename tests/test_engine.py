@@ -200,7 +200,7 @@ async def test_bad_options_are_refused_at_start_naming_the_option(option, value)
 
 
 async def test_an_unknown_option_is_refused_with_the_known_ones():
-    with pytest.raises(u.UserError, match="unknown option.*max_step.*max_steps"):
+    with pytest.raises(u.UserError, match=r"unknown option.*max_step.*max_steps"):
         u.start_loop("x", model=u.ScriptedModel(["x"]), max_step=3)
 
 

@@ -112,7 +112,8 @@ class Actor:
         if namespace is None:
             namespace = self.shell.user_ns if self.shell is not None else {}
         self.namespace = namespace
-        self.hidden = getattr(self.shell, "user_ns_hidden", None) if self.shell is not None and namespace is self.shell.user_ns else None
+        in_shell = self.shell is not None and namespace is self.shell.user_ns
+        self.hidden = getattr(self.shell, "user_ns_hidden", None) if in_shell else None
         self.primitives = Primitives(primitives)
         self._tools = None if tools is None else [as_tool(t) for t in tools]
         self.approval = approval
@@ -141,7 +142,9 @@ class Actor:
 
 def act(task: str, **options: Any) -> ActorHandle:
     """``unity_nb.act(task, model=..., ...)``: an :class:`Actor` with ``options``, started on ``task``."""
-    actor_keys = {"namespace", "primitives", "tools", "approval", "code_timeout", "references", "system", "instructions"}
+    actor_keys = {
+        "namespace", "primitives", "tools", "approval", "code_timeout", "references", "system", "instructions",
+    }
     actor_opts = {k: options.pop(k) for k in list(options) if k in actor_keys}
     return Actor(options.pop("model", None), **actor_opts).act(task, **options)
 
@@ -337,7 +340,8 @@ class ActorHandle(LoopHandle):
         return [
             {"call_id": cid, "code": a["code"], "intent": a["intent"], "loop": h.name, "loop_id": h.id}
             for h in self.walk()
-            for cid, a in getattr(h, "_approvals", {}).items()
+            if isinstance(h, ActorHandle)
+            for cid, a in h._approvals.items()
         ]
 
     async def _wait_for_approval(self, call_id: str, code: str, intent: str) -> tuple[bool, str | None]:
@@ -351,25 +355,28 @@ class ActorHandle(LoopHandle):
         finally:
             self._approvals.pop(call_id, None)
         word = "approved" if run else "skipped"
-        self.conversation.record(Message("user", f"[plan {word} by the user{': ' + reason if reason else ''}]", kind="steering"))
+        why = f": {reason}" if reason else ""
+        self.conversation.record(Message("user", f"[plan {word} by the user{why}]", kind="steering"))
         self.emit(ev.ApprovalDecided, call_id=call_id, approved=run, reason=reason)
         return run, reason
 
     def _decide(self, call_id: str | None, run: bool, reason: str | None) -> None:
         self.require_live("approve" if run else "skip")
-        pending = [(h, cid) for h in self.walk() for cid in getattr(h, "_approvals", {})]
+        pending = [(h, cid) for h in self.walk() if isinstance(h, ActorHandle) for cid in h._approvals]
         if call_id is None:
             if len(pending) != 1:
                 raise UserError(
                     "no plan is waiting for approval" if not pending else
                     f"{len(pending)} plans wait for approval; name one: {[cid for _h, cid in pending]}"
                 )
-            h, call_id = pending[0]
+            owner, call_id = pending[0]
         else:
-            h = next((h for h, cid in pending if cid == call_id), None)
-            if h is None:
-                raise UserError(f"no plan with call_id {call_id!r} waits for approval; waiting: {[c for _h, c in pending] or 'none'}")
-        fut = h._approvals[call_id]["future"]
+            found = next((h for h, cid in pending if cid == call_id), None)
+            if found is None:
+                waiting = [c for _h, c in pending] or "none"
+                raise UserError(f"no plan with call_id {call_id!r} waits for approval; waiting: {waiting}")
+            owner = found
+        fut = owner._approvals[call_id]["future"]
         if not fut.done():
             fut.set_result((run, reason))
 

@@ -10,7 +10,7 @@ a tool there anyway is told so and asked once more.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .. import events as ev
 from .._errors import Stopped, UnityError
@@ -123,7 +123,8 @@ class Engine:
                 h.think(reply.content or reply.thinking, [c.name for c in reply.tool_calls])
             if final:
                 # corrections are counted per answer owner: in a multi-request loop, the request it completes
-                owner: Any = (h.open_requests() or [self])[0] if h.multi else self
+                open_now = h.open_requests()
+                owner: Engine | RequestHandle = open_now[0] if h.multi and open_now else self
                 heard = conv.heard
                 ok, text = await self.finalize(reply.content or "", owner)
                 if not ok:  # an evaluation sent the model back with its feedback

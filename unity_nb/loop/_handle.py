@@ -129,7 +129,7 @@ class LoopHandle:
         if self.parent is None and call is not None and _adopt:
             self.parent, adopt_call, share_context = call.loop, call.call_id, call.share_context
         # a child publishes where its parent does
-        self.bus = cfg.bus or (self.parent.bus if self.parent is not None else ev.default_bus())
+        self.bus: ev.EventBus = cfg.bus or (self.parent.bus if self.parent is not None else ev.default_bus())
         base = _lineage if _lineage is not None else (self.parent.lineage if self.parent else ())
         self.lineage: tuple[str, ...] = (*base, f"{self.name}({self.id})")
 

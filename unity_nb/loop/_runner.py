@@ -184,7 +184,10 @@ class ToolRunner:
             kwargs[tool.ctx_param] = ToolContext(h, rec.id, rec.name, rec, request_id)
         timeout = getattr(tool, "timeout", None) or h.config.tool_timeout
         token = enter_call(CallInfo(h, rec.id, share))
-        out_token = tool_output.set(lambda text, _stream="stdout": self.printed(rec, text))
+        def write(text: str, _stream: str = "stdout") -> None:
+            self.printed(rec, text)
+
+        out_token = tool_output.set(write)
         try:
             async with asyncio.timeout(timeout):
                 result, error = await self._call(rec, tool, kwargs), False
