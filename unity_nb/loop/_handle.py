@@ -35,11 +35,11 @@ from ._conversation import Conversation
 from ._engine import Engine
 from ._options import LoopOptions
 from ._records import Message, ToolCallRecord, render_conversation
-from ._requests import RequestHandle, check_text, final_answer_tool
+from ._requests import RequestHandle, final_answer_tool, stop_request, submit_request
 from ._routing import Router
 from ._runner import ToolRunner
 from ._status import PauseGate, Status
-from ._steering import VERBS
+from ._steering import VERBS, inspection_prompt
 from ._tools import Tool, render_result
 from ._turn import Turn, own_tools
 
@@ -543,32 +543,14 @@ class LoopHandle:
         """:meth:`ask` without the ``await``: start the inspection loop and return its handle."""
         if not isinstance(question, str) or not question.strip():
             raise UserError("ask needs a non-empty question")
-        snapshot = render_conversation(list(self.transcript), "inner")
-        if self.streaming_text:
-            snapshot += f"\ninner_assistant (still streaming): {self.streaming_text}"
+        snapshot = inspection_prompt(self)
         self.steer("ask", question)
-        system = (
-            f"You are inspecting another, running conversation (the loop {self.name!r}, status "
-            f"{self.status.value}, {self.steps} model calls, {self.tool_calls} tool calls so far). "
-            "Its messages are below with roles prefixed inner_. Answer the user's question about it "
-            "concisely and truthfully; you cannot change it."
-            + (" Use the ask_* tools to question its running sub-operations." if self.live_children() else "")
-            + f"\n\n{snapshot}"
-        )
         ask_tool = VERBS["ask"].child_tool
         tools = [ask_tool(c) for c in self.live_children()] if ask_tool is not None else []
+        model, max_steps = options.pop("model", self.model), options.pop("max_steps", 6)
         return LoopHandle(
-            question,
-            model=options.pop("model", self.model),
-            tools=tools,
-            system=system,
-            name=f"ask-{self.name}",
-            bus=self.bus,
-            _kind="ask",
-            _lineage=self.lineage,
-            _adopt=False,
-            max_steps=options.pop("max_steps", 6),
-            **options,
+            question, model=model, tools=tools, system=snapshot, name=f"ask-{self.name}", bus=self.bus,
+            _kind="ask", _lineage=self.lineage, _adopt=False, max_steps=max_steps, **options,
         )
 
     def post(self, message: str, *, kind: str = "message") -> None:
@@ -588,18 +570,7 @@ class LoopHandle:
     def submit(self, text: str) -> RequestHandle:
         """Add a request to a multi-request loop (``start_loop(..., multi=True)``); it shares the
         loop's context and gets a handle of its own."""
-        if not self.multi:
-            raise UserError(f"{self.name!r} serves one request; start it with multi=True to submit more")
-        self.require_live("submit to")
-        check_text(text)
-        req = RequestHandle(self, f"r{len(self.requests) + 1}", text)
-        self.requests.append(req)
-        self.conversation.record(Message("user", text, kind="request", name=req.request_id))
-        self.conversation.note(f"[request {req.request_id}] {text}")
-        self.turn.budget_start = self.turn.count
-        self.emit(ev.RequestSubmitted, request_id=req.request_id, text=text)
-        self._nudge()
-        return req
+        return submit_request(self, text)
 
     def open_requests(self) -> list[RequestHandle]:
         return [r for r in self.requests if not r.done()]
@@ -625,17 +596,7 @@ class LoopHandle:
             self._idle = False
 
     async def stop_request(self, req: RequestHandle, reason: str) -> None:
-        self.require_live("stop a request of")
-        req._end(Status.STOPPED, Stopped(reason))
-        if not self.open_requests() and not self.config.persist:
-            self.conversation.record(
-                Message("user", VERBS["stop"].entry(reason, req.request_id) or "", kind="steering")
-            )
-            self.emit(ev.Steering, action="stop", message=reason, request_id=req.request_id)
-            await self.stop(f"its last open request ({req.request_id}) was stopped: {reason}")
-            return
-        self.steer("stop", reason, req.request_id)
-        self._nudge()
+        await stop_request(self, req, reason)
 
     # ------------------------------------------------------------------ clarifications, notifications
 

@@ -17,12 +17,13 @@ from .._errors import HandleStateError, Stopped, UserError
 from ._records import Message
 from ._routing import Inbox
 from ._status import Status
+from ._steering import steering_entry
 from ._tools import Tool, ToolFailed, as_tool
 
 if TYPE_CHECKING:
     from ._handle import LoopHandle
 
-__all__ = ("RequestHandle", "final_answer_tool")
+__all__ = ("RequestHandle", "final_answer_tool", "stop_request", "submit_request")
 
 MULTI_NOTE = (
     "You serve several requests in this one conversation. Each arrives as '[request <id>] <text>', and "
@@ -145,3 +146,33 @@ def final_answer_tool(loop: LoopHandle) -> Tool:
         return f"request {request_id} completed"
 
     return as_tool(final_answer)
+
+
+def submit_request(loop: LoopHandle, text: str) -> RequestHandle:
+    """A new request of ``loop`` (``h.submit(text)``): recorded, noted for the model, budgeted afresh."""
+    if not loop.multi:
+        raise UserError(f"{loop.name!r} serves one request; start it with multi=True to submit more")
+    loop.require_live("submit to")
+    check_text(text)
+    req = RequestHandle(loop, f"r{len(loop.requests) + 1}", text)
+    loop.requests.append(req)
+    loop.conversation.record(Message("user", text, kind="request", name=req.request_id))
+    loop.conversation.note(f"[request {req.request_id}] {text}")
+    loop.turn.budget_start = loop.turn.count
+    loop.emit(ev.RequestSubmitted, request_id=req.request_id, text=text)
+    loop._nudge()
+    return req
+
+
+async def stop_request(loop: LoopHandle, req: RequestHandle, reason: str) -> None:
+    """Stop one request; the model is told, and the last open request of a loop that does not persist stops it."""
+    loop.require_live("stop a request of")
+    req._end(Status.STOPPED, Stopped(reason))
+    if not loop.open_requests() and not loop.config.persist:
+        text, kind = steering_entry("stop", reason, req.request_id)
+        loop.conversation.record(Message("user", text, kind=kind))
+        loop.emit(ev.Steering, action="stop", message=reason, request_id=req.request_id)
+        await loop.stop(f"its last open request ({req.request_id}) was stopped: {reason}")
+        return
+    loop.steer("stop", reason, req.request_id)
+    loop._nudge()

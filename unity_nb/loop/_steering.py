@@ -17,12 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from ._records import render_conversation
 from ._tools import Tool, as_tool
 
 if TYPE_CHECKING:
     from ._handle import LoopHandle
 
-__all__ = ("VERBS", "Verb", "child_tools", "steering_entry")
+__all__ = ("VERBS", "Verb", "child_tools", "inspection_prompt", "steering_entry")
 
 Text = Callable[[str | None, str | None], str | None]
 """``(message, request_id) -> text``."""
@@ -152,3 +153,18 @@ def steering_entry(action: str, message: str | None, request_id: str | None = No
 def child_tools(child: LoopHandle) -> list[Tool]:
     """The tools through which a parent's model steers the running ``child``, one per verb."""
     return [v.child_tool(child) for v in VERBS.values() if v.child_tool is not None]
+
+
+def inspection_prompt(handle: LoopHandle) -> str:
+    """The system prompt of a loop answering a question about ``handle`` (``ask``): a snapshot of its
+    transcript, roles rewritten (``inner_user``, ...) so the inspecting model tells it from its own."""
+    snapshot = render_conversation(list(handle.transcript), "inner")
+    if handle.streaming_text:
+        snapshot += f"\ninner_assistant (still streaming): {handle.streaming_text}"
+    drill = " Use the ask_* tools to question its running sub-operations." if handle.live_children() else ""
+    return (
+        f"You are inspecting another, running conversation (the loop {handle.name!r}, status "
+        f"{handle.status.value}, {handle.steps} model calls, {handle.tool_calls} tool calls so far). "
+        "Its messages are below with roles prefixed inner_. Answer the user's question about it "
+        f"concisely and truthfully; you cannot change it.{drill}\n\n{snapshot}"
+    )
