@@ -419,7 +419,7 @@ async def test_approval_first_waits_for_run_and_skip_tells_the_model(bus):
     h = u.act("approve", model=model, namespace=ns, approval="first", bus=bus)
     requested = await h.wait_for("approval_requested", timeout=10)
     assert h.status == "waiting" and "a" not in ns
-    assert h.pending_approvals == [{"call_id": requested.call_id, "code": "a = 1", "intent": "step 1", "loop": h.name}]
+    assert h.pending_approvals == [{"call_id": requested.call_id, "code": "a = 1", "intent": "step 1", "loop": h.name, "loop_id": h.id}]
     with pytest.raises(u.UserError, match="no plan with call_id 'nope'"):
         await h.skip("nope")
     await h.skip(reason="not that way")
@@ -523,3 +523,28 @@ async def test_a_figure_a_plan_draws_is_shown_with_its_call_and_closed(bus):
     assert plt.get_fignums() == []  # closed: no later cell shows it again
     assert "displayed to the user (image/png)" in results(model)[0]
     assert [e.mime_types for e in h.events if e.kind == "tool_display"] == [("image/png", "text/plain")]
+
+
+async def test_builtins_a_plan_rebinds_are_restored_for_the_next_plan(bus):
+    ns = {}
+    model = u.ScriptedModel(plans("__builtins__ = {}", "print('still here', len([1, 2]))"))
+    h = u.act("clobber the builtins", model=model, namespace=ns, bus=bus)
+    assert await h == "done"
+    first, second = results(model)
+    assert "a plan may not rebind or delete `__builtins__`" in first
+    assert second.startswith("success: true") and "still here 2" in second
+
+
+async def test_a_return_target_may_not_shadow_a_builtin(bus):
+    reg = Registry()
+    model = u.ScriptedModel(plans(
+        u.call_tool("scale", values=[1], **{"return": "print"}),
+        "print('printing works')",
+    ))
+    ns = {}
+    h = u.act("store it", model=model, namespace=ns, tools=reg.tools(), bus=bus)
+    assert await h == "done"
+    refused, after = results(model)
+    assert "`return` may not name 'print': that is a Python builtin" in refused and "'print_result'" in refused
+    assert "print" not in ns and reg.seen == []
+    assert after.startswith("success: true") and "printing works" in after

@@ -15,6 +15,8 @@ import types
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .._secrets import scrub
+
 __all__ = ("describe_value", "describe_namespace", "user_variables", "fingerprint", "HIDDEN_NAMES")
 
 HIDDEN_NAMES = frozenset(
@@ -49,14 +51,14 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _safe_repr(obj: Any, limit: int) -> str:
-    if isinstance(obj, str):
-        body = repr(obj[: limit + 1])
+    if isinstance(obj, str):  # secret values scrubbed before the cut, so no cut leaves a piece of one
+        body = repr(scrub(obj)[: limit + 1])
         return _clip(body, limit) + (f" ({len(obj):,} characters)" if len(obj) > limit else "")
     if isinstance(obj, bytes | bytearray):
         return _clip(repr(obj[: limit + 1]), limit) + (f" ({len(obj):,} bytes)" if len(obj) > limit else "")
     try:
-        text = repr(obj)
-    except Exception as err:  # noqa: BLE001 - a broken __repr__ must not break the description
+        text = scrub(repr(obj))
+    except Exception as err:
         return f"<{_short_type(obj)}: repr failed: {type(err).__name__}>"
     # memory addresses differ every run: leave them out, so a prompt is the same each time (and replays)
     return _clip(_ADDRESS.sub(" at 0x…", text), limit)
@@ -79,7 +81,7 @@ def _frame(df: Any, limit: int) -> str:
         try:
             sample = df.iloc[:_ROWS, : len(shown)]
             head = sample.to_string(max_colwidth=24, show_dimensions=False)
-        except Exception:  # noqa: BLE001
+        except Exception:
             head = ""
     text = f"pd.DataFrame, shape ({rows:,}, {cols}); columns: {col_text}"
     if head:
@@ -93,7 +95,7 @@ def _series(s: Any, limit: int) -> str:
     if n:
         try:
             head = s.iloc[:_ROWS].to_string(max_rows=_ROWS)
-        except Exception:  # noqa: BLE001
+        except Exception:
             head = ""
     label = f" {s.name!r}" if s.name is not None else " (unnamed)"
     text = f"pd.Series{label}, length {n:,}, dtype {s.dtype}"
@@ -118,7 +120,9 @@ def _container(obj: Any, limit: int) -> str:
             if i == 5:
                 break
             items.append(_safe_repr(v, 60))
-        opener, closer = ("(", ")") if isinstance(obj, tuple) else ("{", "}") if isinstance(obj, set | frozenset) else ("[", "]")
+        opener, closer = (
+            ("(", ")") if isinstance(obj, tuple) else ("{", "}") if isinstance(obj, set | frozenset) else ("[", "]")
+        )
         body = opener + ", ".join(items) + (", ..." if n > 5 else "") + closer
     return _clip(f"{kind}, length {n:,}: {body}", limit)
 
@@ -135,7 +139,12 @@ def _callable(obj: Any, limit: int) -> str:
 
 
 def describe_value(obj: Any, limit: int = _VALUE_LIMIT) -> str:
-    """A bounded, human- and model-readable description of ``obj``."""
+    """A bounded, human- and model-readable description of ``obj``, secret values scrubbed (in every form
+    they take when shown: see :func:`unity_nb._secrets.forms`)."""
+    return scrub(_describe(obj, limit))
+
+
+def _describe(obj: Any, limit: int) -> str:
     try:
         if _is(obj, "pandas", "DataFrame"):
             return _frame(obj, limit)
@@ -154,7 +163,7 @@ def describe_value(obj: Any, limit: int = _VALUE_LIMIT) -> str:
         shape = getattr(obj, "shape", None)
         if isinstance(shape, tuple):
             return _clip(f"{_short_type(obj)}, shape {shape}", limit)
-    except Exception as err:  # noqa: BLE001 - describing must never fail the plan
+    except Exception as err:
         return f"{_short_type(obj)} (could not describe: {type(err).__name__})"
     return f"{_short_type(obj)}: {_safe_repr(obj, limit - 20)}"
 
@@ -195,13 +204,17 @@ def fingerprint(obj: Any) -> tuple:
                 parts.append(tuple(map(id, obj.values())))
             elif isinstance(obj, list) and len(obj) <= 64:
                 parts.append(tuple(map(id, obj)))
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
     return tuple(parts)
 
 
 def describe_namespace(
-    variables: Mapping[str, Any], *, budget: int = 6000, per_value: int = _VALUE_LIMIT, order: Iterable[str] | None = None
+    variables: Mapping[str, Any],
+    *,
+    budget: int = 6000,
+    per_value: int = _VALUE_LIMIT,
+    order: Iterable[str] | None = None,
 ) -> str:
     """Every variable described, within ``budget`` characters in total (the rest named only)."""
     names = list(order) if order is not None else sorted(variables)
