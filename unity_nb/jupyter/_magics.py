@@ -107,10 +107,10 @@ class UnityMagics(Magics):
         return self._store
 
     def needed_store(self, what: str) -> Any:
-        """The store, or a UsageError saying that ``what`` needs it."""
+        """The store, or a UsageError saying it is off and ``what`` (why it is needed)."""
         store = self.store
         if store is None:
-            raise UsageError(f"{what} needs the store, and it is off (%config UnityMagics.store_path = 'off')")
+            raise UsageError(f"the store is off (%config UnityMagics.store_path = 'off'), and {what}")
         return store
 
     @property
@@ -120,7 +120,7 @@ class UnityMagics(Magics):
             from ..managers import TasksManager
 
             self._tasks_manager = TasksManager(
-                store=self.needed_store("durable tasks"), namespace=self.user_ns,
+                store=self.needed_store("durable tasks live in it"), namespace=self.user_ns,
                 actor_options={"code_timeout": self.code_timeout or None},
             )
         return self._tasks_manager
@@ -131,7 +131,7 @@ class UnityMagics(Magics):
         if self._registry is None:
             from .. import managers as m
 
-            store = self.needed_store("--managers")
+            store = self.needed_store("--managers keep their state in it")
             self._registry = m.Registry([
                 m.KnowledgeManager(store=store), m.DataManager(self.user_ns), m.FunctionsManager(),
                 m.GuidanceManager(store=store), m.TranscriptsManager(store=store), self.tasks_manager,
