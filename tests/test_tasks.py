@@ -5,13 +5,19 @@ import asyncio
 import json
 
 import pytest
+from conftest import tool_messages
 
 import unity_nb as u
-from conftest import tool_messages
+from unity_nb.events import LoopFinished
 from unity_nb.managers import TasksManager, repair_history
 from unity_nb.store import Store
 
 T = 10
+
+
+def answered(result):
+    """A ``loop_finished`` predicate: the loop answered ``result``."""
+    return lambda e: isinstance(e, LoopFinished) and e.result == result
 
 
 def users(messages):
@@ -133,7 +139,7 @@ async def test_a_child_completing_while_the_parent_is_idle_wakes_it_in_a_new_tur
     parent = tm.create("parent", "Delegate slow work.")
     assert await tm.execute(parent.id) == "parent: waiting for the child"
     assert tm.get(parent.id).status == "idle" and len(tm.turns(parent.id)) == 1
-    woken = asyncio.ensure_future(bus.wait_for("loop_finished", lambda e: e.result == "parent: the child is done", timeout=T))
+    woken = asyncio.ensure_future(bus.wait_for("loop_finished", answered("parent: the child is done"), timeout=T))
     child_gate.set()
     await woken
     turns = tm.turns(parent.id)
@@ -162,7 +168,8 @@ async def test_four_children_completing_at_once_are_all_seen(store):
     assert await tm.execute(parent.id) == "saw 0"
     child_gate.set()  # all four finish together while the parent is idle
     await asyncio.wait_for(all_seen.wait(), T)
-    notices = [m["content"] for m in tm.messages(parent.id) if m["role"] == "user" and m["content"].startswith("[child task")]
+    notices = [m["content"] for m in tm.messages(parent.id)
+               if m["role"] == "user" and m["content"].startswith("[child task")]
     assert sorted(n.split("'")[1] for n in notices) == ["child0", "child1", "child2", "child3"]
     assert all(c.status == "idle" for c in tm.list(parent=parent.id))
 
@@ -187,7 +194,7 @@ async def test_a_parent_resumes_a_child_with_a_new_message(store):
     bus = u.EventBus()
     tm = manager(store, script, bus=bus)
     parent = tm.create("parent", "Draft and refine.")
-    finished = asyncio.ensure_future(bus.wait_for("loop_finished", lambda e: e.result == "parent done after 2 notices", timeout=T))
+    finished = asyncio.ensure_future(bus.wait_for("loop_finished", answered("parent done after 2 notices"), timeout=T))
     tm.execute(parent.id)
     await finished
     assert child_calls[1][-1] == "make it longer" and len(child_calls[1]) == 2  # the child's 2nd turn sees its 1st
@@ -228,7 +235,8 @@ async def test_an_interrupted_task_resumes_its_turn_from_the_store(tmp_path):
     assert resumed[-1]["content"].startswith("[this task's previous run was interrupted")
     assert len(tm2.turns(t.id)) == 1  # resumed in the same turn
     await h.stop()
-    s1.close(), s2.close()
+    s1.close()
+    s2.close()
 
 
 async def test_a_message_sent_while_the_turn_ends_in_a_plan_starts_the_next_turn(store):
@@ -247,7 +255,7 @@ async def test_a_message_sent_while_the_turn_ends_in_a_plan_starts_the_next_turn
     h = tm.execute(t.id)
     await asyncio.wait_for(started.wait(), T)
     tm.send(t.id, "also count the rows")  # delivered into the running turn, whose plan is ending it
-    next_turn = asyncio.ensure_future(bus.wait_for("loop_finished", lambda e: e.result == "rows counted", timeout=T))
+    next_turn = asyncio.ensure_future(bus.wait_for("loop_finished", answered("rows counted"), timeout=T))
     gate.set()
     assert await h == "first turn done"
     await next_turn  # the message was not lost: it started the next turn
@@ -273,7 +281,8 @@ async def test_a_task_running_in_another_live_kernel_is_not_interrupted(tmp_path
     release.set()
     assert await h == "done"
     assert tm2.get(t.id).status == "idle"
-    s1.close(), s2.close()
+    s1.close()
+    s2.close()
 
 
 def test_repair_gives_every_tool_call_one_result():
@@ -281,9 +290,10 @@ def test_repair_gives_every_tool_call_one_result():
         {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}},
         {"id": "b", "type": "function", "function": {"name": "f", "arguments": "{}"}},
     ]}
-    broken = [
+    broken: list[dict] = [
         {"role": "user", "content": "go"}, call, {"role": "tool", "tool_call_id": "a", "content": "ok"},
-        {"role": "tool", "tool_call_id": "a", "content": "duplicate"}, {"role": "tool", "tool_call_id": "zzz", "content": "orphan"},
+        {"role": "tool", "tool_call_id": "a", "content": "duplicate"},
+        {"role": "tool", "tool_call_id": "zzz", "content": "orphan"},
         {"role": "user", "content": "more"}, {"role": "tool", "tool_call_id": "q", "content": "orphan too"}, dict(call),
     ]
     fixed = repair_history(broken)
@@ -316,10 +326,11 @@ async def test_a_parent_is_told_when_its_child_fails(store):
     bus = u.EventBus()
     tm = manager(store, script, bus=bus)
     parent = tm.create("parent", "Delegate fragile work.")
-    woken = asyncio.ensure_future(bus.wait_for("loop_finished", lambda e: e.result == "parent: the child failed", timeout=T))
+    woken = asyncio.ensure_future(bus.wait_for("loop_finished", answered("parent: the child failed"), timeout=T))
     await tm.execute(parent.id)
     await woken
     child = tm.list(parent=parent.id)[0]
     assert child.status == "failed"
-    notice = [m["content"] for m in tm.messages(parent.id) if m["role"] == "user" and "failed in turn 0" in m["content"]]
+    notice = [m["content"] for m in tm.messages(parent.id)
+              if m["role"] == "user" and "failed in turn 0" in m["content"]]
     assert "the child's model broke" in notice[0]

@@ -28,13 +28,13 @@ def _frame_detail(df: Any) -> str:
         lines.append(f"- ... ({cols - 100} more columns)")
     try:
         lines.append("first 5 rows:\n" + df.head(5).iloc[:, :20].to_string(max_colwidth=30))
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
     try:
         numeric = df.select_dtypes("number").iloc[:, :12]
         if numeric.shape[1]:
             lines.append("numeric summary:\n" + numeric.describe().round(4).to_string())
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
     return clip("\n".join(lines), _DETAIL)
 
@@ -130,7 +130,8 @@ class DataManager(Manager):
                         pass
             shared = user_variables(ns, hidden)
             before = {k: fingerprint(v) for k, v in shared.items()}
-            executor = Executor(scratch, hidden=hidden, code_timeout=manager.code_timeout, label=f"{manager.alias} code")
+            executor = Executor(scratch, hidden=hidden, code_timeout=manager.code_timeout,
+                                label=f"{manager.alias} code")
             result = await executor.run(code)
             own.update(result.created)
             own.update(result.changed)  # rebound (or changed) in the scratch copy: keep its version

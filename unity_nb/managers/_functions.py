@@ -102,7 +102,8 @@ class FunctionsManager(Manager):
                 label = name if alias == "user" else f"{alias}.{name}"
                 add(label, fn, "primitive", f"await primitives.{alias}.{name}{_signature(fn)}")
         for t in registered_tools():
-            add(t.name, t.fn, "tool", f"the actor's JSON tool {t.name}", t.description if t.description != f"Call {t.name}." else None)
+            add(t.name, t.fn, "tool", f"the actor's JSON tool {t.name}",
+                t.description if t.description != f"Call {t.name}." else None)
         for name, fn in self._own.items():
             add(name, fn, "function", f"{name}{_signature(fn)} (a notebook function)")
         entries.sort(key=lambda e: e["name"].lower())
@@ -134,7 +135,8 @@ class FunctionsManager(Manager):
             and the first line of its docstring."""
             entries = manager._entries()
             if not entries:
-                return "no functions are registered (none with @unity_nb.primitive or @unity_nb.tool, none given to this manager)"
+                return ("no functions are registered "
+                        "(none with @unity_nb.primitive or @unity_nb.tool, none given to this manager)")
             return [{"name": e["name"], "kinds": e["kinds"], "signature": e["signature"], "summary": e["summary"]}
                     for e in entries[:200]]
 

@@ -20,6 +20,7 @@ dies loses at most the step in flight.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextvars
 import functools
 import json
@@ -31,12 +32,13 @@ from typing import Any
 
 from .. import events as ev
 from .._errors import HandleStateError, UserError
-from ..loop._handle import LoopHandle
+from ..loop import LoopHandle
 from ._base import Manager
 
 __all__ = ("Task", "TasksManager", "repair_history")
 
-_INTERRUPTED = "[this task's previous run was interrupted before it finished (the kernel stopped); continue where it left off]"
+_INTERRUPTED = ("[this task's previous run was interrupted before it finished (the kernel stopped); "
+                "continue where it left off]")
 
 
 @dataclass
@@ -78,7 +80,8 @@ def repair_history(messages: list[dict]) -> list[dict]:
                 out.append(r)
         for cid in calls:
             if cid not in seen:
-                out.append({"role": "tool", "tool_call_id": cid, "content": "error: no result was recorded (the run was interrupted)"})
+                out.append({"role": "tool", "tool_call_id": cid,
+                            "content": "error: no result was recorded (the run was interrupted)"})
     return out
 
 
@@ -87,7 +90,7 @@ def _soon(callback: Callable[..., Any], *args: Any) -> None:
 
 
 def _turn_ending(message: dict | None) -> bool:
-    return bool(message) and message.get("role") == "assistant" and not message.get("tool_calls")
+    return message is not None and message.get("role") == "assistant" and not message.get("tool_calls")
 
 
 class TasksManager(Manager):
@@ -117,7 +120,7 @@ class TasksManager(Manager):
         self.actor_options = dict(actor_options or {})
         self._live: dict[str, LoopHandle] = {}
         self._scheduled: set[str] = set()
-        self._posted: dict[str, list[dict]] = {}  # queue rows posted into each running turn
+        self._posted: dict[str, builtins.list[dict]] = {}  # queue rows posted into each running turn
 
     # ------------------------------------------------------------------ records
 
@@ -156,7 +159,7 @@ class TasksManager(Manager):
     def get(self, task_id: str) -> Task:
         return self._task(self._row(task_id))
 
-    def list(self, *, parent: str | None = None) -> list[Task]:
+    def list(self, *, parent: str | None = None) -> builtins.list[Task]:
         """Every task in order (or the children of ``parent``)."""
         if parent is None:
             rows = self.store.query("SELECT * FROM tasks ORDER BY position")
@@ -172,7 +175,7 @@ class TasksManager(Manager):
         )
         return self.get(task_id)
 
-    def reorder(self, task_ids: Iterable[str]) -> list[Task]:
+    def reorder(self, task_ids: Iterable[str]) -> builtins.list[Task]:
         """Put these tasks first, in this order (the others keep their order after them)."""
         ids = list(task_ids)
         for tid in ids:
@@ -183,13 +186,13 @@ class TasksManager(Manager):
                 db.execute("UPDATE tasks SET position = ? WHERE id = ?", (i + 1, tid))
         return self.list()
 
-    def messages(self, task_id: str) -> list[dict]:
+    def messages(self, task_id: str) -> builtins.list[dict]:
         """The task's whole conversation (wire format), all turns, as stored."""
         self._row(task_id)
         return [json.loads(r["message"]) for r in self.store.query(
             "SELECT message FROM task_messages WHERE task_id = ? ORDER BY n", (task_id,))]
 
-    def turns(self, task_id: str) -> list[dict]:
+    def turns(self, task_id: str) -> builtins.list[dict]:
         """``[{turn, started, ended, summary, messages}]``."""
         self._row(task_id)
         out = []
@@ -218,10 +221,11 @@ class TasksManager(Manager):
         )
         self._activate(task_id)
 
-    def _take_queue(self, task_id: str) -> list[dict]:
+    def _take_queue(self, task_id: str) -> builtins.list[dict]:
         with self.store.transaction() as db:
             rows = [dict(r) for r in db.execute("SELECT * FROM task_queue WHERE task_id = ? ORDER BY id", (task_id,))]
-            db.execute("DELETE FROM task_queue WHERE task_id = ? AND id <= ?", (task_id, rows[-1]["id"] if rows else -1))
+            db.execute("DELETE FROM task_queue WHERE task_id = ? AND id <= ?",
+                       (task_id, rows[-1]["id"] if rows else -1))
         return rows
 
     def _activate(self, task_id: str) -> None:
@@ -270,7 +274,8 @@ class TasksManager(Manager):
 
     def _start(self, task_id: str, **options: Any) -> LoopHandle:
         if options.get("context_window") or self.actor_options.get("context_window"):
-            raise UserError("durable tasks keep their whole history in the store; context compression is not available for them")
+            raise UserError(
+                "durable tasks keep their whole history in the store; context compression is not available for them")
         row = self._row(task_id)
         task = self._task(row)
         history = repair_history(self.messages(task_id))
@@ -285,7 +290,8 @@ class TasksManager(Manager):
             queued = ["[continue this task]"]
         if ended:
             turn = (turns[-1]["turn"] + 1) if turns else 0
-            self.store.execute("INSERT INTO task_turns (task_id, turn, started) VALUES (?, ?, ?)", (task_id, turn, time.time()))
+            self.store.execute("INSERT INTO task_turns (task_id, turn, started) VALUES (?, ?, ?)",
+                               (task_id, turn, time.time()))
         else:
             turn = turns[-1]["turn"]
         from ..actor import Actor
@@ -295,7 +301,8 @@ class TasksManager(Manager):
             tools=self._task_tools(task_id), **self.actor_options,
         )
         name = f"task {task.name}"
-        handle = actor.act(queued[-1], name=name, bus=self.bus, _context=history + [{"role": "user", "content": q} for q in queued[:-1]],
+        handle = actor.act(queued[-1], name=name, bus=self.bus,
+                           _context=history + [{"role": "user", "content": q} for q in queued[:-1]],
                            _adopt=False, **options)
         handle.manager = self  # type: ignore[attr-defined]
         handle.task_id = task_id  # type: ignore[attr-defined]
@@ -349,7 +356,8 @@ class TasksManager(Manager):
                 undelivered.append(row)
         now = time.time()
         with self.store.transaction() as db:
-            db.execute("UPDATE task_turns SET ended = ?, summary = ? WHERE task_id = ? AND turn = ?", (now, summary, task_id, turn))
+            db.execute("UPDATE task_turns SET ended = ?, summary = ? WHERE task_id = ? AND turn = ?",
+                       (now, summary, task_id, turn))
             db.execute("UPDATE tasks SET status = ?, result = COALESCE(?, result), updated = ? WHERE id = ?",
                        (status, answer, now, task_id))
             for row in undelivered:
@@ -365,16 +373,16 @@ class TasksManager(Manager):
                     f"Continue it with message_task('{task_id}', message) if needed.]\nIts final response:\n{answer}"
                 )
             else:  # a parent waiting for it must not wait for ever
+                what = "was stopped" if status == "stopped" else "failed"
                 notice = (
-                    f"[child task {row['name']!r} ({task_id}) {'was stopped' if status == 'stopped' else 'failed'} in turn "
-                    f"{turn}: {summary or 'no reason given'}. Send it a message with message_task('{task_id}', message) "
-                    "to try again.]"
+                    f"[child task {row['name']!r} ({task_id}) {what} in turn {turn}: {summary or 'no reason given'}. "
+                    f"Send it a message with message_task('{task_id}', message) to try again.]"
                 )
             _soon(functools.partial(self.send, row["parent_id"], notice, type="completion", sender=task_id))
         if self.store.query("SELECT 1 FROM task_queue WHERE task_id = ? LIMIT 1", (task_id,)):
             _soon(self._activate, task_id)  # messages that arrived as the turn ended
 
-    def _task_tools(self, task_id: str) -> list[Callable[..., Any]]:
+    def _task_tools(self, task_id: str) -> builtins.list[Callable[..., Any]]:
         manager = self
 
         async def spawn_task(name: str, description: str) -> str:
@@ -388,7 +396,8 @@ class TasksManager(Manager):
             """Send a message to one of your child tasks (it resumes with a new turn if idle)."""
             child = manager._row(child_id)
             if child["parent_id"] != task_id:
-                raise ValueError(f"{child_id} is not a child of this task; children: {[t.id for t in manager.list(parent=task_id)]}")
+                children = [t.id for t in manager.list(parent=task_id)]
+                raise ValueError(f"{child_id} is not a child of this task; children: {children}")
             manager.send(child_id, message, type="user", sender=task_id)
             return f"sent to {child_id}"
 
@@ -396,10 +405,10 @@ class TasksManager(Manager):
 
     # ------------------------------------------------------------------ as a manager (loops)
 
-    def _tools(self) -> list[Callable[..., Any]]:
+    def _tools(self) -> builtins.list[Callable[..., Any]]:
         manager = self
 
-        def list_tasks() -> list[dict]:
+        def list_tasks() -> builtins.list[dict]:
             """Every task: id, name, status, parent and the start of its description and result."""
             return [{"id": t.id, "name": t.name, "status": t.status, "parent": t.parent_id,
                      "description": t.description[:200], "result": (t.result or "")[:200]} for t in manager.list()]
@@ -420,7 +429,7 @@ class TasksManager(Manager):
             t = manager.edit(task_id, name=name, description=description)
             return {"id": t.id, "name": t.name, "description": t.description}
 
-        def reorder_tasks(task_ids: list[str]) -> list[str]:
+        def reorder_tasks(task_ids: builtins.list[str]) -> builtins.list[str]:
             """Put these tasks first, in this order."""
             return [t.id for t in manager.reorder(task_ids)]
 
