@@ -334,3 +334,161 @@ async def test_a_parent_is_told_when_its_child_fails(store):
     notice = [m["content"] for m in tm.messages(parent.id)
               if m["role"] == "user" and "failed in turn 0" in m["content"]]
     assert "the child's model broke" in notice[0]
+
+
+# ---------------------------------------------------------------------------- a child sees its parent
+
+
+def systems(messages):
+    return [m["content"] for m in messages if m["role"] == "system"]
+
+
+def parent_notes(messages):
+    return [s for s in systems(messages) if "conversation of your parent task" in s]
+
+
+async def test_with_parent_context_always_a_child_task_sees_its_parents_conversation(store):
+    child_saw = []
+
+    async def script(messages, tools):
+        texts = users(messages)
+        if texts[0].startswith("Task 'child"):
+            child_saw.append(parent_notes(messages))
+            return "child: hotel booked"
+        if not tool_messages(messages):
+            return u.call_tool("spawn_task", name="child", description="Book the hotel.")
+        return "parent: delegated"
+
+    bus = u.EventBus()
+    tm = manager(store, script, bus=bus, parent_context="always")
+    parent = tm.create("parent", "Plan the trip to Lisbon in May.")
+    child_done = asyncio.ensure_future(bus.wait_for("loop_finished", answered("child: hotel booked"), timeout=T))
+    await tm.execute(parent.id)
+    await child_done
+    (notes,) = child_saw
+    assert len(notes) == 1
+    assert "parent_user: Task 'parent': Plan the trip to Lisbon in May." in notes[0]
+    assert "spawn_task(" in notes[0] and "Book the hotel." in notes[0]  # the call that started the child
+    child = tm.list(parent=parent.id)[0]
+    assert tm.sees_parent(child.id) and not tm.sees_parent(parent.id)
+    # context, not conversation: the child's own stored messages do not hold it
+    assert [m["role"] for m in tm.messages(child.id)] == ["user", "assistant"]
+
+
+async def test_with_parent_context_model_the_model_chooses_per_child(store):
+    child_saw = {}
+    offered = []
+
+    async def script(messages, tools):
+        texts = users(messages)
+        if texts[0].startswith("Task 'child"):
+            name = texts[0].split("'")[1]
+            child_saw[name] = parent_notes(messages)
+            return f"{name} done"
+        if not tool_messages(messages):
+            offered.append(next(t for t in tools if t["function"]["name"] == "spawn_task"))
+            return [u.call_tool("spawn_task", name="child_with", description="Needs the plan.",
+                                include_parent_context=True),
+                    u.call_tool("spawn_task", name="child_without", description="Self-contained.")]
+        return "parent: delegated"
+
+    bus = u.EventBus()
+    tm = manager(store, script, bus=bus, parent_context="model")
+    parent = tm.create("parent", "Plan the secret project Zephyr.")
+    both = [asyncio.ensure_future(bus.wait_for("loop_finished", answered(f"{n} done"), timeout=T))
+            for n in ("child_with", "child_without")]
+    await tm.execute(parent.id)
+    await asyncio.gather(*both)
+    assert "include_parent_context" in offered[0]["function"]["parameters"]["properties"]
+    assert len(child_saw["child_with"]) == 1 and "secret project Zephyr" in child_saw["child_with"][0]
+    assert child_saw["child_without"] == []
+
+
+async def test_a_child_created_to_see_its_parent_keeps_seeing_it_after_a_restart(tmp_path):
+    path = tmp_path / "state.db"
+    child_saw = []
+
+    async def script(messages, tools):
+        texts = users(messages)
+        if texts[0].startswith("Task 'child"):
+            child_saw.append(parent_notes(messages))
+            return f"child turn {len(child_saw)}"
+        return f"parent: {texts[-1]}"
+
+    s1 = Store(path)
+    tm1 = manager(s1, script)  # the default: children see nothing unless created to
+    parent = tm1.create("parent", "Plan the trip to Lisbon.")
+    assert await tm1.execute(parent.id) == "parent: Task 'parent': Plan the trip to Lisbon."
+    child = tm1.create("child", "Book the hotel.", parent=parent.id, parent_context=True)
+    other = tm1.create("other", "Book the car.", parent=parent.id)
+    assert await tm1.execute(child.id) == "child turn 1"
+    assert "Plan the trip to Lisbon." in child_saw[0][0]
+    assert not tm1.sees_parent(other.id)
+    s1.close()
+
+    s2 = Store(path)  # a new kernel: the choice was kept in the store
+    tm2 = manager(s2, script)
+    assert await tm2.run(parent.id, "Make it June instead.") == "parent: Make it June instead."
+    assert await tm2.run(child.id, "Rebook for June.") == "child turn 2"
+    (note,) = child_saw[1]
+    assert "parent_user: Make it June instead." in note  # the parent's conversation as it stands now
+    s2.close()
+
+
+# ---------------------------------------------------------------------------- turn summaries
+
+
+def summary_request(messages):
+    last = messages[-1]
+    return last["role"] == "user" and "task_assistant:" in (last["content"] or "")
+
+
+async def test_with_summaries_model_the_model_writes_each_turns_summary(store):
+    long_answer = "The weekly report: " + "sales rose in every region. " * 12
+    asked = []
+
+    def script(messages, tools):
+        if summary_request(messages):
+            asked.append(messages[-1]["content"])
+            return f"  Wrote the weekly report (summary {len(asked)}).  "
+        return long_answer if len(users(messages)) == 1 else "Shortened it."
+
+    tm = manager(store, script, summaries="model")
+    t = tm.create("report", "Write the weekly report.")
+    assert tm.summary_loop(t.id) is None
+    assert await tm.execute(t.id) == long_answer
+    assert tm.turns(t.id)[0]["summary"] == long_answer[:200]  # the truncated one stands until the model's
+    assert await tm.summary_loop(t.id) == "  Wrote the weekly report (summary 1).  "
+    assert tm.turns(t.id)[0]["summary"] == "Wrote the weekly report (summary 1)."
+    assert "task_user: Task 'report': Write the weekly report." in asked[0] and long_answer.strip() in asked[0]
+    assert await tm.run(t.id, "Now shorten it.") == "Shortened it."
+    await tm.summary_loop(t.id)
+    assert [x["summary"] for x in tm.turns(t.id)] == [
+        "Wrote the weekly report (summary 1).", "Wrote the weekly report (summary 2)."]
+    assert "task_user: Now shorten it." in asked[1] and "Write the weekly report." not in asked[1]  # that turn only
+
+
+async def test_a_failed_model_summary_leaves_the_truncated_one(store):
+    def script(messages, tools):
+        if summary_request(messages):
+            raise RuntimeError("the summary model broke")
+        return "answer " + "x" * 300
+
+    tm = manager(store, script, summaries="model")
+    t = tm.create("report", "Write it.")
+    await tm.execute(t.id)
+    with pytest.raises(RuntimeError, match="the summary model broke"):
+        await tm.summary_loop(t.id)
+    assert tm.turns(t.id)[0]["summary"] == ("answer " + "x" * 300)[:200]
+
+
+async def test_truncated_summaries_stay_the_default(store):
+    tm = manager(store, lambda m, t: "y" * 300)
+    t = tm.create("a", "b")
+    await tm.execute(t.id)
+    assert tm.summaries == "truncate" and tm.summary_loop(t.id) is None
+    assert tm.turns(t.id)[0]["summary"] == "y" * 200
+    with pytest.raises(u.UserError, match="summaries must be"):
+        TasksManager(store=store, summaries="short")  # type: ignore[arg-type]
+    with pytest.raises(u.UserError, match="parent_context must be"):
+        TasksManager(store=store, parent_context="sometimes")  # type: ignore[arg-type]

@@ -15,6 +15,13 @@ child runs on its own; when its turn ends, a completion notice is queued for the
 which wakes the parent in a new turn if it is idle. ``message_task`` resumes a child with a
 new message. Messages are written to the store before each model call, so a kernel that
 dies loses at most the step in flight.
+
+``parent_context`` says whether a task's children see its conversation, as loops'
+``parent_context`` says it for their children: ``"never"`` (the default), ``"always"``, or
+``"model"`` (``spawn_task`` takes an ``include_parent_context`` flag the model sets); each turn
+of such a child starts with the parent's conversation as it stands then, for reference.
+``summaries="model"`` has the model write each turn's summary once the turn ends (the
+truncated answer stands until it is written, and stays if writing it fails).
 """
 
 from __future__ import annotations
@@ -28,14 +35,18 @@ import secrets
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from .. import events as ev
 from .._errors import HandleStateError, UserError
-from ..loop import LoopHandle
+from ..loop import LoopHandle, start_loop
+from ..models import default_model
 from ._base import Manager
 
 __all__ = ("Task", "TasksManager", "repair_history")
+
+ParentContext = Literal["always", "never", "model"]
+Summaries = Literal["truncate", "model"]
 
 _INTERRUPTED = ("[this task's previous run was interrupted before it finished (the kernel stopped); "
                 "continue where it left off]")
@@ -85,6 +96,36 @@ def repair_history(messages: list[dict]) -> list[dict]:
     return out
 
 
+def _render(messages: list[dict], prefix: str) -> str:
+    """Wire messages as text with roles rewritten (``parent_user``, ``parent_tool[name]``, ...)."""
+    names: dict[str, str] = {}
+    lines = []
+    for m in messages:
+        role = m.get("role")
+        if role == "system":
+            continue
+        if role == "tool":
+            lines.append(f"{prefix}_tool[{names.get(m.get('tool_call_id') or '', '?')}]: {m.get('content') or ''}")
+            continue
+        text = m.get("content") or ""
+        if not isinstance(text, str):
+            text = json.dumps(text, ensure_ascii=False)
+        calls = m.get("tool_calls") or []
+        for c in calls:
+            names[c.get("id") or ""] = c["function"]["name"]
+        if calls:
+            shown = ", ".join(f"{c['function']['name']}({c['function'].get('arguments') or ''})" for c in calls)
+            text = f"{text}\n[calls {shown}]" if text else f"[calls {shown}]"
+        lines.append(f"{prefix}_{role}: {text}")
+    return "\n".join(lines)
+
+
+_SUMMARY_SYSTEM = (
+    "You summarise one turn of a durable task for its record: what was asked, what was done, and how "
+    "the turn ended. Answer with the summary only: one or two plain sentences, at most 300 characters."
+)
+
+
 def _soon(callback: Callable[..., Any], *args: Any) -> None:
     asyncio.get_running_loop().call_soon(callback, *args, context=contextvars.Context())
 
@@ -111,16 +152,32 @@ class TasksManager(Manager):
         registry: Any = None,
         namespace: dict | None = None,
         actor_options: dict | None = None,
+        parent_context: ParentContext = "never",
+        summaries: Summaries = "truncate",
     ) -> None:
         super().__init__(model=model, bus=bus, registry=registry)
         if store is None:
             raise UserError("TasksManager needs store=unity_nb.Store(path)")
+        if parent_context not in ("always", "never", "model"):
+            raise UserError(f"parent_context must be 'always', 'never' or 'model', not {parent_context!r}")
+        if summaries not in ("truncate", "model"):
+            raise UserError(f"summaries must be 'truncate' or 'model', not {summaries!r}")
         self.store = store
+        self.parent_context: ParentContext = parent_context
+        """Whether a task's children see its conversation: ``"always"``, ``"never"``, or
+        ``"model"`` (``spawn_task`` takes an ``include_parent_context`` flag)."""
+        self.summaries: Summaries = summaries
+        """``"truncate"``: a turn's summary is the start of its answer (or of why it ended);
+        ``"model"``: the model writes it once the turn ends."""
+        self.store.execute(
+            "CREATE TABLE IF NOT EXISTS task_parent_context (task_id TEXT PRIMARY KEY, share INTEGER NOT NULL)")
         self.namespace = namespace
         self.actor_options = dict(actor_options or {})
         self._live: dict[str, LoopHandle] = {}
         self._scheduled: set[str] = set()
         self._posted: dict[str, builtins.list[dict]] = {}  # queue rows posted into each running turn
+        self._runs: dict[str, tuple[LoopHandle, int, dict]] = {}  # running turns: handle, turn, write cursor
+        self._summary_loops: dict[str, LoopHandle] = {}
 
     # ------------------------------------------------------------------ records
 
@@ -138,8 +195,12 @@ class TasksManager(Manager):
         return Task(row["id"], row["name"], row["description"], status, row["parent_id"], row["position"],
                     row["created"], row["updated"], row["result"])
 
-    def create(self, name: str, description: str, *, parent: str | None = None) -> Task:
-        """A new task (not started: :meth:`execute` or :meth:`send` starts it)."""
+    def create(
+        self, name: str, description: str, *, parent: str | None = None, parent_context: bool | None = None,
+    ) -> Task:
+        """A new task (not started: :meth:`execute` or :meth:`send` starts it). A child
+        (``parent=``) sees its parent's conversation if ``parent_context`` is true; ``None``
+        follows the manager's ``parent_context`` (only ``"always"`` shares)."""
         if not isinstance(name, str) or not name.strip():
             raise UserError("a task needs a name")
         if not isinstance(description, str) or not description.strip():
@@ -154,6 +215,9 @@ class TasksManager(Manager):
             " VALUES (?, ?, ?, 'new', ?, ?, ?, ?)",
             (task_id, name.strip(), description.strip(), parent, top + 1, now, now),
         )
+        if parent is not None and parent_context is not None:
+            self.store.execute("INSERT INTO task_parent_context (task_id, share) VALUES (?, ?)",
+                               (task_id, int(bool(parent_context))))
         return self.get(task_id)
 
     def get(self, task_id: str) -> Task:
@@ -201,6 +265,20 @@ class TasksManager(Manager):
                 "SELECT message FROM task_messages WHERE task_id = ? AND turn = ? ORDER BY n", (task_id, t["turn"]))]
             out.append({**t, "messages": msgs})
         return out
+
+    def sees_parent(self, task_id: str) -> bool:
+        """Whether the task's turns start with its parent's conversation as context."""
+        row = self._row(task_id)
+        if row["parent_id"] is None:
+            return False
+        chosen = self.store.query("SELECT share FROM task_parent_context WHERE task_id = ?", (task_id,))
+        return bool(chosen[0]["share"]) if chosen else self.parent_context == "always"
+
+    def summary_loop(self, task_id: str) -> LoopHandle | None:
+        """The loop writing (or that wrote) the summary of the task's last ended turn, with
+        ``summaries="model"`` (``None`` before any): ``await`` it to wait for the summary."""
+        self._row(task_id)
+        return self._summary_loops.get(task_id)
 
     def handle(self, task_id: str) -> LoopHandle | None:
         """The live handle of a running task (``None`` when it is not running here)."""
@@ -294,6 +372,7 @@ class TasksManager(Manager):
                                (task_id, turn, time.time()))
         else:
             turn = turns[-1]["turn"]
+        context = self._parent_note(row) if self.sees_parent(task_id) else []
         from ..actor import Actor
 
         actor = Actor(
@@ -302,7 +381,7 @@ class TasksManager(Manager):
         )
         name = f"task {task.name}"
         handle = actor.act(queued[-1], name=name, bus=self.bus,
-                           _context=history + [{"role": "user", "content": q} for q in queued[:-1]],
+                           _context=context + history + [{"role": "user", "content": q} for q in queued[:-1]],
                            _adopt=False, **options)
         handle.manager = self  # type: ignore[attr-defined]
         handle.task_id = task_id  # type: ignore[attr-defined]
@@ -314,6 +393,7 @@ class TasksManager(Manager):
             "UPDATE tasks SET status = 'running', session = ?, loop_uid = ?, updated = ? WHERE id = ?",
             (self.store.session, self.store.uid(handle.id), time.time(), task_id),
         )
+        self._runs[task_id] = (handle, turn, state)
         self._persist(task_id, handle, turn, state)
 
         def on_event(source: LoopHandle, event: ev.Event) -> None:
@@ -327,6 +407,22 @@ class TasksManager(Manager):
 
         handle.add_listener(on_event)
         return handle
+
+    def _parent_note(self, row: dict) -> builtins.list[dict]:
+        """The parent's conversation as it stands (its running turn written first), as one
+        system message for the start of a child's turn."""
+        parent = self._row(row["parent_id"])
+        run = self._runs.get(parent["id"])
+        if run is not None and not run[0].done():
+            self._persist(parent["id"], *run)
+        text = _render(self.messages(parent["id"]), "parent")
+        if not text:
+            return []
+        note = (
+            f"Context: the conversation of your parent task {parent['name']!r} ({parent['id']}), for reference "
+            f"only. Its roles are prefixed parent_; your own conversation follows.\n{text}"
+        )
+        return [{"role": "system", "content": note}]
 
     def _persist(self, task_id: str, handle: LoopHandle, turn: int, state: dict) -> None:
         """Write the messages the task's loop added since the last write (before each model call)."""
@@ -364,6 +460,9 @@ class TasksManager(Manager):
                 db.execute("INSERT INTO task_queue (task_id, type, content, sender, ts) VALUES (?, ?, ?, ?, ?)",
                            (task_id, row["type"], row["content"], row["sender"], row["ts"]))
         self._live.pop(task_id, None)
+        self._runs.pop(task_id, None)
+        if self.summaries == "model":
+            self._summarise(task_id, turn, status)
         row = self._row(task_id)
         if row["parent_id"]:
             turns = len(self.store.query("SELECT 1 FROM task_turns WHERE task_id = ?", (task_id,)))
@@ -382,15 +481,52 @@ class TasksManager(Manager):
         if self.store.query("SELECT 1 FROM task_queue WHERE task_id = ? LIMIT 1", (task_id,)):
             _soon(self._activate, task_id)  # messages that arrived as the turn ended
 
+    def _summarise(self, task_id: str, turn: int, status: str) -> None:
+        """Have the model write the summary of this ended turn (in a loop of its own, nobody's
+        child); the truncated summary stands until then, and if it fails."""
+        messages = self.store.query(
+            "SELECT message FROM task_messages WHERE task_id = ? AND turn = ? ORDER BY n", (task_id, turn))
+        text = _render([json.loads(r["message"]) for r in messages], "task")
+        if not text:
+            return
+        row = self._row(task_id)
+        how = {"idle": "answered", "stopped": "was stopped", "failed": "failed"}[status]
+        request = f"Task {row['name']!r}, turn {turn} ({how}). The turn's conversation:\n{text}"
+        model = self.model or default_model("the TasksManager's turn summaries")
+        handle = contextvars.Context().run(
+            start_loop, request, model=model, tools=[], system=_SUMMARY_SYSTEM, max_steps=1,
+            name=f"{self.alias}.summary", bus=self.bus,
+        )
+        self._summary_loops[task_id] = handle
+
+        def on_event(source: LoopHandle, event: ev.Event) -> None:
+            if source is handle and event.kind == "loop_finished" and getattr(event, "status", "") == "finished":
+                summary = (handle.result_value or "").strip()
+                if summary:
+                    self.store.execute("UPDATE task_turns SET summary = ? WHERE task_id = ? AND turn = ?",
+                                       (summary[:500], task_id, turn))
+
+        handle.add_listener(on_event)
+
     def _task_tools(self, task_id: str) -> builtins.list[Callable[..., Any]]:
         manager = self
+
+        def spawn(name: str, description: str, share: bool | None) -> str:
+            child = manager.create(name, description, parent=task_id, parent_context=share)
+            manager._schedule(child.id)
+            return f"started child task {child.id} ({child.name!r}); its result will arrive as a message"
 
         async def spawn_task(name: str, description: str) -> str:
             """Start a child task that runs on its own; its final response arrives here as a
             message when its turn ends (this task is woken for it if idle)."""
-            child = manager.create(name, description, parent=task_id)
-            manager._schedule(child.id)
-            return f"started child task {child.id} ({child.name!r}); its result will arrive as a message"
+            return spawn(name, description, None)
+
+        async def spawn_task_sharing(name: str, description: str, include_parent_context: bool = False) -> str:
+            """Start a child task that runs on its own; its final response arrives here as a
+            message when its turn ends (this task is woken for it if idle).
+            ``include_parent_context``: true if the child should see this conversation."""
+            return spawn(name, description, bool(include_parent_context))
+
 
         async def message_task(child_id: str, message: str) -> str:
             """Send a message to one of your child tasks (it resumes with a new turn if idle)."""
@@ -401,6 +537,9 @@ class TasksManager(Manager):
             manager.send(child_id, message, type="user", sender=task_id)
             return f"sent to {child_id}"
 
+        if manager.parent_context == "model":
+            spawn_task_sharing.__name__ = spawn_task_sharing.__qualname__ = "spawn_task"
+            return [spawn_task_sharing, message_task]
         return [spawn_task, message_task]
 
     # ------------------------------------------------------------------ as a manager (loops)
