@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import _output
-from ._describe import describe_value, fingerprint, user_variables
+from ._describe import describe_value, snapshot
 
 __all__ = ("Executor", "PlanResult", "FinalAnswer", "PlanTimeout", "final_answer")
 
@@ -224,19 +224,24 @@ class Executor:
         self.code_timeout = code_timeout
         self.label = label
         self.shell = shell
+        self.last: dict[str, tuple] = {}
+        """The snapshot the last :meth:`snapshot` or :meth:`diff` took (so a caller needs no second pass)."""
 
     def snapshot(self) -> dict[str, tuple]:
-        """Fingerprints of the user's variables (to diff before and after)."""
-        return {k: fingerprint(v) for k, v in user_variables(self.namespace, self.hidden).items()}
+        """Fingerprints of the user's variables (to diff before and after). One pass over the namespace;
+        a DataFrame that did not change costs a few identity checks (see :func:`fingerprint`)."""
+        self.last = snapshot(self.namespace, self.hidden)
+        return self.last
 
     def diff(self, before: dict[str, tuple], result: PlanResult | None = None) -> PlanResult:
+        """What changed since ``before``, in one pass that also leaves the snapshot it took in :attr:`last`."""
         result = result if result is not None else PlanResult(success=True)
-        now = user_variables(self.namespace, self.hidden)
-        for name, value in now.items():
+        now = self.last = snapshot(self.namespace, self.hidden)
+        for name, fp in now.items():
             if name not in before:
-                result.created[name] = describe_value(value)
-            elif fingerprint(value) != before[name]:
-                result.changed[name] = describe_value(value)
+                result.created[name] = describe_value(self.namespace[name])
+            elif fp != before[name]:
+                result.changed[name] = describe_value(self.namespace[name])
         result.deleted = [n for n in before if n not in now]
         return result
 
@@ -246,9 +251,12 @@ class Executor:
         *,
         on_output: Callable[[str, str], None] | None = None,
         on_display: Callable[[dict], None] | None = None,
+        before: dict[str, tuple] | None = None,
     ) -> PlanResult:
         """Run ``code``; never raises for the plan's own errors (they are in the result).
 
+        ``before`` is a snapshot of the namespace taken since it last changed (a caller that has one
+        saves a pass); without it one is taken. After the run, :attr:`last` is the namespace's snapshot.
         Cancellation (a stop) propagates, after the namespace changes so far are recorded.
         """
         filename = f"<{self.label} #{next(_counter)}>"
@@ -290,7 +298,7 @@ class Executor:
         if self.shell is not None:
             _output.install_display(self.shell)
         figures_before = _figure_numbers()
-        before = self.snapshot()
+        before = self.snapshot() if before is None else before
         protected_before = {n: self.namespace[n] for n in GUARDED if n in self.namespace}
         # the real builtins, whatever an earlier plan left there (`__builtins__ = {}` in a dict namespace)
         protected_before["__builtins__"] = _real_builtins(self.namespace.get("__builtins__"))
