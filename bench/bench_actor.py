@@ -281,7 +281,8 @@ async def main(send_big: bool) -> None:
         rows.append(f"| actor, request after one plan; {label} | {s[1]:,} | {b[1]:,} | {ratio(s[1], b[1])} |")
     how = "" if sent[BIG] else " (1M computed, not sent)"
     rows.append(
-        f"| inline JSON baseline, first request{how} | {inline[10]:,} | {inline[BIG]:,} | {ratio(inline[10], inline[BIG])} |"
+        f"| inline JSON baseline, first request{how} | {inline[10]:,} | {inline[BIG]:,} "
+        f"| {ratio(inline[10], inline[BIG])} |"
     )
     worst = max(b[i] / s[i] for s, b in actor.values() for i in (0, 1))
     within = "yes" if worst <= 1.05 else "NO"
