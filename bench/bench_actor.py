@@ -21,7 +21,14 @@ and the next with text.
      the system prompt lists), and act() to the end of a run whose ScriptedModel answers at
      once (no HTTP); beside the baseline's df.to_json plus JSON encoding of the task.
 
+  D. The namespace's cost per step: CPU per plan step of an actor run (ScriptedModel, a one-line
+     plan each step, no HTTP) with 0, 1 and 100 DataFrames of 100,000 rows in the namespace, and
+     its ratio to the empty namespace, measured in the same run, the three taken in turn. A step's
+     cost is (a run of 22 plan steps - a run of 2) / 20, so starting a run (the system prompt's
+     description of the namespace) is not counted; median of 15 such differences.
+
 Run: .venv/bin/python bench/bench_actor.py   (about 20 s on 2 cores, 1.3 GB peak memory)
+     .venv/bin/python bench/bench_actor.py --steps-only   (D alone, about 15 s)
 """
 
 from __future__ import annotations
@@ -77,6 +84,58 @@ def make_sales(n: int, seed: int = 7) -> pd.DataFrame:
         "price": np.round(sales / units, 2),
         "sales": sales,
     })
+
+
+STEP_ROWS = 100_000
+
+
+def step_frames(k: int, rows: int = STEP_ROWS) -> dict[str, pd.DataFrame]:
+    """k DataFrames of ``rows`` rows, three blocks each (int64, float64, category)."""
+    rng = np.random.default_rng(3)
+    return {
+        f"frame{i:03d}": pd.DataFrame({
+            "id": np.arange(rows), "value": rng.random(rows),
+            "kind": pd.Categorical(np.array(["a", "b", "c"])[np.arange(rows) % 3]),
+        })
+        for i in range(k)
+    }
+
+
+def plan_steps(n: int):
+    """A script that runs n one-line plans, then answers."""
+
+    def script(messages, tools):
+        done = sum(1 for m in messages if m["role"] == "tool")
+        return u.call_tool("execute_code", code=f"i = {done}", intent="step") if done < n else "done"
+
+    return script
+
+
+async def step_costs(reps: int = 15) -> list[tuple[int, float]]:
+    """(frames, CPU ms per plan step), for 0, 1 and 100 frames, taken in turn."""
+    spaces = {k: step_frames(k) for k in (0, 1, 100)}
+
+    async def run(ns: dict, n: int) -> float:
+        t = time.process_time()
+        await u.act(TASK, model=u.ScriptedModel(plan_steps(n)), namespace=dict(ns))
+        return time.process_time() - t
+
+    per: dict[int, list[float]] = {k: [] for k in spaces}
+    for rep in range(reps + 1):
+        for k, ns in spaces.items():
+            short, long = await run(ns, 2), await run(ns, 22)
+            if rep:  # the first round warms up
+                per[k].append((long - short) / 20 * 1000)
+    return [(k, statistics.median(v)) for k, v in per.items()]
+
+
+def step_table(costs: list[tuple[int, float]]) -> list[str]:
+    base = costs[0][1]
+    return [
+        f"| D. namespace cost per plan step (DataFrames of {STEP_ROWS:,} rows) | CPU ms per step (median) | vs empty |",
+        "| --- | --- | --- |",
+        *[f"| {k} DataFrame{'s' if k != 1 else ''} | {ms:.3f} | {ms / base:.2f}x |" for k, ms in costs],
+    ]
 
 
 def handler(body: dict) -> Reply:
@@ -163,6 +222,7 @@ async def acpu_pair(makes, reps: int) -> list[float]:
 
 async def main(send_big: bool) -> None:
     t0 = time.perf_counter()
+    steps = step_table(await step_costs())  # D first: nothing else in memory yet
     big = make_sales(BIG)
     frames = {n: big.iloc[:n].copy() for n in (10, 10_000, 100_000)}
     frames[BIG] = big
@@ -220,17 +280,22 @@ async def main(send_big: bool) -> None:
         rows.append(f"| actor, first request; {label} | {s[0]:,} | {b[0]:,} | {ratio(s[0], b[0])} |")
         rows.append(f"| actor, request after one plan; {label} | {s[1]:,} | {b[1]:,} | {ratio(s[1], b[1])} |")
     how = "" if sent[BIG] else " (1M computed, not sent)"
-    rows.append(f"| inline JSON baseline, first request{how} | {inline[10]:,} | {inline[BIG]:,} | {ratio(inline[10], inline[BIG])} |")
+    rows.append(
+        f"| inline JSON baseline, first request{how} | {inline[10]:,} | {inline[BIG]:,} "
+        f"| {ratio(inline[10], inline[BIG])} |"
+    )
     worst = max(b[i] / s[i] for s, b in actor.values() for i in (0, 1))
     within = "yes" if worst <= 1.05 else "NO"
 
     lines = [
-        f"unity_nb actor benchmark, {time.strftime('%Y-%m-%d')}: {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"unity_nb actor benchmark, {time.strftime('%Y-%m-%d')}: {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, "
         f"openai {openai.__version__}, pandas {pd.__version__}, numpy {np.__version__}; "
         f"command: .venv/bin/python bench/bench_actor.py{'' if send_big else ' --no-send-1m'}",
         f"task: {TASK!r}; DataFrame `sales`, {big.shape[1]} columns",
         "",
-        "| A. request body sent to the model (bytes, Content-Length of the POST) | 10 rows | 1,000,000 rows | 1M / 10 |",
+        "| A. request body sent to the model (bytes, Content-Length of the POST) "
+        "| 10 rows | 1,000,000 rows | 1M / 10 |",
         "| --- | --- | --- | --- |",
         *rows,
         "",
@@ -249,6 +314,8 @@ async def main(send_big: bool) -> None:
         "| --- | --- | --- | --- |",
         *[f"| {k} | {a:.3f} | {b:.3f} | {ratio(a, b)} |" for k, (a, b) in cpu.items()],
         "",
+        *steps,
+        "",
         f"wall time of the whole run: {wall:.1f} s",
     ]
     print("\n".join(lines))
@@ -258,4 +325,12 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--no-send-1m", action="store_true",
                     help="compute the 1M-row inline baseline's body size instead of sending ~140 MB")
-    asyncio.run(main(send_big=not ap.parse_args().no_send_1m))
+    ap.add_argument("--steps-only", action="store_true", help="only D, the namespace's cost per step")
+    args = ap.parse_args()
+    if args.steps_only:
+        print(f"unity_nb actor benchmark D, {time.strftime('%Y-%m-%d')}: {os.cpu_count()} cores, "
+              f"Python {platform.python_version()}, pandas {pd.__version__}; "
+              "command: .venv/bin/python bench/bench_actor.py --steps-only\n")
+        print("\n".join(step_table(asyncio.run(step_costs()))))
+    else:
+        asyncio.run(main(send_big=not args.no_send_1m))

@@ -80,7 +80,8 @@ def click_latencies(k: K, name: str, clicks: int) -> list[float]:
         action = "pause" if i % 2 == 0 else "resume"
         sent = k.click(comm_id, action=action, node=node)
         ts = k.value(
-            f"(await _m.handles['{name}'].wait_for('steering', lambda e: e.action == '{action}' and e.ts >= {sent}, timeout=30)).ts"
+            f"(await _m.handles['{name}'].wait_for('steering', "
+            f"lambda e: e.action == '{action}' and e.ts >= {sent}, timeout=30)).ts"
         )
         # the wait_for above returns the first matching event at or after the click
         out.append((ts - sent) * 1000)

@@ -6,13 +6,14 @@ import contextlib
 import json
 import os
 import signal
+from typing import Any, cast
 
 from jupyter_client.manager import start_new_kernel
 
 
 class Kernel:
     def __init__(self, env=None):
-        extra = {"env": {**os.environ, **env}} if env else {}
+        extra: dict[str, Any] = {"env": {**os.environ, **env}} if env else {}
         self.km, self.kc = start_new_kernel(kernel_name="python3", **extra)
 
     def run(self, code, timeout=60):
@@ -65,7 +66,7 @@ class Kernel:
         """SIGKILL the kernel process: no cleanup of any kind runs in it."""
         pid = self.value("__import__('os').getpid()")
         os.kill(pid, signal.SIGKILL)
-        self.km.provisioner.process.wait(timeout=30)
+        cast(Any, self.km.provisioner).process.wait(timeout=30)  # a LocalProvisioner
         self.kc.stop_channels()
         self.km.cleanup_resources()
 

@@ -18,8 +18,9 @@ import json
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 __all__ = ("Reply", "FakeOpenAIServer")
 
@@ -120,19 +121,24 @@ class FakeOpenAIServer:
         if loop is not None:
             asyncio.run_coroutine_threadsafe(self.stop(), loop).result(10)
             loop.call_soon_threadsafe(loop.stop)
-            self._thread.join(10)
+            if self._thread is not None:
+                self._thread.join(10)
+
+    def _cond(self) -> asyncio.Condition:
+        assert self._changed is not None, "the server is not started"
+        return self._changed
 
     async def wait_for_requests(self, n: int, timeout: float = 10) -> None:
-        async with self._changed:
-            await asyncio.wait_for(self._changed.wait_for(lambda: len(self.requests) >= n), timeout)
+        async with self._cond():
+            await asyncio.wait_for(self._cond().wait_for(lambda: len(self.requests) >= n), timeout)
 
     async def wait_for_disconnects(self, n: int, timeout: float = 10) -> None:
-        async with self._changed:
-            await asyncio.wait_for(self._changed.wait_for(lambda: self.disconnects >= n), timeout)
+        async with self._cond():
+            await asyncio.wait_for(self._cond().wait_for(lambda: self.disconnects >= n), timeout)
 
     async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
+        async with self._cond():
+            self._cond().notify_all()
 
     # -- HTTP ------------------------------------------------------------------------------
 
@@ -151,7 +157,8 @@ class FakeOpenAIServer:
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 path = urllib.parse.urlsplit(path).path  # a proxy's absolute-form target too
                 if method != "POST" or path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
-                    self._send(writer, 404, {"error": {"message": f"no route {method} {path}", "type": "not_found", "code": None}})
+                    self._send(writer, 404,
+                               {"error": {"message": f"no route {method} {path}", "type": "not_found", "code": None}})
                     await writer.drain()
                     continue
                 request = json.loads(body or b"{}")
@@ -188,7 +195,7 @@ class FakeOpenAIServer:
             return False
         try:
             data = await asyncio.wait_for(reader.read(1), delay)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         return data == b""
 
@@ -199,8 +206,10 @@ class FakeOpenAIServer:
             raise _Dropped
         model = reply.model or request.get("model", "fake")
         if reply.status != 200:
-            kind = "rate_limit_exceeded" if reply.status == 429 else "server_error" if reply.status >= 500 else "invalid_request_error"
-            self._send(writer, reply.status, {"error": {"message": f"fake error {reply.status}", "type": kind, "code": kind}}, reply.headers)
+            kind = ("rate_limit_exceeded" if reply.status == 429
+                    else "server_error" if reply.status >= 500 else "invalid_request_error")
+            self._send(writer, reply.status,
+                       {"error": {"message": f"fake error {reply.status}", "type": kind, "code": kind}}, reply.headers)
             await writer.drain()
             return
         prompt = sum(len(str(m.get("content") or "")) for m in request.get("messages", [])) // 4 + 1
@@ -213,26 +222,33 @@ class FakeOpenAIServer:
         if not request.get("stream"):
             message: dict[str, Any] = {"role": "assistant", "content": reply.content}
             if calls:
-                message["tool_calls"] = [{"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls]
+                message["tool_calls"] = [{"id": c["id"], "type": "function",
+                                          "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls]
             self._send(writer, 200, {"id": cid, "object": "chat.completion", "created": created, "model": model,
-                                     "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage_obj}, reply.headers)
+                                     "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                                     "usage": usage_obj}, reply.headers)
             await writer.drain()
             return
         deltas: list[dict] = [{"role": "assistant", "content": ""}]
         deltas += [{"content": piece} for piece in _split(reply.content or "", reply.chunks)]
         for i, c in enumerate(calls):
-            deltas.append({"tool_calls": [{"index": i, "id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": ""}}]})
-            deltas += [{"tool_calls": [{"index": i, "function": {"arguments": p}}]} for p in _split(c["arguments"], reply.chunks)]
+            deltas.append({"tool_calls": [{"index": i, "id": c["id"], "type": "function",
+                                           "function": {"name": c["name"], "arguments": ""}}]})
+            pieces = _split(c["arguments"], reply.chunks)
+            deltas += [{"tool_calls": [{"index": i, "function": {"arguments": p}}]} for p in pieces]
         chunks = [{"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
                    "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
         if not reply.omit_finish:
             chunks.append({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
                            "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
         if reply.stream_error_after is not None:
-            chunks[reply.stream_error_after:] = [{"error": {"message": "fake overload in stream", "type": "server_error", "code": None}}]
+            chunks[reply.stream_error_after:] = [{"error": {"message": "fake overload in stream",
+                                                            "type": "server_error", "code": None}}]
         if (request.get("stream_options") or {}).get("include_usage"):
-            chunks.append({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [], "usage": usage_obj})
-        head = ["HTTP/1.1 200 OK", "content-type: text/event-stream", "transfer-encoding: chunked", "cache-control: no-cache"]
+            chunks.append({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                           "choices": [], "usage": usage_obj})
+        head = ["HTTP/1.1 200 OK", "content-type: text/event-stream", "transfer-encoding: chunked",
+                "cache-control: no-cache"]
         head += [f"{k}: {v}" for k, v in reply.headers.items()]
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode())
         if reply.trickle is not None:  # one byte per write, each its own HTTP chunk
@@ -272,13 +288,15 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--latency", type=float, default=0.0, help="seconds before the first byte")
     ap.add_argument("--reply", default="ok")
-    ap.add_argument("--tool-steps", type=int, default=0, help="answer with a tool call until the request holds this many tool results")
+    ap.add_argument("--tool-steps", type=int, default=0,
+                    help="answer with a tool call until the request holds this many tool results")
     args = ap.parse_args()
 
     def handler(body: dict) -> Reply:
         done = sum(1 for m in body.get("messages", []) if m.get("role") == "tool")
         if done < args.tool_steps and body.get("tools"):
-            return Reply(tool_calls=[{"name": "step", "arguments": json.dumps({"i": done})}], first_byte_delay=args.latency)
+            return Reply(tool_calls=[{"name": "step", "arguments": json.dumps({"i": done})}],
+                         first_byte_delay=args.latency)
         return Reply(content=args.reply if not args.tool_steps else "done", first_byte_delay=args.latency)
 
     async def serve() -> None:

@@ -128,7 +128,8 @@ def _family(name: str, source: str, **kw) -> None:
 
 def _add(family: str, scenario: str, events: list[str], expect: Expect, headers: dict | None = None) -> None:
     assert (family, scenario) not in STREAMS
-    STREAMS[(family, scenario)] = ProviderStream(family, scenario, tuple(events), expect, tuple((headers or {}).items()))
+    STREAMS[(family, scenario)] = ProviderStream(family, scenario, tuple(events), expect,
+                                                 tuple((headers or {}).items()))
 
 
 def stream(family: str, scenario: str) -> ProviderStream:
@@ -154,7 +155,8 @@ def streams_for(*scenarios: str) -> list[ProviderStream]:
 _family("openai", "https://platform.openai.com/docs/api-reference/chat/streaming")
 
 
-def _oa_chunk(delta: dict | None, finish: str | None = None, *, choices: list | None = None, usage=None, n: int = 0) -> dict:
+def _oa_chunk(delta: dict | None, finish: str | None = None, *, choices: list | None = None, usage=None,
+              n: int = 0) -> dict:
     chunk = {
         "id": "chatcmpl-BwoiPTGRbKkY5rncfaM0s9KtWrq5N",
         "object": "chat.completion.chunk",
@@ -162,7 +164,8 @@ def _oa_chunk(delta: dict | None, finish: str | None = None, *, choices: list | 
         "model": "gpt-4.1-2025-04-14",
         "service_tier": "default",
         "system_fingerprint": "fp_51e1070cf2",
-        "choices": choices if choices is not None else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        "choices": choices if choices is not None else [{"index": 0, "delta": delta, "logprobs": None,
+                                                         "finish_reason": finish}],
         "usage": usage,
         "obfuscation": "xK9q"[: 1 + n % 4],
     }
@@ -175,12 +178,14 @@ def _oa_usage(prompt: int, completion: int) -> dict:
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
-        "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0, "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0, "accepted_prediction_tokens": 0,
+                                      "rejected_prediction_tokens": 0},
     }
 
 
 def _oa_tool_deltas(index: int, call_id: str, args_pieces, *, first_extra: dict | None = None) -> list[dict]:
-    head = {"tool_calls": [{"index": index, "id": call_id, "type": "function", "function": {"name": TOOL_NAME, "arguments": ""}}]}
+    head = {"tool_calls": [{"index": index, "id": call_id, "type": "function",
+                            "function": {"name": TOOL_NAME, "arguments": ""}}]}
     if first_extra:
         head = {**first_extra, **head}
     return [head] + [{"tool_calls": [{"index": index, "function": {"arguments": p}}]} for p in args_pieces]
@@ -193,12 +198,15 @@ def _openai() -> None:
     ev += [data(_oa_chunk({}, "stop")), data(_oa_chunk(None, choices=[], usage=_oa_usage(19, 12))), DONE]
     _add("openai", "text", ev, Expect(content=TEXT, usage=(19, 12)))
 
-    deltas = _oa_tool_deltas(0, "call_Q1w2E3r4T5y6", ARGS_TOKYO_PIECES, first_extra={"role": "assistant", "content": None, "refusal": None})
+    deltas = _oa_tool_deltas(0, "call_Q1w2E3r4T5y6", ARGS_TOKYO_PIECES,
+                             first_extra={"role": "assistant", "content": None, "refusal": None})
     ev = [data(_oa_chunk(d, n=i)) for i, d in enumerate(deltas)]
     ev += [data(_oa_chunk({}, "tool_calls")), data(_oa_chunk(None, choices=[], usage=_oa_usage(80, 21))), DONE]
-    _add("openai", "tool_call", ev, Expect(tool_calls=(Call(TOOL_NAME, ARGS_TOKYO, "call_Q1w2E3r4T5y6"),), finish_reason="tool_calls", usage=(80, 21)))
+    _add("openai", "tool_call", ev, Expect(tool_calls=(Call(TOOL_NAME, ARGS_TOKYO, "call_Q1w2E3r4T5y6"),),
+                                           finish_reason="tool_calls", usage=(80, 21)))
 
-    deltas = _oa_tool_deltas(0, "call_AAAA1111", ARGS_PARIS_PIECES, first_extra={"role": "assistant", "content": None, "refusal": None})
+    deltas = _oa_tool_deltas(0, "call_AAAA1111", ARGS_PARIS_PIECES,
+                             first_extra={"role": "assistant", "content": None, "refusal": None})
     deltas += _oa_tool_deltas(1, "call_BBBB2222", ARGS_TOKYO_PIECES)
     ev = [data(_oa_chunk(d, n=i)) for i, d in enumerate(deltas)]
     ev += [data(_oa_chunk({}, "tool_calls")), data(_oa_chunk(None, choices=[], usage=_oa_usage(80, 40))), DONE]
@@ -214,12 +222,14 @@ def _openai() -> None:
     _add("openai", "refusal", ev, Expect(content=None, refusal="".join(refusal), usage=(15, 9)))
 
     ev = [data(_oa_chunk(first))] + [data(_oa_chunk({"content": p})) for p in TEXT_PIECES[:2]]
-    ev += [data({"error": {"message": "The server had an error while processing your request. Sorry about that!", "type": "server_error"}}, spaced=True)]
+    ev += [data({"error": {"message": "The server had an error while processing your request. Sorry about that!",
+                           "type": "server_error"}}, spaced=True)]
     _add("openai", "error", ev, Expect(error="The server had an error while processing your request"))
 
 
 # ====================================================================================== azure
-# Sources: Azure OpenAI "Content filtering" (https://learn.microsoft.com/azure/ai-foundry/openai/concepts/content-filter):
+# Sources: Azure OpenAI "Content filtering"
+# (https://learn.microsoft.com/azure/ai-foundry/openai/concepts/content-filter):
 # the first streamed chunk has an empty "choices" list, empty id/model/object, and
 # "prompt_filter_results"; every choice carries "content_filter_results"; in asynchronous
 # filter mode an annotation chunk (content_filter_results + content_filter_offsets, no "delta")
@@ -244,13 +254,16 @@ def _az_first() -> dict:
         "model": "",
         "object": "",
         "prompt_filter_results": [
-            {"prompt_index": 0, "content_filter_results": {**_AZ_SAFE, "jailbreak": {"filtered": False, "detected": False}}}
+            {"prompt_index": 0,
+             "content_filter_results": {**_AZ_SAFE, "jailbreak": {"filtered": False, "detected": False}}}
         ],
     }
 
 
-def _az_chunk(delta: dict | None, finish: str | None = None, *, filters: dict | None = None, usage=None, choices=None) -> dict:
-    choice = {"content_filter_results": filters if filters is not None else _AZ_SAFE, "delta": delta, "finish_reason": finish, "index": 0, "logprobs": None}
+def _az_chunk(delta: dict | None, finish: str | None = None, *, filters: dict | None = None, usage=None,
+              choices=None) -> dict:
+    choice = {"content_filter_results": filters if filters is not None else _AZ_SAFE, "delta": delta,
+              "finish_reason": finish, "index": 0, "logprobs": None}
     chunk = {
         "choices": choices if choices is not None else [choice],
         "created": 1747000000,
@@ -288,19 +301,24 @@ def _azure() -> None:
 
     deltas = _oa_tool_deltas(0, "call_az_7HkQ", ARGS_TOKYO_PIECES, first_extra={"role": "assistant", "content": None})
     ev = [data(_az_first())] + [data(_az_chunk(d, filters={})) for d in deltas]
-    ev += [data(_az_chunk({}, "tool_calls", filters={})), data(_az_chunk(None, choices=[], usage=_oa_usage(90, 22))), DONE]
-    _add("azure", "tool_call", ev, Expect(tool_calls=(Call(TOOL_NAME, ARGS_TOKYO, "call_az_7HkQ"),), finish_reason="tool_calls", usage=(90, 22)))
+    ev += [data(_az_chunk({}, "tool_calls", filters={})), data(_az_chunk(None, choices=[], usage=_oa_usage(90, 22))),
+           DONE]
+    _add("azure", "tool_call", ev,
+         Expect(tool_calls=(Call(TOOL_NAME, ARGS_TOKYO, "call_az_7HkQ"),), finish_reason="tool_calls", usage=(90, 22)))
 
     deltas = _oa_tool_deltas(0, "call_az_P1", ARGS_PARIS_PIECES, first_extra={"role": "assistant", "content": None})
     deltas += _oa_tool_deltas(1, "call_az_T2", ARGS_TOKYO_PIECES)
     ev = [data(_az_first())] + [data(_az_chunk(d, filters={})) for d in deltas]
-    ev += [data(_az_chunk({}, "tool_calls", filters={})), data(_az_chunk(None, choices=[], usage=_oa_usage(90, 44))), DONE]
+    ev += [data(_az_chunk({}, "tool_calls", filters={})), data(_az_chunk(None, choices=[], usage=_oa_usage(90, 44))),
+           DONE]
     _add("azure", "parallel_tool_calls", ev, Expect(
         tool_calls=(Call(TOOL_NAME, ARGS_PARIS, "call_az_P1"), Call(TOOL_NAME, ARGS_TOKYO, "call_az_T2")),
         finish_reason="tool_calls", usage=(90, 44)))
 
-    ev = [data(_az_first()), data(_az_chunk(first, filters={}))] + [data(_az_chunk({"content": p})) for p in TEXT_PIECES[:2]]
-    ev += [data({"error": {"message": "The server had an error processing your request. Sorry about that! You can retry your request.",
+    ev = [data(_az_first()), data(_az_chunk(first, filters={}))]
+    ev += [data(_az_chunk({"content": p})) for p in TEXT_PIECES[:2]]
+    ev += [data({"error": {"message": "The server had an error processing your request. Sorry about that! "
+                                      "You can retry your request.",
                            "type": "server_error", "param": None, "code": None}})]
     _add("azure", "error", ev, Expect(error="The server had an error processing your request"))
 
@@ -318,7 +336,8 @@ def _azure() -> None:
 # UNSURE: the in-stream error: Google's error object (code, message, status), as its HTTP errors
 # carry it, sent as a data event.
 
-_family("gemini", "https://ai.google.dev/gemini-api/docs/openai ; https://ai.google.dev/gemini-api/docs/thought-signatures")
+_family("gemini",
+        "https://ai.google.dev/gemini-api/docs/openai ; https://ai.google.dev/gemini-api/docs/thought-signatures")
 
 SIG_1 = "CiQBz0HtIm827fQXv7b+Q0jT1Yd9sIqV2bLJ5kZ8W3uXo0a1dGhRvb3Q="
 SIG_2 = "EjQKMgEMOdbHJChLX75QUCJjyYlmZ2E3cGh5c2ljcw=="
@@ -328,7 +347,8 @@ def _gm_chunk(delta: dict, finish: str | None = None, usage: dict | None = None)
     choice = {"delta": delta, "index": 0}
     if finish is not None:
         choice["finish_reason"] = finish
-    chunk = {"choices": [choice], "created": 1761000000, "id": "Il0taoSYJ5Cez7", "model": "gemini-3-flash-preview", "object": "chat.completion.chunk"}
+    chunk = {"choices": [choice], "created": 1761000000, "id": "Il0taoSYJ5Cez7", "model": "gemini-3-flash-preview",
+             "object": "chat.completion.chunk"}
     if usage is not None:
         chunk["usage"] = usage
     return chunk
@@ -359,10 +379,12 @@ def _gemini() -> None:
     # one call, its arguments over two indexless deltas: the continuation has no id
     head = _gm_call("function-call-8123", '{"city":', SIG_1)
     ev = [data(_gm_chunk({"role": "assistant", "tool_calls": [head]})),
-          data(_gm_chunk({"role": "assistant", "tool_calls": [{"function": {"arguments": '"東京","unit":"celsius"}'}}]})),
+          data(_gm_chunk({"role": "assistant",
+                          "tool_calls": [{"function": {"arguments": '"東京","unit":"celsius"}'}}]})),
           data(_gm_chunk({"content": "", "role": "assistant"}, "tool_calls", _gm_usage(70, 18))), DONE]
-    _add("gemini", "tool_call_split", ev, Expect(tool_calls=(Call(TOOL_NAME, ARGS_TOKYO_COMPACT, "function-call-8123", extra1),),
-                                                 finish_reason="tool_calls", usage=(70, 18)))
+    _add("gemini", "tool_call_split", ev,
+         Expect(tool_calls=(Call(TOOL_NAME, ARGS_TOKYO_COMPACT, "function-call-8123", extra1),),
+                finish_reason="tool_calls", usage=(70, 18)))
 
     # parallel calls, one per chunk, neither with an index: they must stay two calls;
     # only the first carries the signature; the reply finishes with "stop"
@@ -370,7 +392,8 @@ def _gemini() -> None:
           data(_gm_chunk({"role": "assistant", "tool_calls": [_gm_call("e5f6g7h8", ARGS_TOKYO_COMPACT, None)]})),
           data(_gm_chunk({"content": "", "role": "assistant"}, "stop", _gm_usage(70, 30))), DONE]
     _add("gemini", "parallel_tool_calls", ev, Expect(
-        tool_calls=(Call(TOOL_NAME, ARGS_PARIS_COMPACT, "a1b2c3d4", extra1), Call(TOOL_NAME, ARGS_TOKYO_COMPACT, "e5f6g7h8")),
+        tool_calls=(Call(TOOL_NAME, ARGS_PARIS_COMPACT, "a1b2c3d4", extra1),
+                    Call(TOOL_NAME, ARGS_TOKYO_COMPACT, "e5f6g7h8")),
         finish_reason=("tool_calls", "stop"), usage=(70, 30)))
 
     # both parallel calls in one delta, still without an index
@@ -378,12 +401,14 @@ def _gemini() -> None:
                                                                  _gm_call("t5u4v3w2", ARGS_TOKYO_COMPACT, None)]})),
           data(_gm_chunk({"content": "", "role": "assistant"}, "tool_calls", _gm_usage(70, 30))), DONE]
     _add("gemini", "parallel_same_chunk", ev, Expect(
-        tool_calls=(Call(TOOL_NAME, ARGS_PARIS_COMPACT, "p9q8r7s6", {"extra_content": {"google": {"thought_signature": SIG_2}}}),
+        tool_calls=(Call(TOOL_NAME, ARGS_PARIS_COMPACT, "p9q8r7s6",
+                         {"extra_content": {"google": {"thought_signature": SIG_2}}}),
                     Call(TOOL_NAME, ARGS_TOKYO_COMPACT, "t5u4v3w2")),
         finish_reason="tool_calls", usage=(70, 30)))
 
     ev = [data(_gm_chunk({"content": p, "role": "assistant"})) for p in TEXT_PIECES[:2]]
-    ev += [data({"error": {"code": 503, "message": "The model is overloaded. Please try again later.", "status": "UNAVAILABLE"}})]
+    ev += [data({"error": {"code": 503, "message": "The model is overloaded. Please try again later.",
+                           "status": "UNAVAILABLE"}})]
     _add("gemini", "error", ev, Expect(error="The model is overloaded"))
 
 
@@ -400,7 +425,9 @@ def _gemini() -> None:
 # that fails after the stream started ends with finish_reason "error" (the API's FinishReason
 # includes "error": mistralai/client-python issue #74, where the SDK of the day rejected it).
 
-_family("mistral", "https://docs.mistral.ai/capabilities/reasoning/ ; mistralai/client-python examples/mistral/chat/reasoning_with_streaming.py")
+_family("mistral",
+        "https://docs.mistral.ai/capabilities/reasoning/ ; "
+        "mistralai/client-python examples/mistral/chat/reasoning_with_streaming.py")
 
 
 def _ms_chunk(delta: dict, finish: str | None = None, usage: dict | None = None) -> dict:
@@ -440,21 +467,25 @@ def _mistral() -> None:
     _add("mistral", "reasoning", ev, Expect(content=ANSWER, thinking=THINK, usage=(30, 60)))
 
     ev = _ms_thinking()
-    ev += [data(_ms_chunk({"tool_calls": [{"id": "D681PevKs", "function": {"name": TOOL_NAME, "arguments": ARGS_TOKYO}, "index": 0}]},
+    ev += [data(_ms_chunk({"tool_calls": [{"id": "D681PevKs", "function": {"name": TOOL_NAME, "arguments": ARGS_TOKYO},
+                                           "index": 0}]},
                           "tool_calls", _ms_usage(95, 70))), DONE]
     _add("mistral", "tool_call", ev, Expect(thinking=THINK, tool_calls=(Call(TOOL_NAME, ARGS_TOKYO, "D681PevKs"),),
                                             finish_reason="tool_calls", usage=(95, 70)))
 
     ev = _ms_thinking()
-    ev += [data(_ms_chunk({"tool_calls": [{"id": "Xq1Pz8RtA", "function": {"name": TOOL_NAME, "arguments": ARGS_PARIS}, "index": 0},
-                                          {"id": "Lm2Nb7VcS", "function": {"name": TOOL_NAME, "arguments": ARGS_TOKYO}, "index": 1}]},
+    ev += [data(_ms_chunk({"tool_calls": [{"id": "Xq1Pz8RtA", "function": {"name": TOOL_NAME, "arguments": ARGS_PARIS},
+                                           "index": 0},
+                                          {"id": "Lm2Nb7VcS", "function": {"name": TOOL_NAME, "arguments": ARGS_TOKYO},
+                                           "index": 1}]},
                           "tool_calls", _ms_usage(95, 90))), DONE]
     _add("mistral", "parallel_tool_calls", ev, Expect(
         thinking=THINK, tool_calls=(Call(TOOL_NAME, ARGS_PARIS, "Xq1Pz8RtA"), Call(TOOL_NAME, ARGS_TOKYO, "Lm2Nb7VcS")),
         finish_reason="tool_calls", usage=(95, 90)))
 
     # a generation that fails part-way ends with finish_reason "error" (no message comes with it)
-    ev = [data(_ms_chunk({"role": "assistant", "content": ""}))] + [data(_ms_chunk({"content": p})) for p in TEXT_PIECES[:2]]
+    ev = [data(_ms_chunk({"role": "assistant", "content": ""}))]
+    ev += [data(_ms_chunk({"content": p})) for p in TEXT_PIECES[:2]]
     ev += [data(_ms_chunk({"content": ""}, "error", _ms_usage(10, 5))), DONE]
     _add("mistral", "error", ev, Expect(error=""))
 
@@ -470,26 +501,31 @@ def _mistral() -> None:
 # prompt_cache_hit_tokens / prompt_cache_miss_tokens.
 # UNSURE: the in-stream error: no documented shape; the OpenAI one is used.
 
-_family("deepseek", "https://api-docs.deepseek.com/guides/thinking_mode ; https://api-docs.deepseek.com/quick_start/rate_limit",
+_family("deepseek",
+        "https://api-docs.deepseek.com/guides/thinking_mode ; https://api-docs.deepseek.com/quick_start/rate_limit",
         echo_reasoning="reasoning_content")
 
 
 def _ds_chunk(delta: dict | None, finish: str | None = None, *, choices=None, usage=None) -> dict:
     chunk = {"id": "5d9e8a0c-4f2b-4b8e-9a77-0e3c1d2f7b61", "object": "chat.completion.chunk", "created": 1745000000,
              "model": "deepseek-v4-pro", "system_fingerprint": "fp_8802369eaa_prod0425fp8",
-             "choices": choices if choices is not None else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+             "choices": choices if choices is not None else [{"index": 0, "delta": delta, "logprobs": None,
+                                                              "finish_reason": finish}]}
     if usage is not None:
         chunk["usage"] = usage
     return chunk
 
 
 def _ds_usage(p: int, c: int) -> dict:
-    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c, "prompt_tokens_details": {"cached_tokens": 0},
-            "completion_tokens_details": {"reasoning_tokens": 20}, "prompt_cache_hit_tokens": 0, "prompt_cache_miss_tokens": p}
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
+            "prompt_tokens_details": {"cached_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 20}, "prompt_cache_hit_tokens": 0,
+            "prompt_cache_miss_tokens": p}
 
 
 def _ds_thinking() -> list[str]:
-    ev = [comment("keep-alive"), comment("keep-alive"), data(_ds_chunk({"role": "assistant", "content": None, "reasoning_content": ""}))]
+    ev = [comment("keep-alive"), comment("keep-alive"),
+          data(_ds_chunk({"role": "assistant", "content": None, "reasoning_content": ""}))]
     ev += [data(_ds_chunk({"content": None, "reasoning_content": p})) for p in THINK_PIECES]
     return ev
 
@@ -506,21 +542,29 @@ def _deepseek() -> None:
     _add("deepseek", "reasoning", ev, Expect(content=ANSWER, thinking=THINK, usage=(20, 50)))
 
     ev = _ds_thinking()
-    ev += [data(_ds_chunk({"content": None, "reasoning_content": None, **d})) for d in _oa_tool_deltas(0, "call_00_ds7Kq2Wm", ARGS_TOKYO_PIECES)]
-    ev += [data(_ds_chunk({"content": ""}, "tool_calls")), data(_ds_chunk(None, choices=[], usage=_ds_usage(120, 60))), DONE]
-    _add("deepseek", "tool_call", ev, Expect(thinking=THINK, tool_calls=(Call(TOOL_NAME, ARGS_TOKYO, "call_00_ds7Kq2Wm"),),
-                                             finish_reason="tool_calls", usage=(120, 60)))
+    deltas = _oa_tool_deltas(0, "call_00_ds7Kq2Wm", ARGS_TOKYO_PIECES)
+    ev += [data(_ds_chunk({"content": None, "reasoning_content": None, **d})) for d in deltas]
+    ev += [data(_ds_chunk({"content": ""}, "tool_calls")), data(_ds_chunk(None, choices=[], usage=_ds_usage(120, 60))),
+           DONE]
+    _add("deepseek", "tool_call", ev,
+         Expect(thinking=THINK, tool_calls=(Call(TOOL_NAME, ARGS_TOKYO, "call_00_ds7Kq2Wm"),),
+                finish_reason="tool_calls", usage=(120, 60)))
 
     ev = _ds_thinking()
-    deltas = _oa_tool_deltas(0, "call_00_dsPAR", ARGS_PARIS_PIECES) + _oa_tool_deltas(1, "call_01_dsTOK", ARGS_TOKYO_PIECES)
+    deltas = _oa_tool_deltas(0, "call_00_dsPAR", ARGS_PARIS_PIECES)
+    deltas += _oa_tool_deltas(1, "call_01_dsTOK", ARGS_TOKYO_PIECES)
     ev += [data(_ds_chunk({"content": None, "reasoning_content": None, **d})) for d in deltas]
-    ev += [data(_ds_chunk({"content": ""}, "tool_calls")), data(_ds_chunk(None, choices=[], usage=_ds_usage(120, 80))), DONE]
+    ev += [data(_ds_chunk({"content": ""}, "tool_calls")), data(_ds_chunk(None, choices=[], usage=_ds_usage(120, 80))),
+           DONE]
     _add("deepseek", "parallel_tool_calls", ev, Expect(
-        thinking=THINK, tool_calls=(Call(TOOL_NAME, ARGS_PARIS, "call_00_dsPAR"), Call(TOOL_NAME, ARGS_TOKYO, "call_01_dsTOK")),
+        thinking=THINK,
+        tool_calls=(Call(TOOL_NAME, ARGS_PARIS, "call_00_dsPAR"), Call(TOOL_NAME, ARGS_TOKYO, "call_01_dsTOK")),
         finish_reason="tool_calls", usage=(120, 80)))
 
-    ev = [data(_ds_chunk({"role": "assistant", "content": ""}))] + [data(_ds_chunk({"content": p})) for p in TEXT_PIECES[:2]]
-    ev += [data({"error": {"message": "Server overloaded, please try again later.", "type": "server_error", "param": None, "code": "server_error"}})]
+    ev = [data(_ds_chunk({"role": "assistant", "content": ""}))]
+    ev += [data(_ds_chunk({"content": p})) for p in TEXT_PIECES[:2]]
+    ev += [data({"error": {"message": "Server overloaded, please try again later.", "type": "server_error",
+                           "param": None, "code": "server_error"}})]
     _add("deepseek", "error", ev, Expect(error="Server overloaded, please try again later."))
 
 
@@ -539,7 +583,8 @@ _family("groq", "https://console.groq.com/docs/api-reference#chat-create ; https
 
 
 def _gq_chunk(delta: dict, finish: str | None = None, *, x_groq: dict | None = None) -> dict:
-    chunk = {"id": "chatcmpl-3b5e0c8a-6f1d-4c9e-b2a7-91d0e4f3c2aa", "object": "chat.completion.chunk", "created": 1750500000,
+    chunk = {"id": "chatcmpl-3b5e0c8a-6f1d-4c9e-b2a7-91d0e4f3c2aa", "object": "chat.completion.chunk",
+             "created": 1750500000,
              "model": "openai/gpt-oss-120b", "system_fingerprint": "fp_ed9190d8b7",
              "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
     if x_groq is not None:
@@ -548,13 +593,15 @@ def _gq_chunk(delta: dict, finish: str | None = None, *, x_groq: dict | None = N
 
 
 def _gq_last(finish: str, p: int, c: int) -> dict:
-    usage = {"queue_time": 0.021, "prompt_tokens": p, "prompt_time": 0.004, "completion_tokens": c, "completion_time": 0.06,
+    usage = {"queue_time": 0.021, "prompt_tokens": p, "prompt_time": 0.004, "completion_tokens": c,
+             "completion_time": 0.06,
              "total_tokens": p + c, "total_time": 0.064}
     return _gq_chunk({}, finish, x_groq={"id": "req_01jx3k9v8sf2qbt7y8m4c5d6e7", "usage": usage})
 
 
 def _gq_first(delta: dict | None = None) -> str:
-    return data(_gq_chunk(delta or {"role": "assistant", "content": ""}, x_groq={"id": "req_01jx3k9v8sf2qbt7y8m4c5d6e7"}))
+    return data(_gq_chunk(delta or {"role": "assistant", "content": ""},
+                          x_groq={"id": "req_01jx3k9v8sf2qbt7y8m4c5d6e7"}))
 
 
 def _groq() -> None:
@@ -568,19 +615,25 @@ def _groq() -> None:
     ev += [data(_gq_last("stop", 25, 48)), DONE]
     _add("groq", "reasoning", ev, Expect(content=ANSWER, thinking=THINK, usage=(25, 48)), headers=hdr)
 
-    call = {"id": "fc_3f9a2b1c-7d8e", "type": "function", "function": {"name": TOOL_NAME, "arguments": ARGS_TOKYO_COMPACT}, "index": 0}
+    call = {"id": "fc_3f9a2b1c-7d8e", "type": "function",
+            "function": {"name": TOOL_NAME, "arguments": ARGS_TOKYO_COMPACT}, "index": 0}
     ev = [_gq_first()] + think + [data(_gq_chunk({"tool_calls": [call]})), data(_gq_last("tool_calls", 140, 55)), DONE]
-    _add("groq", "tool_call", ev, Expect(thinking=THINK, tool_calls=(Call(TOOL_NAME, ARGS_TOKYO_COMPACT, "fc_3f9a2b1c-7d8e"),),
-                                         finish_reason="tool_calls", usage=(140, 55)), headers=hdr)
+    _add("groq", "tool_call", ev,
+         Expect(thinking=THINK, tool_calls=(Call(TOOL_NAME, ARGS_TOKYO_COMPACT, "fc_3f9a2b1c-7d8e"),),
+                finish_reason="tool_calls", usage=(140, 55)), headers=hdr)
 
-    calls = [{"id": "fc_paris01", "type": "function", "function": {"name": TOOL_NAME, "arguments": ARGS_PARIS_COMPACT}, "index": 0},
-             {"id": "fc_tokyo02", "type": "function", "function": {"name": TOOL_NAME, "arguments": ARGS_TOKYO_COMPACT}, "index": 1}]
+    calls = [{"id": "fc_paris01", "type": "function", "function": {"name": TOOL_NAME, "arguments": ARGS_PARIS_COMPACT},
+              "index": 0},
+             {"id": "fc_tokyo02", "type": "function", "function": {"name": TOOL_NAME, "arguments": ARGS_TOKYO_COMPACT},
+              "index": 1}]
     ev = [_gq_first()] + think + [data(_gq_chunk({"tool_calls": calls})), data(_gq_last("tool_calls", 140, 70)), DONE]
     _add("groq", "parallel_tool_calls", ev, Expect(
-        thinking=THINK, tool_calls=(Call(TOOL_NAME, ARGS_PARIS_COMPACT, "fc_paris01"), Call(TOOL_NAME, ARGS_TOKYO_COMPACT, "fc_tokyo02")),
+        thinking=THINK, tool_calls=(Call(TOOL_NAME, ARGS_PARIS_COMPACT, "fc_paris01"),
+                                    Call(TOOL_NAME, ARGS_TOKYO_COMPACT, "fc_tokyo02")),
         finish_reason="tool_calls", usage=(140, 70)), headers=hdr)
 
-    err = {"error": {"message": "Failed to call a function. Please adjust your prompt. See 'failed_generation' for more details.",
+    err = {"error": {"message": "Failed to call a function. Please adjust your prompt. "
+                                "See 'failed_generation' for more details.",
                      "type": "invalid_request_error", "code": "tool_use_failed",
                      "failed_generation": '<function=get_weather>{"city": "東京"}</function>'}}
     ev = [_gq_first()] + [data(_gq_chunk({"content": p})) for p in TEXT_PIECES[:2]]
@@ -598,14 +651,16 @@ def _groq() -> None:
 # empty choices list. A tool-call reply may repeat its finishing chunk (QwenLM/qwen-code #2402:
 # "OpenRouter sends two consecutive SSE chunks with finish_reason: tool_calls").
 
-_family("openrouter", "https://openrouter.ai/docs/api-reference/streaming ; https://openrouter.ai/docs/use-cases/reasoning-tokens")
+_family("openrouter",
+        "https://openrouter.ai/docs/api-reference/streaming ; https://openrouter.ai/docs/use-cases/reasoning-tokens")
 
 
 def _or_chunk(delta: dict | None, finish: str | None = None, *, choices=None, usage=None) -> dict:
     chunk = {"id": "gen-1761000000-Rk2bQ9sY4xWm", "provider": "DeepInfra", "model": "qwen/qwen3-235b-a22b",
              "object": "chat.completion.chunk", "created": 1761000000,
              "choices": choices if choices is not None else [
-                 {"index": 0, "delta": delta, "finish_reason": finish, "native_finish_reason": finish, "logprobs": None}]}
+                 {"index": 0, "delta": delta, "finish_reason": finish, "native_finish_reason": finish,
+                  "logprobs": None}]}
     if usage is not None:
         chunk["usage"] = usage
     return chunk
@@ -620,7 +675,8 @@ def _or_thinking() -> list[str]:
     ev = [comment("OPENROUTER PROCESSING"), comment("OPENROUTER PROCESSING")]
     for i, p in enumerate(THINK_PIECES):
         ev.append(data(_or_chunk({"role": "assistant", "content": "", "reasoning": p,
-                                  "reasoning_details": [{"type": "reasoning.text", "text": p, "format": "unknown", "index": 0}]})))
+                                  "reasoning_details": [{"type": "reasoning.text", "text": p, "format": "unknown",
+                                                         "index": 0}]})))
         if i == 1:
             ev.append(comment("OPENROUTER PROCESSING"))
     return ev
@@ -630,19 +686,23 @@ def _openrouter() -> None:
     hdr = {"X-Generation-Id": "gen-1761000000-Rk2bQ9sY4xWm"}
     ev = [comment("OPENROUTER PROCESSING"), comment("OPENROUTER PROCESSING")]
     ev += [data(_or_chunk({"role": "assistant", "content": p, "reasoning": None})) for p in TEXT_PIECES]
-    ev += [data(_or_chunk({"role": "assistant", "content": ""}, "stop")), data(_or_chunk(None, choices=[], usage=_or_usage(16, 12))), DONE]
+    ev += [data(_or_chunk({"role": "assistant", "content": ""}, "stop")),
+           data(_or_chunk(None, choices=[], usage=_or_usage(16, 12))), DONE]
     _add("openrouter", "text", ev, Expect(content=TEXT, usage=(16, 12)), headers=hdr)
 
-    ev = _or_thinking() + [data(_or_chunk({"role": "assistant", "content": p, "reasoning": None})) for p in ANSWER_PIECES]
-    ev += [data(_or_chunk({"role": "assistant", "content": ""}, "stop")), data(_or_chunk(None, choices=[], usage=_or_usage(20, 55))), DONE]
+    ev = _or_thinking()
+    ev += [data(_or_chunk({"role": "assistant", "content": p, "reasoning": None})) for p in ANSWER_PIECES]
+    ev += [data(_or_chunk({"role": "assistant", "content": ""}, "stop")),
+           data(_or_chunk(None, choices=[], usage=_or_usage(20, 55))), DONE]
     _add("openrouter", "reasoning", ev, Expect(content=ANSWER, thinking=THINK, usage=(20, 55)), headers=hdr)
 
     deltas = _oa_tool_deltas(0, "call_or_9fK2", ARGS_TOKYO_PIECES)
     ev = _or_thinking() + [data(_or_chunk({"role": "assistant", "content": "", **d})) for d in deltas]
     finish = data(_or_chunk({"role": "assistant", "content": ""}, "tool_calls"))
     ev += [finish, finish, data(_or_chunk(None, choices=[], usage=_or_usage(110, 60))), DONE]
-    _add("openrouter", "tool_call", ev, Expect(thinking=THINK, tool_calls=(Call(TOOL_NAME, ARGS_TOKYO, "call_or_9fK2"),),
-                                               finish_reason="tool_calls", usage=(110, 60)), headers=hdr)
+    _add("openrouter", "tool_call", ev,
+         Expect(thinking=THINK, tool_calls=(Call(TOOL_NAME, ARGS_TOKYO, "call_or_9fK2"),),
+                finish_reason="tool_calls", usage=(110, 60)), headers=hdr)
 
     deltas = _oa_tool_deltas(0, "call_or_P", ARGS_PARIS_PIECES) + _oa_tool_deltas(1, "call_or_T", ARGS_TOKYO_PIECES)
     ev = _or_thinking() + [data(_or_chunk({"role": "assistant", "content": "", **d})) for d in deltas]
@@ -651,7 +711,8 @@ def _openrouter() -> None:
         thinking=THINK, tool_calls=(Call(TOOL_NAME, ARGS_PARIS, "call_or_P"), Call(TOOL_NAME, ARGS_TOKYO, "call_or_T")),
         finish_reason="tool_calls", usage=(110, 80)), headers=hdr)
 
-    ev = [comment("OPENROUTER PROCESSING")] + [data(_or_chunk({"role": "assistant", "content": p})) for p in TEXT_PIECES[:2]]
+    ev = [comment("OPENROUTER PROCESSING")]
+    ev += [data(_or_chunk({"role": "assistant", "content": p})) for p in TEXT_PIECES[:2]]
     ev += [data({"id": "gen-1761000000-Rk2bQ9sY4xWm", "object": "chat.completion.chunk", "created": 1761000000,
                  "model": "qwen/qwen3-235b-a22b", "provider": "DeepInfra",
                  "error": {"code": "server_error", "message": "Provider disconnected unexpectedly"},
@@ -691,29 +752,39 @@ def _ol_thinking() -> list[str]:
 
 def _ollama() -> None:
     ev = [data(_ol_chunk({"role": "assistant", "content": p})) for p in TEXT_PIECES]
-    ev += [data(_ol_chunk({"role": "assistant", "content": ""}, "stop")), data(_ol_chunk(None, choices=[], usage=_ol_usage(26, 12))), DONE]
+    ev += [data(_ol_chunk({"role": "assistant", "content": ""}, "stop")),
+           data(_ol_chunk(None, choices=[], usage=_ol_usage(26, 12))), DONE]
     _add("ollama", "text", ev, Expect(content=TEXT, usage=(26, 12)))
 
     ev = _ol_thinking() + [data(_ol_chunk({"role": "assistant", "content": p})) for p in ANSWER_PIECES]
-    ev += [data(_ol_chunk({"role": "assistant", "content": ""}, "stop")), data(_ol_chunk(None, choices=[], usage=_ol_usage(30, 52))), DONE]
+    ev += [data(_ol_chunk({"role": "assistant", "content": ""}, "stop")),
+           data(_ol_chunk(None, choices=[], usage=_ol_usage(30, 52))), DONE]
     _add("ollama", "reasoning", ev, Expect(content=ANSWER, thinking=THINK, usage=(30, 52)))
 
-    call = {"id": "call_hk81qg8b", "index": 0, "type": "function", "function": {"name": TOOL_NAME, "arguments": ARGS_TOKYO_COMPACT}}
+    call = {"id": "call_hk81qg8b", "index": 0, "type": "function",
+            "function": {"name": TOOL_NAME, "arguments": ARGS_TOKYO_COMPACT}}
     ev = _ol_thinking() + [data(_ol_chunk({"role": "assistant", "content": "", "tool_calls": [call]}))]
-    ev += [data(_ol_chunk({"role": "assistant", "content": ""}, "tool_calls")), data(_ol_chunk(None, choices=[], usage=_ol_usage(150, 40))), DONE]
-    _add("ollama", "tool_call", ev, Expect(thinking=THINK, tool_calls=(Call(TOOL_NAME, ARGS_TOKYO_COMPACT, "call_hk81qg8b"),),
-                                           finish_reason="tool_calls", usage=(150, 40)))
+    ev += [data(_ol_chunk({"role": "assistant", "content": ""}, "tool_calls")),
+           data(_ol_chunk(None, choices=[], usage=_ol_usage(150, 40))), DONE]
+    _add("ollama", "tool_call", ev,
+         Expect(thinking=THINK, tool_calls=(Call(TOOL_NAME, ARGS_TOKYO_COMPACT, "call_hk81qg8b"),),
+                finish_reason="tool_calls", usage=(150, 40)))
 
-    c1 = {"id": "call_wteop8bt", "index": 0, "type": "function", "function": {"name": TOOL_NAME, "arguments": ARGS_PARIS_COMPACT}}
-    c2 = {"id": "call_rk2xye1l", "index": 1, "type": "function", "function": {"name": TOOL_NAME, "arguments": ARGS_TOKYO_COMPACT}}
+    c1 = {"id": "call_wteop8bt", "index": 0, "type": "function",
+          "function": {"name": TOOL_NAME, "arguments": ARGS_PARIS_COMPACT}}
+    c2 = {"id": "call_rk2xye1l", "index": 1, "type": "function",
+          "function": {"name": TOOL_NAME, "arguments": ARGS_TOKYO_COMPACT}}
     ev = _ol_thinking() + [data(_ol_chunk({"role": "assistant", "content": "", "tool_calls": [c]})) for c in (c1, c2)]
-    ev += [data(_ol_chunk({"role": "assistant", "content": ""}, "tool_calls")), data(_ol_chunk(None, choices=[], usage=_ol_usage(150, 60))), DONE]
+    ev += [data(_ol_chunk({"role": "assistant", "content": ""}, "tool_calls")),
+           data(_ol_chunk(None, choices=[], usage=_ol_usage(150, 60))), DONE]
     _add("ollama", "parallel_tool_calls", ev, Expect(
-        thinking=THINK, tool_calls=(Call(TOOL_NAME, ARGS_PARIS_COMPACT, "call_wteop8bt"), Call(TOOL_NAME, ARGS_TOKYO_COMPACT, "call_rk2xye1l")),
+        thinking=THINK, tool_calls=(Call(TOOL_NAME, ARGS_PARIS_COMPACT, "call_wteop8bt"),
+                                    Call(TOOL_NAME, ARGS_TOKYO_COMPACT, "call_rk2xye1l")),
         finish_reason="tool_calls", usage=(150, 60)))
 
     ev = [data(_ol_chunk({"role": "assistant", "content": p})) for p in TEXT_PIECES[:2]]
-    err = {"error": {"message": "an error was encountered while running the model: unexpected EOF", "type": "api_error", "param": None, "code": None}}
+    err = {"error": {"message": "an error was encountered while running the model: unexpected EOF", "type": "api_error",
+                     "param": None, "code": None}}
     ev += [json.dumps(err, ensure_ascii=False, separators=(",", ":")) + "\n"]  # Go's json.Encoder: compact, one newline
     _add("ollama", "error", ev, Expect(error="an error was encountered while running the model"))
 
@@ -729,7 +800,8 @@ def _ollama() -> None:
 # vllm/entrypoints/openai/serving_engine.py create_streaming_error_response: json.dumps of
 # {"error": {"message", "type", "param", "code"}} as a data event.
 
-_family("vllm", "https://docs.vllm.ai/en/latest/features/reasoning_outputs.html ; https://docs.vllm.ai/en/latest/features/tool_calling.html")
+_family("vllm",
+        "https://docs.vllm.ai/en/latest/features/reasoning_outputs.html ; https://docs.vllm.ai/en/latest/features/tool_calling.html")
 
 
 def _vl_chunk(delta: dict | None, finish: str | None = None, *, choices=None, usage=None) -> dict:
@@ -765,19 +837,24 @@ def _vllm() -> None:
 
     think = [data(_vl_chunk({"reasoning": p})) for p in THINK_PIECES]  # the newer field name
     ev = [first] + think + [data(_vl_chunk(d)) for d in _vl_tool(0, "chatcmpl-tool-7f3e9b2a", ARGS_TOKYO_PIECES)]
-    ev += [data(_vl_chunk({"content": ""}, "tool_calls")), data(_vl_chunk(None, choices=[], usage=_vl_usage(130, 66))), DONE]
-    _add("vllm", "tool_call", ev, Expect(thinking=THINK, tool_calls=(Call(TOOL_NAME, ARGS_TOKYO, "chatcmpl-tool-7f3e9b2a"),),
-                                         finish_reason="tool_calls", usage=(130, 66)))
+    ev += [data(_vl_chunk({"content": ""}, "tool_calls")), data(_vl_chunk(None, choices=[], usage=_vl_usage(130, 66))),
+           DONE]
+    _add("vllm", "tool_call", ev,
+         Expect(thinking=THINK, tool_calls=(Call(TOOL_NAME, ARGS_TOKYO, "chatcmpl-tool-7f3e9b2a"),),
+                finish_reason="tool_calls", usage=(130, 66)))
 
     deltas = _vl_tool(0, "chatcmpl-tool-aaa1", ARGS_PARIS_PIECES) + _vl_tool(1, "chatcmpl-tool-bbb2", ARGS_TOKYO_PIECES)
     ev = [first] + think + [data(_vl_chunk(d)) for d in deltas]
-    ev += [data(_vl_chunk({"content": ""}, "tool_calls")), data(_vl_chunk(None, choices=[], usage=_vl_usage(130, 90))), DONE]
+    ev += [data(_vl_chunk({"content": ""}, "tool_calls")), data(_vl_chunk(None, choices=[], usage=_vl_usage(130, 90))),
+           DONE]
     _add("vllm", "parallel_tool_calls", ev, Expect(
-        thinking=THINK, tool_calls=(Call(TOOL_NAME, ARGS_PARIS, "chatcmpl-tool-aaa1"), Call(TOOL_NAME, ARGS_TOKYO, "chatcmpl-tool-bbb2")),
+        thinking=THINK, tool_calls=(Call(TOOL_NAME, ARGS_PARIS, "chatcmpl-tool-aaa1"),
+                                    Call(TOOL_NAME, ARGS_TOKYO, "chatcmpl-tool-bbb2")),
         finish_reason="tool_calls", usage=(130, 90)))
 
     ev = [first] + [data(_vl_chunk({"content": p})) for p in TEXT_PIECES[:2]]
-    ev += [data({"error": {"message": "The decoder prompt (length 40961) is longer than the maximum model length of 40960.",
+    ev += [data({"error": {"message": "The decoder prompt (length 40961) is longer than the maximum model length "
+                                      "of 40960.",
                            "type": "BadRequestError", "param": None, "code": 400}}, spaced=True)]
     _add("vllm", "error", ev, Expect(error="is longer than the maximum model length"))
 
@@ -794,7 +871,8 @@ def _vllm() -> None:
 # llama.cpp's server reads `reasoning_content` of input assistant messages (common/chat.cpp,
 # common_chat_msgs_parse_oaicompat) and hands it to templates that render earlier thinking of
 # tool-calling turns (gpt-oss, Qwen3): sending it back on a turn that called tools is right here too
-_family("llamacpp", "https://github.com/ggml-org/llama.cpp/blob/master/tools/server/README.md ; tools/server/server.cpp",
+_family("llamacpp",
+        "https://github.com/ggml-org/llama.cpp/blob/master/tools/server/README.md ; tools/server/server.cpp",
         echo_reasoning="reasoning_content")
 
 
@@ -804,8 +882,10 @@ def _lc_chunk(delta: dict, finish: str | None = None, *, usage=None) -> dict:
              "system_fingerprint": "b6097-9515c613", "object": "chat.completion.chunk"}
     if usage is not None:
         chunk["usage"] = {"completion_tokens": usage[1], "prompt_tokens": usage[0], "total_tokens": sum(usage)}
-        chunk["timings"] = {"prompt_n": usage[0], "prompt_ms": 203.378, "prompt_per_token_ms": 0.187, "prompt_per_second": 5334.89,
-                            "predicted_n": usage[1], "predicted_ms": 933.63, "predicted_per_token_ms": 3.78, "predicted_per_second": 264.56}
+        chunk["timings"] = {"prompt_n": usage[0], "prompt_ms": 203.378, "prompt_per_token_ms": 0.187,
+                            "prompt_per_second": 5334.89,
+                            "predicted_n": usage[1], "predicted_ms": 933.63, "predicted_per_token_ms": 3.78,
+                            "predicted_per_second": 264.56}
     return chunk
 
 
@@ -820,10 +900,12 @@ def _llamacpp() -> None:
     ev += [data(_lc_chunk({}, "stop", usage=(40, 64))), DONE]
     _add("llamacpp", "reasoning", ev, Expect(content=ANSWER, thinking=THINK, usage=(40, 64)))
 
-    ev = [first] + think + [data(_lc_chunk(d)) for d in _oa_tool_deltas(0, "4Xkz0mQ1pL8eR2tY6uI3oP9aS5dF7gH", ARGS_TOKYO_PIECES)]
+    deltas = _oa_tool_deltas(0, "4Xkz0mQ1pL8eR2tY6uI3oP9aS5dF7gH", ARGS_TOKYO_PIECES)
+    ev = [first] + think + [data(_lc_chunk(d)) for d in deltas]
     ev += [data(_lc_chunk({}, "tool_calls", usage=(300, 70))), DONE]
-    _add("llamacpp", "tool_call", ev, Expect(thinking=THINK, tool_calls=(Call(TOOL_NAME, ARGS_TOKYO, "4Xkz0mQ1pL8eR2tY6uI3oP9aS5dF7gH"),),
-                                             finish_reason="tool_calls", usage=(300, 70)))
+    _add("llamacpp", "tool_call", ev,
+         Expect(thinking=THINK, tool_calls=(Call(TOOL_NAME, ARGS_TOKYO, "4Xkz0mQ1pL8eR2tY6uI3oP9aS5dF7gH"),),
+                finish_reason="tool_calls", usage=(300, 70)))
 
     deltas = _oa_tool_deltas(0, "aaaaPARIS", ARGS_PARIS_PIECES) + _oa_tool_deltas(1, "bbbbTOKYO", ARGS_TOKYO_PIECES)
     ev = [first] + think + [data(_lc_chunk(d)) for d in deltas]
@@ -847,7 +929,7 @@ _family("nofinish", "Snowflake Cortex REST API style: no finish_reason in any ch
 
 
 def _nf_chunk(delta: dict, usage=None) -> dict:
-    chunk = {"id": "4f6b1c0e-nofinish", "model": "claude-4-sonnet", "choices": [{"index": 0, "delta": delta}]}
+    chunk: dict = {"id": "4f6b1c0e-nofinish", "model": "claude-4-sonnet", "choices": [{"index": 0, "delta": delta}]}
     if usage is not None:
         chunk["usage"] = {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}
     return chunk
@@ -860,12 +942,14 @@ def _nofinish() -> None:
 
     # ends with the last argument piece: no finish_reason, no [DONE]
     ev = [data(_nf_chunk(d)) for d in _oa_tool_deltas(0, "toolu_01NoFinishA", ARGS_TOKYO_PIECES)]
-    _add("nofinish", "tool_call", ev, Expect(tool_calls=(Call(TOOL_NAME, ARGS_TOKYO, "toolu_01NoFinishA"),), finish_reason="tool_calls"))
+    _add("nofinish", "tool_call", ev,
+         Expect(tool_calls=(Call(TOOL_NAME, ARGS_TOKYO, "toolu_01NoFinishA"),), finish_reason="tool_calls"))
 
     deltas = _oa_tool_deltas(0, "toolu_01P", ARGS_PARIS_PIECES) + _oa_tool_deltas(1, "toolu_02T", ARGS_TOKYO_PIECES)
     ev = [data(_nf_chunk(d)) for d in deltas] + [DONE]
     _add("nofinish", "parallel_tool_calls", ev, Expect(
-        tool_calls=(Call(TOOL_NAME, ARGS_PARIS, "toolu_01P"), Call(TOOL_NAME, ARGS_TOKYO, "toolu_02T")), finish_reason="tool_calls"))
+        tool_calls=(Call(TOOL_NAME, ARGS_PARIS, "toolu_01P"), Call(TOOL_NAME, ARGS_TOKYO, "toolu_02T")),
+        finish_reason="tool_calls"))
 
     ev = [data(_nf_chunk({"content": p})) for p in TEXT_PIECES[:2]]
     ev += [data({"error": {"message": "Request failed: warehouse is suspended ☕", "code": "390114"}})]

@@ -525,3 +525,67 @@ async def test_a_figure_a_plan_draws_is_shown_with_its_call_and_closed(bus):
     assert plt.get_fignums() == []  # closed: no later cell shows it again
     assert "displayed to the user (image/png)" in results(model)[0]
     assert [e.mime_types for e in h.events if e.kind == "tool_display"] == [("image/png", "text/plain")]
+
+
+async def test_builtins_a_plan_rebinds_are_restored_for_the_next_plan(bus):
+    ns = {}
+    model = u.ScriptedModel(plans("__builtins__ = {}", "print('still here', len([1, 2]))"))
+    h = u.act("clobber the builtins", model=model, namespace=ns, bus=bus)
+    assert await h == "done"
+    first, second = results(model)
+    assert "a plan may not rebind or delete `__builtins__`" in first
+    assert second.startswith("success: true") and "still here 2" in second
+
+
+async def test_a_return_target_may_not_shadow_a_builtin(bus):
+    reg = Registry()
+    model = u.ScriptedModel(plans(
+        u.call_tool("scale", values=[1], **{"return": "print"}),
+        "print('printing works')",
+    ))
+    ns = {}
+    h = u.act("store it", model=model, namespace=ns, tools=reg.tools(), bus=bus)
+    assert await h == "done"
+    refused, after = results(model)
+    assert "`return` may not name 'print': that is a Python builtin" in refused and "'print_result'" in refused
+    assert "print" not in ns and reg.seen == []
+    assert after.startswith("success: true") and "printing works" in after
+
+
+async def test_in_place_changes_to_a_dataframe_are_seen_after_its_fingerprint_was_cached(bus):
+    """Fingerprints of unchanged frames are cached between steps; every in-place change still shows."""
+    df = pd.DataFrame({"a": [1, 2, 3]})
+    ns = {"df": df, "other": pd.DataFrame({"z": [0.5]})}
+    gate = asyncio.Event()
+    steps = [
+        "n = len(df)",  # df and other are fingerprinted (and cached) before and after this plan
+        None,  # the person changes df in place meanwhile
+        "df['a'] = df['a'].astype(str)",
+        "df.columns = ['x', 'y']",
+        "df.loc[3] = ['4', 0.0]",
+        "del df['y']",
+        "other.iloc[0, 0] = 1.5",  # a value rewritten in place: shape, labels and dtypes unchanged
+    ]
+
+    async def reply(messages, tools):
+        done = len(tool_messages(messages))
+        if done == 1:
+            await gate.wait()
+        code = [s for s in steps if s is not None]
+        return u.call_tool("execute_code", code=code[done], intent="change") if done < len(code) else "done"
+
+    model = u.ScriptedModel(reply)
+    h = u.act("change it", model=model, namespace=ns, bus=bus)
+    await h.wait_for("code_executed", timeout=10)
+    df["b"] = [0.1, 0.2, 0.3]  # in place: the same object, a new column
+    gate.set()
+    assert await h == "done"
+    notes = [m["content"] for m in model.requests[1].messages if m["role"] == "user"]
+    assert any("changed df: pd.DataFrame, shape (3, 2); columns: a: int64, b: float64" in n for n in notes)
+    _, astype, rename, grow, drop, value = results(model)
+    assert "variables changed:\n- df: pd.DataFrame, shape (3, 2); columns: a: str, b: float64" in astype
+    assert "variables changed:\n- df: pd.DataFrame, shape (3, 2); columns: x: str, y: float64" in rename
+    assert "variables changed:\n- df: pd.DataFrame, shape (4, 2)" in grow
+    assert "variables changed:\n- df: pd.DataFrame, shape (4, 1); columns: x: str" in drop
+    assert "variables changed" not in value  # as documented: a rewritten value keeps the fingerprint
+    assert ns["df"] is df  # every change was in place

@@ -103,7 +103,8 @@ def test_a_dataframe_a_plan_makes_is_there_for_the_next_cell_and_rows_never_reac
     # ... but never its rows: a value of a late row is in no request
     assert k.value("bool((sales_df['product'] == 'ZQX-late-row-marker').any())")
     assert k.value("len(m1.requests)") == 2
-    assert k.value("[('ZQX-late-row-marker' in _j.dumps([r.messages, r.tools])) for r in m1.requests]") == [False, False]
+    marked = "[('ZQX-late-row-marker' in _j.dumps([r.messages, r.tools])) for r in m1.requests]"
+    assert k.value(marked) == [False, False]
 
 
 def test_a_plan_that_raises_keeps_exactly_the_changes_it_reports(kernel):
@@ -136,7 +137,8 @@ def test_a_plan_that_raises_keeps_exactly_the_changes_it_reports(kernel):
     k.run(textwrap.dedent(
         """
         _ns = get_ipython().user_ns
-        _user = lambda names: sorted(n for n in names if not n.startswith("_") and n not in ("primitives", "final_answer"))
+        _user = lambda names: sorted(n for n in names
+                                     if not n.startswith("_") and n not in ("primitives", "final_answer"))
         _diff = {
             "created": [n for n in _user(_ns) if n not in _before and n != "h2"],
             "deleted": [n for n in _user(_before) if n not in _ns],
@@ -236,7 +238,8 @@ def test_an_endless_plan_is_interrupted_by_code_timeout_and_the_run_goes_on(kern
     first, second, third = k.value("_results(m5)")
     for result, line in ((first, 1), (second, 3)):
         assert result.startswith("success: false") and "code_timeout=0.5" in result
-        assert re.search(rf'File "<plan spin #\d+>", line [{line}{line + 1}], in <module>\n\s+(while True:|pass)\n', result), result
+        assert re.search(rf'File "<plan spin #\d+>", line [{line}{line + 1}], in <module>\n\s+(while True:|pass)\n',
+                         result), result
     assert third.startswith("success: true")
     assert k.value("[e.success for e in h5.events if e.kind == 'code_executed']") == [False, False, True]
     # the kernel is alive and answers the next cell; the plan after the timeout ran

@@ -18,7 +18,8 @@ but the server (anything else is refused and fails the test), and the browser is
 ``/usr/bin/chromium`` (``.ci/run`` installs it), never a download. In the page every wait is
 one of Playwright's auto-waiting expectations with a timeout, and no assertion is about how long
 anything took. The only fixed waits are a person's pauses between clicks (``HESITATE``): they
-are input, never a way to wait for something to appear. On failure a screenshot of the page, the browser console and the server's log go
+are input, never a way to wait for something to appear. On failure a screenshot of the page, the
+browser console and the server's log go
 to ``tests/artifacts/`` (ignored by git). When the test passes it saves its picture of the
 widget to ``tests/artifacts/widget.png``; with ``UNITY_NB_README_SCREENSHOT=1`` it rewrites
 ``docs/widget.png``, the README's picture. JupyterLab, its kernel and the browser end with the test,
@@ -48,7 +49,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOK = REPO / "notebooks" / "01_quickstart.ipynb"
 ARTIFACTS = REPO / "tests" / "artifacts"
-SCREENSHOT = REPO / "docs" / "widget.png" if os.environ.get("UNITY_NB_README_SCREENSHOT") else REPO / "tests" / "artifacts" / "widget.png"
+SCREENSHOT = REPO / ("docs" if os.environ.get("UNITY_NB_README_SCREENSHOT") else "tests/artifacts") / "widget.png"
 APPROVAL_SCREENSHOT = REPO / "tests" / "artifacts" / "approval.png"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -63,6 +64,7 @@ NOTE = "look at the west first"
 PRESS = 150
 # a person's pause between clicks (ms): input pacing only, never used to wait for a result
 HESITATE = 1000
+KERNEL_IDLE = re.compile(r"^Python 3.* \| Idle$")  # the status bar's kernel button, once the kernel is up
 
 
 def _require_prerequisites() -> None:
@@ -257,7 +259,11 @@ def browser(lab, request):
             context.set_default_timeout(UI_TIMEOUT)
             b = SimpleNamespace(page=context.new_page(), outside=[], console=[])
             # loopback only: a request anywhere else is refused, and recorded for the test to see
-            context.route(lambda url: not url.startswith(lab.url), lambda route: (b.outside.append(route.request.url), route.abort()))
+            def refuse(route):
+                b.outside.append(route.request.url)
+                route.abort()
+
+            context.route(lambda url: not url.startswith(lab.url), refuse)
             b.page.on("console", lambda m: m.type in ("error", "warning") and b.console.append(f"{m.type}: {m.text}"))
             b.page.on("pageerror", lambda e: b.console.append(f"pageerror: {e}"))
             yield b
@@ -280,7 +286,7 @@ def test_the_quickstart_widget_is_steered_by_clicks(lab, browser):
     expect(page.locator(".jp-NotebookPanel")).to_be_visible()
     # the kernel is up once the status bar names it and says Idle (a Run All before that
     # would ask which kernel to start)
-    expect(page.locator("#jp-main-statusbar").get_by_role("button", name=re.compile(r"^Python 3.* \| Idle$"))).to_be_visible()
+    expect(page.locator("#jp-main-statusbar").get_by_role("button", name=KERNEL_IDLE)).to_be_visible()
 
     page.locator("#jp-MainMenu").get_by_text("Run", exact=True).click()
     page.get_by_role("menuitem", name=re.compile(r"^Run All Cells")).click()
@@ -288,7 +294,8 @@ def test_the_quickstart_widget_is_steered_by_clicks(lab, browser):
     # the last cell's operation, live in the widget that the anywidget front end renders
     tour = page.locator(".unb-node").filter(has=page.locator(".unb-name", has_text=re.compile(r"^tour$")))
     badge, transcript = tour.locator(".unb-badge"), tour.locator(".unb-transcript")
-    pause, stop, text_box = tour.locator(".unb-pause"), tour.locator(".unb-stop"), tour.locator(".unb-controls .unb-input")
+    pause, stop = tour.locator(".unb-pause"), tour.locator(".unb-stop")
+    text_box = tour.locator(".unb-controls .unb-input")
     expect(badge).to_have_text("running", timeout=60_000)
     expect(transcript.locator(".unb-call")).not_to_have_count(0)  # it is working: a tool call is in
 
@@ -380,7 +387,7 @@ def test_plans_wait_for_run_and_skip_clicks(lab, browser):
     page.goto(f"{lab.url}/lab/workspaces/approval/tree/{APPROVAL_NOTEBOOK}?token={lab.token}")
     panel = page.locator(".jp-NotebookPanel")
     expect(panel).to_be_visible()
-    expect(page.locator("#jp-main-statusbar").get_by_role("button", name=re.compile(r"^Python 3.* \| Idle$"))).to_be_visible()
+    expect(page.locator("#jp-main-statusbar").get_by_role("button", name=KERNEL_IDLE)).to_be_visible()
     cells = panel.locator(".jp-Notebook .jp-CodeCell")
     expect(cells).to_have_count(len(APPROVAL_CELLS))
 
@@ -391,14 +398,16 @@ def test_plans_wait_for_run_and_skip_clicks(lab, browser):
     page.get_by_role("menuitem", name=re.compile(r"^Run All Above Selected Cell")).click()
 
     careful = page.locator(".unb-node").filter(has=page.locator(".unb-name", has_text=re.compile(r"^careful$")))
-    badge, transcript, approvals = careful.locator(".unb-badge"), careful.locator(".unb-transcript"), careful.locator(".unb-approval")
+    badge, transcript = careful.locator(".unb-badge"), careful.locator(".unb-transcript")
+    approvals = careful.locator(".unb-approval")
     # the first plan waits: its code, highlighted, with Run and Skip
     expect(badge).to_have_text("waiting for you", timeout=60_000)
     expect(approvals).to_have_count(1)
     expect(approvals.locator("pre.unb-python")).to_have_text(PLANS[0])
     expect(approvals).to_contain_text("set flag 1")
     first = approvals.get_attribute("data-call")
-    expect(transcript.locator(f'.unb-call[data-call="{first}"] summary')).to_have_text("execute_code waiting for approval")
+    summary = transcript.locator(f'.unb-call[data-call="{first}"] summary')
+    expect(summary).to_have_text("execute_code waiting for approval")
     picture = page.locator(".unb-root").filter(has=careful).screenshot()
 
     approvals.locator(".unb-run").click(delay=PRESS)
@@ -435,3 +444,332 @@ def test_plans_wait_for_run_and_skip_clicks(lab, browser):
 
     APPROVAL_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     APPROVAL_SCREENSHOT.write_bytes(picture)
+
+
+# -- the widget's front end alone ----------------------------------------------------------------------
+#
+# The tests below need no JupyterLab: Chromium loads the installed handle.js from a page served by
+# Playwright itself (nothing reaches the network), with a stand-in for anywidget's model that holds
+# the state a real HandleWidget computed in this process, from a real operation. The stylesheet is
+# put on the page the way anywidget does it (one <style> per _anywidget_id, replaced in place when
+# another widget brings the same id). Each update is pushed when the test says so, so nothing is
+# timed; what a person does (scrolling, a click) is input, and every wait has a timeout.
+
+HARNESS = "http://unity-nb.test"
+HARNESS_PAGE = """<!doctype html><html><head><meta charset="utf-8"></head><body>
+<script type="module">
+import widget from "/handle.js";
+const models = {};
+// anywidget's loadCssText: one <style> per id, replaced in place by the next widget with that id
+window.loadCss = (css, id) => {
+  const prev = document.querySelector(`style[id='${id}']`);
+  if (prev) { prev.textContent = css; return; }
+  const style = Object.assign(document.createElement("style"), { id, type: "text/css" });
+  style.appendChild(document.createTextNode(css));
+  document.head.appendChild(style);
+};
+window.start = (key, state) => {
+  const handlers = {}, sent = [];
+  models[key] = { state, handlers, sent, get: (k) => state[k], send: (m) => sent.push(m),
+                  on: (ev, cb) => { (handlers[ev] ||= []).push(cb); } };
+  window.loadCss(state._css, state._anywidget_id);
+  const el = Object.assign(document.createElement("div"), { className: "widget" });
+  el.dataset.key = key;
+  document.body.append(el);
+  widget.render({ model: models[key], el });
+};
+window.setState = (key, changes) => {
+  const m = models[key];
+  Object.assign(m.state, changes);
+  for (const k of Object.keys(changes)) for (const cb of m.handlers[`change:${k}`] || []) cb();
+};
+window.harnessReady = true;
+</script></body></html>"""
+
+
+class Harness:
+    """A Chromium page showing HandleWidgets of this process: ``await show(w)`` sends its current state."""
+
+    def __init__(self, page, outside):
+        self.page, self.outside, self.shown = page, outside, set()
+
+    async def show(self, w):
+        w.flush()
+        state = {"nodes": w.nodes, "entries": w.entries, "asks": w.asks, "notice": w.notice}
+        key = w.model_id
+        if key not in self.shown:
+            self.shown.add(key)
+            state.update(_css=w._css, _anywidget_id=w._anywidget_id)
+            await self.page.evaluate("([key, state]) => window.start(key, state)", [key, state])
+        else:
+            await self.page.evaluate("([key, state]) => window.setState(key, state)", [key, state])
+        return self.page.locator(f'.widget[data-key="{key}"]')
+
+
+@pytest.fixture
+async def harness(request):
+    _require_prerequisites()
+    from playwright.async_api import async_playwright, expect
+
+    expect.set_options(timeout=UI_TIMEOUT)
+    failed_before = request.session.testsfailed
+    js = (REPO / "widgets" / "handle.js").read_text(encoding="utf-8")
+    async with async_playwright() as pw:
+        chromium = await pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            context = await chromium.new_context(viewport={"width": 1000, "height": 800})
+            context.set_default_timeout(UI_TIMEOUT)
+            outside: list[str] = []
+
+            async def serve(route):
+                url = route.request.url
+                if url == f"{HARNESS}/":
+                    await route.fulfill(status=200, content_type="text/html", body=HARNESS_PAGE)
+                elif url == f"{HARNESS}/handle.js":
+                    await route.fulfill(status=200, content_type="text/javascript", body=js)
+                else:
+                    outside.append(url)
+                    await route.abort()
+
+            await context.route("**/*", serve)
+            page = await context.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            await page.goto(f"{HARNESS}/")
+            await page.wait_for_function("window.harnessReady === true")
+            yield Harness(page, outside)
+            assert errors == [], errors
+            assert outside == [], outside
+            if request.session.testsfailed > failed_before:
+                ARTIFACTS.mkdir(exist_ok=True)
+                await page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
+        finally:
+            await chromium.close()
+
+
+def _tools_so_far(messages):
+    return [m for m in messages if m.get("role") == "tool"]
+
+
+async def test_a_saved_notebooks_stylesheet_does_not_restyle_the_live_widget(harness):
+    """Issue: with an older notebook open in another tab, plans lost their syntax colours: the saved
+    ``_css`` of that notebook's widget (no highlight rules) replaced the only stylesheet on the page."""
+    from playwright.async_api import expect
+
+    import unity_nb as u
+    from unity_nb.jupyter._widget import HandleWidget
+
+    plan = "ready = True if x else None  # set it"
+
+    def script(m, t):
+        return u.call_tool("execute_code", code=plan, intent="set it") if not _tools_so_far(m) else "ok"
+
+    h = u.act("set it", model=u.ScriptedModel(script), namespace={"x": 1}, approval="always")
+    w = HandleWidget(h)
+    await h.wait_for("approval_requested", timeout=20)
+    widget = await harness.show(w)
+    keyword = widget.locator(".unb-approval pre.unb-python .unb-k").first
+    await expect(keyword).to_have_text("True")
+    await expect(keyword).to_have_css("color", "rgb(124, 58, 237)")
+    # then a notebook saved with an older version opens: anywidget loads its saved _css under its saved id
+    sheet = (REPO / "widgets" / "handle.css").read_text(encoding="utf-8")
+    older = "\n".join(line for line in sheet.splitlines() if ".unb-k" not in line)
+    await harness.page.evaluate("css => window.loadCss(css, 'unity_nb.jupyter._widget.HandleWidget')", older)
+    await expect(keyword).to_have_css("color", "rgb(124, 58, 237)")  # the installed sheet still applies ...
+    await expect(harness.page.locator("style")).to_have_count(2)  # ... beside the older one, under its own id
+    await h.stop()
+
+
+async def test_the_newest_plan_is_expanded_earlier_ones_collapse_and_code_stands_apart_from_its_result(harness):
+    import asyncio
+
+    from playwright.async_api import expect
+
+    import unity_nb as u
+    from unity_nb.jupyter._widget import HandleWidget
+
+    plans = ["print('one')\n1 + 1", "two = 2\ntwo", "await gate.wait()\n'three'"]
+    ns = {"gate": asyncio.Event()}
+
+    def script(m, t):
+        done = _tools_so_far(m)
+        if len(done) == len(plans):
+            return "done"
+        return u.call_tool("execute_code", code=plans[len(done)], intent=f"plan {len(done) + 1}")
+
+    h = u.act("three plans", model=u.ScriptedModel(script), namespace=ns)
+    w = HandleWidget(h)
+    await h.wait_for("tool_started", lambda e: sum(1 for x in h.events if x.kind == "tool_started") == 3, timeout=20)
+    widget = await harness.show(w)
+    calls = widget.locator("details.unb-plan")
+    await expect(calls).to_have_count(3)
+    # the plan running now is expanded, the earlier ones are collapsed
+    assert [await c.evaluate("d => d.open") for c in await calls.all()] == [False, False, True]
+    await expect(calls.nth(2).locator("pre.unb-python")).to_be_visible()
+    await expect(calls.nth(0).locator("pre.unb-python")).to_be_hidden()
+    # a person expands an earlier one: its code, what it printed and its result, each labelled and set apart
+    first = calls.nth(0)
+    await first.locator("summary").click(delay=PRESS)
+    code, result = first.locator("pre.unb-python"), first.locator("pre.unb-result")
+    await expect(result).to_be_visible()
+    await expect(first.locator(".unb-label")).to_have_text(["printed", "result"])
+    backgrounds = [await x.evaluate("e => getComputedStyle(e).backgroundColor") for x in (code, result)]
+    assert backgrounds[0] != backgrounds[1], backgrounds
+    edges = [await x.evaluate("e => getComputedStyle(e).borderLeftColor") for x in (code, result)]
+    assert edges[0] != edges[1], edges
+    # the operation ends: the newest plan collapses too, and the one the person opened stays open
+    ns["gate"].set()
+    assert await asyncio.wait_for(h, 20) == "done"
+    await harness.show(w)
+    assert [await c.evaluate("d => d.open") for c in await calls.all()] == [True, False, False]
+
+
+class Steps:
+    """A model that makes one step (a long-ish line of text and a tool call) each time it is let go."""
+
+    def __init__(self):
+        import asyncio
+
+        self.go = asyncio.Semaphore(0)
+
+    async def __call__(self, messages, tools):
+        import unity_nb as u
+
+        await self.go.acquire()
+        n = len(_tools_so_far(messages))
+        return u.Reply(content=f"step {n}: " + "checking the next region " * 6, tool_calls=[u.call_tool("tick", n=n)])
+
+
+async def tick(n: int) -> int:
+    """One step of work."""
+    return n + 1
+
+
+async def test_the_transcript_is_capped_and_follows_the_newest_entry_unless_scrolled_up(harness):
+    from playwright.async_api import expect
+
+    import unity_nb as u
+    from unity_nb.jupyter._widget import HandleWidget
+
+    steps = Steps()
+    h = u.start_loop("work", model=u.ScriptedModel(steps), tools=[tick], name="long", max_steps=10_000)
+    w = HandleWidget(h)
+    page = harness.page
+
+    async def step(n):
+        """Let the model make ``n`` more replies; return once the call after them waits."""
+        target = sum(1 for e in h.events if e.kind == "model_response") + n + 1
+        for _ in range(n):
+            steps.go.release()
+        await h.wait_for("model_request", lambda e: e.step == target, timeout=20)
+
+    async def scroll_state(box):
+        return await box.evaluate("e => [e.scrollTop, e.scrollHeight - e.clientHeight]")
+
+    await step(20)
+    widget = await harness.show(w)
+    box, entries = widget.locator(".unb-scroll"), widget.locator(".unb-transcript .unb-assistant")
+    await expect(entries).to_have_count(20)
+    top, bottom = await scroll_state(box)
+    assert bottom > 0, "20 steps overflow the capped box"
+    assert await box.evaluate("e => e.clientHeight <= 32 * parseFloat(getComputedStyle(e).fontSize) + 1")
+    assert top == bottom  # it follows the newest entry
+    await expect(entries.last).to_be_in_viewport()
+
+    # the person scrolls up to read: new entries come in, the box stays where they left it
+    bb = await box.bounding_box()
+    await page.mouse.move(bb["x"] + bb["width"] / 2, bb["y"] + bb["height"] / 2)
+    await page.mouse.wheel(0, -300)
+    handle = await box.element_handle()
+    await page.wait_for_function("e => e.scrollTop < e.scrollHeight - e.clientHeight - 100", arg=handle)
+    await page.wait_for_timeout(HESITATE)  # a person reads (input pacing; the scroll has landed)
+    read_at, _ = await scroll_state(box)
+    await step(3)
+    await harness.show(w)
+    await expect(entries).to_have_count(23)
+    at, bottom = await scroll_state(box)
+    assert at == read_at and at < bottom
+    await expect(entries.last).not_to_be_in_viewport()
+
+    # back at the bottom, it follows again
+    await page.mouse.wheel(0, 100_000)
+    await page.wait_for_function("e => e.scrollHeight - e.clientHeight - e.scrollTop < 2", arg=handle)
+    await step(3)
+    await harness.show(w)
+    await expect(entries).to_have_count(26)
+    at, bottom = await scroll_state(box)
+    assert at == bottom
+    await expect(entries.last).to_be_in_viewport()
+    await h.stop()
+
+
+class Flaky:
+    """A model whose call fails once (announced as the loop's retry), then waits for ``proceed``."""
+
+    name = "flaky"
+    max_retries = 4
+
+    def __init__(self):
+        import asyncio
+
+        self.proceed = asyncio.Event()
+
+    async def complete(self, request, on_delta=None):
+        from unity_nb.models import Reply, retry_hook
+
+        if not self.proceed.is_set():
+            retry_hook.get()(1, "ConnectionRefusedError: connection refused", 2.0)
+        await self.proceed.wait()
+        on_delta("all good")
+        return Reply(content="all good")
+
+
+async def test_a_retry_shows_while_it_waits_and_a_failure_shows_once(harness):
+    from playwright.async_api import expect
+
+    import unity_nb as u
+    from unity_nb.jupyter._widget import HandleWidget
+
+    model = Flaky()
+    h = u.start_loop("hi", model=model, name="flaky")
+    w = HandleWidget(h)
+    await h.wait_for("model_retry", timeout=20)
+    widget = await harness.show(w)
+    retry = widget.locator(".unb-retry")
+    await expect(retry).to_have_text("connection refused, retrying in 2 s, attempt 2 of 5")
+    await expect(retry).to_be_visible()
+    model.proceed.set()  # the retry goes through
+    await h.wait_for("model_delta", timeout=20)
+    await harness.show(w)
+    await expect(retry).to_be_hidden()
+    await h
+
+    def broken(messages, tools):
+        raise RuntimeError("the model is down")
+
+    f = u.start_loop("hi", model=u.ScriptedModel(broken), name="broken")
+    wf = HandleWidget(f)
+    await f.wait_for("loop_failed", timeout=20)
+    failed = await harness.show(wf)
+    await expect(failed.locator(".unb-badge")).to_have_text("failed")
+    assert (await failed.inner_text()).count("the model is down") == 1
+
+
+async def test_a_fragment_cut_off_by_stop_is_marked(harness):
+    from playwright.async_api import expect
+
+    import unity_nb as u
+    from unity_nb.jupyter._widget import HandleWidget
+
+    h = u.start_loop("talk", model=u.ScriptedModel(["word " * 2000], chunk=2, delay=0.01), name="talker")
+    w = HandleWidget(h)
+    await h.wait_for("model_delta", lambda e: len(h.streaming_text) > 40, timeout=20)
+    widget = await harness.show(w)
+    await expect(widget.locator(".unb-streaming")).to_contain_text("word")  # streaming in
+    await h.stop("enough")
+    await harness.show(w)
+    cut = widget.locator(".unb-cutoff")
+    await expect(cut).to_have_count(1)
+    await expect(cut).to_contain_text("word word")
+    await expect(cut).to_contain_text("… [cut off by stop]")
+    await expect(widget.locator(".unb-streaming")).to_have_text("")

@@ -38,7 +38,7 @@ def kernel():
 def test_buttons_steer_a_background_operation(kernel):
     k = kernel
     k.run("h = %unity act --name job count forever")
-    comm_id, node = k.value("[_ip.magics_manager.registry['UnityMagics'].widgets['job'].model_id, h.id]".replace("_ip", "get_ipython()"))
+    comm_id, node = k.value("[get_ipython().magics_manager.registry['UnityMagics'].widgets['job'].model_id, h.id]")
     k.run("await h.wait_for('model_request', timeout=20)")
 
     # another cell runs and returns while the loop works
@@ -48,7 +48,10 @@ def test_buttons_steer_a_background_operation(kernel):
     k.click(comm_id, action="pause", node=node)
     k.run("await h.wait_for('steering', lambda e: e.action == 'pause', timeout=20)")
     # the call in flight finishes; nothing new starts while paused
-    k.run("await h.wait_for('model_response', lambda e: e.seq > [x for x in h.events if x.kind == 'steering'][0].seq, timeout=20)")
+    k.run(
+        "await h.wait_for('model_response', lambda e: e.seq > [x for x in h.events if x.kind == 'steering'][0].seq,"
+        " timeout=20)"
+    )
     assert k.value("h.status") == "paused"
     assert k.run("print(sum(range(10)))").strip() == "45"
 
@@ -62,7 +65,8 @@ def test_buttons_steer_a_background_operation(kernel):
 
     k.click(comm_id, action="interject", node=node, text="FINISH now please")
     req = k.value(
-        "(await h.wait_for('model_request', lambda e: 'FINISH now please' in (e.last_user or ''), timeout=20)).last_user"
+        "(await h.wait_for('model_request', lambda e: 'FINISH now please' in (e.last_user or ''), timeout=20))"
+        ".last_user"
     )
     assert "FINISH now please" in req
     assert k.value("await h") == "finished as asked"
@@ -77,7 +81,8 @@ def test_stop_button_ends_the_run_and_disables_steering(kernel):
     k.click(comm_id, action="stop", node=node)
     k.run("await h2.wait_for('loop_finished', timeout=20)")
     assert k.value("[h2.status, h2.stop_reason]") == ["stopped", "stopped from the widget"]
-    assert k.value("get_ipython().magics_manager.registry['UnityMagics'].widgets['job2'].nodes[0]['status']") == "stopped"
+    widget = "get_ipython().magics_manager.registry['UnityMagics'].widgets['job2']"
+    assert k.value(f"{widget}.nodes[0]['status']") == "stopped"
     # the widget's own message handler reports a click on an ended handle instead of raising
     k.click(comm_id, action="pause", node=node)
     k.run("import asyncio\nfor _ in range(20): await asyncio.sleep(0)")
@@ -103,7 +108,8 @@ def test_a_cell_awaiting_the_handle_can_be_stopped_by_a_click(kernel):
     k.run("h4 = %unity act --name job4 count forever")
     comm_id, node = k.value("[get_ipython().magics_manager.registry['UnityMagics'].widgets['job4'].model_id, h4.id]")
     k.run("await h4.wait_for('model_request', timeout=20)")
-    msg_id = k.kc.execute("await h4", stop_on_error=False)  # this cell blocks on the handle (its error must not abort the next cells)
+    # this cell blocks on the handle (its error must not abort the next cells)
+    msg_id = k.kc.execute("await h4", stop_on_error=False)
     k.click(comm_id, action="stop", node=node)  # ... and the click still reaches the widget
     reply = k.kc.get_shell_msg(timeout=30)
     while reply["parent_header"].get("msg_id") != msg_id:
@@ -144,3 +150,23 @@ def test_tool_output_goes_to_the_widget_never_into_a_cell(kernel):
     assert not any("PRINTED-BY-TOOL" in s for s in streams)
     assert k.value("[c.output for m in h5.transcript for c in m.tool_calls]") == ["PRINTED-BY-TOOL 7\n"]
     k.run("u.unregister_tool('chatty')\n%unity model --var slow")
+
+
+def test_an_unassigned_act_leaves_no_stale_out_text_under_its_widget(kernel):
+    k = kernel
+    messages = []
+
+    def hook(msg):
+        if msg["msg_type"] in ("execute_result", "display_data"):
+            messages.append((msg["msg_type"], msg["content"]["data"]))
+
+    k.kc.execute_interactive("%unity act --name stale FINISH quickly", timeout=60, output_hook=hook)
+    assert [t for t, _d in messages] == ["display_data"]  # the live widget, and no Out[] saying "running"
+    assert "application/vnd.jupyter.widget-view+json" in messages[0][1]
+    assert k.value("await get_ipython().magics_manager.registry['UnityMagics'].handles['stale']") == "finished as asked"
+    # shown again in a later cell, a handle is its live widget (never a stale text)
+    messages.clear()
+    k.kc.execute_interactive("get_ipython().magics_manager.registry['UnityMagics'].handles['stale']", output_hook=hook)
+    ((kind, data),) = messages
+    assert kind == "display_data" and data["text/plain"] == "<unity handle 'stale': finished, 1 steps>"
+    assert "application/vnd.jupyter.widget-view+json" in data

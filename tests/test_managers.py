@@ -9,9 +9,9 @@ import json
 
 import pandas as pd
 import pytest
+from conftest import tool_messages
 
 import unity_nb as u
-from conftest import tool_messages
 from unity_nb.managers import (
     DataManager,
     FunctionsManager,
@@ -64,7 +64,7 @@ async def until(predicate, timeout=10):
     """Yield to the event loop until ``predicate()`` holds (bounded; no timing)."""
 
     async def spin():
-        while not predicate():
+        while not predicate():  # noqa: ASYNC110 - sleep(0) only yields to the loop; no timing
             await asyncio.sleep(0)
 
     await asyncio.wait_for(spin(), timeout)
@@ -173,7 +173,8 @@ async def test_knowledge_update_creates_typed_tables_and_changes_rows(bus, store
         answer="recorded 3 regions, assigned Ana, removed south",
     ))
     knowledge = KnowledgeManager(store=store, model=model, bus=bus)
-    assert await knowledge.update("Record the regional sales changes") == "recorded 3 regions, assigned Ana, removed south"
+    answer = await knowledge.update("Record the regional sales changes")
+    assert answer == "recorded 3 regions, assigned Ana, removed south"
     created, added, column, updated, deleted = results(model)
     assert "created table 'regions' (SQL name kn_regions)" in created
     assert json.loads(added) == {"added": 3, "ids": [1, 2, 3]}
@@ -181,11 +182,14 @@ async def test_knowledge_update_creates_typed_tables_and_changes_rows(bus, store
     assert json.loads(updated) == {"updated": 2} and json.loads(deleted) == {"deleted": 1}
     (definition,) = store.query("SELECT * FROM knowledge_tables")
     assert definition["name"] == "regions" and definition["description"] == "Quarterly sales change per region"
-    assert json.loads(definition["columns"]) == {"region": "text", "delta": "real", "units": "integer", "flagged": "boolean", "owner": "text"}
-    assert [(r["id"], r["region"], r["delta"], r["units"], r["flagged"], r["owner"]) for r in knowledge_rows(store, "regions")] == [
+    assert json.loads(definition["columns"]) == {"region": "text", "delta": "real", "units": "integer",
+                                                 "flagged": "boolean", "owner": "text"}
+    rows = knowledge_rows(store, "regions")
+    assert [(r["id"], r["region"], r["delta"], r["units"], r["flagged"], r["owner"]) for r in rows] == [
         (1, "north", -12.5, 40, 1, "Ana"), (3, "west", -1.0, None, None, "Ana")]
     info = {r["name"]: r["type"] for r in store.query("SELECT name, type FROM pragma_table_info('kn_regions')")}
-    assert info == {"id": "INTEGER", "region": "TEXT", "delta": "REAL", "units": "INTEGER", "flagged": "BOOLEAN", "owner": "TEXT"}
+    assert info == {"id": "INTEGER", "region": "TEXT", "delta": "REAL", "units": "INTEGER", "flagged": "BOOLEAN",
+                    "owner": "TEXT"}
     prompt = system(model)
     assert "You are serving its method `update`: Change the knowledge tables as instructed" in prompt
     assert FROM_NOTEBOOK in prompt and "There are no knowledge tables yet." in prompt
@@ -237,15 +241,18 @@ async def test_knowledge_rejects_bad_names_types_and_values_and_injection_is_har
     assert "there is no knowledge table 'other'; the tables are: ['facts']" in no_table
     # the evil text is stored as data, every table is still there
     assert knowledge_rows(store, "facts") == [{"id": 1, "fact": evil, "n": 2}]
-    assert {r["name"] for r in store.query("SELECT name FROM sqlite_master WHERE type = 'table'")} >= {"loops", "knowledge_tables", "kn_facts"}
+    tables = {r["name"] for r in store.query("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert tables >= {"loops", "knowledge_tables", "kn_facts"}
 
 
 @pytest.mark.parametrize("where", ["memory", "file"])
 async def test_knowledge_ask_runs_only_a_single_read_only_select(bus, where, tmp_path):
-    store = Store(":memory:" if where == "memory" else tmp_path / "state.db")  # a file store: its own read-only connection
+    # a file store: its own read-only connection
+    store = Store(":memory:" if where == "memory" else tmp_path / "state.db")
     setup = u.ScriptedModel(steps(
         u.call_tool("create_table", name="sales", columns={"region": "text", "amount": "real"}, description="Sales"),
-        u.call_tool("add_rows", table="sales", rows=[{"region": "north", "amount": 10.0}, {"region": "south", "amount": 5.5}]),
+        u.call_tool("add_rows", table="sales",
+                    rows=[{"region": "north", "amount": 10.0}, {"region": "south", "amount": 5.5}]),
     ))
     await KnowledgeManager(store=store, model=setup, bus=bus).update("set up")
     attempts = [
@@ -282,7 +289,8 @@ async def test_knowledge_ask_runs_only_a_single_read_only_select(bus, where, tmp
     assert len(knowledge_rows(store, "sales")) == 2  # nothing changed
     assert offered(model) == ["describe_table", "list_tables", "query"]  # ask cannot write
     prompt = system(model)
-    assert "You are serving its method `ask`" in prompt and "- kn_sales (id integer, region text, amount real): Sales" in prompt
+    assert "You are serving its method `ask`" in prompt
+    assert "- kn_sales (id integer, region text, amount real): Sales" in prompt
     # the store keeps working normally after the guarded queries
     store.execute("INSERT INTO kn_sales (region, amount) VALUES (?, ?)", ("east", 1.0))
     assert len(knowledge_rows(store, "sales")) == 3
@@ -411,7 +419,8 @@ async def test_data_describe_and_find_describe_variables_without_dumping_them(bu
     assert "Variables in the namespace now:\n" in prompt and "- note: str: 'hello'" in prompt
 
     model = u.ScriptedModel(steps(u.call_tool("list_variables"), answer="customers has a date column"))
-    assert await DataManager(namespace, model=model, bus=bus).find("anything with a date column") == "customers has a date column"
+    data = DataManager(namespace, model=model, bus=bus)
+    assert await data.find("anything with a date column") == "customers has a date column"
     assert "joined: datetime64" in results(model)[0]
     assert "You are serving its method `find`" in system(model)
 
@@ -487,7 +496,8 @@ async def test_transcripts_search_and_ask_read_past_loops_from_the_store(bus, st
     assert any("zebra: moves north in May" in f["match"] for f in found)
     assert transcript.startswith(f"loop zoo ({key}), finished")
     assert "[task] Plot the zebra migration" in transcript and "[calls lookup] {\"animal\": \"zebra\"}" in transcript
-    assert "[tool result lookup] zebra: moves north in May" in transcript and "[answer] The zebras move north in May." in transcript
+    assert "[tool result lookup] zebra: moves north in May" in transcript
+    assert "[answer] The zebras move north in May." in transcript
     assert "no recorded loop 'nope'" in missing
     assert FROM_NOTEBOOK in system(model) and "You are serving its method `search`" in system(model)
 
@@ -502,10 +512,12 @@ async def test_transcripts_search_and_ask_read_past_loops_from_the_store(bus, st
 
 
 async def test_guidance_update_links_checked_functions_and_asks_the_functions_manager(bus, store, registered):
-    functions_model = u.ScriptedModel(steps(u.call_tool("find_functions", query="report region"), answer="region_report(region: str)"))
+    functions_model = u.ScriptedModel(steps(u.call_tool("find_functions", query="report region"),
+                                            answer="region_report(region: str)"))
     model = u.ScriptedModel(steps(
         u.call_tool("ask_functions", request="which function writes a region report?"),
-        u.call_tool("add_guidance", title="Monthly report", body="1. clean\n2. report", functions=["clean_sale", "region_report"]),
+        u.call_tool("add_guidance", title="Monthly report", body="1. clean\n2. report",
+                    functions=["clean_sale", "region_report"]),
         u.call_tool("add_guidance", title="Monthly report", body="1. clean the sales\n2. write the report",
                     functions=["primitives.user.clean_sales", "region_report"]),
         u.call_tool("add_guidance", title="monthly report", body="again", functions=[]),
@@ -521,24 +533,28 @@ async def test_guidance_update_links_checked_functions_and_asks_the_functions_ma
     guidance = registry.manager("guidance")
     h = guidance.update("Add the monthly report procedure")
     assert await h == "added 'Monthly report' (id 1)"
-    asked, unknown, added, duplicate, edited, scratch, deleted = results(model)
+    asked, unknown, added, duplicate, edited, _scratch, deleted = results(model)
     assert asked == "region_report(region: str)"
-    assert "these are not registered functions: ['clean_sale']; for 'clean_sale' did you mean ['clean_sales']?" in unknown
+    assert ("these are not registered functions: ['clean_sale']; for 'clean_sale' did you mean ['clean_sales']?"
+            in unknown)
     assert json.loads(added) == {"added": 1, "title": "Monthly report", "functions": ["clean_sales", "region_report"]}
     assert "exists already (id 1); edit it instead" in duplicate
     assert json.loads(edited)["body"].endswith("3. send it")
     assert "deleted guidance 2 ('Scratch')" in deleted
     rows = store.query("SELECT id, title, body, functions FROM guidance")
-    assert [(r["id"], r["title"], json.loads(r["functions"])) for r in rows] == [(1, "Monthly report", ["clean_sales", "region_report"])]
+    assert [(r["id"], r["title"], json.loads(r["functions"])) for r in rows] == [(1, "Monthly report",
+                                                                                  ["clean_sales", "region_report"])]
     # the functions manager's loop is a child of the guidance loop, and knows who is calling
     assert [c.name for c in h.children] == ["functions.search"]
-    assert "Who is calling: the GuidanceManager, keeping the person's procedures and how-to notes." in system(functions_model)
+    who = "Who is calling: the GuidanceManager, keeping the person's procedures and how-to notes."
+    assert who in system(functions_model)
     assert FROM_NOTEBOOK in system(model) and "ask_functions" in offered(model)
 
 
 async def test_guidance_search_and_ask_and_names_kept_as_given_without_a_functions_manager(bus, store):
     writer = u.ScriptedModel(steps(
-        u.call_tool("add_guidance", title="Cleaning sales", body="1. drop duplicates\n2. drop negatives", functions=["not_yet_written"]),
+        u.call_tool("add_guidance", title="Cleaning sales", body="1. drop duplicates\n2. drop negatives",
+                    functions=["not_yet_written"]),
         u.call_tool("add_guidance", title="Plotting", body="1. use seaborn"),
     ))
     guidance = GuidanceManager(store=store, model=writer, bus=bus)
@@ -620,7 +636,8 @@ async def test_memory_consolidates_every_n_finished_top_level_loops(bus, store):
     memory.attach(bus)
 
     async def tiny(i):
-        return await u.start_loop(f"tiny task {i}: north fell 12%", model=u.ScriptedModel([f"answer {i}"]), name="tiny", bus=bus)
+        return await u.start_loop(f"tiny task {i}: north fell 12%", model=u.ScriptedModel([f"answer {i}"]), name="tiny",
+                                  bus=bus)
 
     await tiny(0)
     await tiny(1)
@@ -636,16 +653,19 @@ async def test_memory_consolidates_every_n_finished_top_level_loops(bus, store):
     recent, transcript, *writes = results(memory_model)
     assert [r["task"] for r in json.loads(recent)] == [f"tiny task {i}: north fell 12%" for i in (2, 1, 0)]
     assert "[task] tiny task 2: north fell 12%" in transcript and "[answer] answer 2" in transcript
-    assert sorted(writes) == sorted(["recorded 1 fact in facts", "added 'Regional check'", "created task t1 ('Investigate north')"])
+    assert sorted(writes) == sorted(["recorded 1 fact in facts", "added 'Regional check'",
+                                     "created task t1 ('Investigate north')"])
     assert store.query('SELECT fact FROM "kn_facts"') == [{"fact": "north fell 12%"}]
     assert [r["title"] for r in store.query("SELECT title FROM guidance")] == ["Regional check"]
     assert tasks.created == [("Investigate north", "Find out why north fell")]
 
     prompt = system(memory_model)
-    assert "Who is calling: the MemoryManager's own schedule (3 top-level operations finished since the last consolidation)" in prompt
+    assert ("Who is calling: the MemoryManager's own schedule "
+            "(3 top-level operations finished since the last consolidation)") in prompt
     assert "- tiny (" in prompt and "task 'tiny task 0: north fell 12%'" in prompt
     assert "Managers available to you: knowledge, guidance, tasks" in prompt
-    assert offered(memory_model) == ["ask_knowledge", "create_task", "read_transcript", "recent_loops", "update_guidance",
+    assert offered(memory_model) == ["ask_knowledge", "create_task", "read_transcript", "recent_loops",
+                                     "update_guidance",
                                      "update_knowledge"]
     # the managers it called were told who was calling
     caller = "Who is calling: the MemoryManager, consolidating what recent operations learned into long-term memory."
@@ -689,10 +709,13 @@ async def test_the_registry_offers_loop_methods_as_primitives_tools_and_prompt(b
         "functions": ["ask", "search"], "knowledge": ["ask", "update"], "data": ["ask", "describe", "find"],
         "transcripts": ["ask", "search"], "guidance": ["ask", "search", "update"], "memory": ["consolidate"],
     }  # dataframe, catalog, attach and detach are for people, not plans
-    assert [t.name for t in registry.tools()][:4] == ["functions_search", "functions_ask", "knowledge_ask", "knowledge_update"]
+    assert [t.name for t in registry.tools()][:4] == ["functions_search", "functions_ask", "knowledge_ask",
+                                                      "knowledge_update"]
     prompt = registry.prompt()
-    assert "## knowledge: Structured facts the person wants kept" in prompt and "Usage: ask before assuming a fact" in prompt
-    assert "- knowledge.ask(question" in prompt and ": Answer a question from the knowledge tables: find the relevant" in prompt
+    assert "## knowledge: Structured facts the person wants kept" in prompt
+    assert "Usage: ask before assuming a fact" in prompt
+    assert "- knowledge.ask(question" in prompt
+    assert ": Answer a question from the knowledge tables: find the relevant" in prompt
     assert "- guidance.update(instruction" in prompt and "- memory.consolidate(request" in prompt
     for alias in registry.aliases:
         assert registry.manager(alias).registry is registry
@@ -709,7 +732,7 @@ async def test_an_actor_plan_awaits_a_manager_whose_loop_is_its_child(bus, store
                                intent="ask the knowledge manager")
         return "asked"
 
-    ns = {}
+    ns: dict = {}
     actor_model = u.ScriptedModel(plan)
     h = registry.actor(actor_model, namespace=ns, bus=bus).act("What do we know?")
     assert await h == "asked"
@@ -744,7 +767,9 @@ async def test_memory_never_runs_two_consolidations_at_once(bus):
     await until(lambda: len(memory.consolidations) == 2)
     second = memory.consolidations[1]
     assert await second == "consolidation 2" and memory.pending == 0
-    prompt = second.model.requests[-1].messages[0]["content"]  # the second one is told about the loops it covers
+    model = second.model
+    assert isinstance(model, u.ScriptedModel)
+    prompt = model.requests[-1].messages[0]["content"]  # the second one is told about the loops it covers
     assert "task 'two'" in prompt and "task 'three'" in prompt and "task 'one'" not in prompt
 
 
@@ -763,7 +788,7 @@ async def test_a_discovery_first_actor_lists_functions_and_guidance_before_anyth
 
     registry = Registry([FunctionsManager(model=inner, bus=bus), GuidanceManager(store=store, model=inner, bus=bus)])
     actor_model = u.ScriptedModel(plan)
-    ns = {}
+    ns: dict = {}
     h = registry.actor(actor_model, namespace=ns, bus=bus, discovery_first=True).act("Improve sales")
     assert await h == "done"
     assert [r.tool_choice for r in actor_model.requests[:2]] == ["required", "required"]

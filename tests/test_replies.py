@@ -11,6 +11,7 @@ import pytest
 from wire_server import KEY, Serve, WireServer
 
 import unity_nb as u
+from unity_nb.events import ModelDelta, ModelResponse
 
 T = 10.0
 
@@ -28,10 +29,10 @@ async def test_reasoning_streams_as_thinking_and_lands_in_the_transcript_and_eve
     async with u.OpenAIModel("m", base_url=server.url(), api_key=KEY, max_retries=0) as m:
         h = u.start_loop("think first", model=m)
         assert await asyncio.wait_for(h.result(), T) == stream.expect.content
-    deltas = [e for e in h.events if e.kind == "model_delta"]
+    deltas = [e for e in h.events if isinstance(e, ModelDelta)]
     assert "".join(e.text for e in deltas if e.thinking) == stream.expect.thinking
     assert "".join(e.text for e in deltas if not e.thinking) == stream.expect.content
-    response = next(e for e in h.events if e.kind == "model_response")
+    response = next(e for e in h.events if isinstance(e, ModelResponse))
     assert response.thinking == stream.expect.thinking and response.refusal is None
     answer = h.transcript[-1]
     assert (answer.kind, answer.content, answer.thinking) == ("answer", stream.expect.content, stream.expect.thinking)
@@ -46,4 +47,4 @@ async def test_a_refusal_is_the_answer_marked_as_a_refusal(server):
         answer = await asyncio.wait_for(h.result(), T)
     assert answer == f"[refused] {stream.expect.refusal}"
     assert h.transcript[-1].error and h.transcript[-1].content == answer
-    assert next(e for e in h.events if e.kind == "model_response").refusal == stream.expect.refusal
+    assert next(e for e in h.events if isinstance(e, ModelResponse)).refusal == stream.expect.refusal

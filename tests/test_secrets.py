@@ -340,3 +340,140 @@ def test_a_saved_notebook_holds_no_secret(tmp_path, monkeypatch):
     assert "<<secret:API_TOKEN>>" in saved and VALUE not in saved
     stored = "".join(p.read_bytes().decode("latin-1") for p in tmp_path.glob("nb.db*"))
     assert "secretive" in stored and VALUE not in stored
+
+
+# -- every form a value takes when shown (issue: quotes and backslashes) -------------------------
+
+QUOTED = 'pa"ss\\w0rd-Q7x!'
+QUOTED_FORMS = {
+    "as is": QUOTED,
+    "repr": repr(QUOTED)[1:-1],  # pa"ss\\w0rd-Q7x!
+    "repr, double quotes": QUOTED.replace("\\", "\\\\").replace('"', '\\"'),
+    "JSON": json.dumps(QUOTED)[1:-1],
+}
+
+
+@pytest.fixture
+def quoted():
+    u.set_secret("QUOTED", QUOTED)
+    yield
+    u.forget_secret("QUOTED")
+
+
+def test_scrub_catches_the_repr_and_json_forms_of_a_value(quoted):
+    from unity_nb._secrets import scrub
+
+    for text in (QUOTED, repr(QUOTED), repr([QUOTED]), repr({"k": QUOTED}), json.dumps({"pw": [QUOTED]}),
+                 repr(repr(QUOTED)), json.dumps(repr(QUOTED)), repr(ValueError(QUOTED)), f"x{QUOTED}y"):
+        scrubbed = scrub(text)
+        assert "<<secret:QUOTED>>" in scrubbed, text
+        assert not any(f in scrubbed for f in QUOTED_FORMS.values()), (text, scrubbed)
+
+
+async def test_a_value_with_quotes_and_backslashes_reaches_the_model_in_no_form(quoted, tmp_path):
+    bus = u.EventBus()
+    store = Store(tmp_path / "s.db")
+    store.attach(bus)
+    ns = {"pw": QUOTED, "creds": {"user": "me", "pw": QUOTED}}
+    steps = [
+        "get_secret('QUOTED')",  # the last expression's value, shown as a repr
+        "[get_secret('QUOTED')]",
+        "import json\nprint(json.dumps({'pw': get_secret('QUOTED')}))\nprint(repr(get_secret('QUOTED')))\nmine = get_secret('QUOTED')",
+    ]
+
+    def script(messages, tools):
+        done = tool_messages(messages)
+        return u.call_tool("execute_code", code=steps[len(done)], intent="show") if len(done) < len(steps) else "done"
+
+    model = u.ScriptedModel(script)
+    h = u.act("show it", model=model, namespace=ns, bus=bus)
+    assert await h == "done"
+    sent = [m.get("content") or "" for r in model.requests for m in r.messages]
+    assert "pw: str: '<<secret:QUOTED>>'" in sent[0]  # the variable's description in the system prompt
+    first, second, third = results = [m["content"] for m in tool_messages(model.requests[-1].messages)]
+    assert "value of the last expression: str: '<<secret:QUOTED>>'" in first
+    assert "['<<secret:QUOTED>>']" in second
+    assert '{"pw": "<<secret:QUOTED>>"}' in third and "- mine: str: '<<secret:QUOTED>>'" in third
+    places = {
+        "requests to the model": "\n".join(sent),
+        "tool results": "\n".join(results),
+        "transcript": "\n".join(
+            [m.content or "" for m in h.transcript] + [c.output + (c.result or "") for m in h.transcript for c in m.tool_calls]
+        ),
+        "events": "\n".join(e.model_dump_json() for e in h.events),
+    }
+    store.close()
+    places["store"] = "".join(p.read_bytes().decode("latin-1") for p in tmp_path.glob("s.db*"))
+    for where, text in places.items():
+        for form, value in QUOTED_FORMS.items():
+            assert value not in text, (where, form)
+
+
+# -- output that arrives after its plan ended ----------------------------------------------------
+
+
+async def test_a_thread_a_plan_started_prints_after_the_plan_ended_into_the_plans_record(secret, bus, capsys):
+    import threading
+
+    go = threading.Event()
+    code = (
+        "import threading\n"
+        "def later():\n"
+        "    go.wait(30)\n"
+        "    print('late', get_secret('API_TOKEN'))\n"
+        "t = threading.Thread(target=later, daemon=True)\n"
+        "t.start()"
+    )
+    ns = {"go": go}
+    script = lambda m, t: u.call_tool("execute_code", code=code, intent="leave a thread") if not tool_messages(m) else "done"  # noqa: E731
+    h = u.act("start a thread", model=u.ScriptedModel(script), namespace=ns, bus=bus)
+    assert await h == "done"
+    go.set()
+    late = await h.wait_for("tool_output", lambda e: "late" in e.text, timeout=10)
+    assert late.text == "late <<secret:API_TOKEN>>\n"
+    (rec,) = [c for m in h.transcript for c in m.tool_calls]
+    assert rec.output == "late <<secret:API_TOKEN>>\n"  # it still belongs to the plan's record
+    out = capsys.readouterr()
+    assert "late" not in out.out and VALUE not in out.out + out.err  # not in whatever runs now
+    await asyncio.to_thread(ns["t"].join, 10)
+
+
+AFTER_PLAN_NOTEBOOK = [
+    "%load_ext unity_nb\nimport threading\nimport unity_nb as u\nu.set_secret('API_TOKEN', env='UNB_TEST_TOKEN')\n"
+    "go = threading.Event()",
+    textwrap.dedent('''
+        PLAN = """import threading
+        def later():
+            go.wait(60)
+            print('late', get_secret('API_TOKEN'))
+        t = threading.Thread(target=later, daemon=True)
+        t.start()"""
+
+        def script(messages, tools):
+            if not [m for m in messages if m["role"] == "tool"]:
+                return u.call_tool("execute_code", code=PLAN, intent="leave a thread behind")
+            return "finished"
+
+        m = u.ScriptedModel(script)
+        %unity model --var m
+    '''),
+    "h = %unity act --name threads leave a thread",
+    "await h",
+    "go.set()\nt.join(60)\nprint('the next cell')",
+    "late = await h.wait_for('tool_output', lambda e: 'late' in e.text, timeout=20)\nprint('record:', [c for m in h.transcript for c in m.tool_calls][0].output)",
+]
+
+
+def test_a_thread_a_plan_started_leaks_nothing_into_the_next_cell_or_the_saved_notebook(tmp_path, monkeypatch):
+    monkeypatch.setenv("UNB_TEST_TOKEN", VALUE)
+    monkeypatch.setenv("UNITY_NB_STORE", str(tmp_path / "nb.db"))
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in AFTER_PLAN_NOTEBOOK])
+    client = NotebookClient(nb, timeout=90, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}, allow_errors=True)
+    client.execute()  # errors allowed: where the late output went is the point
+    path = tmp_path / "saved.ipynb"
+    nbformat.write(nb, path)
+    saved = path.read_text()
+    next_cell = json.dumps(nb.cells[4].outputs)
+    assert "the next cell" in next_cell and "late" not in next_cell
+    assert "record: late <<secret:API_TOKEN>>" in json.dumps(nb.cells[5].outputs)
+    assert VALUE not in saved

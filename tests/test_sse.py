@@ -8,7 +8,7 @@ from openai._streaming import SSEDecoder as OpenAIDecoder  # an independent impl
 
 from unity_nb.models._sse import SSEDecoder
 
-text = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n\x00"), max_size=20)
+text = st.text(alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\r\n\x00"), max_size=20)
 field_value = text.filter(lambda s: not s.startswith(" "))  # one leading space is dropped by the spec
 event = st.fixed_dictionaries({
     "data": st.lists(field_value, min_size=1, max_size=3),
@@ -64,7 +64,8 @@ def test_any_chunking_and_line_endings_give_the_events_the_spec_defines(events, 
 
 
 @settings(max_examples=150, deadline=None)
-@given(events=st.lists(event, max_size=5), split_points=st.lists(st.integers(min_value=0, max_value=10_000), max_size=8))
+@given(events=st.lists(event, max_size=5),
+       split_points=st.lists(st.integers(min_value=0, max_value=10_000), max_size=8))
 def test_agrees_with_openais_decoder(events, split_points):
     chunks = encode(events, [b"\n"], split_points)
     theirs = [(e.event or "message", e.data, e.id or "") for e in OpenAIDecoder().iter_bytes(iter(chunks))]

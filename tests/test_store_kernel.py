@@ -4,7 +4,6 @@ store shows the transcript up to the last event and resumes the task."""
 import textwrap
 
 import pytest
-
 from _kernel import Kernel
 
 FIRST = textwrap.dedent(
@@ -62,7 +61,8 @@ def test_a_killed_kernel_loses_at_most_the_step_in_flight_and_the_task_resumes(s
     second = Kernel(env={"UNITY_NB_STORE": store_path})
     try:
         second.run(SECOND)
-        rows = second.value("get_ipython().run_line_magic('unity', 'history').drop(columns='started').to_dict('records')", timeout=30)
+        history = "get_ipython().run_line_magic('unity', 'history').drop(columns='started').to_dict('records')"
+        rows = second.value(history, timeout=30)
         (row,) = [r for r in rows if r["name"] == "task job"]
         assert row["status"] == "interrupted" and row["steps"] == 2 and row["task"].startswith("Task 'job'")
         transcript = second.value("[[m.role, m.kind, m.content] for m in store.transcript('task job')]")
@@ -106,7 +106,8 @@ def test_two_kernels_share_one_store(store_path):
         rows_b = b.value("get_ipython().run_line_magic('unity', 'history').task.tolist()")
         assert rows_a == ["finished"] * 20
         assert sorted(rows_b) == ["from a"] * 10 + ["from b"] * 10
-        assert a.value("get_ipython().magics_manager.registry['UnityMagics'].store.execute('PRAGMA integrity_check').fetchone()[0]") == "ok"
+        store = "get_ipython().magics_manager.registry['UnityMagics'].store"
+        assert a.value(store + ".execute('PRAGMA integrity_check').fetchone()[0]") == "ok"
     finally:
         a.close()
         b.close()

@@ -5,13 +5,19 @@ import asyncio
 import json
 
 import pytest
+from conftest import tool_messages
 
 import unity_nb as u
-from conftest import tool_messages
+from unity_nb.events import LoopFinished
 from unity_nb.managers import TasksManager, repair_history
 from unity_nb.store import Store
 
 T = 10
+
+
+def answered(result):
+    """A ``loop_finished`` predicate: the loop answered ``result``."""
+    return lambda e: isinstance(e, LoopFinished) and e.result == result
 
 
 def users(messages):
@@ -133,7 +139,7 @@ async def test_a_child_completing_while_the_parent_is_idle_wakes_it_in_a_new_tur
     parent = tm.create("parent", "Delegate slow work.")
     assert await tm.execute(parent.id) == "parent: waiting for the child"
     assert tm.get(parent.id).status == "idle" and len(tm.turns(parent.id)) == 1
-    woken = asyncio.ensure_future(bus.wait_for("loop_finished", lambda e: e.result == "parent: the child is done", timeout=T))
+    woken = asyncio.ensure_future(bus.wait_for("loop_finished", answered("parent: the child is done"), timeout=T))
     child_gate.set()
     await woken
     turns = tm.turns(parent.id)
@@ -162,7 +168,8 @@ async def test_four_children_completing_at_once_are_all_seen(store):
     assert await tm.execute(parent.id) == "saw 0"
     child_gate.set()  # all four finish together while the parent is idle
     await asyncio.wait_for(all_seen.wait(), T)
-    notices = [m["content"] for m in tm.messages(parent.id) if m["role"] == "user" and m["content"].startswith("[child task")]
+    notices = [m["content"] for m in tm.messages(parent.id)
+               if m["role"] == "user" and m["content"].startswith("[child task")]
     assert sorted(n.split("'")[1] for n in notices) == ["child0", "child1", "child2", "child3"]
     assert all(c.status == "idle" for c in tm.list(parent=parent.id))
 
@@ -187,7 +194,7 @@ async def test_a_parent_resumes_a_child_with_a_new_message(store):
     bus = u.EventBus()
     tm = manager(store, script, bus=bus)
     parent = tm.create("parent", "Draft and refine.")
-    finished = asyncio.ensure_future(bus.wait_for("loop_finished", lambda e: e.result == "parent done after 2 notices", timeout=T))
+    finished = asyncio.ensure_future(bus.wait_for("loop_finished", answered("parent done after 2 notices"), timeout=T))
     tm.execute(parent.id)
     await finished
     assert child_calls[1][-1] == "make it longer" and len(child_calls[1]) == 2  # the child's 2nd turn sees its 1st
@@ -228,7 +235,8 @@ async def test_an_interrupted_task_resumes_its_turn_from_the_store(tmp_path):
     assert resumed[-1]["content"].startswith("[this task's previous run was interrupted")
     assert len(tm2.turns(t.id)) == 1  # resumed in the same turn
     await h.stop()
-    s1.close(), s2.close()
+    s1.close()
+    s2.close()
 
 
 async def test_a_message_sent_while_the_turn_ends_in_a_plan_starts_the_next_turn(store):
@@ -247,7 +255,7 @@ async def test_a_message_sent_while_the_turn_ends_in_a_plan_starts_the_next_turn
     h = tm.execute(t.id)
     await asyncio.wait_for(started.wait(), T)
     tm.send(t.id, "also count the rows")  # delivered into the running turn, whose plan is ending it
-    next_turn = asyncio.ensure_future(bus.wait_for("loop_finished", lambda e: e.result == "rows counted", timeout=T))
+    next_turn = asyncio.ensure_future(bus.wait_for("loop_finished", answered("rows counted"), timeout=T))
     gate.set()
     assert await h == "first turn done"
     await next_turn  # the message was not lost: it started the next turn
@@ -273,7 +281,8 @@ async def test_a_task_running_in_another_live_kernel_is_not_interrupted(tmp_path
     release.set()
     assert await h == "done"
     assert tm2.get(t.id).status == "idle"
-    s1.close(), s2.close()
+    s1.close()
+    s2.close()
 
 
 def test_repair_gives_every_tool_call_one_result():
@@ -281,9 +290,10 @@ def test_repair_gives_every_tool_call_one_result():
         {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}},
         {"id": "b", "type": "function", "function": {"name": "f", "arguments": "{}"}},
     ]}
-    broken = [
+    broken: list[dict] = [
         {"role": "user", "content": "go"}, call, {"role": "tool", "tool_call_id": "a", "content": "ok"},
-        {"role": "tool", "tool_call_id": "a", "content": "duplicate"}, {"role": "tool", "tool_call_id": "zzz", "content": "orphan"},
+        {"role": "tool", "tool_call_id": "a", "content": "duplicate"},
+        {"role": "tool", "tool_call_id": "zzz", "content": "orphan"},
         {"role": "user", "content": "more"}, {"role": "tool", "tool_call_id": "q", "content": "orphan too"}, dict(call),
     ]
     fixed = repair_history(broken)
@@ -316,10 +326,169 @@ async def test_a_parent_is_told_when_its_child_fails(store):
     bus = u.EventBus()
     tm = manager(store, script, bus=bus)
     parent = tm.create("parent", "Delegate fragile work.")
-    woken = asyncio.ensure_future(bus.wait_for("loop_finished", lambda e: e.result == "parent: the child failed", timeout=T))
+    woken = asyncio.ensure_future(bus.wait_for("loop_finished", answered("parent: the child failed"), timeout=T))
     await tm.execute(parent.id)
     await woken
     child = tm.list(parent=parent.id)[0]
     assert child.status == "failed"
-    notice = [m["content"] for m in tm.messages(parent.id) if m["role"] == "user" and "failed in turn 0" in m["content"]]
+    notice = [m["content"] for m in tm.messages(parent.id)
+              if m["role"] == "user" and "failed in turn 0" in m["content"]]
     assert "the child's model broke" in notice[0]
+
+
+# ---------------------------------------------------------------------------- a child sees its parent
+
+
+def systems(messages):
+    return [m["content"] for m in messages if m["role"] == "system"]
+
+
+def parent_notes(messages):
+    return [s for s in systems(messages) if "conversation of your parent task" in s]
+
+
+async def test_with_parent_context_always_a_child_task_sees_its_parents_conversation(store):
+    child_saw = []
+
+    async def script(messages, tools):
+        texts = users(messages)
+        if texts[0].startswith("Task 'child"):
+            child_saw.append(parent_notes(messages))
+            return "child: hotel booked"
+        if not tool_messages(messages):
+            return u.call_tool("spawn_task", name="child", description="Book the hotel.")
+        return "parent: delegated"
+
+    bus = u.EventBus()
+    tm = manager(store, script, bus=bus, parent_context="always")
+    parent = tm.create("parent", "Plan the trip to Lisbon in May.")
+    child_done = asyncio.ensure_future(bus.wait_for("loop_finished", answered("child: hotel booked"), timeout=T))
+    await tm.execute(parent.id)
+    await child_done
+    (notes,) = child_saw
+    assert len(notes) == 1
+    assert "parent_user: Task 'parent': Plan the trip to Lisbon in May." in notes[0]
+    assert "spawn_task(" in notes[0] and "Book the hotel." in notes[0]  # the call that started the child
+    child = tm.list(parent=parent.id)[0]
+    assert tm.sees_parent(child.id) and not tm.sees_parent(parent.id)
+    # context, not conversation: the child's own stored messages do not hold it
+    assert [m["role"] for m in tm.messages(child.id)] == ["user", "assistant"]
+
+
+async def test_with_parent_context_model_the_model_chooses_per_child(store):
+    child_saw = {}
+    offered = []
+
+    async def script(messages, tools):
+        texts = users(messages)
+        if texts[0].startswith("Task 'child"):
+            name = texts[0].split("'")[1]
+            child_saw[name] = parent_notes(messages)
+            return f"{name} done"
+        if not tool_messages(messages):
+            offered.append(next(t for t in tools if t["function"]["name"] == "spawn_task"))
+            return [u.call_tool("spawn_task", name="child_with", description="Needs the plan.",
+                                include_parent_context=True),
+                    u.call_tool("spawn_task", name="child_without", description="Self-contained.")]
+        return "parent: delegated"
+
+    bus = u.EventBus()
+    tm = manager(store, script, bus=bus, parent_context="model")
+    parent = tm.create("parent", "Plan the secret project Zephyr.")
+    both = [asyncio.ensure_future(bus.wait_for("loop_finished", answered(f"{n} done"), timeout=T))
+            for n in ("child_with", "child_without")]
+    await tm.execute(parent.id)
+    await asyncio.gather(*both)
+    assert "include_parent_context" in offered[0]["function"]["parameters"]["properties"]
+    assert len(child_saw["child_with"]) == 1 and "secret project Zephyr" in child_saw["child_with"][0]
+    assert child_saw["child_without"] == []
+
+
+async def test_a_child_created_to_see_its_parent_keeps_seeing_it_after_a_restart(tmp_path):
+    path = tmp_path / "state.db"
+    child_saw = []
+
+    async def script(messages, tools):
+        texts = users(messages)
+        if texts[0].startswith("Task 'child"):
+            child_saw.append(parent_notes(messages))
+            return f"child turn {len(child_saw)}"
+        return f"parent: {texts[-1]}"
+
+    s1 = Store(path)
+    tm1 = manager(s1, script)  # the default: children see nothing unless created to
+    parent = tm1.create("parent", "Plan the trip to Lisbon.")
+    assert await tm1.execute(parent.id) == "parent: Task 'parent': Plan the trip to Lisbon."
+    child = tm1.create("child", "Book the hotel.", parent=parent.id, parent_context=True)
+    other = tm1.create("other", "Book the car.", parent=parent.id)
+    assert await tm1.execute(child.id) == "child turn 1"
+    assert "Plan the trip to Lisbon." in child_saw[0][0]
+    assert not tm1.sees_parent(other.id)
+    s1.close()
+
+    s2 = Store(path)  # a new kernel: the choice was kept in the store
+    tm2 = manager(s2, script)
+    assert await tm2.run(parent.id, "Make it June instead.") == "parent: Make it June instead."
+    assert await tm2.run(child.id, "Rebook for June.") == "child turn 2"
+    (note,) = child_saw[1]
+    assert "parent_user: Make it June instead." in note  # the parent's conversation as it stands now
+    s2.close()
+
+
+# ---------------------------------------------------------------------------- turn summaries
+
+
+def summary_request(messages):
+    last = messages[-1]
+    return last["role"] == "user" and "task_assistant:" in (last["content"] or "")
+
+
+async def test_with_summaries_model_the_model_writes_each_turns_summary(store):
+    long_answer = "The weekly report: " + "sales rose in every region. " * 12
+    asked = []
+
+    def script(messages, tools):
+        if summary_request(messages):
+            asked.append(messages[-1]["content"])
+            return f"  Wrote the weekly report (summary {len(asked)}).  "
+        return long_answer if len(users(messages)) == 1 else "Shortened it."
+
+    tm = manager(store, script, summaries="model")
+    t = tm.create("report", "Write the weekly report.")
+    assert tm.summary_loop(t.id) is None
+    assert await tm.execute(t.id) == long_answer
+    assert tm.turns(t.id)[0]["summary"] == long_answer[:200]  # the truncated one stands until the model's
+    assert await tm.summary_loop(t.id) == "  Wrote the weekly report (summary 1).  "
+    assert tm.turns(t.id)[0]["summary"] == "Wrote the weekly report (summary 1)."
+    assert "task_user: Task 'report': Write the weekly report." in asked[0] and long_answer.strip() in asked[0]
+    assert await tm.run(t.id, "Now shorten it.") == "Shortened it."
+    await tm.summary_loop(t.id)
+    assert [x["summary"] for x in tm.turns(t.id)] == [
+        "Wrote the weekly report (summary 1).", "Wrote the weekly report (summary 2)."]
+    assert "task_user: Now shorten it." in asked[1] and "Write the weekly report." not in asked[1]  # that turn only
+
+
+async def test_a_failed_model_summary_leaves_the_truncated_one(store):
+    def script(messages, tools):
+        if summary_request(messages):
+            raise RuntimeError("the summary model broke")
+        return "answer " + "x" * 300
+
+    tm = manager(store, script, summaries="model")
+    t = tm.create("report", "Write it.")
+    await tm.execute(t.id)
+    with pytest.raises(RuntimeError, match="the summary model broke"):
+        await tm.summary_loop(t.id)
+    assert tm.turns(t.id)[0]["summary"] == ("answer " + "x" * 300)[:200]
+
+
+async def test_truncated_summaries_stay_the_default(store):
+    tm = manager(store, lambda m, t: "y" * 300)
+    t = tm.create("a", "b")
+    await tm.execute(t.id)
+    assert tm.summaries == "truncate" and tm.summary_loop(t.id) is None
+    assert tm.turns(t.id)[0]["summary"] == "y" * 200
+    with pytest.raises(u.UserError, match="summaries must be"):
+        TasksManager(store=store, summaries="short")  # type: ignore[arg-type]
+    with pytest.raises(u.UserError, match="parent_context must be"):
+        TasksManager(store=store, parent_context="sometimes")  # type: ignore[arg-type]

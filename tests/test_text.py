@@ -12,6 +12,7 @@ import pytest
 from conftest import tool_messages
 
 import unity_nb as u
+from unity_nb.events import ModelDelta, ToolOutput
 from unity_nb.jupyter._widget import HandleWidget
 from unity_nb.loop._text import OUTPUT_LIMIT, PrintedOutput, TextBuffer, cut_line
 from unity_nb.store import Store
@@ -49,7 +50,7 @@ async def test_a_3_mb_streamed_reply_completes_whole_and_a_secret_split_between_
     h = u.start_loop("answer at length", model=u.ScriptedModel([reply], chunk=chunk), bus=bus)
     answer = await h
     assert answer == "y" * start + "<<secret:BIG_TOKEN>>" + "z" * (MB3 - start - len(VALUE))  # the answer is never cut
-    deltas = [e.text for e in h.events if e.kind == "model_delta"]
+    deltas = [e.text for e in h.events if isinstance(e, ModelDelta)]
     assert len(deltas) >= MB3 // chunk
     assert "".join(deltas) == answer  # nothing lost, nothing shown twice
     assert not any(VALUE in d for d in deltas) and VALUE not in json.dumps([e.model_dump_json() for e in h.events])
@@ -78,10 +79,11 @@ async def test_a_tool_printing_3_mb_keeps_a_bounded_head_and_tail_saying_how_muc
     whole = "".join(text)
     cut = MB3 - OUTPUT_LIMIT
     assert rec.output_cut == cut == 2_000_000
-    assert rec.output == whole[: OUTPUT_LIMIT // 2] + "\n[... 2,000,000 characters cut ...]\n" + whole[-OUTPUT_LIMIT // 2 :]
+    cut_note = "\n[... 2,000,000 characters cut ...]\n"
+    assert rec.output == whole[: OUTPUT_LIMIT // 2] + cut_note + whole[-OUTPUT_LIMIT // 2 :]
     assert h.printed == MB3  # what was printed, counted in full
     # the ToolOutput events add up to what is kept (head as it came, then the cut line and the tail at the end)
-    published = [e.text for e in h.events if e.kind == "tool_output"]
+    published = [e.text for e in h.events if isinstance(e, ToolOutput)]
     assert "".join(published) == rec.output
     assert published[-1].startswith("\n[... 2,000,000 characters cut ...]\n")
     rebuilt = [c for m in store.transcript(h.id) for c in m.tool_calls]
@@ -109,7 +111,8 @@ async def test_a_plan_printing_3_mb_is_bounded_and_the_model_is_told_how_much_it
 def test_a_text_buffer_keeps_what_str_concatenation_would_within_its_limit(limit):
     rng = random.Random(limit or 0)
     for _ in range(50):
-        pieces = ["".join(rng.choice("abc\n") for _ in range(rng.choice([0, 1, 2, 7, 40, 300]))) for _ in range(rng.randint(0, 40))]
+        pieces = ["".join(rng.choice("abc\n") for _ in range(rng.choice([0, 1, 2, 7, 40, 300])))
+                  for _ in range(rng.randint(0, 40))]
         buf, shown, whole = TextBuffer(limit=limit), [], ""
         for p in pieces:
             shown.append(buf.append(p))
@@ -159,7 +162,8 @@ def test_the_bench_script_runs_at_a_tiny_size():
     from pathlib import Path
 
     script = Path(__file__).resolve().parent.parent / "bench" / "bench_text.py"
-    run = subprocess.run([sys.executable, str(script), "--small", "2000", "--repeat", "1"], capture_output=True, text=True, timeout=120, check=False)
+    run = subprocess.run([sys.executable, str(script), "--small", "2000", "--repeat", "1"], capture_output=True,
+                         text=True, timeout=120, check=False)
     assert run.returncode == 0, run.stderr
     assert "A. streamed reply" in run.stdout and "C. plan printing" in run.stdout
 

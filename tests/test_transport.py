@@ -13,6 +13,7 @@ from fake_openai import FakeOpenAIServer
 from fake_openai import Reply as R
 
 import unity_nb as u
+from unity_nb.events import ModelRetry
 from unity_nb.models import ModelRequest
 
 KEY = "sk-test-123456789"
@@ -65,7 +66,8 @@ class Proxy:
 
 @pytest.fixture
 def no_proxy_env(monkeypatch):
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy",
+                "no_proxy"):
         monkeypatch.delenv(var, raising=False)
     return monkeypatch
 
@@ -94,7 +96,7 @@ async def test_a_server_that_trickles_a_byte_at_a_time_is_abandoned_after_timeou
                                  backoff=0.001) as m:
             h = u.start_loop("go", model=m)
             assert await asyncio.wait_for(h.result(), T) == "the retry"
-        retries = [e for e in h.events if e.kind == "model_retry"]
+        retries = [e for e in h.events if isinstance(e, ModelRetry)]
         assert len(retries) == 1 and "no progress for 1 s" in retries[0].error
         await srv.wait_for_disconnects(1)
 

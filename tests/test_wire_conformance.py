@@ -216,8 +216,10 @@ async def test_a_tool_loop_sends_back_what_the_provider_needs(server, models, fa
 def _slow_events(n: int) -> tuple[list[str], str]:
     pieces = [f"mot{i} ☕ " for i in range(n)]
     chunk = {"id": "chatcmpl-slow", "object": "chat.completion.chunk", "created": 1, "model": "m"}
-    events = [ps.data({**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})]
-    events += [ps.data({**chunk, "choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}]}) for p in pieces]
+    events = [ps.data({**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                             "finish_reason": None}]})]
+    events += [ps.data({**chunk, "choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}]})
+               for p in pieces]
     events += [ps.data({**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}), ps.DONE]
     return events, "".join(pieces)
 
@@ -310,7 +312,8 @@ async def test_async_with_and_close_leave_no_unclosed_session(server, fast):
     finally:
         loop.set_exception_handler(old_handler)
     assert first.content == second.content == s.expect.content
-    unclosed = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning) or "nclosed" in str(w.message)]
+    unclosed = [str(w.message) for w in caught
+                if issubclass(w.category, ResourceWarning) or "nclosed" in str(w.message)]
     assert unclosed == []
     assert [c.get("message") for c in reported if "nclosed" in str(c.get("message"))] == []
     server.assert_clean()

@@ -90,7 +90,8 @@ class Serve:
     @classmethod
     def of(cls, stream, framing: str = "plain", **kw) -> Serve:
         """Serve a ``provider_streams.ProviderStream`` (its events and response headers)."""
-        return cls(events=stream.events, framing=framing, headers={**dict(stream.headers), **kw.pop("headers", {})}, **kw)
+        return cls(events=stream.events, framing=framing, headers={**dict(stream.headers), **kw.pop("headers", {})},
+                   **kw)
 
 
 @dataclass
@@ -248,9 +249,13 @@ class WireServer:
     def assert_clean(self) -> None:
         assert self.problems == [], "\n".join(self.problems)
 
+    def _cond(self) -> asyncio.Condition:
+        assert self._changed is not None, "the server is not started"
+        return self._changed
+
     async def wait_for_requests(self, n: int, timeout: float = 10.0) -> None:
-        async with self._changed:
-            await asyncio.wait_for(self._changed.wait_for(lambda: len(self.requests) >= n), timeout)
+        async with self._cond():
+            await asyncio.wait_for(self._cond().wait_for(lambda: len(self.requests) >= n), timeout)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -302,8 +307,8 @@ class WireServer:
 
     async def _plan(self, req: Request) -> _Plan:
         self.requests.append(req)
-        async with self._changed:
-            self._changed.notify_all()
+        async with self._cond():
+            self._cond().notify_all()
         self._inspect(req)
         n = len(self.requests)
         if req.method != "POST" or req.path.split("?", 1)[0] not in (PATH, MOVED):
@@ -313,10 +318,11 @@ class WireServer:
         if check is not None:
             try:
                 check(req)
-            except Exception as err:  # noqa: BLE001 - an assertion, or a check that could not even look
+            except Exception as err:  # an assertion, or a check that could not even look
                 what = str(err) if isinstance(err, AssertionError) else f"{type(err).__name__}: {err}"
                 self.problems.append(f"request {n}: check failed: {what}")
-                return _json_plan(400, {"error": {"message": f"wire_server check of request {n} failed: {what}", "type": "invalid_request_error"}})
+                return _json_plan(400, {"error": {"message": f"wire_server check of request {n} failed: {what}",
+                                                  "type": "invalid_request_error"}})
         if not self._script:
             self.problems.append(f"request {n}: no answer was scripted")
             return _json_plan(500, {"error": {"message": "wire_server: no answer scripted", "type": "server_error"}})
@@ -337,7 +343,8 @@ class WireServer:
         if spec.framing == "gzip_unasked" or (spec.framing == "gzip_asked" and "gzip" in accepted):
             writes = _gzip(writes)
             headers["Content-Encoding"] = "gzip"
-        return _Plan(spec.status, headers, writes, spec.framing, spec.event_delay, sized=spec.framing == "content_length")
+        return _Plan(spec.status, headers, writes, spec.framing, spec.event_delay,
+                     sized=spec.framing == "content_length")
 
     async def _pace(self, plan: _Plan, i: int) -> None:
         if i == 0:
@@ -353,7 +360,8 @@ class WireServer:
         req = Request(request.method, request.path_qs, headers, raw, "aiohttp")
         plan = await self._plan(req)
         if plan.framing in RAW_FRAMINGS:
-            self.problems.append(f"a {plan.framing!r} answer was asked of the aiohttp server: use srv.url({plan.framing!r})")
+            self.problems.append(
+                f"a {plan.framing!r} answer was asked of the aiohttp server: use srv.url({plan.framing!r})")
             return web.json_response({"error": {"message": "wrong server for this framing"}}, status=500)
         resp = web.StreamResponse(status=plan.status, headers=plan.headers)
         if plan.sized:

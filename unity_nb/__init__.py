@@ -14,33 +14,33 @@ from ._errors import (
     UnityError,
     UserError,
 )
+from ._registry import register_tool, registered_tools, tool, unregister_tool
 from ._secrets import forget_secret, get_secret, secret_names, set_secret
 from .actor import Actor, ActorHandle, PlanResult, act, final_answer, primitive, registered_primitives
 from .events import AnyEvent, Event, EventBus, default_bus
-from .store import Store
-from ._registry import register_tool, registered_tools, tool, unregister_tool
 from .jupyter import load_ipython_extension, unload_ipython_extension
 from .loop import (
     Evaluation,
     HandOff,
     LoopHandle,
+    Message,
     Reference,
     RequestHandle,
-    ToolResult,
-    cites_references,
-    discovery_first,
-    handoff,
-    Message,
     Status,
     Tool,
     ToolCallRecord,
     ToolContext,
     ToolFailed,
+    ToolResult,
     as_tool,
+    cites_references,
     current_loop,
+    discovery_first,
+    handoff,
     start_loop,
 )
 from .models import CachedModel, Model, ModelRequest, OpenAIModel, Reply, ScriptedModel, ToolCall, Usage, call_tool
+from .store import Store
 
 __version__ = "0.1.0"
 

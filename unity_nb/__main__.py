@@ -13,7 +13,8 @@ import json
 
 import unity_nb as u
 
-NOTES = {"tides": "Tides follow the moon; spring tides come at new and full moon.", "winds": "Trade winds blow east to west."}
+NOTES = {"tides": "Tides follow the moon; spring tides come at new and full moon.",
+         "winds": "Trade winds blow east to west."}
 
 
 def read_note(topic: str) -> str:
@@ -45,6 +46,9 @@ def _inspector(messages, tools):
 
 
 async def main(model_name: str | None) -> None:
+    parent_model: u.Model
+    child_model: u.Model
+    inspector: u.Model
     if model_name:
         parent_model = child_model = inspector = u.OpenAIModel(model_name)
     else:
@@ -54,13 +58,15 @@ async def main(model_name: str | None) -> None:
 
     async def research(topic: str) -> u.LoopHandle:
         """Research a topic in a sub-operation and return its summary."""
-        return u.start_loop(f"Research the topic {topic}", model=child_model, tools=[read_note], name=f"research-{topic}")
+        return u.start_loop(f"Research the topic {topic}", model=child_model, tools=[read_note],
+                            name=f"research-{topic}")
 
     def show(event: u.Event) -> None:
         if event.kind == "model_delta":
             return
         detail = {k: v for k, v in event.model_dump().items() if k not in ("kind", "loop_id", "lineage", "ts", "seq")}
-        print(f"{'  ' * (len(event.lineage) - 1)}{event.lineage[-1]:<24} {event.kind:<16} {json.dumps(detail, default=str)[:90]}")
+        indent = "  " * (len(event.lineage) - 1)
+        print(f"{indent}{event.lineage[-1]:<24} {event.kind:<16} {json.dumps(detail, default=str)[:90]}")
 
     unsubscribe = u.default_bus().subscribe(show)
     h = u.start_loop("Write a short report on tides and winds.", model=parent_model, tools=[research], name="report")

@@ -7,15 +7,26 @@ as ``hook(text, stream)``; every other write passes through untouched. Likewise 
 display publisher: a ``display(...)`` made while ``display_output`` is set goes to that hook
 as ``hook(data, metadata)``.
 
-Wrapping is idempotent and cheap when no hook is set (one context-variable read per write).
+A thread started while a hook is set (a plan's or a tool's own thread, or a pool it makes)
+keeps that hook for its whole life, also after the plan or call ended: what it prints later
+still belongs to that call's record (scrubbed there), never to whichever cell runs then.
+Python threads do not inherit context variables, so ``install`` also wraps
+``threading.Thread.start`` to remember the hooks in force where a thread was started.
+Writes and displays that belong to no hook pass through with every secret value scrubbed.
+
+Wrapping is idempotent and cheap when no hook is set (one context-variable read and one
+thread attribute read per write).
 """
 
 from __future__ import annotations
 
 import contextvars
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
+
+from . import _secrets
 
 __all__ = ("tool_output", "display_output", "install", "uninstall", "install_display")
 
@@ -27,16 +38,56 @@ display_output: contextvars.ContextVar[Callable[[dict, dict], None] | None] = co
 )
 
 
+_HOOKS = "_unity_nb_hooks"  # (tool_output hook, display_output hook) of the context a thread was started in
+
+
+def _out_hook() -> Callable[[str, str], None] | None:
+    hook = tool_output.get()
+    if hook is None:
+        hooks = getattr(threading.current_thread(), _HOOKS, None)
+        if hooks is not None:
+            hook = hooks[0]
+    return hook
+
+
+def _display_hook() -> Callable[[dict, dict], None] | None:
+    hook = display_output.get()
+    if hook is None:
+        hooks = getattr(threading.current_thread(), _HOOKS, None)
+        if hooks is not None:
+            hook = hooks[1]
+    return hook
+
+
+_thread_start = threading.Thread.start
+
+
+def _start(self: threading.Thread) -> None:
+    """``Thread.start``, remembering the output hooks in force where the thread is started (not for
+    asyncio's shared default executor, whose threads serve everyone and copy each caller's context)."""
+    out, disp = _out_hook(), _display_hook()
+    if (out is not None or disp is not None) and not self.name.startswith("asyncio_"):
+        setattr(self, _HOOKS, (out, disp))
+    _thread_start(self)
+
+
 class _Routed:
     def __init__(self, inner: Any, name: str) -> None:
         self._inner = inner
         self._name = name
 
     def write(self, text: str) -> int:
-        hook = tool_output.get()
+        hook = _out_hook()
         if hook is None:
-            return self._inner.write(text)
-        hook(text, self._name)
+            clean = _secrets.scrub(text)
+            if clean is text:
+                return self._inner.write(text)
+            self._inner.write(clean)
+            return len(text)
+        try:
+            hook(text, self._name)
+        except RuntimeError:  # the hook's event loop is gone (a thread outlived it): never unscrubbed
+            self._inner.write(_secrets.scrub(text))
         return len(text)
 
     def __getattr__(self, name: str) -> Any:
@@ -44,7 +95,9 @@ class _Routed:
 
 
 def install() -> None:
-    """Wrap ``sys.stdout`` and ``sys.stderr`` (again, if something replaced them since)."""
+    """Wrap ``sys.stdout`` and ``sys.stderr`` (again, if something replaced them since), and make
+    threads keep the hooks of the context that started them."""
+    threading.Thread.start = _start  # type: ignore[method-assign]
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if not isinstance(stream, _Routed):
@@ -66,8 +119,10 @@ def install_display(shell: Any) -> None:
     original = pub.publish
 
     def publish(data: dict, metadata: dict | None = None, *args: Any, **kwargs: Any) -> Any:
-        hook = display_output.get()
+        hook = _display_hook()
         if hook is None:
+            if isinstance(data, dict):
+                data = _secrets.scrub_bundle({"data": data})["data"]
             return original(data, metadata, *args, **kwargs)
         hook(dict(data or {}), dict(metadata or {}))
         return None

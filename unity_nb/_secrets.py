@@ -15,6 +15,7 @@ a :class:`ScrubStream`, so a value split over pieces is caught too.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import Any
@@ -22,17 +23,47 @@ from typing import Any
 from ._errors import UserError
 
 __all__ = (
-    "SECRET_REF", "ScrubStream", "forget_secret", "get_secret", "resolve_secrets", "scrub", "secret_names", "set_secret",
+    "SECRET_REF", "ScrubStream", "forget_secret", "forms", "get_secret", "resolve_secrets", "scrub", "secret_names",
+    "set_secret",
 )
 
 SECRET_REF = re.compile(r"<<secret:([A-Za-z_][A-Za-z0-9_]*)>>")
 _MIN = 4  # shorter values would scrub ordinary words
 _SECRETS: dict[str, tuple[str, str]] = {}
-_ORDER: list[tuple[str, str]] = []  # (value, name), longest value first
+_ORDER: list[tuple[str, str]] = []  # (form of a value, name), longest form first
+
+
+def _escaped(value: str, quote: str) -> str:
+    """``value`` as it stands between ``quote``s in a Python repr (backslashes, the quote and
+    unprintable characters escaped)."""
+    out = []
+    for ch in value:
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == quote:
+            out.append("\\" + ch)
+        elif not ch.isprintable():
+            out.append(repr(ch)[1:-1])
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def forms(value: str) -> set[str]:
+    """Every form ``value`` takes when shown: itself, its repr body in either quote style, its
+    JSON-escaped body (ASCII or not), and each of those escaped once more (a repr of a repr, a
+    repr in JSON). A value with no quote, backslash or unusual character has one form."""
+    first = {value, _escaped(value, "'"), _escaped(value, '"'), json.dumps(value)[1:-1],
+             json.dumps(value, ensure_ascii=False)[1:-1]}
+    out = set(first)
+    for f in first:
+        out |= {_escaped(f, "'"), _escaped(f, '"'), json.dumps(f)[1:-1], json.dumps(f, ensure_ascii=False)[1:-1]}
+    return out
 
 
 def _reindex() -> None:
-    _ORDER[:] = sorted(((v, n) for n, (v, _d) in _SECRETS.items()), key=lambda p: -len(p[0]))
+    pairs = {(f, n) for n, (v, _d) in _SECRETS.items() for f in forms(v)}
+    _ORDER[:] = sorted(pairs, key=lambda p: (-len(p[0]), p))
 
 
 def set_secret(name: str, value: str | None = None, *, env: str | None = None, description: str = "") -> None:
@@ -72,7 +103,8 @@ def get_secret(name: str) -> str:
 
 
 def scrub(text: Any) -> Any:
-    """``text`` with every secret value replaced by its ``<<secret:NAME>>`` reference."""
+    """``text`` with every secret value replaced by its ``<<secret:NAME>>`` reference, in each form the
+    value takes when shown (as is, in a repr with either quote, JSON-escaped: see :func:`forms`)."""
     if not _ORDER or not isinstance(text, str):
         return text
     for value, name in _ORDER:

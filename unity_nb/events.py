@@ -1,23 +1,32 @@
 """Typed events and the event bus.
 
-Every loop publishes pydantic events with a literal ``kind`` and the loop's ``lineage``
-(for example ``["report(3f2a)", "lookup(7b1c)"]``). The :class:`EventBus` keeps a bounded
-history per kind, filters it, calls subscribers, and turns any slice into a DataFrame.
+Every loop publishes events with a literal ``kind`` and the loop's ``lineage`` (for example
+``("report(3f2a)", "lookup(7b1c)")``). The :class:`EventBus` keeps a bounded history per kind,
+filters it, calls subscribers, and turns any slice into a DataFrame.
+
+Events are frozen, slotted dataclasses: a loop keeps every event it published (``h.events``), so
+with many loops alive their size and the garbage collector's work over them count. Each is one
+object of about a hundred bytes plus its values (a pydantic model was four objects and about
+a kilobyte).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import functools
 import inspect
 import itertools
+import json
 import logging
 import time
+import typing
 from collections.abc import Callable, Iterable
-from typing import Annotated, Any, Literal, Union
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field  # for AnyEvent's discriminator: pydantic.TypeAdapter(AnyEvent) parses any event
 
 __all__ = (
     "Event",
@@ -54,24 +63,134 @@ __all__ = (
 
 log = logging.getLogger("unity_nb.events")
 _seq = itertools.count(1)
+_set = object.__setattr__  # how a frozen dataclass sets its own fields
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+_NAMES: dict[type, tuple[str, ...]] = {}
+_KINDS: dict[str, type] = {}
+_CONTAINERS: dict[type, tuple[str, ...]] = {}
+"""Per class: the tuple fields that hold dicts (copied by ``model_dump``)."""
+_CHECKS: dict[type, tuple[str, tuple[str, ...], tuple[tuple[str, frozenset], ...]]] = {}
+"""Per class: its kind, its fields typed ``tuple[...]`` (a list given for one is kept as a tuple),
+and its fields typed ``Literal[...]`` with their choices."""
 
 
-class Event(BaseModel):
-    """Base of all events: which loop, where in the tree, when."""
+def _names(cls: type) -> tuple[str, ...]:
+    names = _NAMES.get(cls)
+    if names is None:
+        names = _NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
 
-    model_config = ConfigDict(frozen=True)
+
+def _kind_of(cls: type) -> str:
+    return next(f.default for f in dataclasses.fields(cls) if f.name == "kind")  # type: ignore[return-value]
+
+
+def _check(event: Event) -> None:
+    """Tuples for tuple fields, literal fields within their choices: the validation that matters."""
+    cls = type(event)
+    checks = _CHECKS.get(cls)
+    if checks is None:
+        return
+    kind, tuples, choices = checks
+    if event.kind != kind:
+        raise ValueError(f"{cls.__name__}.kind is {kind!r}, not {event.kind!r}")
+    for name in tuples:
+        value = getattr(event, name)
+        if type(value) is not tuple:
+            if isinstance(value, (str, bytes, dict)) or not isinstance(value, Iterable):
+                raise ValueError(f"{cls.__name__}.{name} takes a tuple, not {type(value).__name__}")
+            _set(event, name, tuple(value))
+    for name, allowed in choices:
+        value = getattr(event, name)
+        if value not in allowed:
+            raise ValueError(f"{cls.__name__}.{name} takes one of {sorted(allowed)}, not {value!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """Base of all events: which loop, where in the tree, when.
+
+    Events are frozen, slotted dataclasses built with keywords (``ev.ToolStarted(loop_id=...,
+    lineage=..., call_id=..., name=..., arguments=...)``). A list given for a tuple field is kept
+    as a tuple; a value outside a field's literal choices (``Steering.action``, ``status``) is a
+    ``ValueError``. ``model_dump()``, ``model_dump_json()``, ``model_copy()`` and
+    ``Event.model_validate(...)`` / ``model_validate_json(...)`` work as they did when events
+    were pydantic models, and ``pydantic.TypeAdapter(AnyEvent)`` still parses any of them.
+    """
 
     kind: str
     loop_id: str
     """The loop's unique id."""
     lineage: tuple[str, ...]
     """The loop's position in the nesting tree, outermost first."""
-    ts: float = Field(default_factory=time.time)
+    ts: float = field(default_factory=time.time)
     """Wall-clock time of publication (seconds since the epoch)."""
-    seq: int = Field(default_factory=lambda: next(_seq))
+    seq: int = field(default_factory=_seq.__next__)
     """A process-wide increasing sequence number: orders events exactly."""
 
+    def __post_init__(self) -> None:
+        if type(self.lineage) is not tuple:
+            _set(self, "lineage", tuple(self.lineage))
+        _check(self)
 
+    def model_dump(self, *, mode: str = "python", include: Iterable[str] | None = None,
+                   exclude: Iterable[str] | None = None) -> dict[str, Any]:
+        """The fields as a dict (``kind`` first); ``mode="json"`` gives lists for tuples."""
+        names = _names(type(self))
+        if include is not None:
+            keep = set(include)
+            names = tuple(n for n in names if n in keep)
+        if exclude is not None:
+            drop = set(exclude)
+            names = tuple(n for n in names if n not in drop)
+        out = {n: getattr(self, n) for n in names}
+        if mode == "json":
+            out = json.loads(_dumps(out))
+        else:  # containers copied, as pydantic's model_dump did: the event stays as it was
+            for n in _CONTAINERS.get(type(self), ()):
+                if n in out:
+                    out[n] = tuple(dict(c) if isinstance(c, dict) else c for c in out[n])
+        return out
+
+    def model_dump_json(self, *, indent: int | None = None, include: Iterable[str] | None = None,
+                        exclude: Iterable[str] | None = None) -> str:
+        """The fields as JSON text (compact, non-ASCII kept), as pydantic wrote it."""
+        data = self.model_dump(include=include, exclude=exclude)
+        if indent is not None:
+            return json.dumps(data, ensure_ascii=False, indent=indent)
+        return _dumps(data)
+
+    def model_copy(self, *, update: dict[str, Any] | None = None) -> Event:
+        """A copy, with ``update`` applied (the copy keeps ``ts`` and ``seq`` unless updated)."""
+        return dataclasses.replace(self, **(update or {}))
+
+    @classmethod
+    def model_validate(cls, data: Any) -> Event:
+        """An event from a dict (or an event): ``Event.model_validate`` picks the class by ``kind``;
+        a subclass's takes its own kind only. Keys that are not fields are ignored."""
+        if isinstance(data, Event):
+            data = data.model_dump()
+        if not isinstance(data, dict):
+            raise ValueError(f"an event is a dict with a 'kind', not {type(data).__name__}")
+        kind = data.get("kind")
+        target = _KINDS.get(kind) if isinstance(kind, str) else None
+        if target is None:
+            raise ValueError(f"unknown event kind {kind!r}")
+        if cls is not Event and target is not cls:
+            raise ValueError(f"{cls.__name__} takes kind {_kind_of(cls)!r}, not {kind!r}")
+        fields = _names(target)
+        try:
+            return target(**{k: v for k, v in data.items() if k in fields})
+        except TypeError as err:
+            raise ValueError(f"{target.__name__}: {err}") from None
+
+    @classmethod
+    def model_validate_json(cls, text: str | bytes) -> Event:
+        return cls.model_validate(json.loads(text))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LoopStarted(Event):
     kind: Literal["loop_started"] = "loop_started"
     name: str
@@ -80,6 +199,7 @@ class LoopStarted(Event):
     parent_id: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelRequested(Event):
     kind: Literal["model_request"] = "model_request"
     step: int
@@ -92,6 +212,7 @@ class ModelRequested(Event):
     """The text of the newest user message in the request (interjections show here)."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelDelta(Event):
     kind: Literal["model_delta"] = "model_delta"
     step: int
@@ -100,6 +221,7 @@ class ModelDelta(Event):
     """True for a piece of the model's reasoning (where the provider streams it), not of its answer."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelResponse(Event):
     kind: Literal["model_response"] = "model_response"
     step: int
@@ -115,6 +237,7 @@ class ModelResponse(Event):
     """The model declined: its words (or the provider's content filter said so)."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelRetry(Event):
     kind: Literal["model_retry"] = "model_retry"
     attempt: int
@@ -122,6 +245,7 @@ class ModelRetry(Event):
     delay: float
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolStarted(Event):
     kind: Literal["tool_started"] = "tool_started"
     call_id: str
@@ -129,6 +253,7 @@ class ToolStarted(Event):
     arguments: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolFinished(Event):
     kind: Literal["tool_finished"] = "tool_finished"
     call_id: str
@@ -138,6 +263,7 @@ class ToolFinished(Event):
     duration: float = 0.0
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolOutput(Event):
     kind: Literal["tool_output"] = "tool_output"
     call_id: str
@@ -146,6 +272,7 @@ class ToolOutput(Event):
     """Text the tool printed (routed here by the notebook layer instead of into a cell)."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolDisplay(Event):
     kind: Literal["tool_display"] = "tool_display"
     call_id: str
@@ -153,6 +280,7 @@ class ToolDisplay(Event):
     """A rich output (a DataFrame, a figure) a plan displayed; it shows in the widget."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CodeExecuted(Event):
     kind: Literal["code_executed"] = "code_executed"
     call_id: str
@@ -165,6 +293,7 @@ class CodeExecuted(Event):
     final: bool = False
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class VariablesChanged(Event):
     kind: Literal["variables_changed"] = "variables_changed"
     call_id: str | None
@@ -174,6 +303,7 @@ class VariablesChanged(Event):
     deleted: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ApprovalRequested(Event):
     kind: Literal["approval_requested"] = "approval_requested"
     call_id: str
@@ -181,6 +311,7 @@ class ApprovalRequested(Event):
     intent: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ApprovalDecided(Event):
     kind: Literal["approval_decided"] = "approval_decided"
     call_id: str
@@ -188,6 +319,7 @@ class ApprovalDecided(Event):
     reason: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ChildStarted(Event):
     kind: Literal["child_started"] = "child_started"
     child_id: str
@@ -195,6 +327,7 @@ class ChildStarted(Event):
     call_id: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Steering(Event):
     kind: Literal["steering"] = "steering"
     action: Literal["pause", "resume", "interject", "stop", "ask"]
@@ -203,24 +336,28 @@ class Steering(Event):
     """The request an interjection or a stop is about (multi-request loops)."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ClarificationRequested(Event):
     kind: Literal["clarification_requested"] = "clarification_requested"
     call_id: str
     question: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ClarificationAnswered(Event):
     kind: Literal["clarification_answered"] = "clarification_answered"
     call_id: str
     answer: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Notification(Event):
     kind: Literal["notification"] = "notification"
     call_id: str | None
     text: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LoopFinished(Event):
     kind: Literal["loop_finished"] = "loop_finished"
     status: Literal["finished", "stopped"]
@@ -229,12 +366,14 @@ class LoopFinished(Event):
     steps: int = 0
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LoopFailed(Event):
     kind: Literal["loop_failed"] = "loop_failed"
     error: str
     steps: int = 0
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RequestSubmitted(Event):
     """A request reached a multi-request loop (the first one is the task)."""
 
@@ -243,6 +382,7 @@ class RequestSubmitted(Event):
     text: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RequestFinished(Event):
     kind: Literal["request_finished"] = "request_finished"
     request_id: str
@@ -251,6 +391,7 @@ class RequestFinished(Event):
     reason: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ContextCompressed(Event):
     """The older part of the conversation the model receives was replaced by a summary
     (the transcript keeps everything)."""
@@ -264,6 +405,7 @@ class ContextCompressed(Event):
     """How many messages the summary replaced."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ThinkingStep(Event):
     """A short progress line for people watching the loop."""
 
@@ -271,6 +413,7 @@ class ThinkingStep(Event):
     text: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EvaluationRun(Event):
     kind: Literal["evaluation_run"] = "evaluation_run"
     name: str
@@ -281,6 +424,7 @@ class EvaluationRun(Event):
     """True when the failure sent the model back to correct its answer."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ControlHandedOff(Event):
     kind: Literal["control_handed_off"] = "control_handed_off"
     call_id: str
@@ -289,16 +433,38 @@ class ControlHandedOff(Event):
 
 
 AnyEvent = Annotated[
-    Union[
-        LoopStarted, ModelRequested, ModelDelta, ModelResponse, ModelRetry, ToolStarted,
-        ToolFinished, ToolOutput, ToolDisplay, CodeExecuted, VariablesChanged, ApprovalRequested,
-        ApprovalDecided, ChildStarted, Steering, ClarificationRequested, ClarificationAnswered,
-        Notification, LoopFinished, LoopFailed, RequestSubmitted, RequestFinished, ContextCompressed,
-        ThinkingStep, EvaluationRun, ControlHandedOff,
-    ],
+    (
+        LoopStarted | ModelRequested | ModelDelta | ModelResponse | ModelRetry | ToolStarted | ToolFinished |
+        ToolOutput | ToolDisplay | CodeExecuted | VariablesChanged | ApprovalRequested | ApprovalDecided |
+        ChildStarted | Steering | ClarificationRequested | ClarificationAnswered | Notification | LoopFinished |
+        LoopFailed | RequestSubmitted | RequestFinished | ContextCompressed | ThinkingStep | EvaluationRun |
+        ControlHandedOff
+    ),
     Field(discriminator="kind"),
 ]
 """The discriminated union of every event: ``TypeAdapter(AnyEvent)`` parses any of them."""
+
+
+def _register() -> None:
+    for cls in typing.get_args(typing.get_args(AnyEvent)[0]):
+        hints = typing.get_type_hints(cls)
+        kind = _kind_of(cls)
+        _KINDS[kind] = cls
+        tuples = tuple(n for n in _names(cls) if n != "lineage" and typing.get_origin(hints[n]) is tuple)
+        _CONTAINERS[cls] = tuple(n for n in tuples if typing.get_args(hints[n])[:1] == (dict,))
+        choices = tuple(
+            (n, frozenset(typing.get_args(hints[n]))) for n in _names(cls)
+            if n != "kind" and typing.get_origin(hints[n]) is Literal
+        )
+        _CHECKS[cls] = (kind, tuples, choices)
+
+
+_register()
+
+
+def parse_event(data: dict | str | bytes) -> Event:
+    """An event from its ``model_dump()`` dict or its JSON (``Event.model_validate``)."""
+    return Event.model_validate(json.loads(data) if isinstance(data, (str, bytes)) else data)
 
 Predicate = Callable[[Event], bool]
 Waiters = list[tuple[Predicate, asyncio.Future]]
@@ -325,8 +491,9 @@ def resolve_waiters(waiters: Waiters, event: Event) -> None:
             waiters.remove(entry)
 
 
-def _observe(callback: Callable[[Event], Any], task: asyncio.Future) -> None:
+def _observe(callback: Callable[[Event], Any], tasks: set[asyncio.Future], task: asyncio.Future) -> None:
     """An async subscriber's failure is logged like a sync one's, never left unobserved."""
+    tasks.discard(task)
     if not task.cancelled() and task.exception() is not None:
         log.error("event subscriber %r failed", callback, exc_info=task.exception())
 
@@ -335,7 +502,9 @@ class EventBus:
     """In-process pub/sub for loop events, with a bounded history per kind.
 
     ``subscribe(callback)`` registers a function (sync, or async: scheduled as a task) called
-    with each event; an exception in a callback is logged, never raised into the loop.
+    with each event; an exception in a callback is logged, never raised into the loop. The bus
+    holds each async subscriber's task until it ends (the event loop alone keeps only a weak
+    reference: a task nobody holds can vanish before it runs), and logs its failure.
     """
 
     def __init__(self, *, history: int = 2000) -> None:
@@ -343,6 +512,7 @@ class EventBus:
         self._history: dict[str, collections.deque[Event]] = {}
         self._subscribers: list[tuple[Callable[[Event], Any], frozenset[str] | None]] = []
         self._waiters: Waiters = []
+        self._tasks: set[asyncio.Future] = set()
 
     def publish(self, event: Event) -> None:
         hist = self._history.get(event.kind)
@@ -354,11 +524,33 @@ class EventBus:
                 try:
                     out = callback(event)
                     if inspect.isawaitable(out):
-                        asyncio.ensure_future(out).add_done_callback(functools.partial(_observe, callback))
+                        self._schedule(callback, out)
                 except Exception:  # a subscriber must never break a loop
                     log.exception("event subscriber %r failed", callback)
         if self._waiters:
             resolve_waiters(self._waiters, event)
+
+    def _schedule(self, callback: Callable[[Event], Any], out: Any) -> None:
+        try:
+            task = asyncio.ensure_future(out)
+        except RuntimeError:  # published outside a running event loop: the coroutine cannot run
+            if inspect.iscoroutine(out):
+                out.close()  # not left to warn "never awaited"
+            log.error("event subscriber %r is async, but the event was published with no event loop running", callback)
+            return
+        self._tasks.add(task)
+        task.add_done_callback(functools.partial(_observe, callback, self._tasks))
+
+    @property
+    def pending(self) -> int:
+        """Async subscriber calls still running."""
+        return len(self._tasks)
+
+    async def drain(self, timeout: float | None = 10.0) -> None:
+        """Wait until every async subscriber call scheduled so far has ended (their failures are logged)."""
+        async with asyncio.timeout(timeout):
+            while self._tasks:
+                await asyncio.wait(list(self._tasks))
 
     def subscribe(
         self, callback: Callable[[Event], Any], *, kinds: Iterable[str] | None = None

@@ -36,8 +36,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import TypeAdapter
-
 from . import events as ev
 from ._errors import UserError
 
@@ -84,7 +82,6 @@ MIGRATIONS: list[str] = [_V1, _V2]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _SKIP = frozenset({"model_delta"})
-_EVENTS: TypeAdapter = TypeAdapter(ev.AnyEvent)
 _FLUSH_NOW = frozenset({
     "model_request", "loop_started", "loop_finished", "loop_failed", "steering", "clarification_requested",
     "approval_requested", "request_submitted", "request_finished", "control_handed_off",
@@ -298,7 +295,12 @@ class Store:
         """Call ``fn(message)`` when events start or keep waiting (the message says why and how many),
         and ``fn(None)`` once they are all written; returns a function removing it."""
         self._listeners.append(fn)
-        return lambda: fn in self._listeners and self._listeners.remove(fn)  # type: ignore[func-returns-value]
+
+        def remove() -> None:
+            if fn in self._listeners:
+                self._listeners.remove(fn)
+
+        return remove
 
     def flush(self) -> None:
         """Commit every event taken so far (one transaction). Never raises: when the file cannot
@@ -360,7 +362,8 @@ class Store:
     def _write(self, db: sqlite3.Connection, event: ev.Event) -> None:
         uid = self.uid(event.loop_id)
         data = event.model_dump_json()
-        db.execute("INSERT INTO events (loop_uid, kind, ts, data) VALUES (?, ?, ?, ?)", (uid, event.kind, event.ts, data))
+        db.execute("INSERT INTO events (loop_uid, kind, ts, data) VALUES (?, ?, ?, ?)",
+                   (uid, event.kind, event.ts, data))
         if isinstance(event, ev.LoopStarted):
             # never over another loop's row (ids are unique; a second start of the same id is ignored)
             db.execute(
@@ -417,7 +420,8 @@ class Store:
         """A loop by uid, loop id or name (the newest of that name)."""
         self.flush()
         rows = self.query(
-            "SELECT * FROM loops WHERE uid = ? OR loop_id = ? OR name = ? ORDER BY started DESC LIMIT 1", (key, key, key)
+            "SELECT * FROM loops WHERE uid = ? OR loop_id = ? OR name = ? ORDER BY started DESC LIMIT 1",
+            (key, key, key),
         )
         if not rows:
             raise UserError(f"the store has no loop {key!r}; see %unity history")
@@ -435,7 +439,7 @@ class Store:
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
         self.flush()
         rows = self.query(f"SELECT data FROM events{where} ORDER BY seq", tuple(params))
-        return [_EVENTS.validate_json(r["data"]) for r in rows]
+        return [ev.parse_event(r["data"]) for r in rows]
 
     def transcript(self, loop: str) -> list:
         """The transcript of a loop rebuilt from its recorded events (also after a crash)."""
@@ -453,7 +457,8 @@ class Store:
             elif isinstance(e, ev.ToolFinished):
                 if e.call_id in calls:
                     calls[e.call_id].result, calls[e.call_id].error = e.result, e.error
-                out.append(Message("tool", e.result, kind="tool_result", tool_call_id=e.call_id, name=e.name, error=e.error, ts=e.ts))
+                out.append(Message("tool", e.result, kind="tool_result", tool_call_id=e.call_id, name=e.name,
+                                   error=e.error, ts=e.ts))
             elif isinstance(e, ev.ToolOutput) and e.call_id in calls:
                 calls[e.call_id].output += e.text
             elif isinstance(e, ev.Steering):

@@ -79,7 +79,7 @@ function renderDisplay(d) {
   return box;
 }
 
-function renderEntry(entry, open, waiting) {
+function renderEntry(entry, isOpen, waiting) {
   const kind = entry.kind;
   if (kind === "system" || kind === "context") return null;
   if (entry.role === "tool" && kind === "tool_result") return null; // shown inside its call
@@ -102,8 +102,8 @@ function renderEntry(entry, open, waiting) {
     el.append(body);
   }
   for (const call of entry.calls || []) {
-    const details = h("details", { class: `unb-call${call.error ? " unb-error" : ""}`, "data-call": call.id });
-    if (open.has(call.id)) details.open = true;
+    const details = h("details", { class: `unb-call${call.error ? " unb-error" : ""}${codeOf(call) ? " unb-plan" : ""}`, "data-call": call.id });
+    if (isOpen(call.id)) details.open = true;
     const state = call.result === null ? (waiting.has(call.id) ? "waiting for approval" : "running...") : call.error ? "error" : "done";
     details.append(h("summary", {}, h("code", {}, call.name), ` ${state}`, call.child ? ` (sub-operation below)` : ""));
     const code = codeOf(call);
@@ -115,16 +115,30 @@ function renderEntry(entry, open, waiting) {
     } else {
       details.append(h("pre", { class: "unb-args" }, call.arguments));
     }
-    if (call.output) details.append(h("pre", { class: "unb-output" }, call.output));
-    if (call.result !== null) details.append(h("pre", { class: `unb-result${call.error ? " unb-error" : ""}` }, call.result));
+    // what it printed, then its result: each labelled and styled apart from the code above
+    if (call.output) details.append(h("div", { class: "unb-label" }, "printed"), h("pre", { class: "unb-output" }, call.output));
+    if (call.result !== null) {
+      details.append(h("div", { class: "unb-label" }, call.error ? "error" : "result"),
+        h("pre", { class: `unb-result${call.error ? " unb-error" : ""}` }, call.result));
+    }
     el.append(details);
     for (const d of call.displays || []) el.append(renderDisplay(d));
   }
   return el;
 }
 
+// The plans (calls with code) of a node, oldest first.
+function plansOf(list) {
+  const out = [];
+  for (const e of list || []) for (const c of e.calls || []) if (codeOf(c)) out.push(c.id);
+  return out;
+}
+
+const nearBottom = (el) => el.scrollHeight - el.scrollTop - el.clientHeight < 24;
+
 function render({ model, el }) {
-  const root = h("div", { class: "unb-root" });
+  // the stylesheet's rules all name this id (the installed version's): see _widget.style()
+  const root = h("div", { class: "unb-root", "data-unb-style": model.get("_anywidget_id") || "" });
   const notice = h("div", { class: "unb-notice" });
   const tree = h("div", { class: "unb-tree" });
   root.append(notice, tree);
@@ -145,12 +159,21 @@ function render({ model, el }) {
     const controls = h("div", { class: "unb-controls" }, pause, stop, input, interject, ask);
     const clar = h("div", { class: "unb-clarifications" });
     const approvals = h("div", { class: "unb-approvals" });
+    const retry = h("div", { class: "unb-retry" });
     const transcript = h("div", { class: "unb-transcript" });
     const streaming = h("div", { class: "unb-streaming" });
+    // the transcript and the text streaming in scroll in a box of capped height, which follows
+    // the newest entry unless the person has scrolled up (then it stays put until they are back at the bottom)
+    const scroll = h("div", { class: "unb-scroll" }, transcript, streaming);
     const asks = h("div", { class: "unb-asks" });
-    const box = h("div", { class: "unb-node", "data-node": node.id }, header, controls, clar, approvals, transcript, streaming, asks);
+    const box = h("div", { class: "unb-node", "data-node": node.id }, header, controls, retry, clar, approvals, scroll, asks);
     box.style.marginLeft = `${node.depth * 18}px`;
-    v = { box, header, controls, pause, stop, input, interject, ask, clar, approvals, transcript, streaming, asks, node, clarKey: "", approvalKey: "" };
+    v = {
+      box, header, controls, pause, stop, input, interject, ask, clar, approvals, retry, scroll, transcript, streaming, asks, node,
+      clarKey: "", approvalKey: "", follow: true,
+      autoOpen: new Set(), userOpen: new Set(), userClosed: new Set(), // which plans are expanded, and who decided
+    };
+    scroll.addEventListener("scroll", () => { v.follow = nearBottom(scroll); });
     views.set(node.id, v);
     return v;
   }
@@ -203,17 +226,36 @@ function render({ model, el }) {
       }
       // the transcript is rebuilt only when it changed, not at every streamed chunk, so a click
       // on a tool call (or a text selection) in it survives while the operation streams
-      const tkey = [entries[node.id], node.error, JSON.stringify(node.references || []), akey];
+      const top = v.scroll.scrollTop;
+      const tkey = [entries[node.id], node.error, JSON.stringify(node.references || []), akey, node.cut_off, ended];
       if (!v.tkey || tkey.some((x, i) => x !== v.tkey[i])) {
         v.tkey = tkey;
-        const open = new Set([...v.transcript.querySelectorAll("details[open]")].map((d) => d.getAttribute("data-call")));
+        // a call's details stay as the person left them; of the plans, the newest is expanded
+        // while the operation is live (the one running now), earlier ones collapse
+        for (const d of v.transcript.querySelectorAll("details[data-call]")) {
+          const id = d.getAttribute("data-call");
+          if (v.autoOpen.has(id)) { if (!d.open) v.userClosed.add(id); }
+          else if (d.open) v.userOpen.add(id);
+          else v.userOpen.delete(id);
+        }
+        const plans = plansOf(entries[node.id]);
+        const current = ended ? null : plans[plans.length - 1];
+        v.autoOpen = new Set(current && !v.userClosed.has(current) ? [current] : []);
+        const isOpen = (id) => v.userOpen.has(id) || v.autoOpen.has(id);
         const waiting = new Set((node.approvals || []).map((a) => a.call_id));
         v.transcript.innerHTML = "";
+        let failed = false;
         for (const e of entries[node.id] || []) {
-          const r = renderEntry(e, open, waiting);
+          const r = renderEntry(e, isOpen, waiting);
           if (r) v.transcript.append(r);
+          failed = failed || e.kind === "error";
         }
-        if (node.error) v.transcript.append(h("div", { class: "unb-entry unb-error" }, node.error));
+        // a failure once: the transcript's own entry says it, when there is one
+        if (node.error && !failed) v.transcript.append(h("div", { class: "unb-entry unb-error" }, node.error));
+        if (node.cut_off) {
+          v.transcript.append(h("div", { class: "unb-entry unb-cutoff" }, h("span", { class: "unb-text" }, node.cut_off),
+            h("span", { class: "unb-cut" }, " … [cut off by stop]")));
+        }
         if (node.references && node.references.length) {
           const refs = h("div", { class: "unb-references" }, h("span", { class: "unb-label" }, "references"));
           for (const r of node.references) {
@@ -225,6 +267,8 @@ function render({ model, el }) {
       }
       v.streaming.textContent = node.streaming || (!ended && node.reasoning ? `thinking: ${node.reasoning}` : "") ||
         (!ended && node.status !== "waiting" && node.thinking ? `… ${node.thinking}` : "");
+      v.retry.textContent = node.retry || "";
+      v.top = top;
       v.asks.innerHTML = "";
       for (const a of asks.filter((a) => a.node === node.id)) {
         v.asks.append(h("div", { class: "unb-ask-entry" }, h("span", { class: "unb-label" }, "asked"), ` ${a.question} `,
@@ -234,6 +278,11 @@ function render({ model, el }) {
     // re-insert the nodes only when they changed: a button taken out of the page between a
     // person's mousedown and mouseup loses the click (at 10 updates a second, most clicks)
     if (order.length !== tree.children.length || order.some((box, i) => tree.children[i] !== box)) tree.replaceChildren(...order);
+    // then (each box in the page) the scroll: at the newest entry, or where the person left it
+    for (const v of views.values()) v.scroll.scrollTop = v.follow ? v.scroll.scrollHeight : v.top;
+    if (!root.isConnected) { // not in the page yet (a first render): follow once it is laid out
+      requestAnimationFrame(() => { for (const v of views.values()) if (v.follow) v.scroll.scrollTop = v.scroll.scrollHeight; });
+    }
   }
 
   for (const name of ["nodes", "entries", "asks", "notice"]) model.on(`change:${name}`, update);

@@ -248,10 +248,11 @@ class ActorHandle(LoopHandle):
 
     def before_step(self) -> None:
         """Tell the model about variables the person changed in cells since it last looked."""
-        if self.steps == 0:
+        if self.steps == 0:  # what the cell that started the run bound meanwhile (``h = %unity act``) is not news
+            self._known = self.executor.snapshot()
             return
         outside = self.executor.diff(self._known)
-        self._known = self.executor.snapshot()
+        self._known = self.executor.last
         if outside.created or outside.changed or outside.deleted:
             lines = ["[the namespace changed outside your plans (the person ran cells)]"]
             lines += [f"created {k}: {v}" for k, v in outside.created.items()]
@@ -292,7 +293,9 @@ class ActorHandle(LoopHandle):
 
     async def _run_plan(self, code: str, intent: str, ctx: ToolContext) -> str:
         rec: ToolCallRecord | None = ctx.record
+        before: dict | None = self._known  # taken before this step: the plan needs no pass of its own
         if self._needs_approval():
+            before = None  # the person may have run cells while the plan waited: look again
             run, reason = await self._wait_for_approval(ctx.call_id, code, intent)
             if not run:
                 self.plans += 1
@@ -310,8 +313,8 @@ class ActorHandle(LoopHandle):
                 rec.displays.append(bundle)
             self.emit(ev.ToolDisplay, call_id=ctx.call_id, mime_types=tuple(bundle.get("data", {})))
 
-        result = await self.executor.run(code, on_output=on_output, on_display=on_display)
-        self._known = self.executor.snapshot()
+        result = await self.executor.run(code, on_output=on_output, on_display=on_display, before=before)
+        self._known = self.executor.last
         self.emit(
             ev.CodeExecuted, call_id=ctx.call_id, intent=intent, code=scrub(code),
             success=result.success, error=scrub(result.error), stdout_chars=len(result.stdout),

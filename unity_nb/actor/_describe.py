@@ -12,10 +12,13 @@ from __future__ import annotations
 import inspect
 import re
 import types
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ("describe_value", "describe_namespace", "user_variables", "fingerprint", "HIDDEN_NAMES")
+from .._secrets import scrub
+
+__all__ = ("describe_value", "describe_namespace", "user_variables", "fingerprint", "snapshot", "HIDDEN_NAMES")
 
 HIDDEN_NAMES = frozenset(
     {"In", "Out", "get_ipython", "exit", "quit", "primitives", "final_answer", "get_secret"}
@@ -49,14 +52,14 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _safe_repr(obj: Any, limit: int) -> str:
-    if isinstance(obj, str):
-        body = repr(obj[: limit + 1])
+    if isinstance(obj, str):  # secret values scrubbed before the cut, so no cut leaves a piece of one
+        body = repr(scrub(obj)[: limit + 1])
         return _clip(body, limit) + (f" ({len(obj):,} characters)" if len(obj) > limit else "")
     if isinstance(obj, bytes | bytearray):
         return _clip(repr(obj[: limit + 1]), limit) + (f" ({len(obj):,} bytes)" if len(obj) > limit else "")
     try:
-        text = repr(obj)
-    except Exception as err:  # noqa: BLE001 - a broken __repr__ must not break the description
+        text = scrub(repr(obj))
+    except Exception as err:
         return f"<{_short_type(obj)}: repr failed: {type(err).__name__}>"
     # memory addresses differ every run: leave them out, so a prompt is the same each time (and replays)
     return _clip(_ADDRESS.sub(" at 0x…", text), limit)
@@ -79,7 +82,7 @@ def _frame(df: Any, limit: int) -> str:
         try:
             sample = df.iloc[:_ROWS, : len(shown)]
             head = sample.to_string(max_colwidth=24, show_dimensions=False)
-        except Exception:  # noqa: BLE001
+        except Exception:
             head = ""
     text = f"pd.DataFrame, shape ({rows:,}, {cols}); columns: {col_text}"
     if head:
@@ -93,7 +96,7 @@ def _series(s: Any, limit: int) -> str:
     if n:
         try:
             head = s.iloc[:_ROWS].to_string(max_rows=_ROWS)
-        except Exception:  # noqa: BLE001
+        except Exception:
             head = ""
     label = f" {s.name!r}" if s.name is not None else " (unnamed)"
     text = f"pd.Series{label}, length {n:,}, dtype {s.dtype}"
@@ -118,7 +121,9 @@ def _container(obj: Any, limit: int) -> str:
             if i == 5:
                 break
             items.append(_safe_repr(v, 60))
-        opener, closer = ("(", ")") if isinstance(obj, tuple) else ("{", "}") if isinstance(obj, set | frozenset) else ("[", "]")
+        opener, closer = (
+            ("(", ")") if isinstance(obj, tuple) else ("{", "}") if isinstance(obj, set | frozenset) else ("[", "]")
+        )
         body = opener + ", ".join(items) + (", ..." if n > 5 else "") + closer
     return _clip(f"{kind}, length {n:,}: {body}", limit)
 
@@ -135,7 +140,12 @@ def _callable(obj: Any, limit: int) -> str:
 
 
 def describe_value(obj: Any, limit: int = _VALUE_LIMIT) -> str:
-    """A bounded, human- and model-readable description of ``obj``."""
+    """A bounded, human- and model-readable description of ``obj``, secret values scrubbed (in every form
+    they take when shown: see :func:`unity_nb._secrets.forms`)."""
+    return scrub(_describe(obj, limit))
+
+
+def _describe(obj: Any, limit: int) -> str:
     try:
         if _is(obj, "pandas", "DataFrame"):
             return _frame(obj, limit)
@@ -154,7 +164,7 @@ def describe_value(obj: Any, limit: int = _VALUE_LIMIT) -> str:
         shape = getattr(obj, "shape", None)
         if isinstance(shape, tuple):
             return _clip(f"{_short_type(obj)}, shape {shape}", limit)
-    except Exception as err:  # noqa: BLE001 - describing must never fail the plan
+    except Exception as err:
         return f"{_short_type(obj)} (could not describe: {type(err).__name__})"
     return f"{_short_type(obj)}: {_safe_repr(obj, limit - 20)}"
 
@@ -175,33 +185,127 @@ def user_variables(ns: Mapping[str, Any], hidden: Mapping[str, Any] | None = Non
     return out
 
 
+def snapshot(ns: Mapping[str, Any], hidden: Mapping[str, Any] | None = None) -> dict[str, tuple]:
+    """``{name: fingerprint}`` of :func:`user_variables` in one pass (the hot path of every actor step)."""
+    out = {}
+    hidden_names, module, cached = HIDDEN_NAMES, types.ModuleType, _CACHE.get
+    for name, value in list(ns.items()):
+        if name[:1] == "_" or name in hidden_names or isinstance(value, module):
+            continue
+        if hidden is not None and name in hidden and hidden[name] is value:
+            continue
+        entry = cached(id(value))
+        if entry is not None:  # fingerprint()'s cache hit, inlined: this loop runs for every variable, every step
+            mgr = value._mgr
+            axes = mgr.axes
+            if entry[1] == (id(mgr), id(mgr.blocks), id(axes[0]), id(axes[-1])):
+                out[name] = entry[0]
+                continue
+        out[name] = fingerprint(value)
+    return out
+
+
+_KINDS: dict[type, str] = {}
+_CACHE: dict[int, tuple] = {}
+"""``id(obj) -> (fingerprint, ids of what pins it, weak references to those)`` for pandas objects. An entry
+goes as soon as its object or any object pinning it is collected, so an id in it always names the object it
+named when cached. Only weak references: the cache keeps no old version of a frame's data alive."""
+
+
+def _kind_of(t: type) -> str:
+    kind = _KINDS.get(t)
+    if kind is None:
+        names = {(c.__module__.split(".", 1)[0], c.__name__) for c in t.__mro__}
+        if ("pandas", "DataFrame") in names:
+            kind = "frame"
+        elif ("pandas", "Series") in names:
+            kind = "series"
+        elif ("numpy", "ndarray") in names:
+            kind = "array"
+        elif issubclass(t, str | bytes | int | float | bool | complex | tuple | frozenset) or t is type(None):
+            kind = "value"
+        elif issubclass(t, list | dict | set | bytearray):
+            kind = "container"
+        else:
+            kind = "other"
+        _KINDS[t] = kind
+    return kind
+
+
+def _forget(key: int, ids: tuple) -> Any:
+    def forget(_ref: Any) -> None:
+        entry = _CACHE.get(key)
+        if entry is not None and entry[1] is ids:
+            _CACHE.pop(key, None)
+
+    return forget
+
+
 def fingerprint(obj: Any) -> tuple:
-    """A cheap signature to notice in-place changes (identity, type, size, shape, columns).
+    """A cheap signature to notice in-place changes (identity, type, size, shape, columns, dtypes).
 
     Mutations that keep all of these (one cell of a big DataFrame rewritten) go unnoticed:
     hashing the data would cost as much as reading it.
+
+    A DataFrame's or Series' fingerprint is cached, and reused while its block manager, the
+    manager's axes (Index objects, immutable) and its blocks (one dtype each) are the very same
+    objects: every in-place change pandas makes to shape, labels or dtypes replaces one of them
+    (``df['new'] = ...``, ``df.columns = ...``, a dtype change, ``inplace=True`` methods). Checking
+    that costs a tuple of ids, where building ``df.dtypes`` costs tens of microseconds.
     """
+    kind = _KINDS.get(type(obj)) or _kind_of(type(obj))
+    if kind != "frame" and kind != "series":
+        return _fingerprint(obj, kind)
+    try:
+        mgr = obj._mgr
+        axes = mgr.axes
+        ids = (id(mgr), id(mgr.blocks), id(axes[0]), id(axes[-1]))
+    except (AttributeError, IndexError, TypeError):  # another pandas layout: no cache
+        return _fingerprint(obj, kind)
+    key = id(obj)
+    entry = _CACHE.get(key)
+    # The entry exists only while the object, its manager, axes and every block it was cached with are
+    # alive, so equal ids mean the very same manager and axes. The blocks tuple is compared by id: pandas
+    # replaces it when it replaces a block, and the block replaced (pinned by a weak reference) dies with it,
+    # which drops the entry.
+    if entry is not None and entry[1] == ids:
+        return entry[0]
+    fp = _fingerprint(obj, kind)
+    try:
+        refs = [weakref.ref(obj, _forget(key, ids)), weakref.ref(mgr, _forget(key, ids))]
+        refs += [weakref.ref(p, _forget(key, ids)) for p in (*mgr.axes, *mgr.blocks)]
+    except TypeError:  # something there takes no weak reference: no cache
+        return fp
+    _CACHE[key] = (fp, ids, refs)
+    return fp
+
+
+def _fingerprint(obj: Any, kind: str) -> tuple:
     parts: list[Any] = [id(obj), type(obj)]
     try:
-        if _is(obj, "pandas", "DataFrame"):
+        if kind == "frame":
             parts += [obj.shape, tuple(map(str, obj.columns[:200])), tuple(map(str, obj.dtypes[:200]))]
-        elif _is(obj, "pandas", "Series") or _is(obj, "numpy", "ndarray"):
+        elif kind in ("series", "array"):
             parts += [obj.shape, str(obj.dtype)]
-        elif isinstance(obj, str | bytes | int | float | bool | complex | tuple | frozenset) or obj is None:
+        elif kind == "value":
             parts.append(obj if not isinstance(obj, str | bytes) or len(obj) < 4096 else hash(obj))
-        elif isinstance(obj, list | dict | set | bytearray):
+        elif kind == "container":
             parts.append(len(obj))
             if isinstance(obj, dict) and len(obj) <= 64:
                 parts.append(tuple(map(id, obj.values())))
             elif isinstance(obj, list) and len(obj) <= 64:
                 parts.append(tuple(map(id, obj)))
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
     return tuple(parts)
 
 
 def describe_namespace(
-    variables: Mapping[str, Any], *, budget: int = 6000, per_value: int = _VALUE_LIMIT, order: Iterable[str] | None = None
+    variables: Mapping[str, Any],
+    *,
+    budget: int = 6000,
+    per_value: int = _VALUE_LIMIT,
+    order: Iterable[str] | None = None,
 ) -> str:
     """Every variable described, within ``budget`` characters in total (the rest named only)."""
     names = list(order) if order is not None else sorted(variables)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import base64
+import builtins
 import ctypes
 import inspect
 import io
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import _output
-from ._describe import describe_value, fingerprint, user_variables
+from ._describe import describe_value, snapshot
 
 __all__ = ("Executor", "PlanResult", "FinalAnswer", "PlanTimeout", "final_answer")
 
@@ -194,7 +195,7 @@ class _Guarded:
                         return stop.value
                 try:
                     send, throw = (yield yielded), None
-                except BaseException as err:  # noqa: BLE001 - cancellation and the like go into the plan
+                except BaseException as err:
                     send, throw = None, err
         finally:
             coro.close()
@@ -223,19 +224,24 @@ class Executor:
         self.code_timeout = code_timeout
         self.label = label
         self.shell = shell
+        self.last: dict[str, tuple] = {}
+        """The snapshot the last :meth:`snapshot` or :meth:`diff` took (so a caller needs no second pass)."""
 
     def snapshot(self) -> dict[str, tuple]:
-        """Fingerprints of the user's variables (to diff before and after)."""
-        return {k: fingerprint(v) for k, v in user_variables(self.namespace, self.hidden).items()}
+        """Fingerprints of the user's variables (to diff before and after). One pass over the namespace;
+        a DataFrame that did not change costs a few identity checks (see :func:`fingerprint`)."""
+        self.last = snapshot(self.namespace, self.hidden)
+        return self.last
 
     def diff(self, before: dict[str, tuple], result: PlanResult | None = None) -> PlanResult:
+        """What changed since ``before``, in one pass that also leaves the snapshot it took in :attr:`last`."""
         result = result if result is not None else PlanResult(success=True)
-        now = user_variables(self.namespace, self.hidden)
-        for name, value in now.items():
+        now = self.last = snapshot(self.namespace, self.hidden)
+        for name, fp in now.items():
             if name not in before:
-                result.created[name] = describe_value(value)
-            elif fingerprint(value) != before[name]:
-                result.changed[name] = describe_value(value)
+                result.created[name] = describe_value(self.namespace[name])
+            elif fp != before[name]:
+                result.changed[name] = describe_value(self.namespace[name])
         result.deleted = [n for n in before if n not in now]
         return result
 
@@ -245,9 +251,12 @@ class Executor:
         *,
         on_output: Callable[[str, str], None] | None = None,
         on_display: Callable[[dict], None] | None = None,
+        before: dict[str, tuple] | None = None,
     ) -> PlanResult:
         """Run ``code``; never raises for the plan's own errors (they are in the result).
 
+        ``before`` is a snapshot of the namespace taken since it last changed (a caller that has one
+        saves a pass); without it one is taken. After the run, :attr:`last` is the namespace's snapshot.
         Cancellation (a stop) propagates, after the namespace changes so far are recorded.
         """
         filename = f"<{self.label} #{next(_counter)}>"
@@ -260,11 +269,12 @@ class Executor:
 
         body, last = tree.body, None
         if body and isinstance(body[-1], ast.Expr):
-            body, last = body[:-1], body[-1]
+            last = body[-1].value
+            body = body[:-1]
         flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
         try:
             main = compile(ast.Module(body=body, type_ignores=[]), filename, "exec", flags=flags) if body else None
-            tail = compile(ast.Expression(body=last.value), filename, "eval", flags=flags) if last is not None else None
+            tail = compile(ast.Expression(body=last), filename, "eval", flags=flags) if last is not None else None
         except SyntaxError as err:  # e.g. `return` or `yield` outside a function
             detail = traceback.format_exception_only(type(err), err)
             return PlanResult(success=False, error="".join(detail).rstrip(), filename=filename)
@@ -288,8 +298,11 @@ class Executor:
         if self.shell is not None:
             _output.install_display(self.shell)
         figures_before = _figure_numbers()
-        before = self.snapshot()
+        before = self.snapshot() if before is None else before
         protected_before = {n: self.namespace[n] for n in GUARDED if n in self.namespace}
+        # the real builtins, whatever an earlier plan left there (`__builtins__ = {}` in a dict namespace)
+        protected_before["__builtins__"] = _real_builtins(self.namespace.get("__builtins__"))
+        self.namespace["__builtins__"] = protected_before["__builtins__"]
         self.namespace.update(self.protected)
         out_token = _output.tool_output.set(on_write)
         disp_token = _output.display_output.set(on_pub)
@@ -300,7 +313,7 @@ class Executor:
                 if code_obj is None:
                     continue
                 with watchdog:
-                    value = eval(code_obj, self.namespace)  # noqa: S307 - running the plan is the point
+                    value = eval(code_obj, self.namespace)
                 if code_obj.co_flags & inspect.CO_COROUTINE:
                     value = await _Guarded(value, watchdog)
                 if code_obj is tail:
@@ -317,7 +330,7 @@ class Executor:
                 f"{self.code_timeout:g} s without awaiting and was interrupted. Work in smaller pieces, "
                 "or on a sample of the data."
             )
-        except (KeyboardInterrupt, SystemExit, Exception) as err:  # noqa: BLE001 - the model sees it
+        except (KeyboardInterrupt, SystemExit, Exception) as err:
             result.success = False
             result.error = _plan_traceback(err, filename)
             if isinstance(err, SystemExit):
@@ -350,7 +363,7 @@ class Executor:
             try:
                 data, md = self.shell.display_formatter.format(value)
                 return data, md
-            except Exception:  # noqa: BLE001 - a broken _repr_html_ must not fail the plan
+            except Exception:
                 pass
         return {"text/plain": describe_value(value, 2000)}, {}
 
@@ -366,13 +379,18 @@ class Executor:
                 fig.savefig(buf, format="png", bbox_inches="tight")
                 png = base64.b64encode(buf.getvalue()).decode("ascii")
                 publish({"image/png": png, "text/plain": f"<Figure {num}>"}, {})
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
             finally:
                 plt.close(fig)
 
 
 _MISSING = object()
+
+
+def _real_builtins(current: Any) -> Any:
+    """``current`` if it is Python's builtins (the module, or its dict, as ``eval`` inserts), else the module."""
+    return current if current is builtins or current is builtins.__dict__ else builtins
 GUARDED = ("In", "Out", "get_ipython", "exit", "quit", "__builtins__", "__name__", "_ih", "_oh", "_dh")
 """IPython's names in a kernel namespace: put back if a plan rebinds or deletes them."""
 _MIMES = ("text/plain", "text/html", "text/markdown", "image/png", "image/jpeg", "image/svg+xml", "application/json")

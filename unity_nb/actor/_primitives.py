@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar, overload
 
 from .._errors import UserError
-from ..loop import LoopHandle, resolve_tool_value
+from ..loop import resolve_tool_value
 
 __all__ = ("primitive", "registered_primitives", "unregister_primitive", "Primitives", "signature_text")
 

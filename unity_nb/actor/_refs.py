@@ -15,6 +15,7 @@ parameter names the variable that receives the result; without it a fresh name i
 from __future__ import annotations
 
 import asyncio
+import builtins
 import copy
 import json
 import keyword
@@ -24,8 +25,7 @@ from typing import Any
 
 import pydantic
 
-from ..loop import resolve_tool_value
-from ..loop import Tool, render_result
+from ..loop import Tool, render_result, resolve_tool_value
 from ._describe import HIDDEN_NAMES, describe_value, fingerprint, user_variables
 
 __all__ = ("REF", "RefIndex", "RefTool")
@@ -66,7 +66,7 @@ class RefIndex:
         except pydantic.ValidationError as err:
             bad = {e["loc"][0] for e in err.errors() if e["loc"]}
             return frozenset(k for k in self._keys if k not in bad)
-        except Exception:  # noqa: BLE001 - a value that breaks validation fits nothing
+        except Exception:
             return frozenset()
 
     def refresh(self, variables: Mapping[str, Any]) -> dict[tuple[str, str], list[str]]:
@@ -187,10 +187,17 @@ class RefTool(Tool):
                 raise ValueError(f"`return` must be a Python variable name, not {target!r}")
             if target in self.protected or target in HIDDEN_NAMES or target.startswith("__"):
                 raise ValueError(f"`return` may not name {target!r}: that name is reserved; choose another")
+            if hasattr(builtins, target):
+                raise ValueError(
+                    f"`return` may not name {target!r}: that is a Python builtin, which plans use; "
+                    f"choose another name (say {target + '_result'!r})"
+                )
         fields = self.params.model_fields
         unknown = [k for k in raw if k not in fields]
         if unknown:
-            raise ValueError(f"invalid arguments for {self.name}: unknown parameters {unknown}; it takes {list(fields)}")
+            raise ValueError(
+                f"invalid arguments for {self.name}: unknown parameters {unknown}; it takes {list(fields)}"
+            )
         resolved: dict[str, Any] = {}
         for key, value in list(raw.items()):
             m = REF.match(value) if isinstance(value, str) else None

@@ -26,12 +26,15 @@ def _keep_question_marks(lines: list[str]) -> list[str]:
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext unity_nb``: register the ``%unity`` magics (and keep ``?`` in ``%unity`` lines), and
     open the store that records every loop (``.unity_nb/state.db`` beside the notebook by default)."""
+    from ..loop import LoopHandle
+    from . import _output
     from ._magics import UnityMagics
 
-    from . import _output
-
     ipython.register_magics(UnityMagics)
-    ipython.magics_manager.registry["UnityMagics"].store  # noqa: B018 - record every loop from now on
+    magics = ipython.magics_manager.registry["UnityMagics"]
+    magics.store  # noqa: B018 - record every loop from now on
+    # a handle displays as its live widget; none under the widget %unity act already showed in the cell
+    ipython.display_formatter.ipython_display_formatter.for_type(LoopHandle, magics.display_handle)
     _output.install()
     if _keep_question_marks not in ipython.input_transformers_cleanup:
         ipython.input_transformers_cleanup.append(_keep_question_marks)
@@ -39,6 +42,7 @@ def load_ipython_extension(ipython: Any) -> None:
 
 def unload_ipython_extension(ipython: Any) -> None:
     """Remove the magics (and the output routing); operations already started keep running."""
+    from ..loop import LoopHandle
     from . import _output
 
     _output.uninstall()
@@ -49,6 +53,7 @@ def unload_ipython_extension(ipython: Any) -> None:
     magics["line"].pop("unity", None)
     magics["cell"].pop("unity", None)
     ipython.magics_manager.registry.pop("UnityMagics", None)
+    ipython.display_formatter.ipython_display_formatter.pop(LoopHandle, None)
     if _keep_question_marks in ipython.input_transformers_cleanup:
         ipython.input_transformers_cleanup.remove(_keep_question_marks)
 

@@ -4,48 +4,124 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from IPython.core.error import UsageError
 
-__all__ = ("Command", "parse", "HELP")
+__all__ = ("Command", "parse", "HELP", "SETTINGS", "TASK_ACTIONS", "check_setting")
 
 HELP = {
     "help": "%unity help [SUBCOMMAND]   (also: %unity, %unity SUBCOMMAND --help, %unity?)\n"
     "    Show what every subcommand does, or one subcommand's options.",
     "model": "%unity model [NAME] [--base-url URL] [--var VARIABLE]\n"
     "    Set the model (OPENAI_API_KEY from the environment), or with no NAME show the current one.\n"
+    "    --base-url must be an http:// or https:// URL (e.g. http://localhost:11434/v1).\n"
     "    --var takes a Model object from a notebook variable (e.g. a ScriptedModel).",
-    "act": "%unity act [--name NAME] [--max-steps N] [--approval never|first|always] [--code-timeout SECONDS] [--multi] TASK\n"
+    "act": "%unity act [--name NAME] [--max-steps N] [--approval never|first|always] [--code-timeout SECONDS]\n"
+    "           [--multi] [--managers] [--context-window TOKENS [--compress-at F] [--keep-last N]]\n"
+    "           [--time-awareness] [--max-parallel-tools N] TASK\n"
     "    (or %%unity act [options] with the task as the cell)\n"
     "    Start the CodeAct actor in the background on TASK and show its live widget; returns its handle.\n"
     "    Its plans run in this notebook's namespace: your variables are used by name, what it creates stays.\n"
+    "    --name: a name in use by a live operation is refused; a finished one's name is reused.\n"
     "    --approval first|always: plans wait for Run (in the widget, or %unity approve NAME).\n"
-    "    --multi: it serves more requests sent with %unity submit NAME ... while it works.",
-    "submit": "%unity submit NAME REQUEST\n    Send another request to the --multi operation NAME while it works; returns the request's\n"
+    "    --multi: it serves more requests sent with %unity submit NAME ... while it works.\n"
+    "    --managers: its plans reach the managers as primitives.knowledge, .data, .functions, .guidance,\n"
+    "    .transcripts and .tasks (kept in the store).\n"
+    "    --context-window TOKENS (at least 64): summarise older messages once the conversation reaches\n"
+    "    --compress-at F of it (0.1 to 1, default 0.8), keeping the last --keep-last N (default 8).\n"
+    "    --time-awareness: note the clock after tool results. --max-parallel-tools N (default 8).\n"
+    "    Defaults: %config UnityMagics.<option with _> = value (e.g. UnityMagics.context_window = 32000).",
+    "submit": "%unity submit NAME REQUEST\n"
+    "    Send another request to the --multi operation NAME while it works; returns the request's\n"
     "    handle (await it for its answer). It shares the operation's context and variables.",
     "list": "%unity list\n    Live and finished handles: name, status, steps, tokens, elapsed.",
-    "history": "%unity history [N]\n    Past loops from the store (also from earlier kernels): name, task, status, started, steps.\n"
-    "    A loop whose kernel died before it ended shows as interrupted.",
+    "history": "%unity history [N]\n"
+    "    Past loops from the store (also from earlier kernels): name, task, status, started, steps.\n"
+    "    A loop whose kernel died before it ended shows as interrupted (%unity resume NAME continues it).",
     "pause": "%unity pause NAME\n    Pause the operation NAME (and its sub-operations).",
-    "resume": "%unity resume NAME\n    Resume the operation NAME.",
+    "resume": "%unity resume NAME\n"
+    "    Resume the paused operation NAME. An operation a dead kernel left interrupted (see %unity history)\n"
+    "    continues from the store as a new live operation: its conversation rebuilt, every tool call\n"
+    "    that has no result marked as interrupted.",
     "interject": "%unity interject NAME MESSAGE\n    Send MESSAGE to the operation NAME while it runs.",
-    "ask": "%unity ask NAME QUESTION\n    Ask the operation NAME a question without disturbing it; returns the answer's handle.",
+    "ask": "%unity ask NAME QUESTION\n"
+    "    Ask the operation NAME a question without disturbing it; returns the answer's handle.",
+    "answer": "%unity answer NAME [--call ID] TEXT\n"
+    "    Answer the question the operation NAME (or one of its sub-operations) waits on; with several\n"
+    "    questions waiting, --call ID says which (the widget shows them).",
     "stop": "%unity stop NAME [REASON]\n    Stop the operation NAME and everything under it.",
     "approve": "%unity approve NAME\n    Run the plan of NAME that waits for approval.",
     "skip": "%unity skip NAME [REASON]\n    Do not run the plan of NAME that waits for approval; the model is told.",
+    "tasks": "%unity tasks\n"
+    "    Durable tasks (kept in the store across kernels): id, name, status, parent, description, result.",
+    "task": "%unity task new NAME DESCRIPTION   (or %%unity task new NAME with the description as the cell)\n"
+    "%unity task run TASK        run it now (its first turn, a new one, or the one a dead kernel cut short)\n"
+    "%unity task message TASK TEXT   deliver TEXT into its running turn, or start a new turn with it\n"
+    "%unity task show TASK       its turns: when, summary, messages\n"
+    "    TASK is a task's id or name. A running task is steered by its id (%unity pause ID, ...).",
 }
+
+
+def _positive(value: str) -> int:
+    n = int(value)
+    if n < 1:
+        raise ValueError(value)
+    return n
+
+
+def _tokens(value: str) -> int:
+    n = int(value)
+    if n < 64:
+        raise ValueError(value)
+    return n
+
+
+def _fraction(value: str) -> float:
+    f = float(value)
+    if not 0.1 <= f <= 1.0:
+        raise ValueError(value)
+    return f
+
+
 def _approval(value: str) -> str:
     if value not in ("never", "first", "always"):
         raise ValueError(value)
     return value
 
 
-_TAKES = {str: "a text", int: "a whole number", float: "a number of seconds", _approval: "one of never, first, always"}
-_OPTIONS = {
-    "act": {"--name": str, "--max-steps": int, "--approval": _approval, "--code-timeout": float, "--multi": bool},
-    "model": {"--base-url": str, "--var": str},
+_TAKES: dict[Any, str] = {
+    str: "a text", int: "a whole number", float: "a number of seconds", _approval: "one of never, first, always",
+    _positive: "a whole number of at least 1", _tokens: "a number of tokens (a whole number of at least 64)",
+    _fraction: "a fraction of the context window between 0.1 and 1 (e.g. 0.8)",
 }
+_OPTIONS: dict[str, dict[str, Callable[[str], Any]]] = {
+    "act": {
+        "--name": str, "--max-steps": int, "--approval": _approval, "--code-timeout": float, "--multi": bool,
+        "--context-window": _tokens, "--compress-at": _fraction, "--keep-last": _positive, "--time-awareness": bool,
+        "--max-parallel-tools": _positive, "--managers": bool,
+    },
+    "model": {"--base-url": str, "--var": str},
+    "answer": {"--call": str},
+}
+SETTINGS: dict[str, Callable[[str], Any]] = {
+    "context_window": _tokens, "compress_at": _fraction, "keep_last": _positive, "max_parallel_tools": _positive,
+}
+"""The act options that have a default in a UnityMagics traitlet, and how their values are checked."""
+TASK_ACTIONS = ("new", "run", "message", "show")
+
+
+def check_setting(name: str, value: object) -> None:
+    """A UsageError saying what ``UnityMagics.<name>`` takes if ``value`` is not that."""
+    try:
+        SETTINGS[name](str(value))
+    except ValueError:
+        off = " (or 0 for no compression)" if name == "context_window" else ""
+        raise UsageError(
+            f"UnityMagics.{name} takes {_TAKES[SETTINGS[name]]}{off}, not {value!r}\n\n{HELP['act']}"
+        ) from None
 
 
 def _usage(sub: str | None, problem: str) -> UsageError:
@@ -60,6 +136,8 @@ class Command:
     name: str | None = None
     text: str = ""
     options: dict = field(default_factory=dict)
+    action: str | None = None
+    """``%unity task``'s action: new, run, message or show."""
 
 
 _MAX_ROWS = 2**63 - 1
@@ -150,22 +228,49 @@ def parse(line: str, cell: str | None = None) -> Command:
         cmd.text = "\n".join(t for t in (rest, (cell or "").strip()) if t)
         if not cmd.text:
             raise _usage(sub, "%unity act needs a task")
-    elif sub == "list":
+    elif sub in ("list", "tasks"):
         if rest:
-            raise _usage(sub, f"%unity list takes no arguments, got {rest!r}")
+            raise _usage(sub, f"%unity {sub} takes no arguments, got {rest!r}")
     elif sub == "history":
         # ASCII digits only ('²'.isdigit() holds), and within SQLite's integers
         if rest and not (re.fullmatch(r"[0-9]{1,19}", rest) and int(rest) <= _MAX_ROWS):
             raise _usage(sub, f"%unity history takes an optional number of rows (0 to {_MAX_ROWS}), not {rest!r}")
         cmd.options["limit"] = int(rest) if rest else None
+    elif sub == "task":
+        _task_args(cmd, rest, cell)
     else:
         name, _, text = rest.partition(" ")
         if not name:
             raise _usage(sub, f"%unity {sub} needs the name of an operation")
         cmd.name = name
+        if sub == "answer":
+            more, text = _peel_options(sub, text)
+            cmd.options.update(more)
         cmd.text = "\n".join(t for t in (text.strip(), (cell or "").strip()) if t)
-        if sub in ("interject", "ask", "submit") and not cmd.text:
-            raise _usage(sub, f"%unity {sub} needs a {'message' if sub == 'interject' else 'question' if sub == 'ask' else 'request'}")
+        needs = {"interject": "a message", "ask": "a question", "submit": "a request", "answer": "the answer's text"}
+        if sub in needs and not cmd.text:
+            raise _usage(sub, f"%unity {sub} needs {needs[sub]}")
         if sub in ("pause", "resume", "approve") and cmd.text:
             raise _usage(sub, f"%unity {sub} takes only a name, got extra text {cmd.text!r}")
     return cmd
+
+
+def _task_args(cmd: Command, rest: str, cell: str | None) -> None:
+    """``task ACTION TASK [TEXT]`` (``task new NAME DESCRIPTION``); the cell, if any, adds to the text."""
+    action, _, rest = rest.partition(" ")
+    if action not in TASK_ACTIONS:
+        got = f", not {action!r}" if action else ""
+        raise _usage("task", f"%unity task takes an action: {', '.join(TASK_ACTIONS)}{got}")
+    cmd.action = action
+    name, _, text = rest.strip().partition(" ")
+    if not name:
+        what = "a name for the new task" if action == "new" else "a task's id or name (see %unity tasks)"
+        raise _usage("task", f"%unity task {action} needs {what}")
+    cmd.name = name
+    cmd.text = "\n".join(t for t in (text.strip(), (cell or "").strip()) if t)
+    if action == "new" and not cmd.text:
+        raise _usage("task", "%unity task new needs a description: what the task is to do")
+    if action == "message" and not cmd.text:
+        raise _usage("task", "%unity task message needs the message's text")
+    if action in ("run", "show") and cmd.text:
+        raise _usage("task", f"%unity task {action} takes only the task, got extra text {cmd.text!r}")

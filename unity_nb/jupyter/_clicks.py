@@ -116,7 +116,7 @@ class Clicks:
                     if me is not None and me.cancelling():
                         raise  # the worker itself is cancelled (the kernel is going away)
                     error = err  # something the click awaited was cancelled: report it, go on
-                except Exception as err:  # noqa: BLE001 - a click's error is shown, never raised
+                except Exception as err:  # a click's error is shown, never raised
                     error = err
                 self.performed += 1
                 self._safe_report(click, error)
@@ -126,7 +126,7 @@ class Clicks:
     async def _finish(self, click: dict, rest: Awaitable[Any]) -> None:
         try:
             await rest
-        except Exception as err:  # noqa: BLE001 - the rest of a click fails: shown, never lost
+        except Exception as err:  # the rest of a click fails: shown, never lost
             self._safe_report(click, err)
 
     def _safe_report(self, click: dict, error: BaseException | None) -> None:

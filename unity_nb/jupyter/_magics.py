@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -16,7 +16,8 @@ from traitlets import Bool, Float, Integer, Unicode
 from .._errors import HandleStateError, ModelConfigError, UserError
 from ..loop import LoopHandle
 from ..models import set_default_model
-from ._args import HELP, Command, parse
+from ._args import HELP, SETTINGS, Command, check_setting, parse
+from ._magics_tasks import resume_from_store, task_command, tasks_table
 
 __all__ = ("UnityMagics",)
 
@@ -33,15 +34,38 @@ _NO_MODEL = (
 class UnityMagics(Magics):
     """The ``%unity`` magics. Settings: ``%config UnityMagics.default_model = "gpt-4.1-mini"``."""
 
-    default_model = Unicode("", help="Model name used when none was set with %unity model (else $UNITY_NB_MODEL).").tag(config=True)
-    base_url = Unicode("", help="OpenAI-compatible server for the default model (else $OPENAI_BASE_URL).").tag(config=True)
+    default_model = Unicode(
+        "", help="Model name used when none was set with %unity model (else $UNITY_NB_MODEL).",
+    ).tag(config=True)
+    base_url = Unicode(
+        "", help="OpenAI-compatible server for the default model (else $OPENAI_BASE_URL).",
+    ).tag(config=True)
     max_steps = Integer(30, help="Default max_steps of an operation.").tag(config=True)
-    max_updates_per_second = Float(10.0, help="Widget refresh rate while a handle streams (coalesced).").tag(config=True)
+    max_updates_per_second = Float(
+        10.0, help="Widget refresh rate while a handle streams (coalesced).",
+    ).tag(config=True)
     show_widgets = Bool(True, help="Display a live widget for each operation started.").tag(config=True)
     approval = Unicode("never", help="Default approval mode of %unity act: never, first or always.").tag(config=True)
-    code_timeout = Float(60.0, help="Seconds a plan may compute without awaiting before it is interrupted.").tag(config=True)
+    code_timeout = Float(
+        60.0, help="Seconds a plan may compute without awaiting before it is interrupted.",
+    ).tag(config=True)
     store_path = Unicode(
-        help="SQLite file recording every loop's events (else $UNITY_NB_STORE, else .unity_nb/state.db); 'off' disables.",
+        help="SQLite file recording every loop's events (else $UNITY_NB_STORE, else .unity_nb/state.db); "
+        "'off' disables.",
+    ).tag(config=True)
+    context_window = Integer(
+        0, help="Default --context-window of %unity act: the model's window in tokens (0: no compression).",
+    ).tag(config=True)
+    compress_at = Float(0.8, help="Default --compress-at: the share of the window that starts compression.").tag(
+        config=True
+    )
+    keep_last = Integer(8, help="Default --keep-last: messages kept verbatim when compressing.").tag(config=True)
+    time_awareness = Bool(False, help="Default --time-awareness: note the clock after tool results.").tag(
+        config=True
+    )
+    max_parallel_tools = Integer(8, help="Default --max-parallel-tools: tool calls run at once.").tag(config=True)
+    managers = Bool(
+        False, help="Default --managers: plans reach the managers (knowledge, data, functions, ...) as primitives.",
     ).tag(config=True)
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
@@ -49,10 +73,19 @@ class UnityMagics(Magics):
         self.handles: dict[str, LoopHandle] = {}
         """Every operation started here, by name (live and finished)."""
         self.widgets: dict[str, Any] = {}
+        self.steering: set[asyncio.Future] = set()
+        """Steering calls the magics scheduled that have not ended yet (each one's outcome is reported)."""
         self.model: Any = None
         self._made_model = False
         self._count = 0
         self._store: Any = None
+        self._registry: Any = None
+        self._tasks_manager: Any = None
+        self._shown: dict[str, int] = {}  # handle id -> the execution count of the cell that showed its widget
+
+    @property
+    def user_ns(self) -> dict:
+        return self.shell.user_ns if self.shell is not None else {}
 
     @property
     def store(self) -> Any:
@@ -67,10 +100,43 @@ class UnityMagics(Magics):
             try:
                 self._store = Store(path)
             except UserError as err:
-                raise UsageError(f"{err}\n(set %config UnityMagics.store_path = 'off' to run without a store)") from None
+                off = "(set %config UnityMagics.store_path = 'off' to run without a store)"
+                raise UsageError(f"{err}\n{off}") from None
             self._store.attach(default_bus())
             self._store.add_problem_listener(self._store_problem)
         return self._store
+
+    def needed_store(self, what: str) -> Any:
+        """The store, or a UsageError saying it is off and ``what`` (why it is needed)."""
+        store = self.store
+        if store is None:
+            raise UsageError(f"the store is off (%config UnityMagics.store_path = 'off'), and {what}")
+        return store
+
+    @property
+    def tasks_manager(self) -> Any:
+        """The durable tasks of the store (``%unity tasks``, ``%unity task``, ``primitives.tasks``)."""
+        if self._tasks_manager is None:
+            from ..managers import TasksManager
+
+            self._tasks_manager = TasksManager(
+                store=self.needed_store("durable tasks live in it"), namespace=self.user_ns,
+                actor_options={"code_timeout": self.code_timeout or None},
+            )
+        return self._tasks_manager
+
+    @property
+    def registry(self) -> Any:
+        """The managers ``%unity act --managers`` gives the actor, over this kernel's store and namespace."""
+        if self._registry is None:
+            from .. import managers as m
+
+            store = self.needed_store("--managers keep their state in it")
+            self._registry = m.Registry([
+                m.KnowledgeManager(store=store), m.DataManager(self.user_ns), m.FunctionsManager(),
+                m.GuidanceManager(store=store), m.TranscriptsManager(store=store), self.tasks_manager,
+            ])
+        return self._registry
 
     def _store_problem(self, message: str | None) -> None:
         """Show why events wait to be stored (a full disk, ...) in the live operations' widgets; clear it after."""
@@ -96,6 +162,7 @@ class UnityMagics(Magics):
         if self._store is not None:
             self._store.close()
             self._store = None
+        self._registry = self._tasks_manager = None
 
     # -- entry ----------------------------------------------------------------------------
 
@@ -122,13 +189,14 @@ class UnityMagics(Magics):
 
         var = cmd.options.get("var")
         if var:
-            obj = self.shell.user_ns.get(var)
+            obj = self.user_ns.get(var)
             if obj is None or not callable(getattr(obj, "complete", None)):
                 raise UsageError(f"`{var}` is not a model (it needs an async `complete` method)\n\n{HELP['model']}")
             self._set_model(obj, made=False)
         elif cmd.name:
+            base = cmd.options.get("base_url") or self.base_url or None
             try:
-                self._set_model(OpenAIModel(cmd.name, base_url=cmd.options.get("base_url") or self.base_url or None), made=True)
+                self._set_model(OpenAIModel(cmd.name, base_url=base), made=True)
             except ModelConfigError as err:
                 raise UsageError(f"{err}\n\n{HELP['model']}") from None
         elif cmd.options.get("base_url"):
@@ -158,50 +226,117 @@ class UnityMagics(Magics):
                 raise UsageError(f"{err}\n\n{_NO_MODEL}") from None
         return self.model
 
-    def _act(self, cmd: Command) -> LoopHandle:
-        model = self.current_model()
-        self.store  # noqa: B018 - record this operation from its first event
-        name = cmd.options.get("name")
+    def _new_name(self, name: str | None, sub: str = "act") -> tuple[str, LoopHandle | None]:
+        """A name for a new operation, and the finished operation it replaces (if any); a live
+        operation's name is refused with a free one suggested."""
         if name is None:
             self._count += 1
             while f"h{self._count}" in self.handles:
                 self._count += 1
-            name = f"h{self._count}"
-        elif name in self.handles and not self.handles[name].done():
-            raise UsageError(f"an operation named {name!r} is still {self.handles[name].status.value}; choose another --name\n\n{HELP['act']}")
+            return f"h{self._count}", None
+        old = self.handles.get(name)
+        if old is not None and not old.done():
+            n = 2
+            while f"{name}-{n}" in self.handles:
+                n += 1
+            raise UsageError(
+                f"{name} is still {old.status.value}: stop it first (%unity stop {name}) or pick another name, "
+                f"e.g. {name}-{n}\n\n{HELP[sub]}"
+            )
+        return name, old
+
+    def loop_options(self, options: dict) -> dict:
+        """start_loop's options from ``%unity act`` options, the traitlets giving the defaults."""
+        out: dict = {
+            "max_steps": options.get("max_steps", self.max_steps), "multi": options.get("multi", False),
+            "time_awareness": options.get("time_awareness", self.time_awareness),
+        }
+        for name in SETTINGS:
+            if name not in options and (name != "context_window" or self.context_window):
+                check_setting(name, getattr(self, name))
+        out["max_parallel_tools"] = options.get("max_parallel_tools", self.max_parallel_tools)
+        window = options.get("context_window", self.context_window)
+        if window:
+            out.update(context_window=window, compress_at=options.get("compress_at", self.compress_at),
+                       keep_last=options.get("keep_last", self.keep_last))
+        elif "compress_at" in options or "keep_last" in options:
+            raise UsageError(
+                "--compress-at and --keep-last tune compression, which needs --context-window TOKENS "
+                f"(or %config UnityMagics.context_window = 32000)\n\n{HELP['act']}"
+            )
+        return out
+
+    def actor(self, model: Any, options: dict) -> Any:
+        """The actor of one ``%unity act``: the notebook's namespace (and the managers with ``--managers``)."""
+        actor_options = {
+            "namespace": self.user_ns, "approval": options.get("approval", self.approval),
+            "code_timeout": options.get("code_timeout", self.code_timeout) or None,
+        }
+        if options.get("managers", self.managers):
+            return self.registry.actor(model, **actor_options)
+        from ..actor import Actor
+
+        return Actor(model, **actor_options)
+
+    def start(self, name: str | None, start: Callable[[str], LoopHandle], *, sub: str = "act", notice: str = "") -> Any:
+        """Start an operation in the background under a free name and show its widget."""
+        self.current_model()
+        self.store  # noqa: B018 - record this operation from its first event
+        name, old = self._new_name(name, sub)
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            raise UsageError("%unity act needs the kernel's running event loop: use it in Jupyter (ipykernel >= 7.4)") from None
-        from ..actor import Actor
+            raise UsageError(
+                f"%unity {sub} needs the kernel's running event loop: use it in Jupyter (ipykernel >= 7.4)"
+            ) from None
         from . import _output
 
         _output.install()  # again: something (say %%capture) may have swapped the streams since
         _output.install_display(self.shell)
-        actor = Actor(
-            model, namespace=self.shell.user_ns, approval=cmd.options.get("approval", self.approval),
-            code_timeout=cmd.options.get("code_timeout", self.code_timeout) or None,
-        )
-        handle = actor.act(
-            cmd.text, name=name, max_steps=cmd.options.get("max_steps", self.max_steps), multi=cmd.options.get("multi", False),
-        )
+        handle = start(name)
         self.handles[name] = handle
-        self._show(handle)
+        if old is not None:
+            notice = f"{notice} " if notice else ""
+            notice += f"This {name!r} replaced an earlier operation of that name ({old.status.value})."
+        self._show(handle, name, notice=notice)
         return handle
 
-    def _show(self, handle: LoopHandle) -> None:
+    def _act(self, cmd: Command) -> LoopHandle:
+        options = self.loop_options(cmd.options)
+        actor = self.actor(self.current_model(), cmd.options)
+        return self.start(cmd.options.get("name"), lambda name: actor.act(cmd.text, name=name, **options))
+
+    def _show(self, handle: LoopHandle, key: str | None = None, *, notice: str = "") -> None:
         if not self.show_widgets:
             return
         from ._widget import HandleWidget
 
         widget = HandleWidget(handle, max_hz=self.max_updates_per_second)
-        self.widgets[handle.name] = widget
+        if notice:
+            widget.notice = notice
+        self.widgets[key or handle.name] = widget
+        self._shown[handle.id] = self.shell.execution_count if self.shell is not None else -1
         shown = display(widget, display_id=True)
         if shown is not None:
             # once the operation ends, refresh the output so a saved notebook keeps the final snapshot
-            handle.add_listener(
-                lambda src, e: src is handle and e.kind in ("loop_finished", "loop_failed") and shown.update(widget)
-            )
+            def refresh(src: LoopHandle, e: Any) -> None:
+                if src is handle and e.kind in ("loop_finished", "loop_failed"):
+                    shown.update(widget)
+
+            handle.add_listener(refresh)
+
+    def display_handle(self, handle: LoopHandle) -> None:
+        """How a handle displays in this kernel (registered by the extension): its live widget. A handle
+        whose widget this cell already shows (``%unity act ...`` as the cell's last line) shows nothing
+        more, so no ``Out[]`` text saying "running" stays under a widget that says "finished"."""
+        if self.shell is not None and self._shown.get(handle.id) == self.shell.execution_count:
+            return
+        if not self.show_widgets:
+            display({"text/plain": repr(handle)}, raw=True)
+            return
+        from ._widget import HandleWidget
+
+        display(HandleWidget(handle, max_hz=self.max_updates_per_second))
 
     def _list(self, cmd: Command) -> Any:
         import pandas as pd
@@ -214,13 +349,22 @@ class UnityMagics(Magics):
             }
             for n, h in self.handles.items()
         ]
-        return pd.DataFrame(rows, columns=["name", "status", "steps", "tool_calls", "tokens_in", "tokens_out", "elapsed_s", "task"])
+        columns = ["name", "status", "steps", "tool_calls", "tokens_in", "tokens_out", "elapsed_s", "task"]
+        return pd.DataFrame(rows, columns=columns)
 
     def _history(self, cmd: Command) -> Any:
         store = self.store
         if store is None:
-            raise UsageError(f"the store is off (UnityMagics.store_path = 'off'): no history is kept\n\n{HELP['history']}")
+            raise UsageError(
+                f"the store is off (UnityMagics.store_path = 'off'): no history is kept\n\n{HELP['history']}"
+            )
         return store.history(limit=cmd.options.get("limit"))
+
+    def _tasks(self, cmd: Command) -> Any:
+        return tasks_table(self)
+
+    def _task(self, cmd: Command) -> Any:
+        return task_command(self, cmd)
 
     def _find(self, cmd: Command) -> LoopHandle:
         handle = self.handles.get(cmd.name or "")
@@ -235,33 +379,50 @@ class UnityMagics(Magics):
             raise UsageError(f"cannot {cmd.sub} {handle.name!r}: it is {handle.status.value}\n\n{HELP[cmd.sub]}")
         return handle
 
-    def _steer(self, cmd: Command, call: Coroutine[Any, Any, Any]) -> None:
-        """Run a steering call in the background; its failure is reported, never left unobserved
-        (the operation may end between this line and the call: that is said, not raised)."""
+    def _steer(self, cmd: Command, call: Coroutine[Any, Any, Any]) -> asyncio.Future:
+        """Run a steering call in the background. It is referenced until it ends (``self.steering``), and
+        its failure is reported in the log and the operation's widget, never left unobserved (the operation
+        may end between this line and the call: that is said, not raised)."""
+        task = asyncio.ensure_future(call)
+        self.steering.add(task)
 
-        def report(task: asyncio.Future) -> None:
-            if task.cancelled():
+        def report(done: asyncio.Future) -> None:
+            self.steering.discard(done)
+            if done.cancelled():
+                problem: BaseException | None = asyncio.CancelledError("the steering call was cancelled")
+            else:
+                problem = done.exception()
+            if problem is None:
                 return
-            err = task.exception()
-            if isinstance(err, HandleStateError):
-                log.warning("%%unity %s %s: %s", cmd.sub, cmd.name, err)
-            elif err is not None:
-                log.error("%%unity %s %s failed", cmd.sub, cmd.name, exc_info=err)
+            message = f"%unity {cmd.sub} {cmd.name}: {problem or type(problem).__name__}"
+            if isinstance(problem, HandleStateError | asyncio.CancelledError):
+                log.warning("%s", message)
+            else:
+                log.error("%s", message, exc_info=problem)
+            widget = self.widgets.get(cmd.name or "")
+            if widget is not None:
+                widget.notice = message
 
-        asyncio.ensure_future(call).add_done_callback(report)
+        task.add_done_callback(report)
+        return task
 
     def _pause(self, cmd: Command) -> None:
         self._steer(cmd, self._live(cmd).pause())
 
-    def _resume(self, cmd: Command) -> None:
+    def _resume(self, cmd: Command) -> Any:
+        if cmd.name not in self.handles:
+            return resume_from_store(self, cmd)
         self._steer(cmd, self._live(cmd).resume())
+        return None
 
     def _interject(self, cmd: Command) -> None:
         self._steer(cmd, self._live(cmd).interject(cmd.text))
 
     def _stop(self, cmd: Command) -> None:
         handle = self._find(cmd)
-        if not handle.done():
+        if handle.done():
+            print(f"{handle.name} had already {handle.status.value}: nothing to stop")
+        else:
             self._steer(cmd, handle.stop(cmd.text or "stopped with %unity stop"))
 
     def _submit(self, cmd: Command) -> Any:
@@ -275,7 +436,7 @@ class UnityMagics(Magics):
 
     def _waiting_plan(self, cmd: Command) -> Any:
         handle = self._live(cmd)
-        if not getattr(handle, "pending_approvals", None):
+        if not handle.pending_approvals:
             raise UsageError(f"{handle.name!r} has no plan waiting for approval\n\n{HELP[cmd.sub]}")
         return handle
 
@@ -284,6 +445,28 @@ class UnityMagics(Magics):
 
     def _skip(self, cmd: Command) -> None:
         self._steer(cmd, self._waiting_plan(cmd).skip(reason=cmd.text or None))
+
+    def _answer(self, cmd: Command) -> None:
+        handle = self._live(cmd)
+        pending = handle.pending_clarifications()
+        call = cmd.options.get("call")
+        waiting = "; ".join(f"--call {p['call_id']} ({p['loop']}): {p['question']}" for p in pending)
+        if call is not None:
+            if all(p["call_id"] != call for p in pending):
+                raise UsageError(
+                    f"{handle.name!r} has no question with call id {call!r}; waiting: {waiting or 'none'}"
+                    f"\n\n{HELP['answer']}"
+                )
+        elif not pending:
+            raise UsageError(f"{handle.name!r} has no question waiting for an answer\n\n{HELP['answer']}")
+        elif len(pending) > 1:
+            raise UsageError(
+                f"{handle.name!r} has {len(pending)} questions waiting: say which with "
+                f"%unity answer {handle.name} --call ID TEXT. Waiting: {waiting}\n\n{HELP['answer']}"
+            )
+        else:
+            call = pending[0]["call_id"]
+        self._steer(cmd, handle.answer_clarification(call, cmd.text))
 
     def _ask(self, cmd: Command) -> LoopHandle:
         handle = self._find(cmd).start_ask(cmd.text)

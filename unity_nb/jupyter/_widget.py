@@ -12,18 +12,22 @@ transcript, and ``text/plain`` is the handle's repr.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import html
 import logging
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 import anywidget
 import traitlets
 
-from ..loop._handle import LoopHandle, Message
+from ..loop import LoopHandle, Message
 from ._clicks import Clicks
 
-__all__ = ("HandleWidget", "render_html")
+__all__ = ("Command", "COMMANDS", "HandleWidget", "render_html")
 
 log = logging.getLogger("unity_nb.widget")
 
@@ -32,6 +36,41 @@ _LIMIT = 4000  # characters of one entry kept in widget state; the handle keeps 
 
 def _asset(name: str) -> str:
     return resources.files("unity_nb._widgets").joinpath(name).read_text(encoding="utf-8")
+
+
+def _scope_css(css: str, scope: str) -> str:
+    """Every rule of ``css`` applied only under ``.unb-root[data-unb-style="<scope>"]``.
+
+    Why: anywidget keeps one ``<style>`` element per ``_anywidget_id`` for the whole page, and a
+    notebook's saved widget state carries its own ``_css``. A notebook saved with an older
+    version, open in another tab, would replace the stylesheet of every live widget (issue: the
+    plans lost their syntax colours). Here the element's id names the version (a hash of the
+    installed assets) and every rule names it too, so the installed stylesheet applies to the
+    widgets it belongs to, and outranks any older sheet on the page whatever their order.
+    """
+    css = re.sub(r"/\*.*?\*/", "", css, flags=re.S)
+    root = f'.unb-root[data-unb-style="{scope}"]'
+    out = []
+    for chunk in css.split("}"):
+        if "{" not in chunk:
+            continue
+        selectors, body = chunk.split("{", 1)
+        scoped = []
+        for sel in (x.strip() for x in selectors.split(",")):
+            if not sel:
+                continue
+            sel = re.sub(r"^\.unb-root(?![\w-])\s*", "", sel)  # the root itself, or under it
+            scoped.append(f"{root} {sel}" if sel else root)
+        out.append(f"{', '.join(scoped)} {{{body.strip()} }}")
+    return "\n".join(out) + "\n"
+
+
+def style() -> tuple[str, str]:
+    """The installed front end: ``(anywidget id, stylesheet)``, both naming the assets' version."""
+    js, css = _asset("handle.js"), _asset("handle.css")
+    version = hashlib.sha256((js + "\0" + css).encode()).hexdigest()[:12]
+    anywidget_id = f"unity_nb.HandleWidget.{version}"
+    return anywidget_id, _scope_css(css, anywidget_id)
 
 
 def _clip(text: str | None, limit: int = _LIMIT) -> str:
@@ -59,7 +98,7 @@ def _tail(text: str | None, limit: int = 600) -> str:
 
 def _safe_url(url: str | None) -> bool:
     """Only web links become clickable (never ``javascript:`` and the like)."""
-    return bool(url) and url.lower().startswith(("http://", "https://"))
+    return url is not None and url.lower().startswith(("http://", "https://"))
 
 
 _MAX_DISPLAYS = 10
@@ -79,7 +118,9 @@ def _display(bundle: dict) -> dict:
 
 
 def _entry(m: Message) -> dict:
-    out: dict[str, Any] = {"role": m.role, "kind": m.kind, "content": _clip(m.content), "error": m.error, "name": m.name}
+    out: dict[str, Any] = {
+        "role": m.role, "kind": m.kind, "content": _clip(m.content), "error": m.error, "name": m.name,
+    }
     if m.tool_calls:
         out["calls"] = [
             {
@@ -103,13 +144,23 @@ def _entry(m: Message) -> dict:
     return out
 
 
-def _node(h: LoopHandle, depth: int) -> dict:
+def _retry_line(event: Any, model: Any) -> str:
+    """A retry the loop is waiting out, as the widget says it: what failed, when, which attempt."""
+    error = str(event.error)
+    error = error.split(": ", 1)[1] if re.match(r"^\w+: ", error) else error  # "TransportError: x" -> "x"
+    total = getattr(model, "max_retries", None)
+    attempt = f"attempt {event.attempt + 1}" + (f" of {total + 1}" if isinstance(total, int) else "")
+    return f"{_clip(error, 300)}, retrying in {event.delay:.3g} s, {attempt}"
+
+
+def _node(h: LoopHandle, depth: int, retry: str = "", cut_off: str = "") -> dict:
+    status = h.status.value
     return {
         "id": h.id,
         "name": h.name,
         "depth": depth,
         "parent": h.parent.id if h.parent is not None else None,
-        "status": h.status.value,
+        "status": status,
         "steps": h.steps,
         "tool_calls": h.tool_calls,
         "tokens_in": h.usage.input_tokens,
@@ -118,22 +169,27 @@ def _node(h: LoopHandle, depth: int) -> dict:
         "model": getattr(h.model, "name", type(h.model).__name__),
         "task": _clip(h.task, 500),
         "answer": h.result_value,
-        "error": None if h.error is None or h.status.value == "stopped" else f"{type(h.error).__name__}: {h.error}",
+        "error": None if h.error is None or status == "stopped" else f"{type(h.error).__name__}: {h.error}",
         "stop_reason": h.stop_reason,
-        "streaming": _clip(h.streaming_text),
+        "streaming": "" if h.done() else _clip(h.streaming_text),
         "reasoning": _tail(h.streaming_thinking),
+        "retry": retry,
+        "cut_off": _clip(cut_off),
         "clarifications": [
             {"call_id": c["call_id"], "question": c["question"]}
-            for c in h.pending_clarifications() if c["loop_id"] == h.id
+            for c in h.pending_clarifications() if c.get("loop_id") == h.id
         ],
         "thinking": h.thinking[-1] if h.thinking else "",
         "references": [
-            {"number": r.number, "title": _clip(r.title, 200), "url": r.url if _safe_url(r.url) else None, "text": _clip(r.text, 300)}
+            {
+                "number": r.number, "title": _clip(r.title, 200),
+                "url": r.url if _safe_url(r.url) else None, "text": _clip(r.text, 300),
+            }
             for r in h.references
         ],
         "approvals": [
-            {"call_id": cid, "code": _clip(a["code"]), "intent": _clip(a["intent"], 500)}
-            for cid, a in getattr(h, "_approvals", {}).items()
+            {"call_id": a["call_id"], "code": _clip(a["code"]), "intent": _clip(a["intent"], 500)}
+            for a in h.pending_approvals if a.get("loop_id") == h.id
         ],
     }
 
@@ -150,25 +206,88 @@ def _tree(root: LoopHandle) -> list[tuple[LoopHandle, int]]:
     return out
 
 
+Steer = Callable[["HandleWidget", LoopHandle, dict], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Command:
+    """What one button does: ``steer(widget, handle, click)`` calls the public handle API.
+
+    The coroutine it returns is awaited in the click queue, so it should only *steer*; if it
+    returns an awaitable, that is the rest of the click (an Ask's answer), run as a task of its
+    own without holding up later clicks. ``click`` is the message the browser sent:
+    ``{"action", "node", "text", "call_id"}``.
+    """
+
+    steer: Steer
+    doc: str = ""
+
+
+def _text(click: dict) -> str:
+    return click.get("text") or ""
+
+
+def _actor(h: LoopHandle, action: str) -> Any:
+    if not callable(getattr(h, action, None)):
+        raise ValueError(f"cannot {action} in {h.name!r}: it has no plans waiting for approval (not an actor)")
+    return h
+
+
+async def _ask(w: HandleWidget, h: LoopHandle, click: dict) -> Awaitable[None]:
+    a = await w._start_ask(h, _text(click))
+    return w._ask_answered(a)
+
+
+COMMANDS: dict[str, Command] = {
+    "pause": Command(lambda w, h, c: h.pause(), "pause the operation and its sub-operations"),
+    "resume": Command(lambda w, h, c: h.resume(), "resume it"),
+    "stop": Command(lambda w, h, c: h.stop(c.get("text") or "stopped from the widget"), "stop it, from any state"),
+    "interject": Command(lambda w, h, c: h.interject(_text(c)), "a note for the model's next call"),
+    "ask": Command(_ask, "ask about it without disturbing it (the answer shows in the widget)"),
+    "answer": Command(
+        lambda w, h, c: h.answer_clarification(c.get("call_id") or "", _text(c)), "answer a tool's question"
+    ),
+    # an actor's handle (approval is the actor's): a plain loop has no plan to approve
+    "approve": Command(lambda w, h, c: _actor(h, "approve").approve(c.get("call_id")), "run a waiting plan"),
+    "skip": Command(lambda w, h, c: _actor(h, "skip").skip(c.get("call_id"), _text(c) or None), "skip, with a reason"),
+}
+"""The widget's buttons, by the action name the browser sends. A new button is one entry here
+(and its button in ``widgets/handle.js``); a widget's own ``commands`` may add or override entries."""
+
+# events the widget keeps track of itself (for every loop in its tree), beside flushing
+_TRACKED = frozenset({
+    "model_retry", "model_delta", "model_request", "model_response", "tool_started", "loop_finished", "loop_failed",
+})
+
+
 class HandleWidget(anywidget.AnyWidget):
     """A live view of a handle and its sub-operations, with steering controls."""
 
     _esm = traitlets.Unicode().tag(sync=True)
     _css = traitlets.Unicode().tag(sync=True)
-    nodes = traitlets.List().tag(sync=True)
+    nodes: traitlets.List[dict] = traitlets.List().tag(sync=True)
     entries = traitlets.Dict().tag(sync=True)
-    asks = traitlets.List().tag(sync=True)
+    asks: traitlets.List[dict] = traitlets.List().tag(sync=True)
     notice = traitlets.Unicode("").tag(sync=True)
 
     def __init__(self, handle: LoopHandle, *, max_hz: float = 10.0, **kwargs: Any) -> None:
-        super().__init__(_esm=_asset("handle.js"), _css=_asset("handle.css"), **kwargs)
+        anywidget_id, css = style()
+        super().__init__(_esm=_asset("handle.js"), _css=css, **kwargs)
+        # after anywidget's __init__ (which sets the class's dotted name): the id names the version,
+        # so a notebook saved with another version cannot replace this one's stylesheet
+        self._anywidget_id = anywidget_id
         self.handle = handle
+        self.commands: dict[str, Command] = dict(COMMANDS)
+        """This widget's buttons (a copy of :data:`COMMANDS`)."""
         self.interval = 1.0 / max_hz
         self.flushes = 0
         """How many times state was sent (for benchmarks)."""
         self._flush_scheduled: asyncio.TimerHandle | None = None
         self._ask_handles: list[tuple[str, str, LoopHandle]] = []
-        self._entry_counts: dict[str, tuple[int, int]] = {}
+        self._entry_counts: dict[str, tuple[int, int, int]] = {}
+        self._retries: dict[str, Any] = {}  # loop id -> the retry it is waiting out (a model_retry event)
+        self._streamed: dict[str, list[str]] = {}  # loop id -> text streamed in the model call under way
+        self._cut_off: dict[str, str] = {}  # loop id -> the fragment a Stop cut off
         self._loop = handle.event_loop
         self.clicks = Clicks(self._loop, self._perform, self._report)
         """The clicks received, queued on the handle's loop and performed in arrival order."""
@@ -181,16 +300,42 @@ class HandleWidget(anywidget.AnyWidget):
     # -- state ------------------------------------------------------------------------------
 
     def _on_event(self, source: LoopHandle, event: Any) -> None:
-        if self._flush_scheduled is not None:
+        kind = event.kind
+        if self._flush_scheduled is not None and kind not in _TRACKED:
             return
         try:
             here = asyncio.get_running_loop()
         except RuntimeError:
             here = None
-        if here is not self._loop:  # published from another thread: schedule the flush on the handle's loop
+        if here is not self._loop:  # published from another thread: carried to the handle's loop
             self._loop.call_soon_threadsafe(self._on_event, source, event)
             return
-        ended = event.kind in ("loop_finished", "loop_failed") and source is self.handle
+        if kind in _TRACKED:
+            self._track(source, event)
+        self._schedule(ended=kind in ("loop_finished", "loop_failed") and source is self.handle)
+
+    def _track(self, source: LoopHandle, event: Any) -> None:
+        """What the handle does not keep: the retry being waited out, and the text a Stop cut off."""
+        kind, lid = event.kind, source.id
+        if kind == "model_delta":
+            if not getattr(event, "thinking", False):
+                self._streamed.setdefault(lid, []).append(event.text)
+            self._retries.pop(lid, None)  # the call proceeds
+        elif kind == "model_retry":
+            self._retries[lid] = _retry_line(event, source.model)
+            self._streamed.pop(lid, None)  # a retry starts the reply again
+        elif kind == "loop_finished" and getattr(event, "status", None) == "stopped":
+            fragment = "".join(self._streamed.pop(lid, ()))
+            if fragment:
+                self._cut_off[lid] = fragment
+            self._retries.pop(lid, None)
+        else:  # a new call, a whole reply, a tool, or the end: nothing waits and nothing is cut off
+            self._retries.pop(lid, None)
+            self._streamed.pop(lid, None)
+
+    def _schedule(self, ended: bool = False) -> None:
+        if self._flush_scheduled is not None:
+            return
         # flushes run in the context the widget was made in, whatever event (or click) led to
         # them: each update names the same parent, so the kernel routes clicks to one place
         self._flush_scheduled = self._loop.call_later(
@@ -203,7 +348,7 @@ class HandleWidget(anywidget.AnyWidget):
             self._flush_scheduled.cancel()
             self._flush_scheduled = None
         tree = _tree(self.handle)
-        nodes = [_node(h, d) for h, d in tree]
+        nodes = [_node(h, d, self._retries.get(h.id, ""), self._cut_off.get(h.id, "")) for h, d in tree]
         changed_entries = None
         for h, _d in tree:
             signature = (len(h.transcript), h.printed, getattr(h, "displayed", 0))  # a result always appends a message
@@ -237,20 +382,22 @@ class HandleWidget(anywidget.AnyWidget):
         """A click, as the browser sends it; on whichever thread the kernel delivers it."""
         try:
             self.clicks.receive(dict(content) if isinstance(content, dict) else {"action": repr(content)})
-        except Exception as err:  # noqa: BLE001 - a click must never raise into the kernel (a closed loop)
+        except Exception as err:  # a click must never raise into the kernel (a closed loop)
             self.errors.append(str(err))
             self.notice = str(err)
             log.warning("widget click not received: %s", err)
 
+    def _command(self, action: Any) -> Command:
+        command = self.commands.get(action) if isinstance(action, str) else None
+        if command is None:
+            raise ValueError(f"unknown widget action {action!r}")
+        return command
+
     async def _perform(self, click: dict) -> Any:
         """One click, on the handle's loop: steer, and return what is left to wait for (an Ask's answer)."""
-        action, text = click.get("action", ""), click.get("text")
-        node_id = click.get("node") or self.handle.id
-        if action == "ask":
-            a = await self._start_ask(self._find(node_id), text or "")
-            return self._ask_answered(a)
-        await self.act(action, node_id, text, click.get("call_id"))
-        return None
+        command = self._command(click.get("action"))
+        rest = await command.steer(self, self._find(click.get("node") or self.handle.id), click)
+        return rest if isinstance(rest, Awaitable) else None
 
     def _report(self, click: dict, error: BaseException | None) -> None:
         """After each click: the notice says what went wrong (until a later click works); then a flush."""
@@ -262,32 +409,29 @@ class HandleWidget(anywidget.AnyWidget):
             self.notice = ""
         self.flush()
 
-    def act(self, action: str, node_id: str, text: str | None = None, call_id: str | None = None):
-        """What a button does, as a coroutine: the same public handle methods code would call."""
-        h = self._find(node_id)
-        if action in ("pause", "resume"):
-            return getattr(h, action)()
-        if action == "stop":
-            return h.stop(text or "stopped from the widget")
-        if action == "interject":
-            return h.interject(text or "")
-        if action == "ask":
-            return self._ask(h, text or "")
-        if action == "answer":
-            return h.answer_clarification(call_id or "", text or "")
-        if action in ("approve", "skip") and hasattr(h, "approve"):
-            return h.approve(call_id) if action == "approve" else h.skip(call_id, text or None)
-        raise ValueError(f"unknown widget action {action!r}")
-
-    async def _ask(self, h: LoopHandle, question: str) -> None:
-        await self._ask_answered(await self._start_ask(h, question))
+    async def act(self, action: str, node_id: str, text: str | None = None, call_id: str | None = None) -> None:
+        """What a button does, start to end (an Ask's answer included): the public handle methods code would call."""
+        click = {"action": action, "node": node_id, "text": text, "call_id": call_id}
+        rest = await self._command(action).steer(self, self._find(node_id), click)
+        if isinstance(rest, Awaitable):
+            await rest
 
     async def _start_ask(self, h: LoopHandle, question: str) -> LoopHandle:
         a = await h.ask(question)
         self._ask_handles.append((h.id, question, a))
-        a.add_listener(lambda _s, _e: self._on_event(self.handle, _e))
+        a.add_listener(lambda _s, _e: self._on_ask_event())
         self.flush()
         return a
+
+    def _on_ask_event(self) -> None:
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is not self._loop:
+            self._loop.call_soon_threadsafe(self._on_ask_event)
+        elif self._flush_scheduled is None:
+            self._schedule()
 
     async def _ask_answered(self, a: LoopHandle) -> None:
         try:
@@ -297,8 +441,8 @@ class HandleWidget(anywidget.AnyWidget):
 
     # -- without a kernel ----------------------------------------------------------------
 
-    def _repr_mimebundle_(self, **kwargs: Any) -> dict:
-        bundle = super()._repr_mimebundle_(**kwargs) or {}
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict:  # type: ignore[override]
+        bundle: Any = super()._repr_mimebundle_(**kwargs) or {}
         if isinstance(bundle, tuple):
             bundle = bundle[0]
         bundle = dict(bundle)
@@ -319,7 +463,8 @@ def render_html(root: LoopHandle) -> str:
     for h, depth in _tree(root):
         status = h.status.value
         parts.append(
-            f'<div style="margin-left:{depth * 20}px;border-left:3px solid {_BADGE[status]};padding-left:8px;margin-bottom:6px">'
+            f'<div style="margin-left:{depth * 20}px;border-left:3px solid {_BADGE[status]};'
+            'padding-left:8px;margin-bottom:6px">'
             f"<b>{html.escape(h.name)}</b> "
             f'<span style="background:{_BADGE[status]};color:white;border-radius:8px;padding:0 6px">{status}</span> '
             f"{h.steps} steps, {h.usage.input_tokens}/{h.usage.output_tokens} tokens"
@@ -330,10 +475,14 @@ def render_html(root: LoopHandle) -> str:
             label = {"tool": f"tool {m.name}", "user": m.kind if m.kind != "task" else "task"}.get(m.role, m.role)
             text = html.escape(_clip(m.content, 1000))
             calls = "".join(
-                f"<div><code>{html.escape(c.name)}({html.escape(_clip(c.arguments, 300))})</code></div>" for c in m.tool_calls
+                f"<div><code>{html.escape(c.name)}({html.escape(_clip(c.arguments, 300))})</code></div>"
+                for c in m.tool_calls
             )
             color = "#dc2626" if m.error else "#374151"
-            parts.append(f'<div style="color:{color}"><i>{html.escape(label)}</i>: <span style="white-space:pre-wrap">{text}</span>{calls}</div>')
+            parts.append(
+                f'<div style="color:{color}"><i>{html.escape(label)}</i>: '
+                f'<span style="white-space:pre-wrap">{text}</span>{calls}</div>'
+            )
         parts.append("</div>")
     parts.append("</div>")
     return "".join(parts)

@@ -13,10 +13,9 @@ from ._guidance import GuidanceManager
 from ._knowledge import KnowledgeManager
 from ._memory import MemoryManager
 from ._registry import ManagerSpec, Registry
-from ._transcripts import TranscriptsManager
-
 from ._secrets import SecretsManager
 from ._tasks import Task, TasksManager, repair_history
+from ._transcripts import TranscriptsManager
 
 __all__ = (
     "Manager",

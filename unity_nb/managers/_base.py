@@ -10,14 +10,12 @@ by its ``caller_description``). Managers talk to each other only through public 
 from __future__ import annotations
 
 import inspect
-import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
 from .. import events as ev
 from .._errors import UserError
-from ..loop import LoopHandle, current_loop, start_loop
-from ..loop import Tool
+from ..loop import LoopHandle, Tool, current_loop, start_loop
 from ..models import default_model
 
 __all__ = ("Manager",)
@@ -48,7 +46,7 @@ class Manager:
 
     # -- for subclasses -------------------------------------------------------------------
 
-    def _tools(self) -> list[Callable[..., Any] | Tool]:
+    def _tools(self) -> Sequence[Callable[..., Any] | Tool]:
         """The tools the manager's loops use (its private API over its state)."""
         return []
 
@@ -73,7 +71,7 @@ class Manager:
             request, model=model, tools=list(tools if tools is not None else self._tools()), system=system,
             name=f"{self.alias}.{method}", bus=self.bus, **options,
         )
-        handle.manager = self  # type: ignore[attr-defined] - who started it, for callers further down
+        handle.manager = self  # type: ignore[attr-defined]  # who started it, for callers further down
         return handle
 
     @staticmethod

@@ -6,8 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import events as ev
-from ..actor._describe import describe_namespace, describe_value, fingerprint, user_variables
-from ..actor._executor import Executor
+from ..actor import Executor, describe_namespace, describe_value, fingerprint, user_variables
 from ..loop import LoopHandle
 from ._base import Manager
 from ._util import clip, fail
@@ -28,13 +27,13 @@ def _frame_detail(df: Any) -> str:
         lines.append(f"- ... ({cols - 100} more columns)")
     try:
         lines.append("first 5 rows:\n" + df.head(5).iloc[:, :20].to_string(max_colwidth=30))
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
     try:
         numeric = df.select_dtypes("number").iloc[:, :12]
         if numeric.shape[1]:
             lines.append("numeric summary:\n" + numeric.describe().round(4).to_string())
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
     return clip("\n".join(lines), _DETAIL)
 
@@ -130,7 +129,8 @@ class DataManager(Manager):
                         pass
             shared = user_variables(ns, hidden)
             before = {k: fingerprint(v) for k, v in shared.items()}
-            executor = Executor(scratch, hidden=hidden, code_timeout=manager.code_timeout, label=f"{manager.alias} code")
+            executor = Executor(scratch, hidden=hidden, code_timeout=manager.code_timeout,
+                                label=f"{manager.alias} code")
             result = await executor.run(code)
             own.update(result.created)
             own.update(result.changed)  # rebound (or changed) in the scratch copy: keep its version

@@ -9,8 +9,7 @@ from typing import Any
 
 from .. import events as ev
 from .._errors import UserError
-from ..loop import LoopHandle
-from ..loop import Tool
+from ..loop import LoopHandle, Tool
 from ._base import Manager
 from ._util import clip, fail, words_score
 
@@ -77,7 +76,7 @@ class FunctionsManager(Manager):
         manager); ``call`` says how a plan calls it.
         """
         from .._registry import registered_tools
-        from ..actor._primitives import registered_primitives
+        from ..actor import registered_primitives
 
         by_fn: dict[int, dict] = {}
         entries: list[dict] = []
@@ -102,7 +101,8 @@ class FunctionsManager(Manager):
                 label = name if alias == "user" else f"{alias}.{name}"
                 add(label, fn, "primitive", f"await primitives.{alias}.{name}{_signature(fn)}")
         for t in registered_tools():
-            add(t.name, t.fn, "tool", f"the actor's JSON tool {t.name}", t.description if t.description != f"Call {t.name}." else None)
+            add(t.name, t.fn, "tool", f"the actor's JSON tool {t.name}",
+                t.description if t.description != f"Call {t.name}." else None)
         for name, fn in self._own.items():
             add(name, fn, "function", f"{name}{_signature(fn)} (a notebook function)")
         entries.sort(key=lambda e: e["name"].lower())
@@ -134,7 +134,8 @@ class FunctionsManager(Manager):
             and the first line of its docstring."""
             entries = manager._entries()
             if not entries:
-                return "no functions are registered (none with @unity_nb.primitive or @unity_nb.tool, none given to this manager)"
+                return ("no functions are registered "
+                        "(none with @unity_nb.primitive or @unity_nb.tool, none given to this manager)")
             return [{"name": e["name"], "kinds": e["kinds"], "signature": e["signature"], "summary": e["summary"]}
                     for e in entries[:200]]
 
@@ -170,7 +171,7 @@ class FunctionsManager(Manager):
 
     def _function(self, name: str) -> Callable[..., Any] | None:
         from .._registry import registered_tools
-        from ..actor._primitives import registered_primitives
+        from ..actor import registered_primitives
 
         if name in self._own:
             return self._own[name]

@@ -35,7 +35,8 @@ class GuidanceManager(Manager):
     def __init__(self, *, store: Any, model: Any = None, bus: ev.EventBus | None = None, registry: Any = None) -> None:
         super().__init__(model=model, bus=bus, registry=registry)
         if store is None:
-            raise UserError("GuidanceManager needs store=unity_nb.Store(path) (or Store(':memory:') for a throwaway one)")
+            raise UserError(
+                "GuidanceManager needs store=unity_nb.Store(path) (or Store(':memory:') for a throwaway one)")
         self.store = store
 
     # -- the table --------------------------------------------------------------------------------
@@ -51,7 +52,8 @@ class GuidanceManager(Manager):
         for r in rows:
             if str(r["id"]) == str(key).strip() or r["title"].lower() == str(key).strip().lower():
                 return r
-        raise fail(f"there is no guidance {key!r}; the entries are: {[(r['id'], r['title']) for r in rows] or 'none yet'}")
+        entries = [(r["id"], r["title"]) for r in rows] or "none yet"
+        raise fail(f"there is no guidance {key!r}; the entries are: {entries}")
 
     def _check_functions(self, names: Any) -> list[str]:
         """The names, de-duplicated; checked against the functions manager's catalog when one
@@ -117,9 +119,11 @@ class GuidanceManager(Manager):
         def search_guidance(query: str, limit: int = 5) -> list[dict] | str:
             """The guidance entries whose title, body or linked functions best match the words of
             ``query``, best first, in full."""
-            scored = [(words_score(query, r["title"], r["title"], r["body"], " ".join(r["functions"])), r) for r in manager._rows()]
+            scored = [(words_score(query, r["title"], r["title"], r["body"], " ".join(r["functions"])), r)
+                      for r in manager._rows()]
             scored = sorted((p for p in scored if p[0]), key=lambda p: -p[0])
-            return [manager._public(r) for _s, r in scored[: max(1, min(limit, 20))]] or "no guidance matches those words"
+            best = scored[: max(1, min(limit, 20))]
+            return [manager._public(r) for _s, r in best] or "no guidance matches those words"
 
         return [list_guidance, get_guidance, search_guidance]
 
@@ -135,7 +139,8 @@ class GuidanceManager(Manager):
                 raise fail("guidance needs a title and a body")
             existing = manager._same_title(title.strip())
             if existing is not None:
-                raise fail(f"guidance titled {existing['title']!r} exists already (id {existing['id']}); edit it instead")
+                raise fail(
+                    f"guidance titled {existing['title']!r} exists already (id {existing['id']}); edit it instead")
             names = manager._check_functions(functions)
             now = time.time()
             try:
@@ -147,7 +152,8 @@ class GuidanceManager(Manager):
                 raise fail(f"guidance titled {title.strip()!r} exists already; edit it instead") from None
             return {"added": cur.lastrowid, "title": title.strip(), "functions": names}
 
-        def edit_guidance(id: int, title: str | None = None, body: str | None = None, functions: list[str] | None = None) -> dict:
+        def edit_guidance(id: int, title: str | None = None, body: str | None = None,
+                          functions: list[str] | None = None) -> dict:
             """Change an entry's title, body or linked functions (what is not given stays)."""
             row = manager._row(id)
             names = manager._check_functions(functions) if functions is not None else row["functions"]

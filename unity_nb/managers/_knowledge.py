@@ -39,7 +39,8 @@ _QUERY_SECONDS = 10.0
 """A ceiling on one query's time, behind the counted budget."""
 _SELECT = re.compile(r"^\s*(select|with)\b", re.IGNORECASE)
 
-_READ_ONLY_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_FUNCTION, getattr(sqlite3, "SQLITE_RECURSIVE", 33)})
+_READ_ONLY_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_FUNCTION,
+                                getattr(sqlite3, "SQLITE_RECURSIVE", 33)})
 
 
 def _check_name(name: Any, what: str) -> str:
@@ -109,7 +110,8 @@ class KnowledgeManager(Manager):
     def __init__(self, *, store: Any, model: Any = None, bus: ev.EventBus | None = None, registry: Any = None) -> None:
         super().__init__(model=model, bus=bus, registry=registry)
         if store is None:
-            raise UserError("KnowledgeManager needs store=unity_nb.Store(path) (or Store(':memory:') for a throwaway one)")
+            raise UserError(
+                "KnowledgeManager needs store=unity_nb.Store(path) (or Store(':memory:') for a throwaway one)")
         self.store = store
         self.query_budget = _QUERY_BUDGET
         """How much work one query may do (in thousands of SQLite VM instructions) before it is interrupted."""
@@ -151,7 +153,7 @@ class KnowledgeManager(Manager):
 
         try:
             t = self._table(table)
-        except Exception as err:  # noqa: BLE001 - a ToolFailed carries the model-facing text
+        except Exception as err:  # a ToolFailed carries the model-facing text
             raise UserError(str(err).removeprefix("error: ")) from None
         columns = list(t["columns"])
         rows = self.store.query(f'SELECT * FROM "{PREFIX}{t["name"]}" ORDER BY "id"')
@@ -234,7 +236,8 @@ class KnowledgeManager(Manager):
             out = []
             for t in tables:
                 n = manager.store.query(f'SELECT COUNT(*) AS n FROM "{PREFIX}{t["name"]}"')[0]["n"]
-                out.append({"name": t["name"], "sql_name": PREFIX + t["name"], "columns": {"id": "integer", **t["columns"]},
+                out.append({"name": t["name"], "sql_name": PREFIX + t["name"],
+                            "columns": {"id": "integer", **t["columns"]},
                             "description": t["description"], "rows": n})
             return out
 
@@ -360,7 +363,8 @@ class KnowledgeManager(Manager):
                 sets.append(f'"{col}" = ?')
                 set_params.append(_value(col, t["columns"][col], value))
             with store.transaction() as db:
-                cur = db.execute(f'UPDATE "{PREFIX}{t["name"]}" SET {", ".join(sets)} WHERE {clause}', [*set_params, *params])
+                cur = db.execute(f'UPDATE "{PREFIX}{t["name"]}" SET {", ".join(sets)} WHERE {clause}',
+                                 [*set_params, *params])
             return {"updated": cur.rowcount}
 
         def delete_rows(table: str, where: dict) -> dict:

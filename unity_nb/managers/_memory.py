@@ -116,8 +116,9 @@ class MemoryManager(Manager):
             return
         why = f"{len(self._pending)} top-level operations finished since the last consolidation"
         try:
-            self._consolidate(None, caller=f"the MemoryManager's own schedule ({why}); no person is waiting on this run")
-        except Exception:  # noqa: BLE001 - a schedule has nobody to raise to
+            self._consolidate(None,
+                              caller=f"the MemoryManager's own schedule ({why}); no person is waiting on this run")
+        except Exception:  # a schedule has nobody to raise to
             log.exception("memory consolidation could not start")
 
     # -- the loop's tools ------------------------------------------------------------------------------
@@ -132,11 +133,15 @@ class MemoryManager(Manager):
             def recent_loops(limit: int = 20) -> list[dict] | str:
                 """The top-level operations that ended since the last consolidation, newest first:
                 key, name, task, status and the start of the result."""
-                rows = [r for r in store.loops() if r["parent_uid"] is None and not (r["name"] or "").startswith(f"{manager.alias}.")
-                        and r["ended"] is not None and (since is None or r["ended"] >= since or r["loop_id"] in pending_ids)]
+                rows = [r for r in store.loops()
+                        if r["parent_uid"] is None and not (r["name"] or "").startswith(f"{manager.alias}.")
+                        and r["ended"] is not None
+                        and (since is None or r["ended"] >= since or r["loop_id"] in pending_ids)]
                 rows = rows[::-1][: max(1, min(limit, 100))]
                 return [{"key": r["uid"], "name": r["name"], "task": clip(r["task"], 300), "status": r["status"],
-                         "ended": when(r["ended"]), "result": clip(r["result"] or r["error"], 300)} for r in rows] or "no operations ended since the last consolidation"
+                         "ended": when(r["ended"]),
+                         "result": clip(r["result"] or r["error"], 300)}
+                        for r in rows] or "no operations ended since the last consolidation"
 
             def read_transcript(loop: str) -> str:
                 """The transcript of one operation (its key from recent_loops): task, tool calls
@@ -221,7 +226,8 @@ class MemoryManager(Manager):
                 lines.append(f"- {p['name']} ({p['loop_id']}), {p['status']}: task {clip(p['task'], 200)!r}; "
                              f"result {clip(p['result'], 300)!r}")
         available = [a for a in ("transcripts", "knowledge", "guidance", "tasks") if other(self, a) is not None]
-        lines.append("Managers available to you: " + (", ".join(available) if available else "none (you can only report)"))
+        lines.append("Managers available to you: "
+                     + (", ".join(available) if available else "none (you can only report)"))
         handle = self._loop(
             "consolidate", request, tools=self._tools_for(since, pending), context="\n".join(lines), caller=caller,
         )

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import UserError
-from ..actor._primitives import signature_text
+from ..actor import signature_text
 from ..loop import Tool, as_tool
 
 __all__ = ("ManagerSpec", "Registry")
@@ -95,7 +95,8 @@ class Registry:
         for spec in self._specs.values():
             missing = [d for d in spec.depends_on if d not in self._specs]
             if missing:
-                raise UserError(f"{spec.alias} depends on {missing}, which are not registered; registered: {sorted(self._specs)}")
+                raise UserError(
+                    f"{spec.alias} depends on {missing}, which are not registered; registered: {sorted(self._specs)}")
 
     @property
     def aliases(self) -> list[str]:

@@ -15,11 +15,19 @@ child runs on its own; when its turn ends, a completion notice is queued for the
 which wakes the parent in a new turn if it is idle. ``message_task`` resumes a child with a
 new message. Messages are written to the store before each model call, so a kernel that
 dies loses at most the step in flight.
+
+``parent_context`` says whether a task's children see its conversation, as loops'
+``parent_context`` says it for their children: ``"never"`` (the default), ``"always"``, or
+``"model"`` (``spawn_task`` takes an ``include_parent_context`` flag the model sets); each turn
+of such a child starts with the parent's conversation as it stands then, for reference.
+``summaries="model"`` has the model write each turn's summary once the turn ends (the
+truncated answer stands until it is written, and stays if writing it fails).
 """
 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextvars
 import functools
 import json
@@ -27,16 +35,21 @@ import secrets
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from .. import events as ev
 from .._errors import HandleStateError, UserError
-from ..loop import LoopHandle
+from ..loop import LoopHandle, start_loop
+from ..models import default_model
 from ._base import Manager
 
 __all__ = ("Task", "TasksManager", "repair_history")
 
-_INTERRUPTED = "[this task's previous run was interrupted before it finished (the kernel stopped); continue where it left off]"
+ParentContext = Literal["always", "never", "model"]
+Summaries = Literal["truncate", "model"]
+
+_INTERRUPTED = ("[this task's previous run was interrupted before it finished (the kernel stopped); "
+                "continue where it left off]")
 
 
 @dataclass
@@ -78,8 +91,39 @@ def repair_history(messages: list[dict]) -> list[dict]:
                 out.append(r)
         for cid in calls:
             if cid not in seen:
-                out.append({"role": "tool", "tool_call_id": cid, "content": "error: no result was recorded (the run was interrupted)"})
+                out.append({"role": "tool", "tool_call_id": cid,
+                            "content": "error: no result was recorded (the run was interrupted)"})
     return out
+
+
+def _render(messages: list[dict], prefix: str) -> str:
+    """Wire messages as text with roles rewritten (``parent_user``, ``parent_tool[name]``, ...)."""
+    names: dict[str, str] = {}
+    lines = []
+    for m in messages:
+        role = m.get("role")
+        if role == "system":
+            continue
+        if role == "tool":
+            lines.append(f"{prefix}_tool[{names.get(m.get('tool_call_id') or '', '?')}]: {m.get('content') or ''}")
+            continue
+        text = m.get("content") or ""
+        if not isinstance(text, str):
+            text = json.dumps(text, ensure_ascii=False)
+        calls = m.get("tool_calls") or []
+        for c in calls:
+            names[c.get("id") or ""] = c["function"]["name"]
+        if calls:
+            shown = ", ".join(f"{c['function']['name']}({c['function'].get('arguments') or ''})" for c in calls)
+            text = f"{text}\n[calls {shown}]" if text else f"[calls {shown}]"
+        lines.append(f"{prefix}_{role}: {text}")
+    return "\n".join(lines)
+
+
+_SUMMARY_SYSTEM = (
+    "You summarise one turn of a durable task for its record: what was asked, what was done, and how "
+    "the turn ended. Answer with the summary only: one or two plain sentences, at most 300 characters."
+)
 
 
 def _soon(callback: Callable[..., Any], *args: Any) -> None:
@@ -87,7 +131,7 @@ def _soon(callback: Callable[..., Any], *args: Any) -> None:
 
 
 def _turn_ending(message: dict | None) -> bool:
-    return bool(message) and message.get("role") == "assistant" and not message.get("tool_calls")
+    return message is not None and message.get("role") == "assistant" and not message.get("tool_calls")
 
 
 class TasksManager(Manager):
@@ -108,16 +152,32 @@ class TasksManager(Manager):
         registry: Any = None,
         namespace: dict | None = None,
         actor_options: dict | None = None,
+        parent_context: ParentContext = "never",
+        summaries: Summaries = "truncate",
     ) -> None:
         super().__init__(model=model, bus=bus, registry=registry)
         if store is None:
             raise UserError("TasksManager needs store=unity_nb.Store(path)")
+        if parent_context not in ("always", "never", "model"):
+            raise UserError(f"parent_context must be 'always', 'never' or 'model', not {parent_context!r}")
+        if summaries not in ("truncate", "model"):
+            raise UserError(f"summaries must be 'truncate' or 'model', not {summaries!r}")
         self.store = store
+        self.parent_context: ParentContext = parent_context
+        """Whether a task's children see its conversation: ``"always"``, ``"never"``, or
+        ``"model"`` (``spawn_task`` takes an ``include_parent_context`` flag)."""
+        self.summaries: Summaries = summaries
+        """``"truncate"``: a turn's summary is the start of its answer (or of why it ended);
+        ``"model"``: the model writes it once the turn ends."""
+        self.store.execute(
+            "CREATE TABLE IF NOT EXISTS task_parent_context (task_id TEXT PRIMARY KEY, share INTEGER NOT NULL)")
         self.namespace = namespace
         self.actor_options = dict(actor_options or {})
         self._live: dict[str, LoopHandle] = {}
         self._scheduled: set[str] = set()
-        self._posted: dict[str, list[dict]] = {}  # queue rows posted into each running turn
+        self._posted: dict[str, builtins.list[dict]] = {}  # queue rows posted into each running turn
+        self._runs: dict[str, tuple[LoopHandle, int, dict]] = {}  # running turns: handle, turn, write cursor
+        self._summary_loops: dict[str, LoopHandle] = {}
 
     # ------------------------------------------------------------------ records
 
@@ -135,8 +195,12 @@ class TasksManager(Manager):
         return Task(row["id"], row["name"], row["description"], status, row["parent_id"], row["position"],
                     row["created"], row["updated"], row["result"])
 
-    def create(self, name: str, description: str, *, parent: str | None = None) -> Task:
-        """A new task (not started: :meth:`execute` or :meth:`send` starts it)."""
+    def create(
+        self, name: str, description: str, *, parent: str | None = None, parent_context: bool | None = None,
+    ) -> Task:
+        """A new task (not started: :meth:`execute` or :meth:`send` starts it). A child
+        (``parent=``) sees its parent's conversation if ``parent_context`` is true; ``None``
+        follows the manager's ``parent_context`` (only ``"always"`` shares)."""
         if not isinstance(name, str) or not name.strip():
             raise UserError("a task needs a name")
         if not isinstance(description, str) or not description.strip():
@@ -151,12 +215,15 @@ class TasksManager(Manager):
             " VALUES (?, ?, ?, 'new', ?, ?, ?, ?)",
             (task_id, name.strip(), description.strip(), parent, top + 1, now, now),
         )
+        if parent is not None and parent_context is not None:
+            self.store.execute("INSERT INTO task_parent_context (task_id, share) VALUES (?, ?)",
+                               (task_id, int(bool(parent_context))))
         return self.get(task_id)
 
     def get(self, task_id: str) -> Task:
         return self._task(self._row(task_id))
 
-    def list(self, *, parent: str | None = None) -> list[Task]:
+    def list(self, *, parent: str | None = None) -> builtins.list[Task]:
         """Every task in order (or the children of ``parent``)."""
         if parent is None:
             rows = self.store.query("SELECT * FROM tasks ORDER BY position")
@@ -172,7 +239,7 @@ class TasksManager(Manager):
         )
         return self.get(task_id)
 
-    def reorder(self, task_ids: Iterable[str]) -> list[Task]:
+    def reorder(self, task_ids: Iterable[str]) -> builtins.list[Task]:
         """Put these tasks first, in this order (the others keep their order after them)."""
         ids = list(task_ids)
         for tid in ids:
@@ -183,13 +250,13 @@ class TasksManager(Manager):
                 db.execute("UPDATE tasks SET position = ? WHERE id = ?", (i + 1, tid))
         return self.list()
 
-    def messages(self, task_id: str) -> list[dict]:
+    def messages(self, task_id: str) -> builtins.list[dict]:
         """The task's whole conversation (wire format), all turns, as stored."""
         self._row(task_id)
         return [json.loads(r["message"]) for r in self.store.query(
             "SELECT message FROM task_messages WHERE task_id = ? ORDER BY n", (task_id,))]
 
-    def turns(self, task_id: str) -> list[dict]:
+    def turns(self, task_id: str) -> builtins.list[dict]:
         """``[{turn, started, ended, summary, messages}]``."""
         self._row(task_id)
         out = []
@@ -198,6 +265,20 @@ class TasksManager(Manager):
                 "SELECT message FROM task_messages WHERE task_id = ? AND turn = ? ORDER BY n", (task_id, t["turn"]))]
             out.append({**t, "messages": msgs})
         return out
+
+    def sees_parent(self, task_id: str) -> bool:
+        """Whether the task's turns start with its parent's conversation as context."""
+        row = self._row(task_id)
+        if row["parent_id"] is None:
+            return False
+        chosen = self.store.query("SELECT share FROM task_parent_context WHERE task_id = ?", (task_id,))
+        return bool(chosen[0]["share"]) if chosen else self.parent_context == "always"
+
+    def summary_loop(self, task_id: str) -> LoopHandle | None:
+        """The loop writing (or that wrote) the summary of the task's last ended turn, with
+        ``summaries="model"`` (``None`` before any): ``await`` it to wait for the summary."""
+        self._row(task_id)
+        return self._summary_loops.get(task_id)
 
     def handle(self, task_id: str) -> LoopHandle | None:
         """The live handle of a running task (``None`` when it is not running here)."""
@@ -218,10 +299,11 @@ class TasksManager(Manager):
         )
         self._activate(task_id)
 
-    def _take_queue(self, task_id: str) -> list[dict]:
+    def _take_queue(self, task_id: str) -> builtins.list[dict]:
         with self.store.transaction() as db:
             rows = [dict(r) for r in db.execute("SELECT * FROM task_queue WHERE task_id = ? ORDER BY id", (task_id,))]
-            db.execute("DELETE FROM task_queue WHERE task_id = ? AND id <= ?", (task_id, rows[-1]["id"] if rows else -1))
+            db.execute("DELETE FROM task_queue WHERE task_id = ? AND id <= ?",
+                       (task_id, rows[-1]["id"] if rows else -1))
         return rows
 
     def _activate(self, task_id: str) -> None:
@@ -270,7 +352,8 @@ class TasksManager(Manager):
 
     def _start(self, task_id: str, **options: Any) -> LoopHandle:
         if options.get("context_window") or self.actor_options.get("context_window"):
-            raise UserError("durable tasks keep their whole history in the store; context compression is not available for them")
+            raise UserError(
+                "durable tasks keep their whole history in the store; context compression is not available for them")
         row = self._row(task_id)
         task = self._task(row)
         history = repair_history(self.messages(task_id))
@@ -285,9 +368,11 @@ class TasksManager(Manager):
             queued = ["[continue this task]"]
         if ended:
             turn = (turns[-1]["turn"] + 1) if turns else 0
-            self.store.execute("INSERT INTO task_turns (task_id, turn, started) VALUES (?, ?, ?)", (task_id, turn, time.time()))
+            self.store.execute("INSERT INTO task_turns (task_id, turn, started) VALUES (?, ?, ?)",
+                               (task_id, turn, time.time()))
         else:
             turn = turns[-1]["turn"]
+        context = self._parent_note(row) if self.sees_parent(task_id) else []
         from ..actor import Actor
 
         actor = Actor(
@@ -295,7 +380,8 @@ class TasksManager(Manager):
             tools=self._task_tools(task_id), **self.actor_options,
         )
         name = f"task {task.name}"
-        handle = actor.act(queued[-1], name=name, bus=self.bus, _context=history + [{"role": "user", "content": q} for q in queued[:-1]],
+        handle = actor.act(queued[-1], name=name, bus=self.bus,
+                           _context=context + history + [{"role": "user", "content": q} for q in queued[:-1]],
                            _adopt=False, **options)
         handle.manager = self  # type: ignore[attr-defined]
         handle.task_id = task_id  # type: ignore[attr-defined]
@@ -307,6 +393,7 @@ class TasksManager(Manager):
             "UPDATE tasks SET status = 'running', session = ?, loop_uid = ?, updated = ? WHERE id = ?",
             (self.store.session, self.store.uid(handle.id), time.time(), task_id),
         )
+        self._runs[task_id] = (handle, turn, state)
         self._persist(task_id, handle, turn, state)
 
         def on_event(source: LoopHandle, event: ev.Event) -> None:
@@ -320,6 +407,22 @@ class TasksManager(Manager):
 
         handle.add_listener(on_event)
         return handle
+
+    def _parent_note(self, row: dict) -> builtins.list[dict]:
+        """The parent's conversation as it stands (its running turn written first), as one
+        system message for the start of a child's turn."""
+        parent = self._row(row["parent_id"])
+        run = self._runs.get(parent["id"])
+        if run is not None and not run[0].done():
+            self._persist(parent["id"], *run)
+        text = _render(self.messages(parent["id"]), "parent")
+        if not text:
+            return []
+        note = (
+            f"Context: the conversation of your parent task {parent['name']!r} ({parent['id']}), for reference "
+            f"only. Its roles are prefixed parent_; your own conversation follows.\n{text}"
+        )
+        return [{"role": "system", "content": note}]
 
     def _persist(self, task_id: str, handle: LoopHandle, turn: int, state: dict) -> None:
         """Write the messages the task's loop added since the last write (before each model call)."""
@@ -349,13 +452,17 @@ class TasksManager(Manager):
                 undelivered.append(row)
         now = time.time()
         with self.store.transaction() as db:
-            db.execute("UPDATE task_turns SET ended = ?, summary = ? WHERE task_id = ? AND turn = ?", (now, summary, task_id, turn))
+            db.execute("UPDATE task_turns SET ended = ?, summary = ? WHERE task_id = ? AND turn = ?",
+                       (now, summary, task_id, turn))
             db.execute("UPDATE tasks SET status = ?, result = COALESCE(?, result), updated = ? WHERE id = ?",
                        (status, answer, now, task_id))
             for row in undelivered:
                 db.execute("INSERT INTO task_queue (task_id, type, content, sender, ts) VALUES (?, ?, ?, ?, ?)",
                            (task_id, row["type"], row["content"], row["sender"], row["ts"]))
         self._live.pop(task_id, None)
+        self._runs.pop(task_id, None)
+        if self.summaries == "model":
+            self._summarise(task_id, turn, status)
         row = self._row(task_id)
         if row["parent_id"]:
             turns = len(self.store.query("SELECT 1 FROM task_turns WHERE task_id = ?", (task_id,)))
@@ -365,41 +472,82 @@ class TasksManager(Manager):
                     f"Continue it with message_task('{task_id}', message) if needed.]\nIts final response:\n{answer}"
                 )
             else:  # a parent waiting for it must not wait for ever
+                what = "was stopped" if status == "stopped" else "failed"
                 notice = (
-                    f"[child task {row['name']!r} ({task_id}) {'was stopped' if status == 'stopped' else 'failed'} in turn "
-                    f"{turn}: {summary or 'no reason given'}. Send it a message with message_task('{task_id}', message) "
-                    "to try again.]"
+                    f"[child task {row['name']!r} ({task_id}) {what} in turn {turn}: {summary or 'no reason given'}. "
+                    f"Send it a message with message_task('{task_id}', message) to try again.]"
                 )
             _soon(functools.partial(self.send, row["parent_id"], notice, type="completion", sender=task_id))
         if self.store.query("SELECT 1 FROM task_queue WHERE task_id = ? LIMIT 1", (task_id,)):
             _soon(self._activate, task_id)  # messages that arrived as the turn ended
 
-    def _task_tools(self, task_id: str) -> list[Callable[..., Any]]:
+    def _summarise(self, task_id: str, turn: int, status: str) -> None:
+        """Have the model write the summary of this ended turn (in a loop of its own, nobody's
+        child); the truncated summary stands until then, and if it fails."""
+        messages = self.store.query(
+            "SELECT message FROM task_messages WHERE task_id = ? AND turn = ? ORDER BY n", (task_id, turn))
+        text = _render([json.loads(r["message"]) for r in messages], "task")
+        if not text:
+            return
+        row = self._row(task_id)
+        how = {"idle": "answered", "stopped": "was stopped", "failed": "failed"}[status]
+        request = f"Task {row['name']!r}, turn {turn} ({how}). The turn's conversation:\n{text}"
+        model = self.model or default_model("the TasksManager's turn summaries")
+        handle = contextvars.Context().run(
+            start_loop, request, model=model, tools=[], system=_SUMMARY_SYSTEM, max_steps=1,
+            name=f"{self.alias}.summary", bus=self.bus,
+        )
+        self._summary_loops[task_id] = handle
+
+        def on_event(source: LoopHandle, event: ev.Event) -> None:
+            if source is handle and event.kind == "loop_finished" and getattr(event, "status", "") == "finished":
+                summary = (handle.result_value or "").strip()
+                if summary:
+                    self.store.execute("UPDATE task_turns SET summary = ? WHERE task_id = ? AND turn = ?",
+                                       (summary[:500], task_id, turn))
+
+        handle.add_listener(on_event)
+
+    def _task_tools(self, task_id: str) -> builtins.list[Callable[..., Any]]:
         manager = self
+
+        def spawn(name: str, description: str, share: bool | None) -> str:
+            child = manager.create(name, description, parent=task_id, parent_context=share)
+            manager._schedule(child.id)
+            return f"started child task {child.id} ({child.name!r}); its result will arrive as a message"
 
         async def spawn_task(name: str, description: str) -> str:
             """Start a child task that runs on its own; its final response arrives here as a
             message when its turn ends (this task is woken for it if idle)."""
-            child = manager.create(name, description, parent=task_id)
-            manager._schedule(child.id)
-            return f"started child task {child.id} ({child.name!r}); its result will arrive as a message"
+            return spawn(name, description, None)
+
+        async def spawn_task_sharing(name: str, description: str, include_parent_context: bool = False) -> str:
+            """Start a child task that runs on its own; its final response arrives here as a
+            message when its turn ends (this task is woken for it if idle).
+            ``include_parent_context``: true if the child should see this conversation."""
+            return spawn(name, description, bool(include_parent_context))
+
 
         async def message_task(child_id: str, message: str) -> str:
             """Send a message to one of your child tasks (it resumes with a new turn if idle)."""
             child = manager._row(child_id)
             if child["parent_id"] != task_id:
-                raise ValueError(f"{child_id} is not a child of this task; children: {[t.id for t in manager.list(parent=task_id)]}")
+                children = [t.id for t in manager.list(parent=task_id)]
+                raise ValueError(f"{child_id} is not a child of this task; children: {children}")
             manager.send(child_id, message, type="user", sender=task_id)
             return f"sent to {child_id}"
 
+        if manager.parent_context == "model":
+            spawn_task_sharing.__name__ = spawn_task_sharing.__qualname__ = "spawn_task"
+            return [spawn_task_sharing, message_task]
         return [spawn_task, message_task]
 
     # ------------------------------------------------------------------ as a manager (loops)
 
-    def _tools(self) -> list[Callable[..., Any]]:
+    def _tools(self) -> builtins.list[Callable[..., Any]]:
         manager = self
 
-        def list_tasks() -> list[dict]:
+        def list_tasks() -> builtins.list[dict]:
             """Every task: id, name, status, parent and the start of its description and result."""
             return [{"id": t.id, "name": t.name, "status": t.status, "parent": t.parent_id,
                      "description": t.description[:200], "result": (t.result or "")[:200]} for t in manager.list()]
@@ -420,7 +568,7 @@ class TasksManager(Manager):
             t = manager.edit(task_id, name=name, description=description)
             return {"id": t.id, "name": t.name, "description": t.description}
 
-        def reorder_tasks(task_ids: list[str]) -> list[str]:
+        def reorder_tasks(task_ids: builtins.list[str]) -> builtins.list[str]:
             """Put these tasks first, in this order."""
             return [t.id for t in manager.reorder(task_ids)]
 

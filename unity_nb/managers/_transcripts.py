@@ -81,7 +81,8 @@ class TranscriptsManager(Manager):
             return [{
                 "key": r["uid"], "name": r["name"], "task": clip(r["task"], 200), "status": r["status"],
                 "started": when(r["started"]), "steps": r["steps"], "parent": r["parent_uid"],
-                "result": clip(r["result"], 200) if r["result"] else None, "error": clip(r["error"], 200) if r["error"] else None,
+                "result": clip(r["result"], 200) if r["result"] else None,
+                "error": clip(r["error"], 200) if r["error"] else None,
             } for r in rows]
 
         def get_transcript(loop: str, max_chars: int = 8000) -> str:

@@ -73,7 +73,8 @@ def render_transcript(messages: Iterable[Any], *, max_chars: int = 8000, per_mes
     for m in messages:
         content = clip(m.content or "", per_message)
         if m.role == "assistant":
-            label = {"answer": "answer", "clarification": "question to the person", "error": "failed"}.get(m.kind, "assistant")
+            labels = {"answer": "answer", "clarification": "question to the person", "error": "failed"}
+            label = labels.get(m.kind, "assistant")
             if content:
                 lines.append(f"[{label}] {content}")
             for c in m.tool_calls:

@@ -5,7 +5,6 @@ from ._cache import CachedModel
 from ._openai import OpenAIModel
 from ._scripted import ScriptedModel
 
-
 _DEFAULT: list[Model] = []
 
 

@@ -125,7 +125,8 @@ class Assembler:
             reason = choice.get("finish_reason")
             if reason:
                 if reason == "error":
-                    raise ProviderError(f"the provider ended the reply with finish_reason 'error': {json.dumps(choice)[:300]}")
+                    raise ProviderError(
+                        f"the provider ended the reply with finish_reason 'error': {json.dumps(choice)[:300]}")
                 self.finish = str(reason)
 
     def _delta(self, delta: dict) -> None:
@@ -194,7 +195,8 @@ class Assembler:
                 call = self._by_index[index] = self._new()
         else:
             call = self._calls[-1] if self._calls else None
-            if call is None or (cid and call.id and cid != call.id) or (name and call.name and not (cid and cid == call.id)):
+            if (call is None or (cid and call.id and cid != call.id)
+                    or (name and call.name and not (cid and cid == call.id))):
                 call = self._new()
         if cid:
             call.id = cid

@@ -61,7 +61,7 @@ class CachedModel:
             raise UserError(f"CachedModel mode must be 'auto', 'replay' or 'record', not {mode!r}")
         self.inner = inner
         self.path = Path(path)
-        self.mode: Mode = mode  # type: ignore[assignment]
+        self.mode: Mode = mode
         self.name = inner.name
         self.hits = 0
         self.misses = 0

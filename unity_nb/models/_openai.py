@@ -15,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import marshal
 import math
 import os
 import random
 import time
+from collections import OrderedDict
 from typing import Any
 
 from .._errors import ModelConfigError, ModelError
@@ -137,7 +139,8 @@ class OpenAIModel:
                     raise ModelConfigError(f"OpenAIModel: {err}") from None
             # a local server needs no key, but the client insists on one
             client = openai.AsyncOpenAI(
-                api_key=key or "no-key", base_url=base, max_retries=0, timeout=openai.Timeout(timeout, connect=connect_timeout)
+                api_key=key or "no-key", base_url=base, max_retries=0,
+                timeout=openai.Timeout(timeout, connect=connect_timeout),
             )
         elif not isinstance(client, openai.AsyncOpenAI):
             raise ModelConfigError(
@@ -155,6 +158,9 @@ class OpenAIModel:
         self.options = dict(options or {})
         self.usage = Usage()
         """Tokens used by every call of this model so far."""
+        self.wire_cache = WireCache()
+        """The JSON of recent requests' messages, reused by the next request of the same conversation
+        (its ``hits`` and ``misses`` count requests); used on the aiohttp path."""
         self._transport: AioHTTPTransport | ClientTransport
         if fast_path and self._owns_client:
             headers = {k: v for k, v in client.default_headers.items() if isinstance(v, str)}
@@ -215,7 +221,7 @@ class OpenAIModel:
         body = self._body(request)
         payload: bytes | dict = body
         if isinstance(self._transport, AioHTTPTransport):
-            payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+            payload = self.wire_cache.body(body, request.messages)
         attempt = 0
         while True:
             try:
@@ -223,7 +229,9 @@ class OpenAIModel:
                 self.usage += reply.usage
                 return reply
             except _BadStream as err:  # not a protocol this client speaks: retrying cannot help
-                raise ModelError(self._scrub(f"model {self.name!r} sent a response that is not a Chat Completions stream: {err}")) from None
+                raise ModelError(
+                    self._scrub(f"model {self.name!r} sent a response that is not a Chat Completions stream: {err}")
+                ) from None
             except (HTTPStatusError, TransportError, ProviderError, _Incomplete, TimeoutError) as err:
                 status = getattr(err, "status_code", None)
                 retryable = getattr(err, "retryable", None)
@@ -253,7 +261,8 @@ class OpenAIModel:
         async with asyncio.timeout(self.timeout) as deadline:
             response = await self._transport.open("/chat/completions", payload)  # type: ignore[arg-type]
             try:
-                if response.content_type in ("application/json", "text/json") or response.content_type.endswith("+json"):
+                ctype = response.content_type
+                if ctype in ("application/json", "text/json") or ctype.endswith("+json"):
                     await self._whole(response, asm)
                 else:
                     await self._stream(response, asm, lambda: deadline.reschedule(loop.time() + self.timeout))
@@ -308,6 +317,150 @@ class OpenAIModel:
             raise _Incomplete(f"the stream from {self.name!r} ended before any reply")
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_MESSAGES_KEY = _ENCODER.encode("messages") + ":"
+
+
+class _Conversation:
+    """The encoded messages of one request: reused by the next request that starts with them."""
+
+    __slots__ = ("anchors", "encoded", "head", "keys", "marshal", "n")
+
+    def __init__(self, anchors: tuple, n: int, marshalled: bytes, encoded: bytearray) -> None:
+        self.anchors = anchors  # held, so the ids they are found by are not reused while they are
+        self.keys = 0  # how many of the cache's keys lead here
+        # marshal of the messages after the list's 5-byte header (type, count), and the type byte: it
+        # says whether the list is back-reference 0, which every later back-reference's number counts on
+        self.head = marshalled[0]
+        self.marshal = marshalled[5:]
+        self.n = n
+        self.encoded = encoded  # the messages' JSON, comma-separated, without the brackets
+
+    @property
+    def size(self) -> int:
+        return len(self.marshal) + len(self.encoded)
+
+
+class WireCache:
+    """Each request's ``messages`` JSON-encoded once: a step costs what its new messages cost.
+
+    A tool loop sends a list that only grows by appending: each step's list starts with the
+    previous step's messages (the same dicts) and adds a few. The JSON of the messages is kept per
+    conversation, found by the identity of the list's first or second message (held, and checked
+    with ``is``), and reused when the new list starts with the same content; only the messages
+    after it are encoded. "The same content" is checked, not assumed: the new list is marshalled
+    (in C, about an eighth of what JSON-encoding it costs) and the kept JSON is used only when the
+    new marshal bytes start with the kept ones, which holds only if those messages are equal in
+    value to the ones encoded. So a message mutated in place, or a different message at the same
+    place, is encoded again, never sent stale; anything marshal cannot take (a dict subclass, an
+    object of another type) is encoded whole, as before. The bytes are those of
+    ``json.dumps(body, ensure_ascii=False, separators=(",", ":"))``.
+
+    Everything happens synchronously inside one call, so loops sharing a model (and this cache)
+    cannot interleave inside it. The cache is bounded in conversations and in bytes; the least
+    recently used go first.
+    """
+
+    def __init__(self, max_conversations: int = 4096, max_bytes: int = 64 << 20) -> None:
+        self.max_conversations = max_conversations
+        self.max_bytes = max_bytes
+        self._by_anchor: OrderedDict[int, _Conversation] = OrderedDict()
+        self._bytes = 0
+        self.hits = 0
+        """Requests whose earlier messages were reused."""
+        self.misses = 0
+        """Requests encoded whole (a new conversation, or one that changed)."""
+
+    def __len__(self) -> int:
+        return len(self._by_anchor)
+
+    def clear(self) -> None:
+        self._by_anchor.clear()
+        self._bytes = 0
+
+    def body(self, body: dict, messages: Any) -> bytes:
+        """The JSON bytes of ``body``, whose ``"messages"`` is ``messages``."""
+        if body.get("messages") is not messages or type(messages) is not list or not messages:
+            return _ENCODER.encode(body).encode()
+        head: dict = {}
+        tail: dict = {}
+        part = head
+        for key, value in body.items():
+            if key == "messages":
+                part = tail
+            else:
+                part[key] = value
+        encoded = self._messages(messages)
+        if encoded is None:
+            return _ENCODER.encode(body).encode()
+        start = _ENCODER.encode(head)[:-1]  # '{"model":"m"' ('{' when empty)
+        end = _ENCODER.encode(tail)[1:]  # '"stream":true,...}' ('}' when empty)
+        return b"".join((
+            (start + ("," if head else "") + _MESSAGES_KEY + "[").encode(),
+            encoded,
+            ("]," + end if tail else "]}").encode(),
+        ))
+
+    def _messages(self, messages: list) -> bytearray | bytes | None:
+        """The messages' JSON without brackets, reusing what an earlier request encoded."""
+        try:
+            marshalled = marshal.dumps(messages)
+        except ValueError:  # something marshal cannot take: it is not cached
+            return None
+        conv = self._find(messages, marshalled)
+        if conv is not None:
+            new = messages[conv.n :]
+            self.hits += 1
+            if new:
+                added = _ENCODER.encode(new)[1:-1].encode()
+                conv.encoded += b"," + added
+                self._bytes += len(added) + 1 + len(marshalled) - 5 - len(conv.marshal)
+                conv.marshal = marshalled[5:]
+                conv.n = len(messages)
+            self._trim()
+            return conv.encoded
+        self.misses += 1
+        encoded = bytearray(_ENCODER.encode(messages)[1:-1].encode())
+        conv = _Conversation(tuple(messages[:2]), len(messages), marshalled, encoded)
+        for anchor in conv.anchors:
+            self._put(id(anchor), conv)
+        self._trim()
+        return encoded
+
+    def _find(self, messages: list, marshalled: bytes) -> _Conversation | None:
+        for anchor in messages[:2]:
+            conv = self._by_anchor.get(id(anchor))
+            if conv is None or not any(a is anchor for a in conv.anchors):
+                continue
+            if conv.n <= len(messages) and marshalled[0] == conv.head and marshalled.startswith(conv.marshal, 5):
+                for a in conv.anchors:
+                    if self._by_anchor.get(id(a)) is conv:
+                        self._by_anchor.move_to_end(id(a))
+                return conv
+        return None
+
+    def _put(self, key: int, conv: _Conversation) -> None:
+        old = self._by_anchor.get(key)
+        if old is conv:
+            return
+        if old is not None:
+            self._drop(old)
+        self._by_anchor[key] = conv
+        if conv.keys == 0:
+            self._bytes += conv.size
+        conv.keys += 1
+
+    def _drop(self, conv: _Conversation) -> None:
+        conv.keys -= 1
+        if conv.keys == 0:
+            self._bytes -= conv.size
+
+    def _trim(self) -> None:
+        while self._by_anchor and (len(self._by_anchor) > self.max_conversations or self._bytes > self.max_bytes):
+            _, conv = self._by_anchor.popitem(last=False)
+            self._drop(conv)
+
+
 def _stray(decoder: SSEDecoder) -> None:
     """An error said outside the format (``error: {...}``, or a bare JSON line) is still an error."""
     lines, decoder.stray = decoder.stray, []
@@ -341,7 +494,9 @@ def _event(kind: str, data: bytes, asm: Assembler) -> bool:
         raise _BadStream(f"a data line that is not JSON: {data[:200]!r}") from None
     if kind == "error" and provider_error(payload) is None:
         raise ProviderError(json.dumps(payload, ensure_ascii=False)[:500])
-    if kind not in ("message", "error") and not (isinstance(payload, dict) and ("choices" in payload or "error" in payload)):
+    if kind not in ("message", "error") and not (
+        isinstance(payload, dict) and ("choices" in payload or "error" in payload)
+    ):
         return False
     asm.add(payload)
     return False

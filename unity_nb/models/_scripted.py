@@ -6,14 +6,13 @@ import asyncio
 import inspect
 import itertools
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Union
 
 from .._errors import UserError
 from ._base import DeltaCallback, ModelRequest, Reply, ToolCall, Usage
 
 __all__ = ("ScriptedModel",)
 
-ScriptOutput = Union[str, ToolCall, Sequence[ToolCall], Reply]
+ScriptOutput = str | ToolCall | Sequence[ToolCall] | Reply
 Script = Callable[[list[dict], list[dict]], ScriptOutput | Awaitable[ScriptOutput]]
 
 

@@ -1,0 +1,193 @@
+"""Events as frozen, slotted dataclasses: their public API, their validation, the bus's async
+subscribers, and events read back from the store.
+
+Async tests synchronise on events and futures with timeouts; nothing waits a fixed time and
+nothing asserts on durations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import gc
+import json
+import logging
+import typing
+
+import pytest
+from pydantic import TypeAdapter
+
+import unity_nb as u
+from unity_nb import events as ev
+from unity_nb.store import Store
+
+T = 10.0
+EVERY_KIND = typing.get_args(typing.get_args(ev.AnyEvent)[0])
+
+
+def sample(cls: type) -> ev.Event:
+    """An instance of ``cls`` with every field given a value of its type (tuples as lists)."""
+    values: dict[str, typing.Any] = {"loop_id": "loop1", "lineage": ["outer(1)", "inner(2)"]}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in ("kind", "ts", "seq", "loop_id", "lineage"):
+            continue
+        hint = hints[f.name]
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+        if origin is typing.Literal:
+            values[f.name] = args[-1]
+        elif origin is tuple:
+            values[f.name] = [{"id": "c1", "name": "n", "arguments": "{}"}] if args[0] is dict else ["a", "b"]
+        elif hint is bool or bool in args:
+            values[f.name] = True
+        elif hint is int or int in args:
+            values[f.name] = 3
+        elif hint is float:
+            values[f.name] = 0.5
+        else:
+            values[f.name] = f"{f.name} é ☕"
+    return cls(**values)
+
+
+def test_every_event_keeps_its_keyword_constructor_fields_and_order():
+    assert len(EVERY_KIND) == 26
+    seqs = []
+    for cls in EVERY_KIND:
+        e = sample(cls)
+        assert e.kind == cls.__dataclass_fields__["kind"].default
+        assert e.loop_id == "loop1" and e.lineage == ("outer(1)", "inner(2)")  # a list given: a tuple kept
+        assert isinstance(e.ts, float) and isinstance(e.seq, int)
+        seqs.append(e.seq)
+        dump = e.model_dump()
+        assert list(dump)[:5] == ["kind", "loop_id", "lineage", "ts", "seq"]
+        for name, value in dump.items():
+            assert value == getattr(e, name)
+            if typing.get_origin(typing.get_type_hints(cls)[name]) is tuple:
+                assert isinstance(getattr(e, name), tuple)
+        assert not hasattr(e, "__dict__")  # slotted: one small object per event
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+
+
+def test_the_loops_constructors_as_it_calls_them():
+    r = ev.ModelResponse(loop_id="a", lineage=("x(1)",), step=2, content=None,
+                         tool_calls=tuple({"id": "c", "name": "f", "arguments": "{}"} for _ in range(2)),
+                         input_tokens=5, output_tokens=7, thinking=None, refusal=None)
+    assert (r.kind, r.step, r.content, r.interrupted, len(r.tool_calls)) == ("model_response", 2, None, False, 2)
+    q = ev.ModelRequested(loop_id="a", lineage=("x(1)",), step=1, messages=3, tools=("f",), tool_choice="auto",
+                          last_user="hi")
+    assert q.kind == "model_request" and q.tools == ("f",)
+    s = ev.Steering(loop_id="a", lineage=(), action="interject", message="m")
+    assert s.request_id is None and s.action == "interject"
+
+
+def test_events_are_frozen_and_validated_where_it_matters():
+    e = ev.ToolStarted(loop_id="a", lineage=(), call_id="c", name="f", arguments="{}")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        e.name = "g"  # type: ignore[misc]
+    with pytest.raises(ValueError, match="action"):
+        ev.Steering(loop_id="a", lineage=(), action="jump")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="status"):
+        ev.LoopFinished(loop_id="a", lineage=(), status="done")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="status"):
+        ev.RequestFinished(loop_id="a", lineage=(), request_id="r", status="ok")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="kind"):
+        ev.ToolStarted(kind="tool_finished", loop_id="a", lineage=(), call_id="c", name="f", arguments="{}")
+    with pytest.raises(ValueError, match="tuple"):
+        ev.ModelRequested(loop_id="a", lineage=(), step=1, messages=1, tools="abc", tool_choice="auto")
+    with pytest.raises(TypeError, match="call_id"):
+        ev.ToolStarted(loop_id="a", lineage=(), name="f", arguments="{}")  # type: ignore[call-arg]
+    copy = e.model_copy(update={"name": "g"})
+    assert (copy.name, copy.seq, e.name) == ("g", e.seq, "f")
+
+
+def test_every_event_round_trips_through_json_and_pydantic():
+    adapter = TypeAdapter(u.AnyEvent)
+    for cls in EVERY_KIND:
+        e = sample(cls)
+        text = e.model_dump_json()
+        assert json.loads(text) == e.model_dump(mode="json")
+        assert "é ☕" in text or cls in (ev.ModelRetry, ev.ContextCompressed)  # non-ASCII kept, as pydantic wrote it
+        assert ev.parse_event(text) == e
+        assert ev.Event.model_validate_json(text) == e
+        assert cls.model_validate(json.loads(text)) == e
+        assert adapter.validate_json(text) == e  # pydantic still parses any event
+    with pytest.raises(ValueError, match="unknown event kind"):
+        ev.parse_event({"kind": "nope", "loop_id": "a", "lineage": []})
+    with pytest.raises(ValueError, match="takes kind"):
+        ev.ToolStarted.model_validate(sample(ev.ToolFinished).model_dump())
+    # keys that are not fields are ignored, as pydantic ignored them
+    data = {**sample(ev.ThinkingStep).model_dump(mode="json"), "extra": 1}
+    assert ev.parse_event(data).text == data["text"]
+
+
+def test_model_dump_copies_what_the_event_holds():
+    r = sample(ev.ModelResponse)
+    r.model_dump()["tool_calls"][0]["name"] = "changed"
+    assert r.tool_calls[0]["name"] == "n"
+    assert r.model_dump(include={"kind", "step"}) == {"kind": "model_response", "step": 3}
+    assert "content" not in r.model_dump(exclude={"content"})
+
+
+async def test_a_loops_events_and_their_dataframe():
+    bus = u.EventBus()
+    h = u.start_loop("go", model=u.ScriptedModel(["done"], chunk=2), bus=bus)
+    assert await asyncio.wait_for(h.result(), T) == "done"
+    kinds = [e.kind for e in h.events]
+    assert kinds[0] == "loop_started" and kinds[-1] == "loop_finished" and "model_delta" in kinds
+    assert [e.seq for e in bus.history(loop_id=h.id)] == [e.seq for e in h.events]
+    df = bus.dataframe(loop_id=h.id)
+    assert list(df.columns[:5]) == ["seq", "ts", "kind", "loop_id", "lineage"]
+    assert len(df) == len(h.events) and df["lineage"].iloc[0] == "/".join(h.lineage)
+    assert str(df["ts"].dtype).startswith("datetime64")
+
+
+async def test_an_async_subscriber_is_held_until_it_ends_and_its_failure_logged(caplog):
+    bus = u.EventBus()
+    release = asyncio.Event()
+    ran: asyncio.Future = asyncio.get_running_loop().create_future()
+
+    async def slow(event: ev.Event) -> None:
+        await release.wait()
+        ran.set_result(event.kind)
+
+    async def broken(event: ev.Event) -> None:
+        raise RuntimeError(f"broken on {event.kind}")
+
+    bus.subscribe(slow)
+    bus.subscribe(broken)
+    with caplog.at_level(logging.ERROR, logger="unity_nb.events"):
+        bus.publish(ev.ThinkingStep(loop_id="a", lineage=(), text="t"))
+        assert bus.pending == 2
+        gc.collect()  # held by the bus: nothing else refers to the tasks
+        release.set()
+        assert await asyncio.wait_for(ran, T) == "thinking_step"
+        await bus.drain(timeout=T)
+    assert bus.pending == 0
+    assert any("broken" in r.getMessage() and "failed" in r.getMessage() and r.exc_info for r in caplog.records)
+
+
+def test_an_async_subscriber_with_no_event_loop_running_is_reported(caplog):
+    bus = u.EventBus()
+
+    async def sub(event: ev.Event) -> None:
+        pass
+
+    bus.subscribe(sub)
+    with caplog.at_level(logging.ERROR, logger="unity_nb.events"):
+        bus.publish(ev.ThinkingStep(loop_id="a", lineage=(), text="t"))
+    assert bus.pending == 0
+    assert any("no event loop running" in r.getMessage() for r in caplog.records)
+
+
+def test_every_event_kind_reads_back_from_the_store_as_it_was(tmp_path):
+    store = Store(tmp_path / "s.db")
+    bus = u.EventBus()
+    store.attach(bus)
+    started = ev.LoopStarted(loop_id="loop1", lineage=("outer(1)", "inner(2)"), name="job", task="t", model="m")
+    sent = [started] + [sample(cls) for cls in EVERY_KIND if cls not in (ev.LoopStarted, ev.ModelDelta)]
+    for e in sent:
+        bus.publish(e)
+    back = store.events("job")
+    assert back == sent
+    assert all(type(a) is type(b) for a, b in zip(back, sent, strict=True))
+    store.close()

@@ -1,0 +1,114 @@
+"""%unity tasks and %unity task new|run|message|show: durable tasks from the notebook."""
+
+import asyncio
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+import unity_nb as u
+
+
+@pytest.fixture
+def ip(monkeypatch, tmp_path):
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "UNITY_NB_MODEL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("UNITY_NB_STORE", str(tmp_path / "state.db"))
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "unity_nb")
+    yield shell
+    shell.run_line_magic("unload_ext", "unity_nb")
+
+
+def magics(ip):
+    return ip.magics_manager.registry["UnityMagics"]
+
+
+async def test_create_list_run_message_and_show_tasks(ip, capsys):
+    gate = asyncio.Event()
+    gate.set()
+
+    async def script(messages, tools):
+        await gate.wait()
+        users = [m["content"] for m in messages if m["role"] == "user"]
+        return f"turn reply to: {users[-1]}"
+
+    ip.user_ns["m"] = u.ScriptedModel(script)
+    ip.run_line_magic("unity", "model --var m")
+    table = ip.run_line_magic("unity", "tasks")
+    assert list(table.columns) == ["id", "name", "status", "parent", "description", "result"] and table.empty
+    ip.run_line_magic("unity", "task new report Summarise the sales.")
+    ip.run_cell_magic("unity", "task new notes", "Keep notes\non the meeting.")
+    out = capsys.readouterr().out
+    assert "task 'report' created: t" in out and "%unity task run t" in out
+    table = ip.run_line_magic("unity", "tasks")
+    assert list(table["name"]) == ["report", "notes"] and list(table["status"]) == ["new", "new"]
+    assert table["description"][1] == "Keep notes\non the meeting."
+    report_id = table["id"][0]
+
+    h = ip.run_line_magic("unity", "task run report")  # by name
+    assert isinstance(h, u.LoopHandle) and magics(ip).handles[report_id] is h
+    assert "task 'report'" in magics(ip).widgets[report_id].notice  # its live widget
+    assert await h == "turn reply to: Task 'report': Summarise the sales."
+    assert ip.run_line_magic("unity", "tasks")["status"][0] == "idle"
+
+    # a message to an idle task starts a new turn, live, with its widget
+    h2 = ip.run_line_magic("unity", f"task message {report_id} and by region?")
+    assert isinstance(h2, u.LoopHandle) and h2 is not h and magics(ip).handles[report_id] is h2
+    assert await h2 == "turn reply to: and by region?"
+
+    # a message to a running task is delivered into its turn
+    gate.clear()
+    h3 = ip.run_line_magic("unity", "task message report first this")
+    await h3.wait_for("model_request")
+    assert ip.run_line_magic("unity", "task message report and then that") is None
+    assert "delivered into the running turn of task 'report'" in capsys.readouterr().out
+    assert ip.run_line_magic("unity", "task run report") is h3  # already running: its handle
+    gate.set()
+    await h3
+    assert any("and then that" in str(m.get("content")) for m in magics(ip).tasks_manager.messages(report_id))
+
+    turns = ip.run_line_magic("unity", "task show report")
+    assert list(turns.columns) == ["turn", "started", "ended", "messages", "summary", "last_reply"]
+    assert list(turns["turn"]) == [0, 1, 2]
+    assert turns["summary"][0] == "turn reply to: Task 'report': Summarise the sales."
+    assert turns["last_reply"][1] == "turn reply to: and by region?"
+    assert "task 'report' (" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("task", "%unity task takes an action: new, run, message, show"),
+        ("task frob x", "takes an action: new, run, message, show, not 'frob'"),
+        ("task new", "needs a name for the new task"),
+        ("task new x", "needs a description"),
+        ("task run", "needs a task's id or name"),
+        ("task run nobody", "there is no task 'nobody'"),
+        ("task message nobody", "needs the message's text"),
+        ("task show x extra", "takes only the task"),
+        ("tasks x", "%unity tasks takes no arguments"),
+    ],
+)
+async def test_task_mistakes_are_usage_errors_with_help(ip, line, message):
+    ip.user_ns["m"] = u.ScriptedModel(["ok"])
+    ip.run_line_magic("unity", "model --var m")
+    with pytest.raises(UsageError, match=message) as info:
+        ip.run_line_magic("unity", line)
+    assert "%unity task" in str(info.value)
+
+
+async def test_two_tasks_of_one_name_are_told_apart_by_id(ip):
+    ip.run_line_magic("unity", "task new twin first")
+    ip.run_line_magic("unity", "task new twin second")
+    with pytest.raises(UsageError, match="2 tasks are named 'twin': say which by its id"):
+        ip.run_line_magic("unity", "task show twin")
+
+
+async def test_tasks_need_the_store(ip):
+    m = magics(ip)
+    m.close()
+    m.store_path = "off"
+    with pytest.raises(UsageError, match=r"the store is off .*, and durable tasks live in it"):
+        ip.run_line_magic("unity", "tasks")
+    m.store_path = ""

@@ -1,0 +1,257 @@
+"""The live widget's state, in process: its stylesheet is the installed package's (under an id
+that names the version), committed notebooks carry no widget state, a retry shows while it is
+waited out and clears when the call proceeds, a fragment cut off by Stop is kept as such, the
+buttons dispatch through one command table, and the widget reads the loop package only through
+its public names. (How the browser renders this state: tests/test_browser.py.) Every wait has a
+timeout; nothing is timed."""
+
+import ast
+import asyncio
+import hashlib
+import json
+import re
+import socket
+from importlib import resources
+from pathlib import Path
+
+from conftest import settle, tool_messages
+
+import unity_nb as u
+from unity_nb.jupyter import _widget
+from unity_nb.jupyter._widget import COMMANDS, Command, HandleWidget
+from unity_nb.models import Reply, retry_hook
+
+REPO = Path(__file__).resolve().parent.parent
+TIMEOUT = 10
+WIDGET_STATE = ("application/vnd.jupyter.widget-state+json", "application/vnd.jupyter.widget-view+json")
+
+
+def installed(name):
+    return resources.files("unity_nb._widgets").joinpath(name).read_text(encoding="utf-8")
+
+
+class Gate:
+    def __init__(self, script):
+        self.event = asyncio.Event()
+        self.script = script
+
+    async def __call__(self, messages, tools):
+        await self.event.wait()
+        return self.script(messages, tools)
+
+
+# -- 1. styles come from the installed package ---------------------------------------------------------
+
+
+async def test_the_stylesheet_is_the_installed_one_under_an_id_naming_its_version():
+    h = u.start_loop("hi", model=u.ScriptedModel(["hello"]), name="styled")
+    w = HandleWidget(h)
+    js, css = installed("handle.js"), installed("handle.css")
+    version = hashlib.sha256((js + "\0" + css).encode()).hexdigest()[:12]
+    # anywidget keeps one <style> per _anywidget_id on the page: this one names the installed version,
+    # so a notebook saved with another version (its own _css in its saved state) cannot replace it
+    assert w._anywidget_id == f"unity_nb.HandleWidget.{version}"
+    assert w._esm == js
+    scope = f'.unb-root[data-unb-style="{w._anywidget_id}"]'
+    rules = [r.strip() for r in w._css.split("}") if r.strip()]
+    assert len(rules) == css.count("}")  # every rule of the installed sheet
+    for rule in rules:
+        for selector in rule.split("{")[0].split(","):
+            assert selector.strip().startswith(scope), selector  # and each applies only under this version's root
+    # the highlight rules of plans are there
+    for cls in ("unb-k", "unb-s", "unb-c", "unb-n"):
+        assert re.search(rf"{re.escape(scope)} \.{cls} \{{", w._css), cls
+    await h
+
+
+def test_no_committed_notebook_carries_widget_state():
+    notebooks = sorted((REPO / "notebooks").glob("*.ipynb"))
+    assert notebooks
+    for path in notebooks:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        assert "widgets" not in nb["metadata"], f"{path.name}: saved widget state in its metadata"
+        for cell in nb["cells"]:
+            for out in cell.get("outputs", []):
+                saved = [m for m in out.get("data", {}) if m in WIDGET_STATE]
+                assert not saved, f"{path.name}: a cell output refers to saved widget state ({saved})"
+
+
+# -- 4. retries and failures ---------------------------------------------------------------------------
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # nothing listens once it is closed: a connection is refused
+
+
+async def test_a_retry_shows_while_it_is_waited_out():
+    # a real client, a refused connection: the first retry waits 15 to 30 s (backoff 30), long enough to look
+    port = _closed_port()
+    model = u.OpenAIModel("m", base_url=f"http://127.0.0.1:{port}/v1", api_key="k", backoff=30, max_retries=4)
+    h = u.start_loop("hi", model=model, name="flaky")
+    w = HandleWidget(h)
+    retry = await h.wait_for("model_retry", timeout=TIMEOUT)
+    w.flush()
+    line = w.nodes[0]["retry"]
+    assert line.startswith(f"cannot connect to 127.0.0.1:{port}"), line  # what failed, then what happens next
+    assert line.endswith(f", retrying in {retry.delay:.3g} s, attempt 2 of 5"), line
+    assert 15 <= retry.delay <= 30
+    await h.stop("enough")
+    w.flush()
+    assert w.nodes[0]["retry"] == ""  # the operation ended: nothing is waited out any more
+
+
+class Flaky:
+    """A model whose first call fails once (announced as a retry), then waits for ``proceed``."""
+
+    name = "flaky"
+    max_retries = 2
+
+    def __init__(self):
+        self.proceed = asyncio.Event()
+
+    async def complete(self, request, on_delta=None):
+        hook = retry_hook.get()
+        if hook is not None and not self.proceed.is_set():
+            hook(1, "ConnectionRefusedError: connection refused", 2.0)
+        await self.proceed.wait()
+        if on_delta is not None:
+            on_delta("all good")
+        return Reply(content="all good")
+
+
+async def test_a_retry_clears_when_the_call_proceeds():
+    model = Flaky()
+    h = u.start_loop("hi", model=model, name="flaky")
+    w = HandleWidget(h)
+    await h.wait_for("model_retry", timeout=TIMEOUT)
+    w.flush()
+    assert w.nodes[0]["retry"] == "connection refused, retrying in 2 s, attempt 2 of 3"
+    model.proceed.set()
+    await h.wait_for("model_delta", timeout=TIMEOUT)
+    w.flush()
+    assert w.nodes[0]["retry"] == ""
+    assert await h == "all good"
+
+
+# -- 5. a fragment cut off by Stop ---------------------------------------------------------------------
+
+
+async def test_a_fragment_cut_off_by_stop_is_kept_as_such():
+    # streams "word word ..." two characters at a time, a chunk every 10 ms: far longer than the test
+    h = u.start_loop("talk", model=u.ScriptedModel(["word " * 2000], chunk=2, delay=0.01), name="talker")
+    w = HandleWidget(h)
+    await h.wait_for("model_delta", lambda e: len(h.streaming_text) > 40, timeout=TIMEOUT)
+    await h.stop("enough")
+    w.flush()
+    streamed = "".join(e.text for e in h.events if e.kind == "model_delta")
+    node = w.nodes[0]
+    assert node["status"] == "stopped"
+    assert streamed and node["cut_off"] == streamed  # what streamed before the stop, nothing after
+    assert node["streaming"] == ""  # no longer shown as streaming
+
+
+async def test_a_whole_reply_is_not_a_cut_off_fragment():
+    h = u.start_loop("talk", model=u.ScriptedModel(["done", "never"], chunk=2), name="talker")
+    w = HandleWidget(h)
+    await h
+    w.flush()
+    assert w.nodes[0]["cut_off"] == ""
+
+
+# -- 6. the buttons dispatch through a command table -----------------------------------------------------
+
+
+def test_every_button_of_the_front_end_is_an_entry_of_the_command_table():
+    js = installed("handle.js")
+    sent = set(re.findall(r'send\("(\w+)"', js))
+    for a, b in re.findall(r'send\([^,()]*\? "(\w+)" : "(\w+)"', js):  # the Pause button: "resume" when paused
+        sent |= {a, b}
+    assert {"pause", "resume", "stop", "interject", "ask", "answer", "approve", "skip"} <= sent
+    assert sent and sent <= set(COMMANDS), sent - set(COMMANDS)
+    assert all(isinstance(c, Command) for c in COMMANDS.values())
+
+
+async def test_a_new_action_is_one_entry():
+    gate = Gate(lambda m, t: "done")
+    h = u.start_loop("work", model=u.ScriptedModel(gate), name="table")
+    w = HandleWidget(h)
+    calls = []
+
+    async def note(widget, handle, click):
+        calls.append((handle.name, click["text"]))
+        await handle.interject(f"note: {click['text']}")
+
+    w.commands["note"] = Command(note, "an interjection prefixed with 'note:'")
+    w._on_custom(w, {"action": "note", "node": h.id, "text": "hello"}, [])
+    await h.wait_for("steering", lambda e: e.action == "interject" and e.message == "note: hello", timeout=TIMEOUT)
+    assert calls == [("table", "hello")]
+    # an action with no entry: said in the widget, never raised
+    w._on_custom(w, {"action": "dance", "node": h.id}, [])
+    async with asyncio.timeout(TIMEOUT):
+        await w.clicks.settled()
+    assert w.notice == "unknown widget action 'dance'"
+    assert w.errors[-1] == "dance: unknown widget action 'dance'"
+    gate.event.set()
+    await h
+
+
+# -- 7. only public names of the loop package ------------------------------------------------------------
+
+
+def test_the_widget_uses_only_public_names_of_the_loop_package():
+    tree = ast.parse(Path(_widget.__file__).read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and "loop" in node.module:
+            assert node.module in ("loop", "unity_nb.loop") and node.level in (0, 2), ast.unparse(node)
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            owner = ast.unparse(node.value)
+            if owner in ("self", "w", "widget", "super()") or node.attr in ("_repr_mimebundle_", "_anywidget_id"):
+                continue  # the widget's own state
+            # the one exception: the handle's event loop has no public name yet
+            assert (owner, node.attr) == ("handle", "_loop"), ast.unparse(node)
+
+
+async def test_clarifications_and_approvals_show_on_the_node_they_belong_to():
+    async def confirm(ctx: u.ToolContext) -> str:
+        """Confirm with the person."""
+        return await ctx.clarify("Proceed?")
+
+    def kid_script(m, t):
+        return u.call_tool("confirm") if not tool_messages(m) else "kid: " + tool_messages(m)[0]["content"]
+
+    async def sub(x: int) -> u.LoopHandle:
+        """Start a sub-operation."""
+        return u.start_loop("check", model=u.ScriptedModel(kid_script), tools=[confirm], name="kid")
+
+    def boss_script(m, t):
+        return u.call_tool("sub", x=1) if not tool_messages(m) else tool_messages(m)[0]["content"]
+
+    parent = u.start_loop("go", model=u.ScriptedModel(boss_script), tools=[sub], name="boss")
+    w = HandleWidget(parent)
+    q = await asyncio.wait_for(parent.next_clarification(), TIMEOUT)
+    w.flush()
+    assert [n["clarifications"] for n in w.nodes] == [[], [{"call_id": q["call_id"], "question": "Proceed?"}]]
+    assert [n["approvals"] for n in w.nodes] == [[], []]
+    w._on_custom(w, {"action": "answer", "node": parent.children[0].id, "text": "yes", "call_id": q["call_id"]}, [])
+    assert await asyncio.wait_for(parent, TIMEOUT) == "kid: yes"
+
+
+async def test_a_plan_waiting_for_approval_shows_and_runs_from_the_table():
+    ns: dict = {}
+    plan = "x = 41 + 1"
+
+    def script(m, t):
+        return u.call_tool("execute_code", code=plan, intent="add") if not tool_messages(m) else "ok"
+
+    h = u.act("compute", model=u.ScriptedModel(script), namespace=ns, approval="always")
+    w = HandleWidget(h)
+    await h.wait_for("approval_requested", timeout=TIMEOUT)
+    await settle()
+    w.flush()
+    [waiting] = w.nodes[0]["approvals"]
+    assert waiting["code"] == plan and waiting["intent"] == "add"
+    w._on_custom(w, {"action": "approve", "node": h.id, "call_id": waiting["call_id"]}, [])
+    assert await asyncio.wait_for(h, TIMEOUT) == "ok"
+    assert ns["x"] == 42

@@ -1,0 +1,190 @@
+"""The ``%unity`` subcommands that work from the store: durable tasks (``%unity tasks``, ``%unity task
+new|run|message|show``) and continuing an operation a dead kernel left interrupted (``%unity resume``)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from IPython.core.error import UsageError
+
+from .._errors import UserError
+from ..loop import LoopHandle, Message
+from ._args import HELP, Command
+
+if TYPE_CHECKING:
+    from ._magics import UnityMagics
+
+__all__ = ("tasks_table", "task_command", "resume_from_store", "wire_history", "render_history")
+
+_TASK_COLUMNS = ["id", "name", "status", "parent", "description", "result"]
+
+
+def tasks_table(magics: UnityMagics) -> Any:
+    """``%unity tasks``: one row per durable task, in order."""
+    import pandas as pd
+
+    rows = [
+        {"id": t.id, "name": t.name, "status": t.status, "parent": t.parent_id,
+         "description": t.description[:80], "result": (t.result or "")[:80]}
+        for t in magics.tasks_manager.list()
+    ]
+    return pd.DataFrame(rows, columns=_TASK_COLUMNS)
+
+
+def _find_task(magics: UnityMagics, ref: str) -> Any:
+    tasks = magics.tasks_manager.list()
+    for t in tasks:
+        if t.id == ref:
+            return t
+    named = [t for t in tasks if t.name == ref]
+    if len(named) == 1:
+        return named[0]
+    if named:
+        ids = ", ".join(t.id for t in named)
+        raise UsageError(f"{len(named)} tasks are named {ref!r}: say which by its id ({ids})\n\n{HELP['task']}")
+    known = ", ".join(f"{t.id} ({t.name})" for t in tasks) or "none yet: %unity task new NAME DESCRIPTION"
+    raise UsageError(f"there is no task {ref!r}; tasks: {known}\n\n{HELP['task']}")
+
+
+def task_command(magics: UnityMagics, cmd: Command) -> Any:
+    """``%unity task new|run|message|show``."""
+    tm = magics.tasks_manager
+    if cmd.action == "new":
+        task = tm.create(cmd.name or "", cmd.text)
+        print(f"task {task.name!r} created: {task.id} (run it with %unity task run {task.id})")
+        return None
+    task = _find_task(magics, cmd.name or "")
+    if cmd.action == "show":
+        return _turns(magics, task)
+    live = tm.handle(task.id)
+    if cmd.action == "message":
+        tm.send(task.id, cmd.text)
+        if live is not None:
+            print(f"delivered into the running turn of task {task.name!r} ({task.id})")
+            return None
+        return _run(magics, task, "a new turn with your message")
+    if live is not None:  # run: it runs already
+        print(f"task {task.name!r} is already running: steer it with %unity pause {task.id}, ...")
+        return live
+    what = {"new": "its first turn", "interrupted": "resuming the turn a dead kernel cut short"}.get(
+        task.status, "a new turn"
+    )
+    return _run(magics, task, what)
+
+
+def _run(magics: UnityMagics, task: Any, what: str) -> LoopHandle:
+    tm = magics.tasks_manager
+    notice = f"task {task.name!r} ({task.id}): {what}; steer it as {task.id}."
+    return magics.start(task.id, lambda _key: tm.execute(task.id), sub="task", notice=notice)
+
+
+def _turns(magics: UnityMagics, task: Any) -> Any:
+    import pandas as pd
+
+    print(f"task {task.name!r} ({task.id}): {task.status}\n{task.description}")
+    rows = []
+    for t in magics.tasks_manager.turns(task.id):
+        last = next((m.get("content") for m in reversed(t["messages"]) if m.get("role") == "assistant"), None)
+        rows.append({
+            "turn": t["turn"], "started": pd.to_datetime(t["started"], unit="s").floor("s"),
+            "ended": pd.to_datetime(t["ended"], unit="s").floor("s") if t["ended"] else None,
+            "messages": len(t["messages"]), "summary": t["summary"], "last_reply": (last or "")[:200],
+        })
+    return pd.DataFrame(rows, columns=["turn", "started", "ended", "messages", "summary", "last_reply"])
+
+
+# -- continuing an interrupted operation from the store -----------------------------------------
+
+_SKIPPED = ("system", "context", "clarification", "notification", "steering", "error")
+
+
+def wire_history(transcript: list[Message]) -> list[dict]:
+    """A transcript rebuilt by the store as wire messages (questions and steering left out: they
+    sit between a call and its result), repaired so every tool call has exactly one result."""
+    from ..managers import repair_history
+
+    out: list[dict] = []
+    for m in transcript:
+        if m.kind in _SKIPPED:
+            continue
+        if m.role == "tool":
+            out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content or ""})
+        elif m.role == "assistant":
+            msg: dict = {"role": "assistant", "content": m.content or ""}
+            if m.tool_calls:
+                msg["tool_calls"] = [
+                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                    for c in m.tool_calls
+                ]
+            out.append(msg)
+        elif m.role == "user":
+            out.append({"role": "user", "content": m.content or ""})
+    return repair_history(out)
+
+
+def render_history(messages: list[dict]) -> str:
+    """The conversation as text for the new run's system prompt."""
+    lines = []
+    for m in messages:
+        if m["role"] == "tool":
+            lines.append(f"[result of call {m['tool_call_id']}]\n{m['content']}")
+        elif m["role"] == "assistant":
+            text = f"[assistant]\n{m['content']}" if m["content"] else "[assistant]"
+            for c in m.get("tool_calls") or ():
+                args = c["function"]["arguments"]
+                try:
+                    args = json.dumps(json.loads(args), ensure_ascii=False, indent=1)
+                except (TypeError, ValueError):
+                    pass
+                text += f"\n-> call {c['id']}: {c['function']['name']}({args})"
+            lines.append(text)
+        else:
+            lines.append(f"[{m['role']}]\n{m['content']}")
+    return "\n\n".join(lines)
+
+
+_RESUMED = (
+    "This operation was interrupted when its kernel stopped, and now continues in a new kernel. Its conversation "
+    "so far, rebuilt from the store (a tool call without a recorded result is marked as interrupted):\n\n"
+    "<earlier-conversation>\n{history}\n</earlier-conversation>\n\n"
+    "Continue where it left off: do not redo what succeeded. Variables its plans created may be gone "
+    "(this is a new kernel): check before relying on them."
+)
+
+
+def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
+    """``%unity resume NAME`` for an operation this kernel does not have: the one a dead kernel left
+    ``interrupted`` in the store continues as a new live operation of the same name."""
+    name = cmd.name or ""
+    known = ", ".join(magics.handles) or "none yet"
+    store = magics.store
+    if store is None:
+        raise UsageError(f"no operation named {name!r} (known: {known}), and the store is off\n\n{HELP['resume']}")
+    try:
+        row = store.find(name)
+    except UserError:
+        raise UsageError(
+            f"no operation named {name!r} in this kernel (known: {known}) or in the store (see %unity history)"
+            f"\n\n{HELP['resume']}"
+        ) from None
+    if row["status"] != "interrupted":
+        raise UsageError(
+            f"{name!r} is not an operation of this kernel, and in the store it is {row['status']}: only one a dead "
+            f"kernel left interrupted continues from the store\n\n{HELP['resume']}"
+        )
+    history = wire_history(store.transcript(row["uid"]))
+    missing = sum(1 for m in history if m["role"] == "tool" and "no result was recorded" in str(m["content"]))
+    model = magics.current_model()
+    options = magics.loop_options({})
+    actor = magics.actor(model, {})
+    resumed = _RESUMED.format(history=render_history(history))
+    actor.instructions = "\n\n".join(p for p in (actor.instructions, resumed) if p)
+    task = row["task"] or "(no task recorded)"
+    notice = (
+        f"resumed from the store: its interrupted run rebuilt ({len(history)} messages"
+        + (f"; {missing} tool call(s) without a result marked as interrupted)." if missing else ").")
+    )
+    return magics.start(
+        row["name"], lambda key: actor.act(task, name=key, **options), sub="resume", notice=notice,
+    )
