@@ -239,3 +239,52 @@ def test_every_steering_verb_has_its_method_event_and_transcript_entry():
         assert isinstance(verb.entry("m", None), str)
     assert u.loop.steering_entry("pause", None) == ("[paused by the user]", "steering")
     assert u.loop.steering_entry("interject", "hi") == ("hi", "interjection")
+
+
+async def test_a_json_tool_under_the_actor_reports_what_it_printed_and_what_it_changed_in_place(bus):
+    import sys
+
+    import pandas as pd
+
+    def normalise(frame: pd.DataFrame, column: str) -> int:
+        """Scale a column to 0..1 in place; returns how many rows."""
+        print(f"normalising {column}")
+        print("2 values clipped", file=sys.stderr)
+        frame[column + "_norm"] = frame[column] / frame[column].max()
+        return len(frame)
+
+    def plain(x: int) -> int:
+        """Prints nothing, changes nothing."""
+        return x + 1
+
+    ns = {"df": pd.DataFrame({"a": [1.0, 2.0, 4.0]})}
+    seen: list[str] = []
+
+    def script(messages, tools):
+        results = [m["content"] for m in messages if m["role"] == "tool"]
+        if len(results) == 2:
+            seen.extend(results)
+            return "done"
+        return [u.call_tool("normalise", frame="<<var:df>>", column="a"), u.call_tool("plain", x=1)]
+
+    h = u.act("normalise", model=u.ScriptedModel(script), namespace=ns, tools=[normalise, plain], bus=bus)
+    assert await asyncio.wait_for(h.result(), 10) == "done"
+    report, quiet = seen
+    assert "stdout:\nnormalising a" in report and "stderr:\n2 values clipped" in report
+    assert "changed in place: df: " in report and "a_norm" in report
+    assert "stdout" not in quiet and "changed in place" not in quiet
+    call = next(c for m in h.transcript for c in m.tool_calls if c.name == "normalise")
+    assert "normalising a" in call.output  # the call record (and the widget) still get what it printed
+
+
+async def test_a_conversation_continues_from_its_history(bus):
+    history = [
+        {"role": "user", "content": "my name is Ada"},
+        {"role": "assistant", "content": "hello Ada"},
+    ]
+    model = u.ScriptedModel(lambda m, t: "you are " + m[0]["content"].split()[-1])
+    h = u.start_loop("who am I?", model=model, history=history, bus=bus)
+    assert await asyncio.wait_for(h.result(), 10) == "you are Ada"
+    assert model.requests[0].messages[:2] == history and model.requests[0].messages[2]["content"] == "who am I?"
+    with pytest.raises(u.UserError, match="history"):
+        u.start_loop("x", model=model, history=[{"content": "no role"}])

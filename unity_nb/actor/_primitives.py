@@ -61,9 +61,9 @@ def registered_primitives() -> dict[str, dict[str, Callable[..., Any]]]:
 
 def signature_text(fn: Callable[..., Any]) -> str:
     """``(question: str) -> LoopHandle``: annotations evaluated, so postponed ones show unquoted."""
-    for kwargs in ({"eval_str": True}, {}):
+    for eval_str in (True, False):
         try:
-            return str(inspect.signature(fn, **kwargs)).replace("unity_nb.loop._handle.", "")
+            return str(inspect.signature(fn, eval_str=eval_str)).replace("unity_nb.loop._handle.", "")
         except (TypeError, ValueError, NameError):
             continue
     return "(...)"
@@ -160,6 +160,7 @@ class Primitives:
                 sig = signature_text(fn)
                 doc = (inspect.getdoc(fn) or "").strip()
                 doc = doc if len(doc) <= 400 else doc[:400] + "..."
-                lines.append(f"- await primitives.{alias}.{name}{sig}" + (f"\n  {doc}".replace("\n", "\n  ") if doc else ""))
+                more = f"\n  {doc}".replace("\n", "\n  ") if doc else ""
+                lines.append(f"- await primitives.{alias}.{name}{sig}{more}")
         text = "\n".join(lines)
         return text if len(text) <= limit else text[:limit] + "\n- ... (more primitives; use dir(primitives.<alias>))"

@@ -25,8 +25,12 @@ from typing import Any
 
 import pydantic
 
+from .._output import install as route_output
+from .._output import tool_output
+from .._secrets import scrub
 from ..loop import Tool, render_result, resolve_tool_value
 from ._describe import HIDDEN_NAMES, describe_value, fingerprint, user_variables
+from ._executor import truncate
 
 __all__ = ("REF", "RefIndex", "RefTool")
 
@@ -199,6 +203,7 @@ class RefTool(Tool):
                 f"invalid arguments for {self.name}: unknown parameters {unknown}; it takes {list(fields)}"
             )
         resolved: dict[str, Any] = {}
+        refs: dict[str, str] = {}
         for key, value in list(raw.items()):
             m = REF.match(value) if isinstance(value, str) else None
             if m is None:
@@ -215,6 +220,7 @@ class RefTool(Tool):
                     f"(type {_type_name(self, key)}); {self._choices(key)}"
                 )
             resolved[key] = obj
+            refs[key] = name
             del raw[key]
         for key in self.ref_only:
             if key not in resolved and fields[key].is_required():
@@ -228,7 +234,7 @@ class RefTool(Tool):
             raise ValueError(f"invalid arguments for {self.name}: {problems}") from None
         kwargs = {k: getattr(checked, k) for k in fields if k in raw or k not in resolved}
         kwargs.update(resolved)  # the very objects, not validated copies
-        return {"_unity_args": kwargs, "_unity_return": target}
+        return {"_unity_args": kwargs, "_unity_return": target, "_unity_refs": refs}
 
     def _choices(self, key: str) -> str:
         names = self.compatible.get((self.name, key), [])
@@ -240,16 +246,37 @@ class RefTool(Tool):
             f"'<<var:name>>'; {self._choices(key)}"
         )
 
-    async def _call(self, _unity_args: dict, _unity_return: str | None, **ctx: Any) -> str:
+    async def _call(
+        self, _unity_args: dict, _unity_return: str | None, _unity_refs: dict[str, str] | None = None, **ctx: Any
+    ) -> str:
+        """Call the tool; report, as a plan's result does, what it printed and which variables passed by
+        reference it changed in place (seed 001: stdout, stderr and modified variables)."""
         inner = self.inner
         kwargs = {**_unity_args, **ctx}
-        if inner.is_async:
-            value = await inner.fn(**kwargs)
-        else:
-            value = await asyncio.to_thread(inner.fn, **kwargs)
-        value = await resolve_tool_value(value)
+        passed = sorted(set((_unity_refs or {}).values()))
+        before = {n: fingerprint(self.namespace[n]) for n in passed}
+        printed: list[tuple[str, str]] = []
+        outer = tool_output.get()
+
+        def capture(text: str, stream: str = "stdout") -> None:
+            printed.append((stream, text))
+            if outer is not None:
+                outer(text, stream)
+
+        route_output()  # sys.stdout and sys.stderr reach the hook of the call they are written in
+        token = tool_output.set(capture)
+        try:
+            if inner.is_async:
+                value = await inner.fn(**kwargs)
+            else:
+                value = await asyncio.to_thread(inner.fn, **kwargs)
+            value = await resolve_tool_value(value)
+        finally:
+            tool_output.reset(token)
+        report = _report(printed, [n for n in passed if n in self.namespace
+                                   and fingerprint(self.namespace[n]) != before[n]], self.namespace)
         if value is None and _unity_return is None:
-            return "null"
+            return "null" + report
         name = _unity_return or self._fresh_name()
         self.namespace[name] = value
         if self.on_stored is not None:
@@ -259,7 +286,7 @@ class RefTool(Tool):
             shown = shown if len(shown) <= 4000 else shown[:4000] + f"... [{len(shown) - 4000:,} more characters]"
         else:
             shown = describe_value(value)
-        return f"{shown}\n[stored in variable `{name}`; pass it on as <<var:{name}>>]"
+        return f"{shown}\n[stored in variable `{name}`; pass it on as <<var:{name}>>]{report}"
 
     def _fresh_name(self) -> str:
         base = f"{self.name}_result".replace("-", "_")
@@ -276,3 +303,15 @@ class RefTool(Tool):
 
 def compatible_now(index: RefIndex, namespace: Mapping[str, Any], hidden: Mapping[str, Any] | None) -> dict:
     return index.refresh(user_variables(namespace, hidden))
+
+
+def _report(printed: list[tuple[str, str]], changed: list[str], namespace: Mapping[str, Any]) -> str:
+    """What a tool printed (each stream cut to a head and a tail) and the variables it changed in place."""
+    lines = []
+    for stream in ("stdout", "stderr"):
+        text = scrub("".join(t for s, t in printed if s == stream))
+        if text:
+            lines.append(f"{stream}:\n{truncate(text)}")
+    if changed:
+        lines.append("changed in place: " + "; ".join(f"{n}: {describe_value(namespace[n], 160)}" for n in changed))
+    return "".join(f"\n{line}" for line in lines)

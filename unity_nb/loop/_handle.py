@@ -179,7 +179,7 @@ class LoopHandle:
         self.router = Router(self)
         self.engine = Engine(self)
         outer = render_conversation(self.parent.transcript, "outer") if share_context and self.parent else None
-        self.conversation.open(task, cfg.system, _context, outer, multi=cfg.multi)
+        self.conversation.open(task, cfg.system, [*cfg.history, *(_context or ())], outer, multi=cfg.multi)
         if cfg.multi:
             self.requests.append(RequestHandle(self, "r1", task))
 

@@ -114,6 +114,9 @@ class LoopOptions:
     """Times evaluations may send the model back, per answer."""
     postprocessors: Sequence[Callable[..., Any]] = ()
     """``fn(answer, loop) -> str`` transforming the final answer."""
+    history: Sequence[dict[str, Any]] = ()
+    """Messages (OpenAI wire format) the conversation continues from, placed before the task: a
+    conversation resumed from a store, say. Every assistant tool call needs its result."""
     tool_timeout: float | None = None
     """Seconds a tool call may run before it fails with an error the model sees (a tool's own
     ``timeout`` wins); ``None``: no limit."""
@@ -177,6 +180,14 @@ class LoopOptions:
         for label, fn in (("count_tokens", self.count_tokens), ("dynamic_tools", self.dynamic_tools)):
             if fn is not None and not callable(fn):
                 raise UserError(f"{label} takes a function, not {fn!r}")
+        history = self.history if self.history is not None else ()
+        if isinstance(history, str | bytes | dict) or not isinstance(history, Iterable):
+            raise UserError(f"history takes a list of messages ({{'role': ..., 'content': ...}}), not {history!r}")
+        object.__setattr__(self, "history", tuple(history))
+        roles = ("system", "user", "assistant", "tool")
+        for m in self.history:
+            if not isinstance(m, dict) or m.get("role") not in roles:
+                raise UserError(f"history takes messages with a role among {roles}, not {m!r}")
         timeout = self.tool_timeout
         if timeout is not None and (
             isinstance(timeout, bool)
