@@ -4,9 +4,9 @@ import asyncio
 import threading
 
 import pytest
+from conftest import assert_every_call_answered_once, settle, tool_messages
 
 import unity_nb as u
-from conftest import assert_every_call_answered_once, settle, tool_messages
 
 DB = {"a": "1", "b": "2", "c": "3", "d": "4"}
 
@@ -48,7 +48,9 @@ class Gated:
 
 
 async def test_runs_tools_and_answers(bus):
-    h = u.start_loop("Look up a, b and c, then summarise.", model=u.ScriptedModel(lookup_script()), tools=[lookup], bus=bus)
+    h = u.start_loop(
+        "Look up a, b and c, then summarise.", model=u.ScriptedModel(lookup_script()), tools=[lookup], bus=bus
+    )
     assert await h == "summary: 1,2,3"
     assert h.status == "finished" and h.status is u.Status.FINISHED
     assert h.done()
@@ -56,7 +58,9 @@ async def test_runs_tools_and_answers(bus):
     assert h.usage.input_tokens > 0 and h.usage.output_tokens > 0
     calls = [c for m in h.transcript for c in m.tool_calls]
     assert [(c.name, c.arguments, c.result) for c in calls] == [
-        ("lookup", '{"key": "a"}', "1"), ("lookup", '{"key": "b"}', "2"), ("lookup", '{"key": "c"}', "3")
+        ("lookup", '{"key": "a"}', "1"),
+        ("lookup", '{"key": "b"}', "2"),
+        ("lookup", '{"key": "c"}', "3"),
     ]
     assert h.transcript[0].role == "user" and h.transcript[0].kind == "task"
     assert h.transcript[-1].kind == "answer"
@@ -172,7 +176,9 @@ async def test_pause_while_tool_runs_lets_it_finish_and_holds_the_next_call(bus)
         return n
 
     def script(messages, tools):
-        return u.call_tool("work", n=7) if not tool_messages(messages) else "done " + tool_messages(messages)[0]["content"]
+        return (
+            u.call_tool("work", n=7) if not tool_messages(messages) else "done " + tool_messages(messages)[0]["content"]
+        )
 
     h = u.start_loop("work", model=u.ScriptedModel(script), tools=[work], bus=bus)
     await asyncio.wait_for(started.wait(), 10)
@@ -241,8 +247,11 @@ async def test_stop_while_tools_run_gives_every_call_a_result(bus):
         return n
 
     h = u.start_loop(
-        "go", model=u.ScriptedModel(lambda m, t: [u.call_tool("forever", n=i) for i in range(3)]),
-        tools=[forever], max_parallel_tools=2, bus=bus,
+        "go",
+        model=u.ScriptedModel(lambda m, t: [u.call_tool("forever", n=i) for i in range(3)]),
+        tools=[forever],
+        max_parallel_tools=2,
+        bus=bus,
     )
     await asyncio.wait_for(started.wait(), 10)
     await h.stop("enough")
@@ -284,7 +293,9 @@ async def test_clarification_waits_for_the_person(bus):
         return f"booked {city} on {when}"
 
     def script(messages, tools):
-        return u.call_tool("book", city="Oslo") if not tool_messages(messages) else tool_messages(messages)[0]["content"]
+        return (
+            u.call_tool("book", city="Oslo") if not tool_messages(messages) else tool_messages(messages)[0]["content"]
+        )
 
     model = u.ScriptedModel(script)
     h = u.start_loop("book a trip", model=model, tools=[book], bus=bus)
@@ -306,7 +317,7 @@ async def test_steering_a_finished_handle_names_its_state(bus):
     for verb in (h.pause, h.resume):
         with pytest.raises(u.HandleStateError, match="the loop is finished"):
             await verb()
-    with pytest.raises(u.HandleStateError, match="cannot interject 'loop-.*': the loop is finished"):
+    with pytest.raises(u.HandleStateError, match=r"cannot interject 'loop-.*': the loop is finished"):
         await h.interject("more")
     await h.stop()  # stop is idempotent, also on an ended loop
     assert repr(h) == f"<unity handle {h.name!r}: finished, 1 steps>"
@@ -352,7 +363,10 @@ def test_tool_schema_comes_from_signature_and_docstring():
 
     schema = u.as_tool(search).schema()["function"]
     assert schema["name"] == "search" and schema["description"].startswith("Search the notes.")
-    assert schema["parameters"]["properties"] == {"query": {"type": "string"}, "limit": {"default": 5, "type": "integer"}}
+    assert schema["parameters"]["properties"] == {
+        "query": {"type": "string"},
+        "limit": {"default": 5, "type": "integer"},
+    }
     assert schema["parameters"]["required"] == ["query"]
 
 

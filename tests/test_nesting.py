@@ -3,9 +3,9 @@
 import asyncio
 
 import pytest
+from conftest import assert_every_call_answered_once, settle, tool_messages
 
 import unity_nb as u
-from conftest import assert_every_call_answered_once, settle, tool_messages
 
 
 class Family:
@@ -30,8 +30,12 @@ class Family:
             return self.child
 
         self.parent = u.start_loop(
-            "write a report", model=self.parent_model, tools=[research], name="writer",
-            parent_context=parent_context, bus=bus,
+            "write a report",
+            model=self.parent_model,
+            tools=[research],
+            name="writer",
+            parent_context=parent_context,
+            bus=bus,
         )
 
     async def _child_reply(self, messages, tools):
@@ -182,7 +186,10 @@ async def test_child_clarification_surfaces_at_the_root_and_is_answered_there(bu
         return u.start_loop("check", model=child_model, tools=[confirm], bus=bus)
 
     parent = u.start_loop(
-        "go", model=u.ScriptedModel(Family._default_parent), tools=[research], bus=bus,
+        "go",
+        model=u.ScriptedModel(Family._default_parent),
+        tools=[research],
+        bus=bus,
     )
     q = await asyncio.wait_for(parent.next_clarification(), 10)
     assert q["question"] == "Proceed?" and q["loop"] == parent.children[0].name

@@ -6,10 +6,10 @@ import asyncio
 import json
 
 import pytest
-
-import unity_nb as u
 from conftest import assert_every_call_answered_once, tool_messages
 from fake_openai import FakeOpenAIServer
+
+import unity_nb as u
 
 
 def users(messages):
@@ -36,7 +36,7 @@ async def until(predicate, timeout=10):
     """Yield to the event loop until ``predicate()`` holds (bounded by ``timeout``)."""
 
     async def spin():
-        while not predicate():
+        while not predicate():  # noqa: ASYNC110 - state the loop changes without an event; bounded by timeout
             await asyncio.sleep(0)
 
     await asyncio.wait_for(spin(), timeout)
@@ -103,7 +103,10 @@ async def test_several_open_requests_must_each_be_completed(bus):
         done = tool_messages(messages)
         text = "\n".join(users(messages))
         if "requests are still open" in text and not done:
-            return [u.call_tool("final_answer", request_id="r1", answer="A"), u.call_tool("final_answer", request_id="r2", answer="B")]
+            return [
+                u.call_tool("final_answer", request_id="r1", answer="A"),
+                u.call_tool("final_answer", request_id="r2", answer="B"),
+            ]
         return "an answer for nobody in particular"
 
     model = u.ScriptedModel(script)
@@ -204,7 +207,11 @@ async def test_a_request_has_its_own_clarifications_interjections_and_stop(bus):
     assert await r2 == "r2: yes"
     steer = [e for e in h.events if e.kind == "steering" and e.action == "interject"]
     assert steer[0].request_id == "r2"
-    assert any("[interjection from the user about request r2] make it short" in t for r in model.requests for t in users(r.messages))
+    assert any(
+        "[interjection from the user about request r2] make it short" in t
+        for r in model.requests
+        for t in users(r.messages)
+    )
     await r1.stop("not needed")
     with pytest.raises(u.Stopped, match="not needed"):
         await r1
@@ -255,7 +262,9 @@ async def test_a_long_transcript_is_compressed_and_keeps_working(bus):
     for r in work:
         assert_wire_is_valid(r.messages)
     later = work[-1].messages
-    assert later[0]["content"] == "Read the document." and later[1]["content"].startswith("[summary of the earlier conversation")
+    assert later[0]["content"] == "Read the document." and later[1]["content"].startswith(
+        "[summary of the earlier conversation"
+    )
     from unity_nb.loop._policies import estimate_tokens
 
     assert max(estimate_tokens(r.messages) for r in work) < 1000  # never past the window
@@ -268,8 +277,12 @@ async def test_a_long_transcript_is_compressed_and_keeps_working(bus):
 def test_compression_never_separates_a_call_from_its_result():
     from unity_nb.loop._policies import split_for_compression
 
-    call = lambda i: {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{i}", "function": {"name": "f", "arguments": "{}"}}]}  # noqa: E731
-    result = lambda i: {"role": "tool", "tool_call_id": f"c{i}", "content": "x"}  # noqa: E731
+    call = lambda i: {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": f"c{i}", "function": {"name": "f", "arguments": "{}"}}],
+    }
+    result = lambda i: {"role": "tool", "tool_call_id": f"c{i}", "content": "x"}
     wire = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"}]
     for i in range(5):
         wire += [call(i), result(i)]
@@ -345,7 +358,11 @@ async def test_dynamic_tools_are_computed_from_state_each_step(bus):
 
     def script(messages, tools):
         names = [t["function"]["name"] for t in tools]
-        return u.call_tool("read_next") if "read_next" in names else "read: " + ",".join(m["content"] for m in tool_messages(messages))
+        return (
+            u.call_tool("read_next")
+            if "read_next" in names
+            else "read: " + ",".join(m["content"] for m in tool_messages(messages))
+        )
 
     model = u.ScriptedModel(script)
     h = u.start_loop("read all", model=model, dynamic_tools=make_tools, bus=bus)
@@ -389,7 +406,10 @@ def search(query: str) -> u.ToolResult:
     """Search the notes."""
     return u.ToolResult(
         f"2 hits for {query}",
-        references=[u.Reference("Q3 report", "North fell 12%.", url="https://example.invalid/q3"), u.Reference("Memo", "South grew.")],
+        references=[
+            u.Reference("Q3 report", "North fell 12%.", url="https://example.invalid/q3"),
+            u.Reference("Memo", "South grew."),
+        ],
     )
 
 
@@ -424,8 +444,14 @@ async def test_a_reference_object_returned_twice_keeps_the_number_the_model_was_
         assert "[1] Q3 report" in done[0]["content"] and "[3] Q3 report" in done[2]["content"]
         return "North fell [1], South grew [2]."
 
-    h = u.start_loop("How did the regions do?", model=u.ScriptedModel(script), tools=[lookup_doc],
-                     evaluations=[u.cites_references()], max_corrections=0, bus=bus)
+    h = u.start_loop(
+        "How did the regions do?",
+        model=u.ScriptedModel(script),
+        tools=[lookup_doc],
+        evaluations=[u.cites_references()],
+        max_corrections=0,
+        bus=bus,
+    )
     assert await h == "North fell [1], South grew [2]."
     assert [r.number for r in h.all_references] == [1, 2, 3]
     assert [(r.number, r.title) for r in h.references] == [(1, "Q3 report"), (2, "Memo")]
@@ -476,7 +502,13 @@ async def test_evaluations_of_a_request_answer_keep_it_open_until_corrected(bus)
             return u.call_tool("final_answer", request_id="r1", answer="long enough now")
         return "unused"
 
-    h = u.start_loop("x", model=u.ScriptedModel(script), multi=True, evaluations=[lambda a, loop: len(a) > 10 or "longer please"], bus=bus)
+    h = u.start_loop(
+        "x",
+        model=u.ScriptedModel(script),
+        multi=True,
+        evaluations=[lambda a, loop: len(a) > 10 or "longer please"],
+        bus=bus,
+    )
     assert await h.requests[0] == "long enough now"
 
 
@@ -484,8 +516,14 @@ async def test_corrections_of_plain_answers_are_counted_per_request(bus):
     def script(messages, tools):
         return "corrected" if "did not pass evaluation" in users(messages)[-1] else "draft"
 
-    h = u.start_loop("one", model=u.ScriptedModel(script), multi=True, persist=True,
-                     evaluations=[lambda a, loop: a == "corrected" or "say corrected"], bus=bus)
+    h = u.start_loop(
+        "one",
+        model=u.ScriptedModel(script),
+        multi=True,
+        persist=True,
+        evaluations=[lambda a, loop: a == "corrected" or "say corrected"],
+        bus=bus,
+    )
     try:
         assert await asyncio.wait_for(h.requests[0].result(), 10) == "corrected"
         r2 = h.submit("two")  # max_corrections=1 holds for each request, not once for the loop
@@ -530,7 +568,9 @@ async def test_a_tool_can_hand_off_control_to_its_loop(bus):
         """Start a long research run that talks to the person itself."""
         return u.handoff(u.start_loop(f"research {topic}", model=u.ScriptedModel(researcher), name="research", bus=bus))
 
-    parent_model = u.ScriptedModel(lambda m, t: u.call_tool("deep_research", topic="markets") if not tool_messages(m) else "never")
+    parent_model = u.ScriptedModel(
+        lambda m, t: u.call_tool("deep_research", topic="markets") if not tool_messages(m) else "never"
+    )
     h = u.start_loop("research markets", model=parent_model, tools=[deep_research], bus=bus)
     child = await h
     assert isinstance(child, u.LoopHandle) and child.name == "research" and not child.done()
@@ -564,6 +604,16 @@ def test_events_of_policies_parse_from_json():
     from pydantic import TypeAdapter
 
     adapter = TypeAdapter(u.AnyEvent)
-    e = adapter.validate_python({"kind": "context_compressed", "loop_id": "a", "lineage": ["x"], "messages_before": 9,
-                                 "messages_after": 5, "tokens_before": 900, "tokens_after": 300, "summarised": 5})
+    e = adapter.validate_python(
+        {
+            "kind": "context_compressed",
+            "loop_id": "a",
+            "lineage": ["x"],
+            "messages_before": 9,
+            "messages_after": 5,
+            "tokens_before": 900,
+            "tokens_after": 300,
+            "summarised": 5,
+        }
+    )
     assert e.kind == "context_compressed" and json.loads(e.model_dump_json())["summarised"] == 5

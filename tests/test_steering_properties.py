@@ -2,11 +2,11 @@
 
 import asyncio
 
+from conftest import assert_every_call_answered_once, tool_messages
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import unity_nb as u
-from conftest import assert_every_call_answered_once, tool_messages
 
 TARGETS = ("parent", "child")
 OPS = st.tuples(
@@ -43,7 +43,9 @@ def build(bus):
             return [u.call_tool("research", topic="a"), u.call_tool("step", n=1)]
         return "parent done"
 
-    parent = u.start_loop("work", model=u.ScriptedModel(parent_script), tools=[research, step], bus=bus, name="boss", max_steps=8)
+    parent = u.start_loop(
+        "work", model=u.ScriptedModel(parent_script), tools=[research, step], bus=bus, name="boss", max_steps=8
+    )
     return parent
 
 

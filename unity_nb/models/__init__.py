@@ -34,6 +34,16 @@ def default_model(who: str) -> Model:
 
 
 __all__ = (
-    "CachedModel", "Model", "ModelRequest", "OpenAIModel", "Reply", "ScriptedModel", "ToolCall", "Usage", "call_tool", "default_model", "retry_hook",
+    "CachedModel",
+    "Model",
+    "ModelRequest",
+    "OpenAIModel",
+    "Reply",
+    "ScriptedModel",
+    "ToolCall",
+    "Usage",
+    "call_tool",
+    "default_model",
+    "retry_hook",
     "set_default_model",
 )
