@@ -17,12 +17,15 @@ from ._errors import (
 from ._registry import register_tool, registered_tools, tool, unregister_tool
 from ._secrets import forget_secret, get_secret, secret_names, set_secret
 from .actor import Actor, ActorHandle, PlanResult, act, final_answer, primitive, registered_primitives
+from .batch import MapHandle, finished_rows
+from .batch import map_rows as map
 from .events import AnyEvent, Event, EventBus, default_bus
 from .jupyter import load_ipython_extension, unload_ipython_extension
 from .loop import (
     Evaluation,
     HandOff,
     LoopHandle,
+    LoopOptions,
     Message,
     Reference,
     RequestHandle,
@@ -34,12 +37,25 @@ from .loop import (
     ToolResult,
     as_tool,
     cites_references,
+    current_call,
     current_loop,
     discovery_first,
     handoff,
     start_loop,
 )
-from .models import CachedModel, Model, ModelRequest, OpenAIModel, Reply, ScriptedModel, ToolCall, Usage, call_tool
+from .models import (
+    CachedModel,
+    Model,
+    ModelRequest,
+    OpenAIModel,
+    RateLimit,
+    Reply,
+    ScriptedModel,
+    ToolCall,
+    Usage,
+    call_tool,
+    set_rate_limit,
+)
 from .store import Store
 
 __version__ = "0.1.0"
@@ -47,6 +63,14 @@ __version__ = "0.1.0"
 __all__ = (
     # the loop
     "start_loop",
+    "LoopOptions",
+    "current_call",
+    # batches
+    "map",
+    "MapHandle",
+    "finished_rows",
+    "RateLimit",
+    "set_rate_limit",
     "LoopHandle",
     "Status",
     "Message",

@@ -56,6 +56,7 @@ __all__ = (
     "ThinkingStep",
     "EvaluationRun",
     "ControlHandedOff",
+    "RowFinished",
     "AnyEvent",
     "EventBus",
     "default_bus",
@@ -432,13 +433,32 @@ class ControlHandedOff(Event):
     child_name: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RowFinished(Event):
+    """One row of a batch (``u.map``, ``%unity map``) ended; the store keeps it, so a resumed batch skips it."""
+
+    kind: Literal["row_finished"] = "row_finished"
+    row: str
+    """The row's key (its index label), JSON-encoded."""
+    position: int
+    """Where the row is in the input."""
+    status: Literal["finished", "failed", "stopped"]
+    answer: str | None = None
+    """The row's result, JSON-encoded (``None`` unless finished)."""
+    reason: str | None = None
+    """Why the row failed or stopped."""
+    child_id: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
 AnyEvent = Annotated[
     (
         LoopStarted | ModelRequested | ModelDelta | ModelResponse | ModelRetry | ToolStarted | ToolFinished |
         ToolOutput | ToolDisplay | CodeExecuted | VariablesChanged | ApprovalRequested | ApprovalDecided |
         ChildStarted | Steering | ClarificationRequested | ClarificationAnswered | Notification | LoopFinished |
         LoopFailed | RequestSubmitted | RequestFinished | ContextCompressed | ThinkingStep | EvaluationRun |
-        ControlHandedOff
+        ControlHandedOff | RowFinished
     ),
     Field(discriminator="kind"),
 ]

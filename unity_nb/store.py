@@ -84,7 +84,7 @@ SCHEMA_VERSION = len(MIGRATIONS)
 _SKIP = frozenset({"model_delta"})
 _FLUSH_NOW = frozenset({
     "model_request", "loop_started", "loop_finished", "loop_failed", "steering", "clarification_requested",
-    "approval_requested", "request_submitted", "request_finished", "control_handed_off",
+    "approval_requested", "request_submitted", "request_finished", "control_handed_off", "row_finished",
 })
 _FLUSH_AFTER = 0.5
 _LIVE = ("running", "paused", "waiting", "idle")

@@ -34,6 +34,15 @@ HELP = {
     "    --compress-at F of it (0.1 to 1, default 0.8), keeping the last --keep-last N (default 8).\n"
     "    --time-awareness: note the clock after tool results. --max-parallel-tools N (default 8).\n"
     "    Defaults: %config UnityMagics.<option with _> = value (e.g. UnityMagics.context_window = 32000).",
+    "map": "%unity map ITEMS [--name NAME] [--concurrency N] [--max-steps N] [--columns A,B] [--rate R]\n"
+    "           [--tool-timeout SECONDS] TASK\n"
+    "    Run TASK for every row of ITEMS (a Series, a DataFrame or a list in this notebook, e.g. papers.abstract)\n"
+    "    as one operation, in the background; returns its handle at once (await it for a Series aligned to\n"
+    "    ITEMS' index, or a DataFrame with --columns). TASK may name a row's values: Label {abstract}.\n"
+    "    --concurrency: rows at a time (default 8). --rate: requests to the model, e.g. 600/min or 10/s, shared\n"
+    "    by every operation using it. --columns a,b: each row answers with those fields.\n"
+    "    Pause, resume, stop and interject act on the whole batch; %unity resume NAME after a dead kernel\n"
+    "    skips the rows the store has as finished.",
     "submit": "%unity submit NAME REQUEST\n"
     "    Send another request to the --multi operation NAME while it works; returns the request's\n"
     "    handle (await it for its answer). It shares the operation's context and variables.",
@@ -86,6 +95,20 @@ def _fraction(value: str) -> float:
     return f
 
 
+def _columns(value: str) -> list[str]:
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    if not names or any(not n.isidentifier() for n in names):
+        raise ValueError(value)
+    return names
+
+
+def _seconds(value: str) -> float:
+    f = float(value)
+    if not 0 < f < float("inf"):
+        raise ValueError(value)
+    return f
+
+
 def _approval(value: str) -> str:
     if value not in ("never", "first", "always"):
         raise ValueError(value)
@@ -96,6 +119,7 @@ _TAKES: dict[Any, str] = {
     str: "a text", int: "a whole number", float: "a number of seconds", _approval: "one of never, first, always",
     _positive: "a whole number of at least 1", _tokens: "a number of tokens (a whole number of at least 64)",
     _fraction: "a fraction of the context window between 0.1 and 1 (e.g. 0.8)",
+    _columns: "names of fields separated by commas (e.g. method,confidence)", _seconds: "a number of seconds above 0",
 }
 _OPTIONS: dict[str, dict[str, Callable[[str], Any]]] = {
     "act": {
@@ -104,6 +128,10 @@ _OPTIONS: dict[str, dict[str, Callable[[str], Any]]] = {
         "--max-parallel-tools": _positive, "--managers": bool,
     },
     "model": {"--base-url": str, "--var": str},
+    "map": {
+        "--name": str, "--concurrency": _positive, "--max-steps": _positive, "--columns": _columns, "--rate": str,
+        "--tool-timeout": _seconds,
+    },
     "answer": {"--call": str},
 }
 SETTINGS: dict[str, Callable[[str], Any]] = {
@@ -138,6 +166,8 @@ class Command:
     options: dict = field(default_factory=dict)
     action: str | None = None
     """``%unity task``'s action: new, run, message or show."""
+    line: str = ""
+    """What followed the subcommand, and the cell's text on lines below it (``%unity map`` keeps it to resume)."""
 
 
 _MAX_ROWS = 2**63 - 1
@@ -224,7 +254,18 @@ def parse(line: str, cell: str | None = None) -> Command:
         return Command(sub, name=name, options=options)
     options, rest = _peel_options(sub, rest)
     cmd = Command(sub, options=options)
-    if sub == "act":
+    if sub == "map":
+        items, _, after = rest.partition(" ")
+        if not items:
+            raise _usage(sub, "%unity map needs the items: a Series, a DataFrame or a list in this notebook")
+        more, text = _peel_options(sub, after)
+        cmd.options.update(more)
+        cmd.name = items
+        cmd.line = "\n".join(t for t in (rest.strip(), (cell or "").strip()) if t)
+        cmd.text = "\n".join(t for t in (text, (cell or "").strip()) if t)
+        if not cmd.text:
+            raise _usage(sub, "%unity map needs a task after the items (and the options)")
+    elif sub == "act":
         cmd.text = "\n".join(t for t in (rest, (cell or "").strip()) if t)
         if not cmd.text:
             raise _usage(sub, "%unity act needs a task")

@@ -306,6 +306,29 @@ class UnityMagics(Magics):
         actor = self.actor(self.current_model(), cmd.options)
         return self.start(cmd.options.get("name"), lambda name: actor.act(cmd.text, name=name, **options))
 
+    def _map(self, cmd: Command, *, done: dict | None = None, name: str | None = None, notice: str = "") -> Any:
+        from .. import map as map_rows
+        from .._registry import registered_tools
+
+        try:
+            items = eval(cmd.name or "", self.user_ns)
+        except Exception as err:  # noqa: BLE001 - said back as a usage error
+            problem = f"cannot evaluate the items {cmd.name!r}: {type(err).__name__}: {err}"
+            raise UsageError(f"{problem}\n\n{HELP['map']}") from None
+        o = cmd.options
+        tools = [t for t in registered_tools() if not t.ref_only]
+        options: dict[str, Any] = {
+            "concurrency": o.get("concurrency", 8), "max_steps": o.get("max_steps", self.max_steps), "tools": tools,
+            "columns": o.get("columns"), "rate": o.get("rate"), "tool_timeout": o.get("tool_timeout"),
+        }
+        spec = f"[map] {cmd.line}"
+        return self.start(
+            name or o.get("name"),
+            lambda key: map_rows(items, cmd.text, model=self.current_model(), name=key, done=done, label=spec,
+                                 **options),
+            sub="map", notice=notice,
+        )
+
     def _show(self, handle: LoopHandle, key: str | None = None, *, notice: str = "") -> None:
         if not self.show_widgets:
             return

@@ -10,7 +10,7 @@ from IPython.core.error import UsageError
 
 from .._errors import UserError
 from ..loop import LoopHandle, Message
-from ._args import HELP, Command
+from ._args import HELP, Command, parse
 
 if TYPE_CHECKING:
     from ._magics import UnityMagics
@@ -173,6 +173,8 @@ def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
             f"{name!r} is not an operation of this kernel, and in the store it is {row['status']}: only one a dead "
             f"kernel left interrupted continues from the store\n\n{HELP['resume']}"
         )
+    if (row["task"] or "").startswith("[map] "):
+        return resume_map(magics, row)
     history = wire_history(store.transcript(row["uid"]))
     missing = sum(1 for m in history if m["role"] == "tool" and "no result was recorded" in str(m["content"]))
     model = magics.current_model()
@@ -188,3 +190,19 @@ def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
     return magics.start(
         row["name"], lambda key: actor.act(task, name=key, **options), sub="resume", notice=notice,
     )
+
+
+def resume_map(magics: UnityMagics, row: dict) -> LoopHandle:
+    """A batch a dead kernel left interrupted runs again from its ``%unity map`` line, skipping every row
+    the store has as finished."""
+    from ..batch import finished_rows
+
+    first, _, cell = row["task"].removeprefix("[map] ").partition("\n")
+    cmd = parse(f"map {first}", cell or None)
+    store = magics.store
+    done: dict = {}
+    for run in store.loops(name=row["name"]):  # every earlier run of this very batch, oldest first
+        if run["task"] == row["task"]:
+            done.update(finished_rows(store, run["uid"]))
+    notice = f"resumed from the store: {len(done)} row(s) finished before are kept, the rest run now."
+    return magics._map(cmd, done=done, name=row["name"], notice=notice)

@@ -2,6 +2,7 @@
 
 from ._answers import Evaluation, HandOff, Reference, ToolResult, cites_references, handoff
 from ._context import CallInfo, current_call, current_loop, forward_call, resolve_tool_value
+from ._engine import Engine
 from ._handle import LoopHandle
 from ._options import LoopOptions
 from ._policies import discovery_first
@@ -40,4 +41,5 @@ __all__ = (
     "VERBS",
     "Verb",
     "steering_entry",
+    "Engine",
 )

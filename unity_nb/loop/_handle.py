@@ -94,6 +94,9 @@ class LoopHandle:
     :meth:`tool_named`, and does work before each model call in :meth:`before_step`.
     """
 
+    engine_type: type[Engine] = Engine
+    """What drives the loop's task (a batch drives rows instead of model turns)."""
+
     def __init__(
         self,
         task: str,
@@ -177,7 +180,7 @@ class LoopHandle:
         self.turn = Turn(self, tools)
         self.runner = ToolRunner(self)
         self.router = Router(self)
-        self.engine = Engine(self)
+        self.engine = self.engine_type(self)
         outer = render_conversation(self.parent.transcript, "outer") if share_context and self.parent else None
         self.conversation.open(task, cfg.system, [*cfg.history, *(_context or ())], outer, multi=cfg.multi)
         if cfg.multi:
@@ -543,7 +546,7 @@ class LoopHandle:
         """:meth:`ask` without the ``await``: start the inspection loop and return its handle."""
         if not isinstance(question, str) or not question.strip():
             raise UserError("ask needs a non-empty question")
-        snapshot = inspection_prompt(self)
+        snapshot = self.inspection()
         self.steer("ask", question)
         ask_tool = VERBS["ask"].child_tool
         tools = [ask_tool(c) for c in self.live_children()] if ask_tool is not None else []
@@ -552,6 +555,10 @@ class LoopHandle:
             question, model=model, tools=tools, system=snapshot, name=f"ask-{self.name}", bus=self.bus,
             _kind="ask", _lineage=self.lineage, _adopt=False, max_steps=max_steps, **options,
         )
+
+    def inspection(self) -> str:
+        """The system prompt of a loop answering a question about this one (what :meth:`ask` starts)."""
+        return inspection_prompt(self)
 
     def post(self, message: str, *, kind: str = "message") -> None:
         """Deliver ``message`` to the model verbatim before its next call (like an interjection,

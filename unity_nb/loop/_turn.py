@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from .. import events as ev
 from .._errors import UserError
 from .._secrets import ScrubStream, scrub
-from ..models import ModelRequest, Reply
+from ..models import ModelRequest, Reply, rate_limit_of
 from ._answers import accepts_positional
 from ._policies import SUMMARY_PROMPT, SUMMARY_TAG, estimate_tokens, render_for_summary, split_for_compression
 from ._records import Message
@@ -80,6 +80,7 @@ class Turn:
         self._task: asyncio.Task | None = None
         self._interrupted = False
         self._summary_failed_at = -1
+        self._last_tokens = 0
         self.reset_streaming()
 
     # -- offered tools -----------------------------------------------------------------------
@@ -203,6 +204,9 @@ class Turn:
                 self.owner.emit(ev.ModelDelta, step=self.owner.steps, text=text, thinking=thinking)
 
     def on_retry(self, attempt: int, error: str, delay: float) -> None:
+        limit = rate_limit_of(self.owner.model)
+        if limit is not None and ("429" in error or "rate limit" in error.lower()):
+            limit.cooldown(delay)  # every loop calling this model waits, not only this one
         self.reset_streaming()
         self.owner.emit(ev.ModelRetry, attempt=attempt, error=error, delay=delay)
 
@@ -238,6 +242,9 @@ class Turn:
             tool_choice=choice if isinstance(choice, str) else "function",
             last_user=last_user,
         )
+        limit = rate_limit_of(h.model)
+        if limit is not None and not getattr(h.model, "limits_itself", False):
+            await limit.acquire(self._last_tokens)  # shared by every loop calling this model
         self.reset_streaming()
         self._interrupted = False
         task = h.event_loop.create_task(h.model.complete(request, _Sink(self._on_delta, self._on_thinking)))
@@ -255,6 +262,7 @@ class Turn:
             self._task = None
         self._flush_streaming()
         h.usage += reply.usage
+        self._last_tokens = reply.usage.input_tokens + reply.usage.output_tokens
         reply.content = scrub(reply.content)
         reply.thinking = scrub(getattr(reply, "thinking", None))
         reply.refusal = scrub(getattr(reply, "refusal", None))

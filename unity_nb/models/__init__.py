@@ -2,6 +2,7 @@
 
 from ._base import Model, ModelRequest, Reply, ToolCall, Usage, call_tool, retry_hook
 from ._cache import CachedModel
+from ._limits import RateLimit, rate_limit_of, set_rate_limit
 from ._openai import OpenAIModel
 from ._scripted import ScriptedModel
 
@@ -45,5 +46,5 @@ __all__ = (
     "call_tool",
     "default_model",
     "retry_hook",
-    "set_default_model",
+    "set_default_model", "RateLimit", "rate_limit_of", "set_rate_limit",
 )

@@ -1,0 +1,164 @@
+"""One rate limit per model, shared by every loop that calls it.
+
+``RateLimit(requests_per_minute=600, tokens_per_minute=200_000)`` spaces requests so that no
+rolling minute exceeds either budget; a 429 (or a provider's ``retry-after``) pauses every caller
+until it has passed, instead of each retrying on its own. Set one with
+``set_rate_limit(model, ...)``; :func:`rate_limit_of` finds it. A limit learned from a provider's
+``x-ratelimit-limit-*`` headers applies when the person set none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import math
+import time
+import weakref
+from typing import Any
+
+from .._errors import UserError
+
+__all__ = ("RateLimit", "rate_limit_of", "set_rate_limit")
+
+
+class RateLimit:
+    """Requests and tokens per minute, and a shared cool-down after a 429."""
+
+    def __init__(self, requests_per_minute: float | None = None, tokens_per_minute: float | None = None) -> None:
+        for label, value in (("requests_per_minute", requests_per_minute), ("tokens_per_minute", tokens_per_minute)):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0
+            ):
+                raise UserError(f"{label} takes a number above 0 (or None), not {value!r}")
+        self.requests_per_minute = requests_per_minute
+        self.tokens_per_minute = tokens_per_minute
+        self.learned = False
+        """True when the limits came from a provider's headers, not from the person."""
+        self._sent: collections.deque[float] = collections.deque()
+        self._tokens: collections.deque[tuple[float, int]] = collections.deque()
+        self._token_sum = 0
+        self._resume_at = 0.0
+        self._lock: asyncio.Lock | None = None
+        self.waits = 0
+        """Times a request had to wait for its turn."""
+        self.cooldowns = 0
+        """Times a 429 or a retry-after paused every caller."""
+
+    def __repr__(self) -> str:
+        return f"RateLimit(requests_per_minute={self.requests_per_minute}, tokens_per_minute={self.tokens_per_minute})"
+
+    @classmethod
+    def parse(cls, spec: Any) -> RateLimit:
+        """A ``RateLimit``, a number (requests a minute), ``"600/min"``, ``"10/s"``, or a dict of its arguments."""
+        if isinstance(spec, RateLimit):
+            return spec
+        if isinstance(spec, dict):
+            return cls(**spec)
+        if isinstance(spec, int | float) and not isinstance(spec, bool):
+            return cls(requests_per_minute=spec)
+        if isinstance(spec, str):
+            number, _, unit = spec.replace(" ", "").partition("/")
+            per = {"min": 1.0, "m": 1.0, "minute": 1.0, "s": 60.0, "sec": 60.0, "second": 60.0, "": 1.0}.get(unit)
+            try:
+                value = float(number)
+            except ValueError:
+                value = -1.0
+            if per is not None and value > 0:
+                return cls(requests_per_minute=value * per)
+        raise UserError(f"a rate is a number of requests a minute, '600/min', '10/s' or a RateLimit, not {spec!r}")
+
+    def _window(self, now: float) -> None:
+        while self._sent and now - self._sent[0] >= 60.0:
+            self._sent.popleft()
+        while self._tokens and now - self._tokens[0][0] >= 60.0:
+            self._token_sum -= self._tokens.popleft()[1]
+
+    def _delay(self, now: float, tokens: int) -> float:
+        delay = max(0.0, self._resume_at - now)
+        rpm, tpm = self.requests_per_minute, self.tokens_per_minute
+        if rpm is not None:
+            # spaced evenly (no burst of a minute's budget at once): one request every 60/rpm seconds
+            if self._sent:
+                delay = max(delay, self._sent[-1] + 60.0 / rpm - now)
+            if len(self._sent) >= rpm:
+                delay = max(delay, self._sent[0] + 60.0 - now)
+        if tpm is not None and self._tokens and self._token_sum + tokens > tpm:
+            need, freed = self._token_sum + tokens - tpm, 0
+            for t, n in self._tokens:
+                freed += n
+                if freed >= need:
+                    delay = max(delay, t + 60.0 - now)
+                    break
+        return delay
+
+    async def acquire(self, tokens: int = 0) -> None:
+        """Wait until a request of about ``tokens`` tokens may be sent, and count it."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:  # first come, first served
+            while True:
+                now = time.monotonic()
+                self._window(now)
+                delay = self._delay(now, tokens)
+                if delay <= 0:
+                    break
+                self.waits += 1
+                await asyncio.sleep(delay)
+            self._sent.append(now)
+            if tokens:
+                self._tokens.append((now, tokens))
+                self._token_sum += tokens
+
+    def cooldown(self, seconds: float) -> None:
+        """A 429 (or a retry-after): no caller sends anything for ``seconds``."""
+        if seconds > 0:
+            self._resume_at = max(self._resume_at, time.monotonic() + seconds)
+            self.cooldowns += 1
+
+    def learn(self, headers: Any) -> None:
+        """Take limits from a provider's ``x-ratelimit-limit-requests``/``-tokens`` headers (OpenAI's
+        names) unless the person set limits; a ``retry-after`` header starts a cool-down."""
+        get = getattr(headers, "get", None)
+        if get is None:
+            return
+        if self.learned or (self.requests_per_minute is None and self.tokens_per_minute is None):
+            for attr, key in (("requests_per_minute", "x-ratelimit-limit-requests"),
+                              ("tokens_per_minute", "x-ratelimit-limit-tokens")):
+                try:
+                    value = float(get(key) or 0)
+                except ValueError:
+                    value = 0
+                if value > 0:
+                    setattr(self, attr, value)
+                    self.learned = True
+        retry_after = get("retry-after")
+        if retry_after:
+            try:
+                self.cooldown(float(retry_after))
+            except ValueError:
+                pass
+
+
+_LIMITS: weakref.WeakKeyDictionary[Any, RateLimit] = weakref.WeakKeyDictionary()
+_BY_ID: dict[int, RateLimit] = {}
+
+
+def set_rate_limit(model: Any, limit: Any) -> RateLimit:
+    """Share ``limit`` (a :class:`RateLimit`, ``600``, ``"600/min"``, ``"10/s"``) among every loop calling ``model``."""
+    rate = RateLimit.parse(limit)
+    try:
+        _LIMITS[model] = rate
+    except TypeError:  # not weak-referenceable
+        _BY_ID[id(model)] = rate
+    return rate
+
+
+def rate_limit_of(model: Any, *, create: bool = False) -> RateLimit | None:
+    """The rate limit shared by the loops calling ``model`` (made empty, to learn from headers, when ``create``)."""
+    try:
+        found = _LIMITS.get(model)
+    except TypeError:
+        found = _BY_ID.get(id(model))
+    if found is None and create:
+        found = set_rate_limit(model, RateLimit())
+    return found
