@@ -134,6 +134,7 @@ class Lab:
         (self.root / NOTEBOOK.name).write_text(json.dumps(nb, indent=1), encoding="utf-8")
 
         data, settings = base / "data", base / "settings"
+        self.data_dir = data
         for plugin, values in {
             # no news, no update check: nothing is fetched and no toast covers the page
             "@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
@@ -444,6 +445,88 @@ def test_plans_wait_for_run_and_skip_clicks(lab, browser):
 
     APPROVAL_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     APPROVAL_SCREENSHOT.write_bytes(picture)
+
+
+# the third test: a live widget, then a notebook saved by an older version of the widget opened
+# beside it. anywidget keeps one <style> per _anywidget_id for the whole page, and the saved
+# widget brings its own _css: before, that replaced the live widget's stylesheet (plans lost
+# their syntax colours while an older notebook was open in another tab)
+STYLED_CELLS = [
+    "%load_ext unity_nb\nimport unity_nb as u\nx = 1",
+    """PLAN = "ready = True if x else None  # set it"
+styled_model = u.ScriptedModel(lambda m, t: u.call_tool("execute_code", code=PLAN, intent="set it"))
+%unity model --var styled_model""",
+    "h = %unity act --approval always --name styled Set it",
+]
+STALE_ESM = "export default { render({ el }) { el.innerHTML = '<span class=\"unb-stale-view\">older</span>'; } };"
+KEYWORD_COLOUR = "rgb(124, 58, 237)"  # .unb-k in widgets/handle.css
+
+
+def _stale_notebook() -> dict:
+    """A notebook saved with an older widget: its state (under the id every widget used then, with a
+    stylesheet that has no highlight rules) in the notebook's metadata, and a view of it in an output."""
+    import nbformat
+
+    sheet = (REPO / "widgets" / "handle.css").read_text(encoding="utf-8")
+    older = "\n".join(line for line in sheet.splitlines() if ".unb-k" not in line)
+    widget, layout = "0" * 31 + "1", "0" * 31 + "2"
+    base = {"_model_module": "@jupyter-widgets/base", "_model_module_version": "2.0.0"}
+    any_model = {"model_module": "anywidget", "model_module_version": "~0.11.*", "model_name": "AnyModel"}
+    state = {
+        layout: {"model_module": "@jupyter-widgets/base", "model_module_version": "2.0.0", "model_name": "LayoutModel",
+                 "state": {**base, "_model_name": "LayoutModel"}},
+        widget: {**any_model, "state": {
+            "_anywidget_id": "unity_nb.jupyter._widget.HandleWidget", "_css": older, "_esm": STALE_ESM,
+            "_model_module": "anywidget", "_model_module_version": "~0.11.*", "_model_name": "AnyModel",
+            "_view_module": "anywidget", "_view_module_version": "~0.11.*", "_view_name": "AnyView",
+            "layout": f"IPY_MODEL_{layout}", "nodes": [], "entries": {}, "asks": [], "notice": "",
+        }},
+    }
+    view = {"model_id": widget, "version_major": 2, "version_minor": 1}
+    data = {"application/vnd.jupyter.widget-view+json": view, "text/plain": "older"}
+    cell = nbformat.v4.new_code_cell(
+        "h = %unity act an older run", execution_count=1, outputs=[nbformat.v4.new_output("display_data", data)]
+    )
+    return nbformat.v4.new_notebook(cells=[cell], metadata={
+        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+        "widgets": {
+            "application/vnd.jupyter.widget-state+json": {"version_major": 2, "version_minor": 0, "state": state},
+        },
+    })
+
+
+def test_a_notebook_saved_by_an_older_version_does_not_restyle_the_live_widget(lab, browser):
+    import nbformat
+    from nbformat.sign import NotebookNotary
+    from playwright.sync_api import expect
+
+    nbformat.write(nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell(src) for src in STYLED_CELLS],
+        metadata={"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+    ), lab.root / "styled.ipynb")
+    stale = nbformat.from_dict(_stale_notebook())
+    # signed as its author's notebook would be (trusted: JupyterLab renders its saved widget)
+    NotebookNotary(data_dir=str(lab.data_dir)).sign(stale)
+    nbformat.write(stale, lab.root / "stale.ipynb")
+    page = browser.page
+    page.goto(f"{lab.url}/lab/workspaces/styles/tree/styled.ipynb?token={lab.token}")
+    expect(page.locator(".jp-NotebookPanel")).to_be_visible()
+    expect(page.locator("#jp-main-statusbar").get_by_role("button", name=KERNEL_IDLE)).to_be_visible()
+    page.locator("#jp-MainMenu").get_by_text("Run", exact=True).click()
+    page.get_by_role("menuitem", name=re.compile(r"^Run All Cells")).click()
+
+    styled = page.locator(".unb-node").filter(has=page.locator(".unb-name", has_text=re.compile(r"^styled$")))
+    keyword = styled.locator(".unb-approval pre.unb-python .unb-k").first
+    expect(keyword).to_have_text("True", timeout=60_000)
+    expect(keyword).to_have_css("color", KEYWORD_COLOUR)
+
+    # the older notebook opens in another tab: its saved widget comes back, with its own stylesheet
+    page.locator(".jp-DirListing-item", has_text="stale.ipynb").dblclick()
+    expect(page.locator(".unb-stale-view")).to_have_text("older", timeout=60_000)
+    page.locator(".lm-TabBar-tab", has_text="styled.ipynb").click()
+    expect(keyword).to_be_visible()
+    expect(keyword).to_have_css("color", KEYWORD_COLOUR)  # the plan keeps its colours
+    assert browser.outside == [], "the page requested something beyond the local server"
 
 
 # -- the widget's front end alone ----------------------------------------------------------------------

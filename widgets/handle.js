@@ -286,6 +286,7 @@ function render({ model, el }) {
   }
 
   for (const name of ["nodes", "entries", "asks", "notice"]) model.on(`change:${name}`, update);
+  model.on("change:_anywidget_id", () => root.setAttribute("data-unb-style", model.get("_anywidget_id") || ""));
   update();
   return () => views.clear();
 }

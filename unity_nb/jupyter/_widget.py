@@ -272,10 +272,10 @@ class HandleWidget(anywidget.AnyWidget):
 
     def __init__(self, handle: LoopHandle, *, max_hz: float = 10.0, **kwargs: Any) -> None:
         anywidget_id, css = style()
-        super().__init__(_esm=_asset("handle.js"), _css=css, **kwargs)
-        # after anywidget's __init__ (which sets the class's dotted name): the id names the version,
-        # so a notebook saved with another version cannot replace this one's stylesheet
-        self._anywidget_id = anywidget_id
+        # the id names the version (anywidget's default is the class's dotted name), so a notebook
+        # saved with another version cannot replace this one's stylesheet; given here, it is in the
+        # state the widget opens with, before any view renders
+        super().__init__(_esm=_asset("handle.js"), _css=css, _anywidget_id=anywidget_id, **kwargs)
         self.handle = handle
         self.commands: dict[str, Command] = dict(COMMANDS)
         """This widget's buttons (a copy of :data:`COMMANDS`)."""
