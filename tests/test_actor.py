@@ -7,9 +7,9 @@ import re
 
 import pandas as pd
 import pytest
+from conftest import assert_every_call_answered_once, tool_messages
 
 import unity_nb as u
-from conftest import assert_every_call_answered_once, tool_messages
 
 
 def plans(*steps, answer="done"):
@@ -104,7 +104,7 @@ async def test_a_failing_plan_reports_its_changes_and_points_at_its_own_line(bus
     assert "variables changed:\n- keep: list, length 3" in text
     assert "variables deleted: gone" in text
     assert "never" not in ns and ns["untouched"] == {"k": 1} and ns["keep"] == [1, 2, 3]
-    call = [c for m in model.requests[-1].messages if m.get("tool_calls") for c in m["tool_calls"]][0]
+    call = next(c for m in model.requests[-1].messages if m.get("tool_calls") for c in m["tool_calls"])
     assert json.loads(call["function"]["arguments"])["code"].startswith("created = 1")
 
 
@@ -149,13 +149,15 @@ async def test_output_is_captured_and_long_output_is_truncated_saying_so(bus):
     assert "truncated: 16,001 characters omitted" in text
     assert "stderr:\nto stderr" in text
     assert len(text) < 5000
-    rec = [c for m in h.transcript for c in m.tool_calls][0]
+    rec = next(c for m in h.transcript for c in m.tool_calls)
     assert len(rec.output) > 20000  # the person's record keeps it all
 
 
 async def test_protected_names_are_restored(bus):
     ns = {"In": ["cell"], "data": 1}
-    model = u.ScriptedModel(plans("primitives = None\nfinal_answer = print\nIn = 'clobbered'\ndata = 2", "ok = callable(final_answer)"))
+    model = u.ScriptedModel(
+        plans("primitives = None\nfinal_answer = print\nIn = 'clobbered'\ndata = 2", "ok = callable(final_answer)")
+    )
     h = u.act("clobber", model=model, namespace=ns, bus=bus)
     await h
     first, _ = results(model)
@@ -194,7 +196,7 @@ async def test_code_timeout_interrupts_a_plan_spinning_without_awaiting(bus):
     model = u.ScriptedModel(plans("n = 0\nwhile True:\n    n += 1", "after = n > 0"))
     h = u.act("spin", model=model, namespace={}, code_timeout=0.3, bus=bus)
     assert await h == "done"
-    first, second = results(model)
+    first, _second = results(model)
     assert first.startswith("success: false") and "code_timeout=0.3 s" in first
     assert re.search(r'File "<plan [^>]+>", line [23], in <module>', first)  # the plan's own line
     assert h.namespace["after"] is True  # what the plan did before it was interrupted is kept
@@ -352,7 +354,9 @@ async def test_primitives_are_awaited_in_plans_and_their_loops_are_children(bus)
         """Add two numbers (runs in a worker thread)."""
         return a + b
 
-    model = u.ScriptedModel(plans("answer = await primitives.notes.ask('hello?')\ntotal = await primitives.maths.add(2, 3)"))
+    model = u.ScriptedModel(
+        plans("answer = await primitives.notes.ask('hello?')\ntotal = await primitives.maths.add(2, 3)")
+    )
     ns = {}
     h = u.act("use primitives", model=model, namespace=ns, primitives={"notes": Notes(), "maths": [add]}, bus=bus)
     await h
@@ -372,7 +376,9 @@ async def test_registered_primitives_and_clear_errors(bus):
 
     try:
         assert u.registered_primitives()["mine"]["triple"] is triple
-        model = u.ScriptedModel(plans("t = await primitives.mine.triple(4)", "primitives.mine.nothing", "primitives.other"))
+        model = u.ScriptedModel(
+            plans("t = await primitives.mine.triple(4)", "primitives.mine.nothing", "primitives.other")
+        )
         ns = {}
         await u.act("triple", model=model, namespace=ns, bus=bus)
         assert ns["t"] == 12
@@ -419,7 +425,9 @@ async def test_approval_first_waits_for_run_and_skip_tells_the_model(bus):
     h = u.act("approve", model=model, namespace=ns, approval="first", bus=bus)
     requested = await h.wait_for("approval_requested", timeout=10)
     assert h.status == "waiting" and "a" not in ns
-    assert h.pending_approvals == [{"call_id": requested.call_id, "code": "a = 1", "intent": "step 1", "loop": h.name, "loop_id": h.id}]
+    assert h.pending_approvals == [
+        {"call_id": requested.call_id, "code": "a = 1", "intent": "step 1", "loop": h.name, "loop_id": h.id}
+    ]
     with pytest.raises(u.UserError, match="no plan with call_id 'nope'"):
         await h.skip("nope")
     await h.skip(reason="not that way")
@@ -476,7 +484,8 @@ async def test_ask_sees_the_plans_and_their_outputs(bus):
     async def reply(messages, tools):
         if messages[0]["content"].startswith("You are inspecting"):
             context = messages[0]["content"]
-            return "I see: " + ("PLAN-MARKER" if "PLAN-MARKER" in context else "") + (" OUT-42" if "OUT-42" in context else "")
+            seen = ("PLAN-MARKER" if "PLAN-MARKER" in context else "") + (" OUT-42" if "OUT-42" in context else "")
+            return "I see: " + seen
         done = tool_messages(messages)
         if not done:
             return u.call_tool("execute_code", code="x = 'PLAN-MARKER'\nprint('OUT-' + str(6 * 7))", intent="mark")

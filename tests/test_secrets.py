@@ -9,10 +9,10 @@ import textwrap
 
 import nbformat
 import pytest
+from conftest import tool_messages
 from nbclient import NotebookClient
 
 import unity_nb as u
-from conftest import tool_messages
 from unity_nb.jupyter._widget import HandleWidget, render_html
 from unity_nb.store import Store
 
@@ -60,13 +60,16 @@ async def test_a_secret_is_used_by_reference_and_found_nowhere(secret, tmp_path)
     assert SEEN_BY_TOOL[-1] == f"Bearer {VALUE}"  # the tool got the value
     assert ns["tok"] == VALUE  # the plan had it
     results = [m["content"] for m in tool_messages(model.requests[-1].messages)]
-    assert "token is <<secret:API_TOKEN>>" in results[0] and "value of the last expression: str: '<<secret:API_TOKEN>>'" in results[0]
+    assert "token is <<secret:API_TOKEN>>" in results[0]
+    assert "value of the last expression: str: '<<secret:API_TOKEN>>'" in results[0]
     assert "the service answered to Bearer <<secret:API_TOKEN>>" in results[1]
     assert "bad token <<secret:API_TOKEN>>" in results[2]
     assert "API_TOKEN (the test service)" in model.requests[0].messages[0]["content"]  # the model knows the name
     places = {
         "requests to the model": json.dumps([r.messages for r in model.requests]),
-        "transcript": json.dumps([[m.content, [(c.arguments, c.result, c.output, c.displays) for c in m.tool_calls]] for m in h.transcript]),
+        "transcript": json.dumps(
+            [[m.content, [(c.arguments, c.result, c.output, c.displays) for c in m.tool_calls]] for m in h.transcript]
+        ),
         "events": json.dumps([e.model_dump_json() for e in h.events]),
         "widget state": json.dumps({"nodes": w.nodes, "entries": w.entries}),
         "snapshot": render_html(h),
@@ -88,7 +91,7 @@ async def test_a_secret_typed_as_a_clarification_answer_is_scrubbed_too(secret, 
     bus = u.EventBus()
     store = Store(tmp_path / "s.db")
     store.attach(bus)
-    script = lambda m, t: u.call_tool("login") if not tool_messages(m) else "done: " + tool_messages(m)[0]["content"]  # noqa: E731
+    script = lambda m, t: u.call_tool("login") if not tool_messages(m) else "done: " + tool_messages(m)[0]["content"]
     h = u.start_loop("log in", model=u.ScriptedModel(script), tools=[login], bus=bus, name="login")
     question = await h.next_clarification()
     await h.answer_clarification(question["call_id"], f"use {VALUE}")
@@ -109,9 +112,10 @@ async def test_a_secret_typed_as_a_clarification_answer_is_scrubbed_too(secret, 
 async def test_a_secret_in_a_reference_is_scrubbed_from_the_references_the_widget_lists(secret):
     def fetch(url: str) -> u.ToolResult:
         """Fetch a page."""
-        return u.ToolResult("fetched", references=[u.Reference(f"token {VALUE}", f"body {VALUE}", url=f"{url}?key={VALUE}")])
+        ref = u.Reference(f"token {VALUE}", f"body {VALUE}", url=f"{url}?key={VALUE}")
+        return u.ToolResult("fetched", references=[ref])
 
-    script = lambda m, t: u.call_tool("fetch", url="https://example.invalid") if not tool_messages(m) else "see [1]"  # noqa: E731
+    script = lambda m, t: u.call_tool("fetch", url="https://example.invalid") if not tool_messages(m) else "see [1]"
     h = u.start_loop("fetch it", model=u.ScriptedModel(script), tools=[fetch], bus=u.EventBus())
     w = HandleWidget(h)
     assert await h == "see [1]"
@@ -146,7 +150,9 @@ def test_a_display_bundle_is_scrubbed_in_text_svg_and_json_but_binary_images_are
 
 PLANS_IN_PIECES = {
     "one character a write": "print(*get_secret('API_TOKEN'), sep='')",
-    "two halves": "import sys\ntok = get_secret('API_TOKEN')\nsys.stdout.write(tok[:9])\nsys.stdout.write(tok[9:] + '\\n')",
+    "two halves": (
+        "import sys\ntok = get_secret('API_TOKEN')\nsys.stdout.write(tok[:9])\nsys.stdout.write(tok[9:] + '\\n')"
+    ),
 }
 
 
@@ -188,7 +194,9 @@ def scan_everywhere(h, w, store, tmp_path):
         "the call's output": rec.output,
         "the ToolOutput events joined": "".join(e.text for e in h.events if e.kind == "tool_output"),
         "events": json.dumps([e.model_dump_json() for e in h.events]),
-        "transcript": json.dumps([[m.content, [(c.arguments, c.result, c.output) for c in m.tool_calls]] for m in h.transcript]),
+        "transcript": json.dumps(
+            [[m.content, [(c.arguments, c.result, c.output) for c in m.tool_calls]] for m in h.transcript]
+        ),
         "widget state": json.dumps({"nodes": w.nodes, "entries": w.entries}),
         "Store.transcript()": json.dumps([(c.output, c.result) for c in rebuilt]),
     }
@@ -260,7 +268,8 @@ async def test_a_secret_a_model_streams_over_several_deltas_is_found_in_none(sec
         assert len(deltas) > 3
         assert answer == "the token is <<secret:API_TOKEN>>, and again: sk-li|<<secret:API_TOKEN>>"
         assert "".join(deltas) == answer  # nothing lost, nothing shown twice
-        assert not any(VALUE in text for text in seen) and VALUE not in json.dumps([e.model_dump_json() for e in h.events])
+        assert not any(VALUE in text for text in seen)
+        assert VALUE not in json.dumps([e.model_dump_json() for e in h.events])
 
 
 async def test_no_piece_of_a_value_shows_where_the_models_view_of_long_output_is_cut(secret):
@@ -316,7 +325,8 @@ NOTEBOOK = [
         def script(messages, tools):
             done = [m for m in messages if m["role"] == "tool"]
             if not done:
-                return u.call_tool("execute_code", code="print('token', get_secret('API_TOKEN'))\\nget_secret('API_TOKEN')", intent="show it")
+                code = "print('token', get_secret('API_TOKEN'))\\nget_secret('API_TOKEN')"
+                return u.call_tool("execute_code", code=code, intent="show it")
             return "finished"
 
         m = u.ScriptedModel(script)
@@ -332,7 +342,8 @@ def test_a_saved_notebook_holds_no_secret(tmp_path, monkeypatch):
     monkeypatch.setenv("UNB_TEST_TOKEN", VALUE)
     monkeypatch.setenv("UNITY_NB_STORE", str(tmp_path / "nb.db"))
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in NOTEBOOK])
-    NotebookClient(nb, timeout=60, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}, store_widget_state=True).execute()
+    resources = {"metadata": {"path": str(tmp_path)}}
+    NotebookClient(nb, timeout=60, kernel_name="python3", resources=resources, store_widget_state=True).execute()
     path = tmp_path / "saved.ipynb"
     nbformat.write(nb, path)
     saved = path.read_text()
@@ -378,7 +389,8 @@ async def test_a_value_with_quotes_and_backslashes_reaches_the_model_in_no_form(
     steps = [
         "get_secret('QUOTED')",  # the last expression's value, shown as a repr
         "[get_secret('QUOTED')]",
-        "import json\nprint(json.dumps({'pw': get_secret('QUOTED')}))\nprint(repr(get_secret('QUOTED')))\nmine = get_secret('QUOTED')",
+        "import json\nprint(json.dumps({'pw': get_secret('QUOTED')}))\nprint(repr(get_secret('QUOTED')))\n"
+        "mine = get_secret('QUOTED')",
     ]
 
     def script(messages, tools):
@@ -398,7 +410,8 @@ async def test_a_value_with_quotes_and_backslashes_reaches_the_model_in_no_form(
         "requests to the model": "\n".join(sent),
         "tool results": "\n".join(results),
         "transcript": "\n".join(
-            [m.content or "" for m in h.transcript] + [c.output + (c.result or "") for m in h.transcript for c in m.tool_calls]
+            [m.content or "" for m in h.transcript]
+            + [c.output + (c.result or "") for m in h.transcript for c in m.tool_calls]
         ),
         "events": "\n".join(e.model_dump_json() for e in h.events),
     }
@@ -425,7 +438,9 @@ async def test_a_thread_a_plan_started_prints_after_the_plan_ended_into_the_plan
         "t.start()"
     )
     ns = {"go": go}
-    script = lambda m, t: u.call_tool("execute_code", code=code, intent="leave a thread") if not tool_messages(m) else "done"  # noqa: E731
+    def script(m, t):
+        return u.call_tool("execute_code", code=code, intent="leave a thread") if not tool_messages(m) else "done"
+
     h = u.act("start a thread", model=u.ScriptedModel(script), namespace=ns, bus=bus)
     assert await h == "done"
     go.set()
@@ -460,7 +475,8 @@ AFTER_PLAN_NOTEBOOK = [
     "h = %unity act --name threads leave a thread",
     "await h",
     "go.set()\nt.join(60)\nprint('the next cell')",
-    "late = await h.wait_for('tool_output', lambda e: 'late' in e.text, timeout=20)\nprint('record:', [c for m in h.transcript for c in m.tool_calls][0].output)",
+    "late = await h.wait_for('tool_output', lambda e: 'late' in e.text, timeout=20)\n"
+    "print('record:', [c for m in h.transcript for c in m.tool_calls][0].output)",
 ]
 
 
@@ -468,7 +484,8 @@ def test_a_thread_a_plan_started_leaks_nothing_into_the_next_cell_or_the_saved_n
     monkeypatch.setenv("UNB_TEST_TOKEN", VALUE)
     monkeypatch.setenv("UNITY_NB_STORE", str(tmp_path / "nb.db"))
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in AFTER_PLAN_NOTEBOOK])
-    client = NotebookClient(nb, timeout=90, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}, allow_errors=True)
+    resources = {"metadata": {"path": str(tmp_path)}}
+    client = NotebookClient(nb, timeout=90, kernel_name="python3", resources=resources, allow_errors=True)
     client.execute()  # errors allowed: where the late output went is the point
     path = tmp_path / "saved.ipynb"
     nbformat.write(nb, path)
