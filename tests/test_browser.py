@@ -700,6 +700,10 @@ async def test_the_newest_plan_is_expanded_earlier_ones_collapse_and_code_stands
     assert backgrounds[0] != backgrounds[1], backgrounds
     edges = [await x.evaluate("e => getComputedStyle(e).borderLeftColor") for x in (code, result)]
     assert edges[0] != edges[1], edges
+    # the person collapses the running plan: a later update leaves it collapsed
+    await calls.nth(2).locator("summary").click(delay=PRESS)
+    await harness.show(w)
+    assert [await c.evaluate("d => d.open") for c in await calls.all()] == [True, False, False]
     # the operation ends: the newest plan collapses too, and the one the person opened stays open
     ns["gate"].set()
     assert await asyncio.wait_for(h, 20) == "done"

@@ -7,6 +7,12 @@ code can do. A click may arrive on another thread (a kernel subshell's): it is c
 handle's event loop and queued behind earlier clicks (see ``_clicks``). Without a kernel (a
 saved notebook, nbconvert, GitHub) the mimebundle's ``text/html`` snapshot shows the
 transcript, and ``text/plain`` is the handle's repr.
+
+What a button does is an entry of :data:`COMMANDS` (action name -> :class:`Command`). The
+stylesheet is the installed package's, under an anywidget id naming its version (see
+:func:`style`), so widget state saved in a notebook cannot restyle a live widget. Beside the
+handles' state, the widget keeps what they do not: the retry a loop is waiting out (from its
+``model_retry`` events, cleared when the call proceeds) and the text a Stop cut off.
 """
 
 from __future__ import annotations
