@@ -654,6 +654,9 @@ async def test_a_saved_notebooks_stylesheet_does_not_restyle_the_live_widget(har
     keyword = widget.locator(".unb-approval pre.unb-python .unb-k").first
     await expect(keyword).to_have_text("True")
     await expect(keyword).to_have_css("color", "rgb(124, 58, 237)")
+    # its code shows once, in the approval box: its call in the transcript stays collapsed
+    await expect(widget.locator("pre.unb-python")).to_have_count(2)
+    await expect(widget.locator("pre.unb-python").filter(visible=True)).to_have_count(1)
     # then a notebook saved with an older version opens: anywidget loads its saved _css under its saved id
     sheet = (REPO / "widgets" / "handle.css").read_text(encoding="utf-8")
     older = "\n".join(line for line in sheet.splitlines() if ".unb-k" not in line)

@@ -238,11 +238,12 @@ function render({ model, el }) {
           else if (d.open) v.userOpen.add(id);
           else v.userOpen.delete(id);
         }
+        const waiting = new Set((node.approvals || []).map((a) => a.call_id));
         const plans = plansOf(entries[node.id]);
-        const current = ended ? null : plans[plans.length - 1];
+        // (a plan waiting for approval shows its code in the approval box above: not twice)
+        const current = ended || waiting.has(plans[plans.length - 1]) ? null : plans[plans.length - 1];
         v.autoOpen = new Set(current && !v.userClosed.has(current) ? [current] : []);
         const isOpen = (id) => v.userOpen.has(id) || v.autoOpen.has(id);
-        const waiting = new Set((node.approvals || []).map((a) => a.call_id));
         v.transcript.innerHTML = "";
         let failed = false;
         for (const e of entries[node.id] || []) {
