@@ -201,13 +201,14 @@ def snapshot(
     """
     out = {}
     hidden_names, module, cached = HIDDEN_NAMES, types.ModuleType, _CACHE.get
-    trusted, hinted = (trust or {}).get, (hint or {}).get
+    hinted = (hint or {}).get
     for name, value in list(ns.items()):
         key = id(value)
-        fp = trusted(name)
-        if fp is not None and fp[0] == key:
-            out[name] = fp
-            continue
+        if trust is not None:
+            fp = trust.get(name)
+            if fp is not None and fp[0] == key:
+                out[name] = fp
+                continue
         fp = hinted(name)
         if fp is None or fp[0] != key:  # not known as a user variable bound to this object: filter
             if name[:1] == "_" or name in hidden_names or isinstance(value, module):
