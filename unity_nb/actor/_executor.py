@@ -294,15 +294,18 @@ class Executor:
         stdout: list[str] = []
         stderr: list[str] = []
         displays: list[dict] = []
+        running = [True]  # a thread the plan started may write after it ended: only on_output gets that
 
         def on_write(text: str, stream: str = "stdout") -> None:
-            (stderr if stream == "stderr" else stdout).append(text)
+            if running[0]:
+                (stderr if stream == "stderr" else stdout).append(text)
             if on_output is not None:
                 on_output(text, stream)
 
         def on_pub(data: dict, metadata: dict) -> None:
             bundle = {"data": _keep(data), "metadata": metadata}
-            displays.append(bundle)
+            if running[0]:
+                displays.append(bundle)
             if on_display is not None:
                 on_display(bundle)
 
@@ -355,6 +358,7 @@ class Executor:
             _output.display_output.reset(disp_token)
             result.restored = self._restore(protected_before)
             self._collect_figures(figures_before, on_pub)
+            running[0] = False
             result.stdout, result.stderr = "".join(stdout), "".join(stderr)
         if result.has_value:
             data, md = self._format(result.value)
