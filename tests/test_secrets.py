@@ -494,3 +494,41 @@ def test_a_thread_a_plan_started_leaks_nothing_into_the_next_cell_or_the_saved_n
     assert "the next cell" in next_cell and "late" not in next_cell
     assert "record: late <<secret:API_TOKEN>>" in json.dumps(nb.cells[5].outputs)
     assert VALUE not in saved
+
+
+async def test_a_thread_a_tool_started_prints_after_the_call_ended_into_the_calls_record(secret, routed, bus, capsys):
+    import threading
+
+    routed()
+    go = threading.Event()
+    started: list[threading.Thread] = []
+
+    def start_worker() -> str:
+        """Start a worker that prints the token later."""
+        t = threading.Thread(target=lambda: (go.wait(30), print("worker", u.get_secret("API_TOKEN"))), daemon=True)
+        t.start()
+        started.append(t)
+        return "started"
+
+    script = lambda m, t: u.call_tool("start_worker") if not tool_messages(m) else "done"
+    h = u.start_loop("work", model=u.ScriptedModel(script), tools=[start_worker], bus=bus)
+    assert await h == "done"
+    go.set()
+    late = await h.wait_for("tool_output", lambda e: "worker" in e.text, timeout=10)
+    assert late.text == "worker <<secret:API_TOKEN>>\n"
+    assert next(c for m in h.transcript for c in m.tool_calls).output == "worker <<secret:API_TOKEN>>\n"
+    out = capsys.readouterr()
+    assert "worker" not in out.out and VALUE not in out.out + out.err
+    await asyncio.to_thread(started[0].join, 10)
+
+
+def test_what_belongs_to_no_call_passes_through_scrubbed(secret, routed, capsys):
+    import threading
+
+    routed()
+    print("mine", VALUE)  # a cell's own print
+    t = threading.Thread(target=lambda: print("thread", repr(VALUE)))  # a thread started outside any call
+    t.start()
+    t.join(10)
+    out = capsys.readouterr().out
+    assert "mine <<secret:API_TOKEN>>" in out and "thread '<<secret:API_TOKEN>>'" in out and VALUE not in out
