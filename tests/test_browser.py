@@ -790,6 +790,20 @@ async def test_the_transcript_is_capped_and_follows_the_newest_entry_unless_scro
     at, bottom = await scroll_state(box)
     assert at == bottom
     await expect(entries.last).to_be_in_viewport()
+
+    # the person opens the newest call to read it: the next entries do not scroll it away
+    newest = await widget.locator(".unb-transcript details.unb-call").last.get_attribute("data-call")
+    call = widget.locator(f'.unb-transcript details.unb-call[data-call="{newest}"]')
+    await call.locator("summary").click(delay=PRESS)
+    await expect(call.locator(".unb-result")).to_be_visible()
+    reading_at, _ = await scroll_state(box)
+    await step(2)
+    await harness.show(w)
+    await expect(entries).to_have_count(28)
+    at, _ = await scroll_state(box)
+    assert at == reading_at
+    await expect(call).to_have_js_property("open", True)
+    await expect(call.locator("summary")).to_be_in_viewport()
     await h.stop()
 
 

@@ -174,6 +174,9 @@ function render({ model, el }) {
       autoOpen: new Set(), userOpen: new Set(), userClosed: new Set(), // which plans are expanded, and who decided
     };
     scroll.addEventListener("scroll", () => { v.follow = nearBottom(scroll); });
+    // a person opening a call to read it: the box stays put unless that left it at the bottom
+    // (toggle does not bubble; the widget's own openings come before it scrolls, so they leave it following)
+    transcript.addEventListener("toggle", () => { v.follow = nearBottom(scroll); }, true);
     views.set(node.id, v);
     return v;
   }
