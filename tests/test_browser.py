@@ -876,4 +876,8 @@ async def test_a_fragment_cut_off_by_stop_is_marked(harness):
     await expect(cut).to_have_count(1)
     await expect(cut).to_contain_text("word word")
     await expect(cut).to_contain_text("… [cut off by stop]")
+    # in the order it happened: the fragment, then the stop
+    transcript = widget.locator(".unb-transcript > .unb-entry")
+    await expect(transcript.last).to_have_text("steering [stopped by the user: enough]")
+    await expect(transcript.nth(-2)).to_have_class(re.compile("unb-cutoff"))
     await expect(widget.locator(".unb-streaming")).to_have_text("")

@@ -256,9 +256,12 @@ function render({ model, el }) {
         }
         // a failure once: the transcript's own entry says it, when there is one
         if (node.error && !failed) v.transcript.append(h("div", { class: "unb-entry unb-error" }, node.error));
-        if (node.cut_off) {
-          v.transcript.append(h("div", { class: "unb-entry unb-cutoff" }, h("span", { class: "unb-text" }, node.cut_off),
-            h("span", { class: "unb-cut" }, " … [cut off by stop]")));
+        if (node.cut_off) { // what was streaming when Stop came: before the stop's own entry, when that is last
+          const cut = h("div", { class: "unb-entry unb-cutoff" }, h("span", { class: "unb-text" }, node.cut_off),
+            h("span", { class: "unb-cut" }, " … [cut off by stop]"));
+          const last = v.transcript.lastElementChild;
+          if (last && last.classList.contains("unb-steering")) last.before(cut);
+          else v.transcript.append(cut);
         }
         if (node.references && node.references.length) {
           const refs = h("div", { class: "unb-references" }, h("span", { class: "unb-label" }, "references"));
