@@ -10,7 +10,13 @@ over a kernel subshell by default: the clicks take the same path as a person's.)
 the same server, writes a small notebook whose actor runs with ``--approval always``: the first
 plan is run with the Run button, the second skipped with a reason typed beside Skip, and a cell
 run afterwards shows that only the first plan ran (its picture of the waiting plan goes to
-``tests/artifacts/approval.png``).
+``tests/artifacts/approval.png``). A third opens, beside a live widget, a notebook saved by an
+older version of the widget (its state in the notebook): the live plan keeps its syntax colours.
+
+The tests after those need no JupyterLab: Chromium loads the installed ``handle.js`` with a
+stand-in for anywidget's model, fed the state a real HandleWidget computed in this process (see
+"the widget's front end alone" below): the transcript's capped, following scroll box, which
+plans are expanded, a retry line, a failure shown once, a fragment cut off by Stop.
 
 Only loopback: the server listens on 127.0.0.1 with a token and fetches nothing (news,
 update checks and the extension manager's PyPI look-ups are off), the page may request nothing
