@@ -107,7 +107,7 @@ def _check(event: Event) -> None:
             raise ValueError(f"{cls.__name__}.{name} takes one of {sorted(allowed)}, not {value!r}")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class Event:
     """Base of all events: which loop, where in the tree, when.
 
@@ -133,6 +133,18 @@ class Event:
         if type(self.lineage) is not tuple:
             _set(self, "lineage", tuple(self.lineage))
         _check(self)
+
+    # one __eq__, __hash__ and __repr__ for every kind (generated per class, they cost import time)
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, n) == getattr(other, n) for n in _names(type(self)))
+
+    def __hash__(self) -> int:
+        return hash(tuple(getattr(self, n) for n in _names(type(self))))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{n}={getattr(self, n)!r}' for n in _names(type(self)))})"
 
     def model_dump(self, *, mode: str = "python", include: Iterable[str] | None = None,
                    exclude: Iterable[str] | None = None) -> dict[str, Any]:
@@ -190,7 +202,7 @@ class Event:
         return cls.model_validate(json.loads(text))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class LoopStarted(Event):
     kind: Literal["loop_started"] = "loop_started"
     name: str
@@ -199,7 +211,7 @@ class LoopStarted(Event):
     parent_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ModelRequested(Event):
     kind: Literal["model_request"] = "model_request"
     step: int
@@ -212,7 +224,7 @@ class ModelRequested(Event):
     """The text of the newest user message in the request (interjections show here)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ModelDelta(Event):
     kind: Literal["model_delta"] = "model_delta"
     step: int
@@ -221,7 +233,7 @@ class ModelDelta(Event):
     """True for a piece of the model's reasoning (where the provider streams it), not of its answer."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ModelResponse(Event):
     kind: Literal["model_response"] = "model_response"
     step: int
@@ -237,7 +249,7 @@ class ModelResponse(Event):
     """The model declined: its words (or the provider's content filter said so)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ModelRetry(Event):
     kind: Literal["model_retry"] = "model_retry"
     attempt: int
@@ -245,7 +257,7 @@ class ModelRetry(Event):
     delay: float
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ToolStarted(Event):
     kind: Literal["tool_started"] = "tool_started"
     call_id: str
@@ -253,7 +265,7 @@ class ToolStarted(Event):
     arguments: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ToolFinished(Event):
     kind: Literal["tool_finished"] = "tool_finished"
     call_id: str
@@ -263,7 +275,7 @@ class ToolFinished(Event):
     duration: float = 0.0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ToolOutput(Event):
     kind: Literal["tool_output"] = "tool_output"
     call_id: str
@@ -272,7 +284,7 @@ class ToolOutput(Event):
     """Text the tool printed (routed here by the notebook layer instead of into a cell)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ToolDisplay(Event):
     kind: Literal["tool_display"] = "tool_display"
     call_id: str
@@ -280,7 +292,7 @@ class ToolDisplay(Event):
     """A rich output (a DataFrame, a figure) a plan displayed; it shows in the widget."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class CodeExecuted(Event):
     kind: Literal["code_executed"] = "code_executed"
     call_id: str
@@ -293,7 +305,7 @@ class CodeExecuted(Event):
     final: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class VariablesChanged(Event):
     kind: Literal["variables_changed"] = "variables_changed"
     call_id: str | None
@@ -303,7 +315,7 @@ class VariablesChanged(Event):
     deleted: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ApprovalRequested(Event):
     kind: Literal["approval_requested"] = "approval_requested"
     call_id: str
@@ -311,7 +323,7 @@ class ApprovalRequested(Event):
     intent: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ApprovalDecided(Event):
     kind: Literal["approval_decided"] = "approval_decided"
     call_id: str
@@ -319,7 +331,7 @@ class ApprovalDecided(Event):
     reason: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ChildStarted(Event):
     kind: Literal["child_started"] = "child_started"
     child_id: str
@@ -327,7 +339,7 @@ class ChildStarted(Event):
     call_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class Steering(Event):
     kind: Literal["steering"] = "steering"
     action: Literal["pause", "resume", "interject", "stop", "ask"]
@@ -336,28 +348,28 @@ class Steering(Event):
     """The request an interjection or a stop is about (multi-request loops)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ClarificationRequested(Event):
     kind: Literal["clarification_requested"] = "clarification_requested"
     call_id: str
     question: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ClarificationAnswered(Event):
     kind: Literal["clarification_answered"] = "clarification_answered"
     call_id: str
     answer: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class Notification(Event):
     kind: Literal["notification"] = "notification"
     call_id: str | None
     text: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class LoopFinished(Event):
     kind: Literal["loop_finished"] = "loop_finished"
     status: Literal["finished", "stopped"]
@@ -366,14 +378,14 @@ class LoopFinished(Event):
     steps: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class LoopFailed(Event):
     kind: Literal["loop_failed"] = "loop_failed"
     error: str
     steps: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class RequestSubmitted(Event):
     """A request reached a multi-request loop (the first one is the task)."""
 
@@ -382,7 +394,7 @@ class RequestSubmitted(Event):
     text: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class RequestFinished(Event):
     kind: Literal["request_finished"] = "request_finished"
     request_id: str
@@ -391,7 +403,7 @@ class RequestFinished(Event):
     reason: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ContextCompressed(Event):
     """The older part of the conversation the model receives was replaced by a summary
     (the transcript keeps everything)."""
@@ -405,7 +417,7 @@ class ContextCompressed(Event):
     """How many messages the summary replaced."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ThinkingStep(Event):
     """A short progress line for people watching the loop."""
 
@@ -413,7 +425,7 @@ class ThinkingStep(Event):
     text: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class EvaluationRun(Event):
     kind: Literal["evaluation_run"] = "evaluation_run"
     name: str
@@ -424,7 +436,7 @@ class EvaluationRun(Event):
     """True when the failure sent the model back to correct its answer."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ControlHandedOff(Event):
     kind: Literal["control_handed_off"] = "control_handed_off"
     call_id: str
