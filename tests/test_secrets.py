@@ -6,6 +6,7 @@ import asyncio
 import json
 import sys
 import textwrap
+from typing import Any
 
 import nbformat
 import pytest
@@ -13,6 +14,7 @@ from conftest import tool_messages
 from nbclient import NotebookClient
 
 import unity_nb as u
+from unity_nb.events import ClarificationAnswered, ModelDelta, ToolOutput
 from unity_nb.jupyter._widget import HandleWidget, render_html
 from unity_nb.store import Store
 
@@ -27,7 +29,7 @@ def secret(monkeypatch):
     u.forget_secret("API_TOKEN")
 
 
-SEEN_BY_TOOL = []
+SEEN_BY_TOOL: list[str] = []
 
 
 def call_service(header: str) -> str:
@@ -52,7 +54,7 @@ async def test_a_secret_is_used_by_reference_and_found_nowhere(secret, tmp_path)
     store = Store(tmp_path / "s.db")
     store.attach(bus)
     model = u.ScriptedModel(script, chunk=5)
-    ns = {}
+    ns: dict[str, Any] = {}
     h = u.act("use the service", model=model, namespace=ns, tools=[call_service], bus=bus)
     w = HandleWidget(h)
     assert await h == "done"
@@ -96,7 +98,7 @@ async def test_a_secret_typed_as_a_clarification_answer_is_scrubbed_too(secret, 
     question = await h.next_clarification()
     await h.answer_clarification(question["call_id"], f"use {VALUE}")
     assert await h == "done: logged in"
-    answered = [e for e in h.events if e.kind == "clarification_answered"]
+    answered = [e for e in h.events if isinstance(e, ClarificationAnswered)]
     assert answered and answered[0].answer == "use <<secret:API_TOKEN>>"
     places = {
         "transcript": json.dumps([m.content for m in h.transcript]),
@@ -252,7 +254,7 @@ async def test_text_held_back_as_a_possible_start_of_a_value_is_published_when_t
     h = u.start_loop("tease", model=u.ScriptedModel(script), tools=[tease], bus=u.EventBus())
     assert await h == "done"
     (rec,) = [c for m in h.transcript for c in m.tool_calls]
-    outputs = [e.text for e in h.events if e.kind == "tool_output"]
+    outputs = [e.text for e in h.events if isinstance(e, ToolOutput)]
     assert rec.output == "x" + VALUE[:-1] and "".join(outputs) == rec.output  # nothing lost
     assert outputs[0] == "x"  # the rest waited: only the call's end showed it could not become the value
 
@@ -262,9 +264,9 @@ async def test_a_secret_a_model_streams_over_several_deltas_is_found_in_none(sec
     for chunk in (1, 3, 7):
         h = u.start_loop("say it", model=u.ScriptedModel([reply], chunk=chunk), bus=u.EventBus())
         seen: list[str] = []
-        h.add_listener(lambda _source, _e, h=h, seen=seen: seen.append(h.streaming_text))
+        h.add_listener(lambda _source, _e, h=h, seen=seen: seen.append(h.streaming_text))  # type: ignore[misc]
         answer = await h
-        deltas = [e.text for e in h.events if e.kind == "model_delta"]
+        deltas = [e.text for e in h.events if isinstance(e, ModelDelta)]
         assert len(deltas) > 3
         assert answer == "the token is <<secret:API_TOKEN>>, and again: sk-li|<<secret:API_TOKEN>>"
         assert "".join(deltas) == answer  # nothing lost, nothing shown twice
@@ -437,15 +439,16 @@ async def test_a_thread_a_plan_started_prints_after_the_plan_ended_into_the_plan
         "t = threading.Thread(target=later, daemon=True)\n"
         "t.start()"
     )
-    ns = {"go": go}
+    ns: dict[str, Any] = {"go": go}
+
     def script(m, t):
         return u.call_tool("execute_code", code=code, intent="leave a thread") if not tool_messages(m) else "done"
 
     h = u.act("start a thread", model=u.ScriptedModel(script), namespace=ns, bus=bus)
     assert await h == "done"
     go.set()
-    late = await h.wait_for("tool_output", lambda e: "late" in e.text, timeout=10)
-    assert late.text == "late <<secret:API_TOKEN>>\n"
+    late = await h.wait_for("tool_output", lambda e: isinstance(e, ToolOutput) and "late" in e.text, timeout=10)
+    assert isinstance(late, ToolOutput) and late.text == "late <<secret:API_TOKEN>>\n"
     (rec,) = [c for m in h.transcript for c in m.tool_calls]
     assert rec.output == "late <<secret:API_TOKEN>>\n"  # it still belongs to the plan's record
     out = capsys.readouterr()
@@ -514,8 +517,8 @@ async def test_a_thread_a_tool_started_prints_after_the_call_ended_into_the_call
     h = u.start_loop("work", model=u.ScriptedModel(script), tools=[start_worker], bus=bus)
     assert await h == "done"
     go.set()
-    late = await h.wait_for("tool_output", lambda e: "worker" in e.text, timeout=10)
-    assert late.text == "worker <<secret:API_TOKEN>>\n"
+    late = await h.wait_for("tool_output", lambda e: isinstance(e, ToolOutput) and "worker" in e.text, timeout=10)
+    assert isinstance(late, ToolOutput) and late.text == "worker <<secret:API_TOKEN>>\n"
     assert next(c for m in h.transcript for c in m.tool_calls).output == "worker <<secret:API_TOKEN>>\n"
     out = capsys.readouterr()
     assert "worker" not in out.out and VALUE not in out.out + out.err
