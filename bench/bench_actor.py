@@ -25,7 +25,7 @@ and the next with text.
      plan each step, no HTTP) with 0, 1 and 100 DataFrames of 100,000 rows in the namespace, and
      its ratio to the empty namespace, measured in the same run, the three taken in turn. A step's
      cost is (a run of 22 plan steps - a run of 2) / 20, so starting a run (the system prompt's
-     description of the namespace) is not counted; median of 15 such differences.
+     description of the namespace) is not counted; median of 25 such differences.
 
 Run: .venv/bin/python bench/bench_actor.py   (about 20 s on 2 cores, 1.3 GB peak memory)
      .venv/bin/python bench/bench_actor.py --steps-only   (D alone, about 15 s)
@@ -111,7 +111,7 @@ def plan_steps(n: int):
     return script
 
 
-async def step_costs(reps: int = 15) -> list[tuple[int, float]]:
+async def step_costs(reps: int = 25) -> list[tuple[int, float]]:
     """(frames, CPU ms per plan step), for 0, 1 and 100 frames, taken in turn."""
     spaces = {k: step_frames(k) for k in (0, 1, 100)}
 

@@ -4,12 +4,14 @@ primitives, approval, the watchdog and steering, driven by ScriptedModel, synchr
 import asyncio
 import json
 import re
+from typing import Any
 
 import pandas as pd
 import pytest
+from conftest import assert_every_call_answered_once, tool_messages
 
 import unity_nb as u
-from conftest import assert_every_call_answered_once, tool_messages
+from unity_nb.events import ApprovalDecided, ApprovalRequested, CodeExecuted, ToolDisplay, VariablesChanged
 
 
 def plans(*steps, answer="done"):
@@ -34,6 +36,11 @@ def results(model):
     return [m["content"] for m in tool_messages(model.requests[-1].messages)]
 
 
+def code_has(text):
+    """An event filter: the event's plan code holds ``text``."""
+    return lambda e: text in getattr(e, "code", "")
+
+
 def offered(request):
     return [t["function"]["name"] for t in request.tools]
 
@@ -56,7 +63,7 @@ async def test_a_plan_runs_in_the_namespace_and_reports_what_it_did(bus):
     assert "variables created:\n- total: int: -12" in second  # the second plan saw the first's variable
     kinds = [e.kind for e in h.events]
     assert kinds.count("code_executed") == 2 and "variables_changed" in kinds
-    executed = [e for e in h.events if e.kind == "code_executed"]
+    executed = [e for e in h.events if isinstance(e, CodeExecuted)]
     assert executed[0].intent == "step 1" and executed[0].success
     assert_every_call_answered_once(h)
 
@@ -104,7 +111,7 @@ async def test_a_failing_plan_reports_its_changes_and_points_at_its_own_line(bus
     assert "variables changed:\n- keep: list, length 3" in text
     assert "variables deleted: gone" in text
     assert "never" not in ns and ns["untouched"] == {"k": 1} and ns["keep"] == [1, 2, 3]
-    call = [c for m in model.requests[-1].messages if m.get("tool_calls") for c in m["tool_calls"]][0]
+    call = next(c for m in model.requests[-1].messages if m.get("tool_calls") for c in m["tool_calls"])
     assert json.loads(call["function"]["arguments"])["code"].startswith("created = 1")
 
 
@@ -137,8 +144,8 @@ async def test_final_answer_returns_a_value_and_cannot_be_swallowed(bus):
     value = await h
     assert isinstance(value, pd.DataFrame) and value.a.tolist() == [1, 2, 3]
     assert h.plans == 1 and len(model.requests) == 1
-    assert "swallowed" not in h.transcript[-2].content
-    assert h.transcript[-1].kind == "answer" and "pd.DataFrame, shape (3, 1)" in h.transcript[-1].content
+    assert "swallowed" not in (h.transcript[-2].content or "")
+    assert h.transcript[-1].kind == "answer" and "pd.DataFrame, shape (3, 1)" in (h.transcript[-1].content or "")
 
 
 async def test_output_is_captured_and_long_output_is_truncated_saying_so(bus):
@@ -149,13 +156,15 @@ async def test_output_is_captured_and_long_output_is_truncated_saying_so(bus):
     assert "truncated: 16,001 characters omitted" in text
     assert "stderr:\nto stderr" in text
     assert len(text) < 5000
-    rec = [c for m in h.transcript for c in m.tool_calls][0]
+    rec = next(c for m in h.transcript for c in m.tool_calls)
     assert len(rec.output) > 20000  # the person's record keeps it all
 
 
 async def test_protected_names_are_restored(bus):
     ns = {"In": ["cell"], "data": 1}
-    model = u.ScriptedModel(plans("primitives = None\nfinal_answer = print\nIn = 'clobbered'\ndata = 2", "ok = callable(final_answer)"))
+    model = u.ScriptedModel(
+        plans("primitives = None\nfinal_answer = print\nIn = 'clobbered'\ndata = 2", "ok = callable(final_answer)")
+    )
     h = u.act("clobber", model=model, namespace=ns, bus=bus)
     await h
     first, _ = results(model)
@@ -166,7 +175,7 @@ async def test_protected_names_are_restored(bus):
 
 
 async def test_top_level_await_and_a_namespace_change_between_steps(bus):
-    ns = {}
+    ns: dict[str, Any] = {}
     gate = asyncio.Event()
 
     async def reply(messages, tools):
@@ -194,7 +203,7 @@ async def test_code_timeout_interrupts_a_plan_spinning_without_awaiting(bus):
     model = u.ScriptedModel(plans("n = 0\nwhile True:\n    n += 1", "after = n > 0"))
     h = u.act("spin", model=model, namespace={}, code_timeout=0.3, bus=bus)
     assert await h == "done"
-    first, second = results(model)
+    first, _second = results(model)
     assert first.startswith("success: false") and "code_timeout=0.3 s" in first
     assert re.search(r'File "<plan [^>]+>", line [23], in <module>', first)  # the plan's own line
     assert h.namespace["after"] is True  # what the plan did before it was interrupted is kept
@@ -219,7 +228,7 @@ async def test_time_spent_awaiting_does_not_count_against_code_timeout(bus):
 
 
 async def test_stop_takes_effect_at_the_plans_next_await(bus):
-    ns = {}
+    ns: dict[str, Any] = {}
     model = u.ScriptedModel(plans("import asyncio\nbefore = 1\nawait asyncio.Event().wait()\nafter = 1"))
     h = u.act("hang", model=model, namespace=ns, bus=bus)
     await h.wait_for("tool_started", timeout=10)
@@ -272,7 +281,7 @@ async def test_a_variable_passed_by_reference_is_the_same_object(bus):
     first, second, third = results(model)
     assert "[stored in variable `stats`; pass it on as <<var:stats>>]" in first
     assert "[stored in variable `scale_result`" in second and "[stored in variable `scale_result_2`" in third
-    changed = [e for e in h.events if e.kind == "variables_changed"]
+    changed = [e for e in h.events if isinstance(e, VariablesChanged)]
     assert [e.created for e in changed][:3] == [("stats",), ("scale_result",), ("scale_result_2",)]
 
 
@@ -324,7 +333,7 @@ async def test_references_off(bus):
         return 2 * n
 
     model = u.ScriptedModel(plans(u.call_tool("plain", n=4)))
-    ns = {}
+    ns: dict[str, Any] = {}
     h = u.act("x", model=model, namespace=ns, tools=[plain], references=False, bus=bus)
     await h
     assert results(model) == ["8"] and ns == {}
@@ -352,8 +361,10 @@ async def test_primitives_are_awaited_in_plans_and_their_loops_are_children(bus)
         """Add two numbers (runs in a worker thread)."""
         return a + b
 
-    model = u.ScriptedModel(plans("answer = await primitives.notes.ask('hello?')\ntotal = await primitives.maths.add(2, 3)"))
-    ns = {}
+    model = u.ScriptedModel(
+        plans("answer = await primitives.notes.ask('hello?')\ntotal = await primitives.maths.add(2, 3)")
+    )
+    ns: dict[str, Any] = {}
     h = u.act("use primitives", model=model, namespace=ns, primitives={"notes": Notes(), "maths": [add]}, bus=bus)
     await h
     assert ns["answer"] == "child says hi" and ns["total"] == 5
@@ -372,8 +383,10 @@ async def test_registered_primitives_and_clear_errors(bus):
 
     try:
         assert u.registered_primitives()["mine"]["triple"] is triple
-        model = u.ScriptedModel(plans("t = await primitives.mine.triple(4)", "primitives.mine.nothing", "primitives.other"))
-        ns = {}
+        model = u.ScriptedModel(
+            plans("t = await primitives.mine.triple(4)", "primitives.mine.nothing", "primitives.other")
+        )
+        ns: dict[str, Any] = {}
         await u.act("triple", model=model, namespace=ns, bus=bus)
         assert ns["t"] == 12
         _, no_method, no_alias = results(model)
@@ -414,10 +427,11 @@ async def test_steering_reaches_a_loop_a_primitive_started(bus):
 
 
 async def test_approval_first_waits_for_run_and_skip_tells_the_model(bus):
-    ns = {}
+    ns: dict[str, Any] = {}
     model = u.ScriptedModel(plans("a = 1", "b = 2", answer=lambda ms: "saw: " + tool_messages(ms)[0]["content"]))
     h = u.act("approve", model=model, namespace=ns, approval="first", bus=bus)
     requested = await h.wait_for("approval_requested", timeout=10)
+    assert isinstance(requested, ApprovalRequested)
     assert h.status == "waiting" and "a" not in ns
     assert h.pending_approvals == [
         {"call_id": requested.call_id, "code": "a = 1", "intent": "step 1", "loop": h.name, "loop_id": h.id}
@@ -427,18 +441,18 @@ async def test_approval_first_waits_for_run_and_skip_tells_the_model(bus):
     await h.skip(reason="not that way")
     assert await h == "saw: [the person skipped this plan; it did not run]: not that way"
     assert "a" not in ns and ns["b"] == 2  # only the first plan waited ("first")
-    assert [e.approved for e in h.events if e.kind == "approval_decided"] == [False]
+    assert [e.approved for e in h.events if isinstance(e, ApprovalDecided)] == [False]
 
 
 async def test_approval_always_runs_each_plan_only_after_approve(bus):
-    ns = {}
+    ns: dict[str, Any] = {}
     model = u.ScriptedModel(plans("a = 1", "b = 2"))
     h = u.act("approve", model=model, namespace=ns, approval="always", bus=bus)
     for name in ("a", "b"):
-        await h.wait_for("approval_requested", lambda e, n=name: f"{n} = " in e.code, timeout=10)
+        await h.wait_for("approval_requested", code_has(f"{name} = "), timeout=10)
         assert name not in ns and h.status == "waiting"
         await h.approve()
-        await h.wait_for("code_executed", lambda e, n=name: f"{n} = " in e.code, timeout=10)
+        await h.wait_for("code_executed", code_has(f"{name} = "), timeout=10)
         assert name in ns
     assert await h == "done"
     with pytest.raises(u.HandleStateError, match="finished"):
@@ -446,7 +460,7 @@ async def test_approval_always_runs_each_plan_only_after_approve(bus):
 
 
 async def test_pause_holds_the_next_plan_and_an_interjection_reaches_the_model_first(bus):
-    ns = {}
+    ns: dict[str, Any] = {}
     go = asyncio.Event()
 
     async def reply(messages, tools):
@@ -478,7 +492,8 @@ async def test_ask_sees_the_plans_and_their_outputs(bus):
     async def reply(messages, tools):
         if messages[0]["content"].startswith("You are inspecting"):
             context = messages[0]["content"]
-            return "I see: " + ("PLAN-MARKER" if "PLAN-MARKER" in context else "") + (" OUT-42" if "OUT-42" in context else "")
+            seen = ("PLAN-MARKER" if "PLAN-MARKER" in context else "") + (" OUT-42" if "OUT-42" in context else "")
+            return "I see: " + seen
         done = tool_messages(messages)
         if not done:
             return u.call_tool("execute_code", code="x = 'PLAN-MARKER'\nprint('OUT-' + str(6 * 7))", intent="mark")
@@ -496,11 +511,11 @@ async def test_ask_sees_the_plans_and_their_outputs(bus):
 
 def test_bad_options_are_clear_errors():
     with pytest.raises(u.UserError, match="approval must be"):
-        u.Actor(u.ScriptedModel(plans()), approval="sometimes")
+        u.Actor(u.ScriptedModel(plans()), approval="sometimes")  # type: ignore[arg-type]
     with pytest.raises(u.UserError, match="code_timeout must be a positive number"):
         u.Actor(u.ScriptedModel(plans()), code_timeout=0)
     with pytest.raises(u.UserError, match="namespace must be a dict"):
-        u.Actor(u.ScriptedModel(plans()), namespace=[1])
+        u.Actor(u.ScriptedModel(plans()), namespace=[1])  # type: ignore[arg-type]
 
 
 async def test_without_a_model_the_error_says_what_to_do(monkeypatch):
@@ -524,11 +539,11 @@ async def test_a_figure_a_plan_draws_is_shown_with_its_call_and_closed(bus):
     assert figure["data"]["image/png"].startswith("iVBOR")  # a PNG, base64
     assert plt.get_fignums() == []  # closed: no later cell shows it again
     assert "displayed to the user (image/png)" in results(model)[0]
-    assert [e.mime_types for e in h.events if e.kind == "tool_display"] == [("image/png", "text/plain")]
+    assert [e.mime_types for e in h.events if isinstance(e, ToolDisplay)] == [("image/png", "text/plain")]
 
 
 async def test_builtins_a_plan_rebinds_are_restored_for_the_next_plan(bus):
-    ns = {}
+    ns: dict[str, Any] = {}
     model = u.ScriptedModel(plans("__builtins__ = {}", "print('still here', len([1, 2]))"))
     h = u.act("clobber the builtins", model=model, namespace=ns, bus=bus)
     assert await h == "done"
@@ -543,7 +558,7 @@ async def test_a_return_target_may_not_shadow_a_builtin(bus):
         u.call_tool("scale", values=[1], **{"return": "print"}),
         "print('printing works')",
     ))
-    ns = {}
+    ns: dict[str, Any] = {}
     h = u.act("store it", model=model, namespace=ns, tools=reg.tools(), bus=bus)
     assert await h == "done"
     refused, after = results(model)

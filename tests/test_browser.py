@@ -10,7 +10,13 @@ over a kernel subshell by default: the clicks take the same path as a person's.)
 the same server, writes a small notebook whose actor runs with ``--approval always``: the first
 plan is run with the Run button, the second skipped with a reason typed beside Skip, and a cell
 run afterwards shows that only the first plan ran (its picture of the waiting plan goes to
-``tests/artifacts/approval.png``).
+``tests/artifacts/approval.png``). A third opens, beside a live widget, a notebook saved by an
+older version of the widget (its state in the notebook): the live plan keeps its syntax colours.
+
+The tests after those need no JupyterLab: Chromium loads the installed ``handle.js`` with a
+stand-in for anywidget's model, fed the state a real HandleWidget computed in this process (see
+"the widget's front end alone" below): the transcript's capped, following scroll box, which
+plans are expanded, a retry line, a failure shown once, a fragment cut off by Stop.
 
 Only loopback: the server listens on 127.0.0.1 with a token and fetches nothing (news,
 update checks and the extension manager's PyPI look-ups are off), the page may request nothing
@@ -134,6 +140,7 @@ class Lab:
         (self.root / NOTEBOOK.name).write_text(json.dumps(nb, indent=1), encoding="utf-8")
 
         data, settings = base / "data", base / "settings"
+        self.data_dir = data
         for plugin, values in {
             # no news, no update check: nothing is fetched and no toast covers the page
             "@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
@@ -446,6 +453,88 @@ def test_plans_wait_for_run_and_skip_clicks(lab, browser):
     APPROVAL_SCREENSHOT.write_bytes(picture)
 
 
+# the third test: a live widget, then a notebook saved by an older version of the widget opened
+# beside it. anywidget keeps one <style> per _anywidget_id for the whole page, and the saved
+# widget brings its own _css: before, that replaced the live widget's stylesheet (plans lost
+# their syntax colours while an older notebook was open in another tab)
+STYLED_CELLS = [
+    "%load_ext unity_nb\nimport unity_nb as u\nx = 1",
+    """PLAN = "ready = True if x else None  # set it"
+styled_model = u.ScriptedModel(lambda m, t: u.call_tool("execute_code", code=PLAN, intent="set it"))
+%unity model --var styled_model""",
+    "h = %unity act --approval always --name styled Set it",
+]
+STALE_ESM = "export default { render({ el }) { el.innerHTML = '<span class=\"unb-stale-view\">older</span>'; } };"
+KEYWORD_COLOUR = "rgb(124, 58, 237)"  # .unb-k in widgets/handle.css
+
+
+def _stale_notebook() -> dict:
+    """A notebook saved with an older widget: its state (under the id every widget used then, with a
+    stylesheet that has no highlight rules) in the notebook's metadata, and a view of it in an output."""
+    import nbformat
+
+    sheet = (REPO / "widgets" / "handle.css").read_text(encoding="utf-8")
+    older = "\n".join(line for line in sheet.splitlines() if ".unb-k" not in line)
+    widget, layout = "0" * 31 + "1", "0" * 31 + "2"
+    base = {"_model_module": "@jupyter-widgets/base", "_model_module_version": "2.0.0"}
+    any_model = {"model_module": "anywidget", "model_module_version": "~0.11.*", "model_name": "AnyModel"}
+    state = {
+        layout: {"model_module": "@jupyter-widgets/base", "model_module_version": "2.0.0", "model_name": "LayoutModel",
+                 "state": {**base, "_model_name": "LayoutModel"}},
+        widget: {**any_model, "state": {
+            "_anywidget_id": "unity_nb.jupyter._widget.HandleWidget", "_css": older, "_esm": STALE_ESM,
+            "_model_module": "anywidget", "_model_module_version": "~0.11.*", "_model_name": "AnyModel",
+            "_view_module": "anywidget", "_view_module_version": "~0.11.*", "_view_name": "AnyView",
+            "layout": f"IPY_MODEL_{layout}", "nodes": [], "entries": {}, "asks": [], "notice": "",
+        }},
+    }
+    view = {"model_id": widget, "version_major": 2, "version_minor": 1}
+    data = {"application/vnd.jupyter.widget-view+json": view, "text/plain": "older"}
+    cell = nbformat.v4.new_code_cell(
+        "h = %unity act an older run", execution_count=1, outputs=[nbformat.v4.new_output("display_data", data)]
+    )
+    return nbformat.v4.new_notebook(cells=[cell], metadata={
+        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+        "widgets": {
+            "application/vnd.jupyter.widget-state+json": {"version_major": 2, "version_minor": 0, "state": state},
+        },
+    })
+
+
+def test_a_notebook_saved_by_an_older_version_does_not_restyle_the_live_widget(lab, browser):
+    import nbformat
+    from nbformat.sign import NotebookNotary
+    from playwright.sync_api import expect
+
+    nbformat.write(nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell(src) for src in STYLED_CELLS],
+        metadata={"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+    ), lab.root / "styled.ipynb")
+    stale = nbformat.from_dict(_stale_notebook())
+    # signed as its author's notebook would be (trusted: JupyterLab renders its saved widget)
+    NotebookNotary(data_dir=str(lab.data_dir)).sign(stale)
+    nbformat.write(stale, lab.root / "stale.ipynb")
+    page = browser.page
+    page.goto(f"{lab.url}/lab/workspaces/styles/tree/styled.ipynb?token={lab.token}")
+    expect(page.locator(".jp-NotebookPanel")).to_be_visible()
+    expect(page.locator("#jp-main-statusbar").get_by_role("button", name=KERNEL_IDLE)).to_be_visible()
+    page.locator("#jp-MainMenu").get_by_text("Run", exact=True).click()
+    page.get_by_role("menuitem", name=re.compile(r"^Run All Cells")).click()
+
+    styled = page.locator(".unb-node").filter(has=page.locator(".unb-name", has_text=re.compile(r"^styled$")))
+    keyword = styled.locator(".unb-approval pre.unb-python .unb-k").first
+    expect(keyword).to_have_text("True", timeout=60_000)
+    expect(keyword).to_have_css("color", KEYWORD_COLOUR)
+
+    # the older notebook opens in another tab: its saved widget comes back, with its own stylesheet
+    page.locator(".jp-DirListing-item", has_text="stale.ipynb").dblclick()
+    expect(page.locator(".unb-stale-view")).to_have_text("older", timeout=60_000)
+    page.locator(".lm-TabBar-tab", has_text="styled.ipynb").click()
+    expect(keyword).to_be_visible()
+    expect(keyword).to_have_css("color", KEYWORD_COLOUR)  # the plan keeps its colours
+    assert browser.outside == [], "the page requested something beyond the local server"
+
+
 # -- the widget's front end alone ----------------------------------------------------------------------
 #
 # The tests below need no JupyterLab: Chromium loads the installed handle.js from a page served by
@@ -571,6 +660,9 @@ async def test_a_saved_notebooks_stylesheet_does_not_restyle_the_live_widget(har
     keyword = widget.locator(".unb-approval pre.unb-python .unb-k").first
     await expect(keyword).to_have_text("True")
     await expect(keyword).to_have_css("color", "rgb(124, 58, 237)")
+    # its code shows once, in the approval box: its call in the transcript stays collapsed
+    await expect(widget.locator("pre.unb-python")).to_have_count(2)
+    await expect(widget.locator("pre.unb-python").filter(visible=True)).to_have_count(1)
     # then a notebook saved with an older version opens: anywidget loads its saved _css under its saved id
     sheet = (REPO / "widgets" / "handle.css").read_text(encoding="utf-8")
     older = "\n".join(line for line in sheet.splitlines() if ".unb-k" not in line)
@@ -617,6 +709,10 @@ async def test_the_newest_plan_is_expanded_earlier_ones_collapse_and_code_stands
     assert backgrounds[0] != backgrounds[1], backgrounds
     edges = [await x.evaluate("e => getComputedStyle(e).borderLeftColor") for x in (code, result)]
     assert edges[0] != edges[1], edges
+    # the person collapses the running plan: a later update leaves it collapsed
+    await calls.nth(2).locator("summary").click(delay=PRESS)
+    await harness.show(w)
+    assert [await c.evaluate("d => d.open") for c in await calls.all()] == [True, False, False]
     # the operation ends: the newest plan collapses too, and the one the person opened stays open
     ns["gate"].set()
     assert await asyncio.wait_for(h, 20) == "done"
@@ -700,6 +796,20 @@ async def test_the_transcript_is_capped_and_follows_the_newest_entry_unless_scro
     at, bottom = await scroll_state(box)
     assert at == bottom
     await expect(entries.last).to_be_in_viewport()
+
+    # the person opens the newest call to read it: the next entries do not scroll it away
+    newest = await widget.locator(".unb-transcript details.unb-call").last.get_attribute("data-call")
+    call = widget.locator(f'.unb-transcript details.unb-call[data-call="{newest}"]')
+    await call.locator("summary").click(delay=PRESS)
+    await expect(call.locator(".unb-result")).to_be_visible()
+    reading_at, _ = await scroll_state(box)
+    await step(2)
+    await harness.show(w)
+    await expect(entries).to_have_count(28)
+    at, _ = await scroll_state(box)
+    assert at == reading_at
+    await expect(call).to_have_js_property("open", True)
+    await expect(call.locator("summary")).to_be_in_viewport()
     await h.stop()
 
 
@@ -772,4 +882,8 @@ async def test_a_fragment_cut_off_by_stop_is_marked(harness):
     await expect(cut).to_have_count(1)
     await expect(cut).to_contain_text("word word")
     await expect(cut).to_contain_text("… [cut off by stop]")
+    # in the order it happened: the fragment, then the stop
+    transcript = widget.locator(".unb-transcript > .unb-entry")
+    await expect(transcript.last).to_have_text("steering [stopped by the user: enough]")
+    await expect(transcript.nth(-2)).to_have_class(re.compile("unb-cutoff"))
     await expect(widget.locator(".unb-streaming")).to_have_text("")

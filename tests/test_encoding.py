@@ -201,3 +201,32 @@ def test_the_cache_is_bounded_in_conversations_and_bytes():
     assert len(small) <= 2 * 10  # two keys per conversation, each conversation over a kilobyte
     small.clear()
     assert len(small) == 0
+
+
+def test_the_cache_serves_threads_at_once():
+    """Event loops in several threads may share one model: each body is still its request's JSON."""
+    import threading
+
+    cache = WireCache(max_conversations=16)  # small: evictions happen while other threads work
+    shared = {"role": "system", "content": "shared"}
+    failures: list[str] = []
+
+    def conversation(n: int) -> None:
+        wire = [shared, {"role": "user", "content": f"task {n}"}]
+        for i in range(200):
+            body = {"model": "m", "messages": list(wire), "stream": True, "user": f"t{n}"}
+            expected = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+            if cache.body(body, body["messages"]) != expected:
+                failures.append(f"thread {n} step {i}")
+            wire += tool_turn(i)
+            if i % 50 == 49:
+                wire = wire[:2] + wire[-4:]  # replaced now and then, as a compression does
+
+    threads = [threading.Thread(target=conversation, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(T)
+    assert not any(t.is_alive() for t in threads)
+    assert failures == []
+    assert cache.hits > 0

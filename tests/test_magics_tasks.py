@@ -112,3 +112,51 @@ async def test_tasks_need_the_store(ip):
     with pytest.raises(UsageError, match=r"the store is off .*, and durable tasks live in it"):
         ip.run_line_magic("unity", "tasks")
     m.store_path = ""
+
+
+# -- %unity resume from the store (the real-kernel test is in test_magics_kernel.py) --------------
+
+
+async def test_resume_from_the_store_takes_only_an_interrupted_top_level_operation(ip, tmp_path):
+    hold = asyncio.Event()
+
+    async def kid_script(messages, tools):
+        await hold.wait()
+        return "kid done"
+
+    async def sub(x: int) -> u.LoopHandle:
+        """Start a sub-operation."""
+        return u.start_loop("check", model=u.ScriptedModel(kid_script), name="kid")
+
+    def boss_script(messages, tools):
+        return u.call_tool("sub", x=1) if not [m for m in messages if m["role"] == "tool"] else "boss done"
+
+    # another "kernel" on the same file: its own store session, its own bus
+    other = u.Store(str(tmp_path / "state.db"))
+    bus = u.EventBus()
+    other.attach(bus)
+    boss = u.start_loop("go", model=u.ScriptedModel(boss_script), tools=[sub], name="boss", bus=bus)
+    await boss.wait_for("tool_started")
+    (kid,) = boss.children
+    await kid.wait_for("model_request")
+    other.flush()
+    other.execute("UPDATE sessions SET pid = 0 WHERE id = ?", (other.session,))  # that kernel's process is gone
+
+    ip.user_ns["m"] = u.ScriptedModel(lambda m, t: "continued")
+    ip.run_line_magic("unity", "model --var m")
+    with pytest.raises(UsageError, match=r"'kid' ran inside 'boss': resume that one \(%unity resume boss\)"):
+        ip.run_line_magic("unity", "resume kid")
+    h = ip.run_line_magic("unity", "resume boss")
+    assert h.name == "boss" and await h == "continued"
+    system = ip.user_ns["m"].requests[0].messages[0]["content"]
+    assert "-> call " in system and "error: no result was recorded (the run was interrupted)" in system
+    with pytest.raises(UsageError, match="cannot resume 'boss': it is finished"):
+        ip.run_line_magic("unity", "resume boss")
+
+    plain = u.start_loop("hi", model=u.ScriptedModel(["hello"]), name="plain")  # recorded by the magics' store
+    await plain
+    with pytest.raises(UsageError, match="in the store it is finished: only one a dead kernel left interrupted"):
+        ip.run_line_magic("unity", "resume plain")
+    hold.set()
+    await boss.stop()
+    other.close()

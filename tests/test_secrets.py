@@ -6,13 +6,15 @@ import asyncio
 import json
 import sys
 import textwrap
+from typing import Any
 
 import nbformat
 import pytest
+from conftest import tool_messages
 from nbclient import NotebookClient
 
 import unity_nb as u
-from conftest import tool_messages
+from unity_nb.events import ClarificationAnswered, ModelDelta, ToolOutput
 from unity_nb.jupyter._widget import HandleWidget, render_html
 from unity_nb.store import Store
 
@@ -27,7 +29,7 @@ def secret(monkeypatch):
     u.forget_secret("API_TOKEN")
 
 
-SEEN_BY_TOOL = []
+SEEN_BY_TOOL: list[str] = []
 
 
 def call_service(header: str) -> str:
@@ -52,7 +54,7 @@ async def test_a_secret_is_used_by_reference_and_found_nowhere(secret, tmp_path)
     store = Store(tmp_path / "s.db")
     store.attach(bus)
     model = u.ScriptedModel(script, chunk=5)
-    ns = {}
+    ns: dict[str, Any] = {}
     h = u.act("use the service", model=model, namespace=ns, tools=[call_service], bus=bus)
     w = HandleWidget(h)
     assert await h == "done"
@@ -60,13 +62,16 @@ async def test_a_secret_is_used_by_reference_and_found_nowhere(secret, tmp_path)
     assert SEEN_BY_TOOL[-1] == f"Bearer {VALUE}"  # the tool got the value
     assert ns["tok"] == VALUE  # the plan had it
     results = [m["content"] for m in tool_messages(model.requests[-1].messages)]
-    assert "token is <<secret:API_TOKEN>>" in results[0] and "value of the last expression: str: '<<secret:API_TOKEN>>'" in results[0]
+    assert "token is <<secret:API_TOKEN>>" in results[0]
+    assert "value of the last expression: str: '<<secret:API_TOKEN>>'" in results[0]
     assert "the service answered to Bearer <<secret:API_TOKEN>>" in results[1]
     assert "bad token <<secret:API_TOKEN>>" in results[2]
     assert "API_TOKEN (the test service)" in model.requests[0].messages[0]["content"]  # the model knows the name
     places = {
         "requests to the model": json.dumps([r.messages for r in model.requests]),
-        "transcript": json.dumps([[m.content, [(c.arguments, c.result, c.output, c.displays) for c in m.tool_calls]] for m in h.transcript]),
+        "transcript": json.dumps(
+            [[m.content, [(c.arguments, c.result, c.output, c.displays) for c in m.tool_calls]] for m in h.transcript]
+        ),
         "events": json.dumps([e.model_dump_json() for e in h.events]),
         "widget state": json.dumps({"nodes": w.nodes, "entries": w.entries}),
         "snapshot": render_html(h),
@@ -88,12 +93,12 @@ async def test_a_secret_typed_as_a_clarification_answer_is_scrubbed_too(secret, 
     bus = u.EventBus()
     store = Store(tmp_path / "s.db")
     store.attach(bus)
-    script = lambda m, t: u.call_tool("login") if not tool_messages(m) else "done: " + tool_messages(m)[0]["content"]  # noqa: E731
+    script = lambda m, t: u.call_tool("login") if not tool_messages(m) else "done: " + tool_messages(m)[0]["content"]
     h = u.start_loop("log in", model=u.ScriptedModel(script), tools=[login], bus=bus, name="login")
     question = await h.next_clarification()
     await h.answer_clarification(question["call_id"], f"use {VALUE}")
     assert await h == "done: logged in"
-    answered = [e for e in h.events if e.kind == "clarification_answered"]
+    answered = [e for e in h.events if isinstance(e, ClarificationAnswered)]
     assert answered and answered[0].answer == "use <<secret:API_TOKEN>>"
     places = {
         "transcript": json.dumps([m.content for m in h.transcript]),
@@ -109,9 +114,10 @@ async def test_a_secret_typed_as_a_clarification_answer_is_scrubbed_too(secret, 
 async def test_a_secret_in_a_reference_is_scrubbed_from_the_references_the_widget_lists(secret):
     def fetch(url: str) -> u.ToolResult:
         """Fetch a page."""
-        return u.ToolResult("fetched", references=[u.Reference(f"token {VALUE}", f"body {VALUE}", url=f"{url}?key={VALUE}")])
+        ref = u.Reference(f"token {VALUE}", f"body {VALUE}", url=f"{url}?key={VALUE}")
+        return u.ToolResult("fetched", references=[ref])
 
-    script = lambda m, t: u.call_tool("fetch", url="https://example.invalid") if not tool_messages(m) else "see [1]"  # noqa: E731
+    script = lambda m, t: u.call_tool("fetch", url="https://example.invalid") if not tool_messages(m) else "see [1]"
     h = u.start_loop("fetch it", model=u.ScriptedModel(script), tools=[fetch], bus=u.EventBus())
     w = HandleWidget(h)
     assert await h == "see [1]"
@@ -146,7 +152,9 @@ def test_a_display_bundle_is_scrubbed_in_text_svg_and_json_but_binary_images_are
 
 PLANS_IN_PIECES = {
     "one character a write": "print(*get_secret('API_TOKEN'), sep='')",
-    "two halves": "import sys\ntok = get_secret('API_TOKEN')\nsys.stdout.write(tok[:9])\nsys.stdout.write(tok[9:] + '\\n')",
+    "two halves": (
+        "import sys\ntok = get_secret('API_TOKEN')\nsys.stdout.write(tok[:9])\nsys.stdout.write(tok[9:] + '\\n')"
+    ),
 }
 
 
@@ -188,7 +196,9 @@ def scan_everywhere(h, w, store, tmp_path):
         "the call's output": rec.output,
         "the ToolOutput events joined": "".join(e.text for e in h.events if e.kind == "tool_output"),
         "events": json.dumps([e.model_dump_json() for e in h.events]),
-        "transcript": json.dumps([[m.content, [(c.arguments, c.result, c.output) for c in m.tool_calls]] for m in h.transcript]),
+        "transcript": json.dumps(
+            [[m.content, [(c.arguments, c.result, c.output) for c in m.tool_calls]] for m in h.transcript]
+        ),
         "widget state": json.dumps({"nodes": w.nodes, "entries": w.entries}),
         "Store.transcript()": json.dumps([(c.output, c.result) for c in rebuilt]),
     }
@@ -244,7 +254,7 @@ async def test_text_held_back_as_a_possible_start_of_a_value_is_published_when_t
     h = u.start_loop("tease", model=u.ScriptedModel(script), tools=[tease], bus=u.EventBus())
     assert await h == "done"
     (rec,) = [c for m in h.transcript for c in m.tool_calls]
-    outputs = [e.text for e in h.events if e.kind == "tool_output"]
+    outputs = [e.text for e in h.events if isinstance(e, ToolOutput)]
     assert rec.output == "x" + VALUE[:-1] and "".join(outputs) == rec.output  # nothing lost
     assert outputs[0] == "x"  # the rest waited: only the call's end showed it could not become the value
 
@@ -254,13 +264,14 @@ async def test_a_secret_a_model_streams_over_several_deltas_is_found_in_none(sec
     for chunk in (1, 3, 7):
         h = u.start_loop("say it", model=u.ScriptedModel([reply], chunk=chunk), bus=u.EventBus())
         seen: list[str] = []
-        h.add_listener(lambda _source, _e, h=h, seen=seen: seen.append(h.streaming_text))
+        h.add_listener(lambda _source, _e, h=h, seen=seen: seen.append(h.streaming_text))  # type: ignore[misc]
         answer = await h
-        deltas = [e.text for e in h.events if e.kind == "model_delta"]
+        deltas = [e.text for e in h.events if isinstance(e, ModelDelta)]
         assert len(deltas) > 3
         assert answer == "the token is <<secret:API_TOKEN>>, and again: sk-li|<<secret:API_TOKEN>>"
         assert "".join(deltas) == answer  # nothing lost, nothing shown twice
-        assert not any(VALUE in text for text in seen) and VALUE not in json.dumps([e.model_dump_json() for e in h.events])
+        assert not any(VALUE in text for text in seen)
+        assert VALUE not in json.dumps([e.model_dump_json() for e in h.events])
 
 
 async def test_no_piece_of_a_value_shows_where_the_models_view_of_long_output_is_cut(secret):
@@ -316,7 +327,8 @@ NOTEBOOK = [
         def script(messages, tools):
             done = [m for m in messages if m["role"] == "tool"]
             if not done:
-                return u.call_tool("execute_code", code="print('token', get_secret('API_TOKEN'))\\nget_secret('API_TOKEN')", intent="show it")
+                code = "print('token', get_secret('API_TOKEN'))\\nget_secret('API_TOKEN')"
+                return u.call_tool("execute_code", code=code, intent="show it")
             return "finished"
 
         m = u.ScriptedModel(script)
@@ -332,7 +344,8 @@ def test_a_saved_notebook_holds_no_secret(tmp_path, monkeypatch):
     monkeypatch.setenv("UNB_TEST_TOKEN", VALUE)
     monkeypatch.setenv("UNITY_NB_STORE", str(tmp_path / "nb.db"))
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in NOTEBOOK])
-    NotebookClient(nb, timeout=60, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}, store_widget_state=True).execute()
+    resources = {"metadata": {"path": str(tmp_path)}}
+    NotebookClient(nb, timeout=60, kernel_name="python3", resources=resources, store_widget_state=True).execute()
     path = tmp_path / "saved.ipynb"
     nbformat.write(nb, path)
     saved = path.read_text()
@@ -378,7 +391,8 @@ async def test_a_value_with_quotes_and_backslashes_reaches_the_model_in_no_form(
     steps = [
         "get_secret('QUOTED')",  # the last expression's value, shown as a repr
         "[get_secret('QUOTED')]",
-        "import json\nprint(json.dumps({'pw': get_secret('QUOTED')}))\nprint(repr(get_secret('QUOTED')))\nmine = get_secret('QUOTED')",
+        "import json\nprint(json.dumps({'pw': get_secret('QUOTED')}))\nprint(repr(get_secret('QUOTED')))\n"
+        "mine = get_secret('QUOTED')",
     ]
 
     def script(messages, tools):
@@ -398,7 +412,8 @@ async def test_a_value_with_quotes_and_backslashes_reaches_the_model_in_no_form(
         "requests to the model": "\n".join(sent),
         "tool results": "\n".join(results),
         "transcript": "\n".join(
-            [m.content or "" for m in h.transcript] + [c.output + (c.result or "") for m in h.transcript for c in m.tool_calls]
+            [m.content or "" for m in h.transcript]
+            + [c.output + (c.result or "") for m in h.transcript for c in m.tool_calls]
         ),
         "events": "\n".join(e.model_dump_json() for e in h.events),
     }
@@ -424,13 +439,16 @@ async def test_a_thread_a_plan_started_prints_after_the_plan_ended_into_the_plan
         "t = threading.Thread(target=later, daemon=True)\n"
         "t.start()"
     )
-    ns = {"go": go}
-    script = lambda m, t: u.call_tool("execute_code", code=code, intent="leave a thread") if not tool_messages(m) else "done"  # noqa: E731
+    ns: dict[str, Any] = {"go": go}
+
+    def script(m, t):
+        return u.call_tool("execute_code", code=code, intent="leave a thread") if not tool_messages(m) else "done"
+
     h = u.act("start a thread", model=u.ScriptedModel(script), namespace=ns, bus=bus)
     assert await h == "done"
     go.set()
-    late = await h.wait_for("tool_output", lambda e: "late" in e.text, timeout=10)
-    assert late.text == "late <<secret:API_TOKEN>>\n"
+    late = await h.wait_for("tool_output", lambda e: isinstance(e, ToolOutput) and "late" in e.text, timeout=10)
+    assert isinstance(late, ToolOutput) and late.text == "late <<secret:API_TOKEN>>\n"
     (rec,) = [c for m in h.transcript for c in m.tool_calls]
     assert rec.output == "late <<secret:API_TOKEN>>\n"  # it still belongs to the plan's record
     out = capsys.readouterr()
@@ -460,7 +478,8 @@ AFTER_PLAN_NOTEBOOK = [
     "h = %unity act --name threads leave a thread",
     "await h",
     "go.set()\nt.join(60)\nprint('the next cell')",
-    "late = await h.wait_for('tool_output', lambda e: 'late' in e.text, timeout=20)\nprint('record:', [c for m in h.transcript for c in m.tool_calls][0].output)",
+    "late = await h.wait_for('tool_output', lambda e: 'late' in e.text, timeout=20)\n"
+    "print('record:', [c for m in h.transcript for c in m.tool_calls][0].output)",
 ]
 
 
@@ -468,7 +487,8 @@ def test_a_thread_a_plan_started_leaks_nothing_into_the_next_cell_or_the_saved_n
     monkeypatch.setenv("UNB_TEST_TOKEN", VALUE)
     monkeypatch.setenv("UNITY_NB_STORE", str(tmp_path / "nb.db"))
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in AFTER_PLAN_NOTEBOOK])
-    client = NotebookClient(nb, timeout=90, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}, allow_errors=True)
+    resources = {"metadata": {"path": str(tmp_path)}}
+    client = NotebookClient(nb, timeout=90, kernel_name="python3", resources=resources, allow_errors=True)
     client.execute()  # errors allowed: where the late output went is the point
     path = tmp_path / "saved.ipynb"
     nbformat.write(nb, path)
@@ -477,3 +497,41 @@ def test_a_thread_a_plan_started_leaks_nothing_into_the_next_cell_or_the_saved_n
     assert "the next cell" in next_cell and "late" not in next_cell
     assert "record: late <<secret:API_TOKEN>>" in json.dumps(nb.cells[5].outputs)
     assert VALUE not in saved
+
+
+async def test_a_thread_a_tool_started_prints_after_the_call_ended_into_the_calls_record(secret, routed, bus, capsys):
+    import threading
+
+    routed()
+    go = threading.Event()
+    started: list[threading.Thread] = []
+
+    def start_worker() -> str:
+        """Start a worker that prints the token later."""
+        t = threading.Thread(target=lambda: (go.wait(30), print("worker", u.get_secret("API_TOKEN"))), daemon=True)
+        t.start()
+        started.append(t)
+        return "started"
+
+    script = lambda m, t: u.call_tool("start_worker") if not tool_messages(m) else "done"
+    h = u.start_loop("work", model=u.ScriptedModel(script), tools=[start_worker], bus=bus)
+    assert await h == "done"
+    go.set()
+    late = await h.wait_for("tool_output", lambda e: isinstance(e, ToolOutput) and "worker" in e.text, timeout=10)
+    assert isinstance(late, ToolOutput) and late.text == "worker <<secret:API_TOKEN>>\n"
+    assert next(c for m in h.transcript for c in m.tool_calls).output == "worker <<secret:API_TOKEN>>\n"
+    out = capsys.readouterr()
+    assert "worker" not in out.out and VALUE not in out.out + out.err
+    await asyncio.to_thread(started[0].join, 10)
+
+
+def test_what_belongs_to_no_call_passes_through_scrubbed(secret, routed, capsys):
+    import threading
+
+    routed()
+    print("mine", VALUE)  # a cell's own print
+    t = threading.Thread(target=lambda: print("thread", repr(VALUE)))  # a thread started outside any call
+    t.start()
+    t.join(10)
+    out = capsys.readouterr().out
+    assert "mine <<secret:API_TOKEN>>" in out and "thread '<<secret:API_TOKEN>>'" in out and VALUE not in out

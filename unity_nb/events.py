@@ -108,7 +108,7 @@ def _check(event: Event) -> None:
             raise ValueError(f"{cls.__name__}.{name} takes one of {sorted(allowed)}, not {value!r}")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class Event:
     """Base of all events: which loop, where in the tree, when.
 
@@ -134,6 +134,18 @@ class Event:
         if type(self.lineage) is not tuple:
             _set(self, "lineage", tuple(self.lineage))
         _check(self)
+
+    # one __eq__, __hash__ and __repr__ for every kind (generated per class, they cost import time)
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, n) == getattr(other, n) for n in _names(type(self)))
+
+    def __hash__(self) -> int:
+        return hash(tuple(getattr(self, n) for n in _names(type(self))))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{n}={getattr(self, n)!r}' for n in _names(type(self)))})"
 
     def model_dump(self, *, mode: str = "python", include: Iterable[str] | None = None,
                    exclude: Iterable[str] | None = None) -> dict[str, Any]:
@@ -191,7 +203,7 @@ class Event:
         return cls.model_validate(json.loads(text))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class LoopStarted(Event):
     kind: Literal["loop_started"] = "loop_started"
     name: str
@@ -200,7 +212,7 @@ class LoopStarted(Event):
     parent_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ModelRequested(Event):
     kind: Literal["model_request"] = "model_request"
     step: int
@@ -213,7 +225,7 @@ class ModelRequested(Event):
     """The text of the newest user message in the request (interjections show here)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ModelDelta(Event):
     kind: Literal["model_delta"] = "model_delta"
     step: int
@@ -222,7 +234,7 @@ class ModelDelta(Event):
     """True for a piece of the model's reasoning (where the provider streams it), not of its answer."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ModelResponse(Event):
     kind: Literal["model_response"] = "model_response"
     step: int
@@ -238,7 +250,7 @@ class ModelResponse(Event):
     """The model declined: its words (or the provider's content filter said so)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ModelRetry(Event):
     kind: Literal["model_retry"] = "model_retry"
     attempt: int
@@ -246,7 +258,7 @@ class ModelRetry(Event):
     delay: float
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ToolStarted(Event):
     kind: Literal["tool_started"] = "tool_started"
     call_id: str
@@ -254,7 +266,7 @@ class ToolStarted(Event):
     arguments: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ToolFinished(Event):
     kind: Literal["tool_finished"] = "tool_finished"
     call_id: str
@@ -264,7 +276,7 @@ class ToolFinished(Event):
     duration: float = 0.0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ToolOutput(Event):
     kind: Literal["tool_output"] = "tool_output"
     call_id: str
@@ -273,7 +285,7 @@ class ToolOutput(Event):
     """Text the tool printed (routed here by the notebook layer instead of into a cell)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ToolDisplay(Event):
     kind: Literal["tool_display"] = "tool_display"
     call_id: str
@@ -281,7 +293,7 @@ class ToolDisplay(Event):
     """A rich output (a DataFrame, a figure) a plan displayed; it shows in the widget."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class CodeExecuted(Event):
     kind: Literal["code_executed"] = "code_executed"
     call_id: str
@@ -294,7 +306,7 @@ class CodeExecuted(Event):
     final: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class VariablesChanged(Event):
     kind: Literal["variables_changed"] = "variables_changed"
     call_id: str | None
@@ -304,7 +316,7 @@ class VariablesChanged(Event):
     deleted: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ApprovalRequested(Event):
     kind: Literal["approval_requested"] = "approval_requested"
     call_id: str
@@ -312,7 +324,7 @@ class ApprovalRequested(Event):
     intent: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ApprovalDecided(Event):
     kind: Literal["approval_decided"] = "approval_decided"
     call_id: str
@@ -320,7 +332,7 @@ class ApprovalDecided(Event):
     reason: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ChildStarted(Event):
     kind: Literal["child_started"] = "child_started"
     child_id: str
@@ -328,7 +340,7 @@ class ChildStarted(Event):
     call_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class Steering(Event):
     kind: Literal["steering"] = "steering"
     action: Literal["pause", "resume", "interject", "stop", "ask"]
@@ -337,28 +349,28 @@ class Steering(Event):
     """The request an interjection or a stop is about (multi-request loops)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ClarificationRequested(Event):
     kind: Literal["clarification_requested"] = "clarification_requested"
     call_id: str
     question: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ClarificationAnswered(Event):
     kind: Literal["clarification_answered"] = "clarification_answered"
     call_id: str
     answer: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class Notification(Event):
     kind: Literal["notification"] = "notification"
     call_id: str | None
     text: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class LoopFinished(Event):
     kind: Literal["loop_finished"] = "loop_finished"
     status: Literal["finished", "stopped"]
@@ -367,14 +379,14 @@ class LoopFinished(Event):
     steps: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class LoopFailed(Event):
     kind: Literal["loop_failed"] = "loop_failed"
     error: str
     steps: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class RequestSubmitted(Event):
     """A request reached a multi-request loop (the first one is the task)."""
 
@@ -383,7 +395,7 @@ class RequestSubmitted(Event):
     text: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class RequestFinished(Event):
     kind: Literal["request_finished"] = "request_finished"
     request_id: str
@@ -392,7 +404,7 @@ class RequestFinished(Event):
     reason: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ContextCompressed(Event):
     """The older part of the conversation the model receives was replaced by a summary
     (the transcript keeps everything)."""
@@ -406,7 +418,7 @@ class ContextCompressed(Event):
     """How many messages the summary replaced."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ThinkingStep(Event):
     """A short progress line for people watching the loop."""
 
@@ -414,7 +426,7 @@ class ThinkingStep(Event):
     text: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class EvaluationRun(Event):
     kind: Literal["evaluation_run"] = "evaluation_run"
     name: str
@@ -425,7 +437,7 @@ class EvaluationRun(Event):
     """True when the failure sent the model back to correct its answer."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ControlHandedOff(Event):
     kind: Literal["control_handed_off"] = "control_handed_off"
     call_id: str

@@ -174,6 +174,9 @@ function render({ model, el }) {
       autoOpen: new Set(), userOpen: new Set(), userClosed: new Set(), // which plans are expanded, and who decided
     };
     scroll.addEventListener("scroll", () => { v.follow = nearBottom(scroll); });
+    // a person opening a call to read it: the box stays put unless that left it at the bottom
+    // (toggle does not bubble; the widget's own openings come before it scrolls, so they leave it following)
+    transcript.addEventListener("toggle", () => { v.follow = nearBottom(scroll); }, true);
     views.set(node.id, v);
     return v;
   }
@@ -238,11 +241,12 @@ function render({ model, el }) {
           else if (d.open) v.userOpen.add(id);
           else v.userOpen.delete(id);
         }
+        const waiting = new Set((node.approvals || []).map((a) => a.call_id));
         const plans = plansOf(entries[node.id]);
-        const current = ended ? null : plans[plans.length - 1];
+        // (a plan waiting for approval shows its code in the approval box above: not twice)
+        const current = ended || waiting.has(plans[plans.length - 1]) ? null : plans[plans.length - 1];
         v.autoOpen = new Set(current && !v.userClosed.has(current) ? [current] : []);
         const isOpen = (id) => v.userOpen.has(id) || v.autoOpen.has(id);
-        const waiting = new Set((node.approvals || []).map((a) => a.call_id));
         v.transcript.innerHTML = "";
         let failed = false;
         for (const e of entries[node.id] || []) {
@@ -252,9 +256,12 @@ function render({ model, el }) {
         }
         // a failure once: the transcript's own entry says it, when there is one
         if (node.error && !failed) v.transcript.append(h("div", { class: "unb-entry unb-error" }, node.error));
-        if (node.cut_off) {
-          v.transcript.append(h("div", { class: "unb-entry unb-cutoff" }, h("span", { class: "unb-text" }, node.cut_off),
-            h("span", { class: "unb-cut" }, " … [cut off by stop]")));
+        if (node.cut_off) { // what was streaming when Stop came: before the stop's own entry, when that is last
+          const cut = h("div", { class: "unb-entry unb-cutoff" }, h("span", { class: "unb-text" }, node.cut_off),
+            h("span", { class: "unb-cut" }, " … [cut off by stop]"));
+          const last = v.transcript.lastElementChild;
+          if (last && last.classList.contains("unb-steering")) last.before(cut);
+          else v.transcript.append(cut);
         }
         if (node.references && node.references.length) {
           const refs = h("div", { class: "unb-references" }, h("span", { class: "unb-label" }, "references"));
@@ -286,6 +293,7 @@ function render({ model, el }) {
   }
 
   for (const name of ["nodes", "entries", "asks", "notice"]) model.on(`change:${name}`, update);
+  model.on("change:_anywidget_id", () => root.setAttribute("data-unb-style", model.get("_anywidget_id") || ""));
   update();
   return () => views.clear();
 }

@@ -293,7 +293,7 @@ class ActorHandle(LoopHandle):
 
     async def _run_plan(self, code: str, intent: str, ctx: ToolContext) -> str:
         rec: ToolCallRecord | None = ctx.record
-        before: dict | None = self._known  # taken before this step: the plan needs no pass of its own
+        before: dict | None = self._known  # taken before this step: only identities are checked again
         if self._needs_approval():
             before = None  # the person may have run cells while the plan waited: look again
             run, reason = await self._wait_for_approval(ctx.call_id, code, intent)

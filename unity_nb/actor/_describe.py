@@ -185,16 +185,37 @@ def user_variables(ns: Mapping[str, Any], hidden: Mapping[str, Any] | None = Non
     return out
 
 
-def snapshot(ns: Mapping[str, Any], hidden: Mapping[str, Any] | None = None) -> dict[str, tuple]:
-    """``{name: fingerprint}`` of :func:`user_variables` in one pass (the hot path of every actor step)."""
+def snapshot(
+    ns: Mapping[str, Any],
+    hidden: Mapping[str, Any] | None = None,
+    *,
+    trust: Mapping[str, tuple] | None = None,
+    hint: Mapping[str, tuple] | None = None,
+) -> dict[str, tuple]:
+    """``{name: fingerprint}`` of :func:`user_variables` in one pass (the hot path of every actor step).
+
+    ``trust`` is a recent snapshot whose fingerprints are taken as they are for names still bound to
+    the same object (an identity check only): what was created, deleted or rebound since is seen,
+    an in-place change since is not. ``hint`` is an earlier snapshot: a name still bound to the
+    object it had there is known to be a user variable (its fingerprint is checked again).
+    """
     out = {}
     hidden_names, module, cached = HIDDEN_NAMES, types.ModuleType, _CACHE.get
+    hinted = (hint or {}).get
     for name, value in list(ns.items()):
-        if name[:1] == "_" or name in hidden_names or isinstance(value, module):
-            continue
-        if hidden is not None and name in hidden and hidden[name] is value:
-            continue
-        entry = cached(id(value))
+        key = id(value)
+        if trust is not None:
+            fp = trust.get(name)
+            if fp is not None and fp[0] == key:
+                out[name] = fp
+                continue
+        fp = hinted(name)
+        if fp is None or fp[0] != key:  # not known as a user variable bound to this object: filter
+            if name[:1] == "_" or name in hidden_names or isinstance(value, module):
+                continue
+            if hidden is not None and name in hidden and hidden[name] is value:
+                continue
+        entry = cached(key)
         if entry is not None:  # fingerprint()'s cache hit, inlined: this loop runs for every variable, every step
             mgr = value._mgr
             axes = mgr.axes

@@ -226,17 +226,25 @@ class Executor:
         self.shell = shell
         self.last: dict[str, tuple] = {}
         """The snapshot the last :meth:`snapshot` or :meth:`diff` took (so a caller needs no second pass)."""
+        self._bound: tuple = ()
+
+    def _bindings(self) -> tuple:
+        """Every name of the namespace and the identity of what it is bound to (two C-level copies)."""
+        ns = self.namespace
+        return tuple(ns), tuple(map(id, ns.values()))
 
     def snapshot(self) -> dict[str, tuple]:
         """Fingerprints of the user's variables (to diff before and after). One pass over the namespace;
         a DataFrame that did not change costs a few identity checks (see :func:`fingerprint`)."""
+        self._bound = self._bindings()
         self.last = snapshot(self.namespace, self.hidden)
         return self.last
 
     def diff(self, before: dict[str, tuple], result: PlanResult | None = None) -> PlanResult:
         """What changed since ``before``, in one pass that also leaves the snapshot it took in :attr:`last`."""
         result = result if result is not None else PlanResult(success=True)
-        now = self.last = snapshot(self.namespace, self.hidden)
+        self._bound = self._bindings()
+        now = self.last = snapshot(self.namespace, self.hidden, hint=before)
         for name, fp in now.items():
             if name not in before:
                 result.created[name] = describe_value(self.namespace[name])
@@ -255,8 +263,12 @@ class Executor:
     ) -> PlanResult:
         """Run ``code``; never raises for the plan's own errors (they are in the result).
 
-        ``before`` is a snapshot of the namespace taken since it last changed (a caller that has one
-        saves a pass); without it one is taken. After the run, :attr:`last` is the namespace's snapshot.
+        ``before`` is a recent snapshot (taken before this step, say): its fingerprints are reused for
+        names still bound to the same objects, so the plan's "before" costs identity checks only, or
+        nothing when it is :attr:`last` and no name was bound, rebound or deleted since (what was
+        created, deleted or rebound meanwhile is not the plan's doing; an in-place change meanwhile
+        would be reported as the plan's). Without it a full snapshot is taken. After the run,
+        :attr:`last` is the namespace's snapshot.
         Cancellation (a stop) propagates, after the namespace changes so far are recorded.
         """
         filename = f"<{self.label} #{next(_counter)}>"
@@ -282,15 +294,18 @@ class Executor:
         stdout: list[str] = []
         stderr: list[str] = []
         displays: list[dict] = []
+        running = [True]  # a thread the plan started may write after it ended: only on_output gets that
 
         def on_write(text: str, stream: str = "stdout") -> None:
-            (stderr if stream == "stderr" else stdout).append(text)
+            if running[0]:
+                (stderr if stream == "stderr" else stdout).append(text)
             if on_output is not None:
                 on_output(text, stream)
 
         def on_pub(data: dict, metadata: dict) -> None:
             bundle = {"data": _keep(data), "metadata": metadata}
-            displays.append(bundle)
+            if running[0]:
+                displays.append(bundle)
             if on_display is not None:
                 on_display(bundle)
 
@@ -298,7 +313,10 @@ class Executor:
         if self.shell is not None:
             _output.install_display(self.shell)
         figures_before = _figure_numbers()
-        before = self.snapshot() if before is None else before
+        if before is None:
+            before = self.snapshot()
+        elif before is not self.last or self._bindings() != self._bound:
+            before = snapshot(self.namespace, self.hidden, trust=before)
         protected_before = {n: self.namespace[n] for n in GUARDED if n in self.namespace}
         # the real builtins, whatever an earlier plan left there (`__builtins__ = {}` in a dict namespace)
         protected_before["__builtins__"] = _real_builtins(self.namespace.get("__builtins__"))
@@ -340,6 +358,7 @@ class Executor:
             _output.display_output.reset(disp_token)
             result.restored = self._restore(protected_before)
             self._collect_figures(figures_before, on_pub)
+            running[0] = False
             result.stdout, result.stderr = "".join(stdout), "".join(stderr)
         if result.has_value:
             data, md = self._format(result.value)

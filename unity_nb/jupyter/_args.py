@@ -60,7 +60,7 @@ HELP = {
     "    Ask the operation NAME a question without disturbing it; returns the answer's handle.",
     "answer": "%unity answer NAME [--call ID] TEXT\n"
     "    Answer the question the operation NAME (or one of its sub-operations) waits on; with several\n"
-    "    questions waiting, --call ID says which (the widget shows them).",
+    "    questions waiting, --call ID says which (the refusal lists each with its id).",
     "stop": "%unity stop NAME [REASON]\n    Stop the operation NAME and everything under it.",
     "approve": "%unity approve NAME\n    Run the plan of NAME that waits for approval.",
     "skip": "%unity skip NAME [REASON]\n    Do not run the plan of NAME that waits for approval; the model is told.",

@@ -278,8 +278,11 @@ class UnityMagics(Magics):
 
         return Actor(model, **actor_options)
 
-    def start(self, name: str | None, start: Callable[[str], LoopHandle], *, sub: str = "act", notice: str = "") -> Any:
-        """Start an operation in the background under a free name and show its widget."""
+    def start(
+        self, name: str | None, launch: Callable[[str], LoopHandle], *, sub: str = "act", notice: str = "",
+    ) -> LoopHandle:
+        """Start an operation in the background under a free name (``launch(name)`` starts it) and show
+        its widget, whose notice says ``notice`` (and which earlier operation of that name it replaces)."""
         self.current_model()
         self.store  # noqa: B018 - record this operation from its first event
         name, old = self._new_name(name, sub)
@@ -293,7 +296,7 @@ class UnityMagics(Magics):
 
         _output.install()  # again: something (say %%capture) may have swapped the streams since
         _output.install_display(self.shell)
-        handle = start(name)
+        handle = launch(name)
         self.handles[name] = handle
         if old is not None:
             notice = f"{notice} " if notice else ""

@@ -173,6 +173,12 @@ def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
             f"{name!r} is not an operation of this kernel, and in the store it is {row['status']}: only one a dead "
             f"kernel left interrupted continues from the store\n\n{HELP['resume']}"
         )
+    if row["parent_uid"]:
+        parent = store.find(row["parent_uid"])
+        raise UsageError(
+            f"{name!r} ran inside {parent['name']!r}: resume that one (%unity resume {parent['name']})"
+            f"\n\n{HELP['resume']}"
+        )
     if (row["task"] or "").startswith("[map] "):
         return resume_map(magics, row)
     history = wire_history(store.transcript(row["uid"]))

@@ -7,6 +7,12 @@ code can do. A click may arrive on another thread (a kernel subshell's): it is c
 handle's event loop and queued behind earlier clicks (see ``_clicks``). Without a kernel (a
 saved notebook, nbconvert, GitHub) the mimebundle's ``text/html`` snapshot shows the
 transcript, and ``text/plain`` is the handle's repr.
+
+What a button does is an entry of :data:`COMMANDS` (action name -> :class:`Command`). The
+stylesheet is the installed package's, under an anywidget id naming its version (see
+:func:`style`), so widget state saved in a notebook cannot restyle a live widget. Beside the
+handles' state, the widget keeps what they do not: the retry a loop is waiting out (from its
+``model_retry`` events, cleared when the call proceeds) and the text a Stop cut off.
 """
 
 from __future__ import annotations
@@ -272,10 +278,10 @@ class HandleWidget(anywidget.AnyWidget):
 
     def __init__(self, handle: LoopHandle, *, max_hz: float = 10.0, **kwargs: Any) -> None:
         anywidget_id, css = style()
-        super().__init__(_esm=_asset("handle.js"), _css=css, **kwargs)
-        # after anywidget's __init__ (which sets the class's dotted name): the id names the version,
-        # so a notebook saved with another version cannot replace this one's stylesheet
-        self._anywidget_id = anywidget_id
+        # the id names the version (anywidget's default is the class's dotted name), so a notebook
+        # saved with another version cannot replace this one's stylesheet; given here, it is in the
+        # state the widget opens with, before any view renders
+        super().__init__(_esm=_asset("handle.js"), _css=css, _anywidget_id=anywidget_id, **kwargs)
         self.handle = handle
         self.commands: dict[str, Command] = dict(COMMANDS)
         """This widget's buttons (a copy of :data:`COMMANDS`)."""

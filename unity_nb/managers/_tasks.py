@@ -31,6 +31,7 @@ import builtins
 import contextvars
 import functools
 import json
+import logging
 import secrets
 import time
 from collections.abc import Callable, Iterable
@@ -44,6 +45,8 @@ from ..models import default_model
 from ._base import Manager
 
 __all__ = ("Task", "TasksManager", "repair_history")
+
+log = logging.getLogger(__name__)
 
 ParentContext = Literal["always", "never", "model"]
 Summaries = Literal["truncate", "model"]
@@ -461,8 +464,6 @@ class TasksManager(Manager):
                            (task_id, row["type"], row["content"], row["sender"], row["ts"]))
         self._live.pop(task_id, None)
         self._runs.pop(task_id, None)
-        if self.summaries == "model":
-            self._summarise(task_id, turn, status)
         row = self._row(task_id)
         if row["parent_id"]:
             turns = len(self.store.query("SELECT 1 FROM task_turns WHERE task_id = ?", (task_id,)))
@@ -480,6 +481,11 @@ class TasksManager(Manager):
             _soon(functools.partial(self.send, row["parent_id"], notice, type="completion", sender=task_id))
         if self.store.query("SELECT 1 FROM task_queue WHERE task_id = ? LIMIT 1", (task_id,)):
             _soon(self._activate, task_id)  # messages that arrived as the turn ended
+        if self.summaries == "model":
+            try:
+                self._summarise(task_id, turn, status)
+            except Exception:  # the truncated summary stands; the turn has ended all the same
+                log.exception("the summary of task %s turn %s could not start", task_id, turn)
 
     def _summarise(self, task_id: str, turn: int, status: str) -> None:
         """Have the model write the summary of this ended turn (in a loop of its own, nobody's

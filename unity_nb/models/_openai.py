@@ -19,6 +19,7 @@ import marshal
 import math
 import os
 import random
+import threading
 import time
 from collections import OrderedDict
 from typing import Any
@@ -326,7 +327,7 @@ class _Conversation:
 
     __slots__ = ("anchors", "encoded", "head", "keys", "marshal", "n")
 
-    def __init__(self, anchors: tuple, n: int, marshalled: bytes, encoded: bytearray) -> None:
+    def __init__(self, anchors: tuple, n: int, marshalled: bytes, encoded: bytes) -> None:
         self.anchors = anchors  # held, so the ids they are found by are not reused while they are
         self.keys = 0  # how many of the cache's keys lead here
         # marshal of the messages after the list's 5-byte header (type, count), and the type byte: it
@@ -356,9 +357,9 @@ class WireCache:
     object of another type) is encoded whole, as before. The bytes are those of
     ``json.dumps(body, ensure_ascii=False, separators=(",", ":"))``.
 
-    Everything happens synchronously inside one call, so loops sharing a model (and this cache)
-    cannot interleave inside it. The cache is bounded in conversations and in bytes; the least
-    recently used go first.
+    Everything happens synchronously inside one call (under a lock, for event loops in other
+    threads), so loops sharing a model (and this cache) cannot interleave inside it. The cache is
+    bounded in conversations and in bytes; the least recently used go first.
     """
 
     def __init__(self, max_conversations: int = 4096, max_bytes: int = 64 << 20) -> None:
@@ -366,6 +367,7 @@ class WireCache:
         self.max_bytes = max_bytes
         self._by_anchor: OrderedDict[int, _Conversation] = OrderedDict()
         self._bytes = 0
+        self._lock = threading.Lock()
         self.hits = 0
         """Requests whose earlier messages were reused."""
         self.misses = 0
@@ -375,8 +377,9 @@ class WireCache:
         return len(self._by_anchor)
 
     def clear(self) -> None:
-        self._by_anchor.clear()
-        self._bytes = 0
+        with self._lock:
+            self._by_anchor.clear()
+            self._bytes = 0
 
     def body(self, body: dict, messages: Any) -> bytes:
         """The JSON bytes of ``body``, whose ``"messages"`` is ``messages``."""
@@ -390,18 +393,16 @@ class WireCache:
                 part = tail
             else:
                 part[key] = value
-        encoded = self._messages(messages)
-        if encoded is None:
-            return _ENCODER.encode(body).encode()
-        start = _ENCODER.encode(head)[:-1]  # '{"model":"m"' ('{' when empty)
-        end = _ENCODER.encode(tail)[1:]  # '"stream":true,...}' ('}' when empty)
-        return b"".join((
-            (start + ("," if head else "") + _MESSAGES_KEY + "[").encode(),
-            encoded,
-            ("]," + end if tail else "]}").encode(),
-        ))
+        # '{"model":"m","messages":[' and '],"stream":true,...}'
+        start = (_ENCODER.encode(head)[:-1] + ("," if head else "") + _MESSAGES_KEY + "[").encode()
+        end = ("]," + _ENCODER.encode(tail)[1:] if tail else "]}").encode()
+        with self._lock:  # a model may serve event loops in several threads; the join reads the kept bytes
+            encoded = self._messages(messages)
+            if encoded is not None:
+                return b"".join((start, encoded, end))
+        return _ENCODER.encode(body).encode()
 
-    def _messages(self, messages: list) -> bytearray | bytes | None:
+    def _messages(self, messages: list) -> bytes | None:
         """The messages' JSON without brackets, reusing what an earlier request encoded."""
         try:
             marshalled = marshal.dumps(messages)
@@ -413,14 +414,14 @@ class WireCache:
             self.hits += 1
             if new:
                 added = _ENCODER.encode(new)[1:-1].encode()
-                conv.encoded += b"," + added
+                conv.encoded = b",".join((conv.encoded, added))  # exact size (a bytearray over-allocates)
                 self._bytes += len(added) + 1 + len(marshalled) - 5 - len(conv.marshal)
                 conv.marshal = marshalled[5:]
                 conv.n = len(messages)
             self._trim()
             return conv.encoded
         self.misses += 1
-        encoded = bytearray(_ENCODER.encode(messages)[1:-1].encode())
+        encoded = _ENCODER.encode(messages)[1:-1].encode()
         conv = _Conversation(tuple(messages[:2]), len(messages), marshalled, encoded)
         for anchor in conv.anchors:
             self._put(id(anchor), conv)
