@@ -24,8 +24,8 @@ Three parts, each a count and a list of what was seen:
   3. Bad API inputs. start_loop with max_steps='x', nan, inf, tools=fn (not a list), bus='x',
      tool_policy=42, a model whose complete is not async; and steering from another thread.
      "Clearly refused": a UserError or TypeError raised by start_loop itself whose message names
-     the argument (for steering from another thread: an error that says so, naming the thread or
-     the event loop).
+     the argument (for steering from another thread: handed to the loop's thread and in its
+     transcript, or an error that says so, naming the thread or the event loop).
 
 Run: .venv/bin/python bench/bench_attack.py   (about 10 s; no network but 127.0.0.1)
 """
@@ -498,6 +498,10 @@ async def bad_inputs() -> list[tuple[str, bool, str]]:
     gate.set()
     with contextlib.suppress(Exception):
         await asyncio.wait_for(h.result(), TIMEOUT)
+    if box.get("seen") == "accepted":  # handled if it reached the loop (handed to its thread), as the issue allows
+        reached = any(m.kind == "interjection" and m.content == "from another thread" for m in h.transcript)
+        box["clear"] = reached
+        box["seen"] = "handed to the loop's thread: in its transcript" if reached else "accepted, but lost"
     out.append(("interject from another thread", bool(box.get("clear")), box.get("seen", "no answer")))
     return out
 
