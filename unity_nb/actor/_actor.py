@@ -157,6 +157,8 @@ class ActorHandle(LoopHandle):
     :meth:`skip` tells the model it was skipped.
     """
 
+    kind = "actor"
+
     def __init__(self, task: str, *, actor: Actor, model: Any, **options: Any) -> None:
         self.actor = actor
         self.namespace = actor.namespace
@@ -190,7 +192,7 @@ class ActorHandle(LoopHandle):
         exec_tool = as_tool(self._make_execute(), name="execute_code")
         self._exec_tool = exec_tool
         system = options.pop("system", None) or actor.system or self._system_prompt()
-        super().__init__(task, model=model, tools=[exec_tool], system=system, _kind="actor", **options)
+        super().__init__(task, model=model, tools=[exec_tool], system=system, **options)
         self._known = self.executor.snapshot()
 
     # -- what the model sees -------------------------------------------------------------

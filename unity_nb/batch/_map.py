@@ -69,6 +69,7 @@ class MapHandle(LoopHandle):
     """The handle of a batch: one steerable operation whose children are its running rows."""
 
     engine_type = MapEngine
+    kind = "map"
 
     def __init__(
         self,
@@ -111,7 +112,7 @@ class MapHandle(LoopHandle):
                 if row_key(row.key) == key and row.status == "waiting":
                     row.status, row.answer = "finished", parse_answer(answer, self.output)
         super().__init__(
-            label or f"[map] {task}", model=model, name=name, bus=bus, _kind="map", max_steps=1,
+            label or f"[map] {task}", model=model, name=name, bus=bus, max_steps=1,
         )
 
     # -- rows ------------------------------------------------------------------------------
@@ -122,7 +123,7 @@ class MapHandle(LoopHandle):
         self.started_rows += 1
         options = {**self.row_options, "model": self.model}
         options.setdefault("name", f"{self.name}[{_label(row.key)}]")
-        child = LoopHandle(row.task, _parent=self, **options)
+        child = LoopHandle(row.task, parent=self, **options)
         row.child = child
         for note in self._row_notes:  # interjections made before the row started
             child.note(note)

@@ -96,16 +96,18 @@ class LoopHandle:
 
     engine_type: type[Engine] = Engine
     """What drives the loop's task (a batch drives rows instead of model turns)."""
+    kind = "loop"
+    """What this handle is (``loop``, ``actor``, ``map``): its default name starts with it."""
 
     def __init__(
         self,
         task: str,
         *,
-        _kind: str = "loop",
+        parent: LoopHandle | None = None,
+        detached: bool = False,
+        _kind: str | None = None,
         _context: list[dict] | None = None,
         _lineage: tuple[str, ...] | None = None,
-        _parent: LoopHandle | None = None,
-        _adopt: bool = True,
         **options: Any,
     ) -> None:
         if not isinstance(task, str) or not task.strip():
@@ -118,18 +120,19 @@ class LoopHandle:
                 "start_loop needs a running event loop: call it inside `async def main(): ...` run by "
                 "asyncio.run(main()), or in a notebook cell (Jupyter runs one)"
             ) from None
-        tools = own_tools(cfg, _kind, final_answer_tool(self) if cfg.multi else None)
+        kind = _kind or self.kind
+        tools = own_tools(cfg, kind, final_answer_tool(self) if cfg.multi else None)
         self.task = task
         self.model: Model = cfg.model
         self.id = _new_id()
-        self.name = cfg.name or f"{_kind}-{self.id[:4]}"
+        self.name = cfg.name or f"{kind}-{self.id[:4]}"
 
         call = current_call()
-        self.parent: LoopHandle | None = _parent
+        self.parent: LoopHandle | None = parent
         self.parent_call: str | None = None
         """The parent's tool call that started this loop (``None`` if none did)."""
         adopt_call, share_context = None, False
-        if self.parent is None and call is not None and _adopt:
+        if self.parent is None and call is not None and not detached:
             self.parent, adopt_call, share_context = call.loop, call.call_id, call.share_context
         # a child publishes where its parent does
         self.bus: ev.EventBus = cfg.bus or (self.parent.bus if self.parent is not None else ev.default_bus())
@@ -553,7 +556,7 @@ class LoopHandle:
         model, max_steps = options.pop("model", self.model), options.pop("max_steps", 6)
         return LoopHandle(
             question, model=model, tools=tools, system=snapshot, name=f"ask-{self.name}", bus=self.bus,
-            _kind="ask", _lineage=self.lineage, _adopt=False, max_steps=max_steps, **options,
+            _kind="ask", _lineage=self.lineage, detached=True, max_steps=max_steps, **options,
         )
 
     def inspection(self) -> str:

@@ -34,7 +34,9 @@ def _made_on_loop_thread(call: CallInfo, task: str, options: dict[str, Any]) -> 
 def start_loop(task: str, **options: Any) -> LoopHandle:
     """Start a steerable tool loop on the running event loop and return its handle at once.
 
-    The options are :class:`LoopOptions`' fields. ``tools`` are plain functions (sync ones run in
+    The options are :class:`LoopOptions`' fields, and where the loop goes in the tree: ``parent``
+    (a handle) makes it that loop's child; ``detached=True`` keeps a loop started inside a tool from
+    becoming the calling loop's child (a durable task's turn, say). ``tools`` are plain functions (sync ones run in
     a worker thread) with type hints and a docstring. The last of ``max_steps`` model calls offers
     no tools, so an answer always comes. ``first_step_tools`` forces each of those tools on the first
     step; ``tool_policy(step, tools) -> (mode, tools)`` chooses per step. Called inside a tool of
@@ -80,6 +82,10 @@ def start_loop(task: str, **options: Any) -> LoopHandle:
 # start_loop's signature: the task, then LoopOptions' fields (one list, shown by help())
 start_loop.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
     [inspect.Parameter("task", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="str")]
-    + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in inspect.signature(LoopOptions).parameters.values()],
+    + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in inspect.signature(LoopOptions).parameters.values()]
+    + [
+        inspect.Parameter("parent", inspect.Parameter.KEYWORD_ONLY, default=None, annotation="LoopHandle | None"),
+        inspect.Parameter("detached", inspect.Parameter.KEYWORD_ONLY, default=False, annotation="bool"),
+    ],
     return_annotation="LoopHandle",
 )

@@ -384,8 +384,8 @@ class TasksManager(Manager):
         )
         name = f"task {task.name}"
         handle = actor.act(queued[-1], name=name, bus=self.bus,
-                           _context=context + history + [{"role": "user", "content": q} for q in queued[:-1]],
-                           _adopt=False, **options)
+                           history=context + history + [{"role": "user", "content": q} for q in queued[:-1]],
+                           detached=True, **options)
         handle.manager = self  # type: ignore[attr-defined]
         handle.task_id = task_id  # type: ignore[attr-defined]
         self._live[task_id] = handle
