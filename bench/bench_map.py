@@ -7,12 +7,14 @@ floor and unity_nb alternate, so a burst of other load on the machine hits both.
 
   A. ``u.map`` over 1,000 rows at concurrency 100 with ``unity_nb.OpenAIModel`` pointed at the server,
      beside 100 bare aiohttp workers sending the same 1,000 requests (the same JSON body unity_nb sends,
-     SSE split by hand). Ideal wall time: rows / concurrency x 50 ms.
+     SSE split by hand). Ideal wall time: rows / concurrency x 50 ms. Also 100 rows at concurrency 100:
+     every row live at once, so its RSS per live loop is not mixed with what finished rows keep.
   B. 200 and 1,000 concurrent plain loops (``u.start_loop``, one request each), beside as many
      concurrent bare aiohttp requests. Ideal wall time: 50 ms.
      For A and B: wall / ideal; client CPU (``time.process_time`` over the run, every thread of the
      process) against the floor's; peak RSS per live loop (peak RSS during the run minus RSS before
-     it, over the loops alive at once: the concurrency for a batch, every loop for B).
+     it, over the loops alive at once: the concurrency for a batch, every loop for B); the garbage
+     collector's share of that CPU (``gc.callbacks``).
      Targets: CPU within 2x the floor; below 100 KB per live loop.
   C. ``u.map`` over 10,000 rows with a ScriptedModel (no HTTP), with and without a Store attached to
      its bus: wall time and CPU, and a check that the store on disk (opened afresh) holds 10,000
@@ -51,6 +53,27 @@ HEADERS = {"Authorization": "Bearer x", "Content-Type": "application/json", "Acc
 def rss_kb() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+class GCTimer:
+    """CPU time the garbage collector took while installed (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.process_time()
+        else:
+            self.seconds += time.process_time() - self._started
+
+    def __enter__(self) -> GCTimer:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
 
 
 class Server:
@@ -130,18 +153,19 @@ async def child_http(scenario: str, kind: str, n: int, concurrency: int) -> dict
             bus.clear()
             gc.collect()
             before = rss_kb()
-            cpu, wall = time.process_time(), time.perf_counter()
-            held = run(texts)  # B: every loop's handle is alive until the end, so the peak holds them all
-            result = await held
-            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+            with GCTimer() as gc_time:
+                cpu, wall = time.process_time(), time.perf_counter()
+                held = run(texts)  # B: every loop's handle is alive until the end, so the peak holds them all
+                result = await held
+                cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             answers = list(result)
             del held, result
         await model.close()
         assert answers == ["ok"] * n, f"{sum(a == 'ok' for a in answers)} of {n} rows answered 'ok'"
         live = concurrency if scenario == "map" else n
-        return {"unity_nb": u.__file__, "cpu_s": cpu, "wall_s": wall, "rss_delta_kb": peak - before,
-                "rss_per_live_kb": (peak - before) / live, "live": live,
+        return {"unity_nb": u.__file__, "cpu_s": cpu, "gc_s": gc_time.seconds, "wall_s": wall,
+                "rss_delta_kb": peak - before, "rss_per_live_kb": (peak - before) / live, "live": live,
                 "ideal_s": math.ceil(n / concurrency) * LATENCY}
     finally:
         srv.close()
@@ -167,11 +191,12 @@ async def child_store(kind: str, n: int, concurrency: int) -> dict:
         bus.clear()
         gc.collect()
         before = rss_kb()
-        cpu, wall = time.process_time(), time.perf_counter()
-        h = u.map(items(n), "Label {value}", model=u.ScriptedModel(script), concurrency=concurrency, bus=bus,
-                  name="bench")
-        result = await h
-        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        with GCTimer() as gc_time:
+            cpu, wall = time.process_time(), time.perf_counter()
+            h = u.map(items(n), "Label {value}", model=u.ScriptedModel(script), concurrency=concurrency, bus=bus,
+                      name="bench")
+            result = await h
+            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         assert result.notna().all() and len(result) == n, h.failures
         finished = None
@@ -181,8 +206,8 @@ async def child_store(kind: str, n: int, concurrency: int) -> dict:
             finished = len(u.finished_rows(fresh, "bench"))
             fresh.close()
             assert finished == n, f"the store holds {finished} finished rows of {n}"
-    return {"unity_nb": u.__file__, "cpu_s": cpu, "wall_s": wall, "rss_delta_kb": peak - before,
-            "finished_rows": finished}
+    return {"unity_nb": u.__file__, "cpu_s": cpu, "gc_s": gc_time.seconds, "wall_s": wall,
+            "rss_delta_kb": peak - before, "finished_rows": finished}
 
 
 # ------------------------------------------------------------------------------------ main
@@ -200,10 +225,20 @@ def measure(*args: object) -> dict:
     return result
 
 
+def version() -> str:
+    """The commit measured, and whether unity_nb/ had changes not committed yet."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+
+    dirty = git("status", "--porcelain", "--", "unity_nb")
+    return f"unity_nb at {git('rev-parse', '--short', 'HEAD')}" + (" + uncommitted changes" if dirty else "")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--quick", action="store_true", help="smaller runs: 200 rows at 50, 50 and 200 loops, 1,000 rows")
+    ap.add_argument("--quick", action="store_true",
+                    help="smaller runs: 200 rows at concurrency 50, 50 and 200 loops, 1,000 rows with the store")
     ap.add_argument("--only", choices=("A", "B", "C"))
     ap.add_argument("--child", nargs="+")
     args = ap.parse_args()
@@ -223,16 +258,17 @@ def main() -> None:
     command = ".venv/bin/python bench/bench_map.py" + (" --quick" if args.quick else "") + f" --repeat {args.repeat}"
     lines = [
         f"unity_nb batch benchmark, {time.strftime('%Y-%m-%d %H:%M %Z')}: {os.cpu_count()} cores, Python "
-        f"{platform.python_version()}; command: {command}; median of {args.repeat} runs, each in a fresh process; "
-        f"load average at the start {load[0]:.2f}",
+        f"{platform.python_version()}, {version()}; command: {command}; median of {args.repeat} runs, each in a "
+        f"fresh process; load average at the start {load[0]:.2f}",
     ]
     if args.only in (None, "A", "B"):
         lines += ["", f"| A/B ({LATENCY * 1000:.0f} ms latency) | client | wall s | wall / ideal | CPU s | "
-                  "CPU / bare aiohttp (runs) | RSS per live loop KB (live) |",
-                  "| --- | --- | --- | --- | --- | --- | --- |"]
+                  "CPU / bare aiohttp (runs) | GC share of CPU | RSS delta MB | RSS per live loop KB (live) |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         scenarios = []
         if args.only in (None, "A"):
-            scenarios.append(("map", map_rows, map_conc, f"A. {map_rows} rows, concurrency {map_conc}"))
+            scenarios += [("map", map_conc, map_conc, f"A. {map_conc} rows, concurrency {map_conc}"),
+                          ("map", map_rows, map_conc, f"A. {map_rows} rows, concurrency {map_conc}")]
         if args.only in (None, "B"):
             scenarios += [("loops", n, n, f"B. {n} concurrent loops, 1 request each") for n in loop_counts]
         for scenario, n, conc, title in scenarios:
@@ -249,13 +285,15 @@ def main() -> None:
                     f"| {title} (ideal {got[0]['ideal_s']:.2f} s) | {label if kind == 'unity_nb' else kind} | "
                     f"{med(r['wall_s'] for r in got):.2f} | {med(r['wall_s'] / r['ideal_s'] for r in got):.2f}x | "
                     f"{cpu:.3f} | {cpu / bare_cpu:.2f}x ({', '.join(f'{x:.2f}' for x in ratios)}) | "
+                    f"{med(r['gc_s'] / r['cpu_s'] for r in got) * 100:.0f}% | "
+                    f"{med(r['rss_delta_kb'] for r in got) / 1024:.1f} | "
                     f"{med(r['rss_per_live_kb'] for r in got):.1f} ({got[0]['live']}) |"
                 )
                 print(lines[-1], file=sys.stderr)
     if args.only in (None, "C"):
         lines += ["", f"| C. u.map over {store_rows:,} rows, ScriptedModel, concurrency 100 | wall s | CPU s | "
-                  "ms CPU per row | RSS delta MB | row_finished events in the store |",
-                  "| --- | --- | --- | --- | --- | --- |"]
+                  "ms CPU per row | GC share of CPU | RSS delta MB | row_finished events in the store (runs) |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
         runs = {"no store": [], "store": []}
         for _ in range(args.repeat):
             for kind in runs:
@@ -266,6 +304,7 @@ def main() -> None:
             lines.append(
                 f"| {'Store attached (SQLite on disk)' if kind == 'store' else 'no store'} | "
                 f"{med(r['wall_s'] for r in got):.2f} | {cpu:.2f} | {cpu / store_rows * 1000:.3f} | "
+                f"{med(r['gc_s'] / r['cpu_s'] for r in got) * 100:.0f}% | "
                 f"{med(r['rss_delta_kb'] for r in got) / 1024:.1f} | {finished} |"
             )
             print(lines[-1], file=sys.stderr)

@@ -887,3 +887,38 @@ async def test_a_fragment_cut_off_by_stop_is_marked(harness):
     await expect(transcript.last).to_have_text("steering [stopped by the user: enough]")
     await expect(transcript.nth(-2)).to_have_class(re.compile("unb-cutoff"))
     await expect(widget.locator(".unb-streaming")).to_have_text("")
+
+
+async def test_a_batch_shows_its_progress_bar_and_its_failures(harness):
+    """u.map: the widget shows done, running, failed and waiting rows, and lists the failures."""
+    import asyncio
+
+    from playwright.async_api import expect
+
+    import unity_nb as u
+    from unity_nb.jupyter._widget import HandleWidget
+
+    gate = asyncio.Event()
+
+    async def script(messages, tools):
+        text = messages[-1]["content"]
+        if text.endswith("bad"):
+            raise RuntimeError("no label for this one")
+        if text.endswith("slow"):
+            await gate.wait()
+        return "label"
+
+    h = u.map(["a", "bad", "b", "slow", "c"], "Label", model=u.ScriptedModel(script), concurrency=2)
+    w = HandleWidget(h)
+    await h.wait_for("row_finished", lambda e: e.status == "failed", timeout=20)
+    await h.wait_for("row_finished", lambda e: e.row == "4", timeout=20)  # "c", started once "b" was done
+    widget = await harness.show(w)
+    text = widget.locator(".unb-bar-text").first
+    await expect(text).to_contain_text("3/5 done (80%) · 1 running · 1 failed · 0 waiting")
+    await expect(widget.locator(".unb-failures summary")).to_have_text("1 row(s) failed or stopped")
+    await widget.locator(".unb-failures summary").click()
+    await expect(widget.locator(".unb-failure")).to_contain_text("1 failed: RuntimeError: no label for this one")
+    gate.set()
+    await asyncio.wait_for(h.result(), 20)
+    await harness.show(w)
+    await expect(text).to_contain_text("4/5 done (100%) · 0 running · 1 failed · 0 waiting")

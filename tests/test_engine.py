@@ -288,3 +288,47 @@ async def test_a_conversation_continues_from_its_history(bus):
     assert model.requests[0].messages[:2] == history and model.requests[0].messages[2]["content"] == "who am I?"
     with pytest.raises(u.UserError, match="history"):
         u.start_loop("x", model=model, history=[{"content": "no role"}])
+
+
+async def test_adding_a_steering_verb_is_one_entry_and_its_method(bus):
+    """A verb `hurry`: its table entry and its method; the transcript, the event, the store's rebuild,
+    the widget's command table and the magics take it from there."""
+    from unity_nb import events as ev
+    from unity_nb.jupyter._args import HELP, parse
+    from unity_nb.jupyter._widget import HandleWidget
+    from unity_nb.loop import Verb, register_verb
+
+    class Hurried(LoopHandle):
+        async def hurry(self, why: str) -> None:
+            self.steer("hurry", why)
+            self._nudge()
+
+    register_verb(Verb(
+        "hurry", entry=lambda m, _r: f"[told to hurry: {m}]", note=lambda m, _r: f"[the user asks you to hurry: {m}]",
+        message="required", doc="Ask the operation NAME to hurry.",
+    ))
+    try:
+        gate = asyncio.Event()
+
+        async def script(messages, tools):
+            await gate.wait()
+            return "done: " + users(messages)[-1]
+
+        h = Hurried("slow task", model=u.ScriptedModel(script), bus=bus)
+        await h.wait_for("model_request", timeout=10)
+        await h.hurry("the meeting starts")
+        gate.set()
+        assert await asyncio.wait_for(h.result(), 10) == "done: [the user asks you to hurry: the meeting starts]"
+        assert [m.content for m in h.transcript if m.kind == "steering"] == ["[told to hurry: the meeting starts]"]
+        assert next(e for e in h.events if e.kind == "steering").action == "hurry"
+        assert u.loop.steering_entry("hurry", "x") == ("[told to hurry: x]", "steering")  # the store's rebuild
+        assert "hurry" in HandleWidget(h).commands
+        cmd = parse("hurry tour now please")
+        assert (cmd.sub, cmd.name, cmd.text) == ("hurry", "tour", "now please")
+        assert HELP["hurry"] == "%unity hurry NAME MESSAGE\n    Ask the operation NAME to hurry."
+        with pytest.raises(Exception, match="needs a message"):
+            parse("hurry tour")
+    finally:
+        VERBS.pop("hurry", None)
+        HELP.pop("hurry", None)
+        ev.STEERING_ACTIONS.discard("hurry")

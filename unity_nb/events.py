@@ -343,10 +343,20 @@ class ChildStarted(Event):
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class Steering(Event):
     kind: Literal["steering"] = "steering"
-    action: Literal["pause", "resume", "interject", "stop", "ask"]
+    action: str
+    """A steering verb: one of :data:`STEERING_ACTIONS` (the loop's table of verbs adds its own)."""
     message: str | None = None
     request_id: str | None = None
     """The request an interjection or a stop is about (multi-request loops)."""
+
+    def __post_init__(self) -> None:
+        Event.__post_init__(self)
+        if self.action not in STEERING_ACTIONS:
+            raise ValueError(f"Steering.action takes one of {sorted(STEERING_ACTIONS)}, not {self.action!r}")
+
+
+STEERING_ACTIONS: set[str] = {"pause", "resume", "interject", "stop", "ask"}
+"""The verbs a :class:`Steering` event may name; ``unity_nb.loop.register_verb`` adds to it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)

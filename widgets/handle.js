@@ -160,16 +160,17 @@ function render({ model, el }) {
     const clar = h("div", { class: "unb-clarifications" });
     const approvals = h("div", { class: "unb-approvals" });
     const retry = h("div", { class: "unb-retry" });
+    const batch = h("div", { class: "unb-batch" }); // a batch (u.map): its progress bar and its failures
     const transcript = h("div", { class: "unb-transcript" });
     const streaming = h("div", { class: "unb-streaming" });
     // the transcript and the text streaming in scroll in a box of capped height, which follows
     // the newest entry unless the person has scrolled up (then it stays put until they are back at the bottom)
     const scroll = h("div", { class: "unb-scroll" }, transcript, streaming);
     const asks = h("div", { class: "unb-asks" });
-    const box = h("div", { class: "unb-node", "data-node": node.id }, header, controls, retry, clar, approvals, scroll, asks);
+    const box = h("div", { class: "unb-node", "data-node": node.id }, header, controls, batch, retry, clar, approvals, scroll, asks);
     box.style.marginLeft = `${node.depth * 18}px`;
     v = {
-      box, header, controls, pause, stop, input, interject, ask, clar, approvals, retry, scroll, transcript, streaming, asks, node,
+      box, header, controls, pause, stop, input, interject, ask, clar, approvals, retry, batch, scroll, transcript, streaming, asks, node,
       clarKey: "", approvalKey: "", follow: true,
       autoOpen: new Set(), userOpen: new Set(), userClosed: new Set(), // which plans are expanded, and who decided
     };
@@ -179,6 +180,32 @@ function render({ model, el }) {
     transcript.addEventListener("toggle", () => { v.follow = nearBottom(scroll); }, true);
     views.set(node.id, v);
     return v;
+  }
+
+  function renderBatch(v, node) {
+    const p = node.progress;
+    v.batch.innerHTML = "";
+    if (!p) return;
+    const pct = p.total ? Math.round((100 * (p.done + p.failed + p.stopped)) / p.total) : 0;
+    const eta = p.eta_seconds == null ? "" : ` · about ${Math.ceil(p.eta_seconds)} s left`;
+    v.batch.append(
+      h("div", { class: "unb-bar" },
+        h("div", { class: "unb-bar-done", style: `width: ${p.total ? (100 * p.done) / p.total : 0}%` }),
+        h("div", { class: "unb-bar-failed", style: `width: ${p.total ? (100 * (p.failed + p.stopped)) / p.total : 0}%` })),
+      h("div", { class: "unb-bar-text" },
+        `${p.done}/${p.total} done (${pct}%) · ${p.running} running · ${p.failed} failed · ${p.waiting} waiting · ` +
+        `${p.rows_per_second} rows/s${eta} · ${p.input_tokens}/${p.output_tokens} tokens`));
+    if (node.failures && node.failures.length) {
+      const list = h("details", { class: "unb-failures" }, h("summary", {}, `${node.failures.length} row(s) failed or stopped`));
+      for (const f of node.failures) {
+        const item = h("div", { class: "unb-failure" }, h("b", {}, f.key), ` ${f.status}: ${f.reason}`);
+        if (f.node) { // its loop is kept: open it (it is shown as a child below)
+          item.append(" ", h("button", { class: "unb-btn", onclick: () => { const o = views.get(f.node); if (o) o.box.scrollIntoView(); } }, "open"));
+        }
+        list.append(item);
+      }
+      v.batch.append(list);
+    }
   }
 
   function update() {
@@ -199,6 +226,7 @@ function render({ model, el }) {
         h("span", { class: "unb-stats" }, `${node.steps} steps · ${node.tool_calls} tool calls · ${node.tokens_in}/${node.tokens_out} tokens · ${node.elapsed}s · ${node.model}`),
       );
       v.pause.textContent = node.status === "paused" ? "Resume" : "Pause";
+      renderBatch(v, node);
       for (const b of [v.pause, v.stop, v.interject, v.ask, v.input]) b.disabled = ended;
       // clarifications: question and answer box, rebuilt only when they change
       const key = JSON.stringify(node.clarifications);

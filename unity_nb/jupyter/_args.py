@@ -10,6 +10,8 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
+from ..loop import VERBS
+
 __all__ = ("Command", "parse", "HELP", "SETTINGS", "TASK_ACTIONS", "check_setting")
 
 HELP = {
@@ -72,6 +74,16 @@ HELP = {
     "%unity task show TASK       its turns: when, summary, messages\n"
     "    TASK is a task's id or name. A running task is steered by its id (%unity pause ID, ...).",
 }
+
+
+def _verb_help() -> None:
+    """A steering verb in the loop's table (``VERBS``) is a subcommand, with its help, at once."""
+    for verb in VERBS.values():
+        takes = {"none": "", "optional": " [MESSAGE]", "required": " MESSAGE"}[verb.message]
+        HELP.setdefault(verb.name, f"%unity {verb.name} NAME{takes}\n    {verb.doc}")
+
+
+_verb_help()
 
 
 def _positive(value: str) -> int:
@@ -236,6 +248,7 @@ def _model_args(rest: str) -> tuple[dict, str | None]:
 
 def parse(line: str, cell: str | None = None) -> Command:
     """``%unity`` line (and cell body) -> Command."""
+    _verb_help()
     line = line.strip()
     if not line or line in ("--help", "-h", "?"):  # `%unity?` reaches here as "?" (see jupyter/__init__.py)
         return Command("help")
@@ -289,9 +302,10 @@ def parse(line: str, cell: str | None = None) -> Command:
             cmd.options.update(more)
         cmd.text = "\n".join(t for t in (text.strip(), (cell or "").strip()) if t)
         needs = {"interject": "a message", "ask": "a question", "submit": "a request", "answer": "the answer's text"}
-        if sub in needs and not cmd.text:
-            raise _usage(sub, f"%unity {sub} needs {needs[sub]}")
-        if sub in ("pause", "resume", "approve") and cmd.text:
+        verb = VERBS.get(sub)
+        if (sub in needs or (verb is not None and verb.message == "required")) and not cmd.text:
+            raise _usage(sub, f"%unity {sub} needs {needs.get(sub, 'a message')}")
+        if (sub == "approve" or (verb is not None and verb.message == "none")) and cmd.text:
             raise _usage(sub, f"%unity {sub} takes only a name, got extra text {cmd.text!r}")
     return cmd
 

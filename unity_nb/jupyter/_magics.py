@@ -14,7 +14,7 @@ from IPython.display import display
 from traitlets import Bool, Float, Integer, Unicode
 
 from .._errors import HandleStateError, ModelConfigError, UserError
-from ..loop import LoopHandle
+from ..loop import VERBS, LoopHandle
 from ..models import set_default_model
 from ._args import HELP, SETTINGS, Command, check_setting, parse
 from ._magics_tasks import resume_from_store, task_command, tasks_table
@@ -170,7 +170,8 @@ class UnityMagics(Magics):
     def unity(self, line: str, cell: str | None = None) -> Any:
         cmd = parse(line, cell)
         try:
-            return getattr(self, f"_{cmd.sub}")(cmd)
+            run = getattr(self, f"_{cmd.sub}", None) or self._verb  # a steering verb without a method of its own
+            return run(cmd)
         except UserError as err:
             raise UsageError(f"{err}\n\n{HELP[cmd.sub]}") from None
 
@@ -432,17 +433,16 @@ class UnityMagics(Magics):
         task.add_done_callback(report)
         return task
 
-    def _pause(self, cmd: Command) -> None:
-        self._steer(cmd, self._live(cmd).pause())
+    def _verb(self, cmd: Command) -> None:
+        """A steering verb of the loop's table (``VERBS``) on operation NAME; its message is the rest of the line."""
+        method = getattr(self._live(cmd), cmd.sub)
+        self._steer(cmd, method(cmd.text) if VERBS[cmd.sub].message != "none" else method())
 
     def _resume(self, cmd: Command) -> Any:
         if cmd.name not in self.handles:
             return resume_from_store(self, cmd)
         self._steer(cmd, self._live(cmd).resume())
         return None
-
-    def _interject(self, cmd: Command) -> None:
-        self._steer(cmd, self._live(cmd).interject(cmd.text))
 
     def _stop(self, cmd: Command) -> None:
         handle = self._find(cmd)

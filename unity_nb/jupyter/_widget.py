@@ -30,7 +30,7 @@ from typing import Any
 import anywidget
 import traitlets
 
-from ..loop import LoopHandle, Message
+from ..loop import VERBS, LoopHandle, Message
 from ._clicks import Clicks
 
 __all__ = ("Command", "COMMANDS", "HandleWidget", "render_html")
@@ -197,6 +197,24 @@ def _node(h: LoopHandle, depth: int, retry: str = "", cut_off: str = "") -> dict
             {"call_id": a["call_id"], "code": _clip(a["code"]), "intent": _clip(a["intent"], 500)}
             for a in h.pending_approvals if a.get("loop_id") == h.id
         ],
+        **_batch(h),
+    }
+
+
+def _batch(h: LoopHandle) -> dict:
+    """A batch's progress and its first failures (``u.map``): what its bar and its list of failures show."""
+    progress = getattr(h, "progress", None)
+    if not isinstance(progress, dict):
+        return {}
+    rows = getattr(h, "rows", [])
+    failed = [r for r in rows if r.status in ("failed", "stopped")][:20]
+    return {
+        "progress": progress,
+        "failures": [
+            {"key": _clip(str(r.key), 80), "status": r.status, "reason": _clip(r.reason or "", 300),
+             "node": r.child.id if r.child is not None else None}
+            for r in failed
+        ],
     }
 
 
@@ -244,11 +262,20 @@ async def _ask(w: HandleWidget, h: LoopHandle, click: dict) -> Awaitable[None]:
     return w._ask_answered(a)
 
 
+def _verb(name: str) -> Command:
+    """The button of a steering verb of the loop's table: its message, if it takes one, is the text box."""
+    verb = VERBS[name]
+
+    def steer(w: HandleWidget, h: LoopHandle, c: dict) -> Awaitable[Any]:
+        method = getattr(h, name)
+        return method(_text(c)) if verb.message != "none" else method()
+
+    return Command(steer, verb.doc)
+
+
 COMMANDS: dict[str, Command] = {
-    "pause": Command(lambda w, h, c: h.pause(), "pause the operation and its sub-operations"),
-    "resume": Command(lambda w, h, c: h.resume(), "resume it"),
+    **{name: _verb(name) for name in VERBS},  # every steering verb; ask and stop say more below
     "stop": Command(lambda w, h, c: h.stop(c.get("text") or "stopped from the widget"), "stop it, from any state"),
-    "interject": Command(lambda w, h, c: h.interject(_text(c)), "a note for the model's next call"),
     "ask": Command(_ask, "ask about it without disturbing it (the answer shows in the widget)"),
     "answer": Command(
         lambda w, h, c: h.answer_clarification(c.get("call_id") or "", _text(c)), "answer a tool's question"
@@ -283,7 +310,7 @@ class HandleWidget(anywidget.AnyWidget):
         # state the widget opens with, before any view renders
         super().__init__(_esm=_asset("handle.js"), _css=css, _anywidget_id=anywidget_id, **kwargs)
         self.handle = handle
-        self.commands: dict[str, Command] = dict(COMMANDS)
+        self.commands: dict[str, Command] = {**{n: _verb(n) for n in VERBS}, **COMMANDS}
         """This widget's buttons (a copy of :data:`COMMANDS`)."""
         self.interval = 1.0 / max_hz
         self.flushes = 0

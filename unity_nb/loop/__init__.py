@@ -10,7 +10,7 @@ from ._records import Message, ToolCallRecord
 from ._requests import RequestHandle
 from ._start import start_loop
 from ._status import Status
-from ._steering import VERBS, Verb, steering_entry
+from ._steering import VERBS, Verb, register_verb, steering_entry
 from ._tools import Tool, ToolContext, ToolFailed, as_tool, render_result
 
 __all__ = (
@@ -41,5 +41,6 @@ __all__ = (
     "VERBS",
     "Verb",
     "steering_entry",
+    "register_verb",
     "Engine",
 )

@@ -6,8 +6,10 @@ parent's model applies it to a running child (routing). The handle's verb method
 of steering to children, the store's transcript rebuild, the widget and the magics all read
 :data:`VERBS`.
 
-Adding a verb is one entry here plus its method on :class:`LoopHandle` (which calls
-``self.steer(name, message)``), and the name in ``events.Steering.action``.
+Adding a verb is one entry here (or :func:`register_verb`) plus its method on :class:`LoopHandle`
+(which calls ``self.steer(name, message)``). The magics then take
+``%unity <verb> NAME [MESSAGE]`` and the widget's command table has it; the widget's front end
+needs its button.
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from .. import events as ev
 from ._records import render_conversation
 from ._tools import Tool, as_tool
 
 if TYPE_CHECKING:
     from ._handle import LoopHandle
 
-__all__ = ("VERBS", "Verb", "child_tools", "inspection_prompt", "steering_entry")
+__all__ = ("VERBS", "Verb", "child_tools", "inspection_prompt", "register_verb", "steering_entry")
 
 Text = Callable[[str | None, str | None], str | None]
 """``(message, request_id) -> text``."""
@@ -45,6 +48,10 @@ class Verb:
     """The verb is applied to every live child too."""
     child_tool: Callable[[LoopHandle], Tool] | None = None
     """The tool a parent's model uses to apply the verb to one running child (routing)."""
+    message: Literal["none", "optional", "required"] = "none"
+    """Whether the verb takes a message (the widget's text box, the rest of a ``%unity`` line)."""
+    doc: str = ""
+    """What it does, in a line (the magics' help and the widget's button say it)."""
 
 
 def _safe(name: str) -> str:
@@ -111,14 +118,20 @@ VERBS: dict[str, Verb] = {
             kind="interjection",
             note=lambda m, r: f"[interjection from the user{_about(r)}] {m}",
             child_tool=_interject_tool,
+            message="required",
+            doc="Send MESSAGE to the operation NAME while it runs.",
         ),
-        Verb("ask", entry=lambda m, _r: f"[asked by the user] {m}", child_tool=_ask_tool),
+        Verb(
+            "ask", entry=lambda m, _r: f"[asked by the user] {m}", child_tool=_ask_tool, message="required",
+            doc="Ask the operation NAME a question without disturbing it; returns the answer's handle.",
+        ),
         Verb(
             "pause",
             entry=lambda _m, _r: "[paused by the user]",
             note=lambda _m, _r: "[paused by the user]",
             reaches_children=True,
             child_tool=_plain_tool("pause"),
+            doc="Pause the operation NAME (and its sub-operations).",
         ),
         Verb(
             "resume",
@@ -126,6 +139,7 @@ VERBS: dict[str, Verb] = {
             note=lambda _m, _r: "[resumed by the user]",
             reaches_children=True,
             child_tool=_plain_tool("resume"),
+            doc="Resume the paused operation NAME.",
         ),
         Verb(
             "stop",
@@ -137,9 +151,23 @@ VERBS: dict[str, Verb] = {
             ),
             reaches_children=True,
             child_tool=_stop_tool,
+            message="optional",
+            doc="Stop the operation NAME and everything under it (MESSAGE: the reason).",
         ),
     )
 }
+
+
+ev.STEERING_ACTIONS.update(VERBS)
+
+
+def register_verb(verb: Verb) -> Verb:
+    """Add a steering verb (with its method on a handle class, calling ``self.steer(verb.name, ...)``)."""
+    if not verb.name.isidentifier() or verb.name.startswith("_"):
+        raise ValueError(f"a verb's name is an identifier a handle has as a method, not {verb.name!r}")
+    VERBS[verb.name] = verb
+    ev.STEERING_ACTIONS.add(verb.name)
+    return verb
 
 
 def steering_entry(action: str, message: str | None, request_id: str | None = None) -> tuple[str, str]:
