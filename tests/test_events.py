@@ -32,6 +32,9 @@ def sample(cls: type) -> ev.Event:
     for f in dataclasses.fields(cls):
         if f.name in ("kind", "ts", "seq", "loop_id", "lineage"):
             continue
+        if (cls, f.name) == (ev.Steering, "action"):  # a registered verb (ev.STEERING_ACTIONS), not any text
+            values[f.name] = "interject"
+            continue
         hint = hints[f.name]
         origin, args = typing.get_origin(hint), typing.get_args(hint)
         if origin is typing.Literal:
