@@ -11,6 +11,7 @@ import pandas as pd
 import pydantic
 import pytest
 from _kernel import Kernel
+from fake_openai import FakeOpenAIServer, Reply
 
 import unity_nb as u
 
@@ -235,6 +236,46 @@ async def test_one_rate_limit_is_shared_by_all_rows_and_a_429_pauses_them_all(bu
     assert times[-1] - resumed_after >= 0.3 - 1e-3 and limit.cooldowns == 1
     with pytest.raises(u.UserError, match="rate"):
         u.map(["x"], "Do", model=u.ScriptedModel(["x"]), rate="fast")
+
+
+async def test_a_429_storm_on_one_row_slows_every_row_as_the_server_sees_it(bus):
+    """Over real HTTP: one row gets 429s with Retry-After; every row waits them out, and the server sees
+    requests no closer together than the shared limit allows."""
+    seen: list[tuple[float, str, int]] = []
+    storm = {"left": 2}
+
+    def handler(body):
+        text = body["messages"][-1]["content"]
+        if text.endswith("row3") and storm["left"]:
+            storm["left"] -= 1
+            seen.append((time.monotonic(), text, 429))
+            return Reply(status=429, headers={"retry-after": "0.3"})
+        seen.append((time.monotonic(), text, 200))
+        return Reply(content="ok " + text.split()[-1], headers={"x-ratelimit-limit-requests": "100000"})
+
+    async with FakeOpenAIServer(handler) as server:
+        model = u.OpenAIModel("m", base_url=server.base_url, api_key="sk-test", max_retries=4)
+        h = u.map([f"row{i}" for i in range(8)], "Do", model=model, concurrency=8, rate="20/s", bus=bus)
+        result = await asyncio.wait_for(h.result(), 30)
+        await model.close()
+    assert result.tolist() == [f"ok row{i}" for i in range(8)]
+    times = [t for t, _text, _status in seen]
+    assert len(seen) == 10 and min(b - a for a, b in itertools.pairwise(times)) >= 0.05 - 0.005
+    for i, (t, _text, status) in enumerate(seen[:-1]):
+        if status == 429:  # nobody (this row or another) sent anything while its Retry-After ran
+            assert seen[i + 1][0] - t >= 0.3 - 0.01, seen
+    limit = u.models.rate_limit_of(model)
+    assert limit.cooldowns >= 2 and limit.requests_per_minute == 1200  # the person's limit, not the header's
+
+
+async def test_a_limit_is_learned_from_the_provider_s_headers(bus):
+    async with FakeOpenAIServer(lambda body: Reply(content="ok", headers={
+        "x-ratelimit-limit-requests": "600", "x-ratelimit-limit-tokens": "90000"})) as server:
+        model = u.OpenAIModel("m", base_url=server.base_url, api_key="sk-test")
+        await asyncio.wait_for(u.start_loop("hi", model=model, bus=bus).result(), 10)
+        await model.close()
+    limit = u.models.rate_limit_of(model)
+    assert (limit.requests_per_minute, limit.tokens_per_minute, limit.learned) == (600, 90000, True)
 
 
 async def test_done_rows_are_skipped_and_a_stopped_batch_resumes_from_the_store(bus, tmp_path):

@@ -27,6 +27,7 @@ from typing import Any
 from .._errors import ModelConfigError, ModelError
 from ._assemble import Assembler, ProviderError, provider_error
 from ._base import DeltaCallback, ModelRequest, Reply, Usage, retry_hook
+from ._limits import RateLimit, rate_limit_of
 from ._sse import SSEDecoder
 from ._transport import AioHTTPTransport, ClientTransport, HTTPStatusError, Response, TransportError, check_base_url
 
@@ -96,6 +97,9 @@ class OpenAIModel:
     unclosed closes its sockets when it is collected.
     """
 
+    limits_itself = True
+    """Its :class:`RateLimit` is taken per attempt (retries included), and learned from response headers."""
+
     def __init__(
         self,
         model: str | None = None,
@@ -158,6 +162,7 @@ class OpenAIModel:
         self.timeout = float(timeout)
         self.options = dict(options or {})
         self.usage = Usage()
+        self._last_tokens = 0
         """Tokens used by every call of this model so far."""
         self.wire_cache = WireCache()
         """The JSON of recent requests' messages, reused by the next request of the same conversation
@@ -224,9 +229,13 @@ class OpenAIModel:
         if isinstance(self._transport, AioHTTPTransport):
             payload = self.wire_cache.body(body, request.messages)
         attempt = 0
+        limit = rate_limit_of(self, create=True)  # shared by every loop calling this model
+        assert limit is not None
         while True:
             try:
-                reply = await self._attempt(payload, on_delta)
+                await limit.acquire(self._last_tokens)  # each attempt, retries too, takes its turn
+                reply = await self._attempt(payload, on_delta, limit)
+                self._last_tokens = reply.usage.input_tokens + reply.usage.output_tokens
                 self.usage += reply.usage
                 return reply
             except _BadStream as err:  # not a protocol this client speaks: retrying cannot help
@@ -249,18 +258,24 @@ class OpenAIModel:
                 if delay is None:
                     delay = min(self.max_backoff, self.backoff * 2**attempt) * random.uniform(0.5, 1.0)
                 delay = min(delay, 60.0)
+                if status == 429:  # the provider's limit: every caller of this model waits, not only this one
+                    limit.cooldown(delay)
                 attempt += 1
                 hook = retry_hook.get()
                 if hook is not None:
                     hook(attempt, self._scrub(f"{type(err).__name__}: {err}"), delay)
                 await asyncio.sleep(delay)
 
-    async def _attempt(self, payload: bytes | dict, on_delta: DeltaCallback | None) -> Reply:
+    async def _attempt(
+        self, payload: bytes | dict, on_delta: DeltaCallback | None, limit: RateLimit | None = None
+    ) -> Reply:
         """One request, bounded by ``timeout`` of silence (each complete line of the stream resets it)."""
         asm = Assembler(self.name, on_delta)
         loop = asyncio.get_running_loop()
         async with asyncio.timeout(self.timeout) as deadline:
             response = await self._transport.open("/chat/completions", payload)  # type: ignore[arg-type]
+            if limit is not None:
+                limit.learn(response.headers)  # x-ratelimit-limit-* when the person set no limit
             try:
                 ctype = response.content_type
                 if ctype in ("application/json", "text/json") or ctype.endswith("+json"):

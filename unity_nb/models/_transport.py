@@ -96,12 +96,15 @@ def _tls_context() -> ssl.SSLContext:
 
 
 class Response:
-    """A successful response: its content type, and its body as bytes arrive."""
+    """A successful response: its content type, its headers, and its body as bytes arrive."""
 
-    __slots__ = ("_chunks", "_close", "content_type")
+    __slots__ = ("_chunks", "_close", "content_type", "headers")
 
-    def __init__(self, content_type: str, chunks: AsyncIterator[bytes], close: Any) -> None:
+    def __init__(
+        self, content_type: str, chunks: AsyncIterator[bytes], close: Any, headers: Mapping[str, str] | None = None
+    ) -> None:
         self.content_type = content_type
+        self.headers: Mapping[str, str] = headers if headers is not None else {}
         self._chunks = chunks
         self._close = close
 
@@ -116,7 +119,9 @@ class Response:
 class AioHTTPTransport:
     """POST JSON with aiohttp; one pool per model, made on first use in the running event loop."""
 
-    def __init__(self, base_url: str, *, headers: Mapping[str, str], connect_timeout: float, read_timeout: float) -> None:
+    def __init__(
+        self, base_url: str, *, headers: Mapping[str, str], connect_timeout: float, read_timeout: float
+    ) -> None:
         self._parts = check_base_url(base_url)
         self.base_url = base_url.rstrip("/")
         merged: dict[str, tuple[str, str]] = {}  # each header once, whatever its case
@@ -175,7 +180,9 @@ class AioHTTPTransport:
                 async for data in resp.content.iter_any():
                     yield data
             except (TimeoutError, aiohttp.ClientError, OSError) as err:
-                raise TransportError(f"the response stream from {_where(self._parts)} broke off: {_describe(err)}") from None
+                raise TransportError(
+                    f"the response stream from {_where(self._parts)} broke off: {_describe(err)}"
+                ) from None
 
         async def close() -> None:
             if resp.content.is_eof():
@@ -183,7 +190,7 @@ class AioHTTPTransport:
             else:
                 resp.close()
 
-        return Response(resp.content_type or "", chunks(), close)
+        return Response(resp.content_type or "", chunks(), close, resp.headers)
 
     def _forget(self) -> Any:
         session, self._session = self._session, None
@@ -230,13 +237,17 @@ class ClientTransport:
     async def open(self, path: str, body: dict) -> Response:
         oa = self._openai
         try:
-            stream = await self.client.post(path, body=body, cast_to=object, stream=True, stream_cls=oa.AsyncStream[object])
+            stream = await self.client.post(
+                path, body=body, cast_to=object, stream=True, stream_cls=oa.AsyncStream[object]
+            )
         except oa.APIStatusError as err:
             message = getattr(err, "message", None) or str(err)
-            raise HTTPStatusError(err.status_code, err.response.headers, message, str(self.client.base_url) + path) from None
+            url = str(self.client.base_url) + path
+            raise HTTPStatusError(err.status_code, err.response.headers, message, url) from None
         except (oa.APIConnectionError, oa.APITimeoutError) as err:  # APITimeoutError is a connection error too
             cause = err.__cause__ or err
-            raise TransportError(f"no response from {_where(self._parts)} ({self.client.base_url}): {_describe(cause)}") from None
+            where = f"{_where(self._parts)} ({self.client.base_url})"
+            raise TransportError(f"no response from {where}: {_describe(cause)}") from None
         raw = stream.response
 
         async def chunks() -> AsyncIterator[bytes]:
@@ -244,9 +255,12 @@ class ClientTransport:
                 async for data in raw.aiter_bytes():
                     yield data
             except Exception as err:  # noqa: BLE001 - the HTTP library's own errors: the stream broke off
-                raise TransportError(f"the response stream from {_where(self._parts)} broke off: {_describe(err)}") from None
+                raise TransportError(
+                    f"the response stream from {_where(self._parts)} broke off: {_describe(err)}"
+                ) from None
 
-        return Response(raw.headers.get("content-type", "").split(";")[0].strip().lower(), chunks(), stream.close)
+        ctype = raw.headers.get("content-type", "").split(";")[0].strip().lower()
+        return Response(ctype, chunks(), stream.close, raw.headers)
 
     async def close(self) -> None:
         await self.client.close()
