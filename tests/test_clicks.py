@@ -30,7 +30,8 @@ async def tick(n: int) -> int:
 
 
 def start(script=forever, tools=(tick,), name="job", **options):
-    h = u.start_loop("count", model=u.ScriptedModel(script, delay=0.01), tools=list(tools), name=name, max_steps=10_000, **options)
+    model = u.ScriptedModel(script, delay=0.01)
+    h = u.start_loop("count", model=model, tools=list(tools), name=name, max_steps=10_000, **options)
     return h, HandleWidget(h)
 
 

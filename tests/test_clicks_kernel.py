@@ -97,7 +97,8 @@ class Widget:
         i = len(self.clicks)
         self.clicks.append(action)
         text = {"interject": f"note {i}", "ask": f"question {i}?"}.get(action)
-        self.k.click(self.comm_id, subshell=self.k.sub, action=action, node=self.node_id, **({"text": text} if text else {}))
+        extra = {"text": text} if text else {}
+        self.k.click(self.comm_id, subshell=self.k.sub, action=action, node=self.node_id, **extra)
 
     def shows(self, pred, what):
         """Read what the widget sends until its node satisfies ``pred`` (no cell runs meanwhile)."""
@@ -179,7 +180,10 @@ def test_random_clicks_at_a_persons_pace_never_stall(kernel, clicks):
         steps = k.value("h.steps")  # no step starts while paused
         time.sleep(HESITATE)
         w.click("resume", on_subshell=True)
-        w.shows(lambda n: n["status"] == "running" and n["steps"] > steps, f"a model request after Resume (more than {steps} steps)")
+        w.shows(
+            lambda n: n["status"] == "running" and n["steps"] > steps,
+            f"a model request after Resume (more than {steps} steps)",
+        )
         time.sleep(0.3)
         w.click("stop", on_subshell=True)
         w.shows(lambda n: n["status"] == "stopped", "the badge 'stopped'")
@@ -189,7 +193,8 @@ def test_random_clicks_at_a_persons_pace_never_stall(kernel, clicks):
     k.run(f"await until(lambda: w.clicks.performed >= {len(w.clicks)})")
     assert k.value("steering(h)") == steering
     assert k.value("[h.status, h.stop_reason]") == ["stopped", STOP_REASON]
-    assert k.value("w.errors") == [f"{w.clicks[i]}: cannot {w.clicks[i]} {name!r}: the loop is stopped" for i in failing]
+    expected = [f"{w.clicks[i]}: cannot {w.clicks[i]} {name!r}: the loop is stopped" for i in failing]
+    assert k.value("w.errors") == expected
     # the notice shows what went wrong, until a later click works
     last_failed = bool(failing) and failing[-1] == len(w.clicks) - 1
     assert k.value("w.notice") == (f"cannot {w.clicks[-1]} {name!r}: the loop is stopped" if last_failed else "")
