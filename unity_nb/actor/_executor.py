@@ -125,7 +125,6 @@ class _Watchdog:
 
     def __init__(self, timeout: float | None) -> None:
         self.timeout = timeout
-        self.fired = False
         self._active = False
         self._prev: Any = None
         self._timer: threading.Timer | None = None
@@ -136,7 +135,6 @@ class _Watchdog:
     def _on_signal(self, _signum: int, _frame: Any) -> None:
         if self._active:
             self._active = False
-            self.fired = True
             raise PlanTimeout
 
     def _on_timer(self) -> None:
@@ -144,7 +142,6 @@ class _Watchdog:
             if not self._active:
                 return
             self._active = False
-            self.fired = True
             ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread), ctypes.py_object(PlanTimeout))
 
     def __enter__(self) -> _Watchdog:

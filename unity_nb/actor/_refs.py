@@ -301,10 +301,6 @@ class RefTool(Tool):
         return f"{base}_{n}"
 
 
-def compatible_now(index: RefIndex, namespace: Mapping[str, Any], hidden: Mapping[str, Any] | None) -> dict:
-    return index.refresh(user_variables(namespace, hidden))
-
-
 def _report(printed: list[tuple[str, str]], changed: list[str], namespace: Mapping[str, Any]) -> str:
     """What a tool printed (each stream cut to a head and a tail) and the variables it changed in place."""
     lines = []
