@@ -29,7 +29,7 @@ from .._output import install as route_output
 from .._output import tool_output
 from .._secrets import scrub
 from ..loop import Tool, render_result, resolve_tool_value
-from ._describe import HIDDEN_NAMES, describe_value, fingerprint, user_variables
+from ._describe import HIDDEN_NAMES, describe_value, fingerprint
 from ._executor import truncate
 
 __all__ = ("REF", "RefIndex", "RefTool")
