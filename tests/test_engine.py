@@ -332,3 +332,14 @@ async def test_adding_a_steering_verb_is_one_entry_and_its_method(bus):
         VERBS.pop("hurry", None)
         HELP.pop("hurry", None)
         ev.STEERING_ACTIONS.discard("hurry")
+
+
+async def test_a_loop_that_ended_has_the_model_drop_what_it_kept_of_its_conversation(bus):
+    from fake_openai import FakeOpenAIServer
+
+    async with FakeOpenAIServer(lambda body: "done") as server:
+        model = u.OpenAIModel("m", base_url=server.base_url, api_key="sk-test")
+        handles = [u.start_loop(f"task {i}", model=model, bus=bus) for i in range(3)]
+        await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 10)
+        assert len(model.wire_cache) == 0  # each ended loop's encoded conversation is gone
+        await model.close()

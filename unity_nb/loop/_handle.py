@@ -173,11 +173,10 @@ class LoopHandle:
         self._error: BaseException | None = None
         self._stop_reason: str | None = None
         self._result_obj: Any = _UNSET
-        self._request_evt = asyncio.Event()
+        self._request_evt: asyncio.Event | None = None  # made when a persistent loop first waits for a request
         self._waiters: ev.Waiters = []
         self._listeners: list[Callable[[LoopHandle, ev.Event], None]] = []
-        self.wake = asyncio.Event()
-        """Set when a tool call finishes or steering arrives (what the tool runner waits on)."""
+        self._wake: asyncio.Event | None = None
         self.gate = PauseGate()
         self.conversation = Conversation()
         self.turn = Turn(self, tools)
@@ -223,6 +222,13 @@ class LoopHandle:
         if self._idle:
             return Status.IDLE
         return Status.RUNNING
+
+    @property
+    def wake(self) -> asyncio.Event:
+        """Set when a tool call finishes or steering arrives (what the tool runner waits on)."""
+        if self._wake is None:
+            self._wake = asyncio.Event()
+        return self._wake
 
     @property
     def transcript(self) -> list[Message]:
@@ -452,6 +458,9 @@ class LoopHandle:
         self._error = error
         self.ended_at = time.time()
         self.gate.open()
+        forget = getattr(self.model, "forget_conversation", None)
+        if callable(forget):  # its conversation will not be sent again: a model that kept its encoding drops it
+            forget(self.conversation.wire)
         if status is Status.FINISHED:
             self.emit(ev.LoopFinished, status="finished", result=answer, steps=self.steps)
         elif status is Status.STOPPED:
@@ -477,8 +486,10 @@ class LoopHandle:
     def _nudge(self) -> None:
         """New steering or a new request: wake the loop, and interrupt a model call in flight."""
         self.conversation.interjected = True
-        self.wake.set()
-        self._request_evt.set()
+        if self._wake is not None:
+            self._wake.set()
+        if self._request_evt is not None:
+            self._request_evt.set()
         if self.config.interrupt_on_interject:
             self.turn.interrupt()
 
@@ -598,6 +609,8 @@ class LoopHandle:
 
     async def wait_for_request(self) -> None:
         """A persistent multi-request loop with nothing open: idle until a request or steering arrives."""
+        if self._request_evt is None:
+            self._request_evt = asyncio.Event()
         self._request_evt.clear()
         self._idle = True
         try:

@@ -34,13 +34,25 @@ _ROUTING_NOTE = {
 class Inbox:
     """Where questions and notes bubbling up arrive: a loop's, or one request's of a multi-request loop."""
 
-    __slots__ = ("notes", "questions", "waiting")
+    __slots__ = ("_notes", "_questions", "waiting")
 
     def __init__(self) -> None:
         self.waiting = 0
         """How many questions and approvals (here or below) wait for the person."""
-        self.questions: asyncio.Queue[dict] = asyncio.Queue()
-        self.notes: asyncio.Queue[dict] = asyncio.Queue()
+        self._questions: asyncio.Queue[dict] | None = None  # made when first used: most loops never ask
+        self._notes: asyncio.Queue[dict] | None = None
+
+    @property
+    def questions(self) -> asyncio.Queue[dict]:
+        if self._questions is None:
+            self._questions = asyncio.Queue()
+        return self._questions
+
+    @property
+    def notes(self) -> asyncio.Queue[dict]:
+        if self._notes is None:
+            self._notes = asyncio.Queue()
+        return self._notes
 
     async def next_question(self) -> dict:
         """The next question still open (one answered meanwhile is skipped)."""

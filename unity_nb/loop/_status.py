@@ -31,20 +31,22 @@ class PauseGate:
     __slots__ = ("_open",)
 
     def __init__(self) -> None:
-        self._open = asyncio.Event()
-        self._open.set()
+        self._open: asyncio.Event | None = None  # made when first closed: most loops are never paused
 
     @property
     def paused(self) -> bool:
-        return not self._open.is_set()
+        return self._open is not None and not self._open.is_set()
 
     def close(self) -> None:
+        if self._open is None:
+            self._open = asyncio.Event()
         self._open.clear()
 
     def open(self) -> None:
-        self._open.set()
+        if self._open is not None:
+            self._open.set()
 
     async def wait(self) -> None:
         """Return once the gate is open (at once when it is)."""
-        while not self._open.is_set():
+        while self._open is not None and not self._open.is_set():
             await self._open.wait()

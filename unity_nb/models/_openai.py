@@ -223,6 +223,10 @@ class OpenAIModel:
             body.update(request.options)
         return body
 
+    def forget_conversation(self, messages: list) -> None:
+        """The loop that sent ``messages`` ended: what was kept to encode its next request goes."""
+        self.wire_cache.forget(messages)
+
     async def complete(self, request: ModelRequest, on_delta: DeltaCallback | None = None) -> Reply:
         body = self._body(request)
         payload: bytes | dict = body
@@ -442,6 +446,18 @@ class WireCache:
             self._put(id(anchor), conv)
         self._trim()
         return encoded
+
+    def forget(self, messages: list) -> None:
+        """A conversation that will not be sent again (its loop ended): drop what was kept for it."""
+        with self._lock:
+            for anchor in messages[:2]:
+                conv = self._by_anchor.get(id(anchor))
+                if conv is None or not any(a is anchor for a in conv.anchors):
+                    continue
+                for a in conv.anchors:
+                    if self._by_anchor.get(id(a)) is conv:
+                        del self._by_anchor[id(a)]
+                        self._drop(conv)
 
     def _find(self, messages: list, marshalled: bytes) -> _Conversation | None:
         for anchor in messages[:2]:
