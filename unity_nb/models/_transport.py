@@ -116,7 +116,9 @@ class Response:
 class AioHTTPTransport:
     """POST JSON with aiohttp; one pool per model, made on first use in the running event loop."""
 
-    def __init__(self, base_url: str, *, headers: Mapping[str, str], connect_timeout: float, read_timeout: float) -> None:
+    def __init__(
+        self, base_url: str, *, headers: Mapping[str, str], connect_timeout: float, read_timeout: float
+    ) -> None:
         self._parts = check_base_url(base_url)
         self.base_url = base_url.rstrip("/")
         merged: dict[str, tuple[str, str]] = {}  # each header once, whatever its case
@@ -175,7 +177,8 @@ class AioHTTPTransport:
                 async for data in resp.content.iter_any():
                     yield data
             except (TimeoutError, aiohttp.ClientError, OSError) as err:
-                raise TransportError(f"the response stream from {_where(self._parts)} broke off: {_describe(err)}") from None
+                where = _where(self._parts)
+                raise TransportError(f"the response stream from {where} broke off: {_describe(err)}") from None
 
         async def close() -> None:
             if resp.content.is_eof():
@@ -230,13 +233,17 @@ class ClientTransport:
     async def open(self, path: str, body: dict) -> Response:
         oa = self._openai
         try:
-            stream = await self.client.post(path, body=body, cast_to=object, stream=True, stream_cls=oa.AsyncStream[object])
+            stream = await self.client.post(
+                path, body=body, cast_to=object, stream=True, stream_cls=oa.AsyncStream[object]
+            )
         except oa.APIStatusError as err:
             message = getattr(err, "message", None) or str(err)
-            raise HTTPStatusError(err.status_code, err.response.headers, message, str(self.client.base_url) + path) from None
+            url = str(self.client.base_url) + path
+            raise HTTPStatusError(err.status_code, err.response.headers, message, url) from None
         except (oa.APIConnectionError, oa.APITimeoutError) as err:  # APITimeoutError is a connection error too
             cause = err.__cause__ or err
-            raise TransportError(f"no response from {_where(self._parts)} ({self.client.base_url}): {_describe(cause)}") from None
+            where = f"{_where(self._parts)} ({self.client.base_url})"
+            raise TransportError(f"no response from {where}: {_describe(cause)}") from None
         raw = stream.response
 
         async def chunks() -> AsyncIterator[bytes]:
@@ -244,7 +251,8 @@ class ClientTransport:
                 async for data in raw.aiter_bytes():
                     yield data
             except Exception as err:  # noqa: BLE001 - the HTTP library's own errors: the stream broke off
-                raise TransportError(f"the response stream from {_where(self._parts)} broke off: {_describe(err)}") from None
+                where = _where(self._parts)
+                raise TransportError(f"the response stream from {where} broke off: {_describe(err)}") from None
 
         return Response(raw.headers.get("content-type", "").split(";")[0].strip().lower(), chunks(), stream.close)
 
