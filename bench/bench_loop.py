@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import openai
@@ -43,9 +44,11 @@ class Server:
 
     def __init__(self, latency: float = 0.0, steps: int = K) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "tests" / "fake_openai.py"), "--tool-steps", str(steps), "--latency", str(latency)],
+            [sys.executable, str(ROOT / "tests" / "fake_openai.py"), "--tool-steps", str(steps),
+             "--latency", str(latency)],
             stdout=subprocess.PIPE, text=True,
         )
+        assert self.proc.stdout is not None
         line = self.proc.stdout.readline().split()
         assert line and line[0] == "READY", line
         self.base_url = line[1]
@@ -66,7 +69,9 @@ STEP_SCHEMA = u.as_tool(step).schema()
 async def bare_create_loop(client: openai.AsyncOpenAI) -> None:
     messages: list[dict] = [{"role": "user", "content": "go"}]
     while True:
-        stream = await client.chat.completions.create(model="m", messages=messages, tools=[STEP_SCHEMA], stream=True)
+        stream: Any = await client.chat.completions.create(
+            model="m", messages=messages, tools=[STEP_SCHEMA], stream=True  # type: ignore[arg-type, list-item]
+        )
         calls: dict[int, dict] = {}
         async for chunk in stream:
             for choice in chunk.choices:
@@ -78,9 +83,11 @@ async def bare_create_loop(client: openai.AsyncOpenAI) -> None:
         if not calls:
             return
         messages.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls.values()]})
+            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+            for c in calls.values()]})
         for c in calls.values():
-            messages.append({"role": "tool", "tool_call_id": c["id"], "content": await step(**json.loads(c["arguments"]))})
+            result = await step(**json.loads(c["arguments"]))
+            messages.append({"role": "tool", "tool_call_id": c["id"], "content": result})
 
 
 def _hand_step(data: bytes, messages: list[dict]) -> bool:
@@ -98,7 +105,8 @@ def _hand_step(data: bytes, messages: list[dict]) -> bool:
     if not calls:
         return False
     messages.append({"role": "assistant", "content": None, "tool_calls": [
-        {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls.values()]})
+        {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+        for c in calls.values()]})
     for c in calls.values():
         messages.append({"role": "tool", "tool_call_id": c["id"], "content": "ok"})
     return True
@@ -153,10 +161,13 @@ async def bench_cpu(loops: int) -> dict:
             url = srv.base_url + "/chat/completions"
             return {
                 "bare create() loop": await cpu_per_round_trip(lambda: bare_create_loop(client), loops),
-                "bare httpx loop (the client's own pool, SSE split by hand)": await cpu_per_round_trip(lambda: bare_http_loop(client), loops),
-                "bare aiohttp loop (one session, SSE split by hand)": await cpu_per_round_trip(lambda: bare_aiohttp_loop(session, url), loops),
+                "bare httpx loop (the client's own pool, SSE split by hand)":
+                    await cpu_per_round_trip(lambda: bare_http_loop(client), loops),
+                "bare aiohttp loop (one session, SSE split by hand)":
+                    await cpu_per_round_trip(lambda: bare_aiohttp_loop(session, url), loops),
                 "unity_nb loop (default: aiohttp)": await cpu_per_round_trip(lambda: unity_loop(model, bus), loops),
-                "unity_nb loop (client.post path)": await cpu_per_round_trip(lambda: unity_loop(post_model, bus), loops),
+                "unity_nb loop (client.post path)":
+                    await cpu_per_round_trip(lambda: unity_loop(post_model, bus), loops),
             }
     finally:
         await model.close()
@@ -208,7 +219,7 @@ async def bench_steering(reps: int) -> dict:
             await asyncio.sleep(0.05)
             t = time.perf_counter()
             await h.interject("change of plan")
-            await h.wait_for("model_request", lambda e: e.step == 2)
+            await h.wait_for("model_request", lambda e: getattr(e, "step", 0) == 2)
             interject_ms.append((time.perf_counter() - t) * 1000)
             await h.stop("bench")
         return {"stop": stop_ms, "interject": interject_ms}
@@ -223,7 +234,8 @@ def bench_sse(reps: int) -> dict:
     from unity_nb.models._sse import SSEDecoder
 
     chunk = {"id": "c", "object": "chat.completion.chunk", "model": "m", "choices": [
-        {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"i": 1}'}}]}, "finish_reason": None}]}
+        {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"i": 1}'}}]},
+         "finish_reason": None}]}
     body = b"".join(b"data: " + json.dumps(chunk).encode() + b"\n\n" for _ in range(20)) + b"data: [DONE]\n\n"
     pieces = [body[i : i + 4096] for i in range(0, len(body), 4096)]
 
@@ -257,10 +269,12 @@ async def main() -> None:
     base = cpu["bare create() loop"]
     floor = cpu["bare aiohttp loop (one session, SSE split by hand)"]
     lines = [
-        f"unity_nb loop benchmark, {time.strftime('%Y-%m-%d')}: {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"unity_nb loop benchmark, {time.strftime('%Y-%m-%d')}: {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, "
         f"openai {openai.__version__}; command: .venv/bin/python bench/bench_loop.py",
         "",
-        f"| A. CPU per model round trip (K={K} tool steps, zero latency) | ms | ratio to bare create() | ratio to bare aiohttp |",
+        f"| A. CPU per model round trip (K={K} tool steps, zero latency) | ms | ratio to bare create() "
+        "| ratio to bare aiohttp |",
         "| --- | --- | --- | --- |",
         *[f"| {k} | {v:.3f} | {v / base:.3f}x | {v / floor:.2f}x |" for k, v in cpu.items()],
         "",
@@ -272,8 +286,10 @@ async def main() -> None:
         "",
         "| C. steering while a 5 s model call is in flight (20 runs) | median ms | p90 ms |",
         "| --- | --- | --- |",
-        f"| stop() until it returns (loop ended, HTTP stream closed) | {statistics.median(steer['stop']):.1f} | {pct(steer['stop'], 0.9):.1f} |",
-        f"| interrupting interject() until the re-issued request is sent | {statistics.median(steer['interject']):.1f} | {pct(steer['interject'], 0.9):.1f} |",
+        f"| stop() until it returns (loop ended, HTTP stream closed) | {statistics.median(steer['stop']):.1f} "
+        f"| {pct(steer['stop'], 0.9):.1f} |",
+        f"| interrupting interject() until the re-issued request is sent "
+        f"| {statistics.median(steer['interject']):.1f} | {pct(steer['interject'], 0.9):.1f} |",
         "",
         "| D. decoding one reply's SSE body (21 events, 4 KB pieces) | us |",
         "| --- | --- |",

@@ -156,7 +156,7 @@ async def test_loops_sharing_one_model_interleave_without_mixing_their_histories
         server.serve(Serve(events=TEXT.events, event_delay=0.001))  # each answer spans several loop turns
     await asyncio.gather(*(conversation(n) for n in range(12)))
     assert len(server.requests) == 60
-    by_user = {}
+    by_user: dict[str, list[bytes]] = {}
     for req in server.requests:
         by_user.setdefault(req.json["user"], []).append(req.raw)
     for n in range(12):

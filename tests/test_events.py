@@ -88,15 +88,17 @@ def test_events_are_frozen_and_validated_where_it_matters():
     with pytest.raises(dataclasses.FrozenInstanceError):
         e.name = "g"  # type: ignore[misc]
     with pytest.raises(ValueError, match="action"):
-        ev.Steering(loop_id="a", lineage=(), action="jump")  # type: ignore[arg-type]
+        ev.Steering(loop_id="a", lineage=(), action="jump")
     with pytest.raises(ValueError, match="status"):
         ev.LoopFinished(loop_id="a", lineage=(), status="done")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="status"):
         ev.RequestFinished(loop_id="a", lineage=(), request_id="r", status="ok")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="kind"):
-        ev.ToolStarted(kind="tool_finished", loop_id="a", lineage=(), call_id="c", name="f", arguments="{}")
+        ev.ToolStarted(kind="tool_finished", loop_id="a", lineage=(), call_id="c", name="f",  # type: ignore[arg-type]
+                       arguments="{}")
     with pytest.raises(ValueError, match="tuple"):
-        ev.ModelRequested(loop_id="a", lineage=(), step=1, messages=1, tools="abc", tool_choice="auto")
+        ev.ModelRequested(loop_id="a", lineage=(), step=1, messages=1, tools="abc",  # type: ignore[arg-type]
+                          tool_choice="auto")
     with pytest.raises(TypeError, match="call_id"):
         ev.ToolStarted(loop_id="a", lineage=(), name="f", arguments="{}")  # type: ignore[call-arg]
     copy = e.model_copy(update={"name": "g"})
@@ -120,11 +122,13 @@ def test_every_event_round_trips_through_json_and_pydantic():
         ev.ToolStarted.model_validate(sample(ev.ToolFinished).model_dump())
     # keys that are not fields are ignored, as pydantic ignored them
     data = {**sample(ev.ThinkingStep).model_dump(mode="json"), "extra": 1}
-    assert ev.parse_event(data).text == data["text"]
+    parsed = ev.parse_event(data)
+    assert isinstance(parsed, ev.ThinkingStep) and parsed.text == data["text"]
 
 
 def test_model_dump_copies_what_the_event_holds():
     r = sample(ev.ModelResponse)
+    assert isinstance(r, ev.ModelResponse)
     r.model_dump()["tool_calls"][0]["name"] = "changed"
     assert r.tool_calls[0]["name"] == "n"
     assert r.model_dump(include={"kind", "step"}) == {"kind": "model_response", "step": 3}

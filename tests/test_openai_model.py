@@ -8,14 +8,15 @@ asserts on durations.
 import asyncio
 import json
 import math
+from typing import Any
 
 import openai
 import pytest
+from fake_openai import FakeOpenAIServer
+from fake_openai import Reply as R
 
 import unity_nb as u
-from fake_openai import FakeOpenAIServer, Reply as R
-from unity_nb.models import ModelRequest
-from unity_nb.models import retry_hook
+from unity_nb.models import ModelRequest, retry_hook
 
 KEY = "sk-test-123456789"
 T = 10.0  # every wait is bounded by this
@@ -62,7 +63,7 @@ def retries(h):
 
 async def test_streams_text_in_pieces_with_usage(server, make_model):
     server.script([R("Hello, streaming world", chunks=4, usage=(11, 4))])
-    pieces = []
+    pieces: list[str] = []
     reply = await make_model().complete(ask("say hello"), on_delta=pieces.append)
     assert len(pieces) == 4 and all(pieces)
     assert "".join(pieces) == "Hello, streaming world"
@@ -95,7 +96,7 @@ async def test_tool_call_deltas_are_assembled(server, make_model):
         R(tool_calls=[{"name": "lookup", "arguments": args_a, "id": "call_A"},
                       {"name": "other_tool", "arguments": args_b, "id": "call_B"}], chunks=5)
     ])
-    pieces = []
+    pieces: list[str] = []
     tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
     req = ModelRequest(messages=[{"role": "user", "content": "go"}], tools=tools, tool_choice="required")
     reply = await make_model().complete(req, on_delta=pieces.append)
@@ -138,7 +139,7 @@ async def test_full_loop_with_a_python_tool(server, make_model, bus):
     assert assistant["tool_calls"][0]["function"] == {"name": "lookup", "arguments": '{"key": "a"}'}
     assert second["messages"][-1] == {"role": "tool", "tool_call_id": "call_1", "content": "1"}
     assert h.usage.input_tokens > 0 and h.usage.output_tokens > 0
-    deltas = "".join(e.text for e in h.events if e.kind == "model_delta")
+    deltas = "".join(e.text for e in h.events if isinstance(e, u.events.ModelDelta))
     assert deltas == "the value of a is 1"
 
 
@@ -150,7 +151,7 @@ async def test_429_with_retry_after_is_retried_in_a_loop(server, make_model, bus
     h = u.start_loop("hi", model=make_model(), bus=bus)
     assert await h.result() == "after the wait"
     assert len(server.requests) == 2
-    ev = await h.wait_for("model_retry", timeout=T)
+    ev: Any = await h.wait_for("model_retry", timeout=T)
     assert ev.attempt == 1
     assert ev.delay == 0.01
     assert "429" in ev.error and KEY not in ev.error
@@ -158,7 +159,8 @@ async def test_429_with_retry_after_is_retried_in_a_loop(server, make_model, bus
 
 
 async def test_retry_hook_is_called_with_the_retry_after_delay(server, make_model):
-    server.script([R(status=429, headers={"retry-after-ms": "20"}), R(status=429, headers={"retry-after": "0.01"}), R("ok")])
+    server.script([R(status=429, headers={"retry-after-ms": "20"}), R(status=429, headers={"retry-after": "0.01"}),
+                   R("ok")])
     seen = []
     token = retry_hook.set(lambda attempt, error, delay: seen.append((attempt, delay)))
     try:
@@ -211,7 +213,7 @@ async def test_500_forever_fails_the_loop_with_model_error(server, make_model, b
     msg = str(err.value)
     assert "500" in msg and "2 attempt" in msg
     assert KEY not in msg
-    failed = await h.wait_for("loop_failed", timeout=T)
+    failed: Any = await h.wait_for("loop_failed", timeout=T)
     assert KEY not in failed.error
     assert all(KEY not in e.error for e in retries(h))
 
@@ -248,15 +250,15 @@ async def test_dropped_stream_is_retried_and_partial_text_discarded(server, make
     h = u.start_loop("hi", model=make_model(), bus=bus)
     assert await h.result() == "the retried reply"
     assert len(server.requests) == 2
-    retry = await h.wait_for("model_retry", timeout=T)
+    retry: Any = await h.wait_for("model_retry", timeout=T)
     assert retry.attempt == 1
     assert h.streaming_text == ""
     # the partial text did stream before the drop, and the retry came after it
-    partial = [e for e in h.events if e.kind == "model_delta" and e.seq < retry.seq]
+    partial = [e for e in h.events if isinstance(e, u.events.ModelDelta) and e.seq < retry.seq]
     assert partial and "".join(e.text for e in partial) in "PARTIAL-TEXT-DISCARDED"
-    after = [e for e in h.events if e.kind == "model_delta" and e.seq > retry.seq]
+    after = [e for e in h.events if isinstance(e, u.events.ModelDelta) and e.seq > retry.seq]
     assert "".join(e.text for e in after) == "the retried reply"
-    response = await h.wait_for("model_response", timeout=T)
+    response: Any = await h.wait_for("model_response", timeout=T)
     assert response.content == "the retried reply"
     assert h.transcript[-1].content == "the retried reply"
 
@@ -302,7 +304,7 @@ async def test_interjection_interrupts_the_request_and_reissues(server, make_mod
     await server.wait_for_disconnects(1, timeout=T)
     assert server.disconnects >= 1
     assert await h.result() == "answer with d"
-    interrupted = await h.wait_for("model_response", lambda e: e.interrupted, timeout=T)
+    interrupted: Any = await h.wait_for("model_response", lambda e: getattr(e, "interrupted", False), timeout=T)
     assert interrupted.step == 1
     assert len(server.requests) == 2
 
@@ -335,7 +337,7 @@ async def test_interjection_mid_stream_reissues_and_keeps_the_partial_text(serve
     await h.wait_for("model_delta", timeout=T)
     await h.interject("change of plan")
     assert await h.result() == "fresh answer"
-    interrupted = await h.wait_for("model_response", lambda e: e.interrupted, timeout=T)
+    interrupted: Any = await h.wait_for("model_response", lambda e: getattr(e, "interrupted", False), timeout=T)
     assert interrupted.content and LONG.startswith(interrupted.content)
     await server.wait_for_disconnects(1, timeout=T)
     assert len(server.requests) == 2
@@ -407,7 +409,8 @@ async def test_cached_model_records_then_replays_offline(server, make_model, tmp
     recorder = u.CachedModel(make_model(), path)
     first = await recorder.complete(ask("what is the answer?"))
     tools_req = ModelRequest(messages=[{"role": "user", "content": "use a tool"}],
-                             tools=[{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}])
+                             tools=[{"type": "function",
+                                     "function": {"name": "lookup", "parameters": {"type": "object"}}}])
     first_tools = await recorder.complete(tools_req)
     assert len(server.requests) == 2
     assert first.content == "recorded answer"
@@ -416,7 +419,7 @@ async def test_cached_model_records_then_replays_offline(server, make_model, tmp
     assert len(server.requests) == 2
 
     replayer = u.CachedModel(make_model(), path, mode="replay")
-    pieces = []
+    pieces: list[str] = []
     again = await replayer.complete(ask("what is the answer?"), on_delta=pieces.append)
     assert again == first
     assert "".join(pieces) == "recorded answer"
@@ -439,7 +442,8 @@ async def test_cached_model_replays_a_whole_loop(server, make_model, tmp_path, b
         R(tool_calls=[{"name": "lookup", "arguments": '{"key": "a"}', "id": "call_1"}]),
         R("a is 1"),
     ])
-    assert await u.start_loop("What is a?", model=u.CachedModel(make_model(), path, mode="auto"), tools=[lookup], bus=bus) == "a is 1"
+    cached = u.CachedModel(make_model(), path, mode="auto")
+    assert await u.start_loop("What is a?", model=cached, tools=[lookup], bus=bus) == "a is 1"
     assert len(server.requests) == 2
     replay = u.CachedModel(make_model(), path, mode="replay")
     assert await u.start_loop("What is a?", model=replay, tools=[lookup], bus=bus) == "a is 1"
@@ -487,7 +491,7 @@ async def test_https_with_certificate_verification(tmp_path, monkeypatch):
     if shutil.which("openssl") is None:
         pytest.skip("openssl is needed to make a test certificate")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
+    subprocess.run(  # noqa: ASYNC221 - a second's setup before the test's event loop work
         ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
          "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
         check=True, capture_output=True,
@@ -503,5 +507,5 @@ async def test_https_with_certificate_verification(tmp_path, monkeypatch):
         monkeypatch.delenv("SSL_CERT_FILE")  # an untrusted certificate is refused, and said so
         m2 = u.OpenAIModel("m", base_url=srv.base_url, api_key=KEY, max_retries=0)
         h = u.start_loop("go", model=m2)
-        with pytest.raises(u.ModelError, match="CERTIFICATE_VERIFY_FAILED|certificate"):
+        with pytest.raises(u.ModelError, match=r"CERTIFICATE_VERIFY_FAILED|certificate"):
             await asyncio.wait_for(h.result(), T)

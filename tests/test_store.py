@@ -4,9 +4,9 @@ import asyncio
 import sqlite3
 
 import pytest
+from conftest import tool_messages
 
 import unity_nb as u
-from conftest import tool_messages
 from unity_nb.store import MIGRATIONS, SCHEMA_VERSION, Store
 
 
@@ -19,7 +19,7 @@ async def test_every_event_is_recorded_and_the_transcript_rebuilt(tmp_path):
     bus = u.EventBus()
     store = Store(tmp_path / "s.db")
     store.attach(bus)
-    script = lambda m, t: u.call_tool("lookup", key="a") if not tool_messages(m) else "found aa"  # noqa: E731
+    script = lambda m, t: u.call_tool("lookup", key="a") if not tool_messages(m) else "found aa"
     h = u.start_loop("find a", model=u.ScriptedModel(script, chunk=2), tools=[lookup], bus=bus, name="job")
     await h.interject("quickly")
     assert await h == "found aa"
@@ -38,13 +38,15 @@ async def test_every_event_is_recorded_and_the_transcript_rebuilt(tmp_path):
     assert [r["uid"] for r in other.loops()] == [row["uid"]] and other.loops()[0]["status"] == "finished"
     with pytest.raises(u.UserError, match="no loop 'nope'"):
         other.transcript("nope")
-    store.close(), other.close()
+    store.close()
+    other.close()
 
 
 def test_a_loop_of_a_dead_session_shows_as_interrupted(tmp_path):
     store = Store(tmp_path / "s.db")
     store.execute("INSERT INTO sessions (id, pid, host, started) VALUES ('gone', 999999999, 'elsewhere', 0)")
-    store.execute("INSERT INTO loops (uid, session, loop_id, name, task, status, started, steps) VALUES ('gone-1', 'gone', '1', 'old', 't', 'running', 1, 3)")
+    store.execute("INSERT INTO loops (uid, session, loop_id, name, task, status, started, steps)"
+                  " VALUES ('gone-1', 'gone', '1', 'old', 't', 'running', 1, 3)")
     assert store.loops()[0]["status"] == "interrupted"
     store.close()
 
@@ -98,7 +100,8 @@ async def test_every_event_is_committed_before_the_next_model_call(tmp_path):
     await h
     assert seen[0] == ["loop_started", "model_request"]
     assert seen[1][-1] == "model_request" and {"model_response", "tool_started", "tool_finished"} <= set(seen[1])
-    store.close(), reader.close()
+    store.close()
+    reader.close()
 
 
 # ---------------------------------------------------------------------------- ids (issue 15, item 8)
@@ -193,14 +196,14 @@ class Malformed:
 async def test_a_store_damaged_while_a_loop_runs_harms_nothing_and_says_what_to_do(tmp_path, caplog):
     bus, store = u.EventBus(), Store(tmp_path / "s.db")
     store.attach(bus)
-    store._db = Malformed(store._db)
+    store._db = Malformed(store._db)  # type: ignore[assignment]
     h = u.start_loop("find a", model=u.ScriptedModel(script), tools=[lookup], bus=bus, name="job")
     assert await h == "found aa"  # the operation is unharmed
     (warning,) = [r for r in caplog.records if r.name.startswith("unity_nb")]
     assert warning.levelname == "WARNING" and warning.exc_info is None
     assert str(tmp_path / "s.db") in warning.getMessage() and "move it aside" in warning.getMessage()
     assert store.waiting == len([e for e in h.events if e.kind != "model_delta"])
-    store._db = store._db.db
+    store._db = store._db.db  # type: ignore[attr-defined]
     store.close()
 
 
@@ -214,7 +217,7 @@ def script(messages, tools):
 async def test_a_full_disk_is_reported_once_and_the_backlog_written_when_space_returns(tmp_path, caplog):
     bus, store = u.EventBus(), Store(tmp_path / "s.db")
     store.attach(bus)
-    seen = []
+    seen: list[str | None] = []
     store.add_problem_listener(seen.append)
     pages = store.query("PRAGMA page_count")[0]["page_count"]
     store.execute(f"PRAGMA max_page_count = {pages}")  # the file cannot grow: SQLite's own "disk full"
@@ -224,8 +227,8 @@ async def test_a_full_disk_is_reported_once_and_the_backlog_written_when_space_r
     assert len(logged) == 1 and logged[0].exc_info is None, [r.getMessage() for r in logged]  # once, no traceback
     assert logged[0].getMessage().startswith("store: disk full, ") and "events waiting" in logged[0].getMessage()
     assert "cannot rollback" not in caplog.text
-    assert store.waiting > 0 and store.problem.startswith(f"store: disk full, {store.waiting} events waiting")
-    assert seen and seen[-1].startswith("store: disk full, ")  # for a widget (the magics show it in theirs)
+    assert store.waiting > 0 and (store.problem or "").startswith(f"store: disk full, {store.waiting} events waiting")
+    assert seen and (seen[-1] or "").startswith("store: disk full, ")  # for a widget (the magics show it in theirs)
     # space returns: the next flush writes the whole backlog, in order
     store.execute("PRAGMA max_page_count = 1073741823")
     store.flush()

@@ -24,7 +24,7 @@ import time
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field  # for AnyEvent's discriminator: pydantic.TypeAdapter(AnyEvent) parses any event
 
@@ -174,7 +174,7 @@ class Event:
             return json.dumps(data, ensure_ascii=False, indent=indent)
         return _dumps(data)
 
-    def model_copy(self, *, update: dict[str, Any] | None = None) -> Event:
+    def model_copy(self, *, update: dict[str, Any] | None = None) -> Self:
         """A copy, with ``update`` applied (the copy keeps ``ts`` and ``seq`` unless updated)."""
         return dataclasses.replace(self, **(update or {}))
 

@@ -180,9 +180,8 @@ class AioHTTPTransport:
                 async for data in resp.content.iter_any():
                     yield data
             except (TimeoutError, aiohttp.ClientError, OSError) as err:
-                raise TransportError(
-                    f"the response stream from {_where(self._parts)} broke off: {_describe(err)}"
-                ) from None
+                where = _where(self._parts)
+                raise TransportError(f"the response stream from {where} broke off: {_describe(err)}") from None
 
         async def close() -> None:
             if resp.content.is_eof():
@@ -255,9 +254,8 @@ class ClientTransport:
                 async for data in raw.aiter_bytes():
                     yield data
             except Exception as err:  # noqa: BLE001 - the HTTP library's own errors: the stream broke off
-                raise TransportError(
-                    f"the response stream from {_where(self._parts)} broke off: {_describe(err)}"
-                ) from None
+                where = _where(self._parts)
+                raise TransportError(f"the response stream from {where} broke off: {_describe(err)}") from None
 
         ctype = raw.headers.get("content-type", "").split(";")[0].strip().lower()
         return Response(ctype, chunks(), stream.close, raw.headers)
