@@ -15,6 +15,7 @@ from typing import Any
 
 from .._secrets import scrub
 from ..models import Reply
+from ._policies import message_chars
 from ._records import Message, ToolCallRecord
 from ._requests import MULTI_NOTE
 
@@ -24,7 +25,7 @@ __all__ = ("Conversation",)
 class Conversation:
     """The transcript, the wire, and the notes waiting for the model's next call."""
 
-    __slots__ = ("_pending", "heard", "interjected", "last_user", "transcript", "wire")
+    __slots__ = ("_counted", "_pending", "_tokens", "heard", "interjected", "last_user", "transcript", "wire")
 
     def __init__(self) -> None:
         self.transcript: list[Message] = []
@@ -35,6 +36,8 @@ class Conversation:
         self.heard = 0
         """Messages from people so far (interjections, posts): one arriving while an answer is checked
         makes the answer not final."""
+        self._counted = 0  # wire messages whose tokens are in _tokens (the wire only grows, until replaced)
+        self._tokens = 0
         self.last_user: str | None = None
         """The text of the newest user message on the wire (what the model is answering)."""
 
@@ -95,6 +98,16 @@ class Conversation:
     def replace(self, wire: list[dict[str, Any]]) -> None:
         """Put a compressed wire in place of the current one."""
         self.wire = wire
+        self._counted = self._tokens = 0
+
+    def estimated_tokens(self) -> int:
+        """The wire's size in tokens at about four characters a token, counting only messages new since
+        the last count (``estimate_tokens`` of the whole wire, without walking it every step)."""
+        new = self.wire[self._counted :]
+        if new:
+            self._tokens += message_chars(new)
+            self._counted = len(self.wire)
+        return self._tokens // 4 + 1
 
     @property
     def pending(self) -> tuple[str, ...]:

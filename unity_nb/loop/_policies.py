@@ -62,6 +62,11 @@ def discovery_first(*names: str, required: bool = True) -> Callable[..., tuple[s
 
 def estimate_tokens(messages: Sequence[dict]) -> int:
     """About four characters a token: cheap, provider-neutral, good enough to decide when to compress."""
+    return message_chars(messages) // 4 + 1
+
+
+def message_chars(messages: Sequence[dict]) -> int:
+    """The characters :func:`estimate_tokens` counts in ``messages``."""
     chars = 0
     for m in messages:
         content = m.get("content")
@@ -69,7 +74,7 @@ def estimate_tokens(messages: Sequence[dict]) -> int:
         for call in m.get("tool_calls") or ():
             chars += len(call["function"]["name"]) + len(call["function"]["arguments"]) + 16
         chars += 8
-    return chars // 4 + 1
+    return chars
 
 
 def split_for_compression(wire: list[dict], keep_last: int) -> tuple[list[dict], list[dict], list[dict]]:

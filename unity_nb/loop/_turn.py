@@ -12,7 +12,7 @@ from .._errors import UserError
 from .._secrets import ScrubStream, scrub
 from ..models import ModelRequest, Reply, rate_limit_of
 from ._answers import accepts_positional
-from ._policies import SUMMARY_PROMPT, SUMMARY_TAG, estimate_tokens, render_for_summary, split_for_compression
+from ._policies import SUMMARY_PROMPT, SUMMARY_TAG, render_for_summary, split_for_compression
 from ._records import Message
 from ._text import TextBuffer
 from ._tools import Tool, as_tool
@@ -309,9 +309,8 @@ class Turn:
         h, cfg = self.owner, self.owner.config
         if not cfg.context_window:
             return
-        count = cfg.count_tokens or estimate_tokens
         wire = h.conversation.wire
-        before = count(wire)
+        before = cfg.count_tokens(wire) if cfg.count_tokens else h.conversation.estimated_tokens()
         if before < cfg.compress_at * cfg.context_window:
             return
         head, middle, tail = split_for_compression(wire, cfg.keep_last)
@@ -340,7 +339,7 @@ class Turn:
         summary = {"role": "user", "content": f"{SUMMARY_TAG}\n{reply.content or ''}"}
         h.conversation.replace([*head, summary, *tail])
         h.compressions += 1
-        after = count(h.conversation.wire)
+        after = cfg.count_tokens(h.conversation.wire) if cfg.count_tokens else h.conversation.estimated_tokens()
         h.conversation.record(
             Message(
                 "system",
