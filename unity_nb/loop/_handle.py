@@ -563,7 +563,8 @@ class LoopHandle:
         snapshot = self.inspection()
         self.steer("ask", question)
         ask_tool = VERBS["ask"].child_tool
-        tools = [ask_tool(c) for c in self.live_children()] if ask_tool is not None else []
+        live = self.live_children()[:20]  # a batch may have a hundred rows running: the first twenty
+        tools = [ask_tool(c) for c in live] if ask_tool is not None else []
         model, max_steps = options.pop("model", self.model), options.pop("max_steps", 6)
         return LoopHandle(
             question, model=model, tools=tools, system=snapshot, name=f"ask-{self.name}", bus=self.bus,
