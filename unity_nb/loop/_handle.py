@@ -18,7 +18,6 @@ surfaces as ``asyncio.CancelledError``.
 from __future__ import annotations
 
 import asyncio
-import functools
 import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -39,7 +38,7 @@ from ._requests import RequestHandle, final_answer_tool, stop_request, submit_re
 from ._routing import Router
 from ._runner import ToolRunner
 from ._status import PauseGate, Status
-from ._steering import VERBS, inspection_prompt
+from ._steering import VERBS, inspection_prompt, on_own_loop, quiet
 from ._tools import Tool, render_result
 from ._turn import Turn, own_tools
 
@@ -52,34 +51,6 @@ _UNSET: Any = object()
 def _new_id() -> str:
     """Unique across kernels and time (64 random bits); names show its first 4 digits."""
     return secrets.token_hex(8)
-
-
-async def _quiet(awaitable: Any) -> None:
-    """Forward steering to a child that may end meanwhile: its ended state is not our error."""
-    try:
-        await awaitable
-    except HandleStateError:
-        pass
-
-
-def _on_own_loop(method: Callable[..., Any]) -> Callable[..., Any]:
-    """A steering verb called from another thread's event loop is handed to the loop's own thread."""
-
-    @functools.wraps(method)
-    async def verb(self: LoopHandle, *args: Any, **kwargs: Any) -> Any:
-        try:
-            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            here = None
-        if here is not None and here is not self.event_loop:
-            if self.event_loop.is_closed():
-                raise HandleStateError(f"cannot steer {self.name!r}: its event loop is closed", state="closed")
-            return await asyncio.wrap_future(
-                asyncio.run_coroutine_threadsafe(method(self, *args, **kwargs), self.event_loop)
-            )
-        return await method(self, *args, **kwargs)
-
-    return verb
 
 
 class LoopHandle:
@@ -494,9 +465,9 @@ class LoopHandle:
             self.turn.interrupt()
 
     async def _to_children(self, verb: str, **kwargs: Any) -> None:
-        await asyncio.gather(*(_quiet(forward_call(getattr(c, verb), **kwargs)) for c in self.live_children()))
+        await asyncio.gather(*(quiet(forward_call(getattr(c, verb), **kwargs)) for c in self.live_children()))
 
-    @_on_own_loop
+    @on_own_loop
     async def pause(self) -> None:
         """No new model call or tool start until :meth:`resume`; in-flight work finishes. Reaches all live children."""
         self.require_live("pause")
@@ -505,7 +476,7 @@ class LoopHandle:
             self.steer("pause")
         await self._to_children("pause")
 
-    @_on_own_loop
+    @on_own_loop
     async def resume(self) -> None:
         """Undo :meth:`pause`; work that completed meanwhile is processed first. Reaches all live children."""
         self.require_live("resume")
@@ -514,7 +485,7 @@ class LoopHandle:
             self.steer("resume")
             self.gate.open()
 
-    @_on_own_loop
+    @on_own_loop
     async def interject(self, message: str, *, request_id: str | None = None) -> None:
         """Deliver ``message`` to the model before its next call (cancelling and re-issuing one in flight
         when ``interrupt_on_interject``). While tools run, the model may route it to a live child.
@@ -528,7 +499,7 @@ class LoopHandle:
         self.conversation.heard += 1
         self._nudge()
 
-    @_on_own_loop
+    @on_own_loop
     async def stop(self, reason: str | None = None) -> None:
         """Cancel the model call, running tools and every child; return once the loop has ended.
 
@@ -546,7 +517,7 @@ class LoopHandle:
         if asyncio.current_task() is not self._task:
             await self._ended.wait()
 
-    @_on_own_loop
+    @on_own_loop
     async def ask(self, question: str, **options: Any) -> LoopHandle:
         """A new read-only loop answering ``question`` from a snapshot of this one's transcript.
 

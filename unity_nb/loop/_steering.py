@@ -14,19 +14,24 @@ needs its button.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .. import events as ev
+from .._errors import HandleStateError
 from ._records import render_conversation
 from ._tools import Tool, as_tool
 
 if TYPE_CHECKING:
     from ._handle import LoopHandle
 
-__all__ = ("VERBS", "Verb", "child_tools", "inspection_prompt", "register_verb", "steering_entry")
+__all__ = (
+    "VERBS", "Verb", "child_tools", "inspection_prompt", "on_own_loop", "quiet", "register_verb", "steering_entry",
+)
 
 Text = Callable[[str | None, str | None], str | None]
 """``(message, request_id) -> text``."""
@@ -196,3 +201,31 @@ def inspection_prompt(handle: LoopHandle) -> str:
         "Its messages are below with roles prefixed inner_. Answer the user's question about it "
         f"concisely and truthfully; you cannot change it.{drill}\n\n{snapshot}"
     )
+
+
+async def quiet(awaitable: Any) -> None:
+    """Forward steering to a child that may end meanwhile: its ended state is not our error."""
+    try:
+        await awaitable
+    except HandleStateError:
+        pass
+
+
+def on_own_loop(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A steering verb called from another thread's event loop is handed to the loop's own thread."""
+
+    @functools.wraps(method)
+    async def verb(self: LoopHandle, *args: Any, **kwargs: Any) -> Any:
+        try:
+            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is not None and here is not self.event_loop:
+            if self.event_loop.is_closed():
+                raise HandleStateError(f"cannot steer {self.name!r}: its event loop is closed", state="closed")
+            return await asyncio.wrap_future(
+                asyncio.run_coroutine_threadsafe(method(self, *args, **kwargs), self.event_loop)
+            )
+        return await method(self, *args, **kwargs)
+
+    return verb
