@@ -56,6 +56,10 @@ __all__ = (
     "AnyEvent",
     "EventBus",
     "default_bus",
+    "Predicate",
+    "Waiters",
+    "resolve_waiters",
+    "wait_matching",
 )
 
 log = logging.getLogger("unity_nb.events")
@@ -506,21 +510,4 @@ def parse_event(data: dict | str | bytes) -> Event:
 
 
 # the bus, waiting on events, the process-wide default: in _bus.py, one module's worth each
-from ._bus import (  # noqa: E402
-    EventBus as EventBus,
-)
-from ._bus import (
-    Predicate as Predicate,
-)
-from ._bus import (
-    Waiters as Waiters,
-)
-from ._bus import (
-    default_bus as default_bus,
-)
-from ._bus import (
-    resolve_waiters as resolve_waiters,
-)
-from ._bus import (
-    wait_matching as wait_matching,
-)
+from ._bus import EventBus, Predicate, Waiters, default_bus, resolve_waiters, wait_matching  # noqa: E402
