@@ -343,3 +343,23 @@ async def test_a_loop_that_ended_has_the_model_drop_what_it_kept_of_its_conversa
         await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 10)
         assert len(model.wire_cache) == 0  # each ended loop's encoded conversation is gone
         await model.close()
+
+
+async def test_a_finished_loop_leaves_no_reference_cycle_for_the_collector(bus):
+    """A handle and its parts are freed by reference counting once dropped (a batch of thousands of rows
+    must not leave each row's loop to full garbage collections)."""
+    import gc
+    import weakref
+
+    gc.collect()
+    gc.disable()
+    try:
+        h = u.start_loop("x", model=u.ScriptedModel(lambda m, t: "done"), bus=bus)
+        assert await asyncio.wait_for(h.result(), 10) == "done"
+        await asyncio.sleep(0)  # the task's done callbacks run
+        gone = weakref.ref(h)
+        parts = [weakref.ref(p) for p in (h.turn, h.runner, h.router, h.engine)]
+        del h
+        assert gone() is None and all(p() is None for p in parts)
+    finally:
+        gc.enable()

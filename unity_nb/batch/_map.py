@@ -99,7 +99,7 @@ class MapHandle(LoopHandle):
         if self.output is not None:
             tools.append(answer_tool(self.output))
         self.row_options = {"tools": tools, **row_options}
-        LoopOptions.make(model=model, **self.row_options)  # a bad row option is refused now, not per row
+        self.row_config = LoopOptions.make(model=model, **self.row_options)  # checked once, for every row
         if rate is not None:
             set_rate_limit(model, rate)
         self.started_rows = 0
@@ -121,9 +121,10 @@ class MapHandle(LoopHandle):
         """Run one row's loop to its end and record how it ended (never raises for the row's own failure)."""
         row.status = "running"
         self.started_rows += 1
-        options = {**self.row_options, "model": self.model}
-        options.setdefault("name", f"{self.name}[{_label(row.key)}]")
-        child = LoopHandle(row.task, parent=self, **options)
+        config = self.row_config
+        if "name" not in self.row_options:
+            config = config.named(f"{self.name}[{_label(row.key)}]")
+        child = LoopHandle(row.task, parent=self, config=config)
         row.child = child
         for note in self._row_notes:  # interjections made before the row started
             child.note(note)

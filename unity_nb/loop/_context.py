@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import inspect
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -51,9 +52,32 @@ def leave_call(token: contextvars.Token) -> None:
     _CALL.reset(token)
 
 
-def enter_loop(handle: LoopHandle) -> None:
+def enter_loop(handle: LoopHandle) -> contextvars.Token:
     """Mark ``handle`` as the loop of this context (its task does, once, at its start)."""
-    _CURRENT.set(handle)
+    return _CURRENT.set(handle)
+
+
+def leave_loop(token: contextvars.Token) -> None:
+    """The loop's task ends: its context no longer holds the handle (so the handle is freed with its last
+    reference, not by a full garbage collection)."""
+    _CURRENT.reset(token)
+
+
+class Part:
+    """A part of a loop (its turn, tool runner, router, engine): it knows its handle by a weak reference,
+    so a handle and its parts form no reference cycle and are freed as soon as nothing uses the handle."""
+
+    __slots__ = ("__weakref__", "_owner")
+
+    def __init__(self, owner: LoopHandle) -> None:
+        self._owner = weakref.ref(owner)
+
+    @property
+    def owner(self) -> LoopHandle:
+        owner = self._owner()
+        if owner is None:  # only reachable through a part kept after its handle was dropped
+            raise ReferenceError("this loop's handle is gone")
+        return owner
 
 
 def forward_call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -16,7 +16,7 @@ from .. import events as ev
 from .._errors import Stopped, UnityError
 from ..models import retry_hook
 from ._answers import call_hook, cited_numbers, evaluate, hook_name
-from ._context import enter_loop
+from ._context import Part, enter_loop, leave_loop
 from ._records import Message
 from ._status import Status
 
@@ -27,19 +27,19 @@ if TYPE_CHECKING:
 __all__ = ("Engine",)
 
 
-class Engine:
+class Engine(Part):
     """Drives one loop from its first model call to its end."""
 
     def __init__(self, owner: LoopHandle) -> None:
-        self.owner = owner
+        super().__init__(owner)
         self.corrections = 0
         """Times an evaluation sent the model back (a single-request loop's count)."""
 
     async def run(self) -> None:
         """The loop's task: drive, then end the handle with what happened."""
         h = self.owner
-        enter_loop(h)
-        retry_hook.set(h.turn.on_retry)
+        loop_token = enter_loop(h)
+        retry_token = retry_hook.set(h.turn.on_retry)
         try:
             answer = await self.drive()
         except asyncio.CancelledError as err:
@@ -51,6 +51,9 @@ class Engine:
         except Exception as err:  # noqa: BLE001 - the run failed: result() raises it
             h.end(Status.FAILED, error=err)
             return
+        finally:  # the task's context keeps no reference to the handle: no cycle through it
+            retry_hook.reset(retry_token)
+            leave_loop(loop_token)
         h.end(Status.FINISHED, answer=answer)
 
     async def checkpoint(self) -> bool:

@@ -83,7 +83,13 @@ class LoopHandle:
     ) -> None:
         if not isinstance(task, str) or not task.strip():
             raise UserError("start_loop needs a task: a non-empty string saying what to do")
-        self.config = cfg = LoopOptions.make(**options)
+        config = options.pop("config", None)
+        if config is not None:  # options checked once for many loops (a batch's rows)
+            if not isinstance(config, LoopOptions) or options:
+                raise UserError("config= takes a LoopOptions, and no other option beside it")
+            self.config = cfg = config
+        else:
+            self.config = cfg = LoopOptions.make(**options)
         try:
             self.event_loop = asyncio.get_running_loop()
         except RuntimeError:

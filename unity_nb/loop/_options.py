@@ -7,6 +7,7 @@ takes.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import math
 from collections.abc import Callable, Iterable, Sequence
@@ -26,6 +27,9 @@ __all__ = ("LoopOptions", "ParentContext", "ToolPolicy")
 ParentContext = Literal["always", "never", "model"]
 ToolPolicy = Callable[..., "tuple[str, Sequence[Tool | str]]"]
 """``policy(step, tools) -> (mode, tools)``, or ``policy(step, tools, loop)``."""
+
+
+_FIELDS: set[str] = set()
 
 
 def _whole(name: str, value: Any, least: int) -> None:
@@ -197,10 +201,20 @@ class LoopOptions:
         ):
             raise UserError(f"tool_timeout takes a number of seconds above 0 (or None), not {timeout!r}")
 
+    def named(self, name: str) -> LoopOptions:
+        """These options under another ``name`` (checked options stay checked: many loops, one check)."""
+        if not isinstance(name, str) or not name.strip():
+            raise UserError(f"name takes a non-empty string, not {name!r}")
+        other = copy.copy(self)
+        object.__setattr__(other, "name", name)
+        return other
+
     @classmethod
     def make(cls, **options: Any) -> LoopOptions:
         """``LoopOptions(**options)``, refusing an unknown option with the list of known ones."""
-        known = {f.name for f in fields(cls)}
+        if not _FIELDS:
+            _FIELDS.update(f.name for f in fields(cls))
+        known = _FIELDS
         unknown = sorted(set(options) - known)
         if unknown:
             raise UserError(

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .. import events as ev
 from .._errors import UserError
 from .._secrets import scrub
+from ._context import Part
 from ._records import Message, ToolCallRecord
 from ._steering import child_tools
 
@@ -63,11 +64,11 @@ class Inbox:
                 return {k: v for k, v in item.items() if k != "handle"}
 
 
-class Router:
+class Router(Part):
     """One loop's routing of steering down to its children, and of questions and notes up."""
 
     def __init__(self, owner: LoopHandle) -> None:
-        self.owner = owner
+        super().__init__(owner)
         self.questions: dict[str, tuple[str, asyncio.Future]] = {}
         """Open questions of this loop's tool calls: ``{call_id: (question, future)}``."""
         self.inbox = Inbox()

@@ -24,7 +24,7 @@ from .._errors import Stopped, UserError
 from .._output import tool_output
 from .._secrets import SECRET_REF, get_secret, scrub
 from ._answers import HandOff, Reference, ToolResult
-from ._context import CallInfo, enter_call, leave_call, resolve_tool_value
+from ._context import CallInfo, Part, enter_call, leave_call, resolve_tool_value
 from ._policies import time_note
 from ._records import Message, ToolCallRecord
 from ._tools import Tool, ToolContext, ToolFailed, render_result
@@ -83,11 +83,11 @@ async def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         raise
 
 
-class ToolRunner:
+class ToolRunner(Part):
     """Executes tool calls for one loop."""
 
     def __init__(self, owner: LoopHandle) -> None:
-        self.owner = owner
+        super().__init__(owner)
         self._sem = asyncio.Semaphore(owner.config.max_parallel_tools)
         self.handoff: LoopHandle | None = None
         """The child a tool handed control to (the loop ends with it as result)."""

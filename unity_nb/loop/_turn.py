@@ -12,6 +12,7 @@ from .._errors import UserError
 from .._secrets import ScrubStream, scrub
 from ..models import ModelRequest, Reply, rate_limit_of
 from ._answers import accepts_positional
+from ._context import Part
 from ._policies import SUMMARY_PROMPT, SUMMARY_TAG, render_for_summary, split_for_compression
 from ._records import Message
 from ._text import TextBuffer
@@ -61,11 +62,11 @@ class _Sink:
         self._text(text)
 
 
-class Turn:
+class Turn(Part):
     """The model side of a loop: what each step offers and how the model is called."""
 
     def __init__(self, owner: LoopHandle, tools: dict[str, Tool]) -> None:
-        self.owner = owner
+        super().__init__(owner)
         self.tools = tools
         """The loop's own tools by name (a multi-request loop's ``final_answer`` among them)."""
         self.count = 0
