@@ -27,24 +27,34 @@ class ToolCallRecord:
     child: LoopHandle | None = None
     displays: list[dict] = field(default_factory=list)
     """Rich outputs the call displayed (mime bundles: ``text/html``, ``image/png``, ...)."""
-    _printed: PrintedOutput = field(default_factory=PrintedOutput, repr=False, compare=False)
-    """What :attr:`output` is kept in (scrubbed across writes, bounded, published in order)."""
+    _printed: PrintedOutput | None = field(default=None, repr=False, compare=False)
+    """What :attr:`output` is kept in (scrubbed across writes, bounded, published in order); made when the
+    tool first prints (most print nothing)."""
+
+    @property
+    def printed(self) -> PrintedOutput:
+        """Where what the call prints is kept (made on first use)."""
+        if self._printed is None:
+            self._printed = PrintedOutput()
+            if self.result is not None:  # first printed after the call ended (a thread it started): kept as such
+                self._printed.end()
+        return self._printed
 
     @property
     def output(self) -> str:
         """What the tool printed while it ran (when the notebook layer routes output), scrubbed.
         Past a million characters, its first and last half million, with a line saying how many
         characters were cut between them."""
-        return self._printed.text
+        return self._printed.text if self._printed is not None else ""
 
     @output.setter
     def output(self, text: str) -> None:
-        self._printed.replace(text)
+        self.printed.replace(text)
 
     @property
     def output_cut(self) -> int:
         """How many printed characters :attr:`output` left out (0 unless the tool printed more than a million)."""
-        return self._printed.buffer.cut
+        return self._printed.buffer.cut if self._printed is not None else 0
 
 
 @dataclass(slots=True)

@@ -266,28 +266,32 @@ class ToolRunner(Part):
         # scrubbed as it accumulates: a value written in pieces is caught, and an end that could
         # start one is held back (published with the next write, or when the call ends)
         h = self.owner
-        h.printed += rec._printed.write(text)
+        h.printed += rec.printed.write(text)
         try:
             here = asyncio.get_running_loop() is h.event_loop
         except RuntimeError:  # a sync tool in its worker thread
             here = False
-        if here and not rec._printed.ended:
+        if here and not rec.printed.ended:
             self._publish_output(rec)
         else:
             h.event_loop.call_soon_threadsafe(self._publish_output, rec)
 
     def _publish_output(self, rec: ToolCallRecord) -> None:
         h = self.owner
-        if rec._printed.ended:  # printed after its call ended (and the writer had its turn): release what is held
-            h.printed += rec._printed.release()
-        text = rec._printed.take()
+        printed = rec._printed
+        if printed is None:
+            return
+        if printed.ended:  # printed after its call ended (and the writer had its turn): release what is held
+            h.printed += printed.release()
+        text = printed.take()
         if text:
             h.emit(ev.ToolOutput, call_id=rec.id, name=rec.name, text=text)
 
     def finish_call(self, rec: ToolCallRecord, result: str, error: bool, duration: float) -> None:
         h = self.owner
-        h.printed += rec._printed.end()
-        self._publish_output(rec)
+        if rec._printed is not None:
+            h.printed += rec._printed.end()
+            self._publish_output(rec)
         result = scrub(result)
         rec.result = result
         rec.error = error

@@ -104,6 +104,8 @@ class RateLimit:
                     break
                 self.waits += 1
                 await asyncio.sleep(delay)
+            if self.requests_per_minute is None and self.tokens_per_minute is None:
+                return  # no limit (yet): nothing to count, only cool-downs to honour
             self._sent.append(now)
             if tokens:
                 self._tokens.append((now, tokens))
