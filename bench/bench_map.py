@@ -19,8 +19,16 @@ floor and unity_nb alternate, so a burst of other load on the machine hits both.
   C. ``u.map`` over 10,000 rows with a ScriptedModel (no HTTP), with and without a Store attached to
      its bus: wall time and CPU, and a check that the store on disk (opened afresh) holds 10,000
      ``row_finished`` events (``unity_nb.finished_rows(store, name)`` has 10,000 entries).
+  D. ``%unity map`` over 10,000 rows in a real IPython kernel (jupyter_client, as tests/_kernel.py) with the
+     store on (``UNITY_NB_STORE``), a ScriptedModel answering each row after ``asyncio.sleep(0.001)``, at
+     concurrency 100: the kernel is SIGKILLed once half the rows have finished (counted in the kernel from
+     the handle's ``row_finished`` events), the store file is read (``unity_nb.finished_rows``) to count the
+     committed rows, and a second kernel on the same store runs ``%unity resume labels`` with a ScriptedModel
+     that records the rows it is asked for. Reports: rows committed before the kill, rows the resumed run
+     computed, committed rows it redid (must be 0), whether the final Series has every answer in the input's
+     order (a committed row's answer from the first kernel, the rest from the second), wall time of each part.
 
-Run: .venv/bin/python bench/bench_map.py [--repeat 3] [--quick] [--only A|B|C]   (about 3 minutes on 2 cores)
+Run: .venv/bin/python bench/bench_map.py [--repeat 3] [--quick] [--only A|B|C|D]   (about 4 minutes on 2 cores)
 Each figure is the median of ``--repeat`` runs; the runs' own values are listed beside the ratios.
 """
 
@@ -210,6 +218,110 @@ async def child_store(kind: str, n: int, concurrency: int) -> dict:
             "rss_delta_kb": peak - before, "finished_rows": finished}
 
 
+# ------------------------------------------------------------------------------------ D (kill and resume)
+
+KERNEL_SETUP = """
+%load_ext unity_nb
+import asyncio, itertools, json, os, time, pandas as pd, unity_nb as u
+
+N = {n}
+papers = pd.DataFrame({{"abstract": [f"paper {{i}}" for i in range(N)]}}, index=[f"p{{i}}" for i in range(N)])
+seen = []
+
+async def answer(messages, tools):
+    text = messages[-1]["content"]
+    seen.append(text)
+    await asyncio.sleep(0.001)
+    return "{word} " + text.split()[-1]
+
+m = u.ScriptedModel(answer)
+%unity model --var m
+print(json.dumps({{"unity_nb": u.__file__, "pid": os.getpid()}}))
+"""
+
+KERNEL_FIRST = """
+_seen_rows = itertools.count(1)
+_t = time.perf_counter()
+labels = %unity map papers --concurrency {conc} --name labels Label {{abstract}}
+await labels.wait_for("row_finished", lambda e: next(_seen_rows) >= {half}, timeout=120)
+print(json.dumps({{"wall_s": time.perf_counter() - _t}}))
+"""
+
+KERNEL_SECOND = """
+_t = time.perf_counter()
+labels = %unity resume labels
+_result = await labels
+_wall = time.perf_counter() - _t
+print(json.dumps({"wall_s": _wall, "answers": _result.tolist(), "index": list(_result.index), "seen": seen,
+                  "notice": get_ipython().magics_manager.registry["UnityMagics"].widgets["labels"].notice}))
+"""
+
+
+def kernel_resume(n: int, concurrency: int) -> dict:
+    """Two real kernels on one store: the first SIGKILLed at about half of an n-row ``%unity map``, the second
+    resuming it. Wall times of each part, committed and recomputed rows, and the checks."""
+    import signal
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from _kernel import Kernel
+
+    import unity_nb as u
+
+    def last_json(out: str) -> dict:
+        return json.loads(out.strip().splitlines()[-1])
+
+    walls: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "state.db")
+        env = {"UNITY_NB_STORE": path, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        t = time.perf_counter()
+        first = Kernel(env=env)
+        info = {"pid": None}
+        try:
+            info = last_json(first.run(KERNEL_SETUP.format(n=n, word="label")))
+            walls["start 1"] = time.perf_counter() - t
+            assert info["unity_nb"].startswith(str(ROOT)), info["unity_nb"]
+            walls["map 1"] = last_json(first.run(KERNEL_FIRST.format(conc=concurrency, half=n // 2),
+                                                 timeout=180))["wall_s"]
+        finally:  # as Kernel.kill, with the pid known beforehand: no cell runs between the wait and the kill
+            t = time.perf_counter()
+            if info["pid"] is None:
+                first.close()
+                raise RuntimeError("kernel 1 did not run its setup")
+            os.kill(info["pid"], signal.SIGKILL)
+            first.km.provisioner.process.wait(timeout=30)
+            walls["kill"] = time.perf_counter() - t
+            first.kc.stop_channels()
+            first.km.cleanup_resources()
+
+        t = time.perf_counter()
+        store = u.Store(path)
+        committed = set(u.finished_rows(store, "labels"))
+        status = store.find("labels")["status"]
+        store.close()
+        walls["read store"] = time.perf_counter() - t
+
+        t = time.perf_counter()
+        second = Kernel(env=env)
+        try:
+            second.run(KERNEL_SETUP.format(n=n, word="again"))
+            walls["start 2"] = time.perf_counter() - t
+            got = last_json(second.run(KERNEL_SECOND, timeout=180))
+        finally:
+            second.close()
+        walls["resume 2"] = got["wall_s"]
+
+    computed = [int(text.split()[-1]) for text in got["seen"]]
+    redone = sum(json.dumps(f"p{i}") in committed for i in computed)
+    answers, index = got["answers"], got["index"]
+    in_order = (len(answers) == n and index == [f"p{i}" for i in range(n)]
+                and all(isinstance(a, str) and a.split()[-1] == str(i) for i, a in enumerate(answers)))
+    kept = sum(isinstance(a, str) and a.startswith("label ") for a in answers)
+    return {"walls": walls, "committed": len(committed), "status_after_kill": status, "computed": len(computed),
+            "computed_twice": len(computed) - len(set(computed)), "redone": redone, "in_order": in_order,
+            "kept_from_first": kept, "notice": got["notice"]}
+
+
 # ------------------------------------------------------------------------------------ main
 
 
@@ -239,7 +351,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--quick", action="store_true",
                     help="smaller runs: 200 rows at concurrency 50, 50 and 200 loops, 1,000 rows with the store")
-    ap.add_argument("--only", choices=("A", "B", "C"))
+    ap.add_argument("--only", choices=("A", "B", "C", "D"))
     ap.add_argument("--child", nargs="+")
     args = ap.parse_args()
     if args.child:
@@ -308,6 +420,43 @@ def main() -> None:
                 f"{med(r['rss_delta_kb'] for r in got) / 1024:.1f} | {finished} |"
             )
             print(lines[-1], file=sys.stderr)
+    if args.only in (None, "D"):
+        runs_d = [kernel_resume(store_rows, 100) for _ in range(args.repeat)]
+        lines += ["", f"| D. %unity map over {store_rows:,} rows in a real kernel, store on, concurrency 100, "
+                  "SIGKILL at half, %unity resume in a second kernel | wall s | wall s (runs) | rows (runs) |",
+                  "| --- | --- | --- | --- |"]
+
+        def each(fn) -> str:
+            return ", ".join(str(fn(r)) for r in runs_d)
+
+        parts = [
+            ("start 1", "kernel 1: start, %load_ext, 10,000-row DataFrame, model", "-"),
+            ("map 1", f"kernel 1: %unity map until {store_rows // 2:,} row_finished events in the kernel",
+             "committed in the store after the kill: " + each(lambda r: f"{r['committed']:,}")),
+            ("kill", "SIGKILL, process reaped", "status in the store: " + each(lambda r: r["status_after_kill"])),
+            ("read store", "Store(path) + finished_rows(store, 'labels') from the bench process", "-"),
+            ("start 2", "kernel 2: start, %load_ext, same DataFrame, recording model", "-"),
+            ("resume 2", "kernel 2: %unity resume labels until its Series",
+             "computed: " + each(lambda r: f"{r['computed']:,}") + "; committed rows redone: "
+             + each(lambda r: r["redone"]) + "; rows asked twice: " + each(lambda r: r["computed_twice"])),
+        ]
+        for key, title, rows in parts:
+            got = [r["walls"][key] for r in runs_d]
+            lines.append(f"| {title} | {med(got):.2f} | {', '.join(f'{x:.2f}' for x in got)} | {rows} |")
+            print(lines[-1], file=sys.stderr)
+        totals = [sum(r["walls"].values()) for r in runs_d]
+        lines.append(
+            f"| total | {med(totals):.2f} | {', '.join(f'{x:.2f}' for x in totals)} | final Series: "
+            f"{store_rows:,} answers in the input's order: " + each(lambda r: "yes" if r["in_order"] else "NO")
+            + "; answers kept from kernel 1 = committed: "
+            + each(lambda r: "yes" if r["kept_from_first"] == r["committed"] else f"NO ({r['kept_from_first']})")
+            + " |")
+        print(lines[-1], file=sys.stderr)
+        lines.append(f"notice of the resumed batch (run 1): {runs_d[0]['notice']}")
+        bad = [r for r in runs_d if r["redone"] or not r["in_order"] or r["computed"] + r["committed"] != store_rows]
+        if bad:
+            lines.append(f"D FAILED in {len(bad)} of {len(runs_d)} runs: a committed row redone, a row missing or "
+                         "out of order, or committed + computed != rows")
     load = os.getloadavg()
     lines += ["", f"load average at the end {load[0]:.2f} (2 cores: above ~1 another process shared the machine)"]
     print("\n".join(lines))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -69,7 +69,8 @@ class Message:
     role: str
     content: str | None
     kind: str = "text"
-    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    tool_calls: Sequence[ToolCallRecord] = ()
+    """The calls an assistant entry made (a list; other entries share the empty tuple)."""
     tool_call_id: str | None = None
     name: str | None = None
     error: bool = False
