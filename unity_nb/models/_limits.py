@@ -93,6 +93,8 @@ class RateLimit:
 
     async def acquire(self, tokens: int = 0) -> None:
         """Wait until a request of about ``tokens`` tokens may be sent, and count it."""
+        if self.requests_per_minute is None and self.tokens_per_minute is None and time.monotonic() >= self._resume_at:
+            return  # no limit and no cool-down: nothing to wait for or count
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:  # first come, first served
