@@ -28,7 +28,7 @@ floor and unity_nb alternate, so a burst of other load on the machine hits both.
      computed, committed rows it redid (must be 0), whether the final Series has every answer in the input's
      order (a committed row's answer from the first kernel, the rest from the second), wall time of each part.
 
-Run: .venv/bin/python bench/bench_map.py [--repeat 3] [--quick] [--only A|B|C|D]   (about 4 minutes on 2 cores)
+Run: .venv/bin/python bench/bench_map.py [--repeat 3] [--quick] [--only A|B|C|D]   (about 6 minutes on 2 cores)
 Each figure is the median of ``--repeat`` runs; the runs' own values are listed beside the ratios.
 """
 
@@ -367,7 +367,8 @@ def main() -> None:
     store_rows = 1000 if args.quick else 10_000
     med = statistics.median
     load = os.getloadavg()
-    command = ".venv/bin/python bench/bench_map.py" + (" --quick" if args.quick else "") + f" --repeat {args.repeat}"
+    command = (".venv/bin/python bench/bench_map.py" + (" --quick" if args.quick else "")
+               + (f" --only {args.only}" if args.only else "") + f" --repeat {args.repeat}")
     lines = [
         f"unity_nb batch benchmark, {time.strftime('%Y-%m-%d %H:%M %Z')}: {os.cpu_count()} cores, Python "
         f"{platform.python_version()}, {version()}; command: {command}; median of {args.repeat} runs, each in a "
@@ -430,7 +431,7 @@ def main() -> None:
             return ", ".join(str(fn(r)) for r in runs_d)
 
         parts = [
-            ("start 1", "kernel 1: start, %load_ext, 10,000-row DataFrame, model", "-"),
+            ("start 1", f"kernel 1: start, %load_ext, {store_rows:,}-row DataFrame, model", "-"),
             ("map 1", f"kernel 1: %unity map until {store_rows // 2:,} row_finished events in the kernel",
              "committed in the store after the kill: " + each(lambda r: f"{r['committed']:,}")),
             ("kill", "SIGKILL, process reaped", "status in the store: " + each(lambda r: r["status_after_kill"])),
