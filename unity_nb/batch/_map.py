@@ -107,10 +107,11 @@ class MapHandle(LoopHandle):
         self._finished_at: collections.deque[float] = collections.deque(maxlen=200)
         self._tokens = [0, 0]
         self._failed_kept = 0
-        for key, answer in (done or {}).items():  # finished by an earlier run of this batch
+        if done:  # finished by an earlier run of this batch: each row's key made once, looked up once
             for row in self.rows:
-                if row_key(row.key) == key and row.status == "waiting":
-                    row.status, row.answer = "finished", parse_answer(answer, self.output)
+                key = row_key(row.key)
+                if key in done:
+                    row.status, row.answer = "finished", parse_answer(done[key], self.output)
         super().__init__(
             label or f"[map] {task}", model=model, name=name, bus=bus, max_steps=1,
         )
