@@ -28,7 +28,7 @@ floor and unity_nb alternate, so a burst of other load on the machine hits both.
      computed, committed rows it redid (must be 0), whether the final Series has every answer in the input's
      order (a committed row's answer from the first kernel, the rest from the second), wall time of each part.
 
-Run: .venv/bin/python bench/bench_map.py [--repeat 3] [--quick] [--only A|B|C|D]   (about 6 minutes on 2 cores)
+Run: .venv/bin/python bench/bench_map.py [--repeat 3] [--quick] [--only A|B|C|D]   (about 4 minutes on 2 cores)
 Each figure is the median of ``--repeat`` runs; the runs' own values are listed beside the ratios.
 """
 
