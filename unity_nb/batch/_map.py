@@ -112,6 +112,9 @@ class MapHandle(LoopHandle):
                 key = row_key(row.key)
                 if key in done:
                     row.status, row.answer = "finished", parse_answer(done[key], self.output)
+        self._counts = collections.Counter(r.status for r in self.rows)  # kept as rows move on, not recounted
+        self.ended_badly: list[Row] = []
+        """Rows that failed or stopped, in the order they ended (what the widget lists)."""
         super().__init__(
             label or f"[map] {task}", model=model, name=name, bus=bus, max_steps=1,
         )
@@ -121,6 +124,8 @@ class MapHandle(LoopHandle):
     async def run_row(self, row: Row) -> None:
         """Run one row's loop to its end and record how it ended (never raises for the row's own failure)."""
         row.status = "running"
+        self._counts["waiting"] -= 1
+        self._counts["running"] += 1
         self.started_rows += 1
         config = self.row_config
         if "name" not in self.row_options:
@@ -145,6 +150,12 @@ class MapHandle(LoopHandle):
             self._ended_row(row, child)
 
     def _ended_row(self, row: Row, child: LoopHandle) -> None:
+        if row.status == "running":  # ended some other way (a BaseException): as the event says, stopped
+            row.status = "stopped"
+        self._counts["running"] -= 1
+        self._counts[row.status] += 1
+        if row.status != "finished":
+            self.ended_badly.append(row)
         row.tokens = (child.usage.input_tokens, child.usage.output_tokens)
         self._tokens[0] += row.tokens[0]
         self._tokens[1] += row.tokens[1]
@@ -159,16 +170,15 @@ class MapHandle(LoopHandle):
         if row.status == "finished":
             value = row.answer.model_dump(mode="json") if isinstance(row.answer, pydantic.BaseModel) else row.answer
             answer = json.dumps(value, default=str, ensure_ascii=False)
-        status = row.status if row.status in ("finished", "failed", "stopped") else "stopped"
         self.emit(
-            ev.RowFinished, row=row_key(row.key), position=row.position, status=status, answer=answer,
+            ev.RowFinished, row=row_key(row.key), position=row.position, status=row.status, answer=answer,
             reason=row.reason, child_id=child.id, input_tokens=row.tokens[0], output_tokens=row.tokens[1],
         )
 
     @property
     def progress(self) -> dict[str, Any]:
         """Done, running, failed and waiting rows; rows per second lately; seconds left; tokens so far."""
-        counts = collections.Counter(r.status for r in self.rows)
+        counts = self._counts
         done = counts["finished"]
         recent = self._finished_at
         rate = (len(recent) - 1) / (recent[-1] - recent[0]) if len(recent) > 1 and recent[-1] > recent[0] else 0.0

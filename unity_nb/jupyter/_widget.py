@@ -206,8 +206,7 @@ def _batch(h: LoopHandle) -> dict:
     progress = getattr(h, "progress", None)
     if not isinstance(progress, dict):
         return {}
-    rows = getattr(h, "rows", [])
-    failed = [r for r in rows if r.status in ("failed", "stopped")][:20]
+    failed = getattr(h, "ended_badly", [])[:20]  # kept by the batch as rows end: no walk over every row
     return {
         "progress": progress,
         "failures": [
