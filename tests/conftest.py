@@ -32,3 +32,22 @@ def bus():
     import unity_nb as u
 
     return u.EventBus()
+
+
+@pytest.fixture
+def stored_shell(monkeypatch, tmp_path):
+    """A real IPython shell with the extension loaded, no key in the environment, a store of its own."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "UNITY_NB_MODEL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("UNITY_NB_STORE", str(tmp_path / "state.db"))
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "unity_nb")
+    yield shell
+    shell.run_line_magic("unload_ext", "unity_nb")
+
+
+def magics(ip):
+    """The shell's UnityMagics instance."""
+    return ip.magics_manager.registry["UnityMagics"]

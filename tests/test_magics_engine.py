@@ -6,26 +6,15 @@ import gc
 import socket
 
 import pytest
-from conftest import settle, tool_messages
+from conftest import magics, settle, tool_messages
 from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
 
 import unity_nb as u
 
 
 @pytest.fixture
-def ip(monkeypatch, tmp_path):
-    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "UNITY_NB_MODEL"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("UNITY_NB_STORE", str(tmp_path / "state.db"))
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "unity_nb")
-    yield shell
-    shell.run_line_magic("unload_ext", "unity_nb")
-
-
-def magics(ip):
-    return ip.magics_manager.registry["UnityMagics"]
+def ip(stored_shell):
+    return stored_shell
 
 
 def use(ip, model):
