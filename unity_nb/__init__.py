@@ -4,6 +4,7 @@ Every operation is an async tool loop returning a steerable handle: ``pause``, `
 ``interject``, ``ask``, ``stop``; handles nest and steering reaches every depth.
 """
 
+from ._collector import tune_collector
 from ._errors import (
     CacheMiss,
     HandleStateError,
@@ -71,6 +72,7 @@ __all__ = (
     "finished_rows",
     "RateLimit",
     "set_rate_limit",
+    "tune_collector",
     "LoopHandle",
     "Status",
     "Message",

@@ -123,7 +123,7 @@ class Engine(Part):
                     )
             entry, wire_msg, records = conv.add_reply(reply, final=final)
             if reply.tool_calls:
-                h.think(reply.content or reply.thinking, [c.name for c in reply.tool_calls])
+                self.think(reply.content or reply.thinking, [c.name for c in reply.tool_calls])
             if final:
                 # corrections are counted per answer owner: in a multi-request loop, the request it completes
                 open_now = h.open_requests()
@@ -159,6 +159,17 @@ class Engine(Part):
                 return done
             if h.multi and still_last():
                 self.fail_open(f"the loop reached max_steps={cfg.max_steps} before answering it")
+
+    def think(self, content: str | None, calls: list[str]) -> None:
+        """A short progress line: what the model said it was doing, or which tools it called."""
+        h = self.owner
+        line = (content or "").strip().split("\n", 1)[0]
+        line = line if len(line) <= 160 else line[:157] + "..."
+        text = line or f"calling {', '.join(dict.fromkeys(calls))}"
+        if h.thinking and h.thinking[-1] == text:
+            text = h.thinking[-1]  # the same line again ("calling step"): one string kept, not one a step
+        h.thinking.append(text)
+        h.emit(ev.ThinkingStep, text=text)
 
     def _ended_by_tool(self) -> str | None:
         """A tool handed control to a child or finished the loop with a value: the loop's answer text."""

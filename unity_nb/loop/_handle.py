@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from .. import events as ev
+from .._collector import loop_ended, loop_started
 from .._errors import HandleStateError, Stopped, UnityError, UserError
 from .._secrets import scrub
 from ..models import Model, Usage
@@ -37,7 +38,7 @@ from ._records import Message, ToolCallRecord, render_conversation
 from ._requests import RequestHandle, final_answer_tool, stop_request, submit_request
 from ._routing import Router
 from ._runner import ToolRunner
-from ._status import PauseGate, Status
+from ._status import PauseGate, Signal, Status
 from ._steering import VERBS, inspection_prompt, on_own_loop, quiet
 from ._tools import Tool, render_result
 from ._turn import Turn, own_tools
@@ -145,15 +146,15 @@ class LoopHandle:
 
         self._status = Status.RUNNING
         self._idle = False
-        self._ended = asyncio.Event()
+        self._ended = Signal()
         self._answer: str | None = None
         self._error: BaseException | None = None
         self._stop_reason: str | None = None
         self._result_obj: Any = _UNSET
-        self._request_evt: asyncio.Event | None = None  # made when a persistent loop first waits for a request
+        self._request_evt: Signal | None = None  # made when a persistent loop first waits for a request
         self._waiters: ev.Waiters = []
         self._listeners: list[Callable[[LoopHandle, ev.Event], None]] = []
-        self._wake: asyncio.Event | None = None
+        self._wake: Signal | None = None
         self.gate = PauseGate()
         self.conversation = Conversation()
         self.turn = Turn(self, tools)
@@ -178,6 +179,7 @@ class LoopHandle:
             self.emit(ev.RequestSubmitted, request_id="r1", text=task)
         self._task = self.event_loop.create_task(self.engine.run(), name=f"unity_nb:{self.name}")
         self._task.add_done_callback(self._on_task_done)
+        loop_started()  # many live loops: the collector runs less often (unity_nb._collector)
 
     def _on_task_done(self, task: asyncio.Task) -> None:
         # a task cancelled before its first step never enters run(): end the handle anyway
@@ -201,10 +203,10 @@ class LoopHandle:
         return Status.RUNNING
 
     @property
-    def wake(self) -> asyncio.Event:
+    def wake(self) -> Signal:
         """Set when a tool call finishes or steering arrives (what the tool runner waits on)."""
         if self._wake is None:
-            self._wake = asyncio.Event()
+            self._wake = Signal()
         return self._wake
 
     @property
@@ -397,14 +399,6 @@ class LoopHandle:
         """Tell the model ``text`` at its next call."""
         self.conversation.note(text)
 
-    def think(self, content: str | None, calls: list[str]) -> None:
-        """A short progress line: what the model said it was doing, or which tools it called."""
-        line = (content or "").strip().split("\n", 1)[0]
-        line = line if len(line) <= 160 else line[:157] + "..."
-        text = line or f"calling {', '.join(dict.fromkeys(calls))}"
-        self.thinking.append(text)
-        self.emit(ev.ThinkingStep, text=text)
-
     def notify(self, call_id: str | None, text: str, request_id: str | None = None) -> None:
         """A progress note from tool call ``call_id`` (bubbles up to every ancestor)."""
         self.router.notify(call_id, text, request_id)
@@ -447,6 +441,8 @@ class LoopHandle:
                 Message("assistant", f"[failed] {type(error).__name__}: {error}", kind="error", error=True)
             )
             self.emit(ev.LoopFailed, error=f"{type(error).__name__}: {error}", steps=self.steps)
+        if not self._ended.is_set():
+            loop_ended()
         self._ended.set()
 
     # ------------------------------------------------------------------ steering
@@ -588,7 +584,7 @@ class LoopHandle:
     async def wait_for_request(self) -> None:
         """A persistent multi-request loop with nothing open: idle until a request or steering arrives."""
         if self._request_evt is None:
-            self._request_evt = asyncio.Event()
+            self._request_evt = Signal()
         self._request_evt.clear()
         self._idle = True
         try:
@@ -598,7 +594,6 @@ class LoopHandle:
 
     async def stop_request(self, req: RequestHandle, reason: str) -> None:
         await stop_request(self, req, reason)
-
     # ------------------------------------------------------------------ clarifications, notifications
 
     async def next_clarification(self) -> dict:

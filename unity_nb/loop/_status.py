@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 
-__all__ = ("PauseGate", "Status")
+__all__ = ("PauseGate", "Signal", "Status")
 
 
 class Status(str, enum.Enum):
@@ -25,13 +25,53 @@ class Status(str, enum.Enum):
         return self.value
 
 
+class Signal:
+    """``asyncio.Event`` without its deque: every loop has two (its end, and its tool runner's wake-up),
+    and an event's empty deque alone is 760 bytes. Waiters' futures are kept in a list made when the
+    first one waits; ``set``, ``clear``, ``is_set`` and ``wait`` behave as the event's do."""
+
+    __slots__ = ("_set", "_waiters")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiters: list[asyncio.Future[bool]] | None = None
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            waiters, self._waiters = self._waiters, None
+            for fut in waiters or ():
+                if not fut.done():
+                    fut.set_result(True)
+
+    def clear(self) -> None:
+        self._set = False
+
+    async def wait(self) -> bool:
+        if self._set:
+            return True
+        fut = asyncio.get_running_loop().create_future()
+        if self._waiters is None:
+            self._waiters = []
+        self._waiters.append(fut)
+        try:
+            await fut
+            return True
+        finally:
+            if self._waiters is not None and fut in self._waiters:
+                self._waiters.remove(fut)
+
+
 class PauseGate:
     """Closed while a loop is paused: nothing new starts (a model call, a tool) until it opens."""
 
     __slots__ = ("_open",)
 
     def __init__(self) -> None:
-        self._open: asyncio.Event | None = None  # made when first closed: most loops are never paused
+        self._open: Signal | None = None  # made when first closed: most loops are never paused
 
     @property
     def paused(self) -> bool:
@@ -39,7 +79,7 @@ class PauseGate:
 
     def close(self) -> None:
         if self._open is None:
-            self._open = asyncio.Event()
+            self._open = Signal()
         self._open.clear()
 
     def open(self) -> None:

@@ -1,0 +1,138 @@
+"""The cycle collector while many loops run.
+
+CPython collects its youngest generation every 700 net allocations of container objects. With
+hundreds of loops waiting on the network at once, nearly every object a step makes outlives an
+``await``: it survives the young collections, is promoted, and the full collections that follow walk
+the whole heap again and again. At 1,000 concurrent loops the collector took 44% of the process's CPU
+(``bench/bench_scale.py`` B; a bare aiohttp loop beside it: 23%).
+
+So while at least ``start_at`` loops are live, unity_nb raises the first threshold to ``per_loop``
+allocations per live loop (at most ``ceiling``), and puts back the thresholds it found once fewer
+than half of ``start_at`` are live. Reference counting still frees every object without a cycle at
+once; only cyclic garbage waits longer, for at most that many allocations.
+
+Thresholds a person sets are theirs: if ``gc.get_threshold()`` is not what unity_nb last set, it
+leaves them alone until the loops have all ended. A first threshold already above what unity_nb
+would set is left as it is. ``tune_collector(False)`` (or ``UNITY_NB_TUNE_GC=0`` in the environment)
+turns this off and puts back what it changed.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+from typing import Any
+
+from ._errors import UserError
+
+__all__ = ("loop_ended", "loop_started", "tune_collector")
+
+_lock = threading.Lock()
+
+
+class _State:
+    def __init__(self) -> None:
+        self.enabled = os.environ.get("UNITY_NB_TUNE_GC", "1").strip().lower() not in ("0", "false", "no", "off")
+        self.start_at = 64
+        self.per_loop = 50
+        self.ceiling = 100_000
+        self.live = 0
+        self.found: tuple[int, ...] | None = None
+        """The thresholds before unity_nb raised them (``None``: not raised)."""
+        self.ours: tuple[int, ...] | None = None
+        """What unity_nb set last."""
+        self.yielded = False
+        """The person changed the thresholds while they were raised: left alone until no loop is live."""
+
+
+_state = _State()
+
+
+def loop_started() -> None:
+    """A loop began (its handle exists and its task is scheduled)."""
+    s = _state
+    with _lock:
+        s.live += 1
+        if s.enabled and not s.yielded and s.live >= s.start_at:
+            _raise(s)
+
+
+def loop_ended() -> None:
+    """A loop ended (once per :func:`loop_started`)."""
+    s = _state
+    with _lock:
+        s.live = max(0, s.live - 1)
+        if s.ours is not None and s.live < s.start_at // 2:
+            _restore(s)
+        if s.live == 0:
+            s.yielded = False
+
+
+def _raise(s: _State) -> None:
+    want = min(s.ceiling, s.live * s.per_loop)
+    current = gc.get_threshold()
+    if s.ours is None:
+        if want <= current[0]:
+            return  # already that high (the person's own setting, or a later Python's default)
+        s.found = current
+    elif current != s.ours:
+        s.found = s.ours = None  # the person set their own: theirs from now on
+        s.yielded = True
+        return
+    elif want <= s.ours[0]:
+        return  # raised as loops start, never lowered while many are live
+    s.ours = (want, *current[1:])
+    gc.set_threshold(*s.ours)
+
+
+def _restore(s: _State) -> None:
+    if s.found is not None and gc.get_threshold() == s.ours:
+        gc.set_threshold(*s.found)
+    s.found = s.ours = None
+
+
+def _positive(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(f"tune_collector: {name} takes a whole number of at least 1, not {value!r}")
+    return value
+
+
+def tune_collector(
+    enabled: bool | None = None,
+    *,
+    start_at: int | None = None,
+    per_loop: int | None = None,
+    ceiling: int | None = None,
+) -> dict[str, Any]:
+    """Turn the collector tuning on or off, or change it; returns the settings now in force.
+
+    While at least ``start_at`` loops (64) are live, the collector's first threshold is raised to
+    ``per_loop`` (50) per live loop, at most ``ceiling`` (100,000); the thresholds found are put back
+    once fewer than half of ``start_at`` are live. Called with no argument, it changes nothing. The
+    returned dict also says how many loops are live and what threshold unity_nb set (``None``: none).
+    """
+    s = _state
+    with _lock:
+        if enabled is not None:
+            if not isinstance(enabled, bool):
+                raise UserError(f"tune_collector: enabled takes True or False, not {enabled!r}")
+            s.enabled = enabled
+        if start_at is not None:
+            s.start_at = _positive("start_at", start_at)
+        if per_loop is not None:
+            s.per_loop = _positive("per_loop", per_loop)
+        if ceiling is not None:
+            s.ceiling = _positive("ceiling", ceiling)
+        if s.ours is not None and (not s.enabled or s.live < s.start_at // 2):
+            _restore(s)
+        elif s.enabled and not s.yielded and s.live >= s.start_at:
+            _raise(s)
+        return {
+            "enabled": s.enabled,
+            "start_at": s.start_at,
+            "per_loop": s.per_loop,
+            "ceiling": s.ceiling,
+            "live_loops": s.live,
+            "threshold_set": s.ours[0] if s.ours is not None else None,
+        }
