@@ -312,7 +312,7 @@ class ActorHandle(LoopHandle):
             bundle = scrub_bundle(bundle)
             self.displayed += 1
             if rec is not None:
-                rec.displays.append(bundle)
+                rec.add_display(bundle)
             self.emit(ev.ToolDisplay, call_id=ctx.call_id, mime_types=tuple(bundle.get("data", {})))
 
         result = await self.executor.run(code, on_output=on_output, on_display=on_display, before=before)

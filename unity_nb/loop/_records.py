@@ -25,11 +25,21 @@ class ToolCallRecord:
     result: str | None = None
     error: bool = False
     child: LoopHandle | None = None
-    displays: list[dict] = field(default_factory=list)
-    """Rich outputs the call displayed (mime bundles: ``text/html``, ``image/png``, ...)."""
+    _displays: list[dict] | None = field(default=None, repr=False, compare=False)
     _printed: PrintedOutput | None = field(default=None, repr=False, compare=False)
     """What :attr:`output` is kept in (scrubbed across writes, bounded, published in order); made when the
     tool first prints (most print nothing)."""
+
+    @property
+    def displays(self) -> Sequence[dict]:
+        """Rich outputs the call displayed (mime bundles: ``text/html``, ``image/png``, ...), in order."""
+        return self._displays if self._displays is not None else ()
+
+    def add_display(self, bundle: dict) -> None:
+        """Keep a rich output the call displayed (the list is made on the first: most calls show none)."""
+        if self._displays is None:
+            self._displays = []
+        self._displays.append(bundle)
 
     @property
     def printed(self) -> PrintedOutput:

@@ -75,6 +75,8 @@ class Turn(Part):
         """The turn ``max_steps`` counts from (a new request of a multi-request loop restarts it)."""
         self.dynamic: dict[str, Tool] = {}
         self._schema_cache: dict[str, dict] = {}
+        self._offered: tuple[str, ...] = ()
+        """The names offered at the last step, kept so that an unchanged offer shares one tuple."""
         self._policy_takes_loop = owner.config.tool_policy is not None and accepts_positional(
             owner.config.tool_policy, 3, unknown=False
         )
@@ -235,11 +237,15 @@ class Turn(Part):
         )
         if h.config.prompt_cache:
             request = self.cache_hints(request)
+        names = tuple(t.name for t in tools)
+        if names == self._offered:
+            names = self._offered  # a step's event keeps the last step's tuple when the offer is the same
+        self._offered = names
         h.emit(
             ev.ModelRequested,
             step=step,
             messages=len(messages),
-            tools=tuple(t.name for t in tools),
+            tools=names,
             tool_choice=choice if isinstance(choice, str) else "function",
             last_user=last_user,
         )
