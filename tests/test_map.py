@@ -324,6 +324,23 @@ def test_bad_map_input_is_refused_clearly():
     asyncio.run(main())
 
 
+def test_each_row_s_options_are_the_batch_s_under_the_row_s_name():
+    import dataclasses
+
+    m = u.ScriptedModel(["x"])
+    config = u.LoopOptions.make(model=m, max_steps=3, options={"temperature": 0}, system="s", tools=[len])
+    row = config.named("batch[1]")
+    assert type(row) is type(config) and row is not config and row.name == "batch[1]" and config.name is None
+    for f in dataclasses.fields(config):
+        if f.name != "name":
+            assert getattr(row, f.name) is getattr(config, f.name), f.name
+    assert row == dataclasses.replace(config, name="batch[1]")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        row.name = "other"  # type: ignore[misc]
+    with pytest.raises(u.UserError, match="non-empty"):
+        config.named(" ")
+
+
 MAP_FIRST = textwrap.dedent(
     """
     %load_ext unity_nb

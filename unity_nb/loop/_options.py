@@ -7,7 +7,6 @@ takes.
 
 from __future__ import annotations
 
-import copy
 import inspect
 import math
 from collections.abc import Callable, Iterable, Sequence
@@ -30,6 +29,9 @@ ToolPolicy = Callable[..., "tuple[str, Sequence[Tool | str]]"]
 
 
 _FIELDS: set[str] = set()
+_SLOTS: dict[type, tuple[str, ...]] = {}
+"""Each options class's field names, for :meth:`LoopOptions.named` (``copy.copy`` of a slotted frozen dataclass
+calls ``dataclasses.fields`` twice: a twentieth of a batch row's CPU)."""
 
 
 def _whole(name: str, value: Any, least: int) -> None:
@@ -205,8 +207,15 @@ class LoopOptions:
         """These options under another ``name`` (checked options stay checked: many loops, one check)."""
         if not isinstance(name, str) or not name.strip():
             raise UserError(f"name takes a non-empty string, not {name!r}")
-        other = copy.copy(self)
-        object.__setattr__(other, "name", name)
+        cls = type(self)
+        names = _SLOTS.get(cls)
+        if names is None:
+            names = _SLOTS[cls] = tuple(f.name for f in fields(cls))
+        other = object.__new__(cls)
+        put = object.__setattr__
+        for key in names:
+            put(other, key, getattr(self, key))
+        put(other, "name", name)
         return other
 
     @classmethod
