@@ -30,6 +30,8 @@ __all__ = ("Engine",)
 class Engine(Part):
     """Drives one loop from its first model call to its end."""
 
+    __slots__ = ("corrections",)
+
     def __init__(self, owner: LoopHandle) -> None:
         super().__init__(owner)
         self.corrections = 0

@@ -35,7 +35,7 @@ from ._conversation import Conversation
 from ._engine import Engine
 from ._options import LoopOptions
 from ._records import Message, ToolCallRecord, render_conversation
-from ._requests import RequestHandle, final_answer_tool, stop_request, submit_request
+from ._requests import RequestHandle, Requests, final_answer_tool
 from ._routing import Router
 from ._runner import ToolRunner
 from ._status import PauseGate, Signal, Status
@@ -54,7 +54,7 @@ def _new_id() -> str:
     return secrets.token_hex(8)
 
 
-class LoopHandle:
+class LoopHandle(Requests):
     """A live, steerable reference to a running tool loop. ``await h`` gives its answer.
 
     Steering verbs are coroutines (see :data:`VERBS`): :meth:`pause`, :meth:`resume`,
@@ -66,8 +66,19 @@ class LoopHandle:
     :meth:`tool_named`, and does work before each model call in :meth:`before_step`.
     """
 
+    __slots__ = tuple(  # beside them, a __dict__ (from Requests) for what managers add, made on first use
+        """
+        _answer _ended _error _idle _listeners _request_evt _result_obj _status _stop_reason _task _waiters
+        _wake all_references bus called_tools children compressions config conversation ended_at engine
+        evaluation_results event_loop events gate id lineage model name parent parent_call printed
+        references requests router runner started_at steps task thinking tool_calls turn usage
+        """.split()
+    )
+    """A live loop keeps dozens of attributes: in slots, not a dict per handle."""
+
     engine_type: type[Engine] = Engine
     """What drives the loop's task (a batch drives rows instead of model turns)."""
+
     kind = "loop"
     """What this handle is (``loop``, ``actor``, ``map``): its default name starts with it."""
 
@@ -560,40 +571,6 @@ class LoopHandle:
         self.conversation.heard += 1
         self._nudge()
 
-    # ------------------------------------------------------------------ multi-request loops
-
-    def submit(self, text: str) -> RequestHandle:
-        """Add a request to a multi-request loop (``start_loop(..., multi=True)``); it shares the
-        loop's context and gets a handle of its own."""
-        return submit_request(self, text)
-
-    def open_requests(self) -> list[RequestHandle]:
-        return [r for r in self.requests if not r.done()]
-
-    def find_request(self, request_id: str | None) -> RequestHandle | None:
-        return next((r for r in self.requests if r.request_id == request_id), None)
-
-    def request(self, request_id: str) -> RequestHandle:
-        """The request ``request_id``, or a UserError naming the requests there are."""
-        found = self.find_request(request_id)
-        if found is not None:
-            return found
-        known = [r.request_id for r in self.requests] or "none (this loop serves one request)"
-        raise UserError(f"{self.name!r} has no request {request_id!r}; its requests: {known}")
-
-    async def wait_for_request(self) -> None:
-        """A persistent multi-request loop with nothing open: idle until a request or steering arrives."""
-        if self._request_evt is None:
-            self._request_evt = Signal()
-        self._request_evt.clear()
-        self._idle = True
-        try:
-            await self._request_evt.wait()
-        finally:
-            self._idle = False
-
-    async def stop_request(self, req: RequestHandle, reason: str) -> None:
-        await stop_request(self, req, reason)
     # ------------------------------------------------------------------ clarifications, notifications
 
     async def next_clarification(self) -> dict:

@@ -16,14 +16,14 @@ from .. import events as ev
 from .._errors import HandleStateError, Stopped, UserError
 from ._records import Message
 from ._routing import Inbox
-from ._status import Status
+from ._status import Signal, Status
 from ._steering import steering_entry
 from ._tools import Tool, ToolFailed, as_tool
 
 if TYPE_CHECKING:
     from ._handle import LoopHandle
 
-__all__ = ("RequestHandle", "final_answer_tool", "stop_request", "submit_request")
+__all__ = ("RequestHandle", "Requests", "final_answer_tool", "stop_request", "submit_request")
 
 MULTI_NOTE = (
     "You serve several requests in this one conversation. Each arrives as '[request <id>] <text>', and "
@@ -176,3 +176,52 @@ async def stop_request(loop: LoopHandle, req: RequestHandle, reason: str) -> Non
         return
     loop.steer("stop", reason, req.request_id)
     loop._nudge()
+
+
+class Requests:
+    """A loop handle's multi-request verbs (``start_loop(..., multi=True)``): submit, find, wait, stop.
+    (No ``__slots__``: a handle's ``__dict__``, for what managers add, and ``__weakref__`` come from here.)"""
+
+    name: str
+    requests: list[RequestHandle]
+    _request_evt: Signal | None
+    _idle: bool
+
+    def submit(self, text: str) -> RequestHandle:
+        """Add a request to a multi-request loop (``start_loop(..., multi=True)``); it shares the
+        loop's context and gets a handle of its own."""
+        return submit_request(self._loop(), text)
+
+    def open_requests(self) -> list[RequestHandle]:
+        return [r for r in self.requests if not r.done()]
+
+    def find_request(self, request_id: str | None) -> RequestHandle | None:
+        return next((r for r in self.requests if r.request_id == request_id), None)
+
+    def request(self, request_id: str) -> RequestHandle:
+        """The request ``request_id``, or a UserError naming the requests there are."""
+        found = self.find_request(request_id)
+        if found is not None:
+            return found
+        known = [r.request_id for r in self.requests] or "none (this loop serves one request)"
+        raise UserError(f"{self.name!r} has no request {request_id!r}; its requests: {known}")
+
+    async def wait_for_request(self) -> None:
+        """A persistent multi-request loop with nothing open: idle until a request or steering arrives."""
+        if self._request_evt is None:
+            self._request_evt = Signal()
+        self._request_evt.clear()
+        self._idle = True
+        try:
+            await self._request_evt.wait()
+        finally:
+            self._idle = False
+
+    async def stop_request(self, req: RequestHandle, reason: str) -> None:
+        await stop_request(self._loop(), req, reason)
+
+    def _loop(self) -> LoopHandle:
+        from ._handle import LoopHandle
+
+        assert isinstance(self, LoopHandle)
+        return self

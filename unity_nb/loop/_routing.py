@@ -67,6 +67,8 @@ class Inbox:
 class Router(Part):
     """One loop's routing of steering down to its children, and of questions and notes up."""
 
+    __slots__ = ("inbox", "questions")
+
     def __init__(self, owner: LoopHandle) -> None:
         super().__init__(owner)
         self.questions: dict[str, tuple[str, asyncio.Future]] = {}

@@ -86,6 +86,8 @@ async def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
 class ToolRunner(Part):
     """Executes tool calls for one loop."""
 
+    __slots__ = ("_sem", "call_requests", "finish", "handoff")
+
     def __init__(self, owner: LoopHandle) -> None:
         super().__init__(owner)
         self._sem = asyncio.Semaphore(owner.config.max_parallel_tools)

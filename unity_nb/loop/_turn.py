@@ -65,6 +65,11 @@ class _Sink:
 class Turn(Part):
     """The model side of a loop: what each step offers and how the model is called."""
 
+    __slots__ = (
+        "_interrupted", "_last_tokens", "_offered", "_policy_takes_loop", "_schema_cache", "_summary_failed_at",
+        "_task", "_text_scrub", "_thinking_scrub", "budget_start", "count", "dynamic", "text", "thinking", "tools",
+    )
+
     def __init__(self, owner: LoopHandle, tools: dict[str, Tool]) -> None:
         super().__init__(owner)
         self.tools = tools
