@@ -171,7 +171,7 @@ class Turn(Part):
                 {**request.options, "prompt_cache_key": f"unity_nb-{root.id}"},
             )
         messages = list(request.messages)
-        marks = [i for i, m in enumerate(messages) if m.get("role") == "system"][:1]
+        marks = [0] if messages and messages[0].get("role") == "system" else []  # the system prompt opens the wire
         if messages and messages[-1].get("role") in ("user", "system") and len(messages) - 1 not in marks:
             marks.append(len(messages) - 1)
         for i in marks:
