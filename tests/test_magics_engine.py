@@ -310,3 +310,50 @@ async def test_a_connection_error_names_the_url_it_tried(ip):
         await asyncio.wait_for(h.result(), 30)
     assert f"http://127.0.0.1:{port}/v1/chat/completions" in str(info.value)
     assert h.status.value == "failed"
+
+
+# -- %unity show: a loop's transcript, from memory or the store ---------------------------------
+
+
+async def test_show_gives_a_finished_row_s_transcript_from_the_store(ip):
+    def script(messages, tools):
+        if not any(m["role"] == "tool" for m in messages):
+            return u.call_tool("shout", word=messages[-1]["content"][-1])
+        return "labelled " + messages[-2]["tool_calls"][0]["function"]["arguments"]
+
+    def shout(word: str) -> str:
+        """Shout a word."""
+        return word.upper()
+
+    u.register_tool(shout)
+    try:
+        use(ip, u.ScriptedModel(script))
+        ip.user_ns["xs"] = ["a", "b", "c"]
+        h = ip.run_line_magic("unity", "map xs --name labels Echo")
+        result = await asyncio.wait_for(h.result(), 10)
+    finally:
+        u.unregister_tool("shout")
+    assert result.tolist() == ['labelled {"word": "a"}', 'labelled {"word": "b"}', 'labelled {"word": "c"}']
+    assert h.row_handle(1) is None  # a finished row's loop is not kept in memory
+    table = ip.run_line_magic("unity", "show labels[1]")
+    assert list(table.columns) == ["role", "kind", "content", "tool_calls"]
+    assert table.iloc[0].tolist()[:2] == ["user", "task"] and table.iloc[0]["content"].endswith("b")
+    assert 'shout({"word": "b"}) -> B' in table["tool_calls"].tolist()
+    assert table.iloc[-1]["content"] == 'labelled {"word": "b"}'
+
+
+async def test_show_gives_a_live_operation_s_transcript_and_refuses_what_it_cannot_find(ip):
+    gate = Gate(lambda messages, tools: "done")
+    use(ip, u.ScriptedModel(gate))
+    h = ip.run_line_magic("unity", "act --name waiting think hard")
+    table = ip.run_line_magic("unity", "show waiting")
+    assert table[table.role != "system"]["content"].tolist() == ["think hard"]
+    gate.event.set()
+    assert await asyncio.wait_for(h.result(), 10) == "done"
+    table = ip.run_line_magic("unity", "show waiting")
+    assert table[table.role != "system"][["role", "content"]].values.tolist() == [["user", "think hard"],
+                                                                                  ["assistant", "done"]]
+    with pytest.raises(UsageError, match="no loop 'nowhere'"):
+        ip.run_line_magic("unity", "show nowhere")
+    with pytest.raises(UsageError, match="takes only a name"):
+        ip.run_line_magic("unity", "show waiting now")

@@ -52,6 +52,10 @@ HELP = {
     "history": "%unity history [N]\n"
     "    Past loops from the store (also from earlier kernels): name, task, status, started, steps.\n"
     "    A loop whose kernel died before it ended shows as interrupted (%unity resume NAME continues it).",
+    "show": "%unity show NAME\n"
+    "    The transcript of NAME as a table (role, kind, content, tool calls with their results): an operation\n"
+    "    of this kernel, a row of a batch (NAME[ROW], e.g. labels[3]: a finished row's comes from the store),\n"
+    "    or any loop the store recorded, also in an earlier kernel (see %unity history).",
     "pause": "%unity pause NAME\n    Pause the operation NAME (and its sub-operations).",
     "resume": "%unity resume NAME\n"
     "    Resume the paused operation NAME. An operation a dead kernel left interrupted (see %unity history)\n"
@@ -305,7 +309,7 @@ def parse(line: str, cell: str | None = None) -> Command:
         verb = VERBS.get(sub)
         if (sub in needs or (verb is not None and verb.message == "required")) and not cmd.text:
             raise _usage(sub, f"%unity {sub} needs {needs.get(sub, 'a message')}")
-        if (sub == "approve" or (verb is not None and verb.message == "none")) and cmd.text:
+        if (sub in ("approve", "show") or (verb is not None and verb.message == "none")) and cmd.text:
             raise _usage(sub, f"%unity {sub} takes only a name, got extra text {cmd.text!r}")
     return cmd
 

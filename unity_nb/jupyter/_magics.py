@@ -17,7 +17,7 @@ from .._errors import HandleStateError, ModelConfigError, UserError
 from ..loop import VERBS, LoopHandle
 from ..models import set_default_model
 from ._args import HELP, SETTINGS, Command, check_setting, parse
-from ._magics_tasks import resume_from_store, task_command, tasks_table
+from ._magics_tasks import resume_from_store, show_transcript, task_command, tasks_table
 
 __all__ = ("UnityMagics",)
 
@@ -302,7 +302,7 @@ class UnityMagics(Magics):
         if old is not None:
             notice = f"{notice} " if notice else ""
             notice += f"This {name!r} replaced an earlier operation of that name ({old.status.value})."
-        self._show(handle, name, notice=notice)
+        self._show_widget(handle, name, notice=notice)
         return handle
 
     def _act(self, cmd: Command) -> LoopHandle:
@@ -333,7 +333,7 @@ class UnityMagics(Magics):
             sub="map", notice=notice,
         )
 
-    def _show(self, handle: LoopHandle, key: str | None = None, *, notice: str = "") -> None:
+    def _show_widget(self, handle: LoopHandle, key: str | None = None, *, notice: str = "") -> None:
         if not self.show_widgets:
             return
         from ._widget import HandleWidget
@@ -386,6 +386,9 @@ class UnityMagics(Magics):
                 f"the store is off (UnityMagics.store_path = 'off'): no history is kept\n\n{HELP['history']}"
             )
         return store.history(limit=cmd.options.get("limit"))
+
+    def _show(self, cmd: Command) -> Any:
+        return show_transcript(self, cmd.name or "")
 
     def _tasks(self, cmd: Command) -> Any:
         return tasks_table(self)
@@ -496,5 +499,5 @@ class UnityMagics(Magics):
 
     def _ask(self, cmd: Command) -> LoopHandle:
         handle = self._find(cmd).start_ask(cmd.text)
-        self._show(handle)
+        self._show_widget(handle)
         return handle

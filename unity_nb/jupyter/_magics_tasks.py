@@ -1,5 +1,6 @@
 """The ``%unity`` subcommands that work from the store: durable tasks (``%unity tasks``, ``%unity task
-new|run|message|show``) and continuing an operation a dead kernel left interrupted (``%unity resume``)."""
+new|run|message|show``), continuing an operation a dead kernel left interrupted (``%unity resume``), and
+a loop's transcript from memory or the store (``%unity show``)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,36 @@ from ._args import HELP, Command, parse
 if TYPE_CHECKING:
     from ._magics import UnityMagics
 
-__all__ = ("tasks_table", "task_command", "resume_from_store", "wire_history", "render_history")
+__all__ = ("tasks_table", "task_command", "resume_from_store", "wire_history", "render_history", "show_transcript")
 
 _TASK_COLUMNS = ["id", "name", "status", "parent", "description", "result"]
+_SHOW_COLUMNS = ["role", "kind", "content", "tool_calls"]
+
+
+def show_transcript(magics: UnityMagics, name: str) -> Any:
+    """``%unity show NAME``: the transcript of a loop in memory (an operation, or a loop under one, such as a
+    running row ``labels[3]``), else of the newest loop of that name, id or uid the store recorded."""
+    import pandas as pd
+
+    transcript = None
+    for top in magics.handles.values():
+        found = next((h for h in top.walk() if h.name == name or h.id == name), None)
+        if found is not None:
+            transcript = found.transcript
+            break
+    if transcript is None:
+        store = magics.store
+        if store is None:
+            known = ", ".join(magics.handles) or "none yet"
+            raise UsageError(f"no operation named {name!r} (known: {known}), and the store is off\n\n{HELP['show']}")
+        transcript = store.transcript(store.find(name)["uid"])  # a UserError names what is known
+    rows = [
+        {"role": m.role, "kind": m.kind, "content": m.content or "",
+         "tool_calls": "\n".join(f"{c.name}({c.arguments}) -> {c.result if c.result is not None else '(no result)'}"
+                                 for c in m.tool_calls)}
+        for m in transcript
+    ]
+    return pd.DataFrame(rows, columns=_SHOW_COLUMNS)
 
 
 def tasks_table(magics: UnityMagics) -> Any:
