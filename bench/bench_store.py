@@ -1,10 +1,17 @@
 """What recording costs: the loop with and without the SQLite store attached, in one run.
 
-A ScriptedModel loop of K tool steps (no HTTP, so the store's cost is not hidden behind the
-network); CPU time per step with no store (baseline), with a store on disk (WAL, each event
-committed as published), and the events written per step. Also the transcript rebuild time.
+  A. A ScriptedModel loop of K tool steps (no HTTP, so the store's cost is not hidden behind the
+     network): CPU time per step with no store (baseline) and with a store on disk (WAL, every
+     event committed before the next model call), the events written per step, and the
+     transcript rebuild time. The script and the model do O(1) work per step, so the baseline
+     is the loop's own cost, not a walk over a growing history.
+  B. The real loop over HTTP against the fake OpenAI-compatible server (tests/fake_openai.py in
+     its own process, zero latency, 20 tool steps): CPU per model round trip with no store and
+     with a store attached to the loop's bus. This is the figure a person sees in a real loop.
 
-Run: .venv/bin/python bench/bench_store.py [--steps 200] [--repeat 5]
+Both arms of each table alternate, run after run, and the medians are compared (drift hits both alike).
+
+Run: .venv/bin/python bench/bench_store.py [--steps 200] [--repeat 7] [--http-loops 5]
 """
 
 from __future__ import annotations
@@ -16,8 +23,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_loop import Server, step  # bench/ is the script's folder: on sys.path when run as a script
+
 import unity_nb as u
 from unity_nb.store import Store
+
+HTTP_STEPS = 20
 
 
 async def tick(n: int) -> int:
@@ -26,9 +37,15 @@ async def tick(n: int) -> int:
 
 
 def script(k: int):
+    """Call ``tick`` k times, then answer: O(1) per step (a counter, not a walk over the messages)."""
+    calls = 0
+
     def fn(messages, tools):
-        done = sum(1 for m in messages if m["role"] == "tool")
-        return u.call_tool("tick", n=done) if done < k else "done"
+        nonlocal calls
+        if calls < k:
+            calls += 1
+            return u.call_tool("tick", n=calls - 1)
+        return "done"
 
     return fn
 
@@ -44,33 +61,74 @@ async def run_once(k: int, store: Store | None) -> tuple[float, int]:
     return cpu / k, sum(1 for e in h.events if e.kind != "model_delta")
 
 
+async def scripted(k: int, repeat: int, tmp: str) -> dict:
+    base, stored, events = [], [], 0
+    store = Store(Path(tmp) / "bench.db")
+    await run_once(10, None)  # warm up
+    await run_once(10, store)
+    for _ in range(repeat):  # alternate, so drift hits both alike
+        base.append((await run_once(k, None))[0])
+        per, events = await run_once(k, store)
+        stored.append(per)
+    t0 = time.perf_counter()
+    transcript = store.transcript("bench")
+    rebuild = time.perf_counter() - t0
+    store.close()
+    return {"base": statistics.median(base) * 1000, "store": statistics.median(stored) * 1000, "events": events,
+            "transcript": len(transcript), "rebuild": rebuild * 1000}
+
+
+async def http(loops: int, tmp: str) -> dict:
+    """CPU per model round trip of u.start_loop over HTTP, K tool steps, with and without a store."""
+    srv = Server(0.0, steps=HTTP_STEPS)
+    model = u.OpenAIModel("m", base_url=srv.base_url, api_key="x")
+    store = Store(Path(tmp) / "http.db")
+    plain, recorded = u.EventBus(), u.EventBus()
+    store.attach(recorded)
+    try:
+        async def arm(bus: u.EventBus) -> float:
+            t = time.process_time()
+            for _ in range(loops):
+                await u.start_loop("go", model=model, tools=[step], max_steps=HTTP_STEPS + 5, bus=bus)
+            return (time.process_time() - t) / (loops * (HTTP_STEPS + 1)) * 1000
+
+        await arm(plain)  # warm up: the connection, caches
+        await arm(recorded)
+        base, stored = [], []
+        for _ in range(7):
+            base.append(await arm(plain))
+            stored.append(await arm(recorded))
+        return {"base": statistics.median(base), "store": statistics.median(stored)}
+    finally:
+        store.close()
+        await model.close()
+        srv.close()
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--http-loops", type=int, default=5, help="loops per HTTP arm (each arm is run 7 times)")
     args = ap.parse_args()
     k = args.steps
-    base, stored, events = [], [], 0
     with tempfile.TemporaryDirectory() as tmp:
-        store = Store(Path(tmp) / "bench.db")
-        await run_once(10, None)  # warm up
-        await run_once(10, store)
-        for _ in range(args.repeat):  # alternate, so drift hits both alike
-            base.append((await run_once(k, None))[0])
-            per, events = await run_once(k, store)
-            stored.append(per)
-        t0 = time.perf_counter()
-        transcript = store.transcript("bench")
-        rebuild = time.perf_counter() - t0
-        store.close()
-    b, s = statistics.median(base) * 1000, statistics.median(stored) * 1000
-    print(f"unity_nb store benchmark: {k} tool steps per loop, median of {args.repeat} runs")
-    print("| CPU per tool step (model call + tool + events) | ms | ratio |")
+        a = await scripted(k, args.repeat, tmp)
+        b = await http(args.http_loops, tmp)
+    print(f"unity_nb store benchmark, {time.strftime('%Y-%m-%d')}; command: .venv/bin/python bench/bench_store.py")
+    print()
+    print(f"| A. CPU per tool step, ScriptedModel, {k} steps per loop, median of {args.repeat} | ms | ratio |")
     print("| --- | --- | --- |")
-    print(f"| no store (baseline) | {b:.3f} | 1.00x |")
-    print(f"| store on disk (batched; committed before each model call) | {s:.3f} | {s / b:.2f}x |")
-    print(f"\nevents recorded per loop: {events} ({events / k:.1f} per step)")
-    print(f"transcript rebuilt from the store: {len(transcript)} entries in {rebuild * 1000:.1f} ms")
+    print(f"| no store (baseline) | {a['base']:.3f} | 1.00x |")
+    print(f"| store on disk (committed before each model call) | {a['store']:.3f} | {a['store'] / a['base']:.2f}x |")
+    print()
+    print(f"| B. CPU per model round trip, HTTP (fake server), K={HTTP_STEPS}, median of 7 x {args.http_loops} loops "
+          "| ms | ratio |")
+    print("| --- | --- | --- |")
+    print(f"| no store (baseline) | {b['base']:.3f} | 1.00x |")
+    print(f"| store on disk (committed before each model call) | {b['store']:.3f} | {b['store'] / b['base']:.2f}x |")
+    print(f"\nevents recorded per ScriptedModel loop: {a['events']} ({a['events'] / k:.1f} per step)")
+    print(f"transcript rebuilt from the store: {a['transcript']} entries in {a['rebuild']:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -87,12 +88,41 @@ _FLUSH_NOW = frozenset({
     "approval_requested", "request_submitted", "request_finished", "control_handed_off", "row_finished",
 })
 _FLUSH_AFTER = 0.5
+_STEPS_EVERY = 1.0  # seconds between writes of a running loop's step count (Store.loops counts from its events)
 _LIVE = ("running", "paused", "waiting", "idle")
 _RETRY_FIRST, _RETRY_MAX = 1.0, 30.0
 """Seconds before the first retry of a batch the file could not take, doubling up to the second."""
 _DAMAGED = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 _FULL = frozenset({sqlite3.SQLITE_FULL})
 _BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+
+_ROWS = 50  # rows per INSERT: one statement per batch reads and writes the AUTOINCREMENT counter once
+_INSERTS = ["", *("INSERT INTO events (loop_uid, kind, ts, data) VALUES " + ", ".join(["(?, ?, ?, ?)"] * n)
+                  for n in range(1, _ROWS + 1))]
+
+
+def _encoder() -> Callable[[Any], str]:
+    """``JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode`` with its C encoder built once, not
+    per call (a third of a small event's cost); no check for circular containers (events hold JSON data)."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+    encode = make(None, json.JSONEncoder().default, json.encoder.encode_basestring, None, ":", ",", False, False, True)
+    return lambda obj: "".join(encode(obj, 0))
+
+
+_encode = _encoder()
+_FIELDS: dict[type, tuple[str, ...]] = {}  # per event class: its field names in order, as model_dump lists them
+
+
+def _json(event: ev.Event) -> str:
+    """``event.model_dump_json()``, byte for byte, without the copy of its containers that makes."""
+    cls = type(event)
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return _encode({n: getattr(event, n) for n in names})
 
 
 def _code(err: BaseException) -> int | None:
@@ -159,7 +189,9 @@ class Store:
             raise _unusable(path, err) from None
         self._unsubscribe: list[Callable[[], None]] = []
         self._pending: list[ev.Event] = []
-        self._timer: Any = None
+        self._uids: dict[str, str] = {}
+        self._steps_at: dict[str, float] = {}  # per running loop: when its row's step count was last written
+        self._timer: tuple[asyncio.TimerHandle, asyncio.AbstractEventLoop] | None = None  # a write (or retry) armed
         self._retry = _RETRY_FIRST
         self._listeners: list[Callable[[str | None], None]] = []
         self._problem: tuple[str, str] | None = None  # (kind, message with {n} for the events waiting)
@@ -262,24 +294,41 @@ class Store:
 
     def uid(self, loop_id: str) -> str:
         """The store's key of a loop of this process."""
-        return f"{self.session}-{loop_id}"
+        uid = self._uids.get(loop_id)
+        if uid is None:
+            if len(self._uids) >= 4096:  # made once per loop, not per event; kept for the recent loops
+                self._uids.clear()
+            uid = self._uids[loop_id] = f"{self.session}-{loop_id}"
+        return uid
 
     def record(self, event: ev.Event) -> None:
         """Take one event; it is committed with its batch (at once for the kinds that matter).
         While the file cannot take events (see :attr:`problem`), they wait for the next retry."""
-        if event.kind in _SKIP:
+        kind = event.kind
+        if kind in _SKIP:
             return
         with self._lock:
             self._pending.append(event)
-        if event.kind in _FLUSH_NOW and self._problem is None:
+        if kind in _FLUSH_NOW and self._problem is None:
+            self._commit()  # a timer already armed stays: it writes what comes next (one timer per half second)
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
             self.flush()
-        elif self._timer is None:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                self.flush()
-                return
-            self._timer = loop.call_later(_FLUSH_AFTER if self._problem is None else self._retry, self.flush)
+            return
+        timer = self._timer
+        if timer is None or timer[1] is not loop:  # none, or armed on an event loop that has gone (a test's)
+            self._arm(loop, _FLUSH_AFTER if self._problem is None else self._retry)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, delay: float) -> None:
+        if self._timer is not None:
+            self._timer[0].cancel()
+        self._timer = (loop.call_later(delay, self._on_timer), loop)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._commit()
 
     @property
     def waiting(self) -> int:
@@ -307,15 +356,17 @@ class Store:
         take them, they are kept for the next try and the problem is reported (once)."""
         with self._lock:
             if self._timer is not None:
-                self._timer.cancel()
+                self._timer[0].cancel()
                 self._timer = None
+            self._commit()
+
+    def _commit(self) -> None:
+        with self._lock:
             if not self._pending:
                 return
             batch, self._pending = self._pending, []
             try:
-                with self.transaction() as db:
-                    for event in batch:
-                        self._write(db, event)
+                self._write(batch)
             except (sqlite3.Error, UserError) as err:
                 self._pending = batch + self._pending  # kept for the next try: nothing is lost
                 self._trouble(err)
@@ -342,8 +393,7 @@ class Store:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return  # the next event (or read) tries again
-        if self._timer is None:
-            self._timer = loop.call_later(self._retry, self.flush)
+        self._arm(loop, self._retry)  # replaces a write armed before the trouble
         self._retry = min(self._retry * 2, _RETRY_MAX)
 
     def _recovered(self, n: int) -> None:
@@ -359,30 +409,64 @@ class Store:
             except Exception:  # a listener must never break recording
                 log.exception("store problem listener %r failed", fn)
 
-    def _write(self, db: sqlite3.Connection, event: ev.Event) -> None:
-        uid = self.uid(event.loop_id)
-        data = event.model_dump_json()
-        db.execute("INSERT INTO events (loop_uid, kind, ts, data) VALUES (?, ?, ?, ?)",
-                   (uid, event.kind, event.ts, data))
-        if isinstance(event, ev.LoopStarted):
-            # never over another loop's row (ids are unique; a second start of the same id is ignored)
-            db.execute(
-                "INSERT INTO loops (uid, session, loop_id, name, task, model, parent_uid, lineage, status, started)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?) ON CONFLICT (uid) DO NOTHING",
-                (uid, self.session, event.loop_id, event.name, event.task, event.model,
-                 self.uid(event.parent_id) if event.parent_id else None, json.dumps(event.lineage), event.ts),
-            )
-        elif isinstance(event, ev.ModelRequested):
-            db.execute("UPDATE loops SET steps = ? WHERE uid = ?", (event.step, uid))
-        elif isinstance(event, ev.Steering) and event.action in ("pause", "resume") and event.request_id is None:
+    def _write(self, batch: list[ev.Event]) -> None:
+        """One transaction: a row per event (one statement for all), then the loops rows they change.
+        A damaged file raises the raw error here; :meth:`_trouble` words it as :meth:`transaction` would."""
+        uid = self.uid
+        rows = [(uid(e.loop_id), e.kind, e.ts, _json(e)) for e in batch]  # before the file's write lock is taken
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")  # writers of other kernels queue up (busy_timeout), never deadlock
+        try:
+            for i in range(0, len(rows), _ROWS):
+                chunk = rows[i : i + _ROWS]
+                db.execute(_INSERTS[len(chunk)], [v for row in chunk for v in row])
+            steps: dict[str, int] = {}
+            for event, row in zip(batch, rows):
+                kind = event.kind
+                if kind == "model_request":  # its step: written to the row at most once a second
+                    steps[row[0]] = event.step  # type: ignore[attr-defined]
+                elif kind in _LOOP_ROW:
+                    steps.pop(row[0], None)  # these set the row themselves (started: 0, ended: the final count)
+                    _LOOP_ROW[kind](self, db, event, row[0])
+            now, due = time.monotonic(), []
+            for loop_uid, n in steps.items():
+                if now - self._steps_at.get(loop_uid, -_STEPS_EVERY) >= _STEPS_EVERY:
+                    due.append((n, loop_uid))
+            if due:  # a page written per model call would be a fifth of recording's cost
+                db.executemany("UPDATE loops SET steps = ? WHERE uid = ?", due)
+            db.execute("COMMIT")
+            if len(self._steps_at) > 4096:  # loops that ended elsewhere: at worst one more write each
+                self._steps_at.clear()
+            self._steps_at.update((loop_uid, now) for _n, loop_uid in due)
+        except BaseException:
+            if db.in_transaction:  # SQLite may have rolled back already (a full disk does)
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+            raise
+
+    def _started(self, db: sqlite3.Connection, event: ev.LoopStarted, uid: str) -> None:
+        # never over another loop's row (ids are unique; a second start of the same id is ignored)
+        db.execute(
+            "INSERT INTO loops (uid, session, loop_id, name, task, model, parent_uid, lineage, status, started)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?) ON CONFLICT (uid) DO NOTHING",
+            (uid, self.session, event.loop_id, event.name, event.task, event.model,
+             self.uid(event.parent_id) if event.parent_id else None, json.dumps(event.lineage), event.ts),
+        )
+
+    def _steered(self, db: sqlite3.Connection, event: ev.Steering, uid: str) -> None:
+        if event.action in ("pause", "resume") and event.request_id is None:
             db.execute("UPDATE loops SET status = ? WHERE uid = ? AND ended IS NULL",
                        ("paused" if event.action == "pause" else "running", uid))
-        elif isinstance(event, ev.LoopFinished):
-            db.execute("UPDATE loops SET status = ?, ended = ?, result = ?, error = ?, steps = ? WHERE uid = ?",
-                       (event.status, event.ts, event.result, event.reason, event.steps, uid))
-        elif isinstance(event, ev.LoopFailed):
-            db.execute("UPDATE loops SET status = 'failed', ended = ?, error = ?, steps = ? WHERE uid = ?",
-                       (event.ts, event.error, event.steps, uid))
+
+    def _finished(self, db: sqlite3.Connection, event: ev.LoopFinished, uid: str) -> None:
+        self._steps_at.pop(uid, None)
+        db.execute("UPDATE loops SET status = ?, ended = ?, result = ?, error = ?, steps = ? WHERE uid = ?",
+                   (event.status, event.ts, event.result, event.reason, event.steps, uid))
+
+    def _failed(self, db: sqlite3.Connection, event: ev.LoopFailed, uid: str) -> None:
+        self._steps_at.pop(uid, None)
+        db.execute("UPDATE loops SET status = 'failed', ended = ?, error = ?, steps = ? WHERE uid = ?",
+                   (event.ts, event.error, event.steps, uid))
 
     # -- reading -------------------------------------------------------------------------
 
@@ -408,12 +492,19 @@ class Store:
         alive = self.alive_sessions()
         return [self._present(row, alive) for row in reversed(self.query(sql, params))]
 
-    @staticmethod
-    def _present(row: dict, alive: set[str]) -> dict:
-        """A loops row as read: ``interrupted`` if its kernel is gone, the lineage a tuple."""
+    def _present(self, row: dict, alive: set[str]) -> dict:
+        """A loops row as read: ``interrupted`` if its kernel is gone, the lineage a tuple, and the steps
+        of a loop that has not ended as its events count them (its row's count is written once a second)."""
         if row["status"] in _LIVE and row["session"] not in alive:
             row["status"] = "interrupted"
         row["lineage"] = tuple(json.loads(row["lineage"] or "[]"))
+        if row["ended"] is None:
+            last = self.query(
+                "SELECT data FROM events WHERE loop_uid = ? AND kind = 'model_request' ORDER BY seq DESC LIMIT 1",
+                (row["uid"],),
+            )
+            if last:
+                row["steps"] = max(row["steps"] or 0, int(json.loads(last[0]["data"]).get("step") or 0))
         return row
 
     def find(self, key: str) -> dict:
@@ -492,6 +583,12 @@ class Store:
             columns=["name", "task", "status", "started", "steps", "uid"],
         )
         return df
+
+
+_LOOP_ROW: dict[str, Callable[..., None]] = {  # the kinds that change their loop's row (model_request: below)
+    "loop_started": Store._started, "steering": Store._steered, "loop_finished": Store._finished,
+    "loop_failed": Store._failed,
+}
 
 
 def _pid_alive(pid: int | None) -> bool:

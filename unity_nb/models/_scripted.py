@@ -67,6 +67,9 @@ class ScriptedModel:
         self.requests: list[ModelRequest] = []
         """Every request received, in order (for tests)."""
         self._ids = itertools.count(1)
+        self._seen: list[dict] = []
+        self._chars = 0
+        """The usage estimate's running count: the messages last counted, and their characters."""
 
     def __repr__(self) -> str:
         return f"ScriptedModel(name={self.name!r})"
@@ -92,7 +95,21 @@ class ScriptedModel:
         if self.delay and not reply.content:
             await asyncio.sleep(self.delay)
         if not reply.usage.input_tokens and not reply.usage.output_tokens:
-            chars_in = sum(len(str(m.get("content") or "")) for m in request.messages)
+            chars_in = self._chars_in(request.messages)
             reply.usage = Usage(chars_in // 4 + 1, len(reply.content or "") // 4 + 1)
         reply.model = reply.model or self.name
         return reply
+
+    def _chars_in(self, messages: list[dict]) -> int:
+        """The characters of the messages' contents, counted once each: a loop's next request is the
+        previous one plus a few messages, so only those are added; any other request is counted anew.
+        (The earlier messages are compared in C, by identity first, not counted again; a message
+        dict changed in place after it was counted is not seen.)"""
+        seen = self._seen
+        n = len(seen)
+        if n and len(messages) >= n and messages[n - 1] is seen[-1] and messages[:n] == seen:
+            total = self._chars + sum(len(str(m.get("content") or "")) for m in itertools.islice(messages, n, None))
+        else:
+            total = sum(len(str(m.get("content") or "")) for m in messages)
+        self._seen, self._chars = list(messages), total  # a copy: the caller may change its list
+        return total
