@@ -31,6 +31,8 @@ __all__ = ("Assembler", "ProviderError", "provider_error")
 
 _RETRY_CODES = frozenset({408, 409, 429})
 _CALL_KEYS = frozenset({"index", "id", "type", "function"})
+_PLAIN = frozenset({"role", "content"})
+"""A delta with no other keys carries at most text: no reasoning, refusal or tool calls to look for."""
 
 
 class ProviderError(Exception):
@@ -105,23 +107,35 @@ class Assembler:
     def add(self, payload: Any) -> None:
         if not isinstance(payload, dict):
             return
-        err = provider_error(payload)
-        if err is not None:
-            raise err
+        get = payload.get
+        if get("error"):  # the provider speaking (a falsy "error" is not one)
+            err = provider_error(payload)
+            if err is not None:
+                raise err
         self.chunks += 1
-        usage = payload.get("usage")
-        if not usage and isinstance(payload.get("x_groq"), dict):
-            usage = payload["x_groq"].get("usage")
+        usage = get("usage")
+        if not usage:
+            groq = get("x_groq")
+            if isinstance(groq, dict):
+                usage = groq.get("usage")
         if isinstance(usage, dict):
             self.usage = Usage(usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0)
-        if isinstance(payload.get("model"), str) and payload["model"]:
-            self.model = payload["model"]
-        for choice in payload.get("choices") or ():
+        model = get("model")
+        if isinstance(model, str) and model:
+            self.model = model
+        for choice in get("choices") or ():
             if not isinstance(choice, dict) or choice.get("index", 0) not in (0, None):
                 continue  # only the first choice is the reply
             delta = choice.get("delta") or choice.get("message") or {}
             if isinstance(delta, dict):
-                self._delta(delta)
+                if delta.keys() <= _PLAIN:  # the usual delta: text, or nothing (a role, a last empty one)
+                    content = delta.get("content")
+                    if content and isinstance(content, str):
+                        self._emit_text(content)
+                    elif content is not None:
+                        self._delta(delta)
+                else:
+                    self._delta(delta)
             reason = choice.get("finish_reason")
             if reason:
                 if reason == "error":

@@ -312,21 +312,21 @@ class OpenAIModel:
         async for piece in response.chunks():
             if len(head) < 200:
                 head += piece[:200]
-            events = decoder.feed(piece)
+            events = decoder.feed_raw(piece)
             if decoder.lines != lines:
                 lines = decoder.lines
                 alive()
                 if decoder.stray:
                     _stray(decoder)
-            for event in events:
-                if _event(event.event, event.data, asm):
+            for data, kind, _id, _retry in events:
+                if _event(kind, data, asm):
                     done = True
                     break
             if done:
                 break
         else:
-            for event in decoder.end():
-                if _event(event.event, event.data, asm):
+            for data, kind, _id, _retry in decoder.end_raw():
+                if _event(kind, data, asm):
                     done = True
                     break
             if decoder.stray:
@@ -512,12 +512,36 @@ def _stray(decoder: SSEDecoder) -> None:
             raise err
 
 
+_DECODE = json.JSONDecoder().decode
+
+
+def _loads(data: bytes) -> Any:
+    """``json.loads(data)``: the same value or the same error, without its encoding detection for UTF-8.
+
+    A UTF-8 text that decodes as JSON is what ``json.loads`` makes of the bytes too (it reads them as
+    another encoding only when a NUL is among the first bytes, which no JSON text that parses has);
+    anything else goes to ``json.loads`` itself, for its value or its error.
+    """
+    try:
+        return _DECODE(data.decode())
+    except ValueError:  # not UTF-8 (UnicodeDecodeError is a ValueError), or not JSON
+        return json.loads(data)
+
+
 def _event(kind: str, data: bytes, asm: Assembler) -> bool:
     """Add one event's payload to the reply; True at ``[DONE]``."""
+    if kind == "message" and data[:1] == b"{":  # the usual event: one chunk of the reply
+        try:
+            payload = _DECODE(data.decode())
+        except ValueError:
+            pass  # the general path below says what is wrong with it
+        else:
+            asm.add(payload)
+            return False
     if data.strip() == b"[DONE]":
         return True
     try:
-        payload = json.loads(data)
+        payload = _loads(data)
     except ValueError:
         if kind == "error":
             raise ProviderError(data.decode("utf-8", "replace")[:500]) from None

@@ -32,7 +32,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ("SSEDecoder", "ServerSentEvent")
+__all__ = ("RawEvent", "SSEDecoder", "ServerSentEvent")
+
+RawEvent = tuple[bytes, str, str, "int | None"]
+"""An event as :meth:`SSEDecoder.feed_raw` gives it: ``(data, event, id, retry)``, the fields of a
+:class:`ServerSentEvent`."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -63,6 +67,15 @@ class SSEDecoder:
         the reader empties it."""
 
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
+        return [ServerSentEvent(*e) for e in self.feed_raw(chunk)]
+
+    def end(self) -> list[ServerSentEvent]:
+        """The stream closed: its last line, and a last event not followed by a blank line."""
+        return [ServerSentEvent(*e) for e in self.end_raw()]
+
+    def feed_raw(self, chunk: bytes) -> list[RawEvent]:
+        """As :meth:`feed`, each event as a tuple ``(data, event, id, retry)``: a reader on the hot path
+        makes no object per event."""
         buf = self._buf + chunk if self._buf else chunk
         if not self._started:
             if len(buf) < 3 and b"\xef\xbb\xbf".startswith(buf):
@@ -80,8 +93,8 @@ class SSEDecoder:
         self._buf = lines.pop() + tail
         return self._lines(lines) if lines else []
 
-    def end(self) -> list[ServerSentEvent]:
-        """The stream closed: its last line, and a last event not followed by a blank line."""
+    def end_raw(self) -> list[RawEvent]:
+        """As :meth:`end`, each event as a tuple ``(data, event, id, retry)``."""
         rest, self._buf = self._buf, b""
         if rest.endswith(b"\r"):
             rest = rest[:-1]
@@ -90,14 +103,17 @@ class SSEDecoder:
             out.extend(self._lines([b""]))
         return out
 
-    def _lines(self, lines: list[bytes]) -> list[ServerSentEvent]:
-        out: list[ServerSentEvent] = []
+    def _lines(self, lines: list[bytes]) -> list[RawEvent]:
+        out: list[RawEvent] = []
         self.lines += len(lines)
         data = self._data
         for line in lines:
+            if line.startswith(b"data: "):  # the usual line first: a data field, its one space dropped
+                data.append(line[6:])
+                continue
             if not line:  # a blank line dispatches the event
                 if data:
-                    out.append(ServerSentEvent(b"\n".join(data), self._event or "message", self._id, self._retry))
+                    out.append((b"\n".join(data), self._event or "message", self._id, self._retry))
                     data.clear()
                 self._event = ""
                 continue

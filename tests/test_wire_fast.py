@@ -1,0 +1,133 @@
+"""The shortcuts on the per-chunk path of ``OpenAIModel`` give what the general path gives.
+
+- ``_loads`` (a UTF-8 decode and a prebuilt JSON decoder) is ``json.loads`` on bytes: the same value, or an
+  error where it raises one, whatever the bytes (another encoding, a BOM, a NUL, not JSON);
+- ``SSEDecoder.feed_raw``/``end_raw`` give the fields of the events ``feed``/``end`` give;
+- the assembler's shortcut for a delta of only ``role`` and ``content`` builds the reply the general
+  ``_delta`` builds, for any value of ``content``.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from unity_nb.models import _assemble
+from unity_nb.models._assemble import Assembler
+from unity_nb.models._openai import _event, _loads
+from unity_nb.models._sse import SSEDecoder
+
+json_value = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+def same_as_json_loads(data: bytes) -> None:
+    try:
+        expected = json.loads(data)
+    except ValueError as err:
+        try:
+            got = _loads(data)
+        except ValueError as mine:
+            assert type(mine) is type(err) and str(mine) == str(err)
+        else:
+            raise AssertionError(f"_loads({data!r}) gave {got!r} where json.loads raised {err!r}")
+        return
+    got = _loads(data)
+    assert repr(got) == repr(expected)  # NaN too
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=json_value, encoding=st.sampled_from(["utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-16-be",
+                                                    "utf-32", "utf-32-le", "utf-32-be"]),
+       pad=st.sampled_from(["", " ", "\n", " \t"]))
+def test_loads_is_json_loads_for_json_in_any_encoding_json_loads_reads(value, encoding, pad):
+    text = pad + json.dumps(value, ensure_ascii=False) + pad
+    same_as_json_loads(text.encode(encoding, "surrogatepass"))
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.binary(max_size=40) | st.text(max_size=20).map(lambda t: t.encode("utf-8", "surrogatepass")))
+def test_loads_is_json_loads_for_any_bytes(data):
+    same_as_json_loads(data)
+
+
+def test_loads_edge_cases():
+    for data in [b"", b" ", b"{", b"{}", b'{"a": 1}', b"[DONE]", codecs.BOM_UTF8 + b'{"a": 1}', b'{"a": 1}\x00',
+                 b'\x00{"a": 1}', b'{\x00"a": 1}', b"1\x00", b'"\xff"', b'{"a": "\xc3\xa9"}', b"NaN", b"-Infinity",
+                 '{"a": "東京"}'.encode("utf-16"), b'{"a": 1} x']:
+        same_as_json_loads(data)
+
+
+line = st.one_of(
+    st.builds(lambda v: b"data: " + v, st.binary(max_size=12).filter(lambda b: b"\n" not in b and b"\r" not in b)),
+    st.sampled_from([b"", b"data:x", b"data", b": comment", b"event: ping", b"event:error", b"id: 7", b"id:\x00",
+                     b"retry: 10", b"retry: x", b'{"error": "bad"}', b"error: {}", b"other: 1", b"data:  two"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(line, max_size=12), ending=st.sampled_from([b"\n", b"\r\n", b"\r"]),
+       cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=6), bom=st.booleans())
+def test_feed_raw_gives_the_fields_of_the_events_feed_gives(lines, ending, cuts, bom):
+    raw = (codecs.BOM_UTF8 if bom else b"") + b"".join(x + ending for x in lines)
+    points = sorted({c % (len(raw) + 1) for c in cuts})
+    chunks = [raw[a:b] for a, b in zip([0, *points], [*points, len(raw)])]
+    a, b = SSEDecoder(), SSEDecoder()
+    objects = [e for c in chunks for e in a.feed(c)] + a.end()
+    tuples = [e for c in chunks for e in b.feed_raw(c)] + b.end_raw()
+    assert [(e.data, e.event, e.id, e.retry) for e in objects] == tuples
+    assert (a.lines, a.stray) == (b.lines, b.stray)
+
+
+content = st.one_of(
+    st.none(), st.text(max_size=5), st.integers(), st.booleans(),
+    st.lists(st.one_of(st.text(max_size=4), st.fixed_dictionaries({"type": st.sampled_from(["text", "thinking",
+                                                                                            "refusal", "image"]),
+                                                                   "text": st.text(max_size=4)})), max_size=3),
+)
+delta = st.one_of(
+    st.fixed_dictionaries({}, optional={"role": st.sampled_from(["assistant", None]), "content": content}),
+    st.fixed_dictionaries({"content": content}, optional={"reasoning_content": st.text(max_size=4),
+                                                          "refusal": st.text(max_size=4)}),
+)
+
+
+def assemble(payloads: list[dict]) -> tuple:
+    texts: list[str] = []
+    asm = Assembler("m", texts.append)
+    for p in payloads:
+        asm.add(p)
+    r = asm.reply()
+    return r.content, r.thinking, r.refusal, r.finish_reason, r.model, asm.chunks, texts
+
+
+@settings(max_examples=300, deadline=None)
+@given(deltas=st.lists(delta, max_size=6), finish=st.sampled_from([None, "stop", "length"]))
+def test_the_plain_delta_shortcut_builds_what_the_general_path_builds(deltas, finish):
+    payloads = [{"id": "c", "model": "m2", "choices": [{"index": 0, "delta": d, "finish_reason": None}]}
+                for d in deltas]
+    payloads.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}],
+                     "usage": {"prompt_tokens": 3, "completion_tokens": 2}})
+    fast = assemble(payloads)
+    plain, _assemble._PLAIN = _assemble._PLAIN, frozenset()  # every delta through the general _delta
+    try:
+        general = assemble(payloads)
+    finally:
+        _assemble._PLAIN = plain
+    assert fast == general
+
+
+def test_an_event_that_is_not_a_plain_json_chunk_takes_the_general_path():
+    texts: list[str] = []
+    asm = Assembler("m", texts.append)
+    assert _event("message", b'{"choices": [{"delta": {"content": "a"}}]}', asm) is False
+    assert _event("message", b' {"choices": [{"delta": {"content": "b"}}]}', asm) is False  # a space first
+    assert _event("message", b"[DONE]", asm) is True
+    assert _event("ping", b"{}", asm) is False and asm.chunks == 2
+    assert texts == ["a", "b"]
