@@ -4,21 +4,30 @@
   error where it raises one, whatever the bytes (another encoding, a BOM, a NUL, not JSON);
 - ``SSEDecoder.feed_raw``/``end_raw`` give the fields of the events ``feed``/``end`` give;
 - the assembler's shortcut for a delta of only ``role`` and ``content`` builds the reply the general
-  ``_delta`` builds, for any value of ``content``.
+  ``_delta`` builds, for any value of ``content``;
+- the body of an aiohttp response is read by a plain async iterator: a reader stopping at ``[DONE]`` leaves
+  no async generator for the event loop to close.
 """
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import json
+import sys
+from typing import Any
 
+from fake_openai import FakeOpenAIServer, Reply
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from unity_nb.models import _assemble
+import unity_nb as u
+from unity_nb.models import ModelRequest, _assemble
 from unity_nb.models._assemble import Assembler
 from unity_nb.models._openai import _event, _loads
 from unity_nb.models._sse import SSEDecoder
+
+T = 10.0
 
 json_value = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
@@ -131,3 +140,26 @@ def test_an_event_that_is_not_a_plain_json_chunk_takes_the_general_path():
     assert _event("message", b"[DONE]", asm) is True
     assert _event("ping", b"{}", asm) is False and asm.chunks == 2
     assert texts == ["a", "b"]
+
+
+def test_a_response_read_to_done_leaves_no_async_generator_to_close():
+    ours: list[str] = []
+
+    async def main() -> None:
+        firstiter, finalizer = sys.get_asyncgen_hooks()  # the running loop's: restored when it ends
+
+        def spy(agen: Any) -> None:  # called for an async generator collected before it finished
+            if "unity_nb" in agen.ag_code.co_filename:
+                ours.append(agen.ag_code.co_qualname)
+            finalizer(agen)
+
+        sys.set_asyncgen_hooks(firstiter=firstiter, finalizer=spy)
+        async with FakeOpenAIServer() as srv:
+            srv.script([Reply(content="hello there", chunks=3)] * 3)
+            async with u.OpenAIModel("m", base_url=srv.base_url, api_key="k") as m:
+                for _ in range(3):
+                    reply = await asyncio.wait_for(m.complete(ModelRequest([{"role": "user", "content": "hi"}])), T)
+                    assert reply.content == "hello there"
+
+    asyncio.run(main())
+    assert ours == []

@@ -175,21 +175,13 @@ class AioHTTPTransport:
                 resp.close()
             raise HTTPStatusError(resp.status, resp.headers, data, url)
 
-        async def chunks() -> AsyncIterator[bytes]:
-            try:
-                async for data in resp.content.iter_any():
-                    yield data
-            except (TimeoutError, aiohttp.ClientError, OSError) as err:
-                where = _where(self._parts)
-                raise TransportError(f"the response stream from {where} broke off: {_describe(err)}") from None
-
         async def close() -> None:
             if resp.content.is_eof():
                 resp.release()
             else:
                 resp.close()
 
-        return Response(resp.content_type or "", chunks(), close, resp.headers)
+        return Response(resp.content_type or "", _AioChunks(resp.content, self._parts), close, resp.headers)
 
     def _forget(self) -> Any:
         session, self._session = self._session, None
@@ -206,6 +198,40 @@ class AioHTTPTransport:
     def close_now(self) -> None:
         """Close the pool without awaiting (a finished event loop, an exit hook)."""
         _close_pool(self._forget())
+
+
+class _AioChunks:
+    """An aiohttp body's bytes as they arrive, its errors as :class:`TransportError`.
+
+    A plain async iterator, not an async generator: a reader stops at ``[DONE]``, before the body's end,
+    and an async generator left unfinished is closed by the event loop's finaliser hook, a thread-safe
+    wake-up (a write to the loop's self-pipe) and a task per request.
+    """
+
+    __slots__ = ("_parts", "_read")
+
+    def __init__(self, content: Any, parts: urllib.parse.SplitResult) -> None:
+        self._read = content.readany
+        self._parts = parts
+
+    def __aiter__(self) -> _AioChunks:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            data = await self._read()
+        except Exception as err:
+            import aiohttp
+
+            if isinstance(err, aiohttp.EofStream):
+                raise StopAsyncIteration from None
+            if isinstance(err, (TimeoutError, aiohttp.ClientError, OSError)):
+                where = _where(self._parts)
+                raise TransportError(f"the response stream from {where} broke off: {_describe(err)}") from None
+            raise
+        if not data:
+            raise StopAsyncIteration
+        return data
 
 
 def _close_pool(session: Any) -> None:
