@@ -59,12 +59,19 @@ def test_an_old_schema_is_migrated_and_keeps_its_data(tmp_path):
             db.execute(statement)
     db.execute("PRAGMA user_version = 1")
     db.execute("INSERT INTO loops (uid, name, status, started) VALUES ('x-1', 'kept', 'finished', 1)")
+    old = u.events.ThinkingStep(loop_id="1", lineage=("kept(1)",), text="recorded by an old kernel")
+    db.execute("INSERT INTO events (seq, loop_uid, kind, ts, data) VALUES (7, 'x-1', ?, ?, ?)",
+               (old.kind, old.ts, old.model_dump_json()))
     db.commit()
     db.close()
     store = Store(path)
-    assert store.version == SCHEMA_VERSION == 2
+    assert store.version == SCHEMA_VERSION == 3
     assert store.loops()[0]["name"] == "kept"
-    assert store.query("SELECT COUNT(*) AS n FROM tasks")[0]["n"] == 0  # the new step's tables exist
+    assert store.query("SELECT COUNT(*) AS n FROM tasks")[0]["n"] == 0  # the second step's tables exist
+    new = u.events.ThinkingStep(loop_id="2", lineage=("new(2)",), text="recorded after the migration")
+    store.record(new)
+    assert store.events() == [old, new]  # the third step rebuilt the events table: kept, and in order
+    assert [r["seq"] for r in store.query("SELECT seq FROM events ORDER BY seq")] == [7, 8]
     store.close()
 
 

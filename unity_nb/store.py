@@ -78,7 +78,16 @@ CREATE TABLE task_queue (
 );
 """
 
-MIGRATIONS: list[str] = [_V1, _V2]
+_V3 = """
+CREATE TABLE events_v3 (seq INTEGER PRIMARY KEY, loop_uid TEXT, kind TEXT, ts REAL, data TEXT);
+INSERT INTO events_v3 (seq, loop_uid, kind, ts, data) SELECT seq, loop_uid, kind, ts, data FROM events;
+DROP TABLE events;
+ALTER TABLE events_v3 RENAME TO events;
+CREATE INDEX events_loop ON events (loop_uid, seq);
+DELETE FROM sqlite_sequence WHERE name = 'events';
+"""  # no AUTOINCREMENT: each commit wrote sqlite_sequence's page too; seq still grows (nothing deletes events)
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3]
 """Step ``i`` takes the schema from version ``i`` to ``i + 1``."""
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -97,7 +106,7 @@ _FULL = frozenset({sqlite3.SQLITE_FULL})
 _BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
 
-_ROWS = 50  # rows per INSERT: one statement per batch reads and writes the AUTOINCREMENT counter once
+_ROWS = 50  # rows per INSERT statement: one statement per batch
 _INSERTS = ["", *("INSERT INTO events (loop_uid, kind, ts, data) VALUES " + ", ".join(["(?, ?, ?, ?)"] * n)
                   for n in range(1, _ROWS + 1))]
 
@@ -324,11 +333,7 @@ class Store:
     def _arm(self, loop: asyncio.AbstractEventLoop, delay: float) -> None:
         if self._timer is not None:
             self._timer[0].cancel()
-        self._timer = (loop.call_later(delay, self._on_timer), loop)
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._commit()
+        self._timer = (loop.call_later(delay, self.flush), loop)  # flush() disarms it
 
     @property
     def waiting(self) -> int:
@@ -413,31 +418,30 @@ class Store:
         """One transaction: a row per event (one statement for all), then the loops rows they change.
         A damaged file raises the raw error here; :meth:`_trouble` words it as :meth:`transaction` would."""
         uid = self.uid
-        rows = [(uid(e.loop_id), e.kind, e.ts, _json(e)) for e in batch]  # before the file's write lock is taken
-        db = self._db
+        rows, db = [(uid(e.loop_id), e.kind, e.ts, _json(e)) for e in batch], self._db  # before the write lock
         db.execute("BEGIN IMMEDIATE")  # writers of other kernels queue up (busy_timeout), never deadlock
         try:
             for i in range(0, len(rows), _ROWS):
                 chunk = rows[i : i + _ROWS]
                 db.execute(_INSERTS[len(chunk)], [v for row in chunk for v in row])
-            steps: dict[str, int] = {}
+            steps: dict[str, int] = {}  # per loop, its newest step
             for event, row in zip(batch, rows):
                 kind = event.kind
                 if kind == "model_request":  # its step: written to the row at most once a second
                     steps[row[0]] = event.step  # type: ignore[attr-defined]
                 elif kind in _LOOP_ROW:
-                    steps.pop(row[0], None)  # these set the row themselves (started: 0, ended: the final count)
+                    if kind != "steering":  # these set the row's count themselves (started: 0, ended: the last)
+                        steps.pop(row[0], None)
+                        self._steps_at.pop(row[0], None)
                     _LOOP_ROW[kind](self, db, event, row[0])
-            now, due = time.monotonic(), []
-            for loop_uid, n in steps.items():
-                if now - self._steps_at.get(loop_uid, -_STEPS_EVERY) >= _STEPS_EVERY:
-                    due.append((n, loop_uid))
+            now = time.monotonic()
+            due = [(n, u) for u, n in steps.items() if now - self._steps_at.get(u, -_STEPS_EVERY) >= _STEPS_EVERY]
             if due:  # a page written per model call would be a fifth of recording's cost
                 db.executemany("UPDATE loops SET steps = ? WHERE uid = ?", due)
             db.execute("COMMIT")
             if len(self._steps_at) > 4096:  # loops that ended elsewhere: at worst one more write each
                 self._steps_at.clear()
-            self._steps_at.update((loop_uid, now) for _n, loop_uid in due)
+            self._steps_at.update((u, now) for _n, u in due)
         except BaseException:
             if db.in_transaction:  # SQLite may have rolled back already (a full disk does)
                 with contextlib.suppress(sqlite3.Error):
@@ -459,12 +463,10 @@ class Store:
                        ("paused" if event.action == "pause" else "running", uid))
 
     def _finished(self, db: sqlite3.Connection, event: ev.LoopFinished, uid: str) -> None:
-        self._steps_at.pop(uid, None)
         db.execute("UPDATE loops SET status = ?, ended = ?, result = ?, error = ?, steps = ? WHERE uid = ?",
                    (event.status, event.ts, event.result, event.reason, event.steps, uid))
 
     def _failed(self, db: sqlite3.Connection, event: ev.LoopFailed, uid: str) -> None:
-        self._steps_at.pop(uid, None)
         db.execute("UPDATE loops SET status = 'failed', ended = ?, error = ?, steps = ? WHERE uid = ?",
                    (event.ts, event.error, event.steps, uid))
 
@@ -499,10 +501,8 @@ class Store:
             row["status"] = "interrupted"
         row["lineage"] = tuple(json.loads(row["lineage"] or "[]"))
         if row["ended"] is None:
-            last = self.query(
-                "SELECT data FROM events WHERE loop_uid = ? AND kind = 'model_request' ORDER BY seq DESC LIMIT 1",
-                (row["uid"],),
-            )
+            sql = "SELECT data FROM events WHERE loop_uid = ? AND kind = 'model_request' ORDER BY seq DESC LIMIT 1"
+            last = self.query(sql, (row["uid"],))
             if last:
                 row["steps"] = max(row["steps"] or 0, int(json.loads(last[0]["data"]).get("step") or 0))
         return row
@@ -585,9 +585,9 @@ class Store:
         return df
 
 
-_LOOP_ROW: dict[str, Callable[..., None]] = {  # the kinds that change their loop's row (model_request: below)
-    "loop_started": Store._started, "steering": Store._steered, "loop_finished": Store._finished,
-    "loop_failed": Store._failed,
+_LOOP_ROW: dict[str, Callable[..., None]] = {  # the kinds that change their loop's row (and model_request)
+    "loop_started": Store._started, "steering": Store._steered,
+    "loop_finished": Store._finished, "loop_failed": Store._failed,
 }
 
 
