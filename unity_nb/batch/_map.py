@@ -28,7 +28,7 @@ from .. import events as ev
 from .._errors import Stopped, UserError
 from ..loop import VERBS, Engine, LoopHandle, LoopOptions
 from ..models import default_model, set_rate_limit
-from ._rows import Row, answer_tool, assemble, make_rows, parse_answer, row_key
+from ._rows import Row, answer_tool, assemble, make_rows, parse_answer, row_key, to_json
 
 __all__ = ("MapHandle", "finished_rows", "map_rows")
 
@@ -44,15 +44,28 @@ class MapEngine(Engine):
         assert isinstance(h, MapHandle)
         todo = collections.deque(r for r in h.rows if r.status == "waiting")
         running: set[asyncio.Task] = set()
+        # each row's task says when it ends (asyncio.wait(FIRST_COMPLETED) would add and remove a callback
+        # on every running row at each wake-up: concurrency x wake-ups)
+        ended: list[asyncio.Task] = []
+        wake = asyncio.Event()
+
+        def row_ended(task: asyncio.Task) -> None:
+            running.discard(task)
+            ended.append(task)
+            wake.set()
+
         try:
-            while (todo and h.stop_reason is None) or running:
+            while (todo and h.stop_reason is None) or running or ended:
                 await h.gate.wait()
                 while todo and len(running) < h.concurrency and not h.gate.paused and h.stop_reason is None:
-                    running.add(h.event_loop.create_task(h.run_row(todo.popleft())))
-                if running:
-                    finished, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                    for t in finished:
-                        t.result()  # a row's own failure is recorded on the row; this raises only the batch's
+                    task = h.event_loop.create_task(h.run_row(todo.popleft()))
+                    running.add(task)
+                    task.add_done_callback(row_ended)
+                if not ended and running:
+                    wake.clear()
+                    await wake.wait()
+                while ended:
+                    ended.pop(0).result()  # a row's own failure is recorded on the row; this raises only the batch's
         finally:
             for t in running:
                 t.cancel()
@@ -169,7 +182,7 @@ class MapHandle(LoopHandle):
         answer = None
         if row.status == "finished":
             value = row.answer.model_dump(mode="json") if isinstance(row.answer, pydantic.BaseModel) else row.answer
-            answer = json.dumps(value, default=str, ensure_ascii=False)
+            answer = to_json(value)
         self.emit(
             ev.RowFinished, row=row_key(row.key), position=row.position, status=row.status, answer=answer,
             reason=row.reason, child_id=child.id, input_tokens=row.tokens[0], output_tokens=row.tokens[1],

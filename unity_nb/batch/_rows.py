@@ -12,7 +12,10 @@ import pydantic
 from .._errors import UserError
 from ..loop import Tool, current_call
 
-__all__ = ("Row", "answer_tool", "assemble", "make_rows", "parse_answer", "row_key")
+__all__ = ("Row", "answer_tool", "assemble", "make_rows", "parse_answer", "row_key", "to_json")
+
+to_json = json.JSONEncoder(default=str, ensure_ascii=False).encode
+"""``json.dumps(value, default=str, ensure_ascii=False)`` with its encoder made once (not once per call)."""
 
 
 class Row:
@@ -37,7 +40,7 @@ def row_key(key: Any) -> str:
     """A row's key as the store keeps it (JSON; labels that are not JSON as their text)."""
     if hasattr(key, "item"):  # numpy scalars
         key = key.item()
-    return json.dumps(key, default=str, ensure_ascii=False)
+    return to_json(key)
 
 
 def _fields(template: str) -> list[str]:
