@@ -130,8 +130,9 @@ class Assembler:
             if isinstance(delta, dict):
                 if delta.keys() <= _PLAIN:  # the usual delta: text, or nothing (a role, a last empty one)
                     content = delta.get("content")
-                    if content and isinstance(content, str):
-                        self._emit_text(content)
+                    if isinstance(content, str):
+                        if content:
+                            self._emit_text(content)
                     elif content is not None:
                         self._delta(delta)
                 else:
