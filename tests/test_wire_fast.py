@@ -163,3 +163,36 @@ def test_a_response_read_to_done_leaves_no_async_generator_to_close():
 
     asyncio.run(main())
     assert ours == []
+
+
+def test_every_request_of_a_pool_carries_the_model_s_headers_once():
+    heads: list[list[bytes]] = []
+
+    async def main() -> None:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while True:  # keep-alive: several requests on one connection
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return  # the model closed its pool
+                lines = head.split(b"\r\n")[1:-2]
+                length = next(int(x.split(b":")[1]) for x in lines if x.lower().startswith(b"content-length:"))
+                await reader.readexactly(length)
+                heads.append([x.split(b":")[0].lower() for x in lines])
+                body = b'data: {"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}\n\n'
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n%s"
+                             % (len(body), body))
+                await writer.drain()
+
+        srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = srv.sockets[0].getsockname()[1]
+        async with u.OpenAIModel("m", base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-test-key") as m:
+            for _ in range(3):
+                reply = await asyncio.wait_for(m.complete(ModelRequest([{"role": "user", "content": "hi"}])), T)
+                assert reply.content == "x"
+        srv.close()
+
+    asyncio.run(main())
+    assert len(heads) == 3 and heads[0] == heads[1] == heads[2]
+    for name in (b"authorization", b"accept", b"content-type", b"user-agent", b"host"):
+        assert heads[0].count(name) == 1, (name, heads[0])

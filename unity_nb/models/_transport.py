@@ -148,7 +148,8 @@ class AioHTTPTransport:
             # the proxy is looked up once per pool: aiohttp's trust_env looks it up (and .netrc) in a
             # worker thread on every request, two thread hops per model call
             self._proxy = env_proxy(self.base_url)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout)
+            # the headers are the session's: merged into a CIMultiDict once, not once per request
+            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, headers=self.headers)
             self._loop = loop
             # a transport dropped unclosed (or left open at exit) closes its sockets, without warnings
             self._finalizer = weakref.finalize(self, _close_pool, self._session)
@@ -160,7 +161,7 @@ class AioHTTPTransport:
         url = self.base_url + path
         session = self._pool()
         try:
-            resp = await session.post(url, data=body, headers=self.headers, proxy=self._proxy)
+            resp = await session.post(url, data=body, proxy=self._proxy)
         except aiohttp.ClientConnectorError as err:
             reason = err.os_error.strerror if getattr(err.os_error, "strerror", None) else err.os_error
             raise TransportError(f"cannot connect to {err.host}:{err.port} ({url}): {reason}") from None
