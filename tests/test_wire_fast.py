@@ -169,20 +169,26 @@ def test_every_request_of_a_pool_carries_the_model_s_headers_once():
     heads: list[list[bytes]] = []
 
     async def main() -> None:
+        ended = asyncio.Event()
+
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            while True:  # keep-alive: several requests on one connection
-                try:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    return  # the model closed its pool
-                lines = head.split(b"\r\n")[1:-2]
-                length = next(int(x.split(b":")[1]) for x in lines if x.lower().startswith(b"content-length:"))
-                await reader.readexactly(length)
-                heads.append([x.split(b":")[0].lower() for x in lines])
-                body = b'data: {"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}\n\n'
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n%s"
-                             % (len(body), body))
-                await writer.drain()
+            try:
+                while True:  # keep-alive: several requests on one connection
+                    try:
+                        head = await reader.readuntil(b"\r\n\r\n")
+                    except (asyncio.IncompleteReadError, ConnectionError):
+                        return  # the model closed its pool
+                    lines = head.split(b"\r\n")[1:-2]
+                    length = next(int(x.split(b":")[1]) for x in lines if x.lower().startswith(b"content-length:"))
+                    await reader.readexactly(length)
+                    heads.append([x.split(b":")[0].lower() for x in lines])
+                    body = b'data: {"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}\n\n'
+                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n%s"
+                                 % (len(body), body))
+                    await writer.drain()
+            finally:
+                writer.close()
+                ended.set()
 
         srv = await asyncio.start_server(handle, "127.0.0.1", 0)
         port = srv.sockets[0].getsockname()[1]
@@ -190,7 +196,9 @@ def test_every_request_of_a_pool_carries_the_model_s_headers_once():
             for _ in range(3):
                 reply = await asyncio.wait_for(m.complete(ModelRequest([{"role": "user", "content": "hi"}])), T)
                 assert reply.content == "x"
+        await asyncio.wait_for(ended.wait(), T)  # one connection, closed by the model
         srv.close()
+        await srv.wait_closed()
 
     asyncio.run(main())
     assert len(heads) == 3 and heads[0] == heads[1] == heads[2]
