@@ -204,3 +204,34 @@ def test_every_request_of_a_pool_carries_the_model_s_headers_once():
     assert len(heads) == 3 and heads[0] == heads[1] == heads[2]
     for name in (b"authorization", b"accept", b"content-type", b"user-agent", b"host"):
         assert heads[0].count(name) == 1, (name, heads[0])
+
+
+class Options(dict):
+    """A dict subclass: marshal cannot take it."""
+
+
+option_value = st.one_of(st.booleans(), st.integers(min_value=-2, max_value=2), st.floats(allow_nan=False),
+                         st.sampled_from([0.0, -0.0, 1.0, "1", "true", None]), st.lists(st.integers(), max_size=2))
+
+
+@settings(max_examples=300, deadline=None)
+@given(requests=st.lists(st.tuples(
+    st.sampled_from(["m", "m2"]),
+    st.dictionaries(st.sampled_from(["temperature", "seed", "top_p"]), option_value, max_size=2),
+    st.booleans(), st.booleans(), st.integers(min_value=0, max_value=2)), min_size=1, max_size=8))
+def test_the_json_kept_around_the_messages_is_that_of_each_request(requests):
+    from unity_nb.models._openai import WireCache
+
+    cache = WireCache()
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    for model, options, with_tools, subclass, n in requests:
+        messages = [{"role": "user", "content": f"q{i}"} for i in range(n + 1)]
+        body = {"model": model, "messages": messages, "stream": True, "stream_options": {"include_usage": True}}
+        if with_tools:
+            body["tools"] = tools
+            body["tool_choice"] = "auto"
+        body.update(Options(options) if subclass else options)
+        if subclass:
+            body["extra"] = Options(options)
+        expected = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        assert cache.body(body, messages) == expected

@@ -339,6 +339,8 @@ class OpenAIModel:
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 _MESSAGES_KEY = _ENCODER.encode("messages") + ":"
+_MAX_ENDS = 64
+"""Kinds of request (model, tools, options) whose JSON around the messages a model keeps."""
 
 
 class _Conversation:
@@ -385,6 +387,7 @@ class WireCache:
         self.max_conversations = max_conversations
         self.max_bytes = max_bytes
         self._by_anchor: OrderedDict[int, _Conversation] = OrderedDict()
+        self._ends: dict[bytes, tuple[bytes, bytes]] = {}  # what goes before and after the messages
         self._bytes = 0
         self._lock = threading.Lock()
         self.hits = 0
@@ -398,6 +401,7 @@ class WireCache:
     def clear(self) -> None:
         with self._lock:
             self._by_anchor.clear()
+            self._ends.clear()
             self._bytes = 0
 
     def body(self, body: dict, messages: Any) -> bytes:
@@ -412,9 +416,22 @@ class WireCache:
                 part = tail
             else:
                 part[key] = value
-        # '{"model":"m","messages":[' and '],"stream":true,...}'
-        start = (_ENCODER.encode(head)[:-1] + ("," if head else "") + _MESSAGES_KEY + "[").encode()
-        end = ("]," + _ENCODER.encode(tail)[1:] if tail else "]}").encode()
+        # '{"model":"m","messages":[' and '],"stream":true,...}': the same for most requests of a model, so
+        # kept by the marshal bytes of what they encode (equal marshal bytes, equal values, equal JSON)
+        try:
+            kept: bytes | None = marshal.dumps((head, tail))
+        except ValueError:  # something marshal cannot take: encoded each time
+            kept = None
+        ends = self._ends.get(kept) if kept is not None else None
+        if ends is None:
+            start = (_ENCODER.encode(head)[:-1] + ("," if head else "") + _MESSAGES_KEY + "[").encode()
+            end = ("]," + _ENCODER.encode(tail)[1:] if tail else "]}").encode()
+            if kept is not None:
+                if len(self._ends) >= _MAX_ENDS:
+                    self._ends.clear()
+                self._ends[kept] = (start, end)
+        else:
+            start, end = ends
         with self._lock:  # a model may serve event loops in several threads; the join reads the kept bytes
             encoded = self._messages(messages)
             if encoded is not None:
