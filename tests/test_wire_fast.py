@@ -17,6 +17,7 @@ import json
 import sys
 from typing import Any
 
+import pytest
 from fake_openai import FakeOpenAIServer, Reply
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -235,3 +236,71 @@ def test_the_json_kept_around_the_messages_is_that_of_each_request(requests):
             body["extra"] = Options(options)
         expected = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
         assert cache.body(body, messages) == expected
+
+
+def test_silence_ends_an_attempt_only_after_timeout_without_progress():
+    from unity_nb.models._transport import Silence
+
+    async def attempt(timeout: float, beats: int, gap: float) -> str:
+        async with asyncio.timeout(None) as deadline:
+            silence = Silence(timeout, deadline)
+            try:
+                for _ in range(beats):  # progress more often than the timeout, for several timeouts in all
+                    await asyncio.sleep(gap)
+                    silence.alive()
+                await asyncio.sleep(T)  # then nothing
+            finally:
+                silence.cancel()
+        return "not reached"
+
+    async def main() -> None:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(attempt(0.2, beats=8, gap=0.05), T)
+        with pytest.raises(TimeoutError):  # no progress at all
+            await asyncio.wait_for(attempt(0.1, beats=0, gap=0), T)
+        # a cancellation from outside stays a cancellation
+        task = asyncio.create_task(attempt(5.0, beats=1, gap=0.01))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # and an attempt that ends in time leaves no timer behind
+        async with asyncio.timeout(None) as deadline:
+            silence = Silence(0.05, deadline)
+            await asyncio.sleep(0)
+            silence.cancel()
+        await asyncio.sleep(0.1)  # the cancelled timer would have fired by now: nothing happens
+
+    asyncio.run(main())
+
+
+def test_silence_moves_its_timer_only_when_it_comes():
+    from unity_nb.models._transport import Silence
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        timers: list[float] = []
+        call_at = loop.call_at
+
+        def spy(when: float, callback: Any, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+            if isinstance(getattr(callback, "__self__", None), Silence):
+                timers.append(when)
+            return call_at(when, callback, *args, **kwargs)
+
+        loop.call_at = spy  # type: ignore[method-assign]
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(None) as deadline:
+                silence = Silence(60.0, deadline)
+                start = silence._last
+                for _ in range(20):  # twenty signs of life: no timer for any of them
+                    silence.alive()
+                assert timers == [start + 60.0]
+                silence._check()  # the timer comes (early here) after a sign of life: moved on
+                assert timers == [start + 60.0, silence._last + 60.0]
+                await asyncio.sleep(0)  # not over
+                silence._last -= 61.0  # the timer comes after 60 s of silence: the attempt ends
+                silence._check()
+                await asyncio.sleep(T)
+        assert len(timers) == 2
+
+    asyncio.run(main())

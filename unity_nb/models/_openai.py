@@ -29,7 +29,15 @@ from ._assemble import Assembler, ProviderError, provider_error
 from ._base import DeltaCallback, ModelRequest, Reply, Usage, retry_hook
 from ._limits import RateLimit, rate_limit_of
 from ._sse import SSEDecoder
-from ._transport import AioHTTPTransport, ClientTransport, HTTPStatusError, Response, TransportError, check_base_url
+from ._transport import (
+    AioHTTPTransport,
+    ClientTransport,
+    HTTPStatusError,
+    Response,
+    Silence,
+    TransportError,
+    check_base_url,
+)
 
 __all__ = ("OpenAIModel", "retry_hook")
 
@@ -275,19 +283,22 @@ class OpenAIModel:
     ) -> Reply:
         """One request, bounded by ``timeout`` of silence (each complete line of the stream resets it)."""
         asm = Assembler(self.name, on_delta)
-        loop = asyncio.get_running_loop()
-        async with asyncio.timeout(self.timeout) as deadline:
-            response = await self._transport.open("/chat/completions", payload)  # type: ignore[arg-type]
-            if limit is not None:
-                limit.learn(response.headers)  # x-ratelimit-limit-* when the person set no limit
+        async with asyncio.timeout(None) as deadline:
+            silence = Silence(self.timeout, deadline)
             try:
-                ctype = response.content_type
-                if ctype in ("application/json", "text/json") or ctype.endswith("+json"):
-                    await self._whole(response, asm)
-                else:
-                    await self._stream(response, asm, lambda: deadline.reschedule(loop.time() + self.timeout))
+                response = await self._transport.open("/chat/completions", payload)  # type: ignore[arg-type]
+                if limit is not None:
+                    limit.learn(response.headers)  # x-ratelimit-limit-* when the person set no limit
+                try:
+                    ctype = response.content_type
+                    if ctype in ("application/json", "text/json") or ctype.endswith("+json"):
+                        await self._whole(response, asm)
+                    else:
+                        await self._stream(response, asm, silence.alive)
+                finally:
+                    await response.close()
             finally:
-                await response.close()
+                silence.cancel()
         return asm.reply()
 
     async def _whole(self, response: Response, asm: Assembler) -> None:

@@ -28,7 +28,9 @@ from collections.abc import AsyncIterator, Mapping
 from types import SimpleNamespace
 from typing import Any
 
-__all__ = ("AioHTTPTransport", "ClientTransport", "HTTPStatusError", "Response", "TransportError", "check_base_url")
+__all__ = (
+    "AioHTTPTransport", "ClientTransport", "HTTPStatusError", "Response", "Silence", "TransportError", "check_base_url",
+)
 
 _ERROR_BODY_LIMIT = 65536
 
@@ -292,6 +294,38 @@ class ClientTransport:
 
     def close_now(self) -> None:
         pass  # the client is the user's; they close it
+
+
+class Silence:
+    """Ends an attempt (its ``asyncio.timeout``, as a TimeoutError) after ``timeout`` seconds without progress.
+
+    :meth:`alive` only notes the time. The one timer is set for the earliest moment the silence could be
+    over and, when it comes, is moved on to the last sign of life plus ``timeout`` if there was one: the
+    same deadline as rescheduling the timeout at each sign of life, without cancelling and pushing a timer
+    on the event loop's heap for each piece of each stream.
+    """
+
+    __slots__ = ("_deadline", "_handle", "_last", "_loop", "_timeout")
+
+    def __init__(self, timeout: float, deadline: asyncio.Timeout) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._timeout = timeout
+        self._deadline = deadline
+        self._last = self._loop.time()
+        self._handle = self._loop.call_at(self._last + timeout, self._check)
+
+    def alive(self) -> None:
+        self._last = self._loop.time()
+
+    def _check(self) -> None:
+        due = self._last + self._timeout
+        if due > self._loop.time():
+            self._handle = self._loop.call_at(due, self._check)
+        else:
+            self._deadline.reschedule(due)  # a moment passed: the timeout cancels the attempt at once
+
+    def cancel(self) -> None:
+        self._handle.cancel()
 
 
 def _describe(err: BaseException) -> str:
