@@ -304,3 +304,18 @@ def test_silence_moves_its_timer_only_when_it_comes():
         assert len(timers) == 2
 
     asyncio.run(main())
+
+
+def test_a_server_silent_after_its_first_lines_is_abandoned_for_no_progress():
+    from unity_nb.events import ModelRetry
+
+    async def main() -> list[str]:
+        async with FakeOpenAIServer() as srv:
+            srv.script([Reply(content="slow answer", chunks=4, chunk_delay=30), Reply(content="the retry")])
+            async with u.OpenAIModel("m", base_url=srv.base_url, api_key="k", timeout=0.5, backoff=0.001) as m:
+                h = u.start_loop("go", model=m)
+                assert await asyncio.wait_for(h.result(), T) == "the retry"
+            return [e.error for e in h.events if isinstance(e, ModelRetry)]
+
+    errors = asyncio.run(main())
+    assert len(errors) == 1 and "no progress for 0.5 s" in errors[0], errors

@@ -4,8 +4,10 @@
   loop the HTTP stack under ``openai.AsyncOpenAI`` costs more CPU per streamed request than the rest
   of the loop together; aiohttp costs a fraction of it (``bench/bench_loop.py``) and does what a
   well-kept client does: keep-alive, gzip and deflate, redirects (307 and 308 resend the body),
-  proxies from the environment (``HTTPS_PROXY``, ``NO_PROXY``), TLS, a connect timeout and a
-  per-read timeout. The OpenAI client still supplies base URL, auth and default headers.
+  proxies from the environment (``HTTPS_PROXY``, ``NO_PROXY``), TLS and a connect timeout. Silence
+  is bounded by the caller (:class:`Silence`, ``read_timeout`` seconds without a complete line), not by
+  aiohttp's ``sock_read``, which would cancel and push a timer on every read. The OpenAI client still
+  supplies base URL, auth and default headers.
 - :class:`ClientTransport`: a client the user handed in (Azure, a custom transport) goes through
   its own documented ``post``; the raw response's bytes are read, so both paths share one SSE
   decoder and one assembler.
@@ -134,6 +136,7 @@ class AioHTTPTransport:
         self.headers = dict(merged.values())
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
+        """Seconds of silence the caller allows (:class:`Silence`, as ``OpenAIModel`` does): not aiohttp's own."""
         self._session: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._finalizer: weakref.finalize | None = None
@@ -146,7 +149,10 @@ class AioHTTPTransport:
         if self._session is None or self._session.closed or self._loop is not loop:
             self.close_now()  # a pool made in another (finished) event loop cannot serve this one
             connector = aiohttp.TCPConnector(limit=0, ssl=_tls_context() if self._parts.scheme == "https" else True)
-            timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout, sock_read=self.read_timeout)
+            # no sock_read: the caller's Silence bounds silence (read_timeout seconds without a complete line,
+            # the request's whole wait included); sock_read would move a timer on every read, and fire a moment
+            # before Silence with another message when a server stopped sending
+            timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout)
             # the proxy is looked up once per pool: aiohttp's trust_env looks it up (and .netrc) in a
             # worker thread on every request, two thread hops per model call
             self._proxy = env_proxy(self.base_url)
