@@ -1,6 +1,7 @@
 """The engine's seams and the semantics the audit found wrong: each test fails on the engine before the split."""
 
 import asyncio
+import itertools
 import math
 import threading
 
@@ -363,3 +364,46 @@ async def test_a_finished_loop_leaves_no_reference_cycle_for_the_collector(bus):
         assert gone() is None and all(p() is None for p in parts)
     finally:
         gc.enable()
+
+
+async def test_each_request_says_how_many_of_its_messages_the_previous_one_sent_unchanged(bus):
+    def script(messages, tools):
+        done = sum(1 for m in messages if m["role"] == "tool")
+        return u.call_tool("tick", n=done) if done < 3 else "done"
+
+    async def tick(n: int) -> int:
+        """Count."""
+        return n + 1
+
+    model = u.ScriptedModel(script)
+    history = [{"role": "user", "content": "earlier"}, {"role": "assistant", "content": "noted"}]
+    assert await u.start_loop("count", model=model, tools=[tick], history=history, bus=bus) == "done"
+    first = model.requests[0]
+    assert first.continues == 0
+    for before, request in itertools.pairwise(model.requests):
+        assert request.continues == len(before.messages)
+        assert all(a is b for a, b in zip(request.messages[: request.continues], before.messages))
+    # the loop's messages are its own: the caller's history dicts are copied, never sent (or changed) as they are
+    assert first.messages[0] == history[0] and first.messages[0] is not history[0]
+
+
+async def test_a_compressed_conversation_promises_nothing_about_its_new_messages(bus):
+    calls = []
+
+    def script(messages, tools):
+        if messages[0]["content"].startswith("You compress"):
+            return "SUMMARY"
+        calls.append(1)  # counted here: compression takes earlier results out of the messages
+        return u.call_tool("tick", n=len(calls)) if len(calls) <= 4 else "done"
+
+    async def tick(n: int) -> str:
+        """Count."""
+        return "x" * 400
+
+    model = u.ScriptedModel(script)
+    h = u.start_loop("count", model=model, tools=[tick], context_window=300, compress_at=0.5, keep_last=1, bus=bus)
+    assert await h == "done" and h.compressions >= 1
+    steps = [r for r in model.requests if not r.messages[0]["content"].startswith("You compress")]
+    assert any(r.continues == 0 for r in steps[1:])  # the request right after a compression
+    for before, request in itertools.pairwise(steps):
+        assert all(a is b for a, b in zip(request.messages[: request.continues], before.messages))

@@ -48,8 +48,8 @@ class Conversation:
         if system:
             self.add({"role": "system", "content": system})
             self.record(Message("system", system, kind="system"))
-        if context:
-            self.extend(context)
+        if context:  # copies: the wire's messages are this loop's own, never changed once sent
+            self.extend(dict(m) for m in context)
         if outer is not None:
             note = (
                 "Context: the conversation of the loop that called you, for reference only. Its roles "

@@ -66,8 +66,9 @@ class Turn(Part):
     """The model side of a loop: what each step offers and how the model is called."""
 
     __slots__ = (
-        "_interrupted", "_last_tokens", "_offered", "_policy_takes_loop", "_schema_cache", "_summary_failed_at",
-        "_task", "_text_scrub", "_thinking_scrub", "budget_start", "count", "dynamic", "text", "thinking", "tools",
+        "_interrupted", "_last_tokens", "_offered", "_policy_takes_loop", "_schema_cache", "_sent",
+        "_summary_failed_at", "_task", "_text_scrub", "_thinking_scrub", "budget_start", "count", "dynamic",
+        "text", "thinking", "tools",
     )
 
     def __init__(self, owner: LoopHandle, tools: dict[str, Tool]) -> None:
@@ -81,6 +82,8 @@ class Turn(Part):
         self.dynamic: dict[str, Tool] = {}
         self._schema_cache: dict[str, dict] = {}
         self._offered: tuple[str, ...] = ()
+        self._sent: tuple[list[dict] | None, int] = (None, 0)
+        """The wire list the last request was made from, and its length then."""
         """The names offered at the last step, kept so that an unchanged offer shares one tuple."""
         self._policy_takes_loop = owner.config.tool_policy is not None and accepts_positional(
             owner.config.tool_policy, 3, unknown=False
@@ -169,6 +172,7 @@ class Turn(Part):
                 request.tools,
                 request.tool_choice,
                 {**request.options, "prompt_cache_key": f"unity_nb-{root.id}"},
+                request.continues,
             )
         messages = list(request.messages)
         marks = [0] if messages and messages[0].get("role") == "system" else []  # the system prompt opens the wire
@@ -179,7 +183,7 @@ class Turn(Part):
             if isinstance(m.get("content"), str):
                 content = [{"type": "text", "text": m["content"], "cache_control": {"type": "ephemeral"}}]
                 messages[i] = {**m, "content": content}
-        return ModelRequest(messages, request.tools, request.tool_choice, request.options)
+        return ModelRequest(messages, request.tools, request.tool_choice, request.options)  # marked: new dicts
 
     # -- streaming ---------------------------------------------------------------------------
 
@@ -228,9 +232,15 @@ class Turn(Part):
             task.cancel()
 
     async def call(
-        self, messages: list[dict], tools: Sequence[Tool], choice: str | dict, last_user: str | None = None
+        self,
+        messages: list[dict],
+        tools: Sequence[Tool],
+        choice: str | dict,
+        last_user: str | None = None,
+        continues: int = 0,
     ) -> Reply | None:
-        """One model call; ``None`` when an interjection interrupted it (the caller re-issues)."""
+        """One model call; ``None`` when an interjection interrupted it (the caller re-issues).
+        ``continues``: how many of ``messages`` are the previous request's, unchanged (:class:`ModelRequest`)."""
         h = self.owner
         h.steps += 1
         step = h.steps
@@ -239,6 +249,7 @@ class Turn(Part):
             tools=self.schemas(tools),
             tool_choice=choice if tools else "none",
             options=h.config.options,
+            continues=continues,
         )
         if h.config.prompt_cache:
             request = self.cache_hints(request)
@@ -295,14 +306,24 @@ class Turn(Part):
         self.reset_streaming()
         return reply
 
+    def _messages(self) -> tuple[list[dict], int]:
+        """The wire to send, and how many of its messages the previous request sent: the wire only grows
+        by appending, and compression puts a new list in its place."""
+        wire = self.owner.conversation.wire
+        sent, n = self._sent
+        self._sent = (wire, len(wire))
+        return list(wire), (n if sent is wire else 0)
+
     async def call_all(self, offers: list[Offer], last_user: str | None) -> Reply | None:
         """The step's call; forced first-step tools make one call each, merged into one reply."""
         if len(offers) == 1:
             tools, choice = offers[0]
-            return await self.call(list(self.owner.conversation.wire), tools, choice, last_user)
+            messages, continues = self._messages()
+            return await self.call(messages, tools, choice, last_user, continues)
         merged: Reply | None = None
         for tools, choice in offers:
-            reply = await self.call(list(self.owner.conversation.wire), tools, choice, last_user)
+            messages, continues = self._messages()
+            reply = await self.call(messages, tools, choice, last_user, continues)
             if reply is None:
                 return None
             if merged is None:

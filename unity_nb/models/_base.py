@@ -88,6 +88,10 @@ class ModelRequest:
     """``"auto"``, ``"required"``, ``"none"``, or ``{"type": "function", "function": {"name": ...}}``."""
     options: dict = field(default_factory=dict)
     """Extra request options (temperature, ...), passed through."""
+    continues: int = 0
+    """How many of ``messages``, from the first, are the very message objects of the loop's previous request,
+    unchanged since (a loop never edits a message it has sent; compressing makes a new list): a model that
+    kept their encoding may reuse it without checking them again. ``0`` promises nothing."""
 
 
 @runtime_checkable
