@@ -5,7 +5,8 @@ streamed deltas is written. Writes are batched: a batch is committed when a mode
 to be made (a ``model_request`` event), when a loop starts or ends, when steering or a question
 for the person arrives, and otherwise within half a second. So every event is committed before
 the loop's next model call, and a kernel that dies mid-loop loses at most the step in flight. After a restart,
-:meth:`Store.loops` lists every past loop (one whose process died shows as ``interrupted``) and
+:meth:`Store.loops` lists every past loop (one whose process died shows as ``interrupted``, with the steps
+its events record: a running loop's row gets its count at most once a second) and
 :meth:`Store.transcript` rebuilds its transcript from its events.
 
 Several kernels may share one file: SQLite's WAL mode lets one writer and many readers work
@@ -44,6 +45,8 @@ __all__ = ("Store", "SCHEMA_VERSION", "default_store_path")
 
 log = logging.getLogger("unity_nb.store")
 
+# events: once with AUTOINCREMENT, which made every commit write sqlite_sequence's page too (a sixth of
+# recording's cost). A file made before keeps it (the same table to every reader); seq grows either way.
 _V1 = """
 CREATE TABLE sessions (id TEXT PRIMARY KEY, pid INTEGER, host TEXT, started REAL);
 CREATE TABLE loops (
@@ -53,7 +56,7 @@ CREATE TABLE loops (
 );
 CREATE INDEX loops_started ON loops (started);
 CREATE TABLE events (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, loop_uid TEXT, kind TEXT, ts REAL, data TEXT
+    seq INTEGER PRIMARY KEY, loop_uid TEXT, kind TEXT, ts REAL, data TEXT
 );
 CREATE INDEX events_loop ON events (loop_uid, seq);
 CREATE TABLE knowledge_tables (name TEXT PRIMARY KEY, columns TEXT, description TEXT, created REAL);
@@ -78,16 +81,7 @@ CREATE TABLE task_queue (
 );
 """
 
-_V3 = """
-CREATE TABLE events_v3 (seq INTEGER PRIMARY KEY, loop_uid TEXT, kind TEXT, ts REAL, data TEXT);
-INSERT INTO events_v3 (seq, loop_uid, kind, ts, data) SELECT seq, loop_uid, kind, ts, data FROM events;
-DROP TABLE events;
-ALTER TABLE events_v3 RENAME TO events;
-CREATE INDEX events_loop ON events (loop_uid, seq);
-DELETE FROM sqlite_sequence WHERE name = 'events';
-"""  # no AUTOINCREMENT: each commit wrote sqlite_sequence's page too; seq still grows (nothing deletes events)
-
-MIGRATIONS: list[str] = [_V1, _V2, _V3]
+MIGRATIONS: list[str] = [_V1, _V2]
 """Step ``i`` takes the schema from version ``i`` to ``i + 1``."""
 SCHEMA_VERSION = len(MIGRATIONS)
 
