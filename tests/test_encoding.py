@@ -203,6 +203,51 @@ def test_the_cache_is_bounded_in_conversations_and_bytes():
     assert len(small) == 0
 
 
+def _json(body: dict) -> bytes:
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def test_a_request_that_vouches_for_its_earlier_messages_is_encoded_from_its_new_ones_only():
+    cache = WireCache()
+    wire: list[dict] = [{"role": "system", "content": "s"}, {"role": "user", "content": "täsk ☀"}]
+    body = {"model": "m", "messages": list(wire), "stream": True}
+    assert cache.body(body, body["messages"]) == _json(body)
+    for i in range(5):
+        sent = len(wire)
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        wire += [{"role": "assistant", "content": None, "tool_calls": [call]},
+                 {"role": "tool", "tool_call_id": f"c{i}", "content": f"r{i} \"q\""}]
+        body = {"model": "m", "messages": list(wire), "stream": True}
+        assert cache.body(body, body["messages"], continues=sent) == _json(body)
+    assert (cache.misses, cache.hits, cache.vouched) == (1, 5, 5)
+    body = {"model": "m", "messages": list(wire), "stream": True}  # no word given: checked, then encoded whole
+    assert cache.body(body, body["messages"]) == _json(body)
+    assert (cache.misses, cache.vouched) == (2, 5)
+
+
+def test_a_vouch_that_does_not_end_where_the_kept_messages_end_is_checked_instead():
+    cache = WireCache()
+    wire = [{"role": "system", "content": "s"}, {"role": "user", "content": "a"}]
+    cache.body({"messages": wire}, wire)
+    other = [wire[0], {"role": "user", "content": "b"}, {"role": "user", "content": "c"}]
+    assert cache.body({"messages": other}, other, continues=2) == _json({"messages": other})
+    assert cache.vouched == 0
+
+
+async def test_a_tool_loop_s_requests_are_encoded_on_its_word(server, model):
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        return f"sunny in {city} ☀"
+
+    for _ in range(3):
+        server.serve(Serve.of(ps.stream("openai", "tool_call")))
+    server.serve(Serve.of(TEXT))
+    h = u.start_loop("Quel temps ?", model=model, tools=[get_weather], bus=u.EventBus(), max_steps=10)
+    await asyncio.wait_for(h.result(), T)
+    assert [req.raw for req in server.requests] == [_json(req.json) for req in server.requests]
+    assert (model.wire_cache.misses, model.wire_cache.vouched) == (1, 3)
+
+
 def test_the_cache_serves_threads_at_once():
     """Event loops in several threads may share one model: each body is still its request's JSON."""
     import threading
