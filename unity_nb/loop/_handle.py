@@ -366,9 +366,11 @@ class LoopHandle(Requests):
         self.events.append(event)
         if self._waiters:
             ev.resolve_waiters(self._waiters, event)
-        for h in self.ancestry():
+        h: LoopHandle | None = self  # here and above (a plain walk: this runs for every event)
+        while h is not None:
             for fn in h._listeners:
                 fn(self, event)
+            h = h.parent
         self.bus.publish(event)
 
     def emit(self, kind: type[ev.Event], **fields: Any) -> None:
