@@ -41,3 +41,40 @@ async def test_a_recorded_batch_replays_offline_and_gives_the_same_result(tmp_pa
     )
     pd.testing.assert_series_equal(first, second)
     assert (replayed.hits, replayed.misses) == (10, 0)
+
+
+async def test_recording_a_batch_writes_the_file_a_few_times_not_once_a_reply(tmp_path, monkeypatch):
+    import json
+    import os
+
+    writes = []
+    replace = os.replace
+
+    def counting(src, dst):
+        writes.append(dst)
+        return replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", counting)
+    path = tmp_path / "batch.json"
+    recorded = u.CachedModel(u.ScriptedModel(lambda m, t: "ok " + m[-1]["content"][-3:]), path, mode="auto")
+    rows = [f"row {i:03d}" for i in range(200)]
+    first = await asyncio.wait_for(u.map(rows, "Label", model=recorded, concurrency=20, bus=u.EventBus()), 10)
+    assert recorded.misses == 200
+    assert 1 <= len(writes) < 100  # at once, then at most once a second while replies come (was: once a reply)
+    # another CachedModel on the file sees every recording: what was not yet written is written first
+    replayed = u.CachedModel(u.ScriptedModel(lambda m, t: "never"), path, mode="replay")
+    assert len(json.loads(path.read_text(encoding="utf-8"))) == 200
+    second = await asyncio.wait_for(u.map(rows, "Label", model=replayed, concurrency=20, bus=u.EventBus()), 10)
+    pd.testing.assert_series_equal(first, second)
+    assert replayed.hits == 200
+
+
+async def test_save_writes_what_was_recorded_and_not_yet_written(tmp_path):
+    import json
+
+    path = tmp_path / "r.json"
+    model = u.CachedModel(u.ScriptedModel(lambda m, t: m[-1]["content"].upper()), path, mode="auto")
+    await asyncio.wait_for(u.start_loop("first", model=model, bus=u.EventBus()), 10)
+    await asyncio.wait_for(u.start_loop("second", model=model, bus=u.EventBus()), 10)
+    model.save()  # at once, whether or not the second recording's write was due yet
+    assert len(json.loads(path.read_text(encoding="utf-8"))) == 2

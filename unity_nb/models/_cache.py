@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import hashlib
 import json
 import os
 import tempfile
+import threading
+import time
+import weakref
 from pathlib import Path
 from typing import Literal
 
@@ -16,6 +20,20 @@ from ._base import DeltaCallback, Model, ModelRequest, Reply, ToolCall, Usage
 __all__ = ("CachedModel",)
 
 Mode = Literal["auto", "replay", "record"]
+
+_SAVE_EVERY = 1.0
+"""Seconds between writes of a recording file while recordings keep coming (each write is the whole file)."""
+_LIVE: weakref.WeakSet[CachedModel] = weakref.WeakSet()
+
+
+def _save_all(path: Path | None = None) -> None:
+    """Write every live CachedModel's unwritten recordings (of the file ``path`` only, if given)."""
+    for model in list(_LIVE):
+        if path is None or model._resolved == path:
+            model.save()
+
+
+atexit.register(_save_all)
 
 
 def request_key(model_name: str, request: ModelRequest) -> str:
@@ -53,6 +71,11 @@ class CachedModel:
     and overwrites. The key is the canonical request (model name, messages, tools, tool
     choice, options), never an API key. The environment variable ``UNITY_NB_CACHE_MODE``
     overrides the default mode.
+
+    Recordings are written to the file at once, and then at most once a second while more keep coming
+    (the file is rewritten whole: a write per reply made recording a batch quadratic). What is not yet
+    written is written by :meth:`save`, at exit, and before another CachedModel opens the same file; a
+    process killed outright loses at most the last second of recordings (those requests are asked again).
     """
 
     def __init__(self, inner: Model, path: str | os.PathLike, *, mode: Mode | None = None) -> None:
@@ -61,6 +84,8 @@ class CachedModel:
             raise UserError(f"CachedModel mode must be 'auto', 'replay' or 'record', not {mode!r}")
         self.inner = inner
         self.path = Path(path)
+        self._resolved = self.path.resolve()
+        _save_all(self._resolved)  # another instance's recordings of this file reach it before it is read
         self.mode: Mode = mode
         self.name = inner.name
         self.hits = 0
@@ -70,7 +95,11 @@ class CachedModel:
             self._entries = json.loads(self.path.read_text(encoding="utf-8") or "{}")
         elif mode == "replay":
             raise UserError(f"CachedModel: no recording at {self.path}; record it first with mode='auto'")
-        self._lock = asyncio.Lock()
+        self._write_lock = threading.Lock()
+        self._dirty = False
+        self._saved_at = -_SAVE_EVERY
+        self._timer: asyncio.TimerHandle | None = None
+        _LIVE.add(self)
 
     def __repr__(self) -> str:
         return f"CachedModel({self.inner!r}, path={str(self.path)!r}, mode={self.mode!r})"
@@ -118,13 +147,36 @@ class CachedModel:
             if getattr(reply, optional):
                 entry[optional] = getattr(reply, optional)
         self._entries[key] = entry
-        async with self._lock:
-            self._save()
+        self._recorded()
         return reply
 
-    def _save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".cache-", suffix=".json")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(self._entries, f, indent=1, sort_keys=True, ensure_ascii=False)
-        os.replace(tmp, self.path)
+    def _recorded(self) -> None:
+        self._dirty = True
+        wait = self._saved_at + _SAVE_EVERY - time.monotonic()
+        if wait <= 0:
+            self.save()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(wait, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self.save()
+
+    def save(self) -> None:
+        """Write the recordings not yet in the file (the whole file, atomically)."""
+        with self._write_lock:
+            if not self._dirty:
+                return
+            self._dirty = False
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".cache-", suffix=".json")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(self._entries, f, indent=1, sort_keys=True, ensure_ascii=False)
+            os.replace(tmp, self.path)
+            self._saved_at = time.monotonic()
+
+    def __del__(self) -> None:
+        try:
+            self.save()
+        except Exception:  # noqa: BLE001, S110 - at interpreter exit the file system may be gone: nothing to do
+            pass
