@@ -14,6 +14,18 @@ async def settle(ticks: int = 50) -> None:
         await asyncio.sleep(0)
 
 
+class Gate:
+    """A ScriptedModel script that answers with ``script`` once ``event`` is set (an operation held running)."""
+
+    def __init__(self, script):
+        self.event = asyncio.Event()
+        self.script = script
+
+    async def __call__(self, messages, tools):
+        await self.event.wait()
+        return self.script(messages, tools)
+
+
 def tool_messages(messages):
     return [m for m in messages if m.get("role") == "tool"]
 

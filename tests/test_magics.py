@@ -5,7 +5,7 @@ import gc
 import logging
 
 import pytest
-from conftest import settle, tool_messages
+from conftest import Gate, settle, tool_messages
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
@@ -21,16 +21,6 @@ def ip(monkeypatch):
     shell.run_line_magic("load_ext", "unity_nb")
     yield shell
     shell.run_line_magic("unload_ext", "unity_nb")
-
-
-class Gate:
-    def __init__(self, script):
-        self.event = asyncio.Event()
-        self.script = script
-
-    async def __call__(self, messages, tools):
-        await self.event.wait()
-        return self.script(messages, tools)
 
 
 @u.tool

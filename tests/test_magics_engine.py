@@ -6,7 +6,7 @@ import gc
 import socket
 
 import pytest
-from conftest import magics, settle, tool_messages
+from conftest import Gate, magics, settle, tool_messages
 from IPython.core.error import UsageError
 
 import unity_nb as u
@@ -21,16 +21,6 @@ def use(ip, model):
     ip.user_ns["m"] = model
     ip.run_line_magic("unity", "model --var m")
     return model
-
-
-class Gate:
-    def __init__(self, script):
-        self.event = asyncio.Event()
-        self.script = script
-
-    async def __call__(self, messages, tools):
-        await self.event.wait()
-        return self.script(messages, tools)
 
 
 # -- item 1: act's options ---------------------------------------------------------------------

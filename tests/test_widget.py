@@ -14,7 +14,7 @@ import socket
 from importlib import resources
 from pathlib import Path
 
-from conftest import settle, tool_messages
+from conftest import Gate, settle, tool_messages
 
 import unity_nb as u
 from unity_nb.jupyter import _widget
@@ -28,16 +28,6 @@ WIDGET_STATE = ("application/vnd.jupyter.widget-state+json", "application/vnd.ju
 
 def installed(name):
     return resources.files("unity_nb._widgets").joinpath(name).read_text(encoding="utf-8")
-
-
-class Gate:
-    def __init__(self, script):
-        self.event = asyncio.Event()
-        self.script = script
-
-    async def __call__(self, messages, tools):
-        await self.event.wait()
-        return self.script(messages, tools)
 
 
 # -- 1. styles come from the installed package ---------------------------------------------------------
