@@ -94,6 +94,12 @@ class _Routed:
         return getattr(self._inner, name)
 
 
+_KEPT: list[_Routed] = []
+"""Every wrapper ever installed, never freed: CPython 3.11's ``print`` holds ``sys.stdout`` without a reference
+while it writes its pieces, so a thread printing while another swaps the streams back (``uninstall``) would
+write through freed memory and crash the process."""
+
+
 def install() -> None:
     """Wrap ``sys.stdout`` and ``sys.stderr`` (again, if something replaced them since), and make
     threads keep the hooks of the context that started them."""
@@ -101,7 +107,9 @@ def install() -> None:
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if not isinstance(stream, _Routed):
-            setattr(sys, name, _Routed(stream, name))
+            routed = _Routed(stream, name)
+            _KEPT.append(routed)
+            setattr(sys, name, routed)
 
 
 def uninstall() -> None:
