@@ -65,9 +65,11 @@ def test_an_old_schema_is_migrated_and_keeps_its_data(tmp_path):
     db.commit()
     db.close()
     store = Store(path)
-    assert store.version == SCHEMA_VERSION == 2
+    assert store.version == SCHEMA_VERSION == 3
     assert store.loops()[0]["name"] == "kept"
     assert store.query("SELECT COUNT(*) AS n FROM tasks")[0]["n"] == 0  # the second step's tables exist
+    assert store.query("SELECT loop_uid, seq FROM event_index") == [{"loop_uid": "x-1", "seq": 7}]  # the third's
+    assert store.events("kept") == [old]
     new = u.events.ThinkingStep(loop_id="2", lineage=("new(2)",), text="recorded after the migration")
     store.record(new)
     assert store.events() == [old, new]  # kept, and in order

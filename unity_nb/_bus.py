@@ -76,7 +76,7 @@ class EventBus:
             if kinds is None or event.kind in kinds:
                 try:
                     out = callback(event)
-                    if inspect.isawaitable(out):
+                    if out is not None and inspect.isawaitable(out):  # a sync callback's None: no check to pay
                         self._schedule(callback, out)
                 except Exception:  # a subscriber must never break a loop
                     log.exception("event subscriber %r failed", callback)

@@ -41,50 +41,11 @@ import orjson
 
 from . import events as ev
 from ._errors import UserError
+from ._store_schema import INDEX_CATCH_UP, LAST_OF_KIND, MIGRATIONS, OF_LOOP, OF_LOOP_KIND, SCHEMA_VERSION
 
 __all__ = ("Store", "SCHEMA_VERSION", "default_store_path")
 
 log = logging.getLogger("unity_nb.store")
-
-# events: once with AUTOINCREMENT, which made every commit write sqlite_sequence's page too (a sixth of
-# recording's cost). A file made before keeps it (the same table to every reader); seq grows either way.
-_V1 = """
-CREATE TABLE sessions (id TEXT PRIMARY KEY, pid INTEGER, host TEXT, started REAL);
-CREATE TABLE loops (
-    uid TEXT PRIMARY KEY, session TEXT, loop_id TEXT, name TEXT, task TEXT, model TEXT,
-    parent_uid TEXT, lineage TEXT, status TEXT, started REAL, ended REAL, steps INTEGER DEFAULT 0,
-    result TEXT, error TEXT
-);
-CREATE INDEX loops_started ON loops (started);
-CREATE TABLE events (
-    seq INTEGER PRIMARY KEY, loop_uid TEXT, kind TEXT, ts REAL, data TEXT
-);
-CREATE INDEX events_loop ON events (loop_uid, seq);
-CREATE TABLE knowledge_tables (name TEXT PRIMARY KEY, columns TEXT, description TEXT, created REAL);
-CREATE TABLE guidance (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT UNIQUE, body TEXT, functions TEXT, created REAL, updated REAL
-);
-"""
-
-_V2 = """
-CREATE TABLE tasks (
-    id TEXT PRIMARY KEY, name TEXT, description TEXT, status TEXT, parent_id TEXT, position REAL,
-    created REAL, updated REAL, session TEXT, loop_uid TEXT, result TEXT
-);
-CREATE TABLE task_turns (
-    task_id TEXT, turn INTEGER, started REAL, ended REAL, summary TEXT, PRIMARY KEY (task_id, turn)
-);
-CREATE TABLE task_messages (
-    task_id TEXT, n INTEGER, turn INTEGER, message TEXT, ts REAL, PRIMARY KEY (task_id, n)
-);
-CREATE TABLE task_queue (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, task_id TEXT, type TEXT, content TEXT, sender TEXT, ts REAL
-);
-"""
-
-MIGRATIONS: list[str] = [_V1, _V2]
-"""Step ``i`` takes the schema from version ``i`` to ``i + 1``."""
-SCHEMA_VERSION = len(MIGRATIONS)
 
 _SKIP = frozenset({"model_delta"})
 _FLUSH_NOW = frozenset({
@@ -93,6 +54,7 @@ _FLUSH_NOW = frozenset({
 })
 _FLUSH_AFTER = 0.5
 _STEPS_EVERY = 1.0  # seconds between writes of a running loop's step count (Store.loops counts from its events)
+_INDEX_EVERY = 1.0  # seconds between bringing the index of events by loop up to date (see _store_schema)
 _LIVE = ("running", "paused", "waiting", "idle")
 _RETRY_FIRST, _RETRY_MAX = 1.0, 30.0
 """Seconds before the first retry of a batch the file could not take, doubling up to the second."""
@@ -172,6 +134,7 @@ class Store:
                 self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = NORMAL")
             self.migrate()
+            self._catch_up()  # what a kernel that died left out of the index
             self.execute(
                 "INSERT INTO sessions (id, pid, host, started) VALUES (?, ?, ?, ?)",
                 (self.session, os.getpid(), socket.gethostname(), time.time()),
@@ -189,10 +152,13 @@ class Store:
         self._retry = _RETRY_FIRST
         self._listeners: list[Callable[[str | None], None]] = []
         self._problem: tuple[str, str] | None = None  # (kind, message with {n} for the events waiting)
+        self._indexed_at = time.monotonic()
         atexit.register(self._at_exit)
 
     def _at_exit(self) -> None:
         self.flush()
+        with contextlib.suppress(sqlite3.Error):
+            self._catch_up()
         if self._pending:
             log.warning("store: %d events could not be written to %r and are lost (%s)",
                         len(self._pending), self.path, self.problem)
@@ -201,6 +167,12 @@ class Store:
         return f"<unity_nb.Store {self.path!r}>"
 
     # -- the database --------------------------------------------------------------------
+
+    def _catch_up(self) -> None:
+        """Bring the index of events by loop up to date (``_store_schema``): one transaction."""
+        with self.transaction() as db:
+            for statement in INDEX_CATCH_UP:
+                db.execute(statement)
 
     @property
     def version(self) -> int:
@@ -419,8 +391,9 @@ class Store:
                 changes.append((_LOOP_ROW[kind], event, row[0]))
         now = time.monotonic()
         due = [(n, u) for u, n in steps.items() if now - steps_at.get(u, -_STEPS_EVERY) >= _STEPS_EVERY]
+        index = now - self._indexed_at >= _INDEX_EVERY
         db = self._db
-        if not changes and not due and len(rows) <= _ROWS:  # the common batch: one step's events
+        if not changes and not due and not index and len(rows) <= _ROWS:  # the common batch: one step's events
             db.execute(_INSERTS[len(rows)], [v for row in rows for v in row])
             return
         db.execute("BEGIN IMMEDIATE")  # writers of other kernels queue up (busy_timeout), never deadlock
@@ -432,7 +405,12 @@ class Store:
                 change(self, db, event, key)
             if due:  # a page written per model call would be a fifth of recording's cost
                 db.executemany("UPDATE loops SET steps = ? WHERE uid = ?", due)
+            if index:
+                for statement in INDEX_CATCH_UP:
+                    db.execute(statement)
             db.execute("COMMIT")
+            if index:
+                self._indexed_at = now
             if len(steps_at) > 4096:  # loops that ended elsewhere: at worst one more write each
                 steps_at.clear()
             steps_at.update((u, now) for _n, u in due)
@@ -495,8 +473,8 @@ class Store:
             row["status"] = "interrupted"
         row["lineage"] = tuple(json.loads(row["lineage"] or "[]"))
         if row["ended"] is None:
-            sql = "SELECT data FROM events WHERE loop_uid = ? AND kind = 'model_request' ORDER BY seq DESC LIMIT 1"
-            last = self.query(sql, (row["uid"],))
+            params = {"uid": row["uid"], "kind": "model_request"}
+            last = self.query(LAST_OF_KIND[0], params) or self.query(LAST_OF_KIND[1], params)
             if last:
                 row["steps"] = max(row["steps"] or 0, int(json.loads(last[0]["data"]).get("step") or 0))
         return row
@@ -514,16 +492,13 @@ class Store:
 
     def events(self, loop: str | None = None, *, kind: str | None = None) -> list[ev.Event]:
         """The recorded events (of one loop: its uid, id or name), oldest first, as event objects."""
-        clauses, params = [], []
         if loop is not None:
-            clauses.append("loop_uid = ?")
-            params.append(self.find(loop)["uid"])
-        if kind is not None:
-            clauses.append("kind = ?")
-            params.append(kind)
-        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        self.flush()
-        rows = self.query(f"SELECT data FROM events{where} ORDER BY seq", tuple(params))
+            params = {"uid": self.find(loop)["uid"], "kind": kind}  # find() writes what is waiting
+            rows = self.query(OF_LOOP if kind is None else OF_LOOP_KIND, params)
+        else:
+            self.flush()
+            where, args = (" WHERE kind = ?", (kind,)) if kind is not None else ("", ())
+            rows = self.query(f"SELECT data FROM events{where} ORDER BY seq", args)
         return [ev.parse_event(r["data"]) for r in rows]
 
     def transcript(self, loop: str) -> list:
