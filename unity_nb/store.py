@@ -157,7 +157,7 @@ class Store:
 
     def _at_exit(self) -> None:
         self.flush()
-        with contextlib.suppress(sqlite3.Error):
+        with contextlib.suppress(sqlite3.Error, UserError):  # the next store to open it brings it up to date
             self._catch_up()
         if self._pending:
             log.warning("store: %d events could not be written to %r and are lost (%s)",
