@@ -11,7 +11,7 @@ are read by one statement, in one snapshot: an event is in exactly one of them.
 
 from __future__ import annotations
 
-__all__ = ("INDEX_CATCH_UP", "LAST_OF_KIND", "MIGRATIONS", "OF_LOOP", "OF_LOOP_KIND", "SCHEMA_VERSION")
+__all__ = ("INDEX_CATCH_UP", "LAST_OF_KIND", "LAST_REQUESTS", "MIGRATIONS", "OF_LOOP", "OF_LOOP_KIND", "SCHEMA_VERSION")
 
 # events: once with AUTOINCREMENT, which made every commit write sqlite_sequence's page too (a sixth of
 # recording's cost). A file made before keeps it (the same table to every reader); seq grows either way.
@@ -88,3 +88,10 @@ LAST_OF_KIND = (
 )
 """The newest event of a kind of one loop: first among those the index does not list yet, then the index
 (walked from its newest entry). An event the index takes between the two is found by the second."""
+
+LAST_REQUESTS = (
+    "SELECT loop_uid, data, MAX(seq) FROM events WHERE seq > " + _INDEXED + " AND kind = 'model_request'"
+    " GROUP BY loop_uid"
+)
+"""Each loop's newest model call among the events the index does not list yet (SQLite gives the row of the
+``MAX``): for :meth:`Store.loops`, one scan of them whatever the number of loops listed."""

@@ -41,7 +41,15 @@ import orjson
 
 from . import events as ev
 from ._errors import UserError
-from ._store_schema import INDEX_CATCH_UP, LAST_OF_KIND, MIGRATIONS, OF_LOOP, OF_LOOP_KIND, SCHEMA_VERSION
+from ._store_schema import (
+    INDEX_CATCH_UP,
+    LAST_OF_KIND,
+    LAST_REQUESTS,
+    MIGRATIONS,
+    OF_LOOP,
+    OF_LOOP_KIND,
+    SCHEMA_VERSION,
+)
 
 __all__ = ("Store", "SCHEMA_VERSION", "default_store_path")
 
@@ -463,10 +471,13 @@ class Store:
         params: tuple = (name,) if name else ()
         if limit:
             sql, params = sql + " LIMIT ?", (*params, limit)
-        alive = self.alive_sessions()
-        return [self._present(row, alive) for row in reversed(self.query(sql, params))]
+        alive, rows = self.alive_sessions(), self.query(sql, params)
+        tail = None  # the newest model call of each loop among the events the index does not list yet: one scan
+        if any(row["ended"] is None for row in rows):
+            tail = {r["loop_uid"]: r["data"] for r in self.query(LAST_REQUESTS)}
+        return [self._present(row, alive, tail) for row in reversed(rows)]
 
-    def _present(self, row: dict, alive: set[str]) -> dict:
+    def _present(self, row: dict, alive: set[str], tail: dict[str, str] | None = None) -> dict:
         """A loops row as read: ``interrupted`` if its kernel is gone, the lineage a tuple, and the steps
         of a loop that has not ended as its events count them (its row's count is written once a second)."""
         if row["status"] in _LIVE and row["session"] not in alive:
@@ -474,9 +485,16 @@ class Store:
         row["lineage"] = tuple(json.loads(row["lineage"] or "[]"))
         if row["ended"] is None:
             params = {"uid": row["uid"], "kind": "model_request"}
-            last = self.query(LAST_OF_KIND[0], params) or self.query(LAST_OF_KIND[1], params)
+            if tail is None:  # one loop read: its own look after the index
+                found = self.query(LAST_OF_KIND[0], params)
+                last = found[0]["data"] if found else None
+            else:
+                last = tail.get(row["uid"])
+            if last is None:  # then the index, from its newest entry
+                found = self.query(LAST_OF_KIND[1], params)
+                last = found[0]["data"] if found else None
             if last:
-                row["steps"] = max(row["steps"] or 0, int(json.loads(last[0]["data"]).get("step") or 0))
+                row["steps"] = max(row["steps"] or 0, int(json.loads(last).get("step") or 0))
         return row
 
     def find(self, key: str) -> dict:
