@@ -192,7 +192,7 @@ def snapshot(
     trust: Mapping[str, tuple] | None = None,
     hint: Mapping[str, tuple] | None = None,
 ) -> dict[str, tuple]:
-    """``{name: fingerprint}`` of :func:`user_variables` in one pass (the hot path of every actor step).
+    """``{name: fingerprint}`` of :func:`user_variables` in one pass (an actor step takes it through :mod:`._watch`).
 
     ``trust`` is a recent snapshot whose fingerprints are taken as they are for names still bound to
     the same object (an identity check only): what was created, deleted or rebound since is seen,
@@ -231,6 +231,9 @@ _CACHE: dict[int, tuple] = {}
 """``id(obj) -> (fingerprint, ids of what pins it, weak references to those)`` for pandas objects. An entry
 goes as soon as its object or any object pinning it is collected, so an id in it always names the object it
 named when cached. Only weak references: the cache keeps no old version of a frame's data alive."""
+_CHURN = [0]
+"""How many times an entry of ``_CACHE`` was added, replaced or dropped: while it stays the same, every entry seen
+before is still there (so :mod:`._watch` checks its entries again only when it moved)."""
 
 
 def _kind_of(t: type) -> str:
@@ -258,6 +261,7 @@ def _forget(key: int, ids: tuple) -> Any:
         entry = _CACHE.get(key)
         if entry is not None and entry[1] is ids:
             _CACHE.pop(key, None)
+            _CHURN[0] += 1
 
     return forget
 
@@ -298,6 +302,7 @@ def fingerprint(obj: Any) -> tuple:
     except TypeError:  # something there takes no weak reference: no cache
         return fp
     _CACHE[key] = (fp, ids, refs)
+    _CHURN[0] += 1
     return fp
 
 

@@ -37,6 +37,7 @@ from typing import Any
 
 from .. import _output
 from ._describe import describe_value, snapshot
+from ._watch import Watch
 
 __all__ = ("Executor", "PlanResult", "FinalAnswer", "PlanTimeout", "final_answer")
 
@@ -221,9 +222,13 @@ class Executor:
         self.code_timeout = code_timeout
         self.label = label
         self.shell = shell
-        self.last: dict[str, tuple] = {}
+        self.watch = Watch(namespace, hidden)
+        """Takes the snapshots; against the last one, it redoes only what could differ (see :mod:`._watch`)."""
+
+    @property
+    def last(self) -> dict[str, tuple]:
         """The snapshot the last :meth:`snapshot` or :meth:`diff` took (so a caller needs no second pass)."""
-        self._bound: tuple = ()
+        return self.watch.last
 
     def _bindings(self) -> tuple:
         """Every name of the namespace and the identity of what it is bound to (two C-level copies)."""
@@ -233,15 +238,20 @@ class Executor:
     def snapshot(self) -> dict[str, tuple]:
         """Fingerprints of the user's variables (to diff before and after). One pass over the namespace;
         a DataFrame that did not change costs a few identity checks (see :func:`fingerprint`)."""
-        self._bound = self._bindings()
-        self.last = snapshot(self.namespace, self.hidden)
-        return self.last
+        return self.watch.take()[0]
 
     def diff(self, before: dict[str, tuple], result: PlanResult | None = None) -> PlanResult:
-        """What changed since ``before``, in one pass that also leaves the snapshot it took in :attr:`last`."""
+        """What changed since ``before``, in one pass that also leaves the snapshot it took in :attr:`last`.
+        Against :attr:`last` only the names the pass looked at again can differ (see :class:`Watch`)."""
         result = result if result is not None else PlanResult(success=True)
-        self._bound = self._bindings()
-        now = self.last = snapshot(self.namespace, self.hidden, hint=before)
+        now, looked = self.watch.take(hint=before)
+        if looked is not None:  # each differs from before: a fingerprint changed, or it is no variable now
+            for name in looked:
+                if name in now:
+                    result.changed[name] = describe_value(self.namespace[name])
+                else:
+                    result.deleted.append(name)
+            return result
         for name, fp in now.items():
             if name not in before:
                 result.created[name] = describe_value(self.namespace[name])
@@ -312,7 +322,7 @@ class Executor:
         figures_before = _figure_numbers()
         if before is None:
             before = self.snapshot()
-        elif before is not self.last or self._bindings() != self._bound:
+        elif before is not self.last or self._bindings() != self.watch.bound:
             before = snapshot(self.namespace, self.hidden, trust=before)
         protected_before = {n: self.namespace[n] for n in GUARDED if n in self.namespace}
         # the real builtins, whatever an earlier plan left there (`__builtins__ = {}` in a dict namespace)

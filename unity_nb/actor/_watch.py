@@ -1,0 +1,222 @@
+"""One namespace watched step after step: each snapshot redoes only what could differ from the last one.
+
+An actor step looks at the namespace twice (before the model is asked, for what the person changed, and after
+the plan, for what it changed), and most steps leave all but a name or two as they were. Taken against the
+snapshot it took last, :meth:`Watch.take` gives the very snapshot :func:`._describe.snapshot` with that ``hint``
+would, and the few names whose fingerprints may differ:
+
+- the names, and the identities of what they are bound to, are compared whole (C loops over two tuples):
+  only a name bound to another object since is looked at again;
+- a value whose fingerprint holds the value itself (a number, a short string, a tuple) cannot change while its
+  name is bound to the same object: the last snapshot keeps it alive, so no other object can have its identity;
+- pandas objects are checked all at once: the identities of each one's block manager, blocks tuple, first and
+  last axis, read by attribute getters mapped over all of them (C loops, no Python code per object), against
+  those read last time. They are what :func:`._describe.fingerprint` compares before reusing a cached
+  fingerprint, and they are valid for the same reason: the cache entry each was read from is still there
+  (checked when the cache changed at all since, ``_CHURN``), so every object it pins by a weak reference is
+  alive, and an equal identity is the very same object;
+- everything else (lists, dicts, arrays, other objects; a name bound to a module or IPython's) is looked at
+  again every time, as without history.
+
+Where a shortcut does not hold (a name added or removed, a pandas object rebound, changed in place or new, a
+cache entry gone, a snapshot other than the last one), the pass is the full one, which also learns for the next.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable, Iterable, Mapping
+from itertools import chain, compress
+from operator import attrgetter, is_, itemgetter, ne
+from typing import Any
+
+from ._describe import _CACHE, _CHURN, HIDDEN_NAMES, fingerprint
+
+__all__ = ("Watch",)
+
+_MGR, _AXES, _BLOCKS = attrgetter("_mgr"), attrgetter("axes"), attrgetter("blocks")
+_FIRST, _LAST, _PINS = itemgetter(0), itemgetter(-1), itemgetter(1)
+_HELD = frozenset({int, float, complex, bool, type(None), tuple, frozenset})
+"""Exact types whose fingerprint holds the value itself (``str`` and ``bytes`` too, when short)."""
+_SAME, _FRAME, _AGAIN = 1, 2, 3
+"""What a name holds: a variable whose fingerprint holds its value; a pandas object with a cached fingerprint;
+anything else (looked at on every pass)."""
+
+
+def _signature(frames: Iterable[Any]) -> tuple:
+    """The identities of the pandas objects' managers, then of their blocks tuples, first and last axes."""
+    mgrs = list(map(_MGR, frames))
+    axes = list(map(_AXES, mgrs))
+    return tuple(map(id, chain(mgrs, map(_BLOCKS, mgrs), map(_FIRST, axes), map(_LAST, axes))))
+
+
+def _never(name: str) -> bool:
+    """Never a user variable, whatever it is bound to."""
+    return name[:1] == "_" or name in HIDDEN_NAMES
+
+
+class Watch:
+    """Snapshots of ``namespace``'s user variables (see :func:`._describe.snapshot`), each learning from the last."""
+
+    def __init__(self, namespace: Mapping[str, Any], hidden: Mapping[str, Any] | None = None) -> None:
+        self.namespace = namespace
+        self.hidden = hidden
+        self.last: dict[str, tuple] = {}
+        """The last snapshot taken."""
+        self.bound: tuple = ((), ())
+        """The namespace's names and the identities of their values when :attr:`last` was taken."""
+        self._churn = -1
+        self._names: tuple = ()
+        self._ids: tuple = ()
+        self._frames: tuple[int, ...] = ()
+        self._frame_set: frozenset[int] | None = None
+        self._mask: bytes | None = None
+        self._entries: list[tuple] = []
+        self._sig: tuple = ()
+        self._again: tuple[int, ...] = ()
+
+    def take(self, hint: dict[str, tuple] | None = None) -> tuple[dict[str, tuple], list[str] | None]:
+        """``snapshot(namespace, hidden, hint=hint)``, and the names whose fingerprints differ from ``hint``'s
+        (in namespace order), or ``None`` when any may. A snapshot is never changed once returned: one that
+        would equal ``hint`` is ``hint`` itself."""
+        churn = _CHURN[0]  # read first: whatever changes the cache from here on shows at the next pass
+        ns = self.namespace
+        values = tuple(ns.values())
+        names = tuple(ns)
+        if len(names) != len(values):  # another thread changed the namespace between the two reads
+            items = list(ns.items())
+            names, values = tuple(k for k, _v in items), tuple(v for _k, v in items)
+        ids = tuple(map(id, values))
+        self.bound = (names, ids)
+        if hint is not None and hint is self.last and names == self._names:
+            looked = self._fast(names, values, ids, hint, churn)
+            if looked is not None:
+                return self.last, looked
+        return self._full(names, values, ids, hint, churn), None
+
+    def _fast(
+        self, names: tuple, values: tuple, ids: tuple, hint: dict[str, tuple], churn: int
+    ) -> list[str] | None:
+        """The pass against :attr:`last` (``hint``), or ``None`` when only a full pass can tell."""
+        moved: list[int] = []
+        if ids != self._ids:
+            moved = [p for p in compress(range(len(ids)), map(ne, ids, self._ids)) if not _never(names[p])]
+            if self._frame_set is None:
+                self._frame_set = frozenset(self._frames)
+            if not self._frame_set.isdisjoint(moved):  # a pandas object's name rebound
+                return None
+        if self._frames:
+            if churn != self._churn and not all(
+                map(is_, map(_CACHE.get, map(ids.__getitem__, self._frames)), self._entries)
+            ):  # an entry of the fingerprint cache it relies on was dropped or replaced
+                return None
+            if self._mask is None:
+                mask = bytearray(len(names))
+                for p in self._frames:
+                    mask[p] = 1
+                self._mask = bytes(mask)
+            try:
+                if _signature(compress(values, self._mask)) != self._sig:
+                    return None  # one changed in place, or was replaced
+            except Exception:
+                return None
+        again = set(self._again) if moved else None
+        look = sorted({*self._again, *moved}) if moved else self._again
+        now = hint
+        changed: list[str] = []
+        hinted = hint.get
+        for p in look:
+            name = names[p]
+            fp, role = self._look(name, values[p], ids[p], hinted)
+            if role == _FRAME:  # a pandas object where there was none: the full pass learns it
+                return None
+            if again is not None:
+                (again.add if role == _AGAIN else again.discard)(p)
+            old = hinted(name)
+            if fp is None:
+                if old is None:
+                    continue
+                if now is hint:
+                    now = dict(hint)
+                del now[name]
+            elif old is None:  # a variable under a name that was none: the full pass keeps the order
+                return None
+            elif fp == old:
+                continue
+            else:
+                if now is hint:
+                    now = dict(hint)
+                now[name] = fp
+            changed.append(name)
+        if again is not None:
+            self._again = tuple(sorted(again))
+        self._ids = ids
+        self._churn = churn
+        self.last = now
+        return changed
+
+    def _look(
+        self, name: str, value: Any, key: int, hinted: Callable[[str], tuple | None]
+    ) -> tuple[tuple | None, int]:
+        """One name's fingerprint (``None``: not a user variable) and what it is, as :func:`snapshot` decides."""
+        fp = hinted(name)
+        if fp is None or fp[0] != key:
+            if _never(name):
+                return None, _SAME
+            if isinstance(value, types.ModuleType):
+                return None, _AGAIN
+            hidden = self.hidden
+            if hidden is not None and name in hidden and hidden[name] is value:
+                return None, _AGAIN
+        fp = fingerprint(value)
+        t = type(value)
+        if t in _HELD or ((t is str or t is bytes) and len(value) < 4096):
+            return fp, _SAME
+        entry = _CACHE.get(key)
+        return fp, (_FRAME if entry is not None and entry[0] is fp else _AGAIN)
+
+    def _full(self, names: tuple, values: tuple, ids: tuple, hint: dict[str, tuple] | None, churn: int) -> dict:
+        """The snapshot without shortcuts (one pass, fingerprint()'s cache hit inlined), learning for the next."""
+        out: dict[str, tuple] = {}
+        frames: list[int] = []
+        entries: list[tuple] = []
+        again: list[int] = []
+        hinted = (hint or {}).get
+        hidden, hidden_names, module, cached = self.hidden, HIDDEN_NAMES, types.ModuleType, _CACHE.get
+        for p, name in enumerate(names):
+            value, key = values[p], ids[p]
+            fp = hinted(name)
+            if fp is None or fp[0] != key:  # not known as a user variable bound to this object: filter
+                if name[:1] == "_" or name in hidden_names:
+                    continue
+                if isinstance(value, module) or (hidden is not None and name in hidden and hidden[name] is value):
+                    again.append(p)  # not a variable now; it may be once the module or IPython lets go
+                    continue
+            entry = cached(key)
+            if entry is not None:  # fingerprint()'s cache hit, inlined: this loop runs for every variable
+                mgr = value._mgr
+                axes = mgr.axes
+                pins = (id(mgr), id(mgr.blocks), id(axes[0]), id(axes[-1]))
+                if entry[1] == pins:
+                    out[name] = entry[0]
+                    frames.append(p)
+                    entries.append(entry)
+                    continue
+            fp = out[name] = fingerprint(value)
+            t = type(value)
+            if t in _HELD or ((t is str or t is bytes) and len(value) < 4096):
+                continue
+            entry = cached(key)
+            if entry is not None and entry[0] is fp:
+                frames.append(p)
+                entries.append(entry)
+            else:
+                again.append(p)
+        self._names, self._ids = names, ids
+        self._frames, self._frame_set, self._mask = tuple(frames), None, None
+        self._entries = entries
+        self._sig = tuple(chain.from_iterable(zip(*map(_PINS, entries))))
+        self._again = tuple(again)
+        self._churn = churn
+        self.last = out
+        return out
