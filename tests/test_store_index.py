@@ -86,3 +86,20 @@ async def test_a_recorded_loop_is_read_back_from_the_store_in_the_order_it_ran(t
     assert store.events("noted") == recorded
     assert [m.content for m in store.transcript("noted") if m.role == "tool"] == ["one", "two"]
     store.close()
+
+
+def test_an_index_whose_mark_was_lost_is_rebuilt_whole(tmp_path):
+    path = tmp_path / "s.db"
+    store = Store(path)
+    events = [started("k1", "kept"), request("k1", "kept", 1)]
+    for e in events:
+        store.record(e)
+    store.close()
+    damaged = Store(path)
+    damaged.execute("DELETE FROM store_meta")  # as a hand-edited file might be
+    damaged.execute("DELETE FROM event_index")
+    assert damaged.events("kept") == events  # every event after "nothing indexed" is read by the scan
+    damaged.close()
+    again = Store(path)
+    assert indexed(again) == 2 and again.events("kept") == events
+    again.close()

@@ -61,12 +61,13 @@ MIGRATIONS: list[str] = [_V1, _V2, _V3]
 """Step ``i`` takes the schema from version ``i`` to ``i + 1``."""
 SCHEMA_VERSION = len(MIGRATIONS)
 
-_INDEXED = "(SELECT value FROM store_meta WHERE key = 'indexed')"
+_INDEXED = "IFNULL((SELECT value FROM store_meta WHERE key = 'indexed'), 0)"  # no row: nothing indexed
 
 INDEX_CATCH_UP = (
     f"INSERT OR IGNORE INTO event_index (loop_uid, seq) SELECT loop_uid, seq FROM events WHERE seq > {_INDEXED}"
     " AND loop_uid IS NOT NULL",
-    "UPDATE store_meta SET value = (SELECT IFNULL(MAX(seq), 0) FROM events) WHERE key = 'indexed'",
+    "INSERT INTO store_meta (key, value) VALUES ('indexed', (SELECT IFNULL(MAX(seq), 0) FROM events))"
+    " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
 )
 """The statements that bring the index up to date (in one write transaction)."""
 
