@@ -301,6 +301,42 @@ async def test_schemas_list_compatible_variables_and_hide_tools_until_one_exists
     assert alternatives[0]["type"] == "array" and alternatives[1]["enum"] == ["<<var:nums>>"]  # not `word`
 
 
+async def test_the_offered_references_follow_every_change_a_plan_makes(bus):
+    """The tools' compatible variables are worked out from each step's snapshot, and a step that changes no
+    variable's compatibility reuses the last step's schemas: every kind of change must still show."""
+    reg = Registry()
+    ns = {"nums": [1, 2], "other": [3], "df": pd.DataFrame({"a": [1.0]})}
+    model = u.ScriptedModel(plans(
+        "i = 1",  # a counter: changes no compatibility
+        "nums.append('x')",  # in place: a list of int no more
+        "del other",
+        "other = pd.DataFrame({'b': [2.0]})",  # the name back, as another type
+        "df = [7]",  # a frame rebound to a list of int
+    ))
+    await u.act("go", model=model, namespace={**ns, "pd": pd}, tools=reg.tools(), bus=bus)
+
+    def enums(request) -> dict[str, list[str]]:
+        out = {}
+        for t in request.tools:
+            props = t["function"]["parameters"]["properties"]
+            param = {"summarise": "frame", "scale": "values"}.get(t["function"]["name"])
+            spec = props.get(param, {})
+            names = spec.get("enum") or (spec["anyOf"][1]["enum"] if "anyOf" in spec else None)
+            if names:
+                out[t["function"]["name"]] = names
+        return out
+
+    seen = [enums(r) for r in model.requests]
+    assert seen == [
+        {"summarise": ["<<var:df>>"], "scale": ["<<var:nums>>", "<<var:other>>"]},
+        {"summarise": ["<<var:df>>"], "scale": ["<<var:nums>>", "<<var:other>>"]},
+        {"summarise": ["<<var:df>>"], "scale": ["<<var:other>>"]},
+        {"summarise": ["<<var:df>>"]},
+        {"summarise": ["<<var:df>>", "<<var:other>>"]},
+        {"summarise": ["<<var:other>>"], "scale": ["<<var:df>>"]},
+    ]
+
+
 async def test_bad_references_are_errors_the_model_can_correct(bus):
     reg = Registry()
     ns = {"df": pd.DataFrame({"a": [1]}), "word": "hi"}

@@ -229,7 +229,11 @@ class ActorHandle(LoopHandle):
         if self._index is None or names != self._index_for:
             self._index = RefIndex(self._json_tools)
             self._index_for = names
-        compatible = self._index.refresh(user_variables(self.namespace, self.actor.hidden))
+            self._ref_tools = {}
+        # the snapshot this step took (before_step runs before the tools are offered); a first one if none yet
+        compatible = self._index.refresh(self.executor.last or self.executor.snapshot(), self.namespace)
+        if self._ref_tools and all(t.compatible is compatible for t in self._ref_tools.values()):
+            return  # nothing a schema shows has changed: the tools offered last step stand
         self._ref_tools = {
             t.name: RefTool(
                 t, namespace=self.namespace, index=self._index, compatible=compatible,

@@ -59,6 +59,8 @@ class RefIndex:
             "unity_nb_references", __config__=pydantic.ConfigDict(arbitrary_types_allowed=True, strict=True), **fields
         )
         self._cache: dict[str, tuple[tuple, frozenset[str]]] = {}
+        self._seen: Mapping[str, tuple] | None = None  # the snapshot the last answer is for
+        self._out: dict[tuple[str, str], list[str]] | None = None
 
     def _fits(self, value: Any) -> frozenset[str]:
         """The field keys ``value`` validates against (strict: no coercion)."""
@@ -73,20 +75,33 @@ class RefIndex:
         except Exception:
             return frozenset()
 
-    def refresh(self, variables: Mapping[str, Any]) -> dict[tuple[str, str], list[str]]:
-        """``{(tool, param): [compatible variable names]}``, recomputed for changed variables only."""
-        for name in list(self._cache):
-            if name not in variables:
-                del self._cache[name]
-        for name, value in variables.items():
-            fp = fingerprint(value)
-            cached = self._cache.get(name)
-            if cached is None or cached[0] != fp:
-                self._cache[name] = (fp, self._fits(value))
+    def refresh(
+        self, fingerprints: Mapping[str, tuple], namespace: Mapping[str, Any]
+    ) -> dict[tuple[str, str], list[str]]:
+        """``{(tool, param): [compatible variable names]}`` for the user variables a snapshot fingerprints (the
+        step's own: no second pass over the namespace), recomputed for changed variables only. The same
+        snapshot object as last time gives the same answer object, at once."""
+        if fingerprints is self._seen and self._out is not None:
+            return self._out
+        changed = False  # whether any variable's compatibility changed (a counter's new value changes nothing)
+        cache = self._cache
+        for name, fp in fingerprints.items():
+            cached = cache.get(name)
+            if cached is None or (cached[0] is not fp and cached[0] != fp):
+                fits = self._fits(namespace[name])
+                changed = changed or fits != (cached[1] if cached is not None else frozenset())
+                cache[name] = (fp, fits)
+        if len(cache) > len(fingerprints):  # it holds every name of the snapshot now: the rest are gone
+            for name in [n for n in cache if n not in fingerprints]:
+                changed = bool(cache.pop(name)[1]) or changed
+        self._seen = fingerprints
+        if not changed and self._out is not None:
+            return self._out
         out: dict[tuple[str, str], list[str]] = {p: [] for p in self._by_param}
         for name in sorted(self._cache):
             for key in self._cache[name][1]:
                 out[self._keys[key]].append(name)
+        self._out = out
         return out
 
     def fits(self, tool: str, param: str, value: Any) -> bool:
