@@ -134,3 +134,18 @@ def test_bad_settings_are_refused_naming_the_setting(bad):
 def test_enabled_takes_a_bool():
     with pytest.raises(u.UserError, match="enabled"):
         u.tune_collector("yes")  # type: ignore[arg-type]
+
+
+async def test_a_batch_keeps_the_threshold_raised_between_waves_of_its_rows(tuning):
+    """Rows that all answer at once end in waves: between one wave ending and the next starting, the batch
+    still counts as its concurrency of live loops, so the threshold is not put back and raised again."""
+    bus = u.EventBus()
+    seen: list[int] = []
+    bus.subscribe(lambda e: seen.append(gc.get_threshold()[0]), kinds=["row_finished", "loop_started"])
+    h = u.map([f"item {i}" for i in range(30)], "Label {value}", model=u.ScriptedModel(lambda m, t: "ok"),
+              concurrency=6, bus=bus)
+    assert (await asyncio.wait_for(h, 10)).tolist() == ["ok"] * 30
+    assert len(seen) == 30 + 31
+    assert min(seen[6:]) >= 1000 * 6  # from the first wave on
+    assert gc.get_threshold() == (700, 10, 10)
+    assert u.tune_collector()["threshold_set"] is None

@@ -8,8 +8,11 @@ the whole heap again and again. At 1,000 concurrent loops the collector took 44%
 
 So while at least ``start_at`` loops are live, unity_nb raises the first threshold to ``per_loop``
 allocations per live loop (at most ``ceiling``), and puts back the thresholds it found once fewer
-than half of ``start_at`` are live. Reference counting still frees every object without a cycle at
-once; only cyclic garbage waits longer, for at most that many allocations.
+than half of ``start_at`` are live. A batch holds its concurrency for as long as it runs
+(:func:`hold_loops`): it counts as that many live loops, so a batch whose rows end and start in waves
+(all of them waiting on the same latency) keeps the threshold raised between waves, instead of putting
+it back and collecting every 700 allocations while the next wave starts. Reference counting still frees
+every object without a cycle at once; only cyclic garbage waits longer, for at most that many allocations.
 
 Thresholds a person sets are theirs: if ``gc.get_threshold()`` is not what unity_nb last set, it
 leaves them alone until the loops have all ended. A first threshold already above what unity_nb
@@ -26,7 +29,7 @@ from typing import Any
 
 from ._errors import UserError
 
-__all__ = ("loop_ended", "loop_started", "tune_collector")
+__all__ = ("hold_loops", "loop_ended", "loop_started", "release_loops", "tune_collector")
 
 _lock = threading.Lock()
 
@@ -38,6 +41,8 @@ class _State:
         self.per_loop = 50
         self.ceiling = 100_000
         self.live = 0
+        self.held = 0
+        """Loops batches said they keep running (:func:`hold_loops`): the count is the larger of the two."""
         self.found: tuple[int, ...] | None = None
         """The thresholds before unity_nb raised them (``None``: not raised)."""
         self.ours: tuple[int, ...] | None = None
@@ -54,7 +59,7 @@ def loop_started() -> None:
     s = _state
     with _lock:
         s.live += 1
-        if s.enabled and not s.yielded and s.live >= s.start_at:
+        if s.enabled and not s.yielded and max(s.live, s.held) >= s.start_at:
             _raise(s)
 
 
@@ -63,14 +68,36 @@ def loop_ended() -> None:
     s = _state
     with _lock:
         s.live = max(0, s.live - 1)
-        if s.ours is not None and s.live < s.start_at // 2:
-            _restore(s)
-        if s.live == 0:
-            s.yielded = False
+        _ended(s)
+
+
+def hold_loops(n: int) -> None:
+    """A batch starts that keeps up to ``n`` loops running until :func:`release_loops`: until then, at least
+    ``n`` loops count as live, also between one wave of its rows ending and the next starting."""
+    s = _state
+    with _lock:
+        s.held += n
+        if s.enabled and not s.yielded and max(s.live, s.held) >= s.start_at:
+            _raise(s)
+
+
+def release_loops(n: int) -> None:
+    """The batch that held ``n`` loops (:func:`hold_loops`) ended."""
+    s = _state
+    with _lock:
+        s.held = max(0, s.held - n)
+        _ended(s)
+
+
+def _ended(s: _State) -> None:
+    if s.ours is not None and max(s.live, s.held) < s.start_at // 2:
+        _restore(s)
+    if s.live == 0 and s.held == 0:
+        s.yielded = False
 
 
 def _raise(s: _State) -> None:
-    want = min(s.ceiling, s.live * s.per_loop)
+    want = min(s.ceiling, max(s.live, s.held) * s.per_loop)
     current = gc.get_threshold()
     if s.ours is None:
         if want <= current[0]:
@@ -124,9 +151,9 @@ def tune_collector(
             s.per_loop = _positive("per_loop", per_loop)
         if ceiling is not None:
             s.ceiling = _positive("ceiling", ceiling)
-        if s.ours is not None and (not s.enabled or s.live < s.start_at // 2):
+        if s.ours is not None and (not s.enabled or max(s.live, s.held) < s.start_at // 2):
             _restore(s)
-        elif s.enabled and not s.yielded and s.live >= s.start_at:
+        elif s.enabled and not s.yielded and max(s.live, s.held) >= s.start_at:
             _raise(s)
         return {
             "enabled": s.enabled,

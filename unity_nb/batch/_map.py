@@ -25,8 +25,9 @@ from typing import Any
 import pydantic
 
 from .. import events as ev
+from .._collector import hold_loops, release_loops
 from .._errors import Stopped, UserError
-from ..loop import VERBS, Engine, LoopHandle, LoopOptions
+from ..loop import VERBS, Engine, LoopHandle, LoopOptions, Status
 from ..models import default_model, set_rate_limit
 from ._rows import Row, answer_tool, assemble, make_rows, parse_answer, row_key, to_json
 
@@ -128,9 +129,18 @@ class MapHandle(LoopHandle):
         self._counts = collections.Counter(r.status for r in self.rows)  # kept as rows move on, not recounted
         self.ended_badly: list[Row] = []
         """Rows that failed or stopped, in the order they ended (what the widget lists)."""
+        self._held = 0
         super().__init__(
             label or f"[map] {task}", model=model, name=name, bus=bus, max_steps=1,
         )
+        # its rows count as live loops from now to its end, also between waves (unity_nb._collector)
+        self._held = min(concurrency, self._counts["waiting"])
+        hold_loops(self._held)
+
+    def end(self, status: Status, *, answer: str | None = None, error: BaseException | None = None) -> None:
+        held, self._held = self._held, 0
+        release_loops(held)
+        super().end(status, answer=answer, error=error)
 
     # -- rows ------------------------------------------------------------------------------
 
