@@ -66,7 +66,7 @@ class Turn(Part):
     """The model side of a loop: what each step offers and how the model is called."""
 
     __slots__ = (
-        "_interrupted", "_last_tokens", "_offered", "_policy_takes_loop", "_schema_cache", "_sent",
+        "_interrupted", "_last_tokens", "_offered", "_policy_takes_loop", "_schema_cache", "_sent", "_streamed",
         "_summary_failed_at", "_task", "_text_scrub", "_thinking_scrub", "budget_start", "count", "dynamic",
         "text", "thinking", "tools",
     )
@@ -92,6 +92,7 @@ class Turn(Part):
         self._interrupted = False
         self._summary_failed_at = -1
         self._last_tokens = 0
+        self._streamed = True
         self.reset_streaming()
 
     # -- offered tools -----------------------------------------------------------------------
@@ -188,17 +189,22 @@ class Turn(Part):
     # -- streaming ---------------------------------------------------------------------------
 
     def reset_streaming(self) -> None:
-        # pieces joined when read (appending to a str is quadratic), scrubbed as they accumulate
-        self.text, self._text_scrub = TextBuffer(), ScrubStream()
-        self.thinking, self._thinking_scrub = TextBuffer(), ScrubStream()
+        # pieces joined when read (appending to a str is quadratic), scrubbed as they accumulate; new ones
+        # only if anything was streamed into these (a step resets before and after its call)
+        if self._streamed:
+            self._streamed = False
+            self.text, self._text_scrub = TextBuffer(), ScrubStream()
+            self.thinking, self._thinking_scrub = TextBuffer(), ScrubStream()
 
     def _on_delta(self, text: str) -> None:
+        self._streamed = True
         text = self._text_scrub.feed(text)
         if text:
             self.text.append(text)
             self.owner.emit(ev.ModelDelta, step=self.owner.steps, text=text)
 
     def _on_thinking(self, text: str) -> None:
+        self._streamed = True
         text = self._thinking_scrub.feed(text)
         if text:
             self.thinking.append(text)
