@@ -74,7 +74,8 @@ INDEX_CATCH_UP = (
 
 def _of_loop(more: str) -> str:
     return (
-        f"SELECT seq, data FROM events WHERE seq IN (SELECT seq FROM event_index WHERE loop_uid = :uid){more}"
+        "SELECT seq, data FROM events WHERE seq IN"
+        f" (SELECT seq FROM event_index WHERE loop_uid = :uid AND seq <= {_INDEXED}){more}"
         f" UNION ALL SELECT seq, data FROM events WHERE seq > {_INDEXED} AND loop_uid = :uid{more} ORDER BY seq"
     )
 

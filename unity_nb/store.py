@@ -82,11 +82,12 @@ _dumps = orjson.dumps
 def _json(event: ev.Event) -> str:
     """The event as compact JSON, non-ASCII kept: what ``event.model_dump_json()`` writes, parsed alike (orjson
     writes an event's dataclass fields in order, a third of the standard encoder's time; a float may be spelled
-    another way, ``1e-05`` as ``1e-5``). A value orjson does not take (an int past 64 bits) goes the standard way."""
+    another way, ``1e-05`` as ``1e-5``). A value orjson does not take (an int past 64 bits, a lone surrogate: text
+    decoded with surrogateescape) goes the standard way, escaped to ASCII (SQLite takes no lone surrogate)."""
     try:
         return _dumps(event).decode()
     except TypeError:  # orjson.JSONEncodeError is a TypeError
-        return event.model_dump_json()
+        return json.dumps(event.model_dump(), separators=(",", ":"))  # model_dump_json's, ASCII (escapes read alike)
 
 
 def _code(err: BaseException) -> int | None:
@@ -142,7 +143,8 @@ class Store:
                 self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = NORMAL")
             self.migrate()
-            self._catch_up()  # what a kernel that died left out of the index
+            with contextlib.suppress(sqlite3.OperationalError):  # a full disk: a write's catch-up (or close's) does it
+                self._catch_up()  # what a kernel that died left out of the index
             self.execute(
                 "INSERT INTO sessions (id, pid, host, started) VALUES (?, ?, ?, ?)",
                 (self.session, os.getpid(), socket.gethostname(), time.time()),
@@ -343,6 +345,11 @@ class Store:
                 return
             if self._problem is not None:
                 self._recovered(len(batch))
+            now = time.monotonic()
+            if now - self._indexed_at >= _INDEX_EVERY:  # after the batch, on its own: a full disk undoes the whole
+                self._indexed_at = now  # of a transaction that cannot grow, and the events must not wait on it
+                with contextlib.suppress(sqlite3.Error, UserError):  # the next second's (or close's) catch-up does it
+                    self._catch_up()
 
     def _trouble(self, err: BaseException) -> None:
         """Report once per kind of problem; keep the message's count current; schedule a retry."""
@@ -399,9 +406,8 @@ class Store:
                 changes.append((_LOOP_ROW[kind], event, row[0]))
         now = time.monotonic()
         due = [(n, u) for u, n in steps.items() if now - steps_at.get(u, -_STEPS_EVERY) >= _STEPS_EVERY]
-        index = now - self._indexed_at >= _INDEX_EVERY
         db = self._db
-        if not changes and not due and not index and len(rows) <= _ROWS:  # the common batch: one step's events
+        if not changes and not due and len(rows) <= _ROWS:  # the common batch: one step's events
             db.execute(_INSERTS[len(rows)], [v for row in rows for v in row])
             return
         db.execute("BEGIN IMMEDIATE")  # writers of other kernels queue up (busy_timeout), never deadlock
@@ -413,12 +419,7 @@ class Store:
                 change(self, db, event, key)
             if due:  # a page written per model call would be a fifth of recording's cost
                 db.executemany("UPDATE loops SET steps = ? WHERE uid = ?", due)
-            if index:
-                for statement in INDEX_CATCH_UP:
-                    db.execute(statement)
             db.execute("COMMIT")
-            if index:
-                self._indexed_at = now
             if len(steps_at) > 4096:  # loops that ended elsewhere: at worst one more write each
                 steps_at.clear()
             steps_at.update((u, now) for _n, u in due)
