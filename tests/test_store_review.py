@@ -348,3 +348,17 @@ def test_events_that_fit_on_a_nearly_full_disk_are_written_though_the_index_cann
     assert mark(store) == total(store) == indexed(store) == len(events) + 3
     assert store.events("full")[-1].step == 302 and len(store.events("full")) == len(events) + 3
     store.close()
+
+
+def test_an_event_holding_what_json_cannot_is_kept_as_its_repr_with_its_batch(tmp_path):
+    store = Store(tmp_path / "s.db")
+    odd = ev.ModelResponse(loop_id="r1", lineage=("repr(r1)",), step=1, content=None,
+                           tool_calls=({"id": "c1", "name": "t", "arguments": {"when": {1, 2}}},))
+    events = [started("r1", "repr"), odd, request("r1", "repr", 2)]
+    for e in events:
+        store.record(e)
+    assert store.waiting == 0 and store.problem is None
+    back = store.events("repr")
+    assert back[0] == events[0] and back[2] == events[2]
+    assert back[1].tool_calls[0]["arguments"] == {"when": "{1, 2}"}
+    store.close()

@@ -87,7 +87,9 @@ def _json(event: ev.Event) -> str:
     try:
         return _dumps(event).decode()
     except TypeError:  # orjson.JSONEncodeError is a TypeError
-        return json.dumps(event.model_dump(), separators=(",", ":"))  # model_dump_json's, ASCII (escapes read alike)
+        # model_dump_json's, ASCII (escapes read alike); a value JSON cannot hold is kept as its repr: one odd
+        # event must not cost the batch it is in
+        return json.dumps(event.model_dump(), separators=(",", ":"), default=repr)
 
 
 def _code(err: BaseException) -> int | None:
