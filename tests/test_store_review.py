@@ -139,16 +139,22 @@ def test_a_version_2_file_with_many_events_of_several_loops_migrates_and_reads_b
     store.close()
 
 
-def test_a_full_disk_while_the_index_catches_up_loses_nothing_and_the_index_ends_whole(tmp_path, catch_up):
-    path = tmp_path / "s.db"
-    store = Store(path)
-    events = [started("f1", "full")]
-    for step in range(1, 301):  # many unindexed events: the catch-up needs pages of its own
+def record_unindexed(store: Store) -> list[ev.Event]:
+    """A loop of 601 events, all written and none indexed yet: their catch-up needs pages of its own."""
+    events: list[ev.Event] = [started("f1", "full")]
+    for step in range(1, 301):
         events += [request("f1", "full", step), tool("f1", "full", "x" * 200)]
     for e in events:
         store.record(e)
     store.flush()
     assert store.waiting == 0 and mark(store) == 0
+    return events
+
+
+def test_a_full_disk_while_the_index_catches_up_loses_nothing_and_the_index_ends_whole(tmp_path, catch_up):
+    path = tmp_path / "s.db"
+    store = Store(path)
+    events = record_unindexed(store)
     pages = store.query("PRAGMA page_count")[0]["page_count"]
     store.execute(f"PRAGMA max_page_count = {pages}")  # the disk is full
     catch_up(True)
@@ -328,12 +334,7 @@ def test_a_store_opens_on_a_full_disk_though_the_index_cannot_catch_up(tmp_path,
 def test_events_that_fit_on_a_nearly_full_disk_are_written_though_the_index_cannot_catch_up(tmp_path, catch_up):
     path = tmp_path / "s.db"
     store = Store(path)
-    events = [started("f1", "full")]
-    for step in range(1, 301):  # many unindexed events: their catch-up needs pages of its own
-        events += [request("f1", "full", step), tool("f1", "full", "x" * 200)]
-    for e in events:
-        store.record(e)
-    assert store.waiting == 0 and mark(store) == 0
+    events = record_unindexed(store)
     pages = store.query("PRAGMA page_count")[0]["page_count"]
     store.execute(f"PRAGMA max_page_count = {pages}")  # the disk is nearly full: a few small rows still fit
     catch_up(True)
