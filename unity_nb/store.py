@@ -535,6 +535,9 @@ class Store:
                 recs = [ToolCallRecord(c["id"], c["name"], c["arguments"]) for c in e.tool_calls]
                 calls.update({r.id: r for r in recs})
                 out.append(Message("assistant", e.content, kind="text", tool_calls=recs, ts=e.ts))
+            elif isinstance(e, ev.ModelResponse):  # cut off by a stop or an interjection: what had streamed
+                if e.content:
+                    out.append(Message("assistant", e.content, kind="interrupted", ts=e.ts))
             elif isinstance(e, ev.ToolFinished):
                 if e.call_id in calls:
                     calls[e.call_id].result, calls[e.call_id].error = e.result, e.error

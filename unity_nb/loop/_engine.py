@@ -4,12 +4,15 @@
 
 until an answer, which passes evaluations and post-processors (:meth:`Engine.finalize`) before it
 is final. The last of ``max_steps`` turns offers no tools, so an answer comes; a model that calls
-a tool there anyway is told so and asked once more.
+a tool there anyway has the text it wrote beside the call taken as its answer (marked by a notification),
+or, having written none, is told so and asked once more. A reply with nothing in it is not an answer: the
+model is asked once more, and a second empty reply fails the run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from typing import TYPE_CHECKING
 
 from .. import events as ev
@@ -40,7 +43,7 @@ class Engine(Part):
     async def run(self) -> None:
         """The loop's task: drive, then end the handle with what happened."""
         h = self.owner
-        loop_token = enter_loop(h)
+        loop_token: contextvars.Token | None = enter_loop(h)
         retry_token = retry_hook.set(h.turn.on_retry)
         try:
             answer = await self.drive()
@@ -53,9 +56,13 @@ class Engine(Part):
         except Exception as err:  # noqa: BLE001 - the run failed: result() raises it
             h.end(Status.FAILED, error=err)
             return
+        except GeneratorExit:  # its event loop was closed under it: closed by the collector, not in its context
+            loop_token = None
+            raise
         finally:  # the task's context keeps no reference to the handle: no cycle through it
-            retry_hook.reset(retry_token)
-            leave_loop(loop_token)
+            if loop_token is not None:
+                retry_hook.reset(retry_token)
+                leave_loop(loop_token)
         h.end(Status.FINISHED, answer=answer)
 
     async def checkpoint(self) -> bool:
@@ -77,7 +84,7 @@ class Engine(Part):
     async def drive(self) -> str:
         h = self.owner
         conv, turn, cfg = h.conversation, h.turn, h.config
-        strays = 0
+        strays = empties = 0
         while True:
             if await self.checkpoint():  # a multi-request loop with nothing left to do
                 return self._multi_answer()
@@ -95,26 +102,39 @@ class Engine(Part):
                 continue
             await h.gate.wait()  # a reply that lands while paused is processed on resume
             turn.count += 1
-            if reply.tool_calls and not offered:  # a stray call where no tools were offered: ask once more
+            if reply.tool_calls and not offered:  # a stray call where no tools were offered
                 names = [c.name for c in reply.tool_calls]
-                if strays:
-                    why = f"its last step (max_steps={cfg.max_steps})" if last else "a step"
-                    raise UnityError(
-                        f"the model called {names} at {why} where no tools were offered, instead of answering, "
-                        "and again when asked once more"
-                    )
-                strays += 1
                 reply.tool_calls = []
-                conv.record(Message("assistant", reply.content or f"[called {', '.join(names)}]", kind="text"))
-                if reply.content:
-                    conv.add({"role": "assistant", "content": reply.content})
-                conv.note(
-                    f"[no tools are available at this step, so {', '.join(names)} did not run: "
-                    "answer now with what you have]"
-                )
-                continue
+                why = f"its last step (max_steps={cfg.max_steps})" if last else "a step"
+                if (reply.content or "").strip() and not h.multi:
+                    # text beside the calls is the answer (UniqueAI's last step always ends with one): marked
+                    h.notify(None, f"the model called {', '.join(names)} at {why} where no tools were offered; "
+                                   "the calls did not run, and the text it wrote with them is its answer")
+                else:
+                    if strays:
+                        raise UnityError(
+                            f"the model called {names} at {why} where no tools were offered, instead of "
+                            "answering, and again when asked once more: no answer to give"
+                        )
+                    strays += 1
+                    conv.record(Message("assistant", reply.content or f"[called {', '.join(names)}]", kind="text"))
+                    if reply.content:
+                        conv.add({"role": "assistant", "content": reply.content})
+                    conv.note(
+                        f"[no tools are available at this step, so {', '.join(names)} did not run: "
+                        "answer now with what you have]"
+                    )
+                    continue
             # an answer written before the latest interjection is not final: the model sees it next
             final = not reply.tool_calls and not conv.interjected
+            if final and not (reply.content or "").strip():  # a reply that says nothing is not an answer
+                said = f"finish_reason={reply.finish_reason!r}"
+                if empties:
+                    raise UnityError(f"the model answered nothing ({said}), and again when asked once more")
+                empties += 1
+                h.notify(None, f"the model's reply was empty ({said}); it was asked once more")
+                conv.note("[your reply was empty: answer now, in words]")
+                continue
             if final and h.multi and len(h.open_requests()) > 1:
                 final = False
                 if not still_last():  # at the last step they fail below

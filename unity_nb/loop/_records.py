@@ -73,7 +73,8 @@ class Message:
 
     ``role`` is ``system``, ``user``, ``assistant`` or ``tool``; ``kind`` says more:
     ``task``, ``interjection``, ``steering`` (pause, resume, stop, ask), ``clarification``,
-    ``notification``, ``answer`` (the final assistant message), ``text``, ``tool_result``.
+    ``notification``, ``answer`` (the final assistant message), ``text``, ``tool_result``,
+    ``interrupted`` (what the model had streamed when a stop or an interjection cut its reply off).
     """
 
     role: str

@@ -281,10 +281,15 @@ class Turn(Part):
         try:
             reply = await task
         except asyncio.CancelledError:
+            # stopped, or interrupted by an interjection: what streamed so far is kept, marked as cut off
+            # (the transcript and, through the event, the store), as a chat interface keeps a stopped reply
+            self._flush_streaming()
+            partial = self.text.text or None
+            h.emit(ev.ModelResponse, step=step, content=partial, interrupted=True)
+            if partial:
+                h.conversation.record(Message("assistant", partial, kind="interrupted"))
             me = asyncio.current_task()
             if self._interrupted and me is not None and not me.cancelling():
-                self._flush_streaming()
-                h.emit(ev.ModelResponse, step=step, content=self.text.text or None, interrupted=True)
                 return None
             raise
         finally:

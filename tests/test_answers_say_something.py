@@ -1,0 +1,97 @@
+"""A run ends with something said: an empty reply is not an answer, a stray call at the last step keeps the
+text written beside it, and a stop mid-stream keeps what had streamed (issue 23)."""
+
+import asyncio
+
+import pytest
+
+import unity_nb as u
+from unity_nb.store import Store
+
+
+def lookup(key: str) -> str:
+    """Look a key up."""
+    return key * 2
+
+
+def users(messages):
+    return [m["content"] for m in messages if m["role"] == "user" and isinstance(m.get("content"), str)]
+
+
+async def test_an_empty_reply_is_asked_again_and_the_second_reply_is_the_answer(bus):
+    def script(messages, tools):
+        return "the answer is 4" if any("was empty" in t for t in users(messages)) else ""
+
+    model = u.ScriptedModel(script)
+    h = u.start_loop("what is 2 + 2?", model=model, bus=bus)
+    assert await asyncio.wait_for(h.result(), 10) == "the answer is 4"
+    assert len(model.requests) == 2
+    notes = [m.content for m in h.transcript if m.kind == "notification"]
+    assert notes and "empty" in notes[0]
+
+
+async def test_a_model_that_answers_nothing_twice_fails_the_run_with_the_reason(bus):
+    h = u.start_loop("what is 2 + 2?", model=u.ScriptedModel(lambda m, t: u.Reply(content="", finish_reason="stop")),
+                     bus=bus)
+    with pytest.raises(u.UnityError, match=r"answered nothing \(finish_reason='stop'\)"):
+        await asyncio.wait_for(h.result(), 10)
+    assert h.status == "failed"
+
+
+async def test_a_map_row_whose_model_answers_nothing_fails_with_a_reason(bus):
+    def script(messages, tools):
+        return "" if "row b" in users(messages)[0] else "fine"
+
+    h = u.map(["row a", "row b"], "Say something about", model=u.ScriptedModel(script), bus=bus)
+    results = await asyncio.wait_for(h, 20)
+    assert results.iloc[0] == "fine"
+    assert results.isna().iloc[1]  # no empty string passed off as an answer
+    reason = results.attrs["reasons"][1]
+    assert reason and "answered nothing" in reason
+
+
+async def test_text_beside_a_stray_call_at_the_last_step_is_the_answer_and_marked(bus):
+    def script(messages, tools):
+        if any(m["role"] == "tool" for m in messages):
+            return u.Reply(content="a is aa", tool_calls=[u.call_tool("lookup", key="b")])
+        return u.call_tool("lookup", key="a")
+
+    h = u.start_loop("find a", model=u.ScriptedModel(script), tools=[lookup], max_steps=2, bus=bus)
+    assert await asyncio.wait_for(h.result(), 10) == "a is aa"
+    assert h.tool_calls == 1  # the stray call did not run
+    notes = [m.content for m in h.transcript if m.kind == "notification"]
+    assert any("did not run" in n and "answer" in n for n in notes)
+
+
+class _StreamsThenHangs:
+    """Streams two pieces, then waits for ever (until cancelled): a reply a stop cuts off."""
+
+    name = "hangs"
+
+    def __init__(self) -> None:
+        self.streamed = asyncio.Event()
+
+    async def complete(self, request, on_delta=None):
+        on_delta("The tallest mountain ")
+        on_delta("is Everest, at")
+        self.streamed.set()
+        await asyncio.Event().wait()
+
+
+async def test_a_stop_mid_stream_keeps_the_streamed_text_in_the_transcript_and_the_store(tmp_path):
+    bus = u.EventBus()
+    store = Store(tmp_path / "s.db")
+    store.attach(bus)
+    model = _StreamsThenHangs()
+    h = u.start_loop("tallest mountain?", model=model, bus=bus, name="peak")
+    await asyncio.wait_for(model.streamed.wait(), 10)
+    await h.wait_for("model_delta", lambda e: "Everest" in e.text)
+    await h.stop("enough")
+    with pytest.raises(u.Stopped):
+        await asyncio.wait_for(h.result(), 10)
+    cut = [m for m in h.transcript if m.kind == "interrupted"]
+    assert [m.content for m in cut] == ["The tallest mountain is Everest, at"]
+    store.flush()
+    rebuilt = [(m.kind, m.content) for m in store.transcript("peak")]
+    assert ("interrupted", "The tallest mountain is Everest, at") in rebuilt
+    store.close()
