@@ -21,10 +21,15 @@ Thresholds a person sets are theirs: if ``gc.get_threshold()`` is not what unity
 leaves them alone until the loops have all ended. A first threshold already above what unity_nb
 would set is left as it is. ``tune_collector(False)`` (or ``UNITY_NB_TUNE_GC=0`` in the environment)
 turns this off and puts back what it changed.
+
+Loops are counted per event loop. An event loop closed with loops still on it (their tasks are destroyed
+unrun) takes its loops out of the count: the next time the count is read or changed, or at the next
+collection while the threshold is raised (a ``gc.callbacks`` entry, there only while raised).
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import threading
@@ -46,6 +51,8 @@ class _State:
         self.live = 0
         self.held = 0
         """Loops batches said they keep running (:func:`hold_loops`): the count is the larger of the two."""
+        self.loops: dict[Any, list[int]] = {}
+        """Per event loop, ``[live, held]`` of the loops on it: a closed event loop's are taken out."""
         self.found: tuple[int, ...] | None = None
         """The thresholds before unity_nb raised them (``None``: not raised)."""
         self.ours: tuple[int, ...] | None = None
@@ -57,20 +64,57 @@ class _State:
 _state = _State()
 
 
-def loop_started() -> None:
-    """A loop began (its handle exists and its task is scheduled)."""
+def _on(event_loop: Any) -> Any:
+    if event_loop is None:
+        try:
+            return asyncio.get_running_loop()
+        except RuntimeError:
+            return None
+    return event_loop
+
+
+def _count(s: _State, event_loop: Any, live: int, held: int) -> None:
+    if event_loop is not None:
+        c = s.loops.get(event_loop)
+        if c is None:
+            if live < 0 or held < 0:
+                return  # an event loop already taken out (closed): its loops are not counted
+            c = s.loops[event_loop] = [0, 0]
+        c[0] = max(0, c[0] + live)
+        c[1] = max(0, c[1] + held)
+        if c == [0, 0]:
+            del s.loops[event_loop]
+    s.live = max(0, s.live + live)
+    s.held = max(0, s.held + held)
+
+
+def _prune(s: _State) -> bool:
+    """Take the loops of closed event loops out of the count; True if there were any."""
+    closed = [el for el in s.loops if el.is_closed()]
+    for el in closed:
+        live, held = s.loops.pop(el)
+        s.live = max(0, s.live - live)
+        s.held = max(0, s.held - held)
+    return bool(closed)
+
+
+def loop_started(event_loop: Any = None) -> None:
+    """A loop began on ``event_loop`` (the running one if not given): its handle exists and its task is
+    scheduled."""
     s = _state
     with _lock:
-        s.live += 1
+        _count(s, _on(event_loop), 1, 0)
+        _prune(s)
         if s.enabled and not s.yielded and max(s.live, s.held) >= s.start_at:
             _raise(s)
 
 
-def loop_ended() -> None:
-    """A loop ended (once per :func:`loop_started`)."""
+def loop_ended(event_loop: Any = None) -> None:
+    """A loop ended (once per :func:`loop_started`, with the same event loop)."""
     s = _state
     with _lock:
-        s.live = max(0, s.live - 1)
+        _count(s, _on(event_loop), -1, 0)
+        _prune(s)
         _ended(s)
 
 
@@ -79,7 +123,8 @@ def hold_loops(n: int) -> None:
     ``n`` loops count as live, also between one wave of its rows ending and the next starting."""
     s = _state
     with _lock:
-        s.held += n
+        _count(s, _on(None), 0, n)
+        _prune(s)
         if s.enabled and not s.yielded and max(s.live, s.held) >= s.start_at:
             _raise(s)
 
@@ -88,8 +133,21 @@ def release_loops(n: int) -> None:
     """The batch that held ``n`` loops (:func:`hold_loops`) ended."""
     s = _state
     with _lock:
-        s.held = max(0, s.held - n)
+        _count(s, _on(None), 0, -n)
+        _prune(s)
         _ended(s)
+
+
+def _on_collection(phase: str, info: dict) -> None:
+    """While the threshold is raised, each collection checks for closed event loops (cheap: a few at most)."""
+    if phase != "start" or not _lock.acquire(blocking=False):
+        return  # a collection set off inside the lock (it is not reentrant): the next one looks
+    try:
+        s = _state
+        if _prune(s):
+            _ended(s)
+    finally:
+        _lock.release()
 
 
 def _ended(s: _State) -> None:
@@ -109,17 +167,26 @@ def _raise(s: _State) -> None:
     elif current != s.ours:
         s.found = s.ours = None  # the person set their own: theirs from now on
         s.yielded = True
+        _unhook()
         return
     elif want <= s.ours[0]:
         return  # raised as loops start, never lowered while many are live
     s.ours = (want, *current[1:])
     gc.set_threshold(*s.ours)
+    if _on_collection not in gc.callbacks:
+        gc.callbacks.append(_on_collection)
 
 
 def _restore(s: _State) -> None:
     if s.found is not None and gc.get_threshold() == s.ours:
         gc.set_threshold(*s.found)
     s.found = s.ours = None
+    _unhook()
+
+
+def _unhook() -> None:
+    if _on_collection in gc.callbacks:
+        gc.callbacks.remove(_on_collection)
 
 
 def _positive(name: str, value: Any) -> int:
@@ -144,6 +211,7 @@ def tune_collector(
     """
     s = _state
     with _lock:
+        _prune(s)
         if enabled is not None:
             if not isinstance(enabled, bool):
                 raise UserError(f"tune_collector: enabled takes True or False, not {enabled!r}")

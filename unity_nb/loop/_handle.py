@@ -30,6 +30,7 @@ from .._errors import HandleStateError, Stopped, UnityError, UserError
 from .._secrets import scrub
 from ..models import Model, Usage
 from ._answers import Evaluation, Reference
+from ._approval import Approvals
 from ._context import current_call, forward_call
 from ._conversation import Conversation
 from ._engine import Engine
@@ -54,7 +55,7 @@ def _new_id() -> str:
     return secrets.token_hex(8)
 
 
-class LoopHandle(Requests):
+class LoopHandle(Approvals, Requests):
     """A live, steerable reference to a running tool loop. ``await h`` gives its answer.
 
     Steering verbs are coroutines (see :data:`VERBS`): :meth:`pause`, :meth:`resume`,
@@ -190,7 +191,7 @@ class LoopHandle(Requests):
             self.emit(ev.RequestSubmitted, request_id="r1", text=task)
         self._task = self.event_loop.create_task(self.engine.run(), name=f"unity_nb:{self.name}")
         self._task.add_done_callback(self._on_task_done)
-        loop_started()  # many live loops: the collector runs less often (unity_nb._collector)
+        loop_started(self.event_loop)  # many live loops: the collector runs less often (unity_nb._collector)
 
     def _on_task_done(self, task: asyncio.Task) -> None:
         # a task cancelled before its first step never enters run(): end the handle anyway
@@ -262,11 +263,6 @@ class LoopHandle(Requests):
     def pending_notes(self) -> tuple[str, ...]:
         """Steering and messages waiting to reach the model at its next call, in order."""
         return self.conversation.pending
-
-    @property
-    def pending_approvals(self) -> list[dict]:
-        """Plans waiting for the person's approval (an actor's; a plain loop has none)."""
-        return []
 
     @property
     def streaming_text(self) -> str:
@@ -455,7 +451,7 @@ class LoopHandle(Requests):
             )
             self.emit(ev.LoopFailed, error=f"{type(error).__name__}: {error}", steps=self.steps)
         if not self._ended.is_set():
-            loop_ended()
+            loop_ended(self.event_loop)
         self._ended.set()
 
     # ------------------------------------------------------------------ steering
