@@ -16,9 +16,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 _TOOLS: dict[str, Tool] = {}
 
 
-def register_tool(fn: Callable[..., Any] | Tool, *, name: str | None = None) -> Tool:
-    """Register ``fn`` as a tool for notebook operations; re-registering a name replaces it."""
-    t = as_tool(fn, name=name)
+def register_tool(
+    fn: Callable[..., Any] | Tool, *, name: str | None = None, needs_approval: bool | None = None
+) -> Tool:
+    """Register ``fn`` as a tool for notebook operations; re-registering a name replaces it.
+    ``needs_approval=True``: each call waits for a person's Run or Skip (see ``unity_nb.as_tool``)."""
+    t = as_tool(fn, name=name, needs_approval=needs_approval)
     _TOOLS[t.name] = t
     return t
 
@@ -26,15 +29,16 @@ def register_tool(fn: Callable[..., Any] | Tool, *, name: str | None = None) -> 
 @overload
 def tool(fn: F, /) -> F: ...
 @overload
-def tool(*, name: str | None = None) -> Callable[[F], F]: ...
-def tool(fn: Any = None, /, *, name: str | None = None) -> Any:
-    """Decorator: ``@unity_nb.tool`` (or ``@unity_nb.tool(name="x")``) registers a function as a tool.
+def tool(*, name: str | None = None, needs_approval: bool | None = None) -> Callable[[F], F]: ...
+def tool(fn: Any = None, /, *, name: str | None = None, needs_approval: bool | None = None) -> Any:
+    """Decorator: ``@unity_nb.tool`` (or ``@unity_nb.tool(name="x", needs_approval=True)``) registers a
+    function as a tool.
 
     The function itself is returned unchanged, so it stays callable from the notebook.
     """
     if fn is None:
-        return lambda f: (register_tool(f, name=name), f)[1]
-    register_tool(fn, name=name)
+        return lambda f: (register_tool(f, name=name, needs_approval=needs_approval), f)[1]
+    register_tool(fn, name=name, needs_approval=needs_approval)
     return fn
 
 

@@ -322,6 +322,9 @@ class ApprovalRequested(Event):
     call_id: str
     code: str
     intent: str
+    tool: str | None = None
+    """The tool whose call waits (``execute_code``: an actor's plan, its code in ``code``; else the
+    call's JSON arguments are in ``code``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)

@@ -79,7 +79,22 @@ class Tool:
     """``params`` without the ``ref_only`` fields (what the JSON schema describes)."""
     timeout: float | None = None
     """Seconds a call may run before it fails with an error the model reads (``None``: the loop's ``tool_timeout``)."""
+    needs_approval: bool = False
+    """Each call waits for a person's approval (``h.approve()`` / ``h.skip(reason=...)``, the widget's
+    Run / Skip, ``%unity approve``) before it runs; a skip's reason is the result the model reads."""
+    secrets: bool | None = None
+    """Whether ``"<<secret:NAME>>"`` in the call's arguments is replaced by the value before the tool
+    runs. ``None``: only for a tool a person wrote (its function is defined outside unity_nb); the
+    loop's own tools (answers, steering, managers) get the reference as text, so a model cannot
+    make a secret's value land in an answer, a store or a reply."""
     _params_schema: dict | None = None
+
+    @property
+    def takes_secrets(self) -> bool:
+        """Secret references in this tool's arguments are resolved to their values (see ``secrets``)."""
+        if self.secrets is not None:
+            return self.secrets
+        return not _defined_in_unity_nb(self.fn)
 
     @property
     def parameters_schema(self) -> dict:
@@ -116,13 +131,30 @@ class Tool:
 _CACHE: weakref.WeakKeyDictionary[Callable[..., Any], dict[str | None, Tool]] = weakref.WeakKeyDictionary()
 
 
-def as_tool(obj: Callable[..., Any] | Tool, *, name: str | None = None, timeout: float | None = None) -> Tool:
+def _defined_in_unity_nb(fn: Callable[..., Any]) -> bool:
+    fn = inspect.unwrap(fn) if callable(fn) else fn
+    module = getattr(fn, "__module__", None) if inspect.isroutine(fn) else type(fn).__module__
+    return isinstance(module, str) and (module == "unity_nb" or module.startswith("unity_nb."))
+
+
+def as_tool(
+    obj: Callable[..., Any] | Tool,
+    *,
+    name: str | None = None,
+    timeout: float | None = None,
+    needs_approval: bool | None = None,
+) -> Tool:
     """Make a :class:`Tool` of a function (sync or async, with type hints and a docstring).
 
     ``timeout`` (seconds) bounds each call: past it the call fails with an error the model reads
-    (a sync tool's thread is interrupted). The result is cached per function: building a schema
-    with pydantic costs milliseconds.
+    (a sync tool's thread is interrupted). ``needs_approval=True``: each call waits for a person's
+    approval before it runs (see :attr:`Tool.needs_approval`). The result is cached per function:
+    building a schema with pydantic costs milliseconds.
     """
+    if needs_approval is not None:
+        if not isinstance(needs_approval, bool):
+            raise ToolDefinitionError(f"needs_approval is True or False, not {needs_approval!r}")
+        return dataclasses.replace(as_tool(obj, name=name, timeout=timeout), needs_approval=needs_approval)
     if timeout is not None:
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < float("inf"):
             raise ToolDefinitionError(f"a tool's timeout is a number of seconds above 0, not {timeout!r}")
