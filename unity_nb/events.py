@@ -475,6 +475,11 @@ class RowFinished(Event):
     child_id: str | None = None
     input_tokens: int = 0
     output_tokens: int = 0
+    asked: str | None = None
+    """What the row was asked (a hash of its task, the model's name and the answer's fields): a resumed batch
+    keeps a finished row only if it would ask the same."""
+    kept: bool = False
+    """Finished by the run this one continues (``%unity resume``, ``done=``), not run again."""
 
 
 AnyEvent = Annotated[
