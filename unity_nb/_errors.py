@@ -70,4 +70,11 @@ class Stopped(UnityError):
 
 
 class ModelError(UnityError):
-    """The model call failed for good (after retries); the loop failed with it."""
+    """The model call failed for good (after retries); the loop failed with it.
+
+    ``status`` is the HTTP status the provider answered with (401, 404, 429, ...), or None when
+    there was none (a dropped connection, a stream that broke off, a body that is not a reply)."""
+
+    def __init__(self, message: str = "", *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status

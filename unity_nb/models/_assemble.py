@@ -15,7 +15,9 @@ format, not against any one provider's sample:
 - reasoning is not sent back, except ``reasoning_content`` of a turn that called tools (``Reply.echo``),
   which DeepSeek's thinking mode requires;
 - usage comes from ``usage`` or ``x_groq.usage``, the newest one counting;
-- a stream may end without a ``finish_reason``: it is inferred (``tool_calls`` or ``stop``);
+- a stream may end without a ``finish_reason``: it is inferred (``tool_calls`` or ``stop``), but a stream
+  that said nothing at all (no text, call, refusal or ``finish_reason``) is no reply (:meth:`Assembler.said_anything`);
+- text, reasoning and arguments past ``max_chars`` together raise :class:`ReplyTooLong`;
 - an ``error`` object in a payload is the provider speaking: :class:`ProviderError`.
 """
 
@@ -27,12 +29,16 @@ from typing import Any
 
 from ._base import DeltaCallback, Reply, ToolCall, Usage
 
-__all__ = ("Assembler", "ProviderError", "provider_error")
+__all__ = ("Assembler", "ProviderError", "ReplyTooLong", "error_words", "provider_error")
 
 _RETRY_CODES = frozenset({408, 409, 429})
 _CALL_KEYS = frozenset({"index", "id", "type", "function"})
 _PLAIN = frozenset({"role", "content"})
 """A delta with no other keys carries at most text: no reasoning, refusal or tool calls to look for."""
+
+
+class ReplyTooLong(Exception):
+    """A reply's text, reasoning and tool-call arguments passed the assembler's ``max_chars``."""
 
 
 class ProviderError(Exception):
@@ -53,11 +59,90 @@ def provider_error(payload: Any) -> ProviderError | None:
     error = payload.get("error")
     if not error:
         return None
+    message = error_words(payload) or json.dumps(error, ensure_ascii=False)[:500]
     if isinstance(error, dict):
-        message = error.get("message") or error.get("msg") or json.dumps(error, ensure_ascii=False)[:500]
         code = error.get("code") if error.get("code") is not None else error.get("status")
-        return ProviderError(str(message), code)
-    return ProviderError(str(error), payload.get("code") or payload.get("status"))
+        return ProviderError(message, code)
+    return ProviderError(message, payload.get("code") or payload.get("status"))
+
+
+def error_words(payload: Any) -> str | None:
+    """The provider's own words in a decoded error body, whatever its shape; None when it has none.
+
+    Read from every shape seen: ``{"error": {"message", "code", "failed_generation", "metadata":
+    {"raw"}}}`` (OpenAI, Azure, DeepSeek, Groq, OpenRouter, Perplexity), ``{"error": "..."}`` (Ollama),
+    a top-level ``message`` (Mistral, vLLM), ``detail`` as a string or FastAPI's list of ``{"loc", "msg"}``,
+    and a list of such bodies (Gemini's OpenAI endpoint). Used for HTTP error bodies on both request
+    paths and for errors inside a stream.
+    """
+    if isinstance(payload, list):
+        found = [w for p in payload[:8] if (w := error_words(p))]
+        return "; ".join(found) or None
+    if not isinstance(payload, dict):
+        return None
+    parts: list[str] = []
+
+    def add(value: Any) -> None:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = str(value)
+        if isinstance(value, str):
+            value = value.strip()
+            if value and not any(value in p for p in parts):
+                parts.append(value)
+
+    def details(value: Any) -> None:
+        if isinstance(value, str):
+            add(value)
+        elif isinstance(value, dict):
+            add(value.get("message") or value.get("msg"))
+        elif isinstance(value, list):  # FastAPI's validation errors: [{"loc": [...], "msg": ...}]
+            for item in value[:20]:
+                if isinstance(item, dict) and item.get("msg"):
+                    loc = item.get("loc")
+                    where = ".".join(str(x) for x in loc) if isinstance(loc, list) else ""
+                    add(f"{where}: {item['msg']}" if where else item["msg"])
+                else:
+                    details(item)
+
+    error = payload.get("error")
+    code = None
+    if isinstance(error, dict):
+        details(error.get("message") or error.get("msg"))
+        details(error.get("detail"))
+        meta = error.get("metadata")
+        if isinstance(meta, dict):  # OpenRouter: the upstream provider's own error
+            raw = meta.get("raw")
+            if isinstance(raw, str):
+                try:
+                    inner = error_words(json.loads(raw))
+                except ValueError:
+                    inner = None
+                add(inner or raw)
+            elif raw is not None:
+                add(error_words(raw) or json.dumps(raw, ensure_ascii=False)[:2000])
+            if isinstance(meta.get("provider_name"), str) and parts:
+                parts[-1] = f"{parts[-1]} (from {meta['provider_name']})"
+        generation = error.get("failed_generation")
+        if generation:
+            add(f"failed_generation: {generation}")
+        code = error.get("code") or error.get("type")
+    elif isinstance(error, str):
+        add(error)
+    elif isinstance(error, list):
+        add(error_words(error))
+    details(payload.get("message"))
+    details(payload.get("detail"))
+    generation = payload.get("failed_generation")
+    if generation:
+        add(f"failed_generation: {generation}")
+    if not parts and isinstance(error, dict) and error:
+        add(json.dumps(error, ensure_ascii=False)[:2000])
+    if not parts:
+        return None
+    text = "; ".join(parts)
+    if isinstance(code, str) and code and not code.isdigit() and code not in text:
+        text = f"{text} ({code})"
+    return text
 
 
 class _Call:
@@ -76,6 +161,8 @@ class Assembler:
     __slots__ = (
         "_by_index",
         "_calls",
+        "_max",
+        "_size",
         "_on_text",
         "_on_thinking",
         "_refusal",
@@ -88,8 +175,10 @@ class Assembler:
         "usage",
     )
 
-    def __init__(self, model: str, on_delta: DeltaCallback | None = None) -> None:
+    def __init__(self, model: str, on_delta: DeltaCallback | None = None, *, max_chars: int | None = None) -> None:
         self.model = model
+        self._size = 0
+        self._max = max_chars if max_chars is not None else 1 << 62
         self._text: list[str] = []
         self._thinking: list[str] = []
         self._thinking_field = ""
@@ -160,6 +249,7 @@ class Assembler:
                 break
         refusal = delta.get("refusal")
         if isinstance(refusal, str) and refusal:
+            self._grow(len(refusal))
             self._refusal.append(refusal)
         calls = delta.get("tool_calls")
         if isinstance(calls, list):
@@ -180,19 +270,30 @@ class Assembler:
             for text in _texts(inner):
                 self._emit_thinking(text)
         elif kind == "refusal":
-            self._refusal.extend(_texts(part.get("refusal")))
+            for text in _texts(part.get("refusal")):
+                self._grow(len(text))
+                self._refusal.append(text)
         elif kind in ("text", "output_text", None):
             value = part.get("text")
             if isinstance(value, str) and value:
                 self._emit_text(value)
         # other parts (images, audio, citations) are not text of the answer
 
+    def _grow(self, n: int) -> None:
+        self._size += n
+        if self._size > self._max:
+            raise ReplyTooLong(f"more than {self._max} characters of text, reasoning and arguments")
+
     def _emit_text(self, text: str) -> None:
+        self._size += len(text)
+        if self._size > self._max:
+            self._grow(0)
         self._text.append(text)
         if self._on_text is not None:
             self._on_text(text)
 
     def _emit_thinking(self, text: str) -> None:
+        self._grow(len(text))
         self._thinking.append(text)
         if self._on_thinking is not None:
             self._on_thinking(text)
@@ -220,9 +321,12 @@ class Assembler:
         args = fn.get("arguments")
         if isinstance(args, str):
             if args:
+                self._grow(len(args))
                 call.args.append(args)
         elif args is not None:  # some servers send the arguments as an object
-            call.args.append(json.dumps(args, ensure_ascii=False))
+            text = json.dumps(args, ensure_ascii=False)
+            self._grow(len(text))
+            call.args.append(text)
         for key, value in tc.items():
             if key not in _CALL_KEYS:
                 call.extra[key] = value
@@ -233,6 +337,11 @@ class Assembler:
         return call
 
     # -- output -------------------------------------------------------------------------------
+
+    def said_anything(self) -> bool:
+        """Whether the payloads so far make a reply: some text, a tool call, a refusal or a ``finish_reason``
+        (reasoning alone, or a role chunk alone, is a stream that broke off before it answered)."""
+        return bool(self._text or self._calls or self._refusal or self.finish)
 
     def reply(self) -> Reply:
         seen: set[str] = set()

@@ -30,10 +30,13 @@ retry, so partial streamed text can be discarded and the retry shown. Any model 
 class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
+    estimated: bool = False
+    """True when any part of it was estimated (the provider reported no usage), so a display can say "≈"."""
 
     def __iadd__(self, other: Usage) -> Usage:
         self.input_tokens += other.input_tokens
         self.output_tokens += other.output_tokens
+        self.estimated = self.estimated or other.estimated
         return self
 
 

@@ -22,10 +22,10 @@ import time
 from typing import Any
 
 from .._errors import ModelConfigError, ModelError
-from ._assemble import Assembler, ProviderError, provider_error
+from ._assemble import Assembler, ProviderError, ReplyTooLong, provider_error
 from ._base import DeltaCallback, ModelRequest, Reply, Usage, retry_hook
 from ._limits import RateLimit, rate_limit_of
-from ._sse import SSEDecoder
+from ._sse import LineTooLong, SSEDecoder
 from ._transport import (
     AioHTTPTransport,
     ClientTransport,
@@ -43,7 +43,9 @@ _RETRY_STATUS = frozenset({408, 409, 429})
 
 
 class _Incomplete(Exception):
-    """A stream that closed before it said anything: retried like a dropped one."""
+    """A stream that ended without a reply (no text, no tool call, no refusal, no finish_reason): retried
+    like a dropped one. A server out of slots answers so (llama.cpp's: a role chunk, ``[DONE]``, then a
+    broken body)."""
 
 
 class _BadStream(Exception):
@@ -89,6 +91,12 @@ class OpenAIModel:
     is then optional); ``client=`` takes a ready ``openai.AsyncOpenAI`` or
     ``openai.AsyncAzureOpenAI``. ``options`` (temperature, ...) go into every request.
 
+    ``max_line_bytes`` bounds one line of the stream (8 MiB) and ``max_reply_chars`` one reply's text,
+    reasoning and tool-call arguments together (4 million characters): a response past either fails
+    with a :class:`ModelError` naming the limit, and memory stays bounded whatever a server sends
+    (a gzip bomb included). When the provider reports no usage, it is estimated (about 4 bytes of the
+    request's JSON, and 4 characters of the reply, a token) and marked ``Usage.estimated``.
+
     ``timeout`` bounds silence, not length: an attempt that receives no complete line of the stream
     for ``timeout`` seconds (nothing at all, or a trickle that never finishes a line) is abandoned
     and retried, while a long generation that keeps sending is never cut. ``connect_timeout``
@@ -120,6 +128,8 @@ class OpenAIModel:
         connect_timeout: float = 10.0,
         options: dict | None = None,
         fast_path: bool = True,
+        max_line_bytes: int = 8 * 1024 * 1024,
+        max_reply_chars: int = 4_000_000,
     ) -> None:
         import openai  # imported here: the rest of the package works without a network client
 
@@ -133,6 +143,9 @@ class OpenAIModel:
                 raise ModelConfigError(f"OpenAIModel({name}=...) takes a positive number of seconds, not {value!r}")
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise ModelConfigError(f"OpenAIModel(max_retries=...) takes a whole number >= 0, not {max_retries!r}")
+        for name, value in (("max_line_bytes", max_line_bytes), ("max_reply_chars", max_reply_chars)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1024:
+                raise ModelConfigError(f"OpenAIModel({name}=...) takes a whole number >= 1024, not {value!r}")
         self._owns_client = client is None
         if client is None:
             key = api_key or os.environ.get("OPENAI_API_KEY")
@@ -166,6 +179,10 @@ class OpenAIModel:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.timeout = float(timeout)
+        self.max_line_bytes = max_line_bytes
+        """The longest line of a stream accepted, in bytes."""
+        self.max_reply_chars = max_reply_chars
+        """The most characters of text, reasoning and tool-call arguments one reply may carry."""
         self.options = dict(options or {})
         self.usage = Usage()
         self._last_tokens = 0
@@ -252,6 +269,18 @@ class OpenAIModel:
                 raise ModelError(
                     self._scrub(f"model {self.name!r} sent a response that is not a Chat Completions stream: {err}")
                 ) from None
+            except LineTooLong as err:  # the same request would meet the same line: not retried
+                raise ModelError(self._scrub(
+                    f"model {self.name!r} sent a line of its stream longer than max_line_bytes={self.max_line_bytes} "
+                    f"({err}); the response was abandoned. If the server really sends such lines, raise the limit: "
+                    f"OpenAIModel(..., max_line_bytes=...)"
+                )) from None
+            except ReplyTooLong as err:
+                raise ModelError(self._scrub(
+                    f"model {self.name!r} sent a reply longer than max_reply_chars={self.max_reply_chars} ({err}); "
+                    f"the response was abandoned. To accept longer replies, raise the limit: "
+                    f"OpenAIModel(..., max_reply_chars=...)"
+                )) from None
             except (HTTPStatusError, TransportError, ProviderError, _Incomplete, TimeoutError) as err:
                 status = getattr(err, "status_code", None)
                 retryable = getattr(err, "retryable", None)
@@ -260,9 +289,11 @@ class OpenAIModel:
                 if isinstance(err, TimeoutError):
                     err = TransportError(f"no progress for {self.timeout:g} s (timeout={self.timeout:g})")
                 if not retryable or attempt >= self.max_retries:
-                    what = f"HTTP {status}" if status else type(err).__name__
+                    what = f"HTTP {status}" if status else (
+                        "incomplete stream" if isinstance(err, _Incomplete) else type(err).__name__)
                     raise ModelError(
-                        self._scrub(f"model {self.name!r} failed ({what}) after {attempt + 1} attempt(s): {err}")
+                        self._scrub(f"model {self.name!r} failed ({what}) after {attempt + 1} attempt(s): {err}"),
+                        status=status if isinstance(status, int) else None,
                     ) from None
                 delay = _retry_after(err)
                 if delay is None:
@@ -280,7 +311,7 @@ class OpenAIModel:
         self, payload: bytes | dict, on_delta: DeltaCallback | None, limit: RateLimit | None = None
     ) -> Reply:
         """One request, bounded by ``timeout`` of silence (each complete line of the stream resets it)."""
-        asm = Assembler(self.name, on_delta)
+        asm = Assembler(self.name, on_delta, max_chars=self.max_reply_chars)
         async with asyncio.timeout(None) as deadline:
             silence = Silence(self.timeout, deadline)
             try:
@@ -297,11 +328,25 @@ class OpenAIModel:
                     await response.close()
             finally:
                 silence.cancel()
-        return asm.reply()
+        if not asm.said_anything():
+            raise _Incomplete(
+                f"the stream from {self.name!r} ended without a reply: no text, no tool call, no refusal and no "
+                "finish_reason (a server out of slots answers so)"
+            )
+        reply = asm.reply()
+        if asm.usage is None:  # the provider reported none: estimated, and marked so
+            reply.usage = _estimate(payload, reply)
+        return reply
 
     async def _whole(self, response: Response, asm: Assembler) -> None:
         """A JSON body instead of a stream: an error said with a success status, or a whole reply."""
-        raw = b"".join([piece async for piece in response.chunks()])
+        pieces, size = [], 0
+        async for piece in response.chunks():
+            size += len(piece)
+            if size > self.max_line_bytes:  # one JSON text: a line, as far as limits go
+                raise LineTooLong(f"a JSON body of more than {size} bytes")
+            pieces.append(piece)
+        raw = b"".join(pieces)
         try:
             body = json.loads(raw)
         except ValueError:
@@ -314,7 +359,7 @@ class OpenAIModel:
             raise _BadStream(f"a JSON body that is neither a reply nor an error: {raw[:200]!r}")
 
     async def _stream(self, response: Response, asm: Assembler, alive: Any) -> None:
-        decoder = SSEDecoder()
+        decoder = SSEDecoder(max_line=self.max_line_bytes)
         lines = 0
         head = b""
         done = False
@@ -344,6 +389,15 @@ class OpenAIModel:
             if head.strip() and not done:
                 raise _BadStream(f"no events in {head[:200]!r}")
             raise _Incomplete(f"the stream from {self.name!r} ended before any reply")
+
+
+def _estimate(payload: bytes | dict, reply: Reply) -> Usage:
+    """Usage the provider did not report: about 4 bytes of the request's JSON (messages, tools and the
+    framing the model reads too) a token, and 4 characters of the reply's text, reasoning and calls."""
+    sent = len(payload) if isinstance(payload, bytes) else len(json.dumps(payload, ensure_ascii=False).encode())
+    said = len(reply.content or "") + len(reply.thinking or "") + len(reply.refusal or "")
+    said += sum(len(c.name) + len(c.arguments) for c in reply.tool_calls)
+    return Usage(-(-sent // 4), -(-said // 4), estimated=True)
 
 
 def _stray(decoder: SSEDecoder) -> None:

@@ -30,11 +30,15 @@ from collections.abc import AsyncIterator, Mapping
 from types import SimpleNamespace
 from typing import Any
 
+from ._assemble import error_words
+
 __all__ = (
-    "AioHTTPTransport", "ClientTransport", "HTTPStatusError", "Response", "Silence", "TransportError", "check_base_url",
+    "ERROR_BODY_LIMIT", "AioHTTPTransport", "ClientTransport", "HTTPStatusError", "Response", "Silence", "TransportError",
+    "check_base_url", "error_body_text",
 )
 
-_ERROR_BODY_LIMIT = 65536
+ERROR_BODY_LIMIT = 65536
+"""The most of an error response's body that is read (its start; the rest is dropped)."""
 
 
 class TransportError(Exception):
@@ -43,21 +47,37 @@ class TransportError(Exception):
 
 class HTTPStatusError(Exception):
     """A status that is not success; shaped like openai's ``APIStatusError`` (``status_code``,
-    ``response.headers``), with the provider's message when the body carries one."""
+    ``response.headers``), with the provider's words from its body (:func:`error_body_text`)."""
 
-    def __init__(self, status: int, headers: Mapping[str, str], body: bytes | str, url: str = "") -> None:
+    def __init__(
+        self, status: int, headers: Mapping[str, str], body: bytes | str, url: str = "", *, cut: bool = False
+    ) -> None:
         self.status_code = status
         self.response = SimpleNamespace(headers=headers)
-        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-        try:
-            error = json.loads(text)["error"]
-            detail = error.get("message") or json.dumps(error) if isinstance(error, dict) else str(error)
-        except Exception:  # noqa: BLE001 - any body at all
-            detail = text[:300].strip() or "(no body)"
+        detail = error_body_text(body, cut=cut)
         if 300 <= status < 400:
             location = headers.get("location") or headers.get("Location")
             detail = f"redirect not followed{f' to {location}' if location else ' (no Location header)'} from {url}"
         super().__init__(f"Error code: {status} - {detail}")
+
+
+def error_body_text(body: bytes | str, *, cut: bool = False) -> str:
+    """What an error response's body says, for a person: the provider's words (:func:`error_words`) when
+    it is JSON of a known shape, else its text (whitespace collapsed, at most 2,000 characters).
+    ``cut``: the body was longer than :data:`ERROR_BODY_LIMIT` and only its start was read."""
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    words = None
+    if text.lstrip()[:1] in ("{", "["):
+        try:
+            words = error_words(json.loads(text))
+        except ValueError:
+            words = None
+    if words is None:
+        plain = " ".join(text.split())
+        words = (plain[:2000] + " ...") if len(plain) > 2000 else plain or "(no body)"
+    if cut:
+        words += f" (the error body was longer than {ERROR_BODY_LIMIT // 1024} KiB and was cut there)"
+    return words
 
 
 def check_base_url(url: str) -> urllib.parse.SplitResult:
@@ -176,13 +196,25 @@ class AioHTTPTransport:
         except (TimeoutError, aiohttp.ClientError, OSError) as err:
             raise TransportError(f"no response from {_where(self._parts)} ({url}): {_describe(err)}") from None
         if resp.status >= 300:
+            # the whole body, bounded: read() gives only what is buffered, often the first TCP piece
+            pieces: list[bytes] = []
+            size = 0
+            cut = False
             try:
-                data = await resp.content.read(_ERROR_BODY_LIMIT)
+                while size <= ERROR_BODY_LIMIT:
+                    piece = await resp.content.read(ERROR_BODY_LIMIT + 1 - size)
+                    if not piece:
+                        break
+                    pieces.append(piece)
+                    size += len(piece)
             except (TimeoutError, aiohttp.ClientError, OSError):
-                data = b""
+                pass  # what arrived before the body broke off is still the provider's
             finally:
                 resp.close()
-            raise HTTPStatusError(resp.status, resp.headers, data, url)
+            data = b"".join(pieces)
+            if len(data) > ERROR_BODY_LIMIT:
+                data, cut = data[:ERROR_BODY_LIMIT], True
+            raise HTTPStatusError(resp.status, resp.headers, data, url, cut=cut)
 
         async def close() -> None:
             if resp.content.is_eof():
@@ -275,9 +307,15 @@ class ClientTransport:
                 path, body=body, cast_to=object, stream=True, stream_cls=oa.AsyncStream[object]
             )
         except oa.APIStatusError as err:
-            message = getattr(err, "message", None) or str(err)
             url = str(self.client.base_url) + path
-            raise HTTPStatusError(err.status_code, err.response.headers, message, url) from None
+            try:  # the client has read the body (it does before raising): the same reading as the aiohttp path
+                data: bytes | str = err.response.content
+            except Exception:  # noqa: BLE001 - a body that was not read: the client's own summary
+                data = getattr(err, "message", None) or str(err)
+            cut = len(data) > ERROR_BODY_LIMIT
+            raise HTTPStatusError(
+                err.status_code, err.response.headers, data[:ERROR_BODY_LIMIT], url, cut=cut
+            ) from None
         except (oa.APIConnectionError, oa.APITimeoutError) as err:  # APITimeoutError is a connection error too
             cause = err.__cause__ or err
             where = f"{_where(self._parts)} ({self.client.base_url})"
