@@ -33,8 +33,8 @@ from typing import Any
 from ._assemble import error_words
 
 __all__ = (
-    "ERROR_BODY_LIMIT", "AioHTTPTransport", "ClientTransport", "HTTPStatusError", "Response", "Silence", "TransportError",
-    "check_base_url", "error_body_text",
+    "ERROR_BODY_LIMIT", "AioHTTPTransport", "ClientTransport", "HTTPStatusError", "Response", "Silence",
+    "TransportError", "check_base_url", "error_body_text",
 )
 
 ERROR_BODY_LIMIT = 65536
