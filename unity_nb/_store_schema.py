@@ -7,11 +7,32 @@ third of recording's cost, measured in the loop). So since version 3 the index i
 store opens or closes): ``store_meta.indexed`` is the last ``seq`` it covers. A loop's events are those
 the index lists, then those after ``indexed`` (at most about a second's worth) found by a scan. Both parts
 are read by one statement, in one snapshot: an event is in exactly one of them.
+
+The index is derived data, so damage to it is repaired, never lived with: a store checks it when it opens
+(:func:`index_damage`: whole up to :data:`CHECK_WHOLE_UP_TO` indexed events, about 20 ms; a sample of
+:data:`CHECK_SAMPLE` events beyond) and rebuilds it from the events (:data:`REBUILD_INDEX`), and a read that
+finds it missing, or finds entries pointing at another loop's events, rebuilds it too.
 """
 
 from __future__ import annotations
 
-__all__ = ("INDEX_CATCH_UP", "LAST_OF_KIND", "LAST_REQUESTS", "MIGRATIONS", "OF_LOOP", "OF_LOOP_KIND", "SCHEMA_VERSION")
+import contextlib
+import logging
+import sqlite3
+from typing import TYPE_CHECKING
+
+from ._errors import UserError
+
+if TYPE_CHECKING:
+    from .store import Store
+
+__all__ = (
+    "CHECK_SAMPLE", "CHECK_WHOLE_UP_TO", "INDEX_CATCH_UP", "LAST_OF_KIND", "LAST_REQUESTS", "MIGRATIONS", "OF_LOOP",
+    "OF_LOOP_KIND", "REBUILD_INDEX", "SCAN_LAST_OF_KIND", "SCAN_OF_LOOP", "SCHEMA_VERSION", "by_index", "check_index",
+    "index_damage", "loop_rows", "rebuild_index",
+)
+
+log = logging.getLogger("unity_nb.store")
 
 # events: once with AUTOINCREMENT, which made every commit write sqlite_sequence's page too (a sixth of
 # recording's cost). A file made before keeps it (the same table to every reader); seq grows either way.
@@ -49,8 +70,11 @@ CREATE TABLE task_queue (
 );
 """
 
-_V3 = """
-CREATE TABLE event_index (loop_uid TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (loop_uid, seq)) WITHOUT ROWID;
+_INDEX_TABLE = (
+    "CREATE TABLE event_index (loop_uid TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (loop_uid, seq)) WITHOUT ROWID"
+)
+
+_V3 = _INDEX_TABLE + """;
 INSERT INTO event_index (loop_uid, seq) SELECT loop_uid, seq FROM events WHERE loop_uid IS NOT NULL;
 CREATE TABLE store_meta (key TEXT PRIMARY KEY, value);
 INSERT INTO store_meta (key, value) VALUES ('indexed', (SELECT IFNULL(MAX(seq), 0) FROM events));
@@ -72,24 +96,75 @@ INDEX_CATCH_UP = (
 """The statements that bring the index up to date (in one write transaction)."""
 
 
+REBUILD_INDEX = (
+    "DROP TABLE IF EXISTS event_index",
+    _INDEX_TABLE,
+    "INSERT INTO event_index (loop_uid, seq) SELECT loop_uid, seq FROM events WHERE loop_uid IS NOT NULL",
+    "CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value)",
+    INDEX_CATCH_UP[1],
+)
+"""The statements that make the index anew from the events (in one write transaction)."""
+
+CHECK_WHOLE_UP_TO = 200_000
+"""Up to this many indexed events, the check on open compares the whole index with the events."""
+CHECK_SAMPLE = 256
+"""Beyond it, this many events spread over the indexed ones are looked up in the index."""
+
+
+def index_damage(db: sqlite3.Connection) -> str | None:
+    """What is wrong with the index of events by loop (``None``: nothing found), read in one snapshot."""
+    names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE name IN ('event_index', 'store_meta')")}
+    if names != {"event_index", "store_meta"}:
+        return "its table is missing" if "event_index" not in names else "its mark is missing"
+    db.execute("BEGIN")  # one snapshot: a catch-up committed by another kernel meanwhile is not damage
+    try:
+        mark = int(db.execute(f"SELECT {_INDEXED}").fetchone()[0] or 0)
+        if mark <= CHECK_WHOLE_UP_TO:
+            listed = db.execute(
+                "SELECT COUNT(*) FROM events WHERE seq <= ? AND loop_uid IS NOT NULL", (mark,)).fetchone()[0]
+            entries = db.execute("SELECT COUNT(*) FROM event_index").fetchone()[0]
+            right = db.execute("SELECT COUNT(*) FROM event_index i JOIN events e"
+                               " ON e.seq = i.seq AND e.loop_uid = i.loop_uid WHERE i.seq <= ?", (mark,)).fetchone()[0]
+            if listed == entries == right:
+                return None
+            return (f"{listed - right} of {listed} indexed events not listed under their loop,"
+                    f" {entries - right} entries wrong")
+        missing = 0
+        for i in range(CHECK_SAMPLE):
+            row = db.execute("SELECT seq, loop_uid FROM events WHERE seq >= ? AND loop_uid IS NOT NULL"
+                             " ORDER BY seq LIMIT 1", (1 + (mark - 1) * i // (CHECK_SAMPLE - 1),)).fetchone()
+            if row is not None and row[0] <= mark and db.execute(
+                    "SELECT 1 FROM event_index WHERE loop_uid = ? AND seq = ?", (row[1], row[0])).fetchone() is None:
+                missing += 1
+        return f"{missing} of {CHECK_SAMPLE} events sampled not listed under their loop" if missing else None
+    finally:
+        db.execute("COMMIT")
+
+
 def _of_loop(more: str) -> str:
     return (
-        "SELECT seq, data FROM events WHERE seq IN"
+        "SELECT seq, data, loop_uid FROM events WHERE seq IN"
         f" (SELECT seq FROM event_index WHERE loop_uid = :uid AND seq <= {_INDEXED}){more}"
-        f" UNION ALL SELECT seq, data FROM events WHERE seq > {_INDEXED} AND loop_uid = :uid{more} ORDER BY seq"
+        f" UNION ALL SELECT seq, data, loop_uid FROM events WHERE seq > {_INDEXED} AND loop_uid = :uid{more}"
+        " ORDER BY seq"
     )
 
 
-OF_LOOP, OF_LOOP_KIND = _of_loop(""), _of_loop(" AND kind = :kind")
-"""The data of one loop's events (``:uid``; of one kind too, ``:kind``), oldest first."""
+_KIND = " AND kind = :kind"
+OF_LOOP, OF_LOOP_KIND = _of_loop(""), _of_loop(_KIND)
+"""The data of one loop's events (``:uid``; of one kind too, ``:kind``), oldest first, each with its
+``loop_uid``: an entry of a damaged index may point at another loop's event (the reader checks)."""
+SCAN_OF_LOOP = "SELECT seq, data, loop_uid FROM events WHERE loop_uid = :uid{} ORDER BY seq"
+"""The same found by a scan of every event (the index missing and not rebuilt: a file opened read-only)."""
 
 LAST_OF_KIND = (
     f"SELECT data FROM events WHERE seq > {_INDEXED} AND loop_uid = :uid AND kind = :kind ORDER BY seq DESC LIMIT 1",
-    "SELECT e.data FROM event_index i JOIN events e ON e.seq = i.seq WHERE i.loop_uid = :uid AND e.kind = :kind"
-    " ORDER BY i.seq DESC LIMIT 1",
+    "SELECT e.data FROM event_index i JOIN events e ON e.seq = i.seq AND e.loop_uid = i.loop_uid"
+    " WHERE i.loop_uid = :uid AND e.kind = :kind ORDER BY i.seq DESC LIMIT 1",
 )
 """The newest event of a kind of one loop: first among those the index does not list yet, then the index
 (walked from its newest entry). An event the index takes between the two is found by the second."""
+SCAN_LAST_OF_KIND = "SELECT data FROM events WHERE loop_uid = :uid AND kind = :kind ORDER BY seq DESC LIMIT 1"
 
 LAST_REQUESTS = (
     "SELECT loop_uid, data, MAX(seq) FROM events WHERE seq > " + _INDEXED + " AND kind = 'model_request'"
@@ -97,3 +172,47 @@ LAST_REQUESTS = (
 )
 """Each loop's newest model call among the events the index does not list yet (SQLite gives the row of the
 ``MAX``): for :meth:`Store.loops`, one scan of them whatever the number of loops listed."""
+
+
+def check_index(store: Store) -> None:
+    """On open: rebuild the index if :func:`index_damage` finds it damaged."""
+    with store._lock, store._damage():
+        why = index_damage(store._db)
+    if why is not None:
+        rebuild_index(store, why)
+
+
+def rebuild_index(store: Store, why: str) -> None:
+    """Make the index of events by loop anew from the events (one transaction), and say so in the log."""
+    log.warning("store: the index of events by loop in %r was damaged (%s): rebuilt from the events", store.path, why)
+    with store.transaction() as db:
+        for statement in REBUILD_INDEX:
+            db.execute(statement)
+
+
+def by_index(store: Store, sql: str, params: dict, scan: str) -> list[dict]:
+    """Rows read through the index; if it is missing, it is rebuilt first (read by ``scan`` if that fails)."""
+    try:
+        return store.query(sql, params)
+    except sqlite3.OperationalError as err:
+        if "no such table" not in str(err):
+            raise
+        try:
+            rebuild_index(store, str(err))
+        except (sqlite3.Error, UserError):
+            return store.query(scan, params)  # a file this process cannot write: every event read
+        return store.query(sql, params)
+
+
+def loop_rows(store: Store, uid: str, kind: str | None = None) -> list[dict]:
+    """The rows (``seq``, ``data``) of one loop's events (of one kind), oldest first. Entries pointing at another
+    loop's events are left out, and the index rebuilt."""
+    params = {"uid": uid, "kind": kind}
+    sql, scan = (OF_LOOP, SCAN_OF_LOOP.format("")) if kind is None else (OF_LOOP_KIND, SCAN_OF_LOOP.format(_KIND))
+    rows = by_index(store, sql, params, scan)
+    if any(r["loop_uid"] != uid for r in rows):
+        with contextlib.suppress(sqlite3.Error, UserError):
+            rebuild_index(store, "entries of one loop point at another's events")
+            rows = by_index(store, sql, params, scan)
+        rows = [r for r in rows if r["loop_uid"] == uid]
+    return rows

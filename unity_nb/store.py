@@ -46,9 +46,11 @@ from ._store_schema import (
     LAST_OF_KIND,
     LAST_REQUESTS,
     MIGRATIONS,
-    OF_LOOP,
-    OF_LOOP_KIND,
+    SCAN_LAST_OF_KIND,
     SCHEMA_VERSION,
+    by_index,
+    check_index,
+    loop_rows,
 )
 
 __all__ = ("Store", "SCHEMA_VERSION", "default_store_path")
@@ -104,6 +106,12 @@ def _literal(text: str) -> str:
 
 def _unusable(path: str, err: BaseException) -> UserError:
     """The error for a store file that cannot be used: which file, and what to do."""
+    if _code(err) in _BUSY:
+        return UserError(
+            f"the store file {path!r} is locked by another process ({err}), past the wait for it: another kernel "
+            "is writing it (or upgrading it to this version's format). Try again once that kernel is idle or "
+            "shut down, or set UNITY_NB_STORE to another file; the file itself is fine"
+        )
     if _code(err) in _DAMAGED:
         return UserError(
             f"the store file {path!r} is damaged ({err}): move it aside (rename it, for example to "
@@ -146,6 +154,7 @@ class Store:
             self._db.execute("PRAGMA synchronous = NORMAL")
             self.migrate()
             with contextlib.suppress(sqlite3.OperationalError):  # a full disk: a write's catch-up (or close's) does it
+                check_index(self)  # derived data: damaged, it is rebuilt
                 self._catch_up()  # what a kernel that died left out of the index
             self.execute(
                 "INSERT INTO sessions (id, pid, host, started) VALUES (?, ?, ?, ?)",
@@ -477,7 +486,7 @@ class Store:
         alive, rows = self.alive_sessions(), self.query(sql, params)
         tail = None  # the newest model call of each loop among the events the index does not list yet: one scan
         if any(row["ended"] is None for row in rows):
-            tail = {r["loop_uid"]: r["data"] for r in self.query(LAST_REQUESTS)}
+            tail = {r["loop_uid"]: r["data"] for r in by_index(self, LAST_REQUESTS, {}, LAST_REQUESTS)}
         return [self._present(row, alive, tail) for row in reversed(rows)]
 
     def _present(self, row: dict, alive: set[str], tail: dict[str, str] | None = None) -> dict:
@@ -489,12 +498,12 @@ class Store:
         if row["ended"] is None:
             params = {"uid": row["uid"], "kind": "model_request"}
             if tail is None:  # one loop read: its own look after the index
-                found = self.query(LAST_OF_KIND[0], params)
+                found = by_index(self, LAST_OF_KIND[0], params, SCAN_LAST_OF_KIND)
                 last = found[0]["data"] if found else None
             else:
                 last = tail.get(row["uid"])
             if last is None:  # then the index, from its newest entry
-                found = self.query(LAST_OF_KIND[1], params)
+                found = by_index(self, LAST_OF_KIND[1], params, SCAN_LAST_OF_KIND)
                 last = found[0]["data"] if found else None
             if last:
                 row["steps"] = max(row["steps"] or 0, int(json.loads(last).get("step") or 0))
@@ -514,8 +523,7 @@ class Store:
     def events(self, loop: str | None = None, *, kind: str | None = None) -> list[ev.Event]:
         """The recorded events (of one loop: its uid, id or name), oldest first, as event objects."""
         if loop is not None:
-            params = {"uid": self.find(loop)["uid"], "kind": kind}  # find() writes what is waiting
-            rows = self.query(OF_LOOP if kind is None else OF_LOOP_KIND, params)
+            rows = loop_rows(self, self.find(loop)["uid"], kind)  # find() writes what is waiting
         else:
             self.flush()
             where, args = (" WHERE kind = ?", (kind,)) if kind is not None else ("", ())
