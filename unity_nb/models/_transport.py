@@ -4,7 +4,10 @@
   loop the HTTP stack under ``openai.AsyncOpenAI`` costs more CPU per streamed request than the rest
   of the loop together; aiohttp costs a fraction of it (``bench/bench_loop.py``) and does what a
   well-kept client does: keep-alive, gzip and deflate, redirects (307 and 308 resend the body),
-  proxies from the environment (``HTTPS_PROXY``, ``NO_PROXY``), TLS and a connect timeout. Silence
+  proxies from the environment (``HTTPS_PROXY``, ``NO_PROXY``), TLS and a connect timeout. Every header
+  (the API key's above all) is the request's own, never the session's: aiohttp copies a session's
+  default headers into what it sends the proxy (the CONNECT, and ``Proxy-Authorization``), and a proxy
+  must never see the key. A proxy URL's own credentials (``http://user:pass@proxy``) are its Basic auth. Silence
   is bounded by the caller (:class:`Silence`, ``read_timeout`` seconds without a complete line), not by
   aiohttp's ``sock_read``, which would cancel and push a timer on every read. The OpenAI client still
   supplies base URL, auth and default headers.
@@ -158,6 +161,8 @@ class AioHTTPTransport:
         self.read_timeout = read_timeout
         """Seconds of silence the caller allows (:class:`Silence`, as ``OpenAIModel`` does): not aiohttp's own."""
         self._session: Any = None
+        self._headers: Any = None
+        """``headers`` as the CIMultiDict each request carries (made once per pool)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._finalizer: weakref.finalize | None = None
         self._proxy: str | None = None
@@ -176,8 +181,12 @@ class AioHTTPTransport:
             # the proxy is looked up once per pool: aiohttp's trust_env looks it up (and .netrc) in a
             # worker thread on every request, two thread hops per model call
             self._proxy = env_proxy(self.base_url)
-            # the headers are the session's: merged into a CIMultiDict once, not once per request
-            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, headers=self.headers)
+            # the headers are each request's, not the session's defaults: aiohttp merges a session's headers
+            # into the proxy's too (the key would reach the proxy); a CIMultiDict made once is not copied again
+            from multidict import CIMultiDict
+
+            self._headers = CIMultiDict(self.headers)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout)
             self._loop = loop
             # a transport dropped unclosed (or left open at exit) closes its sockets, without warnings
             self._finalizer = weakref.finalize(self, _close_pool, self._session)
@@ -189,7 +198,7 @@ class AioHTTPTransport:
         url = self.base_url + path
         session = self._pool()
         try:
-            resp = await session.post(url, data=body, proxy=self._proxy)
+            resp = await session.post(url, data=body, headers=self._headers, proxy=self._proxy)
         except aiohttp.ClientConnectorError as err:
             reason = err.os_error.strerror if getattr(err.os_error, "strerror", None) else err.os_error
             raise TransportError(f"cannot connect to {err.host}:{err.port} ({url}): {reason}") from None
