@@ -239,17 +239,18 @@ function render({ model, el }) {
             h("button", { class: "unb-btn", onclick: () => send("answer", node.id, answer.value, c.call_id) }, "Answer")));
         }
       }
-      // plans waiting for the person: the code, then Run or Skip
+      // plans and tool calls waiting for the person: the code (or arguments), then Run or Skip
       const akey = JSON.stringify(node.approvals || []);
       if (akey !== v.approvalKey) {
         v.approvalKey = akey;
         v.approvals.innerHTML = "";
         for (const a of node.approvals || []) {
-          const pre = h("pre", { class: "unb-code unb-python" });
-          pre.innerHTML = highlightPython(a.code);
+          // a plan shows its code; a tool call (a.tool) its JSON arguments, as text
+          const pre = h("pre", { class: a.tool ? "unb-code" : "unb-code unb-python" });
+          if (a.tool) pre.textContent = a.code; else pre.innerHTML = highlightPython(a.code);
           const reason = h("input", { class: "unb-input", type: "text", placeholder: "Why skip? (optional)" });
           v.approvals.append(h("div", { class: "unb-approval", "data-call": a.call_id },
-            h("b", {}, "Plan waiting for your approval: "), a.intent, pre,
+            h("b", {}, a.tool ? "Tool call waiting for your approval: " : "Plan waiting for your approval: "), a.intent, pre,
             h("button", { class: "unb-btn unb-run", onclick: () => send("approve", node.id, null, a.call_id) }, "Run"),
             h("button", { class: "unb-btn unb-skip", onclick: () => send("skip", node.id, reason.value, a.call_id) }, "Skip"),
             reason));

@@ -9,7 +9,6 @@ Everything else (steering, nesting, events, the widget) is the loop's.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
@@ -18,7 +17,16 @@ from .. import events as ev
 from .._errors import UserError
 from .._registry import registered_tools
 from .._secrets import get_secret, scrub, scrub_bundle, secret_names
-from ..loop import LoopHandle, Message, Tool, ToolCallRecord, ToolContext, ToolFailed, as_tool, current_call
+from ..loop import (
+    LoopHandle,
+    Tool,
+    ToolCallRecord,
+    ToolContext,
+    ToolFailed,
+    as_tool,
+    current_call,
+    skipped_result,
+)
 from ..models import default_model
 from ._describe import describe_namespace, describe_value, user_variables
 from ._executor import Executor, final_answer
@@ -166,7 +174,6 @@ class ActorHandle(LoopHandle):
         """Plans run (or skipped) so far."""
         self.displayed = 0
         """Rich outputs plans displayed so far."""
-        self._approvals: dict[str, dict] = {}
         self._ref_tools: dict[str, RefTool] = {}
         self._index: RefIndex | None = None
         self._index_for: tuple[str, ...] = ()
@@ -302,10 +309,10 @@ class ActorHandle(LoopHandle):
         before: dict | None = self._known  # taken before this step: only identities are checked again
         if self._needs_approval():
             before = None  # the person may have run cells while the plan waited: look again
-            run, reason = await self._wait_for_approval(ctx.call_id, code, intent)
+            run, reason = await self.wait_for_approval(ctx.call_id, tool="execute_code", code=code, intent=intent)
             if not run:
                 self.plans += 1
-                return f"[the person skipped this plan; it did not run]{': ' + reason if reason else ''}"
+                return skipped_result("execute_code", reason)
         self.plans += 1
 
         def on_output(text: str, _stream: str) -> None:
@@ -341,62 +348,13 @@ class ActorHandle(LoopHandle):
             raise ToolFailed(text)
         return text
 
-    # -- approval -------------------------------------------------------------------------
+    # -- approval (the loop's: unity_nb.loop._approval) ----------------------------------
 
-    @property
-    def pending_approvals(self) -> list[dict]:
-        """Plans waiting for the person (here and in nested actors): ``{call_id, code, intent, loop}``."""
-        return [
-            {"call_id": cid, "code": a["code"], "intent": a["intent"], "loop": h.name, "loop_id": h.id}
-            for h in self.walk()
-            if isinstance(h, ActorHandle)
-            for cid, a in h._approvals.items()
-        ]
-
-    async def _wait_for_approval(self, call_id: str, code: str, intent: str) -> tuple[bool, str | None]:
-        fut: asyncio.Future = self.event_loop.create_future()
-        code = scrub(code)
-        self._approvals[call_id] = {"code": code, "intent": intent, "future": fut}
-        self.emit(ev.ApprovalRequested, call_id=call_id, code=code, intent=intent)
-        try:
-            with self.awaiting_person():
-                run, reason = await fut
-        finally:
-            self._approvals.pop(call_id, None)
-        word = "approved" if run else "skipped"
-        why = f": {reason}" if reason else ""
-        self.conversation.record(Message("user", f"[plan {word} by the user{why}]", kind="steering"))
-        self.emit(ev.ApprovalDecided, call_id=call_id, approved=run, reason=reason)
-        return run, reason
-
-    def _decide(self, call_id: str | None, run: bool, reason: str | None) -> None:
-        self.require_live("approve" if run else "skip")
-        pending = [(h, cid) for h in self.walk() if isinstance(h, ActorHandle) for cid in h._approvals]
-        if call_id is None:
-            if len(pending) != 1:
-                raise UserError(
-                    "no plan is waiting for approval" if not pending else
-                    f"{len(pending)} plans wait for approval; name one: {[cid for _h, cid in pending]}"
-                )
-            owner, call_id = pending[0]
-        else:
-            found = next((h for h, cid in pending if cid == call_id), None)
-            if found is None:
-                waiting = [c for _h, c in pending] or "none"
-                raise UserError(f"no plan with call_id {call_id!r} waits for approval; waiting: {waiting}")
-            owner = found
-        fut = owner._approvals[call_id]["future"]
-        if not fut.done():
-            fut.set_result((run, reason))
-
-    async def approve(self, call_id: str | None = None) -> None:
-        """Run the plan waiting for approval (``call_id`` chooses when several wait)."""
-        self._decide(call_id, True, None)
-
-    async def skip(self, call_id: str | None = None, reason: str | None = None) -> None:
-        """Do not run the waiting plan; the model is told it was skipped (and why)."""
-        self._decide(call_id, False, reason)
+    def needs_approval(self, tool: Tool) -> bool:
+        """A JSON tool waits when it is marked, or on every call with ``approval="always"`` (a plan's
+        approval is asked inside ``execute_code``, where ``"first"`` counts plans)."""
+        return tool.needs_approval or (self.actor.approval == "always" and tool.name != "execute_code")
 
     def __repr__(self) -> str:
-        extra = f", {len(self._approvals)} plan(s) waiting for approval" if getattr(self, "_approvals", None) else ""
+        extra = f", {len(self._approvals)} call(s) waiting for approval" if self._approvals else ""
         return f"<unity handle {self.name!r}: {self.status.value}, {self.steps} steps{extra}>"

@@ -170,6 +170,7 @@ class RefTool(Tool):
         super().__init__(
             name=inner.name, description=inner.description, fn=self._call, params=inner.params,
             ctx_param=inner.ctx_param, is_async=True, ref_only=inner.ref_only, json_params=inner.json_params,
+            timeout=inner.timeout, needs_approval=inner.needs_approval, secrets=inner.takes_secrets,
         )
         self.inner = inner
         self.namespace = namespace

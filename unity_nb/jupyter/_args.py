@@ -68,8 +68,10 @@ HELP = {
     "    Answer the question the operation NAME (or one of its sub-operations) waits on; with several\n"
     "    questions waiting, --call ID says which (the refusal lists each with its id).",
     "stop": "%unity stop NAME [REASON]\n    Stop the operation NAME and everything under it.",
-    "approve": "%unity approve NAME\n    Run the plan of NAME that waits for approval.",
-    "skip": "%unity skip NAME [REASON]\n    Do not run the plan of NAME that waits for approval; the model is told.",
+    "approve": "%unity approve NAME\n"
+    "    Run the plan (or the call of a tool marked needs_approval) of NAME that waits for approval.",
+    "skip": "%unity skip NAME [REASON]\n"
+    "    Do not run the plan or tool call of NAME that waits for approval; the model is told why.",
     "tasks": "%unity tasks\n"
     "    Durable tasks (kept in the store across kernels): id, name, status, parent, description, result.",
     "task": "%unity task new NAME DESCRIPTION   (or %%unity task new NAME with the description as the cell)\n"

@@ -195,6 +195,7 @@ def _node(h: LoopHandle, depth: int, retry: str = "", cut_off: str = "") -> dict
         ],
         "approvals": [
             {"call_id": a["call_id"], "code": _clip(a["code"]), "intent": _clip(a["intent"], 500)}
+            | ({"tool": a["tool"]} if "tool" in a else {})
             for a in h.pending_approvals if a.get("loop_id") == h.id
         ],
         **_batch(h),
@@ -250,10 +251,6 @@ def _text(click: dict) -> str:
     return click.get("text") or ""
 
 
-def _actor(h: LoopHandle, action: str) -> Any:
-    if not callable(getattr(h, action, None)):
-        raise ValueError(f"cannot {action} in {h.name!r}: it has no plans waiting for approval (not an actor)")
-    return h
 
 
 async def _ask(w: HandleWidget, h: LoopHandle, click: dict) -> Awaitable[None]:
@@ -279,9 +276,9 @@ COMMANDS: dict[str, Command] = {
     "answer": Command(
         lambda w, h, c: h.answer_clarification(c.get("call_id") or "", _text(c)), "answer a tool's question"
     ),
-    # an actor's handle (approval is the actor's): a plain loop has no plan to approve
-    "approve": Command(lambda w, h, c: _actor(h, "approve").approve(c.get("call_id")), "run a waiting plan"),
-    "skip": Command(lambda w, h, c: _actor(h, "skip").skip(c.get("call_id"), _text(c) or None), "skip, with a reason"),
+    # a plan, or a call of a tool marked needs_approval, waiting for the person
+    "approve": Command(lambda w, h, c: h.approve(c.get("call_id")), "run a waiting plan or tool call"),
+    "skip": Command(lambda w, h, c: h.skip(c.get("call_id"), _text(c) or None), "skip it, with a reason"),
 }
 """The widget's buttons, by the action name the browser sends. A new button is one entry here
 (and its button in ``widgets/handle.js``); a widget's own ``commands`` may add or override entries."""

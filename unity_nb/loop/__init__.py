@@ -1,6 +1,7 @@
 """The tool loop: handles, nesting, steering, tools, policies and answer hooks."""
 
 from ._answers import Evaluation, HandOff, Reference, ToolResult, cites_references, handoff
+from ._approval import skipped_result
 from ._context import CallInfo, current_call, current_loop, forward_call, resolve_tool_value
 from ._engine import Engine
 from ._handle import LoopHandle
@@ -43,4 +44,5 @@ __all__ = (
     "steering_entry",
     "register_verb",
     "Engine",
+    "skipped_result",
 )

@@ -40,11 +40,12 @@ class Approvals:
 
     @property
     def pending_approvals(self) -> list[dict]:
-        """Calls waiting for the person, here and in every descendant:
-        ``{call_id, tool, code, intent, loop, loop_id}`` (``code``: a plan's code, or a call's JSON arguments)."""
+        """Calls waiting for the person, here and in every descendant: ``{call_id, code, intent, loop,
+        loop_id}`` for a plan (its code), and ``tool`` besides for a tool's call (``code``: its JSON arguments)."""
         me: LoopHandle = self  # type: ignore[assignment]
         return [
-            {"call_id": cid, "tool": a["tool"], "code": a["code"], "intent": a["intent"], "loop": h.name, "loop_id": h.id}
+            {"call_id": cid, "code": a["code"], "intent": a["intent"], "loop": h.name, "loop_id": h.id}
+            | ({"tool": a["tool"]} if a["tool"] != PLAN else {})
             for h in me.walk()
             if h._approvals
             for cid, a in h._approvals.items()
@@ -91,7 +92,9 @@ class Approvals:
             found = next((h for h, cid in pending if cid == call_id), None)
             if found is None:
                 waiting = [c for _h, c in pending] or "none"
-                raise UserError(f"no call with call_id {call_id!r} waits for approval; waiting: {waiting}")
+                raise UserError(
+                    f"no plan with call_id {call_id!r} waits for approval, nor a tool call; waiting: {waiting}"
+                )
             owner = found
         assert owner._approvals is not None
         fut = owner._approvals[call_id]["future"]

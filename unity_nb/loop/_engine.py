@@ -175,7 +175,7 @@ class Engine(Part):
                 if h.multi and still_last():  # a plain reply at the last step
                     self.fail_open(f"the loop reached max_steps={cfg.max_steps} before answering it")
                 continue
-            await h.runner.run(records, wire_msg)
+            await h.runner.run(records, wire_msg, offered)  # a call of a tool not offered does not run
             done = self._ended_by_tool()
             if done is not None:
                 return done

@@ -16,7 +16,7 @@ import inspect
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
@@ -24,6 +24,7 @@ from .._errors import Stopped, UserError
 from .._output import tool_output
 from .._secrets import SECRET_REF, get_secret, scrub
 from ._answers import HandOff, Reference, ToolResult
+from ._approval import skipped_result
 from ._context import CallInfo, Part, enter_call, leave_call, resolve_tool_value
 from ._policies import time_note
 from ._records import Message, ToolCallRecord
@@ -98,10 +99,16 @@ class ToolRunner(Part):
         self.call_requests: dict[str, str] = {}
         """Which request each call served (multi-request loops)."""
 
-    async def run(self, records: list[ToolCallRecord], wire_msg: dict) -> None:
-        """Run a step's calls; steering that arrives meanwhile with live children is routed to them."""
+    async def run(
+        self, records: list[ToolCallRecord], wire_msg: dict, offered: Sequence[Tool] | None = None
+    ) -> None:
+        """Run a step's calls; steering that arrives meanwhile with live children is routed to them.
+
+        ``offered``: the tools this step offered. A call naming any other tool (one a policy hid, say)
+        does not run: its result tells the model which tools it may call now."""
         h = self.owner
-        tasks = [h.event_loop.create_task(self.run_one(rec)) for rec in records]
+        names = None if offered is None else frozenset(t.name for t in offered)
+        tasks = [h.event_loop.create_task(self.run_one(rec, names)) for rec in records]
         deferred: list[dict] = []
         wake = h.wake  # set by each finished call, and by an interjection to route
         remaining = len(tasks)
@@ -133,15 +140,29 @@ class ToolRunner(Part):
             if h.config.time_awareness:
                 h.conversation.add({"role": "user", "content": time_note(h.started_at)})
 
-    async def run_one(self, rec: ToolCallRecord) -> None:
+    async def run_one(self, rec: ToolCallRecord, offered: frozenset[str] | None = None) -> None:
         h = self.owner
         try:
             async with self._sem:
                 await h.gate.wait()  # no new tool starts while paused
+                if offered is not None and rec.name not in offered:
+                    self._refuse(rec, offered)
+                    return
                 await self.execute(rec, h.turn.lookup(rec.name))
         finally:
             if rec.result is None:  # cancelled before or while running: still exactly one result
                 self.finish_call(rec, f"cancelled: {h.stop_reason or 'the loop was cancelled'}", True, 0.0)
+
+    def _refuse(self, rec: ToolCallRecord, offered: frozenset[str]) -> None:
+        """A call of a tool this step did not offer: it does not run, and the model is told what it may call."""
+        h = self.owner
+        h.emit(ev.ToolStarted, call_id=rec.id, name=rec.name, arguments=rec.arguments)
+        now = ", ".join(sorted(offered)) or "none"
+        if h.turn.lookup(rec.name) is None:
+            why = f"there is no tool named {rec.name!r}"
+        else:
+            why = f"{rec.name} is not available at this step, so it did not run"
+        self.finish_call(rec, f"error: {why}; the tools you may call now: {now}", True, 0.0)
 
     def _arguments(self, rec: ToolCallRecord, tool: Tool) -> tuple[dict[str, Any], bool, str | None]:
         """``(kwargs, share_context, request_id)`` from the call's JSON arguments."""
@@ -160,7 +181,9 @@ class ToolRunner(Part):
                     if request_id is not None:
                         h.request(str(request_id))
                 arguments = json.dumps(raw)
-        if "<<secret:" in arguments:  # the values go to the tool only; the record keeps the references
+        # the values go to a tool a person wrote only (never to an answer or a built-in tool, which would
+        # write them out); the record keeps the references
+        if "<<secret:" in arguments and tool.takes_secrets:
             arguments = SECRET_REF.sub(lambda m: json.dumps(_secret_value(m[1]))[1:-1], arguments)
         return tool.parse(arguments), share, request_id
 
@@ -184,6 +207,12 @@ class ToolRunner(Part):
             self.call_requests[rec.id] = request_id
         if tool.ctx_param:
             kwargs[tool.ctx_param] = ToolContext(h, rec.id, rec.name, rec, request_id)
+        if h.needs_approval(tool):  # the wait is the person's, not the tool's: outside its timeout
+            run, reason = await h.wait_for_approval(rec.id, tool=rec.name, code=rec.arguments or "{}")
+            if not run:
+                self.finish_call(rec, skipped_result(rec.name, reason), False, time.perf_counter() - t0)
+                return
+            t0 = time.perf_counter()
         timeout = getattr(tool, "timeout", None) or h.config.tool_timeout
         token = enter_call(CallInfo(h, rec.id, share))
         def write(text: str, _stream: str = "stdout") -> None:
