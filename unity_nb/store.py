@@ -41,6 +41,7 @@ import orjson
 
 from . import events as ev
 from ._errors import UserError
+from ._store_batches import BATCH, batch_rows
 from ._store_schema import (
     INDEX_CATCH_UP,
     LAST_OF_KIND,
@@ -475,11 +476,15 @@ class Store:
                 alive.add(row["id"])
         return alive
 
-    def loops(self, *, limit: int | None = None, name: str | None = None) -> list[dict]:
+    def loops(self, *, limit: int | None = None, name: str | None = None, batch_rows: bool = True) -> list[dict]:
         """Past and present loops, newest last: ``uid, name, task, status, started, ended, steps, ...``.
-        A loop whose kernel died before it ended has status ``interrupted``."""
+        A loop whose kernel died before it ended has status ``interrupted``. ``batch_rows=False`` leaves out
+        the loops of a batch's rows (a batch is the loop whose task starts ``[map] ``)."""
         self.flush()
-        sql = "SELECT * FROM loops" + (" WHERE name = ?" if name else "") + " ORDER BY started DESC"
+        where = ["name = ?"] if name else []
+        if not batch_rows:
+            where.append(f"(parent_uid IS NULL OR parent_uid NOT IN (SELECT uid FROM loops WHERE {BATCH}))")
+        sql = "SELECT * FROM loops" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY started DESC"
         params: tuple = (name,) if name else ()
         if limit:
             sql, params = sql + " LIMIT ?", (*params, limit)
@@ -572,16 +577,20 @@ class Store:
         return out
 
     def history(self, limit: int | None = None):
-        """One row per past loop (a DataFrame): name, the task's first 80 characters, status, started, steps."""
+        """One row per past loop (a DataFrame): name, the task's first 80 characters, status, started, steps,
+        and for a batch (``u.map``, ``%unity map``: one row for the batch, none per row loop) its rows: how many
+        finished (kept from the run it continued among them), failed, stopped, and running (when its kernel
+        died, for an interrupted batch)."""
         import pandas as pd
 
-        rows = self.loops(limit=limit)
+        rows = self.loops(limit=limit, batch_rows=False)
         df = pd.DataFrame(
             [{
                 "name": r["name"], "task": (r["task"] or "")[:80], "status": r["status"],
-                "started": pd.to_datetime(r["started"], unit="s").floor("s"), "steps": r["steps"], "uid": r["uid"],
+                "started": pd.to_datetime(r["started"], unit="s").floor("s"), "steps": r["steps"],
+                "rows": batch_rows(self, r) if (r["task"] or "").startswith("[map] ") else "", "uid": r["uid"],
             } for r in rows],
-            columns=["name", "task", "status", "started", "steps", "uid"],
+            columns=["name", "task", "status", "started", "steps", "rows", "uid"],
         )
         return df
 

@@ -227,16 +227,51 @@ def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
 
 
 def resume_map(magics: UnityMagics, row: dict) -> LoopHandle:
-    """A batch a dead kernel left interrupted runs again from its ``%unity map`` line, skipping every row
-    the store has as finished."""
+    """A batch a dead kernel left interrupted runs again from its ``%unity map`` line: that one run continues
+    (a row it finished is kept if asked the same now: same position, label, task and model), and what died
+    and what is kept is said in the widget and the cell's output."""
     from ..batch import finished_rows
 
     first, _, cell = row["task"].removeprefix("[map] ").partition("\n")
     cmd = parse(f"map {first}", cell or None)
+    name = row["name"]
+    missing = _missing_names(cmd.name or "", magics.user_ns)
+    if missing:
+        raise UsageError(
+            f"{name!r} ran over the items `{cmd.name}`, and this kernel has no {', '.join(f'`{n}`' for n in missing)}: "
+            f"re-create {'it' if len(missing) == 1 else 'them'} as it was (run the cells that made it), then "
+            f"%unity resume {name} again. Rows it finished are kept only where they are asked the same.\n\n"
+            f"{HELP['resume']}"
+        )
     store = magics.store
-    done: dict = {}
-    for run in store.loops(name=row["name"]):  # every earlier run of this very batch, oldest first
-        if run["task"] == row["task"]:
-            done.update(finished_rows(store, run["uid"]))
-    notice = f"resumed from the store: {len(done)} row(s) finished before are kept, the rest run now."
-    return magics._map(cmd, done=done, name=row["name"], notice=notice)
+    done = finished_rows(store, row["uid"])  # this run alone: it holds the rows it kept from the run before it
+    died = store.query("SELECT COUNT(*) AS n FROM loops WHERE parent_uid = ? AND ended IS NULL", (row["uid"],))
+    running = died[0]["n"] if died else 0
+    handle = magics._map(cmd, done=done, name=name, notice="resumed from the store")
+    kept, aside = getattr(handle, "kept", 0), getattr(handle, "set_aside", 0)
+    total = len(getattr(handle, "rows", ()))
+    notice = (
+        f"resumed from the store: the kernel running {name!r} died with {len(done)} row(s) finished"
+        + (f" and {running} running (they run again)" if running else "")
+        + f"; kept {kept} row(s) finished before; {total - kept} to run."
+        + (f" {aside} finished row(s) not kept: they are asked something else now (the items, the task or the "
+           "model changed)." if aside else "")
+    )
+    widget = magics.widgets.get(name)
+    if widget is not None:
+        widget.notice = notice
+    print(notice)
+    return handle
+
+
+def _missing_names(expr: str, namespace: dict) -> list[str]:
+    """The names ``expr`` reads that ``namespace`` (and the builtins) lacks."""
+    import ast
+    import builtins
+
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError:
+        return []
+    names = [n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+    return [n for n in dict.fromkeys(names) if n not in namespace and not hasattr(builtins, n)]

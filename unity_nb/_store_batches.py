@@ -1,0 +1,37 @@
+"""What the store says of a batch (``u.map``, ``%unity map``): one line for the batch, counting its rows, in
+place of one line per row loop (``Store.history``)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from ._store_schema import loop_rows
+
+if TYPE_CHECKING:
+    from .store import Store
+
+__all__ = ("BATCH", "batch_rows")
+
+BATCH = "substr(task, 1, 6) = '[map] '"
+"""SQL: the loop is a batch (its task is its label, ``[map] ...``)."""
+
+
+def batch_rows(store: Store, loop: dict) -> str:
+    """A batch's rows as history says them: ``30 finished (10 kept), 2 failed; 5 running when its kernel died``."""
+    counts = {"finished": 0, "failed": 0, "stopped": 0, "kept": 0}
+    for r in loop_rows(store, loop["uid"], "row_finished"):
+        data = json.loads(r["data"])
+        counts[data.get("status", "failed")] = counts.get(data.get("status", "failed"), 0) + 1
+        counts["kept"] += bool(data.get("kept"))
+    live = store.query("SELECT COUNT(*) AS n FROM loops WHERE parent_uid = ? AND ended IS NULL", (loop["uid"],))
+    running = live[0]["n"] if live else 0
+    kept = f" ({counts['kept']} kept from the run it continued)" if counts["kept"] else ""
+    text = f"{counts['finished']} finished{kept}, {counts['failed']} failed"
+    text += f", {counts['stopped']} stopped" if counts["stopped"] else ""
+    if loop["status"] == "interrupted":
+        died = f"{running} running when its kernel died" if running else "its kernel died"
+        text += f"; {died} (%unity resume {loop['name']} keeps the finished rows and runs the rest)"
+    elif running:
+        text += f"; {running} running"
+    return text
