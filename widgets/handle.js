@@ -188,12 +188,15 @@ function render({ model, el }) {
     if (!p) return;
     const pct = p.total ? Math.round((100 * (p.done + p.failed + p.stopped)) / p.total) : 0;
     const eta = p.eta_seconds == null ? "" : ` · about ${Math.ceil(p.eta_seconds)} s left`;
+    // once the batch has ended, rows still waiting never started; rows kept from the run it continued are said
+    const waiting = ENDED.has(node.status) ? `${p.waiting} not started` : `${p.waiting} waiting`;
+    const kept = p.kept ? ` (${p.kept} kept from before)` : "";
     v.batch.append(
       h("div", { class: "unb-bar" },
         h("div", { class: "unb-bar-done", style: `width: ${p.total ? (100 * p.done) / p.total : 0}%` }),
         h("div", { class: "unb-bar-failed", style: `width: ${p.total ? (100 * (p.failed + p.stopped)) / p.total : 0}%` })),
       h("div", { class: "unb-bar-text" },
-        `${p.done}/${p.total} done (${pct}%) · ${p.running} running · ${p.failed} failed · ${p.waiting} waiting · ` +
+        `${p.done}/${p.total} done${kept} (${pct}%) · ${p.running} running · ${p.failed} failed · ${waiting} · ` +
         `${p.rows_per_second} rows/s${eta} · ${p.input_tokens}/${p.output_tokens} tokens`));
     if (node.failures && node.failures.length) {
       const list = h("details", { class: "unb-failures" }, h("summary", {}, `${node.failures.length} row(s) failed or stopped`));
@@ -222,7 +225,10 @@ function render({ model, el }) {
       v.header.innerHTML = "";
       v.header.append(
         h("span", { class: "unb-name" }, node.name),
-        h("span", { class: `unb-badge unb-${node.status}` }, BADGE[node.status] || node.status),
+        // a batch that finished with rows failed or stopped does not look like a success
+        node.progress && node.progress.outcome === "finished with failures"
+          ? h("span", { class: "unb-badge unb-partial" }, "finished with failures")
+          : h("span", { class: `unb-badge unb-${node.status}` }, BADGE[node.status] || node.status),
         h("span", { class: "unb-stats" }, `${node.steps} steps · ${node.tool_calls} tool calls · ${node.tokens_in}/${node.tokens_out} tokens · ${node.elapsed}s · ${node.model}`),
       );
       v.pause.textContent = node.status === "paused" ? "Resume" : "Pause";

@@ -483,6 +483,7 @@ class HandleWidget(anywidget.AnyWidget):
 _BADGE = {
     "running": "#2563eb", "paused": "#d97706", "waiting": "#9333ea",
     "finished": "#16a34a", "stopped": "#6b7280", "failed": "#dc2626", "idle": "#0891b2",
+    "finished with failures": "#ea580c",
 }
 
 
@@ -490,7 +491,7 @@ def render_html(root: LoopHandle) -> str:
     """A static snapshot of the handle tree and its transcripts (no scripts, no kernel needed)."""
     parts = ['<div class="unity-nb-snapshot" style="font-family:sans-serif;font-size:13px">']
     for h, depth in _tree(root):
-        status = h.status.value
+        status = getattr(h, "outcome", h.status.value)  # a batch with failed rows: "finished with failures"
         parts.append(
             f'<div style="margin-left:{depth * 20}px;border-left:3px solid {_BADGE[status]};'
             'padding-left:8px;margin-bottom:6px">'
