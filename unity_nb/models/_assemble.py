@@ -93,8 +93,9 @@ def error_words(payload: Any) -> str | None:
     def details(value: Any) -> None:
         if isinstance(value, str):
             add(value)
-        elif isinstance(value, dict):
-            add(value.get("message") or value.get("msg"))
+        elif isinstance(value, dict):  # Mistral: {"message": {"detail": [...]}}
+            details(value.get("message") or value.get("msg"))
+            details(value.get("detail"))
         elif isinstance(value, list):  # FastAPI's validation errors: [{"loc": [...], "msg": ...}]
             for item in value[:20]:
                 if isinstance(item, dict) and item.get("msg"):
