@@ -290,7 +290,14 @@ class LoopHandle(Approvals, Requests):
         The answer is the model's final text, or the object a tool handed to
         :meth:`finish_with` (the actor's ``final_answer(value)``).
         """
-        await self._ended.wait()
+        own = self.event_loop
+        if self._ended.is_set() or asyncio.get_running_loop() is own:
+            await self._ended.wait()
+        elif own.is_closed() or not own.is_running():  # awaited from another event loop: its end cannot come
+            state = "closed" if own.is_closed() else "not running"
+            raise HandleStateError(f"cannot wait for {self.name!r}: the event loop it runs on is {state}", state=state)
+        else:  # from another thread's event loop: wait on the loop's own, the end handed over
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._ended.wait(), own))
         if self._error is not None:
             raise self._error
         if self._result_obj is not _UNSET:
