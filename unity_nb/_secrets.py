@@ -23,8 +23,8 @@ from typing import Any
 from ._errors import UserError
 
 __all__ = (
-    "SECRET_REF", "ScrubStream", "forget_secret", "forms", "get_secret", "resolve_secrets", "scrub", "secret_names",
-    "set_secret",
+    "SECRET_REF", "ScrubStream", "forget_secret", "forms", "get_secret", "resolve_secrets", "scrub", "scrub_error",
+    "secret_names", "set_secret",
 )
 
 SECRET_REF = re.compile(r"<<secret:([A-Za-z_][A-Za-z0-9_]*)>>")
@@ -111,6 +111,23 @@ def scrub(text: Any) -> Any:
         if value in text:
             text = text.replace(value, f"<<secret:{name}>>")
     return text
+
+
+def scrub_error(err: Any) -> Any:
+    """``err`` (an exception) with every secret value in its arguments, and in those of the errors
+    it was raised from, replaced by its reference, in place: what ``str(err)`` gives, and so every
+    failure reason, event, transcript and traceback made from it, is scrubbed."""
+    seen: set[int] = set()
+    e = err
+    while _ORDER and isinstance(e, BaseException) and id(e) not in seen:
+        seen.add(id(e))
+        if any(isinstance(a, str) for a in e.args):
+            try:
+                e.args = tuple(scrub(a) for a in e.args)
+            except (AttributeError, TypeError):  # an exception that will not take new arguments
+                pass
+        e = e.__cause__ or e.__context__
+    return err
 
 
 def _held_from(text: str) -> int:

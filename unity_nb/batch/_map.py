@@ -32,6 +32,7 @@ import pydantic
 from .. import events as ev
 from .._collector import hold_loops, release_loops
 from .._errors import ModelError, Stopped, UnityError, UserError
+from .._secrets import scrub
 from ..loop import VERBS, Engine, LoopHandle, LoopOptions, Status
 from ..models import Usage, default_model, set_rate_limit
 from ._rows import Row, answer_tool, asked_hash, assemble, make_rows, parse_answer, row_id, row_key, to_json
@@ -407,8 +408,8 @@ class MapHandle(LoopHandle):
 
 
 def _reason(err: BaseException | None) -> str:
-    """Why a row failed (or the batch did), as its reason says it."""
-    return f"{type(err).__name__}: {err}"
+    """Why a row failed (or the batch did), as its reason says it (no secret's value in it)."""
+    return scrub(f"{type(err).__name__}: {err}")
 
 
 def _status_of(err: BaseException) -> int | None:

@@ -27,7 +27,7 @@ from typing import Any
 from .. import events as ev
 from .._collector import loop_ended, loop_started
 from .._errors import HandleStateError, Stopped, UnityError, UserError
-from .._secrets import scrub
+from .._secrets import scrub, scrub_error
 from ..models import Model, Usage
 from ._answers import Evaluation, Reference
 from ._approval import Approvals
@@ -442,7 +442,7 @@ class LoopHandle(Approvals, Requests):
             )
         self._status = status
         self._answer = answer
-        self._error = error
+        self._error = error = scrub_error(error)  # a secret an error quotes reaches no reason, event or store
         self.ended_at = time.time()
         self.gate.open()
         forget = getattr(self.model, "forget_conversation", None)

@@ -226,7 +226,7 @@ class Turn(Part):
         if limit is not None and ("429" in error or "rate limit" in error.lower()):
             limit.cooldown(delay)  # every loop calling this model waits, not only this one
         self.reset_streaming()
-        self.owner.emit(ev.ModelRetry, attempt=attempt, error=error, delay=delay)
+        self.owner.emit(ev.ModelRetry, attempt=attempt, error=scrub(error), delay=delay)
 
     # -- the call ----------------------------------------------------------------------------
 
