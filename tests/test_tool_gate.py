@@ -240,3 +240,40 @@ async def test_actor_without_approval_runs_json_tools_at_once(bus):
     assert await h == "done"
     assert RAN == ["t6"]
     assert not any(e.kind == "approval_requested" for e in h.events)
+
+
+async def test_the_widget_and_the_magics_reach_a_tool_call_waiting_for_approval(stored_shell):
+    from conftest import magics
+
+    ip = stored_shell
+
+    @u.tool(needs_approval=True)
+    def wipe(table: str) -> str:
+        """Wipe a table."""
+        RAN.append(table)
+        return f"wiped {table}"
+
+    def script(messages, tools):
+        done = tool_messages(messages)
+        return u.call_tool("wipe", table=f"t{len(done) + 1}") if len(done) < 2 else "done"
+
+    try:
+        ip.user_ns["m"] = model = u.ScriptedModel(script)
+        ip.run_line_magic("unity", "model --var m")
+        h = ip.run_line_magic("unity", "act --name wiper wipe the tables")
+        first = await h.wait_for("approval_requested", timeout=10)
+        w = magics(ip).widgets["wiper"]
+        w.flush()
+        (shown,) = w.nodes[0]["approvals"]
+        assert shown["tool"] == "wipe" and shown["call_id"] == first.call_id and '"t1"' in shown["code"]
+        assert w.nodes[0]["status"] == "waiting" and RAN == []
+        w._on_custom(w, {"action": "approve", "node": h.id, "call_id": first.call_id}, [])  # the Run button
+        await h.wait_for("tool_finished", lambda e: e.call_id == first.call_id, timeout=10)
+        assert RAN == ["t1"]
+        await h.wait_for("approval_requested", lambda e: e.call_id != first.call_id, timeout=10)
+        ip.run_line_magic("unity", "skip wiper keep t2")
+        assert await h == "done"
+        assert RAN == ["t1"]
+        assert results(model)[1] == "[the person skipped this call; wipe did not run]: keep t2"
+    finally:
+        u.unregister_tool("wipe")
