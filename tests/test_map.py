@@ -398,6 +398,7 @@ def test_a_batch_resumes_after_its_kernel_is_killed_without_redoing_a_committed_
         assert second.value("sorted(seen)") == ["Label paper 3", "Label paper 4", "Label paper 5"]
         assert second.value("list((await labels).index)") == [f"p{i}" for i in range(6)]
         notice = second.value("get_ipython().magics_manager.registry['UnityMagics'].widgets['labels'].notice")
-        assert notice.startswith("resumed from the store: 3 row(s) finished before")
+        assert notice.startswith("resumed from the store: the kernel running 'labels' died with 3 row(s) finished")
+        assert "kept 3 row(s) finished before; 3 to run" in notice
     finally:
         second.close()
