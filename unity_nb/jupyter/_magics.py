@@ -9,7 +9,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 from IPython.display import display
 from traitlets import Bool, Float, Integer, Unicode
 
@@ -167,6 +167,7 @@ class UnityMagics(Magics):
     # -- entry ----------------------------------------------------------------------------
 
     @line_cell_magic
+    @no_var_expand  # what the person typed: `{title}` is a template, `$x` text, not the notebook's variables
     def unity(self, line: str, cell: str | None = None) -> Any:
         cmd = parse(line, cell)
         try:
