@@ -277,3 +277,33 @@ async def test_the_widget_and_the_magics_reach_a_tool_call_waiting_for_approval(
         assert results(model)[1] == "[the person skipped this call; wipe did not run]: keep t2"
     finally:
         u.unregister_tool("wipe")
+
+
+async def test_a_managers_write_tools_wait_for_approval_when_it_approves_writes(bus, tmp_path):
+    from unity_nb.managers import KnowledgeManager
+
+    store = u.Store(str(tmp_path / "k.db"))
+    script = [
+        u.call_tool("list_tables"),  # a read: runs at once
+        u.call_tool("create_table", name="regions", columns={"region": "text"}, description="regions"),
+        u.call_tool("create_table", name="other", columns={"x": "text"}, description="not wanted"),
+        "done",
+    ]
+
+    def steps(messages, tools):
+        return script[len(tool_messages(messages))]
+
+    model = u.ScriptedModel(steps)
+    knowledge = KnowledgeManager(store=store, model=model, bus=bus)
+    knowledge.approve_writes = True
+    h = knowledge.update("record the regions")
+    first = await h.wait_for("approval_requested", timeout=10)
+    assert first.tool == "create_table"
+    assert [e.name for e in h.events if e.kind == "tool_finished"] == ["list_tables"]
+    assert store.query("SELECT name FROM knowledge_tables") == []
+    await h.approve()
+    await h.wait_for("approval_requested", lambda e: e.call_id != first.call_id, timeout=10)
+    await h.skip(reason="one table is enough")
+    assert await h == "done"
+    assert [r["name"] for r in store.query("SELECT name FROM knowledge_tables")] == ["regions"]
+    store.close()

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from .. import events as ev
 from .._errors import UserError
-from ..loop import LoopHandle, Tool, current_loop, start_loop
+from ..loop import LoopHandle, Tool, as_tool, current_loop, start_loop
 from ..models import default_model
 
 __all__ = ("Manager",)
@@ -35,6 +35,11 @@ class Manager:
     """How this manager introduces itself when it calls another one."""
     exposed: ClassVar[tuple[str, ...] | None] = None
     """The methods a registry offers the actor by default (``None``: every public method)."""
+    approve_writes: bool = False
+    """Set it on a manager (``km.approve_writes = True``) and every call of the tools that change its
+    state (its ``_write_tools``: the knowledge manager's create_table, add_column, add_rows,
+    update_rows and delete_rows; the guidance manager's writes) waits for a person's approval
+    (``h.approve()`` / ``h.skip(reason=...)`` on the loop or any ancestor, the widget, ``%unity approve``)."""
 
     def __init__(self, *, model: Any = None, bus: ev.EventBus | None = None, registry: Any = None) -> None:
         self.model = model
@@ -68,11 +73,19 @@ class Manager:
             "Use your tools to do what is asked; answer concisely with what you found or did.",
         ) if p)
         handle = start_loop(
-            request, model=model, tools=list(tools if tools is not None else self._tools()), system=system,
+            request, model=model, tools=self._gated(tools if tools is not None else self._tools()), system=system,
             name=f"{self.alias}.{method}", bus=self.bus, **options,
         )
         handle.manager = self  # type: ignore[attr-defined]  # who started it, for callers further down
         return handle
+
+    def _gated(self, tools: Iterable[Callable[..., Any] | Tool]) -> list[Callable[..., Any] | Tool]:
+        """``tools``, the write tools marked ``needs_approval`` when :attr:`approve_writes` is set."""
+        writes = getattr(self, "_write_tools", None)
+        if not self.approve_writes or not callable(writes):
+            return list(tools)
+        names = {as_tool(t).name for t in writes()}
+        return [as_tool(t, needs_approval=True) if as_tool(t).name in names else t for t in tools]
 
     @staticmethod
     def caller() -> str:
