@@ -197,9 +197,12 @@ def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
             f"\n\n{HELP['resume']}"
         ) from None
     if row["status"] != "interrupted":
+        older = [r for r in store.loops(name=row["name"], batch_rows=False) if r["status"] == "interrupted"]
+        hint = (f" (an older operation of that name was left interrupted: %unity resume {older[-1]['uid']})"
+                if older else "")
         raise UsageError(
             f"{name!r} is not an operation of this kernel, and in the store it is {row['status']}: only one a dead "
-            f"kernel left interrupted continues from the store\n\n{HELP['resume']}"
+            f"kernel left interrupted continues from the store{hint}\n\n{HELP['resume']}"
         )
     if row["parent_uid"]:
         parent = store.find(row["parent_uid"])
