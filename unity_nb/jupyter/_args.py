@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 import shlex
 from collections.abc import Callable
@@ -170,6 +171,13 @@ def check_setting(name: str, value: object) -> None:
         ) from None
 
 
+def _unknown(what: str, choices: list[str], see: str) -> UsageError:
+    """A mistyped subcommand or option: a short error, with the nearest name if one is close (not the help)."""
+    close = difflib.get_close_matches(what.split()[-1], choices, n=1, cutoff=0.6)
+    hint = f": did you mean {close[0]}?" if close else ""
+    return UsageError(f"unknown {what}{hint} ({see})")
+
+
 def _usage(sub: str | None, problem: str) -> UsageError:
     if sub in HELP:
         return UsageError(f"{problem}\n\n{HELP[sub]}")
@@ -196,7 +204,7 @@ def _convert(sub: str, key: str, value: str, options: dict) -> None:
     allowed = _OPTIONS.get(sub, {})
     flag = f"--{key}"
     if flag not in allowed:
-        raise _usage(sub, f"unknown option {flag} for %unity {sub}")
+        raise _unknown(f"option {flag}", list(allowed), f"%unity {sub} --help lists its options")
     if allowed[flag] is bool:
         raise _usage(sub, f"{flag} is a flag: it takes no value")
     if value[:1] in "'\"" and value[-1:] == value[:1]:
@@ -219,6 +227,8 @@ def _peel_options(sub: str, rest: str) -> tuple[dict, str]:
             continue
         m = _OPTION.match(rest)
         if m is None:
+            if flag.partition("=")[0] not in _OPTIONS.get(sub, {}):
+                _convert(sub, flag[2:].partition("=")[0], "", options)  # unknown: said so, with a did-you-mean
             raise _usage(sub, f"option {rest.split()[0]} needs a value")
         _convert(sub, m.group(1), m.group(2), options)
         rest = rest[m.end() :]
@@ -260,7 +270,7 @@ def parse(line: str, cell: str | None = None) -> Command:
         return Command("help")
     sub, _, rest = line.partition(" ")
     if sub not in HELP:
-        raise _usage(None, f"unknown subcommand {sub!r}")
+        raise _unknown(f"subcommand {sub!r}", [repr(s) for s in HELP], "%unity help lists them: " + ", ".join(HELP))
     if sub == "help":
         topic = rest.strip() or None
         if topic is not None and topic not in HELP:
