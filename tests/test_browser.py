@@ -921,4 +921,5 @@ async def test_a_batch_shows_its_progress_bar_and_its_failures(harness):
     gate.set()
     await asyncio.wait_for(h.result(), 20)
     await harness.show(w)
-    await expect(text).to_contain_text("4/5 done (100%) · 0 running · 1 failed · 0 waiting")
+    await expect(text).to_contain_text("4/5 done (100%) · 0 running · 1 failed · 0 not started")
+    await expect(widget.locator(".unb-badge").first).to_have_text("finished with failures")
