@@ -306,10 +306,22 @@ class UnityMagics(Magics):
         self._show_widget(handle, name, notice=notice)
         return handle
 
+    _told_approval = False
+    """Whether this kernel was told, at its first ``--approval never`` act, that plans run unasked."""
+
     def _act(self, cmd: Command) -> LoopHandle:
         options = self.loop_options(cmd.options)
         actor = self.actor(self.current_model(), cmd.options)
-        return self.start(cmd.options.get("name"), lambda name: actor.act(cmd.text, name=name, **options))
+        notice = ""
+        if cmd.options.get("approval", self.approval) == "never" and not UnityMagics._told_approval:
+            UnityMagics._told_approval = True  # once per kernel
+            notice = ("The model's plans run in this kernel, on your variables, without asking (--approval never). "
+                      "To approve each plan first: %unity act --approval first ..., or for every operation "
+                      "%config UnityMagics.approval = \"first\".")
+            if not self.show_widgets:
+                print(notice)
+        return self.start(cmd.options.get("name"), lambda name: actor.act(cmd.text, name=name, **options),
+                          notice=notice)
 
     def _map(self, cmd: Command, *, done: dict | None = None, name: str | None = None, notice: str = "") -> Any:
         from .. import map as map_rows
