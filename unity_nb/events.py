@@ -31,6 +31,7 @@ __all__ = (
     "ModelDelta",
     "ModelResponse",
     "ModelRetry",
+    "ModelWait",
     "ToolStarted",
     "ToolFinished",
     "ToolOutput",
@@ -259,6 +260,16 @@ class ModelRetry(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
+class ModelWait(Event):
+    """The next model call waits ``seconds`` for the model's rate limit (a pause a provider asked for, or
+    requests spaced out); announced when the wait is longer than a few seconds."""
+
+    kind: Literal["model_wait"] = "model_wait"
+    seconds: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
 class ToolStarted(Event):
     kind: Literal["tool_started"] = "tool_started"
     call_id: str
@@ -484,11 +495,11 @@ class RowFinished(Event):
 
 AnyEvent = Annotated[
     (
-        LoopStarted | ModelRequested | ModelDelta | ModelResponse | ModelRetry | ToolStarted | ToolFinished |
-        ToolOutput | ToolDisplay | CodeExecuted | VariablesChanged | ApprovalRequested | ApprovalDecided |
-        ChildStarted | Steering | ClarificationRequested | ClarificationAnswered | Notification | LoopFinished |
-        LoopFailed | RequestSubmitted | RequestFinished | ContextCompressed | ThinkingStep | EvaluationRun |
-        ControlHandedOff | RowFinished
+        LoopStarted | ModelRequested | ModelDelta | ModelResponse | ModelRetry | ModelWait | ToolStarted |
+        ToolFinished | ToolOutput | ToolDisplay | CodeExecuted | VariablesChanged | ApprovalRequested |
+        ApprovalDecided | ChildStarted | Steering | ClarificationRequested | ClarificationAnswered | Notification |
+        LoopFinished | LoopFailed | RequestSubmitted | RequestFinished | ContextCompressed | ThinkingStep |
+        EvaluationRun | ControlHandedOff | RowFinished
     ),
     Field(discriminator="kind"),
 ]

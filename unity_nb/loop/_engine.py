@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from .. import events as ev
 from .._errors import Stopped, UnityError
-from ..models import retry_hook
+from ..models import retry_hook, wait_hook
 from ._answers import call_hook, cited_numbers, evaluate, hook_name
 from ._context import Part, enter_loop, leave_loop
 from ._records import Message
@@ -45,6 +45,7 @@ class Engine(Part):
         h = self.owner
         loop_token: contextvars.Token | None = enter_loop(h)
         retry_token = retry_hook.set(h.turn.on_retry)
+        wait_token = wait_hook.set(lambda seconds, reason: h.emit(ev.ModelWait, seconds=seconds, reason=reason))
         try:
             answer = await self.drive()
         except asyncio.CancelledError as err:
@@ -62,6 +63,7 @@ class Engine(Part):
         finally:  # the task's context keeps no reference to the handle: no cycle through it
             if loop_token is not None:
                 retry_hook.reset(retry_token)
+                wait_hook.reset(wait_token)
                 leave_loop(loop_token)
         h.end(Status.FINISHED, answer=answer)
 

@@ -1,6 +1,6 @@
 """Models: the protocol, the OpenAI-compatible client, the scripted double, record/replay."""
 
-from ._base import Model, ModelRequest, Reply, ToolCall, Usage, call_tool, retry_hook
+from ._base import Model, ModelRequest, Reply, ToolCall, Usage, call_tool, retry_hook, wait_hook
 from ._cache import CachedModel
 from ._limits import RateLimit, rate_limit_of, set_rate_limit
 from ._openai import OpenAIModel
@@ -46,5 +46,6 @@ __all__ = (
     "call_tool",
     "default_model",
     "retry_hook",
+    "wait_hook",
     "set_default_model", "RateLimit", "rate_limit_of", "set_rate_limit",
 )

@@ -13,7 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ("DeltaCallback", "Model", "ModelRequest", "Reply", "ToolCall", "Usage", "call_tool", "retry_hook")
+__all__ = (
+    "DeltaCallback", "Model", "ModelRequest", "Reply", "ToolCall", "Usage", "call_tool", "retry_hook", "wait_hook",
+)
 
 DeltaCallback = Callable[[str], None]
 """Receives each piece of streamed assistant text as it arrives. If it also has a ``thinking``
@@ -24,6 +26,12 @@ retry_hook: contextvars.ContextVar[Callable[[int, str, float], None] | None] = c
 )
 """Set by whoever runs a model (the loop): a model calls ``hook(attempt, error, delay)`` before each
 retry, so partial streamed text can be discarded and the retry shown. Any model may use it."""
+
+wait_hook: contextvars.ContextVar[Callable[[float, str], None] | None] = contextvars.ContextVar(
+    "unity_nb_wait_hook", default=None
+)
+"""Set by whoever runs a model (the loop): a rate limit calls ``hook(seconds, reason)`` before a wait of
+more than a few seconds, so a long wait is shown, not silent. Any model may use it."""
 
 
 @dataclass(slots=True)

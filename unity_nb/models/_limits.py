@@ -5,6 +5,11 @@ rolling minute exceeds either budget; a 429 (or a provider's ``retry-after``) pa
 until it has passed, instead of each retrying on its own. Set one with
 ``set_rate_limit(model, ...)``; :func:`rate_limit_of` finds it. A limit learned from a provider's
 ``x-ratelimit-limit-*`` headers applies when the person set none.
+
+What a response's headers teach is bounded, so one header cannot stall every loop on a model: a pause
+(``retry-after``) lasts at most :data:`MAX_PAUSE` seconds, and a learned rate is at least one request
+(and :data:`MIN_LEARNED_TPM` tokens) a minute. A wait longer than :data:`WAIT_NOTICE` seconds is announced
+through ``wait_hook`` first (the loop shows it as a ``model_wait`` event).
 """
 
 from __future__ import annotations
@@ -17,8 +22,26 @@ import weakref
 from typing import Any
 
 from .._errors import UserError
+from ._base import wait_hook
 
-__all__ = ("RateLimit", "rate_limit_of", "set_rate_limit")
+__all__ = ("MAX_PAUSE", "MIN_LEARNED_TPM", "WAIT_NOTICE", "RateLimit", "rate_limit_of", "set_rate_limit")
+
+MAX_PAUSE = 60.0
+"""The longest pause a response's header can start (a 429's Retry-After is capped alike)."""
+MIN_LEARNED_TPM = 1000.0
+"""The lowest tokens-a-minute limit taken from a header (the lowest requests-a-minute is 1)."""
+WAIT_NOTICE = 3.0
+"""A wait longer than this many seconds is announced through ``wait_hook`` before it starts."""
+_ARGS = ("requests_per_minute", "tokens_per_minute")
+
+
+def _positive(value: Any) -> float | None:
+    """A header's number if it is above 0 (``inf`` included), else None."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number > 0 else None  # nan > 0 is False
 
 
 class RateLimit:
@@ -38,6 +61,7 @@ class RateLimit:
         self._tokens: collections.deque[tuple[float, int]] = collections.deque()
         self._token_sum = 0
         self._resume_at = 0.0
+        self._pause_reason = ""
         self._lock: asyncio.Lock | None = None
         self.waits = 0
         """Times a request had to wait for its turn."""
@@ -53,6 +77,13 @@ class RateLimit:
         if isinstance(spec, RateLimit):
             return spec
         if isinstance(spec, dict):
+            unknown = sorted(str(k) for k in spec if k not in _ARGS)
+            if unknown:
+                raise UserError(
+                    f"a rate given as a dict takes {', '.join(_ARGS)}, not {', '.join(map(repr, unknown))}: e.g. "
+                    "{'requests_per_minute': 600, 'tokens_per_minute': 200000}, or '600/min', '10/s', a number of "
+                    "requests a minute, or a RateLimit"
+                )
             return cls(**spec)
         if isinstance(spec, int | float) and not isinstance(spec, bool):
             return cls(requests_per_minute=spec)
@@ -105,6 +136,10 @@ class RateLimit:
                 if delay <= 0:
                     break
                 self.waits += 1
+                if delay > WAIT_NOTICE:
+                    hook = wait_hook.get()
+                    if hook is not None:
+                        hook(delay, self._why(now))
                 await asyncio.sleep(delay)
             if self.requests_per_minute is None and self.tokens_per_minute is None:
                 return  # no limit (yet): nothing to count, only cool-downs to honour
@@ -113,10 +148,20 @@ class RateLimit:
                 self._tokens.append((now, tokens))
                 self._token_sum += tokens
 
-    def cooldown(self, seconds: float) -> None:
-        """A 429 (or a retry-after): no caller sends anything for ``seconds``."""
-        if seconds > 0:
-            self._resume_at = max(self._resume_at, time.monotonic() + seconds)
+    def _why(self, now: float) -> str:
+        if self._resume_at > now:
+            return self._pause_reason or "a pause every caller of this model waits out"
+        how = "learned from the provider's x-ratelimit-limit-* headers" if self.learned else "set for this model"
+        return f"the rate limit {how}: {self!r}"
+
+    def cooldown(self, seconds: float, reason: str = "") -> None:
+        """A 429 (or a retry-after): no caller sends anything for ``seconds`` (at most :data:`MAX_PAUSE`)."""
+        if seconds > 0:  # nan is not
+            seconds = min(seconds, MAX_PAUSE)
+            until = time.monotonic() + seconds
+            if until > self._resume_at:
+                self._resume_at = until
+                self._pause_reason = reason or f"the provider asked every caller to wait {seconds:.3g} s (a 429)"
             self.cooldowns += 1
 
     def learn(self, headers: Any) -> None:
@@ -126,21 +171,16 @@ class RateLimit:
         if get is None:
             return
         if self.learned or (self.requests_per_minute is None and self.tokens_per_minute is None):
-            for attr, key in (("requests_per_minute", "x-ratelimit-limit-requests"),
-                              ("tokens_per_minute", "x-ratelimit-limit-tokens")):
-                try:
-                    value = float(get(key) or 0)
-                except ValueError:
-                    value = 0
-                if value > 0:
-                    setattr(self, attr, value)
+            for attr, key, floor in (("requests_per_minute", "x-ratelimit-limit-requests", 1.0),
+                                     ("tokens_per_minute", "x-ratelimit-limit-tokens", MIN_LEARNED_TPM)):
+                value = _positive(get(key))
+                if value is not None and math.isfinite(value):
+                    setattr(self, attr, max(value, floor))  # one header cannot space requests hours apart
                     self.learned = True
-        retry_after = get("retry-after")
-        if retry_after:
-            try:
-                self.cooldown(float(retry_after))
-            except ValueError:
-                pass
+        retry_after = _positive(get("retry-after"))
+        if retry_after is not None:
+            self.cooldown(retry_after, f"the provider's Retry-After: {get('retry-after')} on a successful response, "
+                                       f"capped at {MAX_PAUSE:g} s")
 
 
 _LIMITS: weakref.WeakKeyDictionary[Any, RateLimit] = weakref.WeakKeyDictionary()

@@ -300,7 +300,7 @@ class OpenAIModel:
                     delay = min(self.max_backoff, self.backoff * 2**attempt) * random.uniform(0.5, 1.0)
                 delay = min(delay, 60.0)
                 if status == 429:  # the provider's limit: every caller of this model waits, not only this one
-                    limit.cooldown(delay)
+                    limit.cooldown(delay, f"a 429 from {self.name!r}: every caller of it waits {delay:.3g} s")
                 attempt += 1
                 hook = retry_hook.get()
                 if hook is not None:

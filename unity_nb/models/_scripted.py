@@ -52,6 +52,14 @@ class ScriptedModel:
         if callable(script):
             self._script: Script = script
         else:
+            if isinstance(script, (str, bytes, Reply, ToolCall)) or not isinstance(script, Iterable):
+                single = isinstance(script, (str, Reply, ToolCall))
+                one = f"; for one reply, ScriptedModel([{script!r}])" if single else ""
+                raise UserError(
+                    f"ScriptedModel takes a function script(messages, tools) returning a reply, or a list of "
+                    f"replies (each a str, a ToolCall, a list of ToolCalls or a Reply), not "
+                    f"{type(script).__name__} {script!r:.80}{one}"
+                )
             replies = iter(list(script))
 
             def from_list(messages: list[dict], tools: list[dict]) -> ScriptOutput:
