@@ -46,6 +46,7 @@ from .loop import (
 )
 from .models import (
     CachedModel,
+    LocalModel,
     Model,
     ModelRequest,
     OpenAIModel,
@@ -55,6 +56,7 @@ from .models import (
     ToolCall,
     Usage,
     call_tool,
+    local_model,
     set_rate_limit,
 )
 from .store import Store
@@ -121,6 +123,8 @@ __all__ = (
     "OpenAIModel",
     "ScriptedModel",
     "CachedModel",
+    "LocalModel",
+    "local_model",
     # events
     "Event",
     "AnyEvent",

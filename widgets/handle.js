@@ -93,6 +93,8 @@ function renderEntry(entry, isOpen, waiting) {
   if (kind === "evaluation" || kind === "compression") return h("div", { class: cls }, h("span", { class: "unb-label" }, kind), " ", entry.content);
   if (kind === "notification") return h("div", { class: cls }, h("span", { class: "unb-label" }, `note from ${entry.name || "tool"}`), " ", entry.content);
   if (kind === "clarification") return h("div", { class: cls }, h("span", { class: "unb-label" }, entry.role === "user" ? "you answered" : "question"), " ", entry.content);
+  if (kind === "interrupted") return h("div", { class: `${cls} unb-cutoff` }, h("span", { class: "unb-text" }, entry.content || ""),
+    h("span", { class: "unb-cut" }, " … [cut off]")); // a reply an interjection or a stop cut off
   const el = h("div", { class: cls });
   if (entry.thinking) el.append(h("details", { class: "unb-thinking" }, h("summary", {}, "thinking"), h("div", { class: "unb-text" }, entry.thinking)));
   if (entry.content) {
@@ -284,7 +286,11 @@ function render({ model, el }) {
         const isOpen = (id) => v.userOpen.has(id) || v.autoOpen.has(id);
         v.transcript.innerHTML = "";
         let failed = false;
-        for (const e of entries[node.id] || []) {
+        const list = entries[node.id] || [];
+        let lastCut = -1; // a stop's fragment is shown below (node.cut_off), in its place before the stop
+        if (node.cut_off) list.forEach((e, i) => { if (e.kind === "interrupted") lastCut = i; });
+        for (const [i, e] of list.entries()) {
+          if (i === lastCut) continue;
           const r = renderEntry(e, isOpen, waiting);
           if (r) v.transcript.append(r);
           failed = failed || e.kind === "error";

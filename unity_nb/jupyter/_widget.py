@@ -353,6 +353,8 @@ class HandleWidget(anywidget.AnyWidget):
         elif kind == "model_retry":
             self._retries[lid] = _retry_line(event, source.model)
             self._streamed.pop(lid, None)  # a retry starts the reply again
+        elif kind == "model_response" and getattr(event, "interrupted", False):
+            pass  # the call was cut off: what streamed stays, to be shown as cut off if the loop stopped
         elif kind == "loop_finished" and getattr(event, "status", None) == "stopped":
             fragment = "".join(self._streamed.pop(lid, ()))
             if fragment:

@@ -3,6 +3,7 @@
 from ._base import Model, ModelRequest, Reply, ToolCall, Usage, call_tool, retry_hook, wait_hook
 from ._cache import CachedModel
 from ._limits import RateLimit, rate_limit_of, set_rate_limit
+from ._local import LocalModel, LocalServer, local_model
 from ._openai import OpenAIModel
 from ._scripted import ScriptedModel
 
@@ -36,6 +37,8 @@ def default_model(who: str) -> Model:
 
 __all__ = (
     "CachedModel",
+    "LocalModel",
+    "LocalServer",
     "Model",
     "ModelRequest",
     "OpenAIModel",
@@ -45,6 +48,7 @@ __all__ = (
     "Usage",
     "call_tool",
     "default_model",
+    "local_model",
     "retry_hook",
     "wait_hook",
     "set_default_model", "RateLimit", "rate_limit_of", "set_rate_limit",
