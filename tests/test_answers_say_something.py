@@ -95,3 +95,22 @@ async def test_a_stop_mid_stream_keeps_the_streamed_text_in_the_transcript_and_t
     rebuilt = [(m.kind, m.content) for m in store.transcript("peak")]
     assert ("interrupted", "The tallest mountain is Everest, at") in rebuilt
     store.close()
+
+
+async def test_estimated_usage_is_said_so_in_the_handle_the_widget_and_a_batch(bus):
+    from unity_nb.jupyter._widget import HandleWidget
+
+    guessed = u.ScriptedModel(lambda m, t: u.Reply(content="hi", usage=u.Usage(10, 2, estimated=True)))
+    h = u.start_loop("say hi", model=guessed, bus=bus)
+    assert await asyncio.wait_for(h.result(), 10) == "hi"
+    assert h.usage.estimated and (h.usage.input_tokens, h.usage.output_tokens) == (10, 2)
+    w = HandleWidget(h)
+    w.flush()
+    assert w.nodes[0]["tokens_estimated"] is True
+    batch = u.map(["a", "b"], "say", model=guessed, bus=bus)
+    await asyncio.wait_for(batch, 20)
+    assert batch.progress["tokens_estimated"] is True and batch.progress["input_tokens"] == 20
+    counted = u.ScriptedModel(lambda m, t: u.Reply(content="hi", usage=u.Usage(10, 2)))
+    h2 = u.start_loop("say hi", model=counted, bus=bus)
+    await asyncio.wait_for(h2.result(), 10)
+    assert not h2.usage.estimated

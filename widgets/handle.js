@@ -199,7 +199,7 @@ function render({ model, el }) {
         h("div", { class: "unb-bar-failed", style: `width: ${p.total ? (100 * (p.failed + p.stopped)) / p.total : 0}%` })),
       h("div", { class: "unb-bar-text" },
         `${p.done}/${p.total} done${kept} (${pct}%) · ${p.running} running · ${p.failed} failed · ${waiting} · ` +
-        `${p.rows_per_second} rows/s${eta} · ${p.input_tokens}/${p.output_tokens} tokens`));
+        `${p.rows_per_second} rows/s${eta} · ${p.tokens_estimated ? "≈" : ""}${p.input_tokens}/${p.output_tokens} tokens${p.tokens_estimated ? " (estimated)" : ""}`));
     if (node.failures && node.failures.length) {
       const list = h("details", { class: "unb-failures" }, h("summary", {}, `${node.failures.length} row(s) failed or stopped`));
       for (const f of node.failures) {
@@ -231,7 +231,7 @@ function render({ model, el }) {
         node.progress && node.progress.outcome === "finished with failures"
           ? h("span", { class: "unb-badge unb-partial" }, "finished with failures")
           : h("span", { class: `unb-badge unb-${node.status}` }, BADGE[node.status] || node.status),
-        h("span", { class: "unb-stats" }, `${node.steps} steps · ${node.tool_calls} tool calls · ${node.tokens_in}/${node.tokens_out} tokens · ${node.elapsed}s · ${node.model}`),
+        h("span", { class: "unb-stats" }, `${node.steps} steps · ${node.tool_calls} tool calls · ${node.tokens_estimated ? "≈" : ""}${node.tokens_in}/${node.tokens_out} tokens${node.tokens_estimated ? " (estimated)" : ""} · ${node.elapsed}s · ${node.model}`),
       );
       v.pause.textContent = node.status === "paused" ? "Resume" : "Pause";
       renderBatch(v, node);

@@ -213,7 +213,8 @@ class MapHandle(LoopHandle):
     @property
     def usage(self) -> Usage:
         """Tokens of every row of this run (ended and running)."""
-        out = Usage(self._done_usage.input_tokens, self._done_usage.output_tokens)
+        done = self._done_usage
+        out = Usage(done.input_tokens, done.output_tokens, done.estimated)
         for c in self.live_children():
             out += c.usage
         return out
@@ -353,7 +354,8 @@ class MapHandle(LoopHandle):
             "failed": counts["failed"], "stopped": counts["stopped"], "waiting": counts["waiting"],
             "rows_per_second": round(rate, 2),
             "eta_seconds": round(left / rate, 1) if rate and left and moving else None,
-            "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens, "outcome": self.outcome,
+            "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+            "tokens_estimated": usage.estimated, "outcome": self.outcome,
         }
 
     def results(self) -> Any:

@@ -394,11 +394,12 @@ class UnityMagics(Magics):
             {
                 "name": n, "status": h.status.value, "steps": h.steps, "tool_calls": h.tool_calls,
                 "tokens_in": h.usage.input_tokens, "tokens_out": h.usage.output_tokens,
-                "elapsed_s": round(h.elapsed, 1), "task": h.task[:60],
+                "tokens_estimated": h.usage.estimated, "elapsed_s": round(h.elapsed, 1), "task": h.task[:60],
             }
             for n, h in self.handles.items()
         ]
-        columns = ["name", "status", "steps", "tool_calls", "tokens_in", "tokens_out", "elapsed_s", "task"]
+        columns = ["name", "status", "steps", "tool_calls", "tokens_in", "tokens_out", "tokens_estimated", "elapsed_s",
+                   "task"]
         return pd.DataFrame(rows, columns=columns)
 
     def _history(self, cmd: Command) -> Any:

@@ -171,6 +171,7 @@ def _node(h: LoopHandle, depth: int, retry: str = "", cut_off: str = "") -> dict
         "tool_calls": h.tool_calls,
         "tokens_in": h.usage.input_tokens,
         "tokens_out": h.usage.output_tokens,
+        "tokens_estimated": h.usage.estimated,  # the provider reported none: counted from the text (shown "≈")
         "elapsed": round(h.elapsed, 1),
         "model": getattr(h.model, "name", type(h.model).__name__),
         "task": _clip(h.task, 500),
@@ -499,7 +500,7 @@ def render_html(root: LoopHandle) -> str:
             'padding-left:8px;margin-bottom:6px">'
             f"<b>{html.escape(h.name)}</b> "
             f'<span style="background:{_BADGE[status]};color:white;border-radius:8px;padding:0 6px">{status}</span> '
-            f"{h.steps} steps, {h.usage.input_tokens}/{h.usage.output_tokens} tokens"
+            f"{h.steps} steps, {'≈' if h.usage.estimated else ''}{h.usage.input_tokens}/{h.usage.output_tokens} tokens"
         )
         for m in h.transcript:
             if m.kind in ("system", "context"):
