@@ -328,7 +328,10 @@ async def test_stop_mid_stream_closes_the_stream(server, make_model, bus):
         await h.result()
     await server.wait_for_disconnects(1, timeout=T)
     assert server.disconnects == 1
-    assert not any(e.kind == "model_response" for e in h.events)
+    # no whole reply: only what had streamed, kept and marked as cut off
+    responses = [e for e in h.events if e.kind == "model_response"]
+    assert [e.interrupted for e in responses] == [True] and LONG.startswith(responses[0].content)
+    assert [m.content for m in h.transcript if m.kind == "interrupted"] == [responses[0].content]
 
 
 async def test_interjection_mid_stream_reissues_and_keeps_the_partial_text(server, make_model, bus):

@@ -17,6 +17,8 @@ What the server needs from a client, and :class:`LocalModel` does:
 - **tools without streaming.** Its ``chatml-function-calling`` format refuses tools with a streamed
   reply ("Automatic streaming tool choice is not supported") and ``tool_choice="required"``: a request
   that offers tools is sent unstreamed, and "required" names the tool when one is offered (else "auto").
+  In that automatic mode the server ignores ``max_tokens``: a call's arguments may run on to the end of the
+  context (``n_ctx``), and arrive only then; ``timeout`` (seconds of silence) bounds such a wait.
 """
 
 from __future__ import annotations
