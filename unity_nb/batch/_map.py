@@ -93,7 +93,7 @@ class MapEngine(Engine):
         if c["failed"] and not c["finished"] and not c["stopped"]:  # nothing came of it: not a success
             first = h.ended_badly[0].reason if h.ended_badly else None
             raise UnityError(f"every row of the batch failed ({c['failed']}); the first: {first}")
-        h.set_result_object(assemble(h.rows, h.index, h.output, h.result_name))
+        h.set_result_object(h.results())  # an operator built on the map reduces its rows there
         p = h.progress
         return f"{p['done']} of {p['total']} rows done, {p['failed']} failed"
 
@@ -118,6 +118,7 @@ class MapHandle(LoopHandle):
         bus: ev.EventBus | None = None,
         done: Mapping[str, Any] | None = None,
         label: str | None = None,
+        parent: LoopHandle | None = None,
         **row_options: Any,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -158,7 +159,7 @@ class MapHandle(LoopHandle):
         """Rows that failed or stopped, in the order they ended (what the widget lists)."""
         self._held = 0
         super().__init__(
-            label or f"[map] {task}", model=model, name=name, bus=bus, max_steps=1,
+            label or f"[map] {task}", model=model, name=name, bus=bus, max_steps=1, parent=parent,
         )
         for row in self.rows:  # this run's events hold every row it has: a later resume reads this run alone
             if row.kept:
