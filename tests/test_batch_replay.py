@@ -44,7 +44,6 @@ async def test_a_recorded_batch_replays_offline_and_gives_the_same_result(tmp_pa
 
 
 async def test_recording_a_batch_writes_the_file_a_few_times_not_once_a_reply(tmp_path, monkeypatch):
-    import json
     import os
 
     writes = []
@@ -63,7 +62,7 @@ async def test_recording_a_batch_writes_the_file_a_few_times_not_once_a_reply(tm
     assert 1 <= len(writes) < 100  # at once, then at most once a second while replies come (was: once a reply)
     # another CachedModel on the file sees every recording: what was not yet written is written first
     replayed = u.CachedModel(u.ScriptedModel(lambda m, t: "never"), path, mode="replay")
-    assert len(json.loads(path.read_text(encoding="utf-8"))) == 200
+    assert len(path.read_text(encoding="utf-8").splitlines()) == 1 + 200  # JSON lines: a header, a line each
     second = await asyncio.wait_for(u.map(rows, "Label", model=replayed, concurrency=20, bus=u.EventBus()), 10)
     pd.testing.assert_series_equal(first, second)
     assert replayed.hits == 200
@@ -77,4 +76,8 @@ async def test_save_writes_what_was_recorded_and_not_yet_written(tmp_path):
     await asyncio.wait_for(u.start_loop("first", model=model, bus=u.EventBus()), 10)
     await asyncio.wait_for(u.start_loop("second", model=model, bus=u.EventBus()), 10)
     model.save()  # at once, whether or not the second recording's write was due yet
-    assert len(json.loads(path.read_text(encoding="utf-8"))) == 2
+    assert [json.loads(line).get("key") is not None for line in path.read_text(encoding="utf-8").splitlines()] == [
+        False,
+        True,
+        True,
+    ]

@@ -1,15 +1,21 @@
-"""Record/replay: a notebook recorded once against a real model re-runs offline, byte for byte."""
+"""Record/replay: a notebook recorded once against a real model re-runs offline, byte for byte.
+
+The file is JSON lines: a header line, then one recording a line, appended as each reply arrives by a
+writer thread (never on the event loop). A file in the older format (one JSON object, rewritten whole)
+still loads, and is converted to JSON lines, once and off the event loop, when the first new recording
+is written to it. A process killed mid-write leaves at most a partial last line, skipped (with a warning)
+when the file is read and cut off before the next append.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import hashlib
 import json
 import os
 import tempfile
 import threading
-import time
+import warnings
 import weakref
 from pathlib import Path
 from typing import Literal
@@ -21,8 +27,10 @@ __all__ = ("CachedModel",)
 
 Mode = Literal["auto", "replay", "record"]
 
-_SAVE_EVERY = 1.0
-"""Seconds between writes of a recording file while recordings keep coming (each write is the whole file)."""
+_HEADER = {"unity_nb_cache": 2}
+"""The first line of a recording file in JSON lines; a file without it is the older single JSON object."""
+_IDLE = 2.0
+"""Seconds a writer thread waits for more recordings before it ends (the next recording starts another)."""
 _LIVE: weakref.WeakSet[CachedModel] = weakref.WeakSet()
 
 
@@ -63,19 +71,65 @@ def _describe(request: ModelRequest) -> str:
     return f"{len(request.messages)} messages, last ({last.get('role', '?')}): {text!r}"
 
 
+def _line(obj: object) -> bytes:
+    return (json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+
+
+def _read(path: Path) -> tuple[dict[str, dict], bool, int | None]:
+    """Read a recording file: (recordings, whether it is JSON lines, where to cut a partial or broken tail).
+
+    Lines that do not parse are skipped with a warning: a partial last line is what a process killed
+    mid-write leaves, and its request is asked again."""
+    data = path.read_bytes()
+    first, _, _ = data.partition(b"\n")
+    try:
+        header = json.loads(first) if first.strip() else None
+    except ValueError:
+        header = None
+    if not (isinstance(header, dict) and "unity_nb_cache" in header):
+        text = data.decode("utf-8").strip()
+        return (json.loads(text) if text else {}), False, None
+    entries: dict[str, dict] = {}
+    skipped = 0
+    cut: int | None = None
+    pos = len(first) + 1
+    while pos < len(data):
+        end = data.find(b"\n", pos)
+        raw = data[pos:] if end < 0 else data[pos:end]
+        try:
+            record = json.loads(raw)
+            entries[record["key"]] = record["entry"]
+        except (ValueError, KeyError, TypeError):
+            if raw.strip():
+                skipped += 1
+                if end < 0:
+                    cut = pos  # a partial last line: cut off before the next append
+        if end < 0:
+            break
+        pos = end + 1
+    if skipped:
+        warnings.warn(
+            f"CachedModel: skipped {skipped} unreadable line(s) of {path} (a write cut short, most likely "
+            "by a killed kernel); those requests go to the model again",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return entries, True, cut
+
+
 class CachedModel:
-    """Wrap ``inner``; replay recorded replies from the JSON file at ``path``.
+    """Wrap ``inner``; replay recorded replies from the file at ``path``.
 
     ``mode="auto"`` replays a hit and records a miss; ``"replay"`` fails loudly on a miss
     (raising :class:`CacheMiss` naming the request), for CI; ``"record"`` always calls through
-    and overwrites. The key is the canonical request (model name, messages, tools, tool
-    choice, options), never an API key. The environment variable ``UNITY_NB_CACHE_MODE``
-    overrides the default mode.
+    and overwrites (the later recording of a request wins). The key is the canonical request
+    (model name, messages, tools, tool choice, options), never an API key. The environment
+    variable ``UNITY_NB_CACHE_MODE`` overrides the default mode.
 
-    Recordings are written to the file at once, and then at most once a second while more keep coming
-    (the file is rewritten whole: a write per reply made recording a batch quadratic). What is not yet
-    written is written by :meth:`save`, at exit, and before another CachedModel opens the same file; a
-    process killed outright loses at most the last second of recordings (those requests are asked again).
+    Each recording is appended to the file as one JSON line by a writer thread as soon as it arrives,
+    so recording never blocks the event loop, whatever the file's size. :meth:`save` writes what the
+    thread has not written yet (it is called at exit and before another CachedModel opens the same file).
+    A process killed outright loses at most the recording being written.
     """
 
     def __init__(self, inner: Model, path: str | os.PathLike, *, mode: Mode | None = None) -> None:
@@ -91,14 +145,19 @@ class CachedModel:
         self.hits = 0
         self.misses = 0
         self._entries: dict[str, dict] = {}
+        self._lines = False  # the file is JSON lines (else it is written whole once, then appended to)
+        self._cut: int | None = None
         if self.path.exists():
-            self._entries = json.loads(self.path.read_text(encoding="utf-8") or "{}")
+            self._entries, self._lines, self._cut = _read(self.path)
         elif mode == "replay":
             raise UserError(f"CachedModel: no recording at {self.path}; record it first with mode='auto'")
         self._write_lock = threading.Lock()
-        self._dirty = False
-        self._saved_at = -_SAVE_EVERY
-        self._timer: asyncio.TimerHandle | None = None
+        self._pending: list[bytes] = []
+        self._wake = threading.Event()
+        self._writer: threading.Thread | None = None
+        self._thread_lock = threading.Lock()
+        self.write_error: BaseException | None = None
+        """The last error writing the file (the recordings stay in memory and are retried at the next write)."""
         _LIVE.add(self)
 
     def __repr__(self) -> str:
@@ -143,37 +202,71 @@ class CachedModel:
             "model": reply.model,
             "finish_reason": reply.finish_reason,
         }
-        for optional in ("thinking", "refusal", "echo"):  # only when present: older recordings stay byte-identical
+        for optional in ("thinking", "refusal", "echo"):  # only when present
             if getattr(reply, optional):
                 entry[optional] = getattr(reply, optional)
         self._entries[key] = entry
-        self._recorded()
+        self._recorded(key, entry)
         return reply
 
-    def _recorded(self) -> None:
-        self._dirty = True
-        wait = self._saved_at + _SAVE_EVERY - time.monotonic()
-        if wait <= 0:
-            self.save()
-        elif self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(wait, self._on_timer)
+    def _recorded(self, key: str, entry: dict) -> None:
+        self._pending.append(_line({"key": key, "entry": entry}))
+        with self._thread_lock:  # held only to start or retire the writer, never while writing
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_while_busy, name="unity_nb-cache", daemon=True)
+                self._writer.start()
+        self._wake.set()
 
-    def _on_timer(self) -> None:
-        self._timer = None
-        self.save()
+    def _write_while_busy(self) -> None:
+        """The writer thread: write what is pending whenever woken; retire after two idle seconds."""
+        while True:
+            woken = self._wake.wait(timeout=_IDLE)
+            self._wake.clear()
+            try:
+                self.save()
+            except Exception as e:  # noqa: BLE001 - kept for the person; the lines stay pending and are retried
+                self.write_error = e
+            if not woken:
+                with self._thread_lock:
+                    if not self._pending:
+                        self._writer = None
+                        return
 
     def save(self) -> None:
-        """Write the recordings not yet in the file (the whole file, atomically)."""
+        """Write the recordings not yet in the file (appended as JSON lines; an older file is converted once)."""
         with self._write_lock:
-            if not self._dirty:
+            if not self._pending:
                 return
-            self._dirty = False
+            count = len(self._pending)
+            batch = b"".join(self._pending[:count])
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".cache-", suffix=".json")
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(self._entries, f, indent=1, sort_keys=True, ensure_ascii=False)
-            os.replace(tmp, self.path)
-            self._saved_at = time.monotonic()
+            if not self._lines or not self.path.exists():
+                self._rewrite()  # whole, once: a new file, or an older file converted (with what is pending)
+            else:
+                self._append(batch)
+            del self._pending[:count]
+            self.write_error = None
+
+    def _rewrite(self) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".cache-", suffix=".jsonl")
+        with os.fdopen(fd, "wb") as f:
+            f.write(_line(_HEADER))
+            for key, entry in list(self._entries.items()):
+                f.write(_line({"key": key, "entry": entry}))
+        os.replace(tmp, self.path)
+        self._lines, self._cut = True, None
+
+    def _append(self, batch: bytes) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        try:
+            if self._cut is not None:
+                os.ftruncate(fd, self._cut)
+                self._cut = None
+            view = memoryview(batch)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
 
     def __del__(self) -> None:
         try:

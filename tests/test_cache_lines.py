@@ -1,0 +1,91 @@
+"""CachedModel's file is JSON lines appended off the event loop; older files load; a cut line is skipped."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+
+import pytest
+
+import unity_nb as u
+
+
+def _upper(messages, tools):
+    return messages[-1]["content"].upper()
+
+
+def _lines(path):
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+async def _ask(model, *tasks):
+    return [await asyncio.wait_for(u.start_loop(t, model=model, bus=u.EventBus()), 10) for t in tasks]
+
+
+async def test_recording_appends_one_line_a_reply_and_never_writes_on_the_event_loop(tmp_path, monkeypatch):
+    loop_thread = threading.get_ident()
+    writers = []
+    write, replace = os.write, os.replace
+
+    written = threading.Event()  # set once the last reply is in the file
+
+    def counting_write(fd, data):
+        writers.append(threading.get_ident())
+        n = write(fd, data)
+        written.set() if b"THREE" in bytes(data) else None
+        return n
+
+    def counting_replace(src, dst):
+        writers.append(threading.get_ident())
+        replace(src, dst)
+        written.set() if b"THREE" in path.read_bytes() else None
+
+    monkeypatch.setattr(os, "write", counting_write)
+    monkeypatch.setattr(os, "replace", counting_replace)
+    path = tmp_path / "r.json"
+    model = u.CachedModel(u.ScriptedModel(_upper), path, mode="auto")
+    assert await _ask(model, "one", "two", "three") == ["ONE", "TWO", "THREE"]
+    assert await asyncio.to_thread(written.wait, 10)  # written by the writer thread, without save()
+    assert writers and loop_thread not in writers
+    monkeypatch.undo()
+    records = _lines(path)
+    assert records[0] == {"unity_nb_cache": 2} and len(records) == 4
+    assert [r["entry"]["content"] for r in records[1:]] == ["ONE", "TWO", "THREE"]
+    replay = u.CachedModel(u.ScriptedModel(lambda m, t: "never"), path, mode="replay")
+    assert await _ask(replay, "three", "one") == ["THREE", "ONE"]
+
+
+async def test_an_older_single_object_file_replays_and_is_converted_when_recorded_to(tmp_path):
+    path = tmp_path / "old.json"
+    first = u.CachedModel(u.ScriptedModel(_upper), path, mode="auto")
+    await _ask(first, "old")
+    first.save()
+    entries = {r["key"]: r["entry"] for r in _lines(path)[1:]}
+    path.write_text(json.dumps(entries, indent=1, sort_keys=True), encoding="utf-8")  # the format before
+    replay = u.CachedModel(u.ScriptedModel(lambda m, t: "never"), path, mode="replay")
+    assert await _ask(replay, "old") == ["OLD"]
+    assert path.read_text(encoding="utf-8").startswith("{\n")  # replaying never rewrites a file
+    more = u.CachedModel(u.ScriptedModel(_upper), path, mode="auto")
+    assert await _ask(more, "old", "new") == ["OLD", "NEW"]
+    more.save()
+    records = _lines(path)
+    assert records[0] == {"unity_nb_cache": 2}
+    assert sorted(r["entry"]["content"] for r in records[1:]) == ["NEW", "OLD"]
+
+
+async def test_a_line_cut_short_by_a_killed_kernel_is_skipped_with_a_warning_and_cut_before_the_next(tmp_path):
+    path = tmp_path / "r.json"
+    model = u.CachedModel(u.ScriptedModel(_upper), path, mode="auto")
+    await _ask(model, "kept", "lost")
+    model.save()
+    data = path.read_bytes()
+    path.write_bytes(data[:-25])  # the last line's write cut short
+    with pytest.warns(RuntimeWarning, match="skipped 1 unreadable line"):
+        again = u.CachedModel(u.ScriptedModel(_upper), path, mode="auto")
+    assert await _ask(again, "kept", "lost") == ["KEPT", "LOST"]
+    assert (again.hits, again.misses) == (1, 1)
+    again.save()
+    records = _lines(path)  # every line parses: the partial one was cut off before the append
+    assert sorted(r["entry"]["content"] for r in records[1:]) == ["KEPT", "LOST"]
