@@ -1,6 +1,8 @@
 """The event bus: in-process pub/sub for loop events, waiting for an event, the process-wide bus.
 
-Re-exported by :mod:`unity_nb.events`, where the event types are.
+Re-exported by :mod:`unity_nb.events`, where the event types are. The bus sees an event through
+:class:`Published`, the few fields it reads, so this module imports nothing of ``events`` (which
+imports it): the two are layers, not a circle.
 """
 
 from __future__ import annotations
@@ -11,11 +13,28 @@ import functools
 import inspect
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
-from .events import Event
+__all__ = ("EventBus", "Predicate", "Published", "Waiters", "default_bus", "resolve_waiters", "wait_matching")
 
-__all__ = ("EventBus", "Predicate", "Waiters", "default_bus", "resolve_waiters", "wait_matching")
+
+class Published(Protocol):
+    """What the bus reads of an event (every :class:`unity_nb.events.Event` has it)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def loop_id(self) -> str: ...
+    @property
+    def lineage(self) -> tuple[str, ...]: ...
+    @property
+    def seq(self) -> int: ...
+    def model_dump(self) -> dict[str, Any]: ...
+
+
+Event = Any
+"""An event as callers hold it (the concrete :class:`unity_nb.events.Event`; published ones satisfy
+:class:`Published`)."""
 
 log = logging.getLogger("unity_nb.events")
 
@@ -35,7 +54,7 @@ async def wait_matching(waiters: Waiters, pred: Predicate, timeout: float | None
             waiters.remove(entry)
 
 
-def resolve_waiters(waiters: Waiters, event: Event) -> None:
+def resolve_waiters(waiters: Waiters, event: Published) -> None:
     """Wake every waiter whose predicate matches ``event``."""
     for entry in list(waiters):
         pred, fut = entry
@@ -67,7 +86,7 @@ class EventBus:
         self._waiters: Waiters = []
         self._tasks: set[asyncio.Future] = set()
 
-    def publish(self, event: Event) -> None:
+    def publish(self, event: Published) -> None:
         hist = self._history.get(event.kind)
         if hist is None:
             hist = self._history[event.kind] = collections.deque(maxlen=self._limit)
