@@ -164,7 +164,7 @@ class Engine(Part):
                 if text != (reply.content or ""):
                     entry.kind = "text"
                     conv.record(Message("assistant", text, kind="answer"))
-                h.references = self.cited(text)
+                h.state.references = self.cited(text)
                 if not h.multi:
                     return text
                 open_now = h.open_requests()
@@ -190,9 +190,10 @@ class Engine(Part):
         line = (content or "").strip().split("\n", 1)[0]
         line = line if len(line) <= 160 else line[:157] + "..."
         text = line or f"calling {', '.join(dict.fromkeys(calls))}"
-        if h.thinking and h.thinking[-1] == text:
-            text = h.thinking[-1]  # the same line again ("calling step"): one string kept, not one a step
-        h.thinking.append(text)
+        lines = h.state.thinking
+        if lines and lines[-1] == text:
+            text = lines[-1]  # the same line again ("calling step"): one string kept, not one a step
+        lines.append(text)
         h.emit(ev.ThinkingStep, text=text)
 
     def _ended_by_tool(self) -> str | None:
@@ -221,7 +222,7 @@ class Engine(Part):
         ``max_corrections`` times per answer owner: the loop, or one request); else ``(True, answer)``."""
         h, cfg = self.owner, self.owner.config
         verdicts = [await evaluate(fn, answer, h) for fn in cfg.evaluations]
-        h.evaluation_results.extend(verdicts)
+        h.state.evaluation_results.extend(verdicts)
         failed = [v for v in verdicts if not v.passed]
         send_back = bool(failed) and owner.corrections < cfg.max_corrections
         for verdict in verdicts:

@@ -39,6 +39,7 @@ from ._records import Message, ToolCallRecord, render_conversation
 from ._requests import RequestHandle, Requests, final_answer_tool
 from ._routing import Router
 from ._runner import ToolRunner
+from ._state import UNSET, LoopState
 from ._status import PauseGate, Signal, Status
 from ._steering import VERBS, inspection_prompt, on_own_loop, quiet
 from ._tools import Tool, render_result
@@ -47,7 +48,6 @@ from ._turn import Turn, own_tools
 __all__ = ("LoopHandle",)
 
 _ENDED = frozenset({Status.FINISHED, Status.STOPPED, Status.FAILED})
-_UNSET: Any = object()
 
 
 def _new_id() -> str:
@@ -69,10 +69,8 @@ class LoopHandle(Approvals, Requests):
 
     __slots__ = tuple(  # beside them, a __dict__ (from Requests) for what managers add, made on first use
         """
-        _answer _ended _error _idle _listeners _request_evt _result_obj _status _stop_reason _task _waiters
-        _wake all_references bus called_tools children compressions config conversation ended_at engine
-        evaluation_results event_loop events gate id lineage model name parent parent_call printed
-        references requests router runner started_at steps task thinking tool_calls turn usage
+        _ended _listeners _request_evt _task _waiters _wake bus children config conversation engine
+        event_loop events gate id lineage model name parent parent_call requests router runner state task turn
         """.split()
     )
     """A live loop keeps dozens of attributes: in slots, not a dict per handle."""
@@ -129,40 +127,14 @@ class LoopHandle(Approvals, Requests):
         base = _lineage if _lineage is not None else (self.parent.lineage if self.parent else ())
         self.lineage: tuple[str, ...] = (*base, f"{self.name}({self.id})")
 
-        self.steps = 0
-        """Model calls made so far (an interrupted and re-issued call counts)."""
-        self.tool_calls = 0
-        """Tool calls completed so far."""
-        self.usage = Usage()
-        """Input and output tokens of this loop's own model calls."""
+        self.state = LoopState()
+        """What the loop's parts write as it runs (counters, references, status, outcome)."""
         self.children: list[LoopHandle] = []
         self.events: list[ev.Event] = []
-        self.started_at = time.time()
-        self.ended_at: float | None = None
-        self.printed = 0
-        """Characters tools have printed so far (routed to their call records)."""
-        self.called_tools: set[str] = set()
-        """Names of the tools called successfully so far (what policies like discovery-first read)."""
         self.requests: list[RequestHandle] = []
         """The requests of a multi-request loop, in order (the task is the first)."""
-        self.all_references: list[Reference] = []
-        """Every reference tools returned, numbered in order of arrival."""
-        self.references: list[Reference] = []
-        """The references the final answer cites."""
-        self.thinking: list[str] = []
-        """Short progress lines (what the model said it was doing, which tools it called)."""
-        self.evaluation_results: list[Evaluation] = []
-        """Every evaluation verdict, in order (failed ones that sent the model back included)."""
-        self.compressions = 0
-        """How many times the context was compressed."""
 
-        self._status = Status.RUNNING
-        self._idle = False
         self._ended = Signal()
-        self._answer: str | None = None
-        self._error: BaseException | None = None
-        self._stop_reason: str | None = None
-        self._result_obj: Any = _UNSET
         self._request_evt: Signal | None = None  # made when a persistent loop first waits for a request
         self._waiters: ev.Waiters = []
         self._listeners: list[Callable[[LoopHandle, ev.Event], None]] = []
@@ -197,22 +169,82 @@ class LoopHandle(Approvals, Requests):
         # a task cancelled before its first step never enters run(): end the handle anyway
         if not self._ended.is_set():
             self.end(
-                Status.STOPPED, error=Stopped(self._stop_reason) if self._stop_reason else asyncio.CancelledError()
+                Status.STOPPED, error=Stopped(self.stop_reason) if self.stop_reason else asyncio.CancelledError()
             )
 
     # ------------------------------------------------------------------ reading
 
     @property
     def status(self) -> Status:
-        if self._status in _ENDED:
-            return self._status
+        state = self.state
+        if state.status in _ENDED:
+            return state.status
         if self.gate.paused:
             return Status.PAUSED
         if self.router.inbox.waiting:
             return Status.WAITING
-        if self._idle:
+        if state.idle:
             return Status.IDLE
         return Status.RUNNING
+
+    # what the parts count, read from the state they write (a batch sums its rows' instead)
+    @property
+    def steps(self) -> int:
+        """Model calls made so far (an interrupted and re-issued call counts)."""
+        return self.state.steps
+
+    @property
+    def tool_calls(self) -> int:
+        """Tool calls completed so far."""
+        return self.state.tool_calls
+
+    @property
+    def usage(self) -> Usage:
+        """Input and output tokens of this loop's own model calls."""
+        return self.state.usage
+
+    @property
+    def printed(self) -> int:
+        """Characters tools have printed so far (routed to their call records)."""
+        return self.state.printed
+
+    @property
+    def compressions(self) -> int:
+        """How many times the context was compressed."""
+        return self.state.compressions
+
+    @property
+    def called_tools(self) -> set[str]:
+        """Names of the tools called successfully so far."""
+        return self.state.called_tools
+
+    @property
+    def all_references(self) -> list[Reference]:
+        """Every reference tools returned, numbered in order of arrival."""
+        return self.state.all_references
+
+    @property
+    def references(self) -> list[Reference]:
+        """The references the final answer cites."""
+        return self.state.references
+
+    @property
+    def thinking(self) -> list[str]:
+        """Short progress lines (what the model said it was doing, which tools it called)."""
+        return self.state.thinking
+
+    @property
+    def evaluation_results(self) -> list[Evaluation]:
+        """Every evaluation verdict, in order (failed ones that sent the model back included)."""
+        return self.state.evaluation_results
+
+    @property
+    def started_at(self) -> float:
+        return self.state.started_at
+
+    @property
+    def ended_at(self) -> float | None:
+        return self.state.ended_at
 
     @property
     def wake(self) -> Signal:
@@ -235,16 +267,16 @@ class LoopHandle(Approvals, Requests):
     @property
     def result_value(self) -> str | None:
         """The final answer once finished (``None`` before, or if it did not finish)."""
-        return self._answer
+        return self.state.answer
 
     @property
     def error(self) -> BaseException | None:
         """Why the loop failed or stopped (``Stopped``), once it has."""
-        return self._error
+        return self.state.error
 
     @property
     def stop_reason(self) -> str | None:
-        return self._stop_reason
+        return self.state.stop_reason
 
     @property
     def elapsed(self) -> float:
@@ -298,11 +330,12 @@ class LoopHandle(Approvals, Requests):
             raise HandleStateError(f"cannot wait for {self.name!r}: the event loop it runs on is {state}", state=state)
         else:  # from another thread's event loop: wait on the loop's own, the end handed over
             await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._ended.wait(), own))
-        if self._error is not None:
-            raise self._error
-        if self._result_obj is not _UNSET:
-            return self._result_obj
-        return self._answer or ""
+        out = self.state
+        if out.error is not None:
+            raise out.error
+        if out.result_object is not UNSET:
+            return out.result_object
+        return out.answer or ""
 
     def __await__(self):
         return self.result().__await__()
@@ -409,7 +442,7 @@ class LoopHandle(Approvals, Requests):
 
     def set_result_object(self, value: Any) -> None:
         """What ``result()`` returns instead of the answer text (a tool's value, a hand-off's child)."""
-        self._result_obj = value
+        self.state.result_object = value
 
     def note(self, text: str) -> None:
         """Tell the model ``text`` at its next call."""
@@ -440,10 +473,11 @@ class LoopHandle(Approvals, Requests):
                 status if status is not Status.FINISHED else Status.FAILED,
                 error or UnityError(f"the loop ended before answering request {r.request_id}"),
             )
-        self._status = status
-        self._answer = answer
-        self._error = error = scrub_error(error)  # a secret an error quotes reaches no reason, event or store
-        self.ended_at = time.time()
+        state = self.state
+        state.status = status
+        state.answer = answer
+        state.error = error = scrub_error(error)  # a secret an error quotes reaches no reason, event or store
+        state.ended_at = time.time()
         self.gate.open()
         forget = getattr(self.model, "forget_conversation", None)
         if callable(forget):  # its conversation will not be sent again: a model that kept its encoding drops it
@@ -451,7 +485,7 @@ class LoopHandle(Approvals, Requests):
         if status is Status.FINISHED:
             self.emit(ev.LoopFinished, status="finished", result=answer, steps=self.steps)
         elif status is Status.STOPPED:
-            self.emit(ev.LoopFinished, status="stopped", reason=self._stop_reason or "cancelled", steps=self.steps)
+            self.emit(ev.LoopFinished, status="stopped", reason=state.stop_reason or "cancelled", steps=self.steps)
         else:
             self.conversation.record(
                 Message("assistant", f"[failed] {type(error).__name__}: {error}", kind="error", error=True)
@@ -524,11 +558,11 @@ class LoopHandle(Approvals, Requests):
         Stopping an ended loop does nothing (stop is idempotent). ``result()`` then raises
         :class:`Stopped` with ``reason``.
         """
-        if self.done() or self._stop_reason is not None:
+        if self.done() or self.state.stop_reason is not None:
             if not self.done() and asyncio.current_task() is not self._task:
                 await self._ended.wait()
             return
-        self._stop_reason = reason or "stopped by the user"
+        self.state.stop_reason = reason or "stopped by the user"
         self.steer("stop", reason)
         await self._to_children("stop", reason=reason)
         self._task.cancel()

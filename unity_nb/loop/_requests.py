@@ -16,6 +16,7 @@ from .. import events as ev
 from .._errors import HandleStateError, Stopped, UserError
 from ._records import Message
 from ._routing import Inbox
+from ._state import LoopState
 from ._status import Signal, Status
 from ._steering import steering_entry
 from ._tools import Tool, ToolFailed, as_tool
@@ -185,7 +186,7 @@ class Requests:
     name: str
     requests: list[RequestHandle]
     _request_evt: Signal | None
-    _idle: bool
+    state: LoopState
 
     def submit(self, text: str) -> RequestHandle:
         """Add a request to a multi-request loop (``start_loop(..., multi=True)``); it shares the
@@ -211,11 +212,11 @@ class Requests:
         if self._request_evt is None:
             self._request_evt = Signal()
         self._request_evt.clear()
-        self._idle = True
+        self.state.idle = True
         try:
             await self._request_evt.wait()
         finally:
-            self._idle = False
+            self.state.idle = False
 
     async def stop_request(self, req: RequestHandle, reason: str) -> None:
         await stop_request(self._loop(), req, reason)

@@ -251,7 +251,7 @@ class ToolRunner(Part):
         if isinstance(value, HandOff):
             return self._take_handoff(rec, value.handle)
         value = await resolve_tool_value(value)
-        self.owner.called_tools.add(rec.name)
+        self.owner.state.called_tools.add(rec.name)
         if isinstance(value, ToolResult):
             return self._with_references(rec, value)
         return render_result(value)
@@ -278,10 +278,10 @@ class ToolRunner(Part):
                 title=scrub(ref.title),
                 text=scrub(ref.text),
                 url=scrub(ref.url),
-                number=len(h.all_references) + 1,
+                number=len(h.state.all_references) + 1,
                 tool=rec.name,
             )
-            h.all_references.append(ref)
+            h.state.all_references.append(ref)
             body = ref.text if len(ref.text) <= 2000 else ref.text[:2000] + " ..."
             lines.append(
                 f"[{ref.number}] {ref.title}" + (f" ({ref.url})" if ref.url else "") + (f": {body}" if body else "")
@@ -297,7 +297,7 @@ class ToolRunner(Part):
         # scrubbed as it accumulates: a value written in pieces is caught, and an end that could
         # start one is held back (published with the next write, or when the call ends)
         h = self.owner
-        h.printed += rec.printed.write(text)
+        h.state.printed += rec.printed.write(text)
         try:
             here = asyncio.get_running_loop() is h.event_loop
         except RuntimeError:  # a sync tool in its worker thread
@@ -313,7 +313,7 @@ class ToolRunner(Part):
         if printed is None:
             return
         if printed.ended:  # printed after its call ended (and the writer had its turn): release what is held
-            h.printed += printed.release()
+            h.state.printed += printed.release()
         text = printed.take()
         if text:
             h.emit(ev.ToolOutput, call_id=rec.id, name=rec.name, text=text)
@@ -321,12 +321,12 @@ class ToolRunner(Part):
     def finish_call(self, rec: ToolCallRecord, result: str, error: bool, duration: float) -> None:
         h = self.owner
         if rec._printed is not None:
-            h.printed += rec._printed.end()
+            h.state.printed += rec._printed.end()
             self._publish_output(rec)
         result = scrub(result)
         rec.result = result
         rec.error = error
-        h.tool_calls += 1
+        h.state.tool_calls += 1
         h.conversation.record(
             Message("tool", result, kind="tool_result", tool_call_id=rec.id, name=rec.name, error=error)
         )

@@ -201,14 +201,14 @@ class Turn(Part):
         text = self._text_scrub.feed(text)
         if text:
             self.text.append(text)
-            self.owner.emit(ev.ModelDelta, step=self.owner.steps, text=text)
+            self.owner.emit(ev.ModelDelta, step=self.owner.state.steps, text=text)
 
     def _on_thinking(self, text: str) -> None:
         self._streamed = True
         text = self._thinking_scrub.feed(text)
         if text:
             self.thinking.append(text)
-            self.owner.emit(ev.ModelDelta, step=self.owner.steps, text=text, thinking=True)
+            self.owner.emit(ev.ModelDelta, step=self.owner.state.steps, text=text, thinking=True)
 
     def _flush_streaming(self) -> None:
         """The model call ended: publish what the scrubbers held back (an unfinished start of a value)."""
@@ -219,7 +219,7 @@ class Turn(Part):
             text = scrubber.flush()
             if text:
                 buffer.append(text)
-                self.owner.emit(ev.ModelDelta, step=self.owner.steps, text=text, thinking=thinking)
+                self.owner.emit(ev.ModelDelta, step=self.owner.state.steps, text=text, thinking=thinking)
 
     def on_retry(self, attempt: int, error: str, delay: float) -> None:
         limit = rate_limit_of(self.owner.model)
@@ -248,8 +248,8 @@ class Turn(Part):
         """One model call; ``None`` when an interjection interrupted it (the caller re-issues).
         ``continues``: how many of ``messages`` are the previous request's, unchanged (:class:`ModelRequest`)."""
         h = self.owner
-        h.steps += 1
-        step = h.steps
+        h.state.steps += 1
+        step = h.state.steps
         request = ModelRequest(
             messages=messages,
             tools=self.schemas(tools),
@@ -295,7 +295,7 @@ class Turn(Part):
         finally:
             self._task = None
         self._flush_streaming()
-        h.usage += reply.usage
+        h.state.usage += reply.usage
         self._last_tokens = reply.usage.input_tokens + reply.usage.output_tokens
         reply.content = scrub(reply.content)
         reply.thinking = scrub(getattr(reply, "thinking", None))
@@ -379,10 +379,10 @@ class Turn(Part):
             self._summary_failed_at = self.count
             h.notify(None, f"context compression failed ({type(err).__name__}: {err}); continuing uncompressed")
             return
-        h.usage += reply.usage
+        h.state.usage += reply.usage
         summary = {"role": "user", "content": f"{SUMMARY_TAG}\n{reply.content or ''}"}
         h.conversation.replace([*head, summary, *tail])
-        h.compressions += 1
+        h.state.compressions += 1
         after = cfg.count_tokens(h.conversation.wire) if cfg.count_tokens else h.conversation.estimated_tokens()
         h.conversation.record(
             Message(
