@@ -294,7 +294,6 @@ async def test_a_conversation_continues_from_its_history(bus):
 async def test_adding_a_steering_verb_is_one_entry_and_its_method(bus):
     """A verb `hurry`: its table entry and its method; the transcript, the event, the store's rebuild,
     the widget's command table and the magics take it from there."""
-    from unity_nb import events as ev
     from unity_nb.jupyter._args import HELP, parse
     from unity_nb.jupyter._widget import HandleWidget
     from unity_nb.loop import Verb, register_verb
@@ -332,7 +331,7 @@ async def test_adding_a_steering_verb_is_one_entry_and_its_method(bus):
     finally:
         VERBS.pop("hurry", None)
         HELP.pop("hurry", None)
-        ev.STEERING_ACTIONS.discard("hurry")
+        u.loop.unregister_verb("hurry")
 
 
 async def test_a_loop_that_ended_has_the_model_drop_what_it_kept_of_its_conversation(bus):

@@ -57,6 +57,10 @@ __all__ = (
     "AnyEvent",
     "EventBus",
     "default_bus",
+    "BUILTIN_STEERING_ACTIONS",
+    "steering_actions",
+    "allow_steering_action",
+    "forget_steering_action",
     "Predicate",
     "Waiters",
     "resolve_waiters",
@@ -358,19 +362,42 @@ class ChildStarted(Event):
 class Steering(Event):
     kind: Literal["steering"] = "steering"
     action: str
-    """A steering verb: one of :data:`STEERING_ACTIONS` (the loop's table of verbs adds its own)."""
+    """A steering verb: one of :func:`steering_actions` (``register_verb`` adds its own)."""
     message: str | None = None
     request_id: str | None = None
     """The request an interjection or a stop is about (multi-request loops)."""
 
     def __post_init__(self) -> None:
         Event.__post_init__(self)
-        if self.action not in STEERING_ACTIONS:
-            raise ValueError(f"Steering.action takes one of {sorted(STEERING_ACTIONS)}, not {self.action!r}")
+        if self.action not in _steering_actions:
+            raise ValueError(f"Steering.action takes one of {sorted(_steering_actions)}, not {self.action!r}")
 
 
-STEERING_ACTIONS: set[str] = {"pause", "resume", "interject", "stop", "ask"}
-"""The verbs a :class:`Steering` event may name; ``unity_nb.loop.register_verb`` adds to it."""
+BUILTIN_STEERING_ACTIONS = frozenset({"pause", "resume", "interject", "stop", "ask"})
+"""The steering verbs every loop has (``unity_nb.loop.VERBS`` holds an entry for each)."""
+_steering_actions: set[str] = set(BUILTIN_STEERING_ACTIONS)
+
+
+def steering_actions() -> frozenset[str]:
+    """The verbs a :class:`Steering` event may name: the built-in ones and those registered since."""
+    return frozenset(_steering_actions)
+
+
+def allow_steering_action(name: str) -> None:
+    """Let :class:`Steering` events name ``name`` (``unity_nb.loop.register_verb`` does, for its verb)."""
+    _steering_actions.add(name)
+
+
+def forget_steering_action(name: str) -> None:
+    """Undo :func:`allow_steering_action` (a built-in verb stays)."""
+    if name not in BUILTIN_STEERING_ACTIONS:
+        _steering_actions.discard(name)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "STEERING_ACTIONS":  # the old name: a snapshot now (this module owns the list)
+        return steering_actions()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)

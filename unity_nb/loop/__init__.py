@@ -11,7 +11,7 @@ from ._records import Message, ToolCallRecord
 from ._requests import RequestHandle
 from ._start import start_loop
 from ._status import Status
-from ._steering import VERBS, Verb, register_verb, steering_entry
+from ._steering import VERBS, Verb, register_verb, steering_entry, unregister_verb
 from ._tools import Tool, ToolContext, ToolFailed, as_tool, render_result
 
 __all__ = (
@@ -43,6 +43,7 @@ __all__ = (
     "Verb",
     "steering_entry",
     "register_verb",
+    "unregister_verb",
     "Engine",
     "skipped_result",
 )

@@ -516,8 +516,11 @@ class LoopHandle(Approvals, Requests):
         if self.config.interrupt_on_interject:
             self.turn.interrupt()
 
-    async def _to_children(self, verb: str, **kwargs: Any) -> None:
-        await asyncio.gather(*(quiet(forward_call(getattr(c, verb), **kwargs)) for c in self.live_children()))
+    async def reach_children(self, verb: str, **kwargs: Any) -> None:
+        """Apply steering ``verb`` to every live child, if its entry in :data:`VERBS` ``reaches_children``
+        (a child that ends meanwhile is no error)."""
+        if VERBS[verb].reaches_children:
+            await asyncio.gather(*(quiet(forward_call(getattr(c, verb), **kwargs)) for c in self.live_children()))
 
     @on_own_loop
     async def pause(self) -> None:
@@ -526,13 +529,13 @@ class LoopHandle(Approvals, Requests):
         if not self.gate.paused:
             self.gate.close()
             self.steer("pause")
-        await self._to_children("pause")
+        await self.reach_children("pause")
 
     @on_own_loop
     async def resume(self) -> None:
         """Undo :meth:`pause`; work that completed meanwhile is processed first. Reaches all live children."""
         self.require_live("resume")
-        await self._to_children("resume")
+        await self.reach_children("resume")
         if self.gate.paused:
             self.steer("resume")
             self.gate.open()
@@ -564,7 +567,7 @@ class LoopHandle(Approvals, Requests):
             return
         self.state.stop_reason = reason or "stopped by the user"
         self.steer("stop", reason)
-        await self._to_children("stop", reason=reason)
+        await self.reach_children("stop", reason=reason)
         self._task.cancel()
         if asyncio.current_task() is not self._task:
             await self._ended.wait()

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "VERBS", "Verb", "child_tools", "inspection_prompt", "on_own_loop", "quiet", "register_verb", "steering_entry",
+    "unregister_verb",
 )
 
 Text = Callable[[str | None, str | None], str | None]
@@ -163,16 +164,21 @@ VERBS: dict[str, Verb] = {
 }
 
 
-ev.STEERING_ACTIONS.update(VERBS)
-
-
 def register_verb(verb: Verb) -> Verb:
-    """Add a steering verb (with its method on a handle class, calling ``self.steer(verb.name, ...)``)."""
+    """Add a steering verb (with its method on a handle class, calling ``self.steer(verb.name, ...)``
+    and, for a verb that ``reaches_children``, ``await self.reach_children(verb.name, ...)``)."""
     if not verb.name.isidentifier() or verb.name.startswith("_"):
         raise ValueError(f"a verb's name is an identifier a handle has as a method, not {verb.name!r}")
     VERBS[verb.name] = verb
-    ev.STEERING_ACTIONS.add(verb.name)
+    ev.allow_steering_action(verb.name)
     return verb
+
+
+def unregister_verb(name: str) -> None:
+    """Remove a verb :func:`register_verb` added (the built-in ones stay)."""
+    if name not in ev.BUILTIN_STEERING_ACTIONS:
+        VERBS.pop(name, None)
+        ev.forget_steering_action(name)
 
 
 def steering_entry(action: str, message: str | None, request_id: str | None = None) -> tuple[str, str]:
