@@ -15,11 +15,11 @@ from ._errors import (
     UnityError,
     UserError,
 )
-from ._otel import Tracing, trace
 from ._registry import register_tool, registered_tools, tool, unregister_tool
 from ._secrets import forget_secret, get_secret, secret_names, set_secret
 from .actor import Actor, ActorHandle, PlanResult, act, final_answer, primitive, registered_primitives
-from .batch import MapHandle, finished_rows
+from .batch import AggHandle, ExtractHandle, FilterHandle, JoinHandle, MapHandle, TopKHandle, agg, extract, finished_rows, join, topk
+from .batch import filter_rows as filter
 from .batch import map_rows as map
 from .events import AnyEvent, Event, EventBus, default_bus
 from .jupyter import load_ipython_extension, unload_ipython_extension
@@ -73,6 +73,17 @@ __all__ = (
     "map",
     "MapHandle",
     "finished_rows",
+    # operators built on the map
+    "filter",
+    "extract",
+    "topk",
+    "join",
+    "agg",
+    "FilterHandle",
+    "ExtractHandle",
+    "TopKHandle",
+    "JoinHandle",
+    "AggHandle",
     "RateLimit",
     "set_rate_limit",
     "tune_collector",
@@ -131,8 +142,6 @@ __all__ = (
     "AnyEvent",
     "EventBus",
     "default_bus",
-    "trace",
-    "Tracing",
     # the store
     "Store",
     # errors

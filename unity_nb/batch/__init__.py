@@ -1,5 +1,13 @@
 """Batches: one steerable operation over every row of a DataFrame, a Series or any iterable."""
 
-from ._map import MapHandle, finished_rows, map_rows
+from ._agg import AggHandle, agg
+from ._estimate import Estimate
+from ._join import JoinHandle, join
+from ._map import MapHandle, estimate_map, finished_rows, map_rows
+from ._operators import ExtractHandle, FilterHandle, extract, filter_rows
+from ._topk import TopKHandle, topk
 
-__all__ = ("MapHandle", "finished_rows", "map_rows")
+__all__ = (
+    "AggHandle", "Estimate", "ExtractHandle", "FilterHandle", "JoinHandle", "MapHandle", "TopKHandle", "agg",
+    "estimate_map", "extract", "filter_rows", "finished_rows", "join", "map_rows", "topk",
+)

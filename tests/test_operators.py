@@ -1,0 +1,271 @@
+"""The operators built on the map: filter, extract, top-k, join and aggregate (ScriptedModel for their logic,
+the fake OpenAI server for the wire), and steering an operator made of several maps."""
+
+import asyncio
+import json
+import math
+
+import pandas as pd
+import pytest
+from conftest import settle
+from fake_openai import FakeOpenAIServer, Reply
+
+import unity_nb as u
+
+
+def last_user(messages):
+    return next(m["content"] for m in reversed(messages) if m["role"] == "user")
+
+
+def scripted(oracle):
+    """A ScriptedModel answering what ``oracle(text)`` says: a dict is a submit_answer call, a str the text."""
+
+    def script(messages, tools):
+        out = oracle(last_user(messages))
+        return u.call_tool("submit_answer", **out) if isinstance(out, dict) else out
+
+    return u.ScriptedModel(script)
+
+
+def served(oracle):
+    """The fake server's handler answering what ``oracle(text)`` says, as a real model would (a tool call)."""
+
+    def handler(body):
+        out = oracle(last_user(body["messages"]))
+        if isinstance(out, dict):
+            return Reply(tool_calls=[{"name": "submit_answer", "arguments": json.dumps(out)}])
+        return Reply(content=out)
+
+    return handler
+
+
+PAPERS = pd.DataFrame(
+    {
+        "abstract": [
+            "We ran an experiment on 40 humans: sleep deprivation impairs memory consolidation.",
+            "A survey of mouse models of hippocampal memory.",
+            "The text of this abstract was lost.",
+            "An experiment on 12 humans measuring reaction times under caffeine.",
+            "A theory of quantum lasers.",
+        ],
+        "field": ["neuro", "neuro", "neuro", "psych", "physics"],
+    },
+    index=pd.Index(["p1", "p2", "p3", "p4", "p5"], name="paper"),
+)
+
+
+def filter_oracle(text):
+    if "lost" in text:
+        return {"keep": None, "reason": "the abstract says nothing"}
+    if "caffeine" in text:
+        return "I refuse to answer in fields"  # not a Verdict: the row fails
+    return {"keep": "humans:" in text or "humans " in text.split("?")[0], "reason": "it says so"}
+
+
+async def test_filter_keeps_rows_and_says_why_for_every_row_it_could_not_decide(bus):
+    h = u.filter(PAPERS, "Does {abstract} report an experiment on humans?", model=scripted(filter_oracle), bus=bus)
+    assert isinstance(h, u.FilterHandle) and isinstance(h, u.MapHandle)
+    kept = await asyncio.wait_for(h.result(), 10)
+    assert list(kept.index) == ["p1"] and list(kept.columns) == ["abstract", "field"]
+    reasons = kept.attrs["reasons"]
+    assert reasons["p3"] == "undecided: the abstract says nothing"
+    assert reasons["p4"].startswith("failed: ") and "not a Verdict" in reasons["p4"]
+    assert set(reasons) == {"p3", "p4"}  # p2 and p5 were decided: dropped, with their verdicts
+    v = h.verdicts
+    assert list(v.index) == list(PAPERS.index) and str(v["keep"].dtype) == "boolean"
+    assert v.loc["p1", "keep"] and not v.loc["p2", "keep"] and not v.loc["p5", "keep"]
+    assert pd.isna(v.loc["p3", "keep"]) and pd.isna(v.loc["p4", "keep"]) and "not a Verdict" in v.loc["p4", "reason"]
+    assert h.outcome == "finished with failures"
+
+
+async def test_extract_gives_the_columns_aligned_to_the_index_with_failures_missing(bus):
+    def oracle(text):
+        if "lost" in text:
+            return "no fields"
+        return {"method": "experiment" if "experiment" in text else "other", "venue": ""}
+
+    h = u.extract(PAPERS, "From {abstract}", columns="method,venue", model=scripted(oracle), bus=bus)
+    assert isinstance(h, u.ExtractHandle)
+    frame = await asyncio.wait_for(h.result(), 10)
+    assert list(frame.columns) == ["method", "venue"] and list(frame.index) == list(PAPERS.index)
+    assert frame["method"].tolist()[:2] == ["experiment", "other"] and frame.loc["p4", "method"] == "experiment"
+    assert frame.loc["p3"].isna().all() and "p3" in frame.attrs["reasons"]
+
+
+def rank_oracle(text):
+    """Items are 'item N': bigger N fits better. Scores are N // 10 (ties); comparisons are exact."""
+    if "\nA:\n" in text:
+        a = int(text.split("\nA:\n")[1].split()[1])
+        b = int(text.split("\nB:\n")[1].split()[1])
+        return {"better": "A" if a > b else "B", "reason": "bigger"}
+    n = int(text.split("item ")[-1].split()[0])
+    if n == 7:
+        return "cannot rate"
+    return {"score": min(10, n // 10), "reason": f"{n}"}
+
+
+async def test_topk_scores_every_row_once_then_ranks_a_bounded_pool_head_to_head(bus):
+    items = pd.Series([f"item {i}" for i in range(100)], index=[f"r{i}" for i in range(100)], name="text")
+    model = scripted(rank_oracle)
+    h = u.topk(items, 5, "Which item is biggest?", model=model, concurrency=16, bus=bus)
+    assert isinstance(h, u.TopKHandle)
+    best = await asyncio.wait_for(h.result(), 30)
+    assert list(best.index) == ["r99", "r98", "r97", "r96", "r95"]  # scores tie (9): the comparisons decided
+    # one call per row, and every pair of the 10 candidates once: not 100 x 99 / 2
+    assert h.calls == len(model.requests) == 100 + math.comb(10, 2) == h.bound
+    assert len(h.ranking) == 10 and h.ranking["rank"].tolist() == list(range(1, 11))
+    assert pd.isna(h.scores.loc["r7", "score"]) and "r7" in best.attrs["reasons"]
+
+
+async def test_topk_bounds_its_comparisons_when_the_pool_is_large(bus):
+    items = [f"item {i}" for i in range(120)]
+    model = scripted(rank_oracle)
+    h = u.topk(items, 30, "Which item is biggest?", model=model, concurrency=32, max_comparisons=300, bus=bus)
+    best = await asyncio.wait_for(h.result(), 60)
+    compared = len(model.requests) - 120
+    assert compared <= 300 < math.comb(60, 2) and h.calls <= h.bound
+    assert best.iloc[0] == "item 119" and len(best) == 30
+
+
+GRANTS = pd.DataFrame(
+    {"aims": ["Study memory consolidation during sleep in humans.", "Build quantum lasers.",
+              "Breed zebrafish.", "Caffeine and reaction times in humans."]},
+    index=pd.Index(["g1", "g2", "g3", "g4"], name="grant"),
+)
+
+
+def join_oracle(text):
+    pairs = {("deprivation", "consolidation during"), ("lasers.", "quantum lasers"), ("caffeine.", "Caffeine and")}
+    return {"match": any(a in text and b in text for a, b in pairs), "reason": "shared topic"}
+
+
+async def test_join_asks_only_pairs_sharing_rare_words_and_gives_the_matched_pairs(bus):
+    model = scripted(join_oracle)
+    h = u.join(PAPERS, GRANTS, "On {papers.abstract} and {grants.aims}: is this grant funding this work?",
+               names=("papers", "grants"), model=model, bus=bus)
+    assert isinstance(h, u.JoinHandle)
+    pairs = await asyncio.wait_for(h.result(), 10)
+    assert sorted(zip(pairs["left"], pairs["right"])) == [("p1", "g1"), ("p4", "g4"), ("p5", "g2")]
+    assert (pairs["reason"] == "shared topic").all()
+    assert h.pairs_total == 20 and h.pairs_asked == len(model.requests) < 20
+    asked = [last_user(r.messages) for r in model.requests]
+    assert not any("zebrafish" in t for t in asked)  # g3 shares no word with any paper: never asked
+    assert list(h.verdicts.index.names) == ["left", "right"]
+    every = u.join(PAPERS, GRANTS, "On {left.abstract} and {right.aims}: funded?", blocking=None,
+                   model=scripted(join_oracle), bus=bus)
+    await asyncio.wait_for(every.result(), 10)
+    assert every.pairs_asked == every.pairs_total == 20
+
+
+async def test_agg_answers_per_group_and_reduces_a_large_group_within_its_depth(bus):
+    rows = pd.DataFrame({"field": ["big"] * 40 + ["small"] * 2,
+                         "abstract": [f"finding {i}: " + "x" * 80 for i in range(42)]})
+    seen = []
+
+    def oracle(text):
+        seen.append(text)
+        pad = " " + "y" * 150  # notes long enough that a group's notes need combining twice
+        if "one part of the group" in text:
+            return f"note[{text.count('finding ')}]" + pad
+        if "cover some parts" in text:
+            return f"note[{sum(int(n.split(']')[0]) for n in text.split('note[')[1:])}]" + pad
+        counted = text.count("finding ") + sum(int(n.split("]")[0]) for n in text.split("note[")[1:])
+        return f"{counted} findings"
+
+    h = u.agg(rows, "Summarise the main findings", by="field", model=scripted(oracle), chunk_chars=500,
+              max_depth=3, bus=bus)
+    assert isinstance(h, u.AggHandle)
+    answers = await asyncio.wait_for(h.result(), 30)
+    assert answers.to_dict() == {"big": "40 findings", "small": "2 findings"}  # every row counted once
+    assert answers.index.name == "field" and h.depth == 3  # chunks, combined notes, then one answer
+    assert all(len(t) < 1200 for t in seen)  # no request holds the big group whole
+    assert h.calls == len(seen) < 42
+    one = await asyncio.wait_for(u.agg(rows, "Summarise", model=scripted(oracle), bus=bus).result(), 10)
+    assert one.to_dict() == {"all": "42 findings"}
+
+
+async def test_each_operator_over_real_http(bus):
+    async def run(oracle, start):
+        async with FakeOpenAIServer(served(oracle)) as server:
+            model = u.OpenAIModel("m", base_url=server.base_url, api_key="sk-test")
+            try:
+                return await asyncio.wait_for(start(model).result(), 30)
+            finally:
+                await model.close()
+
+    q = "Does {abstract} report an experiment on humans?"
+    kept = await run(filter_oracle, lambda m: u.filter(PAPERS, q, model=m, bus=bus))
+    assert list(kept.index) == ["p1"] and set(kept.attrs["reasons"]) == {"p3", "p4"}
+    fields = await run(lambda t: {"method": "m", "venue": "v"},
+                       lambda m: u.extract(PAPERS, "From {abstract}", columns=["method", "venue"], model=m, bus=bus))
+    assert fields.values.tolist() == [["m", "v"]] * 5
+    best = await run(rank_oracle, lambda m: u.topk([f"item {i}" for i in range(30)], 3, "Biggest?", model=m,
+                                                            candidates=10, bus=bus))
+    assert best.tolist() == ["item 29", "item 28", "item 27"]
+    pairs = await run(join_oracle, lambda m: u.join(PAPERS, GRANTS, "On {left.abstract} and {right.aims}: funded?",
+                                                    model=m, bus=bus))
+    assert sorted(zip(pairs["left"], pairs["right"])) == [("p1", "g1"), ("p4", "g4"), ("p5", "g2")]
+    summary = await run(lambda t: f"{t.count('abstract:')} rows",
+                        lambda m: u.agg(PAPERS, "Summarise", by="field", model=m, bus=bus))
+    assert summary.to_dict() == {"neuro": "3 rows", "physics": "1 rows", "psych": "1 rows"}
+
+
+async def test_an_operator_of_several_maps_is_paused_interjected_and_stopped(bus):
+    release, three, compared = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    started = []
+
+    async def script(messages, tools):
+        text = next(m["content"] for m in messages if m["role"] == "user")  # the row's task (notes come after)
+        started.append(messages)
+        if len(started) >= 3:
+            three.set()
+        if "\nA:\n" in text:
+            compared.set()
+            await asyncio.Event().wait()  # comparisons never answer: the operation is stopped in that phase
+        if "item 0" not in text and "item 1 " not in text:
+            await release.wait()
+        return u.call_tool("submit_answer", score=int(text.split("item ")[1].split()[0]) % 11, reason="r")
+
+    h = u.topk([f"item {i} ." for i in range(12)], 2, "Biggest?", model=u.ScriptedModel(script), concurrency=3,
+               bus=bus)
+
+    await asyncio.wait_for(three.wait(), 10)  # three rows running
+    await h.pause()
+    assert h.phase.gate.paused and all(c.gate.paused for c in h.phase.live_children())
+    release.set()
+    await settle(200)
+    held = len(started)
+    assert held <= 5 and h.progress["phase"] == "score"  # paused: no row starts
+    await h.interject("prefer odd items")
+    await h.resume()
+    await asyncio.wait_for(compared.wait(), 10)  # the comparisons started
+    later = [m for m in started[held:]]
+    assert later and all(any("prefer odd items" in str(x.get("content")) for x in m) for m in later)
+    answer = await h.ask("how far along?", model=u.ScriptedModel(lambda m, t: m[0]["content"][:200]))
+    assert "topk" in await answer.result()
+    await h.stop("enough")
+    with pytest.raises(u.Stopped):
+        await asyncio.wait_for(h.result(), 10)
+    assert h.status == "stopped" and h.scores is not None and h.scores["score"].notna().sum() == 12
+    assert all(p.done() for p in h.phases) and h.phases[-1].status == "stopped"
+
+
+def test_operators_refuse_bad_input_saying_what_they_take():
+    async def main():
+        m = u.ScriptedModel(["x"])
+        cases = [
+            (lambda: u.filter(PAPERS, "", model=m), "filter needs a condition"),
+            (lambda: u.filter(PAPERS, "Is {nope}?", model=m), "{nope}"),
+            (lambda: u.topk(PAPERS, 0, "Best?", model=m), "k, a whole number"),
+            (lambda: u.topk(PAPERS, 3, "Best?", model=m, candidates=2), "candidates"),
+            (lambda: u.join(PAPERS, GRANTS, "On {abstract} and {aims}?", model=m), "{left.column}"),
+            (lambda: u.join(PAPERS, GRANTS, "On {left.nope} and {right.aims}?", model=m), "no column 'nope'"),
+            (lambda: u.join(PAPERS, GRANTS, "On {left.field} and {right.aims}?", model=m), "nothing to ask"),
+            (lambda: u.agg(PAPERS, "Sum", by="nope", model=m), "by names a column"),
+        ]
+        for make, said in cases:
+            with pytest.raises(u.UserError, match=None) as info:
+                make()
+            assert said in str(info.value), (said, str(info.value))
+
+    asyncio.run(main())
