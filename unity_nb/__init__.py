@@ -18,7 +18,19 @@ from ._errors import (
 from ._registry import register_tool, registered_tools, tool, unregister_tool
 from ._secrets import forget_secret, get_secret, secret_names, set_secret
 from .actor import Actor, ActorHandle, PlanResult, act, final_answer, primitive, registered_primitives
-from .batch import AggHandle, ExtractHandle, FilterHandle, JoinHandle, MapHandle, TopKHandle, agg, extract, finished_rows, join, topk
+from .batch import (
+    AggHandle,
+    ExtractHandle,
+    FilterHandle,
+    JoinHandle,
+    MapHandle,
+    TopKHandle,
+    agg,
+    extract,
+    finished_rows,
+    join,
+    topk,
+)
 from .batch import filter_rows as filter
 from .batch import map_rows as map
 from .events import AnyEvent, Event, EventBus, default_bus
