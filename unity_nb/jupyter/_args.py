@@ -13,7 +13,7 @@ from IPython.core.error import UsageError
 
 from ..loop import VERBS
 
-__all__ = ("Command", "parse", "HELP", "SETTINGS", "TASK_ACTIONS", "check_setting")
+__all__ = ("Command", "parse", "HELP", "OPERATORS", "SETTINGS", "TASK_ACTIONS", "check_setting")
 
 HELP = {
     "help": "%unity help [SUBCOMMAND]   (also: %unity, %unity SUBCOMMAND --help, %unity?)\n"
@@ -48,6 +48,23 @@ HELP = {
     "    by every operation using it. --columns a,b: each row answers with those fields.\n"
     "    Pause, resume, stop and interject act on the whole batch; %unity resume NAME after a dead kernel\n"
     "    skips the rows the store has as finished.",
+    "filter": "%unity filter ITEMS [--name NAME] [--concurrency N] [--max-steps N] [--rate R] CONDITION\n"
+    "    Keep the rows of ITEMS that meet CONDITION (Does {abstract} report an experiment on humans?), one\n"
+    "    verdict per row; await it for the rows kept. h.verdicts: every row's keep and reason; a row the model\n"
+    "    could not decide is missing with .attrs['reasons'] saying why.",
+    "extract": "%unity extract ITEMS --columns A,B [--name NAME] [--concurrency N] [--max-steps N] [--rate R] TASK\n"
+    "    Extract the columns from every row (From {abstract}); await it for a DataFrame aligned to ITEMS.",
+    "topk": "%unity topk ITEMS K [--candidates N] [--max-comparisons N] [--name NAME] [--concurrency N] QUESTION\n"
+    "    The K rows that best fit QUESTION, best first: every row scored once (0-10), then the --candidates\n"
+    "    best (2K) compared head to head, at most --max-comparisons pairs (1000). h.calls counts model calls.",
+    "join": "%unity join LEFT RIGHT [--per-left N] [--all-pairs] [--name NAME] [--concurrency N] TASK\n"
+    "    The pairs of LEFT and RIGHT rows that meet TASK, which names columns as {LEFT.column} and\n"
+    "    {RIGHT.column} (On {papers.abstract} and {grants.aims}: is this grant funding this work?). Only pairs\n"
+    "    sharing rare words are asked, at most --per-left (5) per left row (--all-pairs: every pair);\n"
+    "    h.pairs_asked and h.pairs_total say how many. Await it for a DataFrame of left, right, reason.",
+    "agg": "%unity agg ITEMS [--by COLUMN] [--chunk-chars N] [--max-depth N] [--name NAME] [--concurrency N] TASK\n"
+    "    One answer to TASK per group of rows (--by a column; else all rows); a group larger than --chunk-chars\n"
+    "    (12000) is summarised in chunks and combined, at most --max-depth levels (3). Await it for a Series.",
     "submit": "%unity submit NAME REQUEST\n"
     "    Send another request to the --multi operation NAME while it works; returns the request's\n"
     "    handle (await it for its answer). It shares the operation's context and variables.",
@@ -155,6 +172,17 @@ _OPTIONS: dict[str, dict[str, Callable[[str], Any]]] = {
     },
     "answer": {"--call": str},
 }
+_BATCH: dict[str, Callable[[str], Any]] = {
+    "--name": str, "--concurrency": _positive, "--max-steps": _positive, "--rate": str, "--tool-timeout": _seconds,
+}
+_OPTIONS.update({
+    "filter": _BATCH, "extract": {**_BATCH, "--columns": _columns},
+    "topk": {**_BATCH, "--candidates": _positive, "--max-comparisons": _positive},
+    "join": {**_BATCH, "--per-left": _positive, "--all-pairs": bool},
+    "agg": {**_BATCH, "--by": str, "--chunk-chars": _positive, "--max-depth": _positive},
+})
+OPERATORS = ("filter", "extract", "topk", "join", "agg")
+"""The subcommands of the operators built on the map: ITEMS (and K, or RIGHT), options, then the task."""
 SETTINGS: dict[str, Callable[[str], Any]] = {
     "context_window": _tokens, "compress_at": _fraction, "keep_last": _positive, "max_parallel_tools": _positive,
 }
@@ -296,6 +324,8 @@ def parse(line: str, cell: str | None = None) -> Command:
         cmd.text = "\n".join(t for t in (text, (cell or "").strip()) if t)
         if not cmd.text:
             raise _usage(sub, "%unity map needs a task after the items (and the options)")
+    elif sub in OPERATORS:
+        _operator_args(cmd, rest, cell)
     elif sub == "act":
         cmd.text = "\n".join(t for t in (rest, (cell or "").strip()) if t)
         if not cmd.text:
@@ -326,6 +356,35 @@ def parse(line: str, cell: str | None = None) -> Command:
         if (sub in ("approve", "show") or (verb is not None and verb.message == "none")) and cmd.text:
             raise _usage(sub, f"%unity {sub} takes only a name, got extra text {cmd.text!r}")
     return cmd
+
+
+def _operator_args(cmd: Command, rest: str, cell: str | None) -> None:
+    """``filter|extract|agg ITEMS [options] TASK``, ``topk ITEMS K ...``, ``join LEFT RIGHT ...``."""
+    sub = cmd.sub
+    items, _, after = rest.partition(" ")
+    if not items:
+        raise _usage(sub, f"%unity {sub} needs the items: a Series, a DataFrame or a list in this notebook")
+    cmd.name = items
+    if sub == "topk":
+        k, _, after = after.strip().partition(" ")
+        if not re.fullmatch(r"[0-9]{1,9}", k) or int(k) < 1:
+            raise _usage(sub, f"%unity topk needs K, the number of rows to keep (a whole number of at least 1), "
+                              f"after the items, not {k!r}")
+        cmd.options["k"] = int(k)
+    elif sub == "join":
+        right, _, after = after.strip().partition(" ")
+        if not right or right.startswith("--"):
+            raise _usage(sub, "%unity join needs the right items after the left ones "
+                              "(e.g. %unity join papers grants ...)")
+        cmd.options["right"] = right
+    more, text = _peel_options(sub, after)
+    cmd.options.update(more)
+    if sub == "extract" and "columns" not in cmd.options:
+        raise _usage(sub, "%unity extract needs --columns: the fields to extract, e.g. --columns method,sample_size")
+    cmd.line = "\n".join(t for t in (rest.strip(), (cell or "").strip()) if t)
+    cmd.text = "\n".join(t for t in (text, (cell or "").strip()) if t)
+    if not cmd.text:
+        raise _usage(sub, f"%unity {sub} needs a task after the items (and the options)")
 
 
 def _task_args(cmd: Command, rest: str, cell: str | None) -> None:

@@ -355,6 +355,14 @@ class UnityMagics(Magics):
             sub="map", notice=notice,
         )
 
+    def _filter(self, cmd: Command) -> Any:
+        """``%unity filter|extract|topk|join|agg``: an operator built on the map (``_magics_ops``)."""
+        from ._magics_ops import start_operator
+
+        return start_operator(self, cmd)
+
+    _extract = _topk = _join = _agg = _filter
+
     def _show_widget(self, handle: LoopHandle, key: str | None = None, *, notice: str = "") -> None:
         if not self.show_widgets:
             return

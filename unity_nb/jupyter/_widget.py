@@ -11,8 +11,9 @@ transcript, and ``text/plain`` is the handle's repr.
 What a button does is an entry of :data:`COMMANDS` (action name -> :class:`Command`). The
 stylesheet is the installed package's, under an anywidget id naming its version (see
 :func:`style`), so widget state saved in a notebook cannot restyle a live widget. Beside the
-handles' state, the widget keeps what they do not: the retry a loop is waiting out (from its
-``model_retry`` events, cleared when the call proceeds) and the text a Stop cut off.
+handles' state, the widget keeps what they do not: the retry or the rate limit's wait a loop is
+waiting out (from its ``model_retry`` and ``model_wait`` events, cleared when the call proceeds) and
+the text a Stop cut off.
 """
 
 from __future__ import annotations
@@ -57,17 +58,26 @@ def _scope_css(css: str, scope: str) -> str:
     css = re.sub(r"/\*.*?\*/", "", css, flags=re.S)
     root = f'.unb-root[data-unb-style="{scope}"]'
     out = []
-    for chunk in css.split("}"):
-        if "{" not in chunk:
+    rest = css
+    while "{" in rest:
+        prelude, rest = rest.split("{", 1)
+        prelude = prelude.strip().lstrip("}").strip()
+        if prelude.startswith("@"):  # an at-rule's block (the dark palette's @media): its rules, scoped
+            depth, i = 1, 0
+            while depth and i < len(rest):
+                depth += {"{": 1, "}": -1}.get(rest[i], 0)
+                i += 1
+            out.append(f"{prelude} {{\n{_scope_css(rest[: i - 1], scope).rstrip()}\n}}")
+            rest = rest[i:]
             continue
-        selectors, body = chunk.split("{", 1)
+        body, rest = rest.split("}", 1)
         scoped = []
-        for sel in (x.strip() for x in selectors.split(",")):
+        for sel in (x.strip() for x in prelude.split(",")):
             if not sel:
                 continue
             sel = re.sub(r"^\.unb-root(?![\w-])\s*", "", sel)  # the root itself, or under it
             scoped.append(f"{root} {sel}" if sel else root)
-        out.append(f"{', '.join(scoped)} {{{body.strip()} }}")
+        out.append(f"{', '.join(scoped)} {{{' '.join(body.split())} }}")  # one rule a line
     return "\n".join(out) + "\n"
 
 
@@ -157,6 +167,11 @@ def _retry_line(event: Any, model: Any) -> str:
     total = getattr(model, "max_retries", None)
     attempt = f"attempt {event.attempt + 1}" + (f" of {total + 1}" if isinstance(total, int) else "")
     return f"{_clip(error, 300)}, retrying in {event.delay:.3g} s, {attempt}"
+
+
+def _wait_line(event: Any) -> str:
+    """A wait for the model's rate limit (a ``model_wait`` event), as the widget says it: how long, and why."""
+    return f"waiting {event.seconds:.3g} s before calling the model: {_clip(event.reason, 300)}"
 
 
 def _node(h: LoopHandle, depth: int, retry: str = "", cut_off: str = "") -> dict:
@@ -286,7 +301,7 @@ COMMANDS: dict[str, Command] = {
 
 # events the widget keeps track of itself (for every loop in its tree), beside flushing
 _TRACKED = frozenset({
-    "model_retry", "model_delta", "model_request", "model_response", "tool_started", "loop_finished", "loop_failed",
+    "model_retry", "model_wait", "model_delta", "model_request", "model_response", "tool_started", "loop_finished", "loop_failed",
 })
 
 
@@ -354,6 +369,8 @@ class HandleWidget(anywidget.AnyWidget):
         elif kind == "model_retry":
             self._retries[lid] = _retry_line(event, source.model)
             self._streamed.pop(lid, None)  # a retry starts the reply again
+        elif kind == "model_wait":  # shown like a retry, until the call proceeds
+            self._retries[lid] = _wait_line(event)
         elif kind == "model_response" and getattr(event, "interrupted", False):
             pass  # the call was cut off: what streamed stays, to be shown as cut off if the loop stopped
         elif kind == "loop_finished" and getattr(event, "status", None) == "stopped":

@@ -1,0 +1,109 @@
+"""%unity filter|extract|topk|join|agg: parsed verbatim, refused with what to do, started as operations in a real
+IPython shell, and one run in a real kernel."""
+
+import asyncio
+import textwrap
+
+import pandas as pd
+import pytest
+from _kernel import Kernel
+from IPython.core.error import UsageError
+
+import unity_nb as u
+
+
+@pytest.fixture
+def ip(stored_shell):
+    return stored_shell
+
+
+def last_user(messages):
+    return next(m["content"] for m in reversed(messages) if m["role"] == "user")
+
+
+def oracle(messages, tools):
+    text = last_user(messages)
+    if "Decide for this row" in text:
+        return u.call_tool("submit_answer", keep="humans" in text.split("report")[0], reason="read it")
+    if "Give the fields" in text:
+        return u.call_tool("submit_answer", method="experiment" if "experiment" in text else "other")
+    if "\nA:\n" in text:
+        a, b = (int(text.split(f"\n{s}:\n")[1].split()[1]) for s in "AB")
+        return u.call_tool("submit_answer", better="A" if a > b else "B", reason="bigger")
+    if "Rate this row" in text:
+        return u.call_tool("submit_answer", score=int(text.split("item ")[-1].split()[0]) % 11, reason="r")
+    if "match true or false" in text:
+        return u.call_tool("submit_answer", match="experiment" in text and "sleep" in text, reason="both about sleep")
+    return f"{text.count('abstract:')} abstracts"
+
+
+PAPERS = pd.DataFrame({"abstract": ["an experiment on humans and sleep", "a survey of mice", "humans asleep"],
+                       "field": ["neuro", "zoo", "neuro"]}, index=["p1", "p2", "p3"])
+GRANTS = pd.DataFrame({"aims": ["sleep in humans", "zebrafish"]}, index=["g1", "g2"])
+
+
+async def test_each_operator_subcommand_starts_a_named_operation_on_the_notebook_s_items(ip):
+    ip.user_ns.update(m=u.ScriptedModel(oracle), papers=PAPERS, grants=GRANTS, items=[f"item {i}" for i in range(9)])
+    ip.run_line_magic("unity", "model --var m")
+    keep = ip.run_line_magic("unity", "filter papers --concurrency 50 --name keep Does {abstract} report humans?")
+    assert isinstance(keep, u.FilterHandle) and keep.name == "keep" and keep.concurrency == 50
+    assert list((await asyncio.wait_for(keep.result(), 10)).index) == ["p1", "p3"]
+    fields = ip.run_line_magic("unity", "extract papers --columns method From {abstract}")
+    assert (await asyncio.wait_for(fields.result(), 10))["method"].tolist() == ["experiment", "other", "other"]
+    best = ip.run_line_magic("unity", "topk items 2 --candidates 4 Which item is biggest?")
+    assert (await asyncio.wait_for(best.result(), 10)).tolist() == ["item 8", "item 7"]
+    assert best.calls == 9 + 6
+    pairs = ip.run_line_magic("unity", "join papers grants On {papers.abstract} and {grants.aims}: funded?")
+    found = await asyncio.wait_for(pairs.result(), 10)
+    assert list(zip(found["left"], found["right"])) == [("p1", "g1")] and pairs.pairs_total == 6
+    summary = ip.run_cell_magic("unity", "agg papers --by field", "Summarise the main findings.")
+    assert (await asyncio.wait_for(summary.result(), 10)).to_dict() == {"neuro": "2 abstracts", "zoo": "1 abstracts"}
+    listed = ip.run_line_magic("unity", "list")
+    assert {"keep", summary.name, pairs.name} <= set(listed["name"])
+
+
+@pytest.mark.parametrize(("line", "said"), [
+    ("topk papers ten Best?", "needs K, the number of rows to keep"),
+    ("extract papers From {abstract}", "needs --columns"),
+    ("join papers", "needs the right items"),
+    ("filter papers --concurrency 50", "needs a task"),
+    ("agg papers --by", "needs a value"),
+    ("filtr papers x", "did you mean 'filter'"),
+    ("topk papers 3 --max-comparison 5 Best?", "did you mean --max-comparisons"),
+])
+def test_operator_lines_that_cannot_run_say_what_to_do(ip, line, said):
+    ip.user_ns["papers"] = PAPERS
+    with pytest.raises(UsageError) as info:
+        ip.run_line_magic("unity", line)
+    assert said in str(info.value)
+
+
+KERNEL = textwrap.dedent(  # after %load_ext in a cell of its own: a line ending in "?" is kept as typed from then on
+    """
+    import pandas as pd, unity_nb as u
+
+    def script(messages, tools):
+        text = messages[-1]["content"]
+        return u.call_tool("submit_answer", keep=None if "lost" in text else "slept" in text,
+                           reason="read it")
+
+    m = u.ScriptedModel(script)
+    %unity model --var m
+    papers = pd.DataFrame({"abstract": ["humans slept", "mice ran", "lost text"]}, index=["a", "b", "c"])
+    keep = %unity filter papers --concurrency 50 Does {abstract} report an experiment on humans?
+    """
+)
+
+
+def test_filter_in_a_real_kernel_keeps_rows_and_says_which_it_could_not_decide():
+    kernel = Kernel()
+    try:
+        kernel.run("%load_ext unity_nb")
+        kernel.run(KERNEL)
+        assert kernel.value("list((await keep).index)") == ["a"]
+        assert kernel.value("(await keep).attrs['reasons']") == {"c": "undecided: read it"}
+        verdicts = kernel.value("keep.verdicts.astype(object).where(keep.verdicts.notna(), None).values.tolist()")
+        assert verdicts == [[True, "read it"], [False, "read it"], [None, "read it"]]
+        assert kernel.value("keep.status.value") == "finished"
+    finally:
+        kernel.close()

@@ -1,0 +1,64 @@
+"""``%unity filter|extract|topk|join|agg``: the operators built on the map, started like ``%unity map``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from IPython.core.error import UsageError
+
+from ._args import HELP, Command
+
+if TYPE_CHECKING:
+    from ..loop import LoopHandle
+    from ._magics import UnityMagics
+
+__all__ = ("start_operator",)
+
+
+def _items(magics: UnityMagics, expr: str, sub: str) -> Any:
+    try:
+        return eval(expr, magics.user_ns)
+    except Exception as err:  # noqa: BLE001 - said back as a usage error
+        problem = f"cannot evaluate the items {expr!r}: {type(err).__name__}: {err}"
+        raise UsageError(f"{problem}\n\n{HELP[sub]}") from None
+
+
+def start_operator(magics: UnityMagics, cmd: Command, *, done: dict | None = None, name: str | None = None,
+                   notice: str = "") -> LoopHandle:
+    """Start the operator ``cmd`` names on the notebook's items, under the magics' model, and show its widget."""
+    import unity_nb as u
+
+    from .._registry import registered_tools
+
+    sub, o = cmd.sub, cmd.options
+    items = _items(magics, cmd.name or "", sub)
+    options: dict[str, Any] = {"concurrency": o.get("concurrency", 8),
+                               "tools": [t for t in registered_tools() if not t.ref_only]}
+    for key in ("max_steps", "rate", "tool_timeout"):
+        if o.get(key) is not None:
+            options[key] = o[key]
+    if sub in ("filter", "extract", "join"):  # one map: its line is what a resume re-runs
+        options["label"] = f"[{sub}] {cmd.line}"
+        options["done"] = done
+    text = cmd.text
+
+    def launch(key: str) -> LoopHandle:
+        model = magics.current_model()
+        if sub == "filter":
+            return u.filter(items, text, model=model, name=key, **options)
+        if sub == "extract":
+            return u.extract(items, text, columns=o["columns"], model=model, name=key, **options)
+        if sub == "topk":
+            return u.topk(items, o["k"], text, candidates=o.get("candidates"),
+                          max_comparisons=o.get("max_comparisons", 1000), model=model, name=key, **options)
+        if sub == "join":
+            right_expr = o["right"]
+            right = _items(magics, right_expr, sub)
+            names = ((cmd.name, right_expr) if (cmd.name or "").isidentifier() and right_expr.isidentifier()
+                     and cmd.name != right_expr else ("left", "right"))
+            return u.join(items, right, text, names=names, blocking=None if o.get("all_pairs") else "words",
+                          per_left=o.get("per_left", 5), model=model, name=key, **options)
+        return u.agg(items, text, by=o.get("by"), chunk_chars=o.get("chunk_chars", 12_000),
+                     max_depth=o.get("max_depth", 3), model=model, name=key, **options)
+
+    return magics.start(name or o.get("name"), launch, sub=sub, notice=notice)
