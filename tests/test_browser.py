@@ -465,7 +465,7 @@ styled_model = u.ScriptedModel(lambda m, t: u.call_tool("execute_code", code=PLA
     "h = %unity act --approval always --name styled Set it",
 ]
 STALE_ESM = "export default { render({ el }) { el.innerHTML = '<span class=\"unb-stale-view\">older</span>'; } };"
-KEYWORD_COLOUR = "rgb(124, 58, 237)"  # .unb-k in widgets/handle.css
+KEYWORD_COLOUR = "rgb(0, 128, 0)"  # .unb-k in widgets/handle.css: JupyterLab Light's --jp-mirror-editor-keyword-color
 
 
 def _stale_notebook() -> dict:

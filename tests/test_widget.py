@@ -43,8 +43,12 @@ async def test_the_stylesheet_is_the_installed_one_under_an_id_naming_its_versio
     assert w._anywidget_id == f"unity_nb.HandleWidget.{version}"
     assert w._esm == js
     scope = f'.unb-root[data-unb-style="{w._anywidget_id}"]'
-    rules = [r.strip() for r in w._css.split("}") if r.strip()]
-    assert len(rules) == css.count("}")  # every rule of the installed sheet
+    # an at-rule's line (the dark palette's @media) stands alone; every other line is one rule
+    lines = [line for line in w._css.splitlines() if line.strip()]
+    at_rules = [line for line in lines if line.startswith("@") or line == "}"]
+    rules = [line for line in lines if line not in at_rules]
+    assert [line for line in at_rules if line.startswith("@")] == ["@media (prefers-color-scheme: dark) {"]
+    assert len(rules) + len(at_rules) // 2 == css.count("}")  # every rule of the installed sheet
     for rule in rules:
         for selector in rule.split("{")[0].split(","):
             assert selector.strip().startswith(scope), selector  # and each applies only under this version's root
@@ -125,6 +129,24 @@ async def test_a_retry_clears_when_the_call_proceeds():
     assert await h == "all good"
 
 
+async def test_a_wait_for_the_rate_limit_shows_like_a_retry_until_the_call_proceeds():
+    # one request a minute, shared by the loops of one model: the second loop's call waits out the rest of it
+    model = u.ScriptedModel(["first", "second"])
+    u.set_rate_limit(model, "1/min")
+    assert await u.start_loop("one", model=model, name="first") == "first"
+    h = u.start_loop("two", model=model, name="second")
+    w = HandleWidget(h)
+    wait = await h.wait_for("model_wait", timeout=TIMEOUT)
+    assert wait.seconds > 3
+    w.flush()
+    line = w.nodes[0]["retry"]
+    assert line == f"waiting {wait.seconds:.3g} s before calling the model: {wait.reason}", line
+    assert "rate limit set for this model" in line  # why it waits
+    await h.stop("enough")
+    w.flush()
+    assert w.nodes[0]["retry"] == ""  # nothing is waited out any more
+
+
 # -- 5. a fragment cut off by Stop ---------------------------------------------------------------------
 
 
@@ -155,7 +177,7 @@ async def test_a_whole_reply_is_not_a_cut_off_fragment():
 
 def test_every_button_of_the_front_end_is_an_entry_of_the_command_table():
     js = installed("handle.js")
-    sent = set(re.findall(r'send\("(\w+)"', js))
+    sent = set(re.findall(r'send(?:Text)?\("(\w+)"', js))  # sendText: the text box's buttons
     for a, b in re.findall(r'send\([^,()]*\? "(\w+)" : "(\w+)"', js):  # the Pause button: "resume" when paused
         sent |= {a, b}
     assert {"pause", "resume", "stop", "interject", "ask", "answer", "approve", "skip"} <= sent

@@ -301,7 +301,8 @@ COMMANDS: dict[str, Command] = {
 
 # events the widget keeps track of itself (for every loop in its tree), beside flushing
 _TRACKED = frozenset({
-    "model_retry", "model_wait", "model_delta", "model_request", "model_response", "tool_started", "loop_finished", "loop_failed",
+    "model_retry", "model_wait", "model_delta", "model_request", "model_response", "tool_started",
+    "loop_finished", "loop_failed",
 })
 
 

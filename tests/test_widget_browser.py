@@ -1,0 +1,158 @@
+"""The widget in JupyterLab, in Chromium, as a person meets it (the server, the page and the rules of
+tests/test_browser.py: loopback only, Debian's Chromium, every wait an expectation with a timeout):
+
+- **Themes.** A finished operation's plan (its code, what it printed, its result) is readable in
+  JupyterLab Light and JupyterLab Dark: the contrast of each block's text on the background the page
+  really paints under it (composited in a canvas in the page) is at least 4.5, WCAG's AA level. The
+  pictures go to ``tests/artifacts/`` (``docs/`` with ``UNITY_NB_README_SCREENSHOT=1``). A front end
+  without JupyterLab's variables (VS Code, Colab) gets the stylesheet's own palette, dark when the
+  browser prefers dark (the harness page of tests/test_browser.py, with Chromium emulating it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import nbformat
+from test_browser import KERNEL_IDLE, PRESS, REPO, browser, harness, lab  # noqa: F401 (fixtures)
+
+PICTURES = REPO / ("docs" if os.environ.get("UNITY_NB_README_SCREENSHOT") else "tests/artifacts")
+KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
+
+# the contrast of an element's text on what the page paints beneath it: every background from the
+# page down to the element, composited in a 1x1 canvas (so translucent and mixed colours count), then the text
+CONTRAST = """el => {
+  const canvas = document.createElement("canvas");
+  canvas.width = canvas.height = 1;
+  const ctx = canvas.getContext("2d", { willReadFrequently: true });
+  const paint = (colour) => {
+    ctx.fillStyle = colour;
+    ctx.fillRect(0, 0, 1, 1);
+    return [...ctx.getImageData(0, 0, 1, 1).data];
+  };
+  paint("#ffffff");  // the canvas under the page
+  const chain = [];
+  for (let e = el; e; e = e.parentElement) chain.unshift(e);
+  let back;
+  for (const e of chain) back = paint(getComputedStyle(e).backgroundColor);
+  const fore = paint(getComputedStyle(el).color);
+  const lum = (rgb) => rgb.slice(0, 3)
+    .map((c) => { c /= 255; return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4; })
+    .reduce((sum, c, i) => sum + c * [0.2126, 0.7152, 0.0722][i], 0);
+  const [hi, lo] = [lum(back), lum(fore)].sort((a, b) => b - a);
+  return { ratio: (hi + 0.05) / (lo + 0.05), background: lum(back) };
+}"""
+
+
+def _notebook(path, cells):
+    nbformat.write(nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell(src) for src in cells], metadata={"kernelspec": KERNELSPEC},
+    ), path)
+
+
+def _open(page, server, workspace, name):
+    from playwright.sync_api import expect
+
+    page.goto(f"{server.url}/lab/workspaces/{workspace}/tree/{name}?token={server.token}")
+    panel = page.locator(".jp-NotebookPanel")
+    expect(panel).to_be_visible()
+    expect(page.locator("#jp-main-statusbar").get_by_role("button", name=KERNEL_IDLE)).to_be_visible()
+    return panel
+
+
+def _run_all(page):
+    page.locator("#jp-MainMenu").get_by_text("Run", exact=True).click()
+    page.get_by_role("menuitem", name=re.compile(r"^Run All Cells")).click()
+
+
+def _theme(page, name):
+    """Settings > Theme > ``name``, as a person picks it; JupyterLab restyles the page in place."""
+    from playwright.sync_api import expect
+
+    page.locator("#jp-MainMenu").get_by_text("Settings", exact=True).click()
+    page.locator(".lm-Menu-item", has=page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Theme$"))).click()
+    page.locator(".lm-Menu-item", has=page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{name}$"))).click()
+    expect(page.locator("body")).to_have_attribute("data-jp-theme-name", name)
+    expect(page.locator("#jupyterlab-splash")).to_have_count(0)  # the splash shown while the theme loads has gone
+
+
+def _node(page, name):
+    return page.locator(".unb-node").filter(has=page.locator(".unb-name", has_text=re.compile(rf"^{name}$")))
+
+
+# -- themes ----------------------------------------------------------------------------------------------
+
+THEMED_PLAN = "print('north fell by 12%')\\nworst = ['north', 'west']  # the two that fell most\\nworst"
+THEMED_CELLS = [
+    "%load_ext unity_nb\nimport unity_nb as u",
+    f"""def script(messages, tools):
+    if not [m for m in messages if m["role"] == "tool"]:
+        return u.call_tool("execute_code", code="{THEMED_PLAN}", intent="find the two regions that fell most")
+    return "The regions that fell most: **north** and west."
+
+themed_model = u.ScriptedModel(script)
+%unity model --var themed_model""",
+    "h = %unity act --name themed Find the two regions whose sales fell most",
+]
+
+
+def test_the_widget_is_readable_in_jupyterlab_light_and_dark(lab, browser):  # noqa: F811 (the fixtures)
+    from playwright.sync_api import expect
+
+    _notebook(lab.root / "themed.ipynb", THEMED_CELLS)
+    page = browser.page
+    _open(page, lab, "themes", "themed.ipynb")
+    _run_all(page)
+    themed = _node(page, "themed")
+    expect(themed.locator(".unb-badge")).to_have_text("finished", timeout=60_000)
+    plan = themed.locator("details.unb-plan")
+    plan.locator("summary").click(delay=PRESS)  # a person opens the finished plan to read it
+    blocks = {
+        "code": plan.locator("pre.unb-python"), "printed": plan.locator("pre.unb-output"),
+        "result": plan.locator("pre.unb-result"), "answer": themed.locator(".unb-entry.unb-answer p"),
+    }
+    for block in blocks.values():
+        expect(block).to_be_visible()
+    root = page.locator(".unb-root").filter(has=themed)
+    try:
+        themes = (("JupyterLab Light", False, "widget-light.png"), ("JupyterLab Dark", True, "widget-dark.png"))
+        for theme, dark, picture in themes:
+            _theme(page, theme)
+            for what, block in blocks.items():
+                measured = block.evaluate(CONTRAST)
+                # the page is the theme asked for (a dark background under the dark theme) ...
+                assert (measured["background"] < 0.2) == dark, (theme, what, measured)
+                # ... and the block's text reads on it
+                assert measured["ratio"] >= 4.5, (theme, what, measured)
+            PICTURES.mkdir(parents=True, exist_ok=True)
+            (PICTURES / picture).write_bytes(root.screenshot())
+    finally:
+        _theme(page, "JupyterLab Light")  # the server's other tests see the default theme
+    assert browser.outside == [], "the page requested something beyond the local server"
+
+
+async def test_without_jupyterlabs_variables_a_dark_front_end_gets_the_dark_palette(harness):  # noqa: F811
+    from playwright.async_api import expect
+
+    import unity_nb as u
+    from unity_nb.jupyter._widget import HandleWidget
+
+    def script(messages, tools):
+        if not [m for m in messages if m["role"] == "tool"]:
+            return u.call_tool("execute_code", code="print('north')\nworst = 1\nworst", intent="one plan")
+        return "done"
+
+    h = u.act("one plan", model=u.ScriptedModel(script), namespace={})
+    assert await h == "done"
+    page = harness.page
+    await page.emulate_media(color_scheme="dark")
+    await page.evaluate("document.body.style.background = '#1e1e1e'")  # a dark front end paints its page dark
+    widget = await harness.show(HandleWidget(h))
+    plan = widget.locator("details.unb-plan")
+    await plan.locator("summary").click(delay=PRESS)
+    for what in ("pre.unb-python", "pre.unb-output", "pre.unb-result"):
+        block = plan.locator(what)
+        await expect(block).to_be_visible()
+        measured = await block.evaluate(CONTRAST)
+        assert measured["background"] < 0.2 and measured["ratio"] >= 4.5, (what, measured)
