@@ -61,7 +61,7 @@ class Method(pydantic.BaseModel):
 async def test_structured_output_gives_typed_columns_and_a_bad_answer_is_a_missing_row(bus):
     def script(messages, tools):
         text = last_user(messages)
-        if "broken" in text:
+        if any("broken" in str(m["content"]) for m in messages):  # also when sent back with what was wrong
             return "I cannot say"
         return u.call_tool("submit_answer", method="survey" if "survey" in text else "theory", confidence=0.9)
 

@@ -24,10 +24,11 @@ def echo(messages, tools):
 async def test_a_named_series_row_holds_its_value_once(bus):
     reviews = pd.Series([f"review {i}" for i in range(3)], name="text")
     h = u.map(reviews, "Label the sentiment", model=u.ScriptedModel(echo), bus=bus)
-    assert [r.task for r in h.rows] == [f"Label the sentiment\n\nreview {i}" for i in range(3)]
+    assert u.estimate(reviews, "Label the sentiment", model=u.ScriptedModel(echo)).prompts == tuple(
+        f"Label the sentiment\n\nreview {i}" for i in range(3))
     assert (await asyncio.wait_for(h.result(), 10)).tolist() == [f"label: review {i}" for i in range(3)]
     frame = pd.DataFrame({"a": [1], "b": [2]})
-    assert u.map(frame, "Sum", model=u.ScriptedModel(echo), bus=bus).rows[0].task == "Sum\n\na: 1\nb: 2"
+    assert u.map(frame, "Sum", model=u.ScriptedModel(echo), estimate=True).prompts == ("Sum\n\na: 1\nb: 2",)
 
 
 async def test_a_template_says_what_it_may_hold_and_integer_columns_work(bus):
@@ -39,7 +40,7 @@ async def test_a_template_says_what_it_may_hold_and_integer_columns_work(bus):
         u.map(pd.Series(["x"]), "Label {0}", model=m, bus=bus)
     numbered = pd.DataFrame({0: ["left"], 1: ["right"]})
     h = u.map(numbered, "Compare {0!r} with {1:>6}", model=m, bus=bus)
-    assert h.rows[0].task == "Compare 'left' with  right"
+    assert u.estimate(numbered, "Compare {0!r} with {1:>6}", model=m).prompts == ("Compare 'left' with  right",)
     await asyncio.wait_for(h.result(), 10)
 
 

@@ -32,6 +32,8 @@ from .batch import (
     topk,
 )
 from .batch import filter_rows as filter
+from .batch import Estimate
+from .batch import estimate_map as estimate
 from .batch import map_rows as map
 from .events import AnyEvent, Event, EventBus, default_bus
 from .jupyter import load_ipython_extension, unload_ipython_extension
@@ -70,6 +72,8 @@ from .models import (
     Usage,
     call_tool,
     local_model,
+    price_of,
+    set_price,
     set_rate_limit,
 )
 from .store import Store
@@ -85,6 +89,10 @@ __all__ = (
     "map",
     "MapHandle",
     "finished_rows",
+    "set_price",
+    "price_of",
+    "estimate",
+    "Estimate",
     # operators built on the map
     "filter",
     "extract",

@@ -54,6 +54,7 @@ __all__ = (
     "EvaluationRun",
     "ControlHandedOff",
     "RowFinished",
+    "BudgetReached",
     "AnyEvent",
     "EventBus",
     "default_bus",
@@ -518,6 +519,21 @@ class RowFinished(Event):
     keeps a finished row only if it would ask the same."""
     kept: bool = False
     """Finished by the run this one continues (``%unity resume``, ``done=``), not run again."""
+    cached: bool = False
+    """Answered from the result cache (the same model, prompt and options answered it before): no call made."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetReached(Event):
+    """A batch's spending reached its budget: no new row starts (rows in flight finish) until the cap is lifted."""
+
+    kind: Literal["budget_reached"] = "budget_reached"
+    budget: float
+    """The cap, in dollars."""
+    spent: float
+    """Dollars spent when it was reached."""
+    message: str = ""
+    """What the person reads: how much was spent and how to lift the cap."""
 
 
 AnyEvent = Annotated[
@@ -526,7 +542,7 @@ AnyEvent = Annotated[
         ToolFinished | ToolOutput | ToolDisplay | CodeExecuted | VariablesChanged | ApprovalRequested |
         ApprovalDecided | ChildStarted | Steering | ClarificationRequested | ClarificationAnswered | Notification |
         LoopFinished | LoopFailed | RequestSubmitted | RequestFinished | ContextCompressed | ThinkingStep |
-        EvaluationRun | ControlHandedOff | RowFinished
+        EvaluationRun | ControlHandedOff | RowFinished | BudgetReached
     ),
     Field(discriminator="kind"),
 ]

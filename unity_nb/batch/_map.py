@@ -15,6 +15,11 @@ Each ended row is a ``row_finished`` event, committed by the store at once, with
 of its task, the model's name and the answer's fields). ``done=`` (:func:`finished_rows` over a store)
 continues one earlier run: a row it finished is kept only at the same position, under the same label,
 asked the same; kept rows are written again as this run's events, so the newest run holds all of them.
+
+Rows are made as they start (:class:`RowSource`): a 10,000,000-row generator starts at once, and a batch holds its
+running rows plus, per finished row, its answer. Spending: ``h.cost`` (dollars so far), ``progress``'s projection
+for the whole batch, ``budget=`` (no new row starts once spending reaches it), ``cache=`` (a store whose
+``map_cache`` table answers a row asked before without a call; see :mod:`._cache`).
 """
 
 from __future__ import annotations
@@ -22,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-import re
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -31,31 +35,41 @@ import pydantic
 
 from .. import events as ev
 from .._collector import hold_loops, release_loops
-from .._errors import ModelError, Stopped, UnityError, UserError
-from .._secrets import scrub
+from .._errors import Stopped, UnityError, UserError
 from ..loop import VERBS, Engine, LoopHandle, LoopOptions, Status
-from ..models import Usage, default_model, set_rate_limit
-from ._rows import Row, answer_tool, asked_hash, assemble, make_rows, parse_answer, row_id, row_key, to_json
+from ..models import Usage, default_model, price_of, set_rate_limit
+from ._cache import ResultCache, model_identity, options_fingerprint
+from ._estimate import Estimate, estimate_map
+from ._failures import fails_every_row, is_row_id, label_of, reason_of
+from ._rows import (
+    Row,
+    RowSource,
+    answer_tool,
+    asked_hash,
+    assemble,
+    check_text_answer,
+    output_model,
+    parse_answer,
+    row_id,
+    row_key,
+    to_json,
+)
+from ._spend import Spending, as_dollars
 
-__all__ = ("MapHandle", "finished_rows", "map_rows")
+__all__ = ("Estimate", "MapHandle", "estimate_map", "finished_rows", "map_rows")
 
 _KEEP_FAILED = 50
 """Failed rows whose loops stay in memory (to be opened); later ones keep only their reason."""
+_SETTLED_YIELD = 256
+"""Rows settled without a call (kept, from the cache) in a row before the batch lets the event loop run."""
 _WINDOW = 30.0
 """Seconds of ended rows the rate is taken over (from the first row's start until that long has passed)."""
-_ROW_SPECIFIC = re.compile(
-    r"context|too long|too large|token|maximum|length|content.?(filter|policy|management)|safety|flagged", re.I
-)
-"""What a 400 says when it is about one row's content, not the request's shape."""
-
-
 class MapEngine(Engine):
     """Drives a batch: rows start while fewer than ``concurrency`` run and the batch is not paused."""
 
     async def drive(self) -> str:
         h = self.owner
         assert isinstance(h, MapHandle)
-        todo = collections.deque(r for r in h.rows if r.status == "waiting")
         running: set[asyncio.Task] = set()
         # each row's task says when it ends (asyncio.wait(FIRST_COMPLETED) would add and remove a callback
         # on every running row at each wake-up: concurrency x wake-ups)
@@ -68,13 +82,25 @@ class MapEngine(Engine):
             wake.set()
 
         h.first_start = time.monotonic()
+        settled = 0
         try:
-            while (todo and h.stop_reason is None) or running or ended:
+            while True:
                 await h.gate.wait()
-                while todo and len(running) < h.concurrency and not h.gate.paused and h.stop_reason is None:
-                    task = h.event_loop.create_task(h.run_row(todo.popleft()))
+                while (len(running) < h.concurrency and not h.gate.paused and h.stop_reason is None
+                       and h.fatal is None and not h.check_budget()):
+                    row = h.next_row()
+                    if row is None:
+                        break
+                    if h.settle(row):  # kept, from the cache, or a template it cannot fill: no call
+                        settled += 1
+                        if settled % _SETTLED_YIELD == 0:
+                            await asyncio.sleep(0)  # a long run of them leaves the event loop its turns
+                        continue
+                    task = h.event_loop.create_task(h.run_row(row))
                     running.add(task)
                     task.add_done_callback(row_ended)
+                if not running and not ended and (h.exhausted or h.stop_reason is not None):
+                    break
                 if not ended and running:
                     wake.clear()
                     await wake.wait()
@@ -93,12 +119,12 @@ class MapEngine(Engine):
         if c["failed"] and not c["finished"] and not c["stopped"]:  # nothing came of it: not a success
             first = h.ended_badly[0].reason if h.ended_badly else None
             raise UnityError(f"every row of the batch failed ({c['failed']}); the first: {first}")
-        h.set_result_object(h.results())  # an operator built on the map reduces its rows there
+        h.set_result_object(h.results())
         p = h.progress
         return f"{p['done']} of {p['total']} rows done, {p['failed']} failed"
 
 
-class MapHandle(LoopHandle):
+class MapHandle(Spending, LoopHandle):
     """The handle of a batch: one steerable operation whose children are its running rows."""
 
     engine_type = MapEngine
@@ -113,20 +139,22 @@ class MapHandle(LoopHandle):
         concurrency: int = 8,
         rate: Any = None,
         output: type[pydantic.BaseModel] | None = None,
-        columns: Iterable[str] | None = None,
+        columns: Iterable[str] | str | None = None,
         name: str | None = None,
         bus: ev.EventBus | None = None,
         done: Mapping[str, Any] | None = None,
         label: str | None = None,
-        parent: LoopHandle | None = None,
+        budget: float | None = None,
+        cache: Any = True,
+        expected_output_tokens: int | None = None,
         **row_options: Any,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise UserError(f"concurrency takes a whole number of at least 1, not {concurrency!r}")
         model = model if model is not None else default_model("map")
         self.model_name = str(getattr(model, "name", type(model).__name__))
-        self.output = _output_model(output, columns)
-        self.rows, self.index = make_rows(items, task)
+        self.output = output_model(output, columns)
+        self.source = RowSource(items, task)
         self.template = task
         self.concurrency = concurrency
         self.result_name = getattr(items, "name", None) if self.output is None else None
@@ -134,10 +162,38 @@ class MapHandle(LoopHandle):
         if self.output is not None:
             tools.append(answer_tool(self.output))
         self.row_options = {"tools": tools, **row_options}
+        self._fingerprint = options_fingerprint(self.row_options, self.output)
+        if self.output is not None:  # an answer in text that does not validate is sent back once
+            self.row_options["evaluations"] = [*row_options.get("evaluations", ()), check_text_answer(self.output)]
         self.row_config = LoopOptions.make(model=model, **self.row_options)  # checked once, for every row
         if rate is not None:
             set_rate_limit(model, rate)
+        self.budget: float | None = None
+        """The cap on dollars spent (``budget=``, :meth:`set_budget`); ``None`` for none."""
+        self.budget_reached = False
+        """True once spending reached the budget: no row starts until the cap is lifted."""
+        self.budget_note: str | None = None
+        """Said before the batch starts when its estimate exceeds the budget (and where it will stop)."""
+        if budget is not None:
+            if price_of(model) is None:
+                raise UserError(
+                    f"budget= needs the price of {self.model_name!r}, which is unknown: set it first with "
+                    f"u.set_price({self.model_name!r}, input=..., output=...) (dollars per million tokens)"
+                )
+            self.budget = as_dollars(budget)
+        self.exhausted = False
+        """True once every row of the input was made (started, kept or settled)."""
         self.started_rows = 0
+        self.cached = 0
+        """Rows answered from the result cache (no call)."""
+        self.cache: ResultCache | None = None
+        """The result cache in use: ``None`` with ``cache=False``, without a store, or for a model whose answers
+        are not a function of its name (a ScriptedModel)."""
+        identity = model_identity(model)
+        if cache not in (True, False, None) and not callable(getattr(cache, "query", None)):
+            raise UserError(f"cache takes True, False or a store (u.Store), not {cache!r}")
+        if identity is not None and cache not in (True, False, None):
+            self.cache = ResultCache(cache, identity, self._fingerprint)
         self._row_notes: list[str] = []
         self._ended_at: collections.deque[list] = collections.deque()  # [whole second, rows ended in it]
         self._ended_rows = 0
@@ -145,52 +201,78 @@ class MapHandle(LoopHandle):
         """When the first row started (``time.monotonic()``): what the first window's rate is taken from."""
         self._last_end: float | None = None
         self._done_usage, self._done_steps, self._done_tool_calls = Usage(), 0, 0  # of the rows that ended
+        self._done_tree = Usage()  # the rows' whole trees (a row's sub-loops too)
+        self._done_cost = 0.0
+        self._cost_unknown = False
         self._failed_kept = 0
         self.fatal: BaseException | None = None
         """An error that would fail every row (a bad key, a missing model): the batch ends with it."""
+        self._answers: dict[int, Any] = {}  # position -> answer: all a finished row keeps
+        self._bad: dict[int, tuple[str, str | None]] = {}  # position -> (status, reason) of a row failed or stopped
+        self._running: dict[int, Row] = {}
+        self._recent: collections.deque[tuple[Any, Any]] = collections.deque(maxlen=20)
+        self._not_started: str | None = None
         self.kept = 0
         """Rows finished by the run this one continues (``done=``), kept and not run again."""
         self.set_aside = 0
         """Rows that run finished which are not kept: asked something else now (data, task or model changed)."""
+        self._kept: dict[int, tuple[Any, Any, str | None]] = {}  # position -> (answer, key, asked)
+        self._done_lazy: Mapping[str, Any] | None = None
+        self._counts: collections.Counter[str] = collections.Counter()
         if done is not None:
-            self._keep(done)
-        self._counts = collections.Counter(r.status for r in self.rows)  # kept as rows move on, not recounted
+            self._keep(done, items)
         self.ended_badly: list[Row] = []
-        """Rows that failed or stopped, in the order they ended (what the widget lists)."""
+        """The first rows that failed or stopped, in the order they ended (what the widget lists)."""
         self._held = 0
         super().__init__(
-            label or f"[map] {task}", model=model, name=name, bus=bus, max_steps=1, parent=parent,
+            label or f"[map] {task}", model=model, name=name, bus=bus, max_steps=1,
         )
-        for row in self.rows:  # this run's events hold every row it has: a later resume reads this run alone
-            if row.kept:
-                self._emit_row(row, None, kept=True)
+        for position, (answer, key, asked) in sorted(self._kept.items()):  # this run's events hold every row it has
+            row = Row(position, key, {}, "")
+            row.asked = asked
+            self._emit_kept(row, answer)
+        if self.budget is not None:
+            self._project(expected_output_tokens)
         # its rows count as live loops from now to its end, also between waves (unity_nb._collector)
-        self._held = min(concurrency, self._counts["waiting"])
+        total = self.source.total
+        self._held = min(concurrency, total - self.kept) if total is not None else concurrency
         hold_loops(self._held)
 
-    def _keep(self, done: Mapping[str, Any]) -> None:
-        """Mark the rows ``done`` (from :func:`finished_rows`) has as finished, if asked the same now."""
+    def _keep(self, done: Mapping[str, Any], items: Any) -> None:
+        """Mark the rows ``done`` (from :func:`finished_rows`) has as finished, if asked the same now: at once for
+        an input that can be read twice (so ``kept`` is known at the start), else as the rows come."""
         if not isinstance(done, Mapping):
             raise UserError(
                 "done takes the rows an earlier run finished, as u.finished_rows(store, name) gives them "
                 f"(a dict), not {type(done).__name__}"
             )
         for key in done:
-            if not _is_row_id(key):
+            if not is_row_id(key):
                 raise UserError(
                     f"done takes the rows an earlier run finished, as u.finished_rows(store, name) gives them; "
                     f"{key!r} is not one of its keys ([position, label, what it was asked])"
                 )
-        for row in self.rows:
-            rid = row_id(row.position, row_key(row.key), self.asked(row))
-            if rid in done:
-                try:
-                    row.answer = parse_answer(done[rid], self.output)
-                except ValueError:
-                    continue
-                row.status, row.kept = "finished", True
-                self.kept += 1
+        if not done:
+            return
+        if self.source.total is None:  # a generator: read once, as its rows come
+            self._done_lazy = done
+            return
+        for row in RowSource(items, self.template):
+            answer = self._kept_answer(row, done)
+            if answer is not None:
+                self._kept[row.position] = (answer, row.key, row.asked)
+        self.kept = len(self._kept)
+        self._counts["finished"] += self.kept
         self.set_aside = len(done) - self.kept
+
+    def _kept_answer(self, row: Row, done: Mapping[str, Any]) -> Any:
+        rid = row_id(row.position, row_key(row.key), self.asked(row))
+        if rid not in done:
+            return None
+        try:
+            return parse_answer(done[rid], self.output)
+        except ValueError:
+            return None
 
     def asked(self, row: Row) -> str:
         """What ``row`` is asked (made once): the key a later run keeps its answer under."""
@@ -198,16 +280,55 @@ class MapHandle(LoopHandle):
             row.asked = asked_hash(row.task, self.model_name, self.output)
         return row.asked
 
-    def end(self, status: Status, *, answer: str | None = None, error: BaseException | None = None) -> None:
-        held, self._held = self._held, 0
-        release_loops(held)
-        if status is not Status.FINISHED:  # rows never started say so (not None)
-            why = ("not started: the batch was stopped" if status is Status.STOPPED
-                   else f"not started: the batch failed ({_reason(error)})")
-            for row in self.rows:
-                if row.status == "waiting":
-                    row.reason = why
-        super().end(status, answer=answer, error=error)
+    # -- rows as they come ----------------------------------------------------------------------
+
+    def next_row(self) -> Row | None:
+        """The next row of the input (made now), or ``None`` once there is none."""
+        if self.exhausted:
+            return None
+        try:
+            return next(self.source)
+        except StopIteration:
+            self.exhausted = True
+            return None
+
+    def settle(self, row: Row) -> bool:
+        """End ``row`` without a call if it can be: kept from the run this one continues, answered by the cache,
+        or its template could not be filled (it fails). True if it was."""
+        pos = row.position
+        if pos in self._kept:  # counted as finished from the start
+            self._answers[pos] = answer = self._kept.pop(pos)[0]
+            self._recent.append((row.key, answer))
+            return True
+        if self._done_lazy is not None:
+            answer = self._kept_answer(row, self._done_lazy)
+            if answer is not None:
+                self._answers[pos] = answer
+                self._recent.append((row.key, answer))
+                self.kept += 1
+                self._counts["finished"] += 1
+                self._emit_kept(row, answer)
+                return True
+        if row.reason is not None:  # its values do not fit the template
+            row.status = "failed"
+            self._settled(row, None)
+            return True
+        if self.cache is not None:
+            stored = self.cache.get(self.cache.key(row.task))
+            if stored is not None:
+                try:
+                    row.answer = parse_answer(json.loads(stored), self.output)
+                except ValueError:
+                    return False
+                row.status = "finished"
+                self.cached += 1
+                self._settled(row, None, cached=True)
+                return True
+        return False
+
+    def _emit_kept(self, row: Row, answer: Any) -> None:
+        row.status, row.answer, row.kept = "finished", answer, True
+        self._emit_row(row, None, kept=True)
 
     # -- one source for the batch's totals: the rows that ended, and those running ----------------
 
@@ -243,9 +364,22 @@ class MapHandle(LoopHandle):
         self._done_tool_calls = value
 
     @property
-    def counts(self) -> Mapping[str, int]:
-        """Rows by status: ``waiting``, ``running``, ``finished``, ``failed``, ``stopped``."""
-        return self._counts
+    def total(self) -> int | None:
+        """Rows in the input: known from the start for a DataFrame, a Series or a list; for a generator once it
+        is used up (``None`` until then)."""
+        total = self.source.total
+        return total if total is not None else (self.source.made if self.exhausted else None)
+
+    @property
+    def counts(self) -> Mapping[str, Any]:
+        """Rows by status: ``waiting`` (``None`` while a generator's length is unknown), ``running``,
+        ``finished``, ``failed``, ``stopped``."""
+        c = self._counts
+        total = self.total
+        ended = c["finished"] + c["failed"] + c["stopped"]
+        waiting = total - ended - c["running"] if total is not None else None
+        return {"waiting": waiting, "running": c["running"], "finished": c["finished"], "failed": c["failed"],
+                "stopped": c["stopped"]}
 
     @property
     def outcome(self) -> str:
@@ -255,17 +389,23 @@ class MapHandle(LoopHandle):
             return "finished with failures"
         return status
 
+    async def resume(self) -> None:
+        """Resume the batch; refused while its spending is at its budget (lift the cap first)."""
+        if self.budget_reached and self.budget is not None and not self.done():
+            raise UserError(f"cannot resume {self.name!r}: it {self.budget_message()}")
+        await super().resume()
+
     # -- rows ------------------------------------------------------------------------------
 
     async def run_row(self, row: Row) -> None:
         """Run one row's loop to its end and record how it ended (never raises for the row's own failure)."""
         row.status = "running"
-        self._counts["waiting"] -= 1
         self._counts["running"] += 1
+        self._running[row.position] = row
         self.started_rows += 1
         config = self.row_config
         if "name" not in self.row_options:
-            config = config.named(f"{self.name}[{_label(row.key)}]")
+            config = config.named(f"{self.name}[{label_of(row.key)}]")
         child = LoopHandle(row.task, parent=self, config=config)
         row.child = child
         for note in self._row_notes:  # interjections made before the row started
@@ -277,7 +417,7 @@ class MapHandle(LoopHandle):
             row.status, row.reason = "stopped", err.reason
         except asyncio.CancelledError:
             if self.fatal is not None:
-                row.reason = f"stopped: the batch failed ({_reason(self.fatal)})"
+                row.reason = f"stopped: the batch failed ({reason_of(self.fatal)})"
             else:
                 row.reason = self.stop_reason or "the batch was stopped"
             row.status = "stopped"
@@ -285,23 +425,48 @@ class MapHandle(LoopHandle):
                 await child.stop(row.reason)
             raise
         except Exception as err:  # noqa: BLE001 - the row failed; the batch goes on (unless every row would)
-            row.status, row.reason = "failed", _reason(err)
-            if self.fatal is None and _fails_every_row(err, self._counts["finished"] > self.kept):
+            row.status, row.reason = "failed", reason_of(err)
+            if self.fatal is None and fails_every_row(err, self._counts["finished"] > self.kept + self.cached):
                 self.fatal = err
         finally:
+            self._counts["running"] -= 1
+            self._running.pop(row.position, None)
             self._ended_row(row, child)
 
     def _ended_row(self, row: Row, child: LoopHandle) -> None:
         if row.status == "running":  # ended some other way (a BaseException): as the event says, stopped
             row.status = "stopped"
-        self._counts["running"] -= 1
-        self._counts[row.status] += 1
-        if row.status != "finished":
-            self.ended_badly.append(row)
         row.tokens = (child.usage.input_tokens, child.usage.output_tokens)
         self._done_usage += child.usage
+        self._done_tree += child.tree_usage
+        cost = child.tree_cost
+        if cost is None:
+            self._cost_unknown = True
+        else:
+            self._done_cost += cost
         self._done_steps += child.steps
         self._done_tool_calls += child.tool_calls
+        keep = row.status == "failed" and self._failed_kept < _KEEP_FAILED
+        self._failed_kept += keep
+        if not keep:  # its transcript lives in the store (if one records the bus), not in memory
+            row.child = None
+            if child in self.children:
+                self.children.remove(child)
+        if row.status == "finished" and self.cache is not None:
+            self.cache.put(self.cache.key(row.task), to_json(_plain(row.answer)), self.model_name)
+        self._settled(row, child)
+        self.check_budget()
+
+    def _settled(self, row: Row, child: LoopHandle | None, *, cached: bool = False) -> None:
+        """Count an ended row, keep what a finished row keeps (its answer), and publish its event."""
+        self._counts[row.status] += 1
+        if row.status == "finished":
+            self._answers[row.position] = row.answer
+            self._recent.append((row.key, row.answer))
+        else:
+            self._bad[row.position] = (row.status, row.reason)
+            if len(self.ended_badly) < _KEEP_FAILED:
+                self.ended_badly.append(row)
         now = self._last_end = time.monotonic()
         second = int(now)
         if self._ended_at and self._ended_at[-1][0] == second:
@@ -309,24 +474,25 @@ class MapHandle(LoopHandle):
         else:
             self._ended_at.append([second, 1])
         self._ended_rows += 1
-        keep = row.status == "failed" and self._failed_kept < _KEEP_FAILED
-        self._failed_kept += keep
-        if not keep:  # its transcript lives in the store (if one records the bus), not in memory
-            row.child = None
-            if child in self.children:
-                self.children.remove(child)
-        self._emit_row(row, child)
+        self._emit_row(row, child, cached=cached)
+        row.values = {}  # what the row was filled from is not kept once it ended
 
-    def _emit_row(self, row: Row, child: LoopHandle | None, *, kept: bool = False) -> None:
-        answer = None
-        if row.status == "finished":
-            value = row.answer.model_dump(mode="json") if isinstance(row.answer, pydantic.BaseModel) else row.answer
-            answer = to_json(value)
+    def _emit_row(self, row: Row, child: LoopHandle | None, *, kept: bool = False, cached: bool = False) -> None:
+        answer = to_json(_plain(row.answer)) if row.status == "finished" else None
         self.emit(
             ev.RowFinished, row=row_key(row.key), position=row.position, status=row.status, answer=answer,
             reason=row.reason, child_id=child.id if child is not None else None, input_tokens=row.tokens[0],
             output_tokens=row.tokens[1], asked=self.asked(row), kept=kept,
+            cached=cached,
         )
+
+    def end(self, status: Status, *, answer: str | None = None, error: BaseException | None = None) -> None:
+        held, self._held = self._held, 0
+        release_loops(held)
+        if status is not Status.FINISHED:  # rows never started say so (not None)
+            self._not_started = ("not started: the batch was stopped" if status is Status.STOPPED
+                                 else f"not started: the batch failed ({reason_of(error)})")
+        super().end(status, answer=answer, error=error)
 
     def rate(self) -> float:
         """Rows ended a second: over the last ``_WINDOW`` seconds (from the first row's start until then),
@@ -343,39 +509,64 @@ class MapHandle(LoopHandle):
 
     @property
     def progress(self) -> dict[str, Any]:
-        """Done (``kept`` of them from the run this one continues), running, failed, stopped and waiting rows
-        (``waiting`` once ended: never started); rows a second lately; seconds left while it runs; tokens so far."""
-        counts = self._counts
+        """Done (``kept`` of them from the run this one continues, ``cached`` from the result cache), running,
+        failed, stopped and waiting rows (``waiting`` once ended: never started; ``None`` while a generator's length
+        is unknown); rows a second lately; seconds left while it runs; tokens and dollars so far (``cost``, ``None``
+        when the price is unknown) and ``projected_cost`` for the whole batch from the rows ended so far; the
+        ``budget`` and whether it was reached."""
+        counts = self.counts
         rate = self.rate()
-        left = counts["waiting"] + counts["running"]
+        waiting = counts["waiting"]
+        left = None if waiting is None else waiting + counts["running"]
         moving = not self.done() and not self.gate.paused and self.stop_reason is None
         usage = self.usage
+        cost = self.tree_cost
+        ended = self._ended_rows  # rows of this run that ended (kept rows excluded)
+        projected = None
+        if cost is not None and left is not None:
+            projected = cost + (self._done_cost / ended * left if ended else 0.0) if left else cost
+            if left and not ended:
+                projected = None
         return {
-            "total": len(self.rows), "done": counts["finished"], "kept": self.kept, "running": counts["running"],
-            "failed": counts["failed"], "stopped": counts["stopped"], "waiting": counts["waiting"],
-            "rows_per_second": round(rate, 2),
+            "total": self.total, "done": counts["finished"], "kept": self.kept, "cached": self.cached,
+            "running": counts["running"], "failed": counts["failed"], "stopped": counts["stopped"],
+            "waiting": waiting, "rows_per_second": round(rate, 2),
             "eta_seconds": round(left / rate, 1) if rate and left and moving else None,
             "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
             "tokens_estimated": usage.estimated, "outcome": self.outcome,
+            "cost": None if cost is None else round(cost, 6),
+            "projected_cost": None if projected is None else round(projected, 6),
+            "budget": self.budget, "budget_reached": self.budget_reached,
         }
 
+    def _key(self, position: int) -> Any:
+        index = self.source.index
+        return index[position] if index is not None else position
+
     def results(self) -> Any:
-        """The result so far (what ``await`` gives once the batch ends): rows not finished are missing."""
-        return assemble(self.rows, self.index, self.output, self.result_name)
+        """The result so far (what ``await`` gives once the batch ends): rows not finished are missing, and
+        ``.attrs["reasons"]`` says why (``None`` for a row still to come)."""
+        total = self.total if self.total is not None else self.source.made
+        index = self.source.index_for(total)
+        reasons: dict[int, str | None] = {p: why for p, (_s, why) in self._bad.items()}
+        for p in range(total):
+            if p not in self._answers and p not in reasons:
+                reasons[p] = self._not_started if p not in self._running else None
+        return assemble(self._answers, dict(sorted(reasons.items())), index, self.output, self.result_name)
 
     @property
     def failures(self) -> Any:
         """Rows that failed or stopped: a DataFrame of ``key``, ``status`` and ``reason``."""
         import pandas as pd
 
-        rows = [r for r in self.rows if r.status in ("failed", "stopped")]
-        return pd.DataFrame(
-            {"key": [r.key for r in rows], "status": [r.status for r in rows], "reason": [r.reason for r in rows]}
-        )
+        bad = sorted(self._bad.items())
+        return pd.DataFrame({"key": [self._key(p) for p, _ in bad], "status": [s for _, (s, _r) in bad],
+                             "reason": [r for _, (_s, r) in bad]})
 
     def row_handle(self, key: Any) -> LoopHandle | None:
         """The loop of row ``key`` while it runs (or if it failed among the first ones); else ``None``."""
-        return next((r.child for r in self.rows if r.key == key), None)
+        rows = [*self._running.values(), *self.ended_badly]
+        return next((r.child for r in rows if r.key == key and r.child is not None), None)
 
     # -- steering --------------------------------------------------------------------------
 
@@ -392,13 +583,12 @@ class MapHandle(LoopHandle):
 
     def inspection(self) -> str:
         p = self.progress
-        finished = [r for r in self.rows if r.status == "finished"][-20:]
-        failed = [r for r in self.rows if r.status in ("failed", "stopped")][:20]
-        lines = [f"- {_label(r.key)}: {str(r.answer)[:300]}" for r in finished]
-        bad = [f"- {_label(r.key)}: {r.status}: {r.reason}" for r in failed]
+        lines = [f"- {label_of(k)}: {str(a)[:300]}" for k, a in self._recent]
+        bad = [f"- {label_of(r.key)}: {r.status}: {r.reason}" for r in self.ended_badly[:20]]
+        total = p["total"] if p["total"] is not None else "an unknown number of"
         return (
             f"You are inspecting a batch (the operation {self.name!r}, status {self.status.value}): the task "
-            f"{self.template!r} run for each of {p['total']} rows. So far: {p['done']} done, {p['running']} "
+            f"{self.template!r} run for each of {total} rows. So far: {p['done']} done, {p['running']} "
             f"running, {p['failed']} failed, {p['waiting']} waiting. Answer the user's question about it "
             "concisely and truthfully; you cannot change it.\n\nLatest answers:\n" + ("\n".join(lines) or "(none)")
             + "\n\nRows that failed or stopped:\n" + ("\n".join(bad) or "(none)")
@@ -406,79 +596,34 @@ class MapHandle(LoopHandle):
 
     def __repr__(self) -> str:
         c = self._counts
-        rows = f"{c['finished']}/{len(self.rows)} rows done, {c['failed']} failed"
+        total = self.total if self.total is not None else "?"
+        rows = f"{c['finished']}/{total} rows done, {c['failed']} failed"
         return f"<unity batch {self.name!r}: {self.outcome}, {rows}>"
 
 
-def _reason(err: BaseException | None) -> str:
-    """Why a row failed (or the batch did), as its reason says it (no secret's value in it)."""
-    return scrub(f"{type(err).__name__}: {err}")
+def _plain(answer: Any) -> Any:
+    return answer.model_dump(mode="json") if isinstance(answer, pydantic.BaseModel) else answer
 
 
-def _status_of(err: BaseException) -> int | None:
-    status = getattr(err, "status", None)
-    if isinstance(status, int):
-        return status
-    found = re.search(r"\(HTTP (\d{3})\)", str(err))  # a ModelError made before it carried its status
-    return int(found.group(1)) if found else None
-
-
-def _fails_every_row(err: BaseException, any_succeeded: bool) -> bool:
-    """A model error that every row would meet: a key refused (401, 403), no such model or path (404), or a
-    400 before any row succeeded that is not about one row's content (the request's shape)."""
-    if not isinstance(err, ModelError):
-        return False
-    status = _status_of(err)
-    if status in (401, 403, 404):
-        return True
-    return status == 400 and not any_succeeded and not _ROW_SPECIFIC.search(str(err))
-
-
-def _is_row_id(key: Any) -> bool:
-    if not isinstance(key, str) or not key.startswith("["):
-        return False
-    try:
-        value = json.loads(key)
-    except ValueError:
-        return False
-    return (isinstance(value, list) and len(value) == 3 and isinstance(value[0], int)
-            and isinstance(value[1], str) and isinstance(value[2], str))
-
-
-def _label(key: Any) -> str:
-    text = str(key)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _output_model(output: Any, columns: Iterable[str] | None) -> type[pydantic.BaseModel] | None:
-    if output is not None and columns is not None:
-        raise UserError("give output= (a pydantic model) or columns=, not both")
-    if output is not None:
-        if not (isinstance(output, type) and issubclass(output, pydantic.BaseModel)):
-            raise UserError(f"output takes a pydantic model class, not {output!r}")
-        return output
-    if columns is None:
-        return None
-    names = [columns] if isinstance(columns, str) else list(columns)
-    if not names or any(not isinstance(n, str) or not n.isidentifier() for n in names):
-        raise UserError(f"columns takes names of the answer's fields (identifiers), not {columns!r}")
-    fields: dict[str, Any] = {n: (str, ...) for n in names}
-    return pydantic.create_model("Answer", **fields)
-
-
-def map_rows(items: Any, task: str, **options: Any) -> MapHandle:
-    """Run ``task`` for every row of ``items`` (a Series, a DataFrame or any iterable) as one steerable
-    operation, and return its handle at once.
+def map_rows(items: Any, task: str, *, estimate: bool = False, **options: Any) -> Any:
+    """Run ``task`` for every row of ``items`` (a Series, a DataFrame or any iterable, a generator too: rows are
+    made as they start) as one steerable operation, and return its handle at once.
 
     ``task`` is a template: ``{column}`` is filled from each row (a Series' values are ``{value}``, and
     ``{<its name>}``); without fields, each row's values are appended. ``concurrency`` rows run at a
     time; ``rate`` (``"600/min"``, ``"10/s"``, a number a minute or a :class:`RateLimit`) is shared by
-    every loop calling the model. ``output`` (a pydantic model) or ``columns`` make each row answer in
-    fields (a DataFrame results). ``done`` is what :func:`finished_rows` gives: the rows an earlier run
-    finished, each kept if this run would ask it the same (same position, label, task, model and
-    fields); ``h.kept`` counts them. Other options (``tools``, ``max_steps``, ``system``, ``tool_timeout``, ...)
-    are each row's loop options.
+    every loop calling the model. ``output`` (a pydantic model) or ``columns`` (``"method,sample_size:int"``: a type
+    per field among str, int, float and bool) make each row answer in typed fields (a DataFrame results); an answer
+    that does not validate is sent back once, then the row fails with the reason. ``done`` is what
+    :func:`finished_rows` gives: the rows an earlier run finished, each kept if this run would ask it the same (same
+    position, label, task, model and fields); ``h.kept`` counts them. ``budget`` (dollars) pauses the batch once its
+    spending reaches it (rows in flight finish); ``cache`` (a store, or ``False``) answers a row asked before from
+    the store; ``estimate=True`` runs nothing and returns an :class:`Estimate` (``expected_output_tokens`` a row
+    replaces its assumption). Other options (``tools``, ``max_steps``, ``system``, ``tool_timeout``, ...) are
+    each row's loop options.
     """
+    if estimate:
+        return estimate_map(items, task, **options)
     return MapHandle(items, task, **options)
 
 

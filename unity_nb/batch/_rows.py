@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import collections
 import hashlib
+import itertools
 import json
 import string
-from collections.abc import Iterable, Mapping, Sequence
+import weakref
+from collections.abc import Iterable, Iterator, Mapping, Sized
 from typing import Any
 
 import pydantic
@@ -14,7 +17,8 @@ from .._errors import UserError
 from ..loop import Tool, current_call
 
 __all__ = (
-    "Row", "Template", "answer_tool", "asked_hash", "assemble", "make_rows", "parse_answer", "row_id", "row_key",
+    "Invalid", "Row", "RowSource", "Template", "answer_tool", "asked_hash", "assemble", "check_text_answer",
+    "output_model", "parse_answer", "row_id", "row_key",
     "to_json",
 )
 
@@ -129,43 +133,94 @@ def _append(template: str, values: Mapping[str, Any], single: bool) -> str:
     return f"{template}\n\n{shown}"
 
 
-def make_rows(items: Any, template: str) -> tuple[list[Row], Any]:
-    """Rows from a Series, a DataFrame or any iterable, with their tasks; and the index to align results to."""
-    import pandas as pd
+class RowSource:
+    """The rows of a Series, a DataFrame or any iterable (a generator too), made one at a time as the batch starts
+    them: nothing is built up front. The first row is made at once, so a template naming a column the rows lack
+    (or an empty input) is refused before the batch starts. ``total`` is the number of rows when the input knows
+    it (``None`` for a generator until it is used up); ``index`` the index results align to."""
 
-    if not isinstance(template, str) or not template.strip():
-        raise UserError("map needs a task: a non-empty string (a template like 'Label {abstract}' fills it per row)")
-    parsed = Template(template)
-    single = False  # one value per row (a Series, a list of plain values): appended once, not as columns
-    if isinstance(items, pd.DataFrame):
-        index = items.index
-        columns = [str(c) for c in items.columns]
-        if len(set(columns)) < len(columns):
-            raise UserError(f"map needs distinct column names; these repeat as text: {columns}")
-        records: Iterable[Mapping[str, Any]] = (
-            dict(zip(columns, values)) for values in items.itertuples(index=False, name=None)
-        )
-    elif isinstance(items, pd.Series):
-        index = items.index
-        single = True
-        label = str(items.name) if items.name is not None else "value"
-        records = ({"value": v, label: v} for v in items.to_numpy(dtype=object))
-    elif isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
-        raise UserError(f"map takes a Series, a DataFrame or a list of items, not {type(items).__name__}")
-    else:
-        listed = list(items)
-        index = pd.RangeIndex(len(listed))
-        records = ({str(k): v for k, v in x.items()} if isinstance(x, Mapping) else {"value": x} for x in listed)
-    rows = [Row(i, key, values, "") for i, (key, values) in enumerate(zip(index, records))]
-    if not rows:
-        raise UserError("map needs at least one row; the input is empty")
-    fields = parsed.fields
-    for row in rows:
-        if fields:
-            row.task = parsed.render(row.values, row.key)
+    def __init__(self, items: Any, template: str) -> None:
+        import pandas as pd
+
+        if not isinstance(template, str) or not template.strip():
+            raise UserError(
+                "map needs a task: a non-empty string (a template like 'Label {abstract}' fills it per row)"
+            )
+        self.template = template
+        self.parsed = Template(template)
+        self.single = False  # one value per row (a Series, a list of plain values): appended once, not as columns
+        self.index: Any = None
+        self.total: int | None = None
+        records: Iterator[tuple[Any, Mapping[str, Any]]]
+        if isinstance(items, pd.DataFrame):
+            self.index, self.total = items.index, len(items)
+            columns = [str(c) for c in items.columns]
+            if len(set(columns)) < len(columns):
+                raise UserError(f"map needs distinct column names; these repeat as text: {columns}")
+            records = zip(iter(items.index), (dict(zip(columns, v)) for v in items.itertuples(index=False, name=None)))
+        elif isinstance(items, pd.Series):
+            self.index, self.total, self.single = items.index, len(items), True
+            label = str(items.name) if items.name is not None else "value"
+            records = zip(iter(items.index), ({"value": v, label: v} for v in items))
+        elif isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
+            raise UserError(f"map takes a Series, a DataFrame or a list of items, not {type(items).__name__}")
         else:
-            row.task = _append(template, row.values, single or set(row.values) == {"value"})
-    return rows, index
+            if isinstance(items, Sized) and not isinstance(items, Iterator):
+                self.total = len(items)
+                self.index = pd.RangeIndex(self.total)
+            records = enumerate(
+                {str(k): v for k, v in x.items()} if isinstance(x, Mapping) else {"value": x} for x in items
+            )
+        self._records = records
+        self.made = 0
+        """Rows made so far."""
+        self._buffer: collections.deque[Row] = collections.deque()
+        try:
+            self._buffer.append(self._make(*next(records)))
+        except StopIteration:
+            raise UserError("map needs at least one row; the input is empty") from None
+
+    def _make(self, key: Any, values: Mapping[str, Any]) -> Row:
+        row = Row(self.made, key, values, "")
+        self.made += 1
+        if self.parsed.fields:
+            row.task = self.parsed.render(values, key)
+        else:
+            row.task = _append(self.template, values, self.single or set(values) == {"value"})
+        return row
+
+    def __iter__(self) -> Iterator[Row]:
+        return self
+
+    def __next__(self) -> Row:
+        """The next row (its task filled); a row whose template cannot be filled comes with ``reason`` set."""
+        if self._buffer:
+            return self._buffer.popleft()
+        return self._next()
+
+    def _next(self) -> Row:
+        key, values = next(self._records)
+        try:
+            return self._make(key, values)
+        except UserError as err:  # this row's values do not fit the template: the row fails, the batch goes on
+            row = Row(self.made - 1 if self.made else 0, key, values, "")
+            row.reason = str(err)
+            return row
+
+    def peek(self, n: int) -> list[Row]:
+        """The next ``n`` rows (fewer at the end), made now and kept until the batch takes them."""
+        while len(self._buffer) < n:
+            try:
+                self._buffer.append(self._next())
+            except StopIteration:
+                break
+        return list(itertools.islice(self._buffer, n))
+
+    def index_for(self, count: int) -> Any:
+        """The index results align to: the input's, or positions for an iterable without a length."""
+        import pandas as pd
+
+        return self.index if self.index is not None else pd.RangeIndex(count)
 
 
 def asked_hash(task: str, model: str, output: Any) -> str:
@@ -179,55 +234,140 @@ def row_id(position: int, key: str, asked: str) -> str:
     return to_json([position, key, asked])
 
 
+class Invalid:
+    """A row's answer that failed validation twice: the row fails with ``reason``."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def _problems(err: pydantic.ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or 'the answer'}: {e['msg']} (got {_short(e.get('input'))})"
+        for e in err.errors()
+    )
+
+
 def answer_tool(output: type[pydantic.BaseModel]) -> Tool:
-    """``submit_answer``: the tool through which a row's model gives its structured answer (it ends the row)."""
+    """``submit_answer``: the tool through which a row's model gives its structured answer (it ends the row). An
+    answer that does not validate is sent back once, saying what is wrong; a second invalid one fails the row."""
+    misses: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
     async def submit(**fields: Any) -> str:
-        value = output.model_validate(fields)
         call = current_call()
+        try:
+            value = output.model_validate(fields)
+        except pydantic.ValidationError as err:
+            problems = _problems(err)
+            if call is None:
+                raise ValueError(problems) from None
+            misses[call.loop] = tried = misses.get(call.loop, 0) + 1
+            if tried >= 2:
+                reason = f"the answer did not validate twice: {problems}"
+                call.loop.finish_with(Invalid(reason), reason)
+                return reason
+            raise ValueError(f"the answer does not validate: {problems}. Call submit_answer again with "
+                             f"{output.__name__}'s fields as typed: {_types(output)}") from None
         if call is not None:
             call.loop.finish_with(value, value.model_dump_json())
         return "answer recorded"
 
     doc = output.__doc__ or ""
     description = (
-        f"Give your answer for this row as {output.__name__}: {', '.join(output.model_fields)}. "
-        "Calling this ends the work on the row." + (f" {doc.strip()}" if doc.strip() else "")
+        f"Give your answer for this row as {output.__name__}: {_types(output)}. "
+        "Calling this ends the work on the row." + (f" {doc.strip()}" if doc.strip() and output.__doc__ != _DOC
+                                                       else "")
     )
     return Tool(name="submit_answer", description=description, fn=submit, params=output, ctx_param=None, is_async=True)
 
 
+def _types(output: type[pydantic.BaseModel]) -> str:
+    return ", ".join(
+        f"{n} ({getattr(f.annotation, '__name__', str(f.annotation))})" for n, f in output.model_fields.items()
+    )
+
+
+_DOC = "A row's answer, in typed fields."
+_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool}
+
+
+def output_model(output: Any, columns: Iterable[str] | None) -> type[pydantic.BaseModel] | None:
+    """The answer's fields: ``output`` (a pydantic model) or ``columns`` (``"method,sample_size:int,score:float"``,
+    or a list of such names: a type per column among str, int, float and bool; str when none is said)."""
+    if output is not None and columns is not None:
+        raise UserError("give output= (a pydantic model) or columns=, not both")
+    if output is not None:
+        if not (isinstance(output, type) and issubclass(output, pydantic.BaseModel)):
+            raise UserError(f"output takes a pydantic model class, not {output!r}")
+        return output
+    if columns is None:
+        return None
+    names = [c.strip() for c in columns.split(",")] if isinstance(columns, str) else list(columns)
+    fields: dict[str, Any] = {}
+    for spec in names:
+        name, _, kind = spec.partition(":") if isinstance(spec, str) else (spec, "", "")
+        name, kind = str(name).strip(), kind.strip() or "str"
+        if not isinstance(spec, str) or not name.isidentifier() or kind not in _TYPES:
+            raise UserError(
+                f"columns takes names of the answer's fields, each with an optional type among "
+                f"{', '.join(_TYPES)} (method,sample_size:int,score:float), not {columns!r}"
+            )
+        fields[name] = (_TYPES[kind], ...)
+    if not fields:
+        raise UserError(f"columns takes at least one name of a field, not {columns!r}")
+    return pydantic.create_model("Answer", __doc__=_DOC, **fields)
+
+
+def check_text_answer(output: type[pydantic.BaseModel]) -> Any:
+    """An evaluation for a row answered in text instead of ``submit_answer``: what does not validate is said to
+    the model once (``max_corrections=1``)."""
+
+    def evaluate(answer: Any, loop: Any) -> Any:
+        if isinstance(answer, output | Invalid):
+            return True
+        try:
+            parse_answer(answer, output)
+        except ValueError as err:
+            return f"{err}. Answer with submit_answer, its fields as typed: {_types(output)}"
+        return True
+
+    return evaluate
+
+
 def parse_answer(value: Any, output: type[pydantic.BaseModel] | None) -> Any:
     """A row's result as the batch keeps it: the model's text, or a validated ``output`` instance."""
+    if isinstance(value, Invalid):
+        raise ValueError(value.reason)
     if output is None or isinstance(value, output):
         return value
-    if isinstance(value, dict):
-        return output.model_validate(value)
-    text = str(value).strip()
-    if text.startswith("```"):
-        text = text.strip("`").removeprefix("json").strip()
     try:
+        if isinstance(value, dict):
+            return output.model_validate(value)
+        text = str(value).strip()
+        if text.startswith("```"):
+            text = text.strip("`").removeprefix("json").strip()
         return output.model_validate_json(text)
     except pydantic.ValidationError as err:
-        raise ValueError(f"the answer is not a {output.__name__}: {err.errors()[0]['msg']}") from None
+        raise ValueError(f"the answer is not a {output.__name__}: {_problems(err)}") from None
 
 
-def assemble(rows: Sequence[Row], index: Any, output: type[pydantic.BaseModel] | None, name: str | None) -> Any:
-    """The batch's result aligned to the input's index: a Series of answers, or a DataFrame of ``output``'s
-    fields; a row that did not finish is missing. ``.attrs["reasons"]`` maps its key to why."""
+def assemble(
+    answers: Mapping[int, Any], reasons: Mapping[int, str | None], index: Any,
+    output: type[pydantic.BaseModel] | None, name: str | None,
+) -> Any:
+    """The batch's result aligned to ``index`` (position ``i`` is ``index[i]``): a Series of answers, or a DataFrame
+    of ``output``'s fields; a row without an answer is missing, and ``.attrs["reasons"]`` maps its key to why."""
     import pandas as pd
 
-    reasons = {row.key: row.reason for row in rows if row.status != "finished"}
+    n = len(index)
     if output is None:
-        result: Any = pd.Series(
-            [row.answer if row.status == "finished" else None for row in rows], index=index, dtype=object, name=name
-        )
+        result: Any = pd.Series([answers.get(i) for i in range(n)], index=index, dtype=object, name=name)
     else:
         columns = list(output.model_fields)
-        data = [
-            row.answer.model_dump() if row.status == "finished" and row.answer is not None else dict.fromkeys(columns)
-            for row in rows
-        ]
+        empty = dict.fromkeys(columns)
+        data = [a.model_dump() if (a := answers.get(i)) is not None else empty for i in range(n)]
         result = pd.DataFrame(data, index=index, columns=columns)
-    result.attrs["reasons"] = reasons
+    result.attrs["reasons"] = {index[i]: why for i, why in reasons.items() if i < n}
     return result

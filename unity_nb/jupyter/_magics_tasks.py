@@ -252,7 +252,7 @@ def resume_map(magics: UnityMagics, row: dict) -> LoopHandle:
     running = died[0]["n"] if died else 0
     handle = magics._map(cmd, done=done, name=name, notice="resumed from the store")
     kept, aside = getattr(handle, "kept", 0), getattr(handle, "set_aside", 0)
-    total = len(getattr(handle, "rows", ()))
+    total = getattr(handle, "total", None) or 0
     notice = (
         f"resumed from the store: the kernel running {name!r} died with {len(done)} row(s) finished"
         + (f" and {running} running (they run again)" if running else "")

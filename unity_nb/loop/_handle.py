@@ -28,7 +28,7 @@ from .. import events as ev
 from .._collector import loop_ended, loop_started
 from .._errors import HandleStateError, Stopped, UnityError, UserError
 from .._secrets import scrub, scrub_error
-from ..models import Model, Usage
+from ..models import Model, Usage, cost_of
 from ._answers import Evaluation, Reference
 from ._approval import Approvals
 from ._context import current_call, forward_call
@@ -351,6 +351,25 @@ class LoopHandle(Approvals, Requests):
         yield self
         for c in self.children:
             yield from c.walk()
+
+    @property
+    def cost(self) -> float | None:
+        """Dollars of this loop's own tokens at its model's price (``u.set_price``); ``None`` when unknown."""
+        return cost_of(self.usage, self.model)
+
+    @property
+    def tree_usage(self) -> Usage:
+        """Tokens of this loop and every loop under it (``usage`` is this loop's own)."""
+        total = Usage(self.usage.input_tokens, self.usage.output_tokens, self.usage.estimated)
+        for c in self.children:
+            total += c.tree_usage
+        return total
+
+    @property
+    def tree_cost(self) -> float | None:
+        """Dollars of this loop and every loop under it; ``None`` when any of them has an unknown price."""
+        parts = [self.cost, *(c.tree_cost for c in self.children)]
+        return None if None in parts else sum(p for p in parts if p is not None)
 
     def ancestry(self) -> Iterator[LoopHandle]:
         """This handle, its parent, and so on up to the root."""

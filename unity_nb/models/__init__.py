@@ -5,6 +5,7 @@ from ._cache import CachedModel
 from ._limits import RateLimit, rate_limit_of, set_rate_limit
 from ._local import LocalModel, LocalServer, local_model
 from ._openai import OpenAIModel
+from ._prices import Price, cost_of, price_of, set_price
 from ._scripted import ScriptedModel
 
 _DEFAULT: list[Model] = []
@@ -52,4 +53,5 @@ __all__ = (
     "retry_hook",
     "wait_hook",
     "set_default_model", "RateLimit", "rate_limit_of", "set_rate_limit",
+    "Price", "cost_of", "price_of", "set_price",
 )

@@ -1,0 +1,146 @@
+"""What a batch would cost before it runs: rows, tokens in and out, dollars, minutes at the rate limit.
+
+Tokens in are estimated from each row's rendered prompt and what every call of the row sends besides (its system
+prompt and tool schemas), at about 4 characters a token; tokens out are an assumption (``DEFAULT_OUTPUT`` a row,
+and ``PER_FIELD`` more per typed field), or the person's ``expected_output_tokens``. One model call a row is
+assumed (a row that calls tools makes more). Nothing is run, and nothing is sent.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .._errors import UserError
+from ..models import Price, default_model, price_of, rate_limit_of, set_rate_limit
+from ._rows import Row, RowSource, answer_tool, output_model
+
+__all__ = ("DEFAULT_OUTPUT", "PER_FIELD", "Estimate", "estimate_map", "estimate_rows", "overhead_chars", "tokens_out")
+
+DEFAULT_OUTPUT = 50
+"""Tokens out assumed a row (a short answer) when the person says nothing."""
+PER_FIELD = 15
+"""More tokens out assumed a row for each typed field (``columns=``, ``output=``)."""
+CHARS_PER_TOKEN = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """A batch's cost before it runs (``u.map(..., estimate=True)``, ``%unity map --estimate``)."""
+
+    rows: int
+    input_tokens: int
+    """Estimated from the rendered prompts (about 4 characters a token): never counted by a tokenizer."""
+    output_tokens: int
+    output_per_row: int
+    output_assumed: bool
+    """True when ``output_per_row`` is this module's assumption, not the person's ``expected_output_tokens``."""
+    model: str
+    price: Price | None
+    dollars: float | None
+    """``None`` when the model's price is unknown (``u.set_price`` sets it)."""
+    minutes: float | None
+    """At the model's rate limit; ``None`` when no limit is known (``rate=`` sets one)."""
+    limit: str | None
+    prompts: tuple[str, ...]
+    """The first rows' prompts, as the model will read them."""
+
+    def __str__(self) -> str:
+        out = (f"{self.output_tokens:,} tokens out (assumed: {self.output_per_row} a row; expected_output_tokens= "
+               "says otherwise)" if self.output_assumed else
+               f"{self.output_tokens:,} tokens out ({self.output_per_row} a row, as you said)")
+        if self.price is None:
+            dollars = (f"dollars unknown: no price for {self.model!r} "
+                       f"(u.set_price({self.model!r}, input=..., output=...) in dollars per million tokens)")
+        else:
+            dollars = (f"${self.dollars:,.2f} at {self.model}'s price (${self.price.input:g} in, "
+                       f"${self.price.output:g} out per million tokens)")
+        minutes = (f"about {self.minutes:,.1f} minutes at {self.limit}" if self.minutes is not None
+                   else "minutes unknown: no rate limit known (--rate 600/min, or rate=, says one)")
+        return (f"Estimate for {self.rows:,} rows of {self.model} (nothing was run): ≈{self.input_tokens:,} tokens in "
+                f"(estimated: about {CHARS_PER_TOKEN} characters a token), {out}; {dollars}; {minutes}. "
+                "One model call a row is assumed.")
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(str(self))
+
+
+def overhead_chars(options: dict[str, Any]) -> int:
+    """Characters every call of a row sends besides its prompt: the system prompt and the tools' schemas."""
+    chars = len(str(options.get("system") or ""))
+    for tool in options.get("tools") or ():
+        params = getattr(tool, "params", None)
+        schema = params.model_json_schema() if params is not None and hasattr(params, "model_json_schema") else {}
+        chars += len(getattr(tool, "name", "")) + len(getattr(tool, "description", "")) + len(json.dumps(schema))
+    return chars
+
+
+def tokens_out(output: Any, expected: int | None) -> tuple[int, bool]:
+    """Tokens out a row, and whether that is this module's assumption."""
+    if expected is not None:
+        if isinstance(expected, bool) or not isinstance(expected, int) or expected < 0:
+            raise UserError(f"expected_output_tokens takes a whole number of tokens >= 0, not {expected!r}")
+        return expected, False
+    fields = len(output.model_fields) if output is not None else 0
+    return DEFAULT_OUTPUT + PER_FIELD * fields, True
+
+
+def estimate_rows(
+    rows: Iterable[Row], *, model: Any, options: dict[str, Any], output: Any, expected_output_tokens: int | None,
+) -> Estimate:
+    """The estimate over ``rows`` (each made as it is counted: nothing is kept but the first prompts)."""
+    overhead = overhead_chars(options)
+    count, chars = 0, 0
+    prompts: list[str] = []
+    for row in rows:
+        count += 1
+        chars += len(row.task) + overhead
+        if len(prompts) < 3:
+            prompts.append(row.task)
+    per_row, assumed = tokens_out(output, expected_output_tokens)
+    name = str(getattr(model, "name", type(model).__name__))
+    tokens_in = math.ceil(chars / CHARS_PER_TOKEN)
+    tokens_out_all = per_row * count
+    price = price_of(model)
+    dollars = None if price is None else (tokens_in * price.input + tokens_out_all * price.output) / 1_000_000
+    minutes, limit = None, None
+    rl = rate_limit_of(model)
+    if rl is not None and (rl.requests_per_minute or rl.tokens_per_minute):
+        spans = []
+        if rl.requests_per_minute:
+            spans.append(count / rl.requests_per_minute)
+        if rl.tokens_per_minute:
+            spans.append((tokens_in + tokens_out_all) / rl.tokens_per_minute)
+        minutes = max(spans)
+        limit = ", ".join(
+            f"{v:g} {what}/min" for v, what in ((rl.requests_per_minute, "requests"), (rl.tokens_per_minute, "tokens"))
+            if v
+        )
+    return Estimate(
+        rows=count, input_tokens=tokens_in, output_tokens=tokens_out_all, output_per_row=per_row,
+        output_assumed=assumed, model=name, price=price, dollars=dollars, minutes=minutes, limit=limit,
+        prompts=tuple(prompts),
+    )
+
+
+def estimate_map(
+    items: Any, task: str, *, model: Any = None, output: Any = None, columns: Any = None, rate: Any = None,
+    expected_output_tokens: int | None = None, **options: Any,
+) -> Estimate:
+    """What ``u.map(items, task, ...)`` would cost, without running anything: rows, tokens in (estimated from the
+    rendered prompts, about 4 characters a token) and out (assumed, or ``expected_output_tokens`` a row), dollars at
+    the model's price and minutes at its rate limit. Reads ``items`` once (a generator is used up)."""
+    model = model if model is not None else default_model("estimate")
+    fields = output_model(output, columns)
+    if rate is not None:
+        set_rate_limit(model, rate)
+    for unused in ("concurrency", "name", "bus", "done", "label", "budget", "cache"):
+        options.pop(unused, None)
+    tools = list(options.pop("tools", ()) or ())
+    if fields is not None:
+        tools.append(answer_tool(fields))
+    return estimate_rows(RowSource(items, task), model=model, options={"tools": tools, **options}, output=fields,
+                         expected_output_tokens=expected_output_tokens)
