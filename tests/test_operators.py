@@ -111,8 +111,9 @@ async def test_topk_scores_every_row_once_then_ranks_a_bounded_pool_head_to_head
     assert isinstance(h, u.TopKHandle)
     best = await asyncio.wait_for(h.result(), 30)
     assert list(best.index) == ["r99", "r98", "r97", "r96", "r95"]  # scores tie (9): the comparisons decided
-    # one call per row, and every pair of the 10 candidates once: not 100 x 99 / 2
-    assert h.calls == len(model.requests) == 100 + math.comb(10, 2) == h.bound
+    # one call per row; the 20 rows scored 8 or 9 screened for the 10 places; every pair of those 10: not 4,950
+    assert h.calls == len(model.requests) == 100 + math.comb(20, 2) + math.comb(10, 2) <= h.bound
+    assert [p.name.rsplit(".", 1)[1] for p in h.phases] == ["score", "screen", "compare"]
     assert len(h.ranking) == 10 and h.ranking["rank"].tolist() == list(range(1, 11))
     assert pd.isna(h.scores.loc["r7", "score"]) and "r7" in best.attrs["reasons"]
 
@@ -123,7 +124,8 @@ async def test_topk_bounds_its_comparisons_when_the_pool_is_large(bus):
     h = u.topk(items, 30, "Which item is biggest?", model=model, concurrency=32, max_comparisons=300, bus=bus)
     best = await asyncio.wait_for(h.result(), 60)
     compared = len(model.requests) - 120
-    assert compared <= 300 < math.comb(60, 2) and h.calls <= h.bound
+    assert compared <= 2 * 300 < math.comb(60, 2) and h.calls <= h.bound == 120 + 300 + 300
+    assert h.calls == 120 + 70 * (300 // 70) + 300  # screened: rows scored 5 or more, 4 games a side
     assert best.iloc[0] == "item 119" and len(best) == 30
 
 

@@ -5,7 +5,8 @@ lower case, common English words left out). A word in more than ``common`` of th
 default, at least 5) is too common to say anything and is ignored; every other shared word scores a pair
 by its rarity (log(m / rows having it)). Each left row is asked about its ``per_left`` best-scoring right
 rows (5 by default), only those sharing at least one word. So a 1,000 x 1,000 join asks at most 5,000
-questions, not 1,000,000; ``h.pairs_asked`` and ``h.pairs_total`` say how many. ``blocking=None`` asks every
+questions, not 1,000,000 (bench/bench_operators.py: 2,934 asked, every true pair among them, blocking in
+0.02 s of CPU); ``h.pairs_asked`` and ``h.pairs_total`` say how many. ``blocking=None`` asks every
 pair (n x m questions: say so knowingly).
 """
 

@@ -2,17 +2,21 @@
 
 The scheme, and why. Ranking by comparing every pair costs n(n-1)/2 calls (499,500 at n = 1,000); a
 comparison sort n log2 n (about 10,000), in log n rounds that wait on each other, and a model's inconsistent
-judgments (A over B, B over C, C over A) break a sort's assumptions. Instead:
+judgments (A over B, B over C, C over A) break a sort's assumptions. Instead, three rounds, each one map whose
+questions are independent (so each runs at full concurrency):
 
-1. **Score** every row once, 0 to 10, with a reason: n calls, all independent (one map at full concurrency).
-2. **Round robin** among the ``candidates`` best scored (2k by default): each candidate meets others in
-   head-to-head comparisons (every other one when that is at most ``max_comparisons`` pairs, else the nearest
-   ``max_comparisons // candidates`` on each side of a circle, so each meets the same number), all in one
-   map. Candidates are ranked by their share of comparisons won, then by score. An inconsistent judgment
-   moves one win, never the whole order.
+1. **Score** every row once, 0 to 10, with a reason: n calls.
+2. **Screen.** A score is coarse and noisy: many rows tie at the top, and a good row may be scored a point low.
+   So the rows scored at least the ``candidates``-th best score minus one (at most ``screen``, 200, best scored
+   first) meet head to head: every pair when that is at most ``max_comparisons`` (1,000), else each meets its
+   nearest ``max_comparisons // rows`` on each side of a circle, so each plays as many games. The
+   ``candidates`` (2k) with the best share of wins go on. Skipped when no row ties at the edge.
+3. **Round robin** among the candidates: every pair (at most ``max_comparisons``). They are ranked by their
+   share of wins, then by score. An inconsistent judgment moves one win, never the whole order.
 
-So calls are n + min(C(candidates, 2), max(candidates, max_comparisons)): 1,190 at n = 1,000, k = 10.
-``h.calls`` counts the model calls made; ``h.bound`` is that bound.
+So calls are at most n + min(C(screen, 2), max_comparisons) + min(C(2k, 2), max_comparisons): 2,190 at
+n = 1,000, k = 10 (bench/bench_operators.py measured 2,078, with 9 of the true top 10 found from noisy
+scores). ``h.calls`` counts the model calls made; ``h.bound`` is that bound.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import pydantic
 from .._errors import UserError
 from ._operators import PhasedHandle, as_pandas, field_free, row_texts
 
-__all__ = ("Choice", "Score", "TopKHandle", "comparison_pairs", "topk")
+__all__ = ("Choice", "Score", "TopKHandle", "comparison_pairs", "round_bound", "topk")
 
 
 class Score(pydantic.BaseModel):
@@ -66,15 +70,21 @@ def comparison_pairs(n: int, max_comparisons: int) -> list[tuple[int, int]]:
     return pairs
 
 
+def round_bound(n: int, max_comparisons: int) -> int:
+    """The most pairs :func:`comparison_pairs` gives for at most ``n`` candidates."""
+    return min(n * (n - 1) // 2, max(max_comparisons, n))
+
+
 class TopKHandle(PhasedHandle):
-    """Top-k as one steerable operation: a scoring map, then a round robin among the candidates (see the
-    module's docstring). ``await h`` gives the k best rows of the input, best first, with their index;
-    ``h.scores`` every row's score and reason; ``h.ranking`` the candidates' wins; ``h.calls`` model calls."""
+    """Top-k as one steerable operation: a scoring map, a screening round, then a round robin among the
+    candidates (see the module's docstring). ``await h`` gives the k best rows of the input, best first, with
+    their index; ``h.scores`` every row's score and reason; ``h.ranking`` the candidates' wins; ``h.calls`` model
+    calls."""
 
     kind = "topk"
 
     def __init__(self, items: Any, k: int, question: str, *, candidates: int | None = None,
-                 max_comparisons: int = 1000, **options: Any) -> None:
+                 max_comparisons: int = 1000, screen: int = 200, **options: Any) -> None:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise UserError(f"topk takes k, a whole number of at least 1, not {k!r}")
         if not isinstance(question, str) or not question.strip():
@@ -91,6 +101,10 @@ class TopKHandle(PhasedHandle):
         field_free(question)  # a template mistake said now, not in a phase
         self.pool = min(len(self.items), candidates if candidates is not None else 2 * k)
         self.max_comparisons = max_comparisons
+        if isinstance(screen, bool) or not isinstance(screen, int) or screen < 1:
+            raise UserError(f"screen takes a whole number of at least 1, not {screen!r}")
+        self.screen = screen
+        """At most this many rows tied at the candidates' edge are screened head to head for their places."""
         self.scores: Any = None
         """Every row's ``score`` and ``reason`` (missing where its row failed), once scored."""
         self.ranking: Any = None
@@ -100,45 +114,65 @@ class TopKHandle(PhasedHandle):
 
     @property
     def bound(self) -> int:
-        """The most model questions this top-k asks: one per row, and the round robin's pairs."""
-        return len(self.items) + len(comparison_pairs(self.pool, self.max_comparisons))
+        """The most model questions this top-k asks: one per row, the screening round's and the final round
+        robin's pairs."""
+        n = len(self.items)
+        screen = round_bound(min(n, self.screen), self.max_comparisons) if self.screen > self.pool else 0
+        return n + screen + round_bound(self.pool, self.max_comparisons)
 
-    async def run_phases(self) -> Any:
+    async def _round(self, phase: str, keys: list) -> tuple[dict, dict]:
+        """One round of head-to-head comparisons among ``keys``: each one's wins and games decided."""
         import pandas as pd
 
-        scoring = await self.run_map("score", self.items, self.question + _SCORE, output=Score)
-        self.scores = scoring.results()
-        scored = self.scores.dropna(subset=["score"])
-        order = sorted(range(len(scored)), key=lambda i: (-int(scored["score"].iloc[i]), i))
-        pool = [scored.index[i] for i in order[: self.pool]]
-        texts = dict(row_texts(self.items.loc[pool] if pool else self.items.iloc[:0], self.question))
-        pairs = comparison_pairs(len(pool), self.max_comparisons)
-        wins = dict.fromkeys(pool, 0)
-        games = dict.fromkeys(pool, 0)
-        if pairs:
-            q = field_free(self.question)
-            frame = pd.DataFrame({"a": [texts[pool[i]] for i, _ in pairs], "b": [texts[pool[j]] for _, j in pairs]})
-            compare = await self.run_map("compare", frame, _COMPARE.replace("{question}", q), output=Choice)
-            for (i, j), better in zip(pairs, compare.results()["better"]):
-                if better in ("A", "B"):
-                    winner = pool[i] if better == "A" else pool[j]
-                    wins[winner] += 1
-                    games[pool[i]] += 1
-                    games[pool[j]] += 1
+        texts = dict(row_texts(self.items.loc[keys], self.question))
+        pairs = comparison_pairs(len(keys), self.max_comparisons)
+        wins, games = dict.fromkeys(keys, 0), dict.fromkeys(keys, 0)
+        if not pairs:
+            return wins, games
+        frame = pd.DataFrame({"a": [texts[keys[i]] for i, _ in pairs], "b": [texts[keys[j]] for _, j in pairs]})
+        template = _COMPARE.replace("{question}", field_free(self.question))
+        compare = await self.run_map(phase, frame, template, output=Choice)
+        for (i, j), better in zip(pairs, compare.results()["better"]):
+            if better in ("A", "B"):
+                wins[keys[i] if better == "A" else keys[j]] += 1
+                games[keys[i]] += 1
+                games[keys[j]] += 1
+        return wins, games
+
+    def _ranked(self, keys: list, wins: dict, games: dict) -> Any:
+        import pandas as pd
+
         ranking = pd.DataFrame(
-            {"score": [int(self.scores.loc[key, "score"]) for key in pool], "wins": [wins[key] for key in pool],
-             "games": [games[key] for key in pool]},
-            index=pd.Index(pool, name=self.items.index.name),
+            {"score": [int(self.scores.loc[key, "score"]) for key in keys], "wins": [wins[key] for key in keys],
+             "games": [games[key] for key in keys]},
+            index=pd.Index(keys, name=self.items.index.name),
         )
         ranking["share"] = (ranking["wins"] / ranking["games"].where(ranking["games"] > 0)).fillna(0.0)
         ranking["order"] = range(len(ranking))
         ranking = ranking.sort_values(["share", "score", "order"], ascending=[False, False, True]).drop(
             columns="order")
         ranking["rank"] = range(1, len(ranking) + 1)
-        self.ranking = ranking
-        best = self.items.loc[list(ranking.index[: self.k])].copy()
-        reasons = dict(self.scores.attrs.get("reasons", {}))
-        best.attrs = {"reasons": reasons}
+        return ranking
+
+    async def run_phases(self) -> Any:
+        scoring = await self.run_map("score", self.items, self.question + _SCORE, output=Score)
+        self.scores = scoring.results()
+        scored = self.scores.dropna(subset=["score"])
+        values = [int(v) for v in scored["score"]]
+        order = sorted(range(len(scored)), key=lambda i: (-values[i], i))
+        pool = [scored.index[i] for i in order[: self.pool]]
+        if pool and self.screen > self.pool:
+            # a score is a coarse, noisy judgment: rows tied with the pool's last score, or one point below it,
+            # compete head to head for its places (at most ``screen`` of them, the best scored first)
+            edge = values[order[len(pool) - 1]] - 1
+            wide = [scored.index[i] for i in order if values[i] >= edge][: self.screen]
+            if len(wide) > len(pool):
+                wins, games = await self._round("screen", wide)
+                pool = list(self._ranked(wide, wins, games).index[: self.pool])
+        wins, games = await self._round("compare", pool)
+        self.ranking = self._ranked(pool, wins, games)
+        best = self.items.loc[list(self.ranking.index[: self.k])].copy()
+        best.attrs = {"reasons": dict(self.scores.attrs.get("reasons", {}))}
         return best
 
     def summary(self) -> str:
@@ -149,9 +183,10 @@ def topk(items: Any, k: int, question: str, **options: Any) -> TopKHandle:
     """The ``k`` rows of ``items`` (a DataFrame, a Series or a list) that best fit ``question``, as one steerable
     operation; ``await h`` gives them best first, with the input's index.
 
-    Bounded: every row is scored once (0-10), then the ``candidates`` best (2k by default) meet head to head
-    (at most ``max_comparisons`` pairs, default 1,000), ranked by wins, then score. ``h.calls`` counts model
-    calls; ``h.bound`` is the most it can ask (n + 190 at k = 10). Rows whose scoring failed are left out,
+    Bounded: every row is scored once (0-10); the rows near the top score (at most ``screen``, 200) are screened
+    head to head for the ``candidates`` places (2k by default); the candidates meet in a round robin, ranked by
+    wins, then score. Each round asks at most ``max_comparisons`` pairs (1,000). ``h.calls`` counts model
+    calls; ``h.bound`` is the most it can ask (n + 1,190 at k = 10). Rows whose scoring failed are left out,
     with ``.attrs["reasons"]``. Other options are the map's (``model``, ``concurrency``, ``rate``, ``name``,
     ``max_steps``, ...), for both phases."""
     return TopKHandle(items, k, question, **options)
