@@ -6,7 +6,16 @@ from ._context import CallInfo, current_call, current_loop, forward_call, resolv
 from ._engine import Engine
 from ._handle import LoopHandle
 from ._options import LoopOptions
-from ._policies import discovery_first
+from ._policy import (
+    DiscoveryFirst,
+    DynamicTools,
+    ForcedFirstTools,
+    LoopPolicy,
+    Step,
+    TimeAwareness,
+    ToolPolicyFunction,
+    discovery_first,
+)
 from ._records import Message, ToolCallRecord
 from ._requests import RequestHandle
 from ._start import start_loop
@@ -39,6 +48,13 @@ __all__ = (
     "handoff",
     "cites_references",
     "discovery_first",
+    "LoopPolicy",
+    "Step",
+    "DiscoveryFirst",
+    "DynamicTools",
+    "ForcedFirstTools",
+    "TimeAwareness",
+    "ToolPolicyFunction",
     "VERBS",
     "Verb",
     "steering_entry",

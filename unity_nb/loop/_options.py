@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .. import events as ev
 from .._errors import UserError
 from ..models import Model
+from ._policy import DynamicTools, ForcedFirstTools, LoopPolicy, TimeAwareness, ToolPolicyFunction
 from ._tools import Tool
 
 if TYPE_CHECKING:
@@ -126,6 +127,11 @@ class LoopOptions:
     tool_timeout: float | None = None
     """Seconds a tool call may run before it fails with an error the model sees (a tool's own
     ``timeout`` wins); ``None``: no limit."""
+    policies: Sequence[LoopPolicy] = ()
+    """A person's own :class:`LoopPolicy` objects, outermost first (they wrap the flags' policies)."""
+    chain: tuple[LoopPolicy, ...] = field(init=False, repr=False, compare=False, default=())
+    """Every policy the loop asks, outermost first: ``policies``, then those the flags make
+    (``dynamic_tools``, ``first_step_tools``, ``tool_policy``, ``time_awareness``)."""
 
     def __post_init__(self) -> None:
         _check_model(self.model)
@@ -194,6 +200,7 @@ class LoopOptions:
         for m in self.history:
             if not isinstance(m, dict) or m.get("role") not in roles:
                 raise UserError(f"history takes messages with a role among {roles}, not {m!r}")
+        object.__setattr__(self, "chain", self._chain())
         timeout = self.tool_timeout
         if timeout is not None and (
             isinstance(timeout, bool)
@@ -202,6 +209,26 @@ class LoopOptions:
             or timeout <= 0
         ):
             raise UserError(f"tool_timeout takes a number of seconds above 0 (or None), not {timeout!r}")
+
+    def _chain(self) -> tuple[LoopPolicy, ...]:
+        own = self.policies if self.policies is not None else ()
+        if isinstance(own, LoopPolicy) or not isinstance(own, Iterable):
+            raise UserError(f"policies takes a list of LoopPolicy objects, not {own!r} (write policies=[p])")
+        own = tuple(own)
+        object.__setattr__(self, "policies", own)
+        for p in own:
+            if not isinstance(p, LoopPolicy):
+                raise UserError(f"policies takes LoopPolicy objects (subclass unity_nb.LoopPolicy), not {p!r}")
+        made: list[LoopPolicy] = []
+        if self.dynamic_tools is not None:
+            made.append(DynamicTools(self.dynamic_tools))
+        if self.first_step_tools:
+            made.append(ForcedFirstTools(*self.first_step_tools))
+        if self.tool_policy is not None:
+            made.append(ToolPolicyFunction(self.tool_policy))
+        if self.time_awareness:
+            made.append(TimeAwareness())
+        return (*own, *made)
 
     def named(self, name: str) -> LoopOptions:
         """These options under another ``name`` (checked options stay checked: many loops, one check)."""
@@ -222,7 +249,7 @@ class LoopOptions:
     def make(cls, **options: Any) -> LoopOptions:
         """``LoopOptions(**options)``, refusing an unknown option with the list of known ones."""
         if not _FIELDS:
-            _FIELDS.update(f.name for f in fields(cls))
+            _FIELDS.update(f.name for f in fields(cls) if f.init)
         known = _FIELDS
         unknown = sorted(set(options) - known)
         if unknown:

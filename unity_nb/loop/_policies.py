@@ -1,8 +1,4 @@
-"""Loop policies: which tools a step offers, context compression, time awareness, prompt caching.
-
-``tool_policy(step, tools)`` or ``tool_policy(step, tools, loop)`` returns ``(mode, tools)``:
-``mode`` is ``"auto"``, ``"required"`` or ``"none"``, ``tools`` a subset (objects or names).
-:func:`discovery_first` is the policy of an explore-then-act loop.
+"""Context compression's helpers (the policies that choose tools and add notes are objects, in ``_policy.py``).
 
 Compression keeps the head of the conversation (system messages and the task) and its latest
 messages verbatim, and replaces what lies between with a summary the model writes. The cut
@@ -12,22 +8,12 @@ never separates a tool call from its result: the kept tail never starts with a t
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
-
-from .._errors import UserError
-
-if TYPE_CHECKING:
-    from ._handle import LoopHandle
-    from ._tools import Tool
+from collections.abc import Sequence
 
 __all__ = (
-    "discovery_first",
     "estimate_tokens",
     "split_for_compression",
     "render_for_summary",
-    "time_note",
     "SUMMARY_PROMPT",
     "SUMMARY_TAG",
 )
@@ -39,25 +25,6 @@ SUMMARY_PROMPT = (
     "was tried and what failed, decisions made, what the user asked for or changed, and open questions. "
     "Write plain text, as short as it can be without losing anything the work still needs."
 )
-
-
-def discovery_first(*names: str, required: bool = True) -> Callable[..., tuple[str, Sequence[Any]]]:
-    """A tool policy: offer only the discovery tools ``names`` until each has been called once
-    (successfully), then every tool. With ``required`` the model must call one meanwhile."""
-    if not names:
-        raise UserError("discovery_first needs the names of the discovery tools")
-
-    def policy(step: int, tools: Sequence[Tool], loop: LoopHandle) -> tuple[str, Sequence[Any]]:
-        missing = [n for n in names if n not in loop.called_tools]
-        if not missing:
-            return "auto", tools
-        offered = [t for t in tools if t.name in names]
-        if not offered:
-            return "auto", tools
-        return ("required" if required else "auto"), offered
-
-    policy.__name__ = f"discovery_first({', '.join(names)})"
-    return policy
 
 
 def estimate_tokens(messages: Sequence[dict]) -> int:
@@ -108,9 +75,3 @@ def render_for_summary(messages: Sequence[dict]) -> str:
             )
         lines.append(f"{role}: {text}")
     return "\n".join(lines)
-
-
-def time_note(started: float) -> str:
-    now = time.time()
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now))
-    return f"[time now: {stamp}; {now - started:.1f} s since this task began]"

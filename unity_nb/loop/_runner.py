@@ -26,7 +26,7 @@ from .._secrets import SECRET_REF, get_secret, scrub
 from ._answers import HandOff, Reference, ToolResult
 from ._approval import skipped_result
 from ._context import CallInfo, Part, enter_call, leave_call, resolve_tool_value
-from ._policies import time_note
+from ._policy import Step
 from ._records import Message, ToolCallRecord
 from ._tools import Tool, ToolContext, ToolFailed, render_result
 
@@ -137,8 +137,10 @@ class ToolRunner(Part):
             if remaining:
                 await asyncio.wait(tasks)  # each records its own result, also when cancelled
             h.conversation.add_results(records, deferred)
-            if h.config.time_awareness:
-                h.conversation.add({"role": "user", "content": time_note(h.started_at)})
+            for policy in h.config.chain:
+                note = policy.after_tools(Step(h.turn.count, [], h.state.called_tools, h.state.started_at, h))
+                if note:
+                    h.conversation.add({"role": "user", "content": note})
 
     async def run_one(self, rec: ToolCallRecord, offered: frozenset[str] | None = None) -> None:
         h = self.owner

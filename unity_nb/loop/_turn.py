@@ -11,9 +11,9 @@ from .. import events as ev
 from .._errors import UserError
 from .._secrets import ScrubStream, scrub
 from ..models import ModelRequest, Reply, rate_limit_of
-from ._answers import accepts_positional
 from ._context import Part
 from ._policies import SUMMARY_PROMPT, SUMMARY_TAG, render_for_summary, split_for_compression
+from ._policy import Offer, Step, offer_through
 from ._records import Message
 from ._text import TextBuffer
 from ._tools import Tool, as_tool
@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 
 __all__ = ("Turn", "own_tools")
 
-Offer = tuple[list[Tool], "str | dict"]
 
 
 def own_tools(cfg: LoopOptions, kind: str, final_answer: Tool | None) -> dict[str, Tool]:
@@ -66,7 +65,7 @@ class Turn(Part):
     """The model side of a loop: what each step offers and how the model is called."""
 
     __slots__ = (
-        "_interrupted", "_last_tokens", "_offered", "_policy_takes_loop", "_schema_cache", "_sent", "_streamed",
+        "_interrupted", "_last_tokens", "_offered", "_schema_cache", "_sent", "_streamed",
         "_summary_failed_at", "_task", "_text_scrub", "_thinking_scrub", "budget_start", "count", "dynamic",
         "text", "thinking", "tools",
     )
@@ -85,9 +84,6 @@ class Turn(Part):
         self._sent: tuple[list[dict] | None, int] = (None, 0)
         """The wire list the last request was made from, and its length then."""
         """The names offered at the last step, kept so that an unchanged offer shares one tuple."""
-        self._policy_takes_loop = owner.config.tool_policy is not None and accepts_positional(
-            owner.config.tool_policy, 3, unknown=False
-        )
         self._task: asyncio.Task | None = None
         self._interrupted = False
         self._summary_failed_at = -1
@@ -110,22 +106,13 @@ class Turn(Part):
         tools = h.available_tools()
         if cfg.multi and "final_answer" not in {t.name for t in tools}:
             tools.append(self.tools["final_answer"])
-        if cfg.dynamic_tools is not None:
-            self.dynamic = {}
-            for obj in cfg.dynamic_tools(h) or ():
-                t = as_tool(obj)
-                if any(x.name == t.name for x in tools):
-                    raise UserError(f"dynamic_tools made a tool named {t.name!r}, which the loop already has")
-                self.dynamic[t.name] = t
-                tools.append(t)
-        by_name = {t.name: t for t in tools}
-        if self.count == 0 and cfg.first_step_tools:  # each forced tool is called: one request per tool
-            return [([by_name[n]], "required") for n in cfg.first_step_tools if n in by_name]
-        if cfg.tool_policy is not None:
-            args = (self.count, tools, h) if self._policy_takes_loop else (self.count, tools)
-            mode, chosen = cfg.tool_policy(*args)
-            return [([by_name[t] if isinstance(t, str) else t for t in chosen], mode)]
-        return [(tools, "auto")]
+        if not cfg.chain:
+            return [(tools, "auto")]
+        state = h.state
+        step = Step(self.count, tools, state.called_tools, state.started_at, h)
+        offers = offer_through(cfg.chain, step)
+        self.dynamic = step.dynamic
+        return offers
 
     def lookup(self, name: str) -> Tool | None:
         """The tool a call names: a dynamic tool of this step, the loop's own, or final_answer."""
