@@ -59,7 +59,8 @@ def _display_hook() -> Callable[[dict, dict], None] | None:
     return hook
 
 
-_thread_start = threading.Thread.start
+_thread_start: Any = None
+"""The ``Thread.start`` that :func:`install` replaced (``None`` while not installed)."""
 
 
 def _start(self: threading.Thread) -> None:
@@ -68,7 +69,10 @@ def _start(self: threading.Thread) -> None:
     out, disp = _out_hook(), _display_hook()
     if (out is not None or disp is not None) and not self.name.startswith("asyncio_"):
         setattr(self, _HOOKS, (out, disp))
-    _thread_start(self)
+    (_thread_start or _ORIGINAL_START)(self)
+
+
+_ORIGINAL_START = threading.Thread.start
 
 
 class _Routed:
@@ -102,8 +106,11 @@ write through freed memory and crash the process."""
 
 def install() -> None:
     """Wrap ``sys.stdout`` and ``sys.stderr`` (again, if something replaced them since), and make
-    threads keep the hooks of the context that started them."""
-    threading.Thread.start = _start  # type: ignore[method-assign]
+    threads keep the hooks of the context that started them (:func:`uninstall` puts back what it replaced)."""
+    global _thread_start
+    if threading.Thread.start is not _start:
+        _thread_start = threading.Thread.start
+        threading.Thread.start = _start  # type: ignore[method-assign]
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if not isinstance(stream, _Routed):
@@ -113,10 +120,16 @@ def install() -> None:
 
 
 def uninstall() -> None:
+    """Undo :func:`install`: the streams and ``threading.Thread.start`` are what they were before it
+    (a ``Thread.start`` someone replaced since stays theirs, and keeps working through ours)."""
+    global _thread_start
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if isinstance(stream, _Routed):
             setattr(sys, name, stream._inner)
+    if threading.Thread.start is _start and _thread_start is not None:
+        threading.Thread.start = _thread_start  # type: ignore[method-assign]
+        _thread_start = None
 
 
 def install_display(shell: Any) -> None:
