@@ -9,9 +9,10 @@ import json
 import string
 import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sized
-from typing import Any
+from typing import Annotated, Any
 
 import pydantic
+from pydantic import WithJsonSchema
 
 from .._errors import UserError
 from ..loop import Tool, current_call
@@ -280,7 +281,21 @@ def answer_tool(output: type[pydantic.BaseModel]) -> Tool:
         "Calling this ends the work on the row." + (f" {doc.strip()}" if doc.strip() and output.__doc__ != _DOC
                                                        else "")
     )
-    return Tool(name="submit_answer", description=description, fn=submit, params=output, ctx_param=None, is_async=True)
+    return Tool(name="submit_answer", description=description, fn=submit, params=_loose(output), ctx_param=None,
+                is_async=True)
+
+
+def _loose(output: type[pydantic.BaseModel]) -> type[pydantic.BaseModel]:
+    """``output``'s schema, taking any value: the tool validates the answer itself (so it counts the misses)."""
+    schema = output.model_json_schema()
+    if "$defs" in schema:  # nested models: the schema's references need their definitions; validated as it is
+        return output
+    props = schema.get("properties", {})
+    fields: dict[str, Any] = {
+        n: (Annotated[Any, WithJsonSchema(props.get(n, {}))], ... if f.is_required() else f.default)
+        for n, f in output.model_fields.items()
+    }
+    return pydantic.create_model(output.__name__, __doc__=output.__doc__, **fields)
 
 
 def _types(output: type[pydantic.BaseModel]) -> str:
