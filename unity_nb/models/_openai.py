@@ -30,8 +30,10 @@ from ._transport import (
     AioHTTPTransport,
     ClientTransport,
     HTTPStatusError,
+    RequestBody,
     Response,
     Silence,
+    Transport,
     TransportError,
     check_base_url,
 )
@@ -190,7 +192,7 @@ class OpenAIModel:
         self.wire_cache = WireCache()
         """The JSON of recent requests' messages, reused by the next request of the same conversation
         (its ``hits`` and ``misses`` count requests); used on the aiohttp path."""
-        self._transport: AioHTTPTransport | ClientTransport
+        self._transport: Transport
         if fast_path and self._owns_client:
             headers = {k: v for k, v in client.default_headers.items() if isinstance(v, str)}
             headers.update(client.auth_headers)
@@ -207,8 +209,7 @@ class OpenAIModel:
 
     async def close(self) -> None:
         """Close this model's connections (and its client, if it made it). It can be used again after."""
-        if isinstance(self._transport, AioHTTPTransport):
-            await self._transport.close()
+        await self._transport.close()
         if self._owns_client:
             await self.client.close()
 
@@ -252,9 +253,8 @@ class OpenAIModel:
 
     async def complete(self, request: ModelRequest, on_delta: DeltaCallback | None = None) -> Reply:
         body = self._body(request)
-        payload: bytes | dict = body
-        if isinstance(self._transport, AioHTTPTransport):
-            payload = self.wire_cache.body(body, request.messages, request.continues)
+        cache = self.wire_cache
+        payload = RequestBody(body, lambda: cache.body(body, request.messages, request.continues))
         attempt = 0
         limit = rate_limit_of(self, create=True)  # shared by every loop calling this model
         assert limit is not None
@@ -308,14 +308,14 @@ class OpenAIModel:
                 await asyncio.sleep(delay)
 
     async def _attempt(
-        self, payload: bytes | dict, on_delta: DeltaCallback | None, limit: RateLimit | None = None
+        self, payload: RequestBody, on_delta: DeltaCallback | None, limit: RateLimit | None = None
     ) -> Reply:
         """One request, bounded by ``timeout`` of silence (each complete line of the stream resets it)."""
         asm = Assembler(self.name, on_delta, max_chars=self.max_reply_chars)
         async with asyncio.timeout(None) as deadline:
             silence = Silence(self.timeout, deadline)
             try:
-                response = await self._transport.open("/chat/completions", payload)  # type: ignore[arg-type]
+                response = await self._transport.open("/chat/completions", payload)
                 if limit is not None:
                     limit.learn(response.headers)  # x-ratelimit-limit-* when the person set no limit
                 try:
@@ -391,10 +391,10 @@ class OpenAIModel:
             raise _Incomplete(f"the stream from {self.name!r} ended before any reply")
 
 
-def _estimate(payload: bytes | dict, reply: Reply) -> Usage:
+def _estimate(payload: RequestBody, reply: Reply) -> Usage:
     """Usage the provider did not report: about 4 bytes of the request's JSON (messages, tools and the
     framing the model reads too) a token, and 4 characters of the reply's text, reasoning and calls."""
-    sent = len(payload) if isinstance(payload, bytes) else len(json.dumps(payload, ensure_ascii=False).encode())
+    sent = payload.size()
     said = len(reply.content or "") + len(reply.thinking or "") + len(reply.refusal or "")
     said += sum(len(c.name) + len(c.arguments) for c in reply.tool_calls)
     return Usage(-(-sent // 4), -(-said // 4), estimated=True)

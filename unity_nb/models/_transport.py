@@ -29,15 +29,15 @@ import urllib.parse
 import urllib.request
 import warnings
 import weakref
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Protocol
 
 from ._assemble import error_words
 
 __all__ = (
-    "ERROR_BODY_LIMIT", "AioHTTPTransport", "ClientTransport", "HTTPStatusError", "Response", "Silence",
-    "TransportError", "check_base_url", "error_body_text",
+    "ERROR_BODY_LIMIT", "AioHTTPTransport", "ClientTransport", "HTTPStatusError", "RequestBody", "Response",
+    "Silence", "Transport", "TransportError", "check_base_url", "error_body_text",
 )
 
 ERROR_BODY_LIMIT = 65536
@@ -122,6 +122,41 @@ def _tls_context() -> ssl.SSLContext:
     return ssl.create_default_context(cafile=cafile)
 
 
+class RequestBody:
+    """One request's JSON body: the dict, and its bytes, encoded once when a transport first needs them
+    (``encode``: the model's wire cache, which reuses the encoding of the conversation's earlier messages)."""
+
+    __slots__ = ("_bytes", "_encode", "data")
+
+    def __init__(self, data: dict, encode: Callable[[], bytes] | None = None) -> None:
+        self.data = data
+        self._encode = encode
+        self._bytes: bytes | None = None
+
+    def encoded(self) -> bytes:
+        if self._bytes is None:
+            encode = self._encode
+            self._bytes = encode() if encode is not None else json.dumps(self.data, ensure_ascii=False).encode()
+        return self._bytes
+
+    def size(self) -> int:
+        """Bytes of its JSON (counted from the dict when no transport encoded it: nothing is cached)."""
+        if self._bytes is not None:
+            return len(self._bytes)
+        return len(json.dumps(self.data, ensure_ascii=False).encode())
+
+
+class Transport(Protocol):
+    """How a model's request reaches the server: ``open`` POSTs a body to a path and gives the response;
+    ``close`` and ``close_now`` release what the transport owns (never a client a person handed in)."""
+
+    async def open(self, path: str, body: RequestBody) -> Response: ...
+
+    async def close(self) -> None: ...
+
+    def close_now(self) -> None: ...
+
+
 class Response:
     """A successful response: its content type, its headers, and its body as bytes arrive."""
 
@@ -192,13 +227,13 @@ class AioHTTPTransport:
             self._finalizer = weakref.finalize(self, _close_pool, self._session)
         return self._session
 
-    async def open(self, path: str, body: bytes) -> Response:
+    async def open(self, path: str, body: RequestBody) -> Response:
         import aiohttp
 
         url = self.base_url + path
         session = self._pool()
         try:
-            resp = await session.post(url, data=body, headers=self._headers, proxy=self._proxy)
+            resp = await session.post(url, data=body.encoded(), headers=self._headers, proxy=self._proxy)
         except aiohttp.ClientConnectorError as err:
             reason = err.os_error.strerror if getattr(err.os_error, "strerror", None) else err.os_error
             raise TransportError(f"cannot connect to {err.host}:{err.port} ({url}): {reason}") from None
@@ -309,11 +344,11 @@ class ClientTransport:
         self._openai = openai
         self._parts = urllib.parse.urlsplit(str(client.base_url))
 
-    async def open(self, path: str, body: dict) -> Response:
+    async def open(self, path: str, body: RequestBody) -> Response:
         oa = self._openai
         try:
             stream = await self.client.post(
-                path, body=body, cast_to=object, stream=True, stream_cls=oa.AsyncStream[object]
+                path, body=body.data, cast_to=object, stream=True, stream_cls=oa.AsyncStream[object]
             )
         except oa.APIStatusError as err:
             url = str(self.client.base_url) + path
@@ -343,7 +378,7 @@ class ClientTransport:
         return Response(ctype, chunks(), stream.close, raw.headers)
 
     async def close(self) -> None:
-        await self.client.close()
+        pass  # the client is the person's (or the model's, which closes it): not the transport's
 
     def close_now(self) -> None:
         pass  # the client is the user's; they close it
