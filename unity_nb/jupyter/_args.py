@@ -39,13 +39,19 @@ HELP = {
     "    --compress-at F of it (0.1 to 1, default 0.8), keeping the last --keep-last N (default 8).\n"
     "    --time-awareness: note the clock after tool results. --max-parallel-tools N (default 8).\n"
     "    Defaults: %config UnityMagics.<option with _> = value (e.g. UnityMagics.context_window = 32000).",
-    "map": "%unity map ITEMS [--name NAME] [--concurrency N] [--max-steps N] [--columns A,B] [--rate R]\n"
-    "           [--tool-timeout SECONDS] TASK\n"
+    "map": "%unity map ITEMS [--name NAME] [--concurrency N] [--max-steps N] [--columns A,B:int] [--rate R]\n"
+    "           [--tool-timeout SECONDS] [--estimate] [--budget DOLLARS] [--no-cache]\n"
+    "           [--expected-output-tokens N] TASK\n"
     "    Run TASK for every row of ITEMS (a Series, a DataFrame or a list in this notebook, e.g. papers.abstract)\n"
     "    as one operation, in the background; returns its handle at once (await it for a Series aligned to\n"
     "    ITEMS' index, or a DataFrame with --columns). TASK may name a row's values: Label {abstract}.\n"
     "    --concurrency: rows at a time (default 8). --rate: requests to the model, e.g. 600/min or 10/s, shared\n"
-    "    by every operation using it. --columns a,b: each row answers with those fields.\n"
+    "    by every operation using it. --columns a,b:int,c:float: each row answers with those fields, typed (str,\n"
+    "    int, float or bool; str by default): an answer that does not validate is sent back once, then fails.\n"
+    "    --estimate: run nothing; print rows, tokens in and out, dollars and minutes at the rate limit\n"
+    "    (--expected-output-tokens N a row instead of the assumption). --budget 5.00: no new row starts once\n"
+    "    the batch has spent that (rows in flight finish); %unity resume NAME --budget 10 lifts the cap.\n"
+    "    Answers are cached in the store (the same model, prompt and options: no call); --no-cache asks again.\n"
     "    Pause, resume, stop and interject act on the whole batch; %unity resume NAME after a dead kernel\n"
     "    skips the rows the store has as finished.",
     "filter": "%unity filter ITEMS [--name NAME] [--concurrency N] [--max-steps N] [--rate R] CONDITION\n"
@@ -77,10 +83,10 @@ HELP = {
     "    of this kernel, a row of a batch (NAME[ROW], e.g. labels[3]: a finished row's comes from the store),\n"
     "    or any loop the store recorded, also in an earlier kernel (see %unity history).",
     "pause": "%unity pause NAME\n    Pause the operation NAME (and its sub-operations).",
-    "resume": "%unity resume NAME\n"
+    "resume": "%unity resume NAME [--budget DOLLARS]\n"
     "    Resume the paused operation NAME. An operation a dead kernel left interrupted (see %unity history)\n"
     "    continues from the store as a new live operation: its conversation rebuilt, every tool call\n"
-    "    that has no result marked as interrupted.",
+    "    that has no result marked as interrupted. --budget lifts the cap of a batch paused at its budget.",
     "interject": "%unity interject NAME MESSAGE\n    Send MESSAGE to the operation NAME while it runs.",
     "ask": "%unity ask NAME QUESTION\n"
     "    Ask the operation NAME a question without disturbing it; returns the answer's handle.",
@@ -135,9 +141,28 @@ def _fraction(value: str) -> float:
 
 def _columns(value: str) -> list[str]:
     names = [n.strip() for n in value.split(",") if n.strip()]
-    if not names or any(not n.isidentifier() for n in names):
+    parts = [n.partition(":") for n in names]
+    if not names or any(not name.strip().isidentifier() or (colon and kind.strip() not in _COLUMN_TYPES)
+                        for name, colon, kind in parts):
         raise ValueError(value)
     return names
+
+
+_COLUMN_TYPES = ("str", "int", "float", "bool")
+
+
+def _dollars(value: str) -> float:
+    f = float(value.removeprefix("$"))
+    if not 0 <= f < float("inf"):
+        raise ValueError(value)
+    return f
+
+
+def _count(value: str) -> int:
+    n = int(value)
+    if n < 0:
+        raise ValueError(value)
+    return n
 
 
 def _seconds(value: str) -> float:
@@ -157,7 +182,9 @@ _TAKES: dict[Any, str] = {
     str: "a text", int: "a whole number", float: "a number of seconds", _approval: "one of never, first, always",
     _positive: "a whole number of at least 1", _tokens: "a number of tokens (a whole number of at least 64)",
     _fraction: "a fraction of the context window between 0.1 and 1 (e.g. 0.8)",
-    _columns: "names of fields separated by commas (e.g. method,confidence)", _seconds: "a number of seconds above 0",
+    _columns: "names of fields separated by commas, each with an optional type among str, int, float and bool "
+    "(e.g. method,sample_size:int,score:float)", _dollars: "dollars (a number >= 0, e.g. 5.00)",
+    _count: "a whole number >= 0", _seconds: "a number of seconds above 0",
 }
 _OPTIONS: dict[str, dict[str, Callable[[str], Any]]] = {
     "act": {
@@ -168,8 +195,10 @@ _OPTIONS: dict[str, dict[str, Callable[[str], Any]]] = {
     "model": {"--base-url": str, "--var": str, "--gguf": str},
     "map": {
         "--name": str, "--concurrency": _positive, "--max-steps": _positive, "--columns": _columns, "--rate": str,
-        "--tool-timeout": _seconds,
+        "--tool-timeout": _seconds, "--estimate": bool, "--budget": _dollars, "--no-cache": bool,
+        "--expected-output-tokens": _count,
     },
+    "resume": {"--budget": _dollars},
     "answer": {"--call": str},
 }
 _BATCH: dict[str, Callable[[str], Any]] = {
@@ -345,7 +374,7 @@ def parse(line: str, cell: str | None = None) -> Command:
         if not name:
             raise _usage(sub, f"%unity {sub} needs the name of an operation")
         cmd.name = name
-        if sub == "answer":
+        if sub in ("answer", "resume"):
             more, text = _peel_options(sub, text)
             cmd.options.update(more)
         cmd.text = "\n".join(t for t in (text.strip(), (cell or "").strip()) if t)

@@ -346,14 +346,27 @@ class UnityMagics(Magics):
         options: dict[str, Any] = {
             "concurrency": o.get("concurrency", 8), "max_steps": o.get("max_steps", self.max_steps), "tools": tools,
             "columns": o.get("columns"), "rate": o.get("rate"), "tool_timeout": o.get("tool_timeout"),
+            "expected_output_tokens": o.get("expected_output_tokens"),
         }
+        if o.get("estimate"):  # runs nothing: what it would cost, printed (u.estimate(...) gives the object)
+            print(map_rows(items, cmd.text, model=self.current_model(), estimate=True, **options))
+            return None
+        options["budget"] = o.get("budget")
+        options["cache"] = False if o.get("no_cache") else (self.store or False)
         spec = f"[map] {cmd.line}"
-        return self.start(
+        handle = self.start(
             name or o.get("name"),
             lambda key: map_rows(items, cmd.text, model=self.current_model(), name=key, done=done, label=spec,
                                  **options),
             sub="map", notice=notice,
         )
+        note = getattr(handle, "budget_note", None)
+        if note:  # it would clearly exceed its budget: said before it gets there
+            print(note)
+            widget = self.widgets.get(handle.name)
+            if widget is not None:
+                widget.notice = " ".join(t for t in (widget.notice, note) if t)
+        return handle
 
     def _filter(self, cmd: Command) -> Any:
         """``%unity filter|extract|topk|join|agg``: an operator built on the map (``_magics_ops``)."""
@@ -475,7 +488,21 @@ class UnityMagics(Magics):
     def _resume(self, cmd: Command) -> Any:
         if cmd.name not in self.handles:
             return resume_from_store(self, cmd)
-        self._steer(cmd, self._live(cmd).resume())
+        handle = self._live(cmd)
+        budget = cmd.options.get("budget")
+        if budget is not None:
+            if not hasattr(handle, "set_budget"):
+                raise UsageError(f"--budget is for a batch (%unity map), which {handle.name!r} is not\n\n"
+                                 f"{HELP['resume']}")
+            try:
+                handle.set_budget(budget)
+            except UserError as err:
+                raise UsageError(str(err)) from None
+        from ..batch import MapHandle
+
+        if isinstance(handle, MapHandle) and handle.budget_reached:  # refused at the line, not later in the log
+            raise UsageError(f"cannot resume {handle.name!r}: it {handle.budget_message()}")
+        self._steer(cmd, handle.resume())
         return None
 
     def _stop(self, cmd: Command) -> None:
