@@ -17,11 +17,16 @@ def last_user(messages):
     return next(m["content"] for m in reversed(messages) if m["role"] == "user")
 
 
+def task_of(messages):
+    """A row's task: its first user message (an answer sent back, or an interjection, comes after it)."""
+    return next(m["content"] for m in messages if m["role"] == "user")
+
+
 def scripted(oracle):
     """A ScriptedModel answering what ``oracle(text)`` says: a dict is a submit_answer call, a str the text."""
 
     def script(messages, tools):
-        out = oracle(last_user(messages))
+        out = oracle(task_of(messages))
         return u.call_tool("submit_answer", **out) if isinstance(out, dict) else out
 
     return u.ScriptedModel(script)
@@ -31,7 +36,7 @@ def served(oracle):
     """The fake server's handler answering what ``oracle(text)`` says, as a real model would (a tool call)."""
 
     def handler(body):
-        out = oracle(last_user(body["messages"]))
+        out = oracle(task_of(body["messages"]))
         if isinstance(out, dict):
             return Reply(tool_calls=[{"name": "submit_answer", "arguments": json.dumps(out)}])
         return Reply(content=out)
@@ -111,8 +116,9 @@ async def test_topk_scores_every_row_once_then_ranks_a_bounded_pool_head_to_head
     assert isinstance(h, u.TopKHandle)
     best = await asyncio.wait_for(h.result(), 30)
     assert list(best.index) == ["r99", "r98", "r97", "r96", "r95"]  # scores tie (9): the comparisons decided
-    # one call per row; the 20 rows scored 8 or 9 screened for the 10 places; every pair of those 10: not 4,950
-    assert h.calls == len(model.requests) == 100 + math.comb(20, 2) + math.comb(10, 2) <= h.bound
+    # one question per row; the 20 rows scored 8 or 9 screened for the 10 places; every pair of those 10: not 4,950
+    assert h.questions == 100 + math.comb(20, 2) + math.comb(10, 2) <= h.bound
+    assert h.calls == len(model.requests) == h.questions + 1  # r7's answer was sent back once, then failed
     assert [p.name.rsplit(".", 1)[1] for p in h.phases] == ["score", "screen", "compare"]
     assert len(h.ranking) == 10 and h.ranking["rank"].tolist() == list(range(1, 11))
     assert pd.isna(h.scores.loc["r7", "score"]) and "r7" in best.attrs["reasons"]
@@ -124,8 +130,8 @@ async def test_topk_bounds_its_comparisons_when_the_pool_is_large(bus):
     h = u.topk(items, 30, "Which item is biggest?", model=model, concurrency=32, max_comparisons=300, bus=bus)
     best = await asyncio.wait_for(h.result(), 60)
     compared = len(model.requests) - 120
-    assert compared <= 2 * 300 < math.comb(60, 2) and h.calls <= h.bound == 120 + 300 + 300
-    assert h.calls == 120 + 70 * (300 // 70) + 300  # screened: rows scored 5 or more, 4 games a side
+    assert compared <= 2 * 300 + 1 < math.comb(60, 2) and h.questions <= h.bound == 120 + 300 + 300
+    assert h.questions == 120 + 70 * (300 // 70) + 300  # screened: rows scored 5 or more, 4 games a side
     assert best.iloc[0] == "item 119" and len(best) == 30
 
 

@@ -201,8 +201,13 @@ class PhasedHandle(LoopHandle):
 
     @property
     def calls(self) -> int:
-        """Model calls over every phase so far."""
+        """Model calls over every phase so far (an answer that did not validate is sent back once: two calls)."""
         return sum(m.steps for m in self.phases)
+
+    @property
+    def questions(self) -> int:
+        """Questions asked over every phase so far: the rows of its maps."""
+        return sum(m.progress["total"] or 0 for m in self.phases)
 
     @property
     def usage(self) -> Usage:

@@ -14,9 +14,10 @@ questions are independent (so each runs at full concurrency):
 3. **Round robin** among the candidates: every pair (at most ``max_comparisons``). They are ranked by their
    share of wins, then by score. An inconsistent judgment moves one win, never the whole order.
 
-So calls are at most n + min(C(screen, 2), max_comparisons) + min(C(2k, 2), max_comparisons): 2,190 at
+So questions are at most n + min(C(screen, 2), max_comparisons) + min(C(2k, 2), max_comparisons): 2,190 at
 n = 1,000, k = 10 (bench/bench_operators.py measured 2,078, with 9 of the true top 10 found from noisy
-scores). ``h.calls`` counts the model calls made; ``h.bound`` is that bound.
+scores). ``h.questions`` counts the questions asked and ``h.bound`` is that bound; ``h.calls`` counts the
+model calls they took (one each, unless an answer did not validate and was sent back).
 """
 
 from __future__ import annotations
@@ -114,8 +115,8 @@ class TopKHandle(PhasedHandle):
 
     @property
     def bound(self) -> int:
-        """The most model questions this top-k asks: one per row, the screening round's and the final round
-        robin's pairs."""
+        """The most questions this top-k asks (``h.questions``): one per row, the screening round's and the final
+        round robin's pairs."""
         n = len(self.items)
         screen = round_bound(min(n, self.screen), self.max_comparisons) if self.screen > self.pool else 0
         return n + screen + round_bound(self.pool, self.max_comparisons)
@@ -176,7 +177,8 @@ class TopKHandle(PhasedHandle):
         return best
 
     def summary(self) -> str:
-        return f"top {self.k} of {len(self.items)} rows in {self.calls} model calls (at most {self.bound})"
+        return (f"top {self.k} of {len(self.items)} rows: {self.questions} questions (at most {self.bound}), "
+                f"{self.calls} model calls")
 
 
 def topk(items: Any, k: int, question: str, **options: Any) -> TopKHandle:
@@ -185,8 +187,8 @@ def topk(items: Any, k: int, question: str, **options: Any) -> TopKHandle:
 
     Bounded: every row is scored once (0-10); the rows near the top score (at most ``screen``, 200) are screened
     head to head for the ``candidates`` places (2k by default); the candidates meet in a round robin, ranked by
-    wins, then score. Each round asks at most ``max_comparisons`` pairs (1,000). ``h.calls`` counts model
-    calls; ``h.bound`` is the most it can ask (n + 1,190 at k = 10). Rows whose scoring failed are left out,
-    with ``.attrs["reasons"]``. Other options are the map's (``model``, ``concurrency``, ``rate``, ``name``,
-    ``max_steps``, ...), for both phases."""
+    wins, then score. Each round asks at most ``max_comparisons`` pairs (1,000). ``h.questions`` counts the
+    questions asked, at most ``h.bound`` (n + 1,190 at k = 10); ``h.calls`` the model calls they took. Rows whose
+    scoring failed are left out, with ``.attrs["reasons"]``. Other options are the map's (``model``,
+    ``concurrency``, ``rate``, ``name``, ``max_steps``, ...), for every phase."""
     return TopKHandle(items, k, question, **options)
