@@ -297,7 +297,8 @@ class Store:
             return
         with self._lock:
             self._pending.append(event)
-        if kind in _FLUSH_NOW and self._problem is None:
+        # a row answered from the map's cache is committed with its batch: its answer is in the cache already
+        if kind in _FLUSH_NOW and self._problem is None and not getattr(event, "cached", False):
             self._commit()  # a timer already armed stays: it writes what comes next (one timer per half second)
             return
         try:

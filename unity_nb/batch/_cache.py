@@ -83,6 +83,18 @@ class ResultCache:
             return None
         return found[0]["answer"] if found else None
 
+    def get_many(self, keys: list[str]) -> dict[str, str]:
+        """The answers the cache holds for ``keys`` (one query for all of them)."""
+        if not keys:
+            return {}
+        try:
+            found = self.store.query(
+                f"SELECT key, answer FROM map_cache WHERE key IN ({','.join('?' * len(keys))})", tuple(keys)
+            )
+        except sqlite3.Error:
+            return {}
+        return {r["key"]: r["answer"] for r in found}
+
     def put(self, key: str, answer: str, model: str) -> None:
         try:
             self.store.execute(

@@ -60,6 +60,8 @@ __all__ = ("Estimate", "MapHandle", "estimate_map", "finished_rows", "map_rows")
 
 _KEEP_FAILED = 50
 """Failed rows whose loops stay in memory (to be opened); later ones keep only their reason."""
+_LOOKAHEAD = 256
+"""Rows made ahead so the cache is asked about them in one query."""
 _SETTLED_YIELD = 256
 """Rows settled without a call (kept, from the cache) in a row before the batch lets the event loop run."""
 _WINDOW = 30.0
@@ -147,7 +149,6 @@ class MapHandle(Spending, LoopHandle):
         budget: float | None = None,
         cache: Any = True,
         expected_output_tokens: int | None = None,
-        parent: LoopHandle | None = None,
         **row_options: Any,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -187,6 +188,7 @@ class MapHandle(Spending, LoopHandle):
         self.started_rows = 0
         self.cached = 0
         """Rows answered from the result cache (no call)."""
+        self._looked_up: dict[str, str | None] = {}  # the cache's answers for the rows just ahead
         self.cache: ResultCache | None = None
         """The result cache in use: ``None`` with ``cache=False``, without a store, or for a model whose answers
         are not a function of its name (a ScriptedModel)."""
@@ -226,7 +228,7 @@ class MapHandle(Spending, LoopHandle):
         """The first rows that failed or stopped, in the order they ended (what the widget lists)."""
         self._held = 0
         super().__init__(
-            label or f"[map] {task}", model=model, name=name, bus=bus, max_steps=1, parent=parent,
+            label or f"[map] {task}", model=model, name=name, bus=bus, max_steps=1,
         )
         for position, (answer, key, asked) in sorted(self._kept.items()):  # this run's events hold every row it has
             row = Row(position, key, {}, "")
@@ -315,7 +317,7 @@ class MapHandle(Spending, LoopHandle):
             self._settled(row, None)
             return True
         if self.cache is not None:
-            stored = self.cache.get(self.cache.key(row.task))
+            stored = self._cached_answer(row)
             if stored is not None:
                 try:
                     row.answer = parse_answer(json.loads(stored), self.output)
@@ -326,6 +328,18 @@ class MapHandle(Spending, LoopHandle):
                 self._settled(row, None, cached=True)
                 return True
         return False
+
+    def _cached_answer(self, row: Row) -> str | None:
+        """The cache's answer for ``row``: looked up with the next rows' in one query (they are made ahead:
+        at most ``_LOOKAHEAD`` rows, held until they start)."""
+        assert self.cache is not None
+        key = self.cache.key(row.task)
+        if key not in self._looked_up:
+            ahead = self.source.peek(_LOOKAHEAD)
+            keys = [key, *(self.cache.key(r.task) for r in ahead if r.reason is None)]
+            self._looked_up = dict.fromkeys(keys)
+            self._looked_up.update(self.cache.get_many(keys))
+        return self._looked_up.pop(key, None)
 
     def _emit_kept(self, row: Row, answer: Any) -> None:
         row.status, row.answer, row.kept = "finished", answer, True
