@@ -149,6 +149,7 @@ class MapHandle(Spending, LoopHandle):
         budget: float | None = None,
         cache: Any = True,
         expected_output_tokens: int | None = None,
+        parent: LoopHandle | None = None,
         **row_options: Any,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -228,7 +229,7 @@ class MapHandle(Spending, LoopHandle):
         """The first rows that failed or stopped, in the order they ended (what the widget lists)."""
         self._held = 0
         super().__init__(
-            label or f"[map] {task}", model=model, name=name, bus=bus, max_steps=1,
+            label or f"[map] {task}", model=model, name=name, bus=bus, max_steps=1, parent=parent,
         )
         for position, (answer, key, asked) in sorted(self._kept.items()):  # this run's events hold every row it has
             row = Row(position, key, {}, "")
