@@ -18,10 +18,9 @@ import inspect
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from ._handle import LoopHandle
+from ._face import Loop
 
 __all__ = (
     "Reference",
@@ -76,15 +75,13 @@ class HandOff:
 
     __slots__ = ("handle",)
 
-    def __init__(self, handle: LoopHandle) -> None:
-        from ._handle import LoopHandle
-
-        if not isinstance(handle, LoopHandle):
+    def __init__(self, handle: Loop) -> None:
+        if not isinstance(handle, Loop):
             raise TypeError(f"handoff needs a loop handle, not {type(handle).__name__}")
         self.handle = handle
 
 
-def handoff(handle: LoopHandle) -> HandOff:
+def handoff(handle: Loop) -> HandOff:
     """From a tool: ``return unity_nb.handoff(start_loop(...))`` ends the calling loop with that
     loop's handle as its result; the person steers it from there."""
     return HandOff(handle)
@@ -116,7 +113,7 @@ def accepts_positional(fn: Any, n: int, *, unknown: bool) -> bool:
     return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) >= n
 
 
-async def call_hook(fn: Any, answer: str, loop: LoopHandle) -> Any:
+async def call_hook(fn: Any, answer: str, loop: Loop) -> Any:
     """``fn(answer, loop)``, or ``fn(answer)`` for a one-argument function (``str.strip``, say)."""
     value = fn(answer, loop) if accepts_positional(fn, 2, unknown=True) else fn(answer)
     if inspect.isawaitable(value):
@@ -124,7 +121,7 @@ async def call_hook(fn: Any, answer: str, loop: LoopHandle) -> Any:
     return value
 
 
-async def evaluate(fn: Any, answer: str, loop: LoopHandle) -> Evaluation:
+async def evaluate(fn: Any, answer: str, loop: Loop) -> Evaluation:
     """Run one evaluation; its verdict as an :class:`Evaluation` (``True``/``None`` pass, a str fails with it)."""
     name = hook_name(fn)
     try:
@@ -144,7 +141,7 @@ def cites_references(*, required: bool = True):
     """An evaluation: every ``[n]`` the answer cites is a reference the loop received, and (with
     ``required``) the answer cites at least one when references exist."""
 
-    def cites_references(answer: str, loop: LoopHandle) -> Evaluation:
+    def cites_references(answer: str, loop: Loop) -> Evaluation:
         known = {r.number for r in loop.all_references}
         cited = cited_numbers(answer)
         unknown = [n for n in cited if n not in known]

@@ -12,10 +12,11 @@ import inspect
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, TypeVar
 
-if TYPE_CHECKING:
-    from ._handle import LoopHandle
+from ._face import Loop
+
+H = TypeVar("H")
 
 __all__ = ("CallInfo", "current_call", "current_loop", "forward_call", "resolve_tool_value")
 
@@ -24,13 +25,13 @@ __all__ = ("CallInfo", "current_call", "current_loop", "forward_call", "resolve_
 class CallInfo:
     """The tool call code runs in: its loop, its id, and whether a loop it starts sees the caller's conversation."""
 
-    loop: LoopHandle
+    loop: Loop
     call_id: str
     share_context: bool = False
 
 
 _CALL: contextvars.ContextVar[CallInfo | None] = contextvars.ContextVar("unity_nb_tool_call", default=None)
-_CURRENT: contextvars.ContextVar[LoopHandle | None] = contextvars.ContextVar("unity_nb_loop", default=None)
+_CURRENT: contextvars.ContextVar[Loop | None] = contextvars.ContextVar("unity_nb_loop", default=None)
 
 
 def current_call() -> CallInfo | None:
@@ -38,7 +39,7 @@ def current_call() -> CallInfo | None:
     return _CALL.get()
 
 
-def current_loop() -> LoopHandle | None:
+def current_loop() -> Loop | None:
     """The loop running in this context (inside a tool: the loop that called it)."""
     return _CURRENT.get()
 
@@ -52,7 +53,7 @@ def leave_call(token: contextvars.Token) -> None:
     _CALL.reset(token)
 
 
-def enter_loop(handle: LoopHandle) -> contextvars.Token:
+def enter_loop(handle: Loop) -> contextvars.Token:
     """Mark ``handle`` as the loop of this context (its task does, once, at its start)."""
     return _CURRENT.set(handle)
 
@@ -63,17 +64,18 @@ def leave_loop(token: contextvars.Token) -> None:
     _CURRENT.reset(token)
 
 
-class Part:
+class Part(Generic[H]):
     """A part of a loop (its turn, tool runner, router, engine): it knows its handle by a weak reference,
-    so a handle and its parts form no reference cycle and are freed as soon as nothing uses the handle."""
+    so a handle and its parts form no reference cycle and are freed as soon as nothing uses the handle.
+    ``H`` is the handle's type, which a part names (this module sits below the handle)."""
 
     __slots__ = ("__weakref__", "_owner")
 
-    def __init__(self, owner: LoopHandle) -> None:
+    def __init__(self, owner: H) -> None:
         self._owner = weakref.ref(owner)
 
     @property
-    def owner(self) -> LoopHandle:
+    def owner(self) -> H:
         owner = self._owner()
         if owner is None:  # only reachable through a part kept after its handle was dropped
             raise ReferenceError("this loop's handle is gone")
@@ -94,11 +96,9 @@ def forward_call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 async def resolve_tool_value(value: Any) -> Any:
     """What a tool's return value stands for: an awaitable is awaited; a loop handle becomes a child
     of the running call's loop (unless it has a parent already) and its result is awaited."""
-    from ._handle import LoopHandle
-
-    if inspect.isawaitable(value) and not isinstance(value, LoopHandle):
+    if inspect.isawaitable(value) and not isinstance(value, Loop):
         value = await value
-    if isinstance(value, LoopHandle):
+    if isinstance(value, Loop):
         call = _CALL.get()
         if call is not None and value.parent in (None, call.loop):
             call.loop.adopt_child(value, call.call_id)

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 __all__ = ("Engine",)
 
 
-class Engine(Part):
+class Engine(Part["LoopHandle"]):
     """Drives one loop from its first model call to its end."""
 
     __slots__ = ("corrections",)

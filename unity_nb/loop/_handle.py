@@ -22,18 +22,19 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 from .. import events as ev
 from .._collector import loop_ended, loop_started
 from .._errors import HandleStateError, Stopped, UnityError, UserError
 from .._secrets import scrub, scrub_error
-from ..models import Model, Usage, cost_of
+from ..models import Model, Usage
 from ._answers import Evaluation, Reference
 from ._approval import Approvals
 from ._context import current_call, forward_call
 from ._conversation import Conversation
 from ._engine import Engine
+from ._face import Loop
 from ._options import LoopOptions
 from ._records import Message, ToolCallRecord, render_conversation
 from ._requests import RequestHandle, Requests, final_answer_tool
@@ -44,6 +45,7 @@ from ._status import PauseGate, Signal, Status
 from ._steering import VERBS, inspection_prompt, on_own_loop, quiet
 from ._tools import Tool, render_result
 from ._turn import Turn, own_tools
+from ._wake import awake
 
 __all__ = ("LoopHandle",)
 
@@ -55,7 +57,7 @@ def _new_id() -> str:
     return secrets.token_hex(8)
 
 
-class LoopHandle(Approvals, Requests):
+class LoopHandle(Loop, Approvals, Requests):
     """A live, steerable reference to a running tool loop. ``await h`` gives its answer.
 
     Steering verbs are coroutines (see :data:`VERBS`): :meth:`pause`, :meth:`resume`,
@@ -74,6 +76,10 @@ class LoopHandle(Approvals, Requests):
         """.split()
     )
     """A live loop keeps dozens of attributes: in slots, not a dict per handle."""
+
+    cancelled_waits: int = 0
+    """How many waits for the answer (``await h``) were cancelled while the operation went on (a cell
+    interrupted): it is not stopped by that (see ``_wake``)."""
 
     engine_type: type[Engine] = Engine
     """What drives the loop's task (a batch drives rows instead of model turns)."""
@@ -121,7 +127,7 @@ class LoopHandle(Approvals, Requests):
         """The parent's tool call that started this loop (``None`` if none did)."""
         adopt_call, share_context = None, False
         if self.parent is None and call is not None and not detached:
-            self.parent, adopt_call, share_context = call.loop, call.call_id, call.share_context
+            self.parent, adopt_call, share_context = cast(LoopHandle, call.loop), call.call_id, call.share_context
         # a child publishes where its parent does
         self.bus: ev.EventBus = cfg.bus or (self.parent.bus if self.parent is not None else ev.default_bus())
         base = _lineage if _lineage is not None else (self.parent.lineage if self.parent else ())
@@ -324,7 +330,8 @@ class LoopHandle(Approvals, Requests):
         """
         own = self.event_loop
         if self._ended.is_set() or asyncio.get_running_loop() is own:
-            await self._ended.wait()
+            with awake(own, self):  # an interrupt of the awaiting cell is seen at once (ipykernel#881)
+                await self._ended.wait()
         elif own.is_closed() or not own.is_running():  # awaited from another event loop: its end cannot come
             state = "closed" if own.is_closed() else "not running"
             raise HandleStateError(f"cannot wait for {self.name!r}: the event loop it runs on is {state}", state=state)
@@ -351,25 +358,6 @@ class LoopHandle(Approvals, Requests):
         yield self
         for c in self.children:
             yield from c.walk()
-
-    @property
-    def cost(self) -> float | None:
-        """Dollars of this loop's own tokens at its model's price (``u.set_price``); ``None`` when unknown."""
-        return cost_of(self.usage, self.model)
-
-    @property
-    def tree_usage(self) -> Usage:
-        """Tokens of this loop and every loop under it (``usage`` is this loop's own)."""
-        total = Usage(self.usage.input_tokens, self.usage.output_tokens, self.usage.estimated)
-        for c in self.children:
-            total += c.tree_usage
-        return total
-
-    @property
-    def tree_cost(self) -> float | None:
-        """Dollars of this loop and every loop under it; ``None`` when any of them has an unknown price."""
-        parts = [self.cost, *(c.tree_cost for c in self.children)]
-        return None if None in parts else sum(p for p in parts if p is not None)
 
     def ancestry(self) -> Iterator[LoopHandle]:
         """This handle, its parent, and so on up to the root."""

@@ -11,16 +11,14 @@ import inspect
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from .. import events as ev
 from .._errors import UserError
 from ..models import Model
+from ._face import Loop
 from ._policy import DynamicTools, ForcedFirstTools, LoopPolicy, TimeAwareness, ToolPolicyFunction
 from ._tools import Tool
-
-if TYPE_CHECKING:
-    from ._handle import LoopHandle
 
 __all__ = ("LoopOptions", "ParentContext", "ToolPolicy")
 
@@ -109,7 +107,7 @@ class LoopOptions:
     """Messages kept verbatim when compressing."""
     count_tokens: Callable[[list[dict]], int] | None = None
     """How to count a request's tokens (default: about four characters a token)."""
-    dynamic_tools: Callable[[LoopHandle], Iterable[Callable[..., Any] | Tool]] | None = None
+    dynamic_tools: Callable[[Loop], Iterable[Callable[..., Any] | Tool]] | None = None
     """``fn(loop)``: extra tools computed from state at each step."""
     time_awareness: bool = False
     """Note the wall-clock time after each batch of tool results."""

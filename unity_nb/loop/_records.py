@@ -5,12 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from ._face import Loop
 from ._text import PrintedOutput
-
-if TYPE_CHECKING:
-    from ._handle import LoopHandle
 
 __all__ = ("Message", "ToolCallRecord", "render_conversation")
 
@@ -24,7 +21,7 @@ class ToolCallRecord:
     arguments: str
     result: str | None = None
     error: bool = False
-    child: LoopHandle | None = None
+    child: Loop | None = None
     _displays: list[dict] | None = field(default=None, repr=False, compare=False)
     _printed: PrintedOutput | None = field(default=None, repr=False, compare=False)
     """What :attr:`output` is kept in (scrubbed across writes, bounded, published in order); made when the

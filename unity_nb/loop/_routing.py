@@ -64,7 +64,7 @@ class Inbox:
                 return {k: v for k, v in item.items() if k != "handle"}
 
 
-class Router(Part):
+class Router(Part["LoopHandle"]):
     """One loop's routing of steering down to its children, and of questions and notes up."""
 
     __slots__ = ("inbox", "questions")

@@ -17,7 +17,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import events as ev
 from .._errors import Stopped, UserError
@@ -26,6 +26,7 @@ from .._secrets import SECRET_REF, get_secret, scrub
 from ._answers import HandOff, Reference, ToolResult
 from ._approval import skipped_result
 from ._context import CallInfo, Part, enter_call, leave_call, resolve_tool_value
+from ._face import Loop
 from ._policy import Step
 from ._records import Message, ToolCallRecord
 from ._tools import Tool, ToolContext, ToolFailed, render_result
@@ -84,7 +85,7 @@ async def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         raise
 
 
-class ToolRunner(Part):
+class ToolRunner(Part["LoopHandle"]):
     """Executes tool calls for one loop."""
 
     __slots__ = ("_sem", "call_requests", "finish", "handoff")
@@ -245,10 +246,8 @@ class ToolRunner(Part):
         self.finish_call(rec, result, error, time.perf_counter() - t0)
 
     async def _call(self, rec: ToolCallRecord, tool: Tool, kwargs: dict[str, Any]) -> str:
-        from ._handle import LoopHandle
-
         value = await tool.fn(**kwargs) if tool.is_async else await _in_thread(tool.fn, kwargs)
-        if inspect.isawaitable(value) and not isinstance(value, LoopHandle):
+        if inspect.isawaitable(value) and not isinstance(value, Loop):
             value = await value
         if isinstance(value, HandOff):
             return self._take_handoff(rec, value.handle)
@@ -258,8 +257,8 @@ class ToolRunner(Part):
             return self._with_references(rec, value)
         return render_result(value)
 
-    def _take_handoff(self, rec: ToolCallRecord, child: LoopHandle) -> str:
-        h = self.owner
+    def _take_handoff(self, rec: ToolCallRecord, loop: Loop) -> str:
+        h, child = self.owner, cast("LoopHandle", loop)  # every Loop is a handle's face
         h.adopt_child(child, rec.id)
         rec.child = child
         self.handoff = child

@@ -19,15 +19,13 @@ import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from .. import events as ev
 from .._errors import HandleStateError
+from ._face import Loop
 from ._records import render_conversation
 from ._tools import Tool, as_tool
-
-if TYPE_CHECKING:
-    from ._handle import LoopHandle
 
 __all__ = (
     "VERBS", "Verb", "child_tools", "inspection_prompt", "on_own_loop", "quiet", "register_verb", "steering_entry",
@@ -52,7 +50,7 @@ class Verb:
     """What the model is told at its next call (``None``: nothing)."""
     reaches_children: bool = False
     """The verb is applied to every live child too."""
-    child_tool: Callable[[LoopHandle], Tool] | None = None
+    child_tool: Callable[[Loop], Tool] | None = None
     """The tool a parent's model uses to apply the verb to one running child (routing)."""
     message: Literal["none", "optional", "required"] = "none"
     """Whether the verb takes a message (the widget's text box, the rest of a ``%unity`` line)."""
@@ -64,13 +62,13 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", name)[:40] or "loop"
 
 
-def _tool(child: LoopHandle, verb: str, fn: Callable[..., object], description: str) -> Tool:
+def _tool(child: Loop, verb: str, fn: Callable[..., object], description: str) -> Tool:
     tool = as_tool(fn, name=f"{verb}_{_safe(child.name)}")
     tool.description = description
     return tool
 
 
-def _interject_tool(child: LoopHandle) -> Tool:
+def _interject_tool(child: Loop) -> Tool:
     async def fn(message: str) -> str:
         await child.interject(message)
         return f"delivered to {child.name}"
@@ -83,7 +81,7 @@ def _interject_tool(child: LoopHandle) -> Tool:
     )
 
 
-def _ask_tool(child: LoopHandle) -> Tool:
+def _ask_tool(child: Loop) -> Tool:
     async def fn(question: str) -> str:
         return str(await (await child.ask(question)).result())
 
@@ -92,7 +90,7 @@ def _ask_tool(child: LoopHandle) -> Tool:
     )
 
 
-def _stop_tool(child: LoopHandle) -> Tool:
+def _stop_tool(child: Loop) -> Tool:
     async def fn(reason: str | None = None) -> str:
         await child.stop(reason)
         return f"{child.name} stopped"
@@ -100,8 +98,8 @@ def _stop_tool(child: LoopHandle) -> Tool:
     return _tool(child, "stop", fn, f"Stop the sub-operation {child.name!r} for good.")
 
 
-def _plain_tool(verb: Literal["pause", "resume"]) -> Callable[[LoopHandle], Tool]:
-    def make(child: LoopHandle) -> Tool:
+def _plain_tool(verb: Literal["pause", "resume"]) -> Callable[[Loop], Tool]:
+    def make(child: Loop) -> Tool:
         async def fn() -> str:
             await getattr(child, verb)()
             return f"{child.name}: {verb}d"
@@ -189,12 +187,12 @@ def steering_entry(action: str, message: str | None, request_id: str | None = No
     return verb.entry(message, request_id) or "", verb.kind
 
 
-def child_tools(child: LoopHandle) -> list[Tool]:
+def child_tools(child: Loop) -> list[Tool]:
     """The tools through which a parent's model steers the running ``child``, one per verb."""
     return [v.child_tool(child) for v in VERBS.values() if v.child_tool is not None]
 
 
-def inspection_prompt(handle: LoopHandle) -> str:
+def inspection_prompt(handle: Loop) -> str:
     """The system prompt of a loop answering a question about ``handle`` (``ask``): a snapshot of its
     transcript, roles rewritten (``inner_user``, ...) so the inspecting model tells it from its own."""
     snapshot = render_conversation(list(handle.transcript), "inner")
@@ -221,7 +219,7 @@ def on_own_loop(method: Callable[..., Any]) -> Callable[..., Any]:
     """A steering verb called from another thread's event loop is handed to the loop's own thread."""
 
     @functools.wraps(method)
-    async def verb(self: LoopHandle, *args: Any, **kwargs: Any) -> Any:
+    async def verb(self: Loop, *args: Any, **kwargs: Any) -> Any:
         try:
             here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:

@@ -15,14 +15,12 @@ import typing
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pydantic
 
 from .._errors import ToolDefinitionError
-
-if TYPE_CHECKING:
-    from ._handle import LoopHandle
+from ._face import Loop
 
 __all__ = ("Tool", "ToolContext", "ToolFailed", "as_tool")
 
@@ -43,7 +41,7 @@ class ToolContext:
     __slots__ = ("call_id", "handle", "record", "request_id", "tool_name")
 
     def __init__(
-        self, handle: LoopHandle, call_id: str, tool_name: str, record: Any = None, request_id: str | None = None
+        self, handle: Loop, call_id: str, tool_name: str, record: Any = None, request_id: str | None = None
     ) -> None:
         self.handle = handle
         self.call_id = call_id

@@ -61,7 +61,7 @@ class _Sink:
         self._text(text)
 
 
-class Turn(Part):
+class Turn(Part["LoopHandle"]):
     """The model side of a loop: what each step offers and how the model is called."""
 
     __slots__ = (

@@ -1,0 +1,111 @@
+"""What a person, a tool, an evaluation or a policy holds of a loop: :class:`Loop`, the handle's face.
+
+:class:`~unity_nb.loop.LoopHandle` implements it. The modules below the handle (tools, records,
+answers, steering, where code runs) name a loop by this type, not by the handle's class, so none of
+them imports the module above it: loop/'s imports run one way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ..models import Usage
+from ._status import Status
+
+__all__ = ("Loop",)
+
+
+class Loop:
+    """A running loop as its users see it: who it is, where it stands, and the steering verbs."""
+
+    __slots__ = ()
+
+    id: str
+    """Unique across kernels and time."""
+    name: str
+    """What the widget and the magics call it."""
+    task: str
+    """What it was asked."""
+    parent: Loop | None
+    """The loop whose tool call started it (``None`` for a root)."""
+    lineage: tuple[str, ...]
+    """Its position in the tree, outermost first."""
+    event_loop: asyncio.AbstractEventLoop
+    """The event loop it runs on (steering from another thread is handed to it)."""
+
+    @property
+    def status(self) -> Status:
+        raise NotImplementedError
+
+    @property
+    def steps(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def tool_calls(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def usage(self) -> Usage:
+        raise NotImplementedError
+
+    @property
+    def transcript(self) -> list[Any]:
+        raise NotImplementedError
+
+    @property
+    def streaming_text(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def all_references(self) -> list[Any]:
+        raise NotImplementedError
+
+    @property
+    def called_tools(self) -> set[str]:
+        raise NotImplementedError
+
+    def done(self) -> bool:
+        raise NotImplementedError
+
+    def live_children(self) -> Sequence[Loop]:
+        raise NotImplementedError
+
+    def walk(self) -> Iterator[Loop]:
+        raise NotImplementedError
+
+    async def result(self) -> Any:
+        raise NotImplementedError
+
+    async def pause(self) -> None:
+        raise NotImplementedError
+
+    async def resume(self) -> None:
+        raise NotImplementedError
+
+    async def interject(self, message: str, *, request_id: str | None = None) -> None:
+        raise NotImplementedError
+
+    async def stop(self, reason: str | None = None) -> None:
+        raise NotImplementedError
+
+    async def ask(self, question: str, **options: Any) -> Loop:
+        raise NotImplementedError
+
+    def notify(self, call_id: str | None, text: str, request_id: str | None = None) -> None:
+        """A progress note from tool call ``call_id`` (bubbles up to every ancestor)."""
+        raise NotImplementedError
+
+    async def clarify(self, call_id: str, question: str, request_id: str | None = None) -> str:
+        """Ask the person ``question`` for tool call ``call_id`` and wait for the answer."""
+        raise NotImplementedError
+
+    def finish_with(self, value: Any, text: str | None = None) -> None:
+        """From inside a tool of this loop: end the loop with ``value`` as its result."""
+        raise NotImplementedError
+
+    def adopt_child(self, child: Any, call_id: str | None) -> None:
+        """Make ``child`` a child of this loop (started by tool call ``call_id``): steering reaches it."""
+        raise NotImplementedError
