@@ -28,7 +28,7 @@ from .. import events as ev
 from .._collector import loop_ended, loop_started
 from .._errors import HandleStateError, Stopped, UnityError, UserError
 from .._secrets import scrub, scrub_error
-from ..models import Model, Usage
+from ..models import Model, Usage, cost_of
 from ._answers import Evaluation, Reference
 from ._approval import Approvals
 from ._context import current_call, forward_call
@@ -45,7 +45,6 @@ from ._status import PauseGate, Signal, Status
 from ._steering import VERBS, inspection_prompt, on_own_loop, quiet
 from ._tools import Tool, render_result
 from ._turn import Turn, own_tools
-from ._wake import awake
 
 __all__ = ("LoopHandle",)
 
@@ -76,10 +75,6 @@ class LoopHandle(Loop, Approvals, Requests):
         """.split()
     )
     """A live loop keeps dozens of attributes: in slots, not a dict per handle."""
-
-    cancelled_waits: int = 0
-    """How many waits for the answer (``await h``) were cancelled while the operation went on (a cell
-    interrupted): it is not stopped by that (see ``_wake``)."""
 
     engine_type: type[Engine] = Engine
     """What drives the loop's task (a batch drives rows instead of model turns)."""
@@ -330,8 +325,7 @@ class LoopHandle(Loop, Approvals, Requests):
         """
         own = self.event_loop
         if self._ended.is_set() or asyncio.get_running_loop() is own:
-            with awake(own, self):  # an interrupt of the awaiting cell is seen at once (ipykernel#881)
-                await self._ended.wait()
+            await self._ended.wait()
         elif own.is_closed() or not own.is_running():  # awaited from another event loop: its end cannot come
             state = "closed" if own.is_closed() else "not running"
             raise HandleStateError(f"cannot wait for {self.name!r}: the event loop it runs on is {state}", state=state)
@@ -358,6 +352,25 @@ class LoopHandle(Loop, Approvals, Requests):
         yield self
         for c in self.children:
             yield from c.walk()
+
+    @property
+    def cost(self) -> float | None:
+        """Dollars of this loop's own tokens at its model's price (``u.set_price``); ``None`` when unknown."""
+        return cost_of(self.usage, self.model)
+
+    @property
+    def tree_usage(self) -> Usage:
+        """Tokens of this loop and every loop under it (``usage`` is this loop's own)."""
+        total = Usage(self.usage.input_tokens, self.usage.output_tokens, self.usage.estimated)
+        for c in self.children:
+            total += c.tree_usage
+        return total
+
+    @property
+    def tree_cost(self) -> float | None:
+        """Dollars of this loop and every loop under it; ``None`` when any of them has an unknown price."""
+        parts = [self.cost, *(c.tree_cost for c in self.children)]
+        return None if None in parts else sum(p for p in parts if p is not None)
 
     def ancestry(self) -> Iterator[LoopHandle]:
         """This handle, its parent, and so on up to the root."""
