@@ -10,7 +10,9 @@ widget's Run / Skip and ``%unity approve`` / ``%unity skip`` call these methods.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from .. import events as ev
 from .._errors import UserError
@@ -19,13 +21,28 @@ from ._records import Message
 from ._steering import on_own_loop
 
 if TYPE_CHECKING:
-    from ._handle import LoopHandle
+    from ._conversation import Conversation
     from ._tools import Tool
 
 __all__ = ("Approvals",)
 
 PLAN = "execute_code"
 """The actor's tool: what waits is a plan (its code is shown), not a JSON call."""
+
+
+class _Loop(Protocol):
+    """What the approval side reads of the loop it is part of (a :class:`LoopHandle`)."""
+
+    _approvals: dict[str, dict] | None
+    name: str
+    id: str
+    event_loop: asyncio.AbstractEventLoop
+    conversation: Conversation
+
+    def emit(self, kind: type[ev.Event], **fields: Any) -> None: ...
+    def awaiting_person(self) -> AbstractContextManager[None]: ...
+    def require_live(self, verb: str) -> None: ...
+    def walk(self) -> Iterator[_Loop]: ...
 
 
 class Approvals:
@@ -42,7 +59,7 @@ class Approvals:
     def pending_approvals(self) -> list[dict]:
         """Calls waiting for the person, here and in every descendant: ``{call_id, code, intent, loop,
         loop_id}`` for a plan (its code), and ``tool`` besides for a tool's call (``code``: its JSON arguments)."""
-        me: LoopHandle = self  # type: ignore[assignment]
+        me = cast(_Loop, self)
         return [
             {"call_id": cid, "code": a["code"], "intent": a["intent"], "loop": h.name, "loop_id": h.id}
             | ({"tool": a["tool"]} if a["tool"] != PLAN else {})
@@ -55,7 +72,7 @@ class Approvals:
         self, call_id: str, *, tool: str, code: str, intent: str | None = None
     ) -> tuple[bool, str | None]:
         """Wait until the person approves or skips call ``call_id``: ``(run, reason)``."""
-        me: LoopHandle = self  # type: ignore[assignment]
+        me = cast(_Loop, self)
         code = scrub(code)
         intent = scrub(intent) if intent is not None else f"call {tool}"
         fut: asyncio.Future = me.event_loop.create_future()
@@ -78,7 +95,7 @@ class Approvals:
         return run, reason
 
     def _decide(self, call_id: str | None, run: bool, reason: str | None) -> None:
-        me: LoopHandle = self  # type: ignore[assignment]
+        me = cast(_Loop, self)
         me.require_live("approve" if run else "skip")
         pending = [(h, cid) for h in me.walk() if h._approvals for cid in h._approvals]
         if call_id is None:
