@@ -17,9 +17,14 @@ from .._secrets import scrub
 from ..models import Reply
 from ._policies import message_chars
 from ._records import Message, ToolCallRecord
-from ._requests import MULTI_NOTE
 
 __all__ = ("Conversation",)
+
+MULTI_NOTE = (
+    "You serve several requests in this one conversation. Each arrives as '[request <id>] <text>', and "
+    "messages about one say which. Complete each request with the tool final_answer(request_id, answer) "
+    "as soon as it is done, in any order; other tools may take a request_id saying which request they serve."
+)
 
 
 class Conversation:

@@ -10,10 +10,11 @@ loop ends when every request is done, or with ``persist=True`` waits for more un
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from .. import events as ev
 from .._errors import HandleStateError, Stopped, UserError
+from ._face import Loop
 from ._records import Message
 from ._routing import Inbox
 from ._state import LoopState
@@ -22,21 +23,47 @@ from ._steering import steering_entry
 from ._tools import Tool, ToolFailed, as_tool
 
 if TYPE_CHECKING:
-    from ._handle import LoopHandle
+    from ._conversation import Conversation
+    from ._options import LoopOptions
+    from ._turn import Turn
 
 __all__ = ("RequestHandle", "Requests", "final_answer_tool", "stop_request", "submit_request")
 
-MULTI_NOTE = (
-    "You serve several requests in this one conversation. Each arrives as '[request <id>] <text>', and "
-    "messages about one say which. Complete each request with the tool final_answer(request_id, answer) "
-    "as soon as it is done, in any order; other tools may take a request_id saying which request they serve."
-)
+
+class _Engine(Protocol):
+    async def finalize(self, answer: str, owner: Any) -> tuple[bool, str]: ...
+
+
+class _Loop(Protocol):
+    """What the request side reads of the loop it is part of (a :class:`LoopHandle`)."""
+
+    name: str
+    config: LoopOptions
+    conversation: Conversation
+    turn: Turn
+    requests: list[RequestHandle]
+
+    @property
+    def multi(self) -> bool: ...
+    @property
+    def engine(self) -> _Engine: ...
+    def emit(self, kind: type[ev.Event], **fields: Any) -> None: ...
+    def require_live(self, verb: str) -> None: ...
+    def open_requests(self) -> list[RequestHandle]: ...
+    def find_request(self, request_id: str | None) -> RequestHandle | None: ...
+    def steer(self, verb: str, message: str | None = None, request_id: str | None = None) -> None: ...
+    def _nudge(self) -> None: ...
+    async def stop(self, reason: str | None = None) -> None: ...
+    async def interject(self, message: str, *, request_id: str | None = None) -> None: ...
+    async def ask(self, question: str, **options: Any) -> Loop: ...
+    async def answer_clarification(self, call_id: str, answer: str) -> None: ...
+    async def stop_request(self, req: RequestHandle, reason: str) -> None: ...
 
 
 class RequestHandle:
     """One request of a multi-request loop. ``await r`` gives its answer."""
 
-    def __init__(self, loop: LoopHandle, request_id: str, text: str) -> None:
+    def __init__(self, loop: _Loop, request_id: str, text: str) -> None:
         self.loop = loop
         self.request_id = request_id
         self.text = text
@@ -90,7 +117,7 @@ class RequestHandle:
             return
         await self.loop.stop_request(self, reason or "stopped by the user")
 
-    async def ask(self, question: str, **options: Any) -> LoopHandle:
+    async def ask(self, question: str, **options: Any) -> Loop:
         return await self.loop.ask(f"(about request {self.request_id}: {self.text[:200]!r}) {question}", **options)
 
     async def next_clarification(self) -> dict:
@@ -128,7 +155,7 @@ def check_text(text: Any) -> str:
     return text
 
 
-def final_answer_tool(loop: LoopHandle) -> Tool:
+def final_answer_tool(loop: _Loop) -> Tool:
     """The tool through which a multi-request loop's model completes one request."""
 
     async def final_answer(request_id: str, answer: str) -> str:
@@ -149,7 +176,7 @@ def final_answer_tool(loop: LoopHandle) -> Tool:
     return as_tool(final_answer)
 
 
-def submit_request(loop: LoopHandle, text: str) -> RequestHandle:
+def submit_request(loop: _Loop, text: str) -> RequestHandle:
     """A new request of ``loop`` (``h.submit(text)``): recorded, noted for the model, budgeted afresh."""
     if not loop.multi:
         raise UserError(f"{loop.name!r} serves one request; start it with multi=True to submit more")
@@ -165,7 +192,7 @@ def submit_request(loop: LoopHandle, text: str) -> RequestHandle:
     return req
 
 
-async def stop_request(loop: LoopHandle, req: RequestHandle, reason: str) -> None:
+async def stop_request(loop: _Loop, req: RequestHandle, reason: str) -> None:
     """Stop one request; the model is told, and the last open request of a loop that does not persist stops it."""
     loop.require_live("stop a request of")
     req._end(Status.STOPPED, Stopped(reason))
@@ -221,8 +248,5 @@ class Requests:
     async def stop_request(self, req: RequestHandle, reason: str) -> None:
         await stop_request(self._loop(), req, reason)
 
-    def _loop(self) -> LoopHandle:
-        from ._handle import LoopHandle
-
-        assert isinstance(self, LoopHandle)
-        return self
+    def _loop(self) -> _Loop:
+        return cast(_Loop, self)  # a mixin of LoopHandle
