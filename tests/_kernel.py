@@ -8,7 +8,15 @@ import os
 import signal
 from typing import Any, cast
 
+import ipykernel
+import pytest
 from jupyter_client.manager import start_new_kernel
+
+SUBSHELLS = int(ipykernel.__version__.split(".")[0]) >= 7
+"""The kernels these tests start (this Python's ipykernel) take clicks while a cell runs (kernel subshells)."""
+needs_subshells = pytest.mark.skipif(
+    not SUBSHELLS, reason="a click during a busy cell needs kernel subshells (ipykernel 7+): tests/test_clicks_idle.py"
+)
 
 
 class Kernel:

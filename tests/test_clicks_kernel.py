@@ -25,9 +25,11 @@ import textwrap
 import time
 
 import pytest
-from _kernel import running
+from _kernel import needs_subshells, running
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
+
+pytestmark = needs_subshells  # older kernels: clicks act when the kernel is idle (tests/test_clicks_idle.py)
 
 SETUP = textwrap.dedent(
     """

@@ -4,7 +4,7 @@ widget's buttons, sent as the comm messages a browser sends, steer it."""
 import textwrap
 
 import pytest
-from _kernel import running
+from _kernel import needs_subshells, running
 
 SETUP = textwrap.dedent(
     """
@@ -103,6 +103,7 @@ def test_the_display_has_a_plain_repr_and_a_snapshot(kernel):
     assert "application/vnd.jupyter.widget-view+json" in first and "text/html" in first
 
 
+@needs_subshells
 def test_a_cell_awaiting_the_handle_can_be_stopped_by_a_click(kernel):
     k = kernel
     k.run("h4 = %unity act --name job4 count forever")

@@ -11,6 +11,11 @@ thread: its waiter was queued without waking the main loop, which, idle while pa
 until something unrelated woke it (a cell run, seconds or minutes later). ``stop()``'s
 ``task.cancel()`` was lost the same way.
 
+Without subshells (ipykernel before 7; VS Code and Colab, whose front ends do not use them), a click
+waits in the kernel's shell queue until the running cell ends: buttons act when the kernel is idle.
+:func:`watch_cells` tells each widget so (``subshells`` false) and whether a cell runs now
+(``cell_running``), so the widget can say a click will act when the cell ends.
+
 Here every click, whichever thread receives it, joins one inbox and is handed to the handle's
 loop (``call_soon_threadsafe`` from another thread), into one FIFO per widget. One worker task
 on that loop performs the clicks one at a time, in the order they arrived. Each click only
@@ -27,11 +32,12 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-__all__ = ("Clicks",)
+__all__ = ("Clicks", "kernel_has_subshells", "watch_cells")
 
 log = logging.getLogger("unity_nb.widget")
 
@@ -141,3 +147,67 @@ class Clicks:
         """Wait until every click received on the loop so far has been performed."""
         while self._worker is not None:
             await asyncio.wait({self._worker})
+
+
+def _kernel() -> Any:
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython is a dependency
+        return None, None
+    shell = get_ipython()
+    return shell, getattr(shell, "kernel", None)
+
+
+def kernel_has_subshells() -> bool:
+    """Whether this kernel can take a widget's click while a cell runs (kernel subshells, ipykernel 7 and later).
+
+    Outside a kernel (a plain script, an ``InteractiveShell``) nothing holds clicks back: True."""
+    _, kernel = _kernel()
+    if kernel is None:
+        return True
+    return bool(getattr(kernel, "_supports_kernel_subshells", False))
+
+
+class _Cells:
+    """Whether a cell runs now, told to every watched widget (IPython's pre/post_run_cell events)."""
+
+    def __init__(self) -> None:
+        self.running = False
+        self.widgets: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def _set(self, running: bool) -> None:
+        self.running = running
+        for widget in list(self.widgets):
+            try:
+                widget.cell_running = running
+            except Exception:  # a closed widget must not break a cell
+                log.debug("could not update a widget's cell_running", exc_info=True)
+
+    def pre(self, *args: Any) -> None:
+        self._set(True)
+
+    def post(self, *args: Any) -> None:
+        self._set(False)
+
+
+_CELLS: weakref.WeakKeyDictionary[Any, _Cells] = weakref.WeakKeyDictionary()
+
+
+def watch_cells(widget: Any) -> None:
+    """Set ``widget.subshells``; where the kernel has none, keep ``widget.cell_running`` true while a cell runs.
+
+    The shell's events are registered once per shell, when the first widget is watched."""
+    widget.subshells = kernel_has_subshells()
+    if widget.subshells:
+        return
+    shell, _ = _kernel()
+    if shell is None:
+        return
+    cells = _CELLS.get(shell)
+    if cells is None:
+        cells = _CELLS[shell] = _Cells()
+        cells.running = True  # a widget is made by a cell (the one that started its operation)
+        shell.events.register("pre_run_cell", cells.pre)
+        shell.events.register("post_run_cell", cells.post)
+    cells.widgets.add(widget)
+    widget.cell_running = cells.running

@@ -32,7 +32,7 @@ import anywidget
 import traitlets
 
 from ..loop import VERBS, LoopHandle, Message
-from ._clicks import Clicks
+from ._clicks import Clicks, watch_cells
 
 __all__ = ("Command", "COMMANDS", "HandleWidget", "render_html")
 
@@ -315,6 +315,10 @@ class HandleWidget(anywidget.AnyWidget):
     entries = traitlets.Dict().tag(sync=True)
     asks: traitlets.List[dict] = traitlets.List().tag(sync=True)
     notice = traitlets.Unicode("").tag(sync=True)
+    subshells = traitlets.Bool(True).tag(sync=True)
+    """Whether the kernel takes clicks while a cell runs (kernel subshells); else they act when it is idle."""
+    cell_running = traitlets.Bool(False).tag(sync=True)
+    """A cell runs now (kept only where ``subshells`` is false): a click then waits until it ends."""
 
     def __init__(self, handle: LoopHandle, *, max_hz: float = 10.0, **kwargs: Any) -> None:
         anywidget_id, css = style()
@@ -340,6 +344,7 @@ class HandleWidget(anywidget.AnyWidget):
         self.errors: list[str] = []
         """What went wrong with clicks, oldest first (the ``notice`` shows the latest)."""
         self.on_msg(self._on_custom)
+        watch_cells(self)
         self._unlisten = handle.add_listener(self._on_event)
         self.flush()
 
