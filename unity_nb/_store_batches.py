@@ -13,8 +13,8 @@ if TYPE_CHECKING:
 
 __all__ = ("BATCH", "batch_rows")
 
-BATCH = "substr(task, 1, 6) = '[map] '"
-"""SQL: the loop is a batch (its task is its label, ``[map] ...``)."""
+BATCH = "substr(task, 1, 4) = '[map'"
+"""SQL: the loop is a batch (its task is its label: ``[map] ...``, or an operator's ``[map:filter] ...``)."""
 
 
 def batch_rows(store: Store, loop: dict) -> str:

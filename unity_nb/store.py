@@ -480,7 +480,7 @@ class Store:
     def loops(self, *, limit: int | None = None, name: str | None = None, batch_rows: bool = True) -> list[dict]:
         """Past and present loops, newest last: ``uid, name, task, status, started, ended, steps, ...``.
         A loop whose kernel died before it ended has status ``interrupted``. ``batch_rows=False`` leaves out
-        the loops of a batch's rows (a batch is the loop whose task starts ``[map] ``)."""
+        the loops of a batch's rows (a batch is the loop whose task starts ``[map``: a map, an operator's map)."""
         self.flush()
         where = ["name = ?"] if name else []
         if not batch_rows:
@@ -589,7 +589,7 @@ class Store:
             [{
                 "name": r["name"], "task": (r["task"] or "")[:80], "status": r["status"],
                 "started": pd.to_datetime(r["started"], unit="s").floor("s"), "steps": r["steps"],
-                "rows": batch_rows(self, r) if (r["task"] or "").startswith("[map] ") else "", "uid": r["uid"],
+                "rows": batch_rows(self, r) if (r["task"] or "").startswith("[map") else "", "uid": r["uid"],
             } for r in rows],
             columns=["name", "task", "status", "started", "steps", "rows", "uid"],
         )

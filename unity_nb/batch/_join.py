@@ -158,7 +158,7 @@ class JoinHandle(MapHandle):
             ltext, rtext = _text(lf, []), _text(rf, [])
             frame = pd.DataFrame({names[0]: [ltext[i] for i, _ in pairs], names[1]: [rtext[j] for _, j in pairs]},
                                  index=index)
-        options.setdefault("label", f"[join] {task}")
+        options.setdefault("label", f"[map:join] {task}")
         options.setdefault("max_steps", 3)
         super().__init__(frame, task + _DECIDE, output=Match, **options)
         self.template = task

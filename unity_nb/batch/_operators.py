@@ -18,7 +18,7 @@ from .. import events as ev
 from .._errors import Stopped, UserError
 from ..loop import Engine, LoopHandle
 from ..models import Usage, default_model
-from ._map import MapHandle
+from ._map import MapHandle, finished_rows
 from ._rows import Template
 
 __all__ = ("ExtractHandle", "FilterHandle", "PhasedHandle", "extract", "filter_rows", "Verdict")
@@ -64,7 +64,7 @@ class FilterHandle(MapHandle):
         if "output" in options or "columns" in options:
             raise UserError("filter answers with its own fields (keep, reason): it takes no output= or columns=")
         self.items = as_pandas(items, "filter")
-        options.setdefault("label", f"[filter] {condition}")
+        options.setdefault("label", f"[map:filter] {condition}")
         options.setdefault("max_steps", 3)
         super().__init__(self.items, condition + _DECIDE, output=Verdict, **options)
         self.template = condition
@@ -130,7 +130,7 @@ def extract(items: Any, task: str, *, columns: Any, **options: Any) -> ExtractHa
         columns = [c.strip() for c in columns.split(",") if c.strip()]
     if not isinstance(task, str) or not task.strip():
         raise UserError("extract needs a task: a template saying what to read, e.g. 'From {abstract}'")
-    options.setdefault("label", f"[extract] {task}")
+    options.setdefault("label", f"[map:extract] {task}")
     return ExtractHandle(as_pandas(items, "extract"), task + _EXTRACT, columns=columns, **options)
 
 
@@ -161,12 +161,17 @@ class PhasedHandle(LoopHandle):
     engine_type = PhasedEngine
     kind = "operator"
 
-    def __init__(self, label: str, *, model: Any = None, name: str | None = None, bus: ev.EventBus | None = None,
-                 **map_options: Any) -> None:
+    def __init__(self, title: str, *, model: Any = None, name: str | None = None, bus: ev.EventBus | None = None,
+                 resume_from: Any = None, **map_options: Any) -> None:
         model = model if model is not None else default_model(self.kind)
-        for bad in ("output", "columns", "done", "label", "parent"):
+        for bad in ("output", "columns", "done", "parent"):
             if bad in map_options:
-                raise UserError(f"{self.kind} takes no {bad}=: it sets its own")
+                hint = " (resume_from=store keeps the rows its earlier run finished)" if bad == "done" else ""
+                raise UserError(f"{self.kind} takes no {bad}=: it sets its own{hint}")
+        label = map_options.pop("label", None) or title  # the magics label it with its line, to resume
+        self.resume_from = resume_from
+        """A store: each phase keeps the rows the newest earlier run of its map (``NAME.phase``) finished, where
+        they are asked the same."""
         self.map_options = map_options
         self.phases: list[MapHandle] = []
         self.phase_name = "starting"
@@ -186,8 +191,15 @@ class PhasedHandle(LoopHandle):
         result's missing values; a map whose every row failed raises)."""
         await self.gate.wait()
         self.phase_name = phase
-        m = MapHandle(items, task, model=self.model, parent=self, name=f"{self.name}.{phase}",
-                      label=f"[{self.kind} {phase}] {self.task}", **{**self.map_options, **options})
+        name = f"{self.name}.{phase}"
+        done = None
+        if self.resume_from is not None:
+            try:
+                done = finished_rows(self.resume_from, name)
+            except UserError:  # the earlier run never reached this phase
+                done = None
+        m = MapHandle(items, task, model=self.model, parent=self, name=name, done=done or None,
+                      label=f"[map:{self.kind} {phase}] {self.task}", **{**self.map_options, **options})
         self.phases.append(m)
         for note in self._notes:
             await m.interject(note)
@@ -203,6 +215,11 @@ class PhasedHandle(LoopHandle):
     def calls(self) -> int:
         """Model calls over every phase so far (an answer that did not validate is sent back once: two calls)."""
         return sum(m.steps for m in self.phases)
+
+    @property
+    def kept(self) -> int:
+        """Rows kept from an earlier run (``resume_from=``), over every phase so far."""
+        return sum(m.kept for m in self.phases)
 
     @property
     def questions(self) -> int:

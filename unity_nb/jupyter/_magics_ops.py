@@ -12,7 +12,10 @@ if TYPE_CHECKING:
     from ..loop import LoopHandle
     from ._magics import UnityMagics
 
-__all__ = ("start_operator",)
+__all__ = ("LABELS", "resume_operator", "start_operator")
+
+LABELS = ("[map:filter] ", "[map:extract] ", "[map:join] ", "[topk] ", "[agg] ")
+"""How an operator started by ``%unity`` labels its loop (its line after it): what ``%unity resume`` runs again."""
 
 
 def _items(magics: UnityMagics, expr: str, sub: str) -> Any:
@@ -23,9 +26,10 @@ def _items(magics: UnityMagics, expr: str, sub: str) -> Any:
         raise UsageError(f"{problem}\n\n{HELP[sub]}") from None
 
 
-def start_operator(magics: UnityMagics, cmd: Command, *, done: dict | None = None, name: str | None = None,
-                   notice: str = "") -> LoopHandle:
-    """Start the operator ``cmd`` names on the notebook's items, under the magics' model, and show its widget."""
+def start_operator(magics: UnityMagics, cmd: Command, *, done: dict | None = None, resume_from: Any = None,
+                   name: str | None = None, notice: str = "") -> LoopHandle:
+    """Start the operator ``cmd`` names on the notebook's items, under the magics' model, and show its widget.
+    ``done`` (one-map operators) or ``resume_from`` (a store: top-k, agg) keeps what an earlier run finished."""
     import unity_nb as u
 
     from .._registry import registered_tools
@@ -38,8 +42,11 @@ def start_operator(magics: UnityMagics, cmd: Command, *, done: dict | None = Non
         if o.get(key) is not None:
             options[key] = o[key]
     if sub in ("filter", "extract", "join"):  # one map: its line is what a resume re-runs
-        options["label"] = f"[{sub}] {cmd.line}"
+        options["label"] = f"[map:{sub}] {cmd.line}"
         options["done"] = done
+    else:  # several maps, each keeping the rows its earlier run finished
+        options["label"] = f"[{sub}] {cmd.line}"
+        options["resume_from"] = resume_from
     text = cmd.text
 
     def launch(key: str) -> LoopHandle:
@@ -62,3 +69,38 @@ def start_operator(magics: UnityMagics, cmd: Command, *, done: dict | None = Non
                      max_depth=o.get("max_depth", 3), model=model, name=key, **options)
 
     return magics.start(name or o.get("name"), launch, sub=sub, notice=notice)
+
+
+def resume_operator(magics: UnityMagics, row: dict) -> LoopHandle:
+    """An operator a dead kernel left interrupted runs again from its ``%unity`` line under its name: the rows its
+    maps finished are kept where they are asked the same (same position, label, task and model)."""
+    from ..batch import finished_rows
+    from ._args import parse
+    from ._magics_tasks import _missing_names as missing_names
+
+    label, _, line = row["task"].partition("] ")
+    sub = label.removeprefix("[").removeprefix("map:")
+    first, _, cell = line.partition("\n")
+    cmd = parse(f"{sub} {first}", cell or None)
+    name = row["name"]
+    exprs = " ".join(e for e in (cmd.name, cmd.options.get("right")) if e)
+    missing = missing_names(exprs, magics.user_ns)
+    if missing:
+        raise UsageError(
+            f"{name!r} ran over `{exprs}`, and this kernel has no {', '.join(f'`{n}`' for n in missing)}: re-create "
+            f"{'it' if len(missing) == 1 else 'them'} as it was (run the cells that made it), then %unity resume "
+            f"{name} again.\n\n{HELP['resume']}"
+        )
+    store = magics.store
+    notice = (f"resumed from the store: {name!r} ({sub}) runs again; rows its kernel finished are kept where asked "
+              "the same.")
+    if sub in ("filter", "extract", "join"):
+        handle = start_operator(magics, cmd, done=finished_rows(store, row["uid"]), name=name, notice=notice)
+        notice += f" Kept {handle.kept} row(s)."  # type: ignore[attr-defined]
+    else:
+        handle = start_operator(magics, cmd, resume_from=store, name=name, notice=notice)
+    widget = magics.widgets.get(name)
+    if widget is not None:
+        widget.notice = notice
+    print(notice)
+    return handle

@@ -212,6 +212,10 @@ def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
         )
     if (row["task"] or "").startswith("[map] "):
         return resume_map(magics, row)
+    from ._magics_ops import LABELS, resume_operator
+
+    if (row["task"] or "").startswith(LABELS):  # %unity filter|extract|topk|join|agg
+        return resume_operator(magics, row)
     history = wire_history(store.transcript(row["uid"]))
     missing = sum(1 for m in history if m["role"] == "tool" and "no result was recorded" in str(m["content"]))
     model = magics.current_model()
