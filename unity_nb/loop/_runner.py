@@ -17,7 +17,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from .. import events as ev
 from .._errors import Stopped, UserError
@@ -32,7 +32,12 @@ from ._records import Message, ToolCallRecord
 from ._tools import Tool, ToolContext, ToolFailed, render_result
 
 if TYPE_CHECKING:
-    from ._handle import LoopHandle
+    from ._conversation import Conversation
+    from ._options import LoopOptions
+    from ._routing import Router
+    from ._state import LoopState
+    from ._status import PauseGate, Signal
+    from ._turn import Turn
 
 __all__ = ("ToolRunner",)
 
@@ -85,18 +90,51 @@ async def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         raise
 
 
-class ToolRunner(Part["LoopHandle"]):
+class _Loop(Protocol):
+    """What the tool runner reads of the loop it is part of (a :class:`LoopHandle`)."""
+
+    @property
+    def config(self) -> LoopOptions: ...
+    @property
+    def state(self) -> LoopState: ...
+    @property
+    def conversation(self) -> Conversation: ...
+    @property
+    def turn(self) -> Turn: ...
+    @property
+    def router(self) -> Router: ...
+    @property
+    def gate(self) -> PauseGate: ...
+    @property
+    def wake(self) -> Signal: ...
+    @property
+    def event_loop(self) -> asyncio.AbstractEventLoop: ...
+    @property
+    def stop_reason(self) -> str | None: ...
+    def emit(self, kind: type[ev.Event], **fields: Any) -> None: ...
+    def available_tools(self) -> list[Tool]: ...
+    def live_children(self) -> Sequence[Loop]: ...
+    def adopt_child(self, child: Any, call_id: str | None) -> None: ...
+    def open_requests(self) -> Sequence[Any]: ...
+    def request(self, request_id: str) -> Any: ...
+    def needs_approval(self, tool: Tool) -> bool: ...
+    async def wait_for_approval(
+        self, call_id: str, *, tool: str, code: str, intent: str | None = None
+    ) -> tuple[bool, str | None]: ...
+
+
+class ToolRunner(Part[_Loop]):
     """Executes tool calls for one loop."""
 
     __slots__ = ("_sem", "call_requests", "finish", "handoff")
 
-    def __init__(self, owner: LoopHandle) -> None:
+    def __init__(self, owner: _Loop) -> None:
         super().__init__(owner)
         self._sem = asyncio.Semaphore(owner.config.max_parallel_tools)
-        self.handoff: LoopHandle | None = None
+        self.handoff: Loop | None = None
         """The child a tool handed control to (the loop ends with it as result)."""
         self.finish: tuple[Any, str] | None = None
-        """``(value, text)`` a tool ended the loop with (:meth:`LoopHandle.finish_with`)."""
+        """``(value, text)`` a tool ended the loop with (``LoopHandle.finish_with``)."""
         self.call_requests: dict[str, str] = {}
         """Which request each call served (multi-request loops)."""
 
@@ -209,7 +247,7 @@ class ToolRunner(Part["LoopHandle"]):
         if request_id is not None:
             self.call_requests[rec.id] = request_id
         if tool.ctx_param:
-            kwargs[tool.ctx_param] = ToolContext(h, rec.id, rec.name, rec, request_id)
+            kwargs[tool.ctx_param] = ToolContext(cast(Loop, h), rec.id, rec.name, rec, request_id)
         if h.needs_approval(tool):  # the wait is the person's, not the tool's: outside its timeout
             run, reason = await h.wait_for_approval(rec.id, tool=rec.name, code=rec.arguments or "{}")
             if not run:
@@ -217,7 +255,7 @@ class ToolRunner(Part["LoopHandle"]):
                 return
             t0 = time.perf_counter()
         timeout = getattr(tool, "timeout", None) or h.config.tool_timeout
-        token = enter_call(CallInfo(h, rec.id, share))
+        token = enter_call(CallInfo(cast(Loop, h), rec.id, share))
         def write(text: str, _stream: str = "stdout") -> None:
             self.printed(rec, text)
 
@@ -258,7 +296,7 @@ class ToolRunner(Part["LoopHandle"]):
         return render_result(value)
 
     def _take_handoff(self, rec: ToolCallRecord, loop: Loop) -> str:
-        h, child = self.owner, cast("LoopHandle", loop)  # every Loop is a handle's face
+        h, child = self.owner, loop
         h.adopt_child(child, rec.id)
         rec.child = child
         self.handoff = child

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import events as ev
 from .._errors import UserError
@@ -19,8 +19,11 @@ from ._text import TextBuffer
 from ._tools import Tool, as_tool
 
 if TYPE_CHECKING:
-    from ._handle import LoopHandle
+    from ..models import Model
+    from ._conversation import Conversation
+    from ._face import Loop
     from ._options import LoopOptions
+    from ._state import LoopState
 
 __all__ = ("Turn", "own_tools")
 
@@ -61,7 +64,31 @@ class _Sink:
         self._text(text)
 
 
-class Turn(Part["LoopHandle"]):
+class _Loop(Protocol):
+    """What the turn reads of the loop it is part of (a :class:`LoopHandle`)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def parent(self) -> Loop | None: ...
+    @property
+    def config(self) -> LoopOptions: ...
+    @property
+    def state(self) -> LoopState: ...
+    @property
+    def conversation(self) -> Conversation: ...
+    @property
+    def model(self) -> Model: ...
+    @property
+    def event_loop(self) -> asyncio.AbstractEventLoop: ...
+    def emit(self, kind: type[ev.Event], **fields: Any) -> None: ...
+    def open_requests(self) -> Sequence[Any]: ...
+    def available_tools(self) -> list[Tool]: ...
+    def tool_named(self, name: str) -> Tool | None: ...
+    def notify(self, call_id: str | None, text: str, request_id: str | None = None) -> None: ...
+
+
+class Turn(Part[_Loop]):
     """The model side of a loop: what each step offers and how the model is called."""
 
     __slots__ = (
@@ -70,7 +97,7 @@ class Turn(Part["LoopHandle"]):
         "text", "thinking", "tools",
     )
 
-    def __init__(self, owner: LoopHandle, tools: dict[str, Tool]) -> None:
+    def __init__(self, owner: _Loop, tools: dict[str, Tool]) -> None:
         super().__init__(owner)
         self.tools = tools
         """The loop's own tools by name (a multi-request loop's ``final_answer`` among them)."""
@@ -152,7 +179,7 @@ class Turn(Part["LoopHandle"]):
         share a cache), or Anthropic-style ``cache_control`` breakpoints on the system prompt and
         the newest message (for OpenAI-compatible gateways that pass them on)."""
         if self.owner.config.prompt_cache in (True, "openai"):
-            root = self.owner
+            root: Loop | _Loop = self.owner
             while root.parent is not None:
                 root = root.parent
             return ModelRequest(
