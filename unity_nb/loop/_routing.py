@@ -9,9 +9,9 @@ multi-request ancestor was serving with the call that led there.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import events as ev
 from .._errors import UserError
@@ -21,7 +21,11 @@ from ._records import Message, ToolCallRecord
 from ._steering import child_tools
 
 if TYPE_CHECKING:
-    from ._handle import LoopHandle
+    from ..models import Reply
+    from ._conversation import Conversation
+    from ._face import Loop
+    from ._status import PauseGate
+    from ._tools import Tool
 
 __all__ = ("Inbox", "Router")
 
@@ -30,6 +34,53 @@ _ROUTING_NOTE = {
     "content": "Tool calls above are still running as sub-operations. Route the user's new message to "
     "them with the steering tools if it concerns them; otherwise reply briefly. Their results will follow.",
 }
+
+
+class _Turn(Protocol):
+    async def call(
+        self, messages: list[dict], tools: list[Tool], choice: str | dict, last_user: str | None
+    ) -> Reply | None: ...
+
+
+class _Runner(Protocol):
+    @property
+    def call_requests(self) -> dict[str, str]: ...
+    async def execute(self, rec: ToolCallRecord, tool: Tool | None) -> None: ...
+
+
+class _Request(Protocol):
+    @property
+    def inbox(self) -> Inbox: ...
+
+
+class _Loop(Protocol):
+    """What the router reads of a loop (a :class:`LoopHandle`): its own, its ancestors' and descendants'."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def parent(self) -> _Loop | None: ...
+    @property
+    def parent_call(self) -> str | None: ...
+    @property
+    def multi(self) -> bool: ...
+    @property
+    def conversation(self) -> Conversation: ...
+    @property
+    def gate(self) -> PauseGate: ...
+    @property
+    def event_loop(self) -> asyncio.AbstractEventLoop: ...
+    @property
+    def router(self) -> Router: ...
+    @property
+    def turn(self) -> _Turn: ...
+    @property
+    def runner(self) -> _Runner: ...
+    def emit(self, kind: type[ev.Event], **fields: Any) -> None: ...
+    def live_children(self) -> Sequence[Loop]: ...
+    def find_request(self, request_id: str | None) -> _Request | None: ...
+    def ancestry(self) -> Iterator[_Loop]: ...
+    def walk(self) -> Iterator[_Loop]: ...
 
 
 class Inbox:
@@ -59,17 +110,17 @@ class Inbox:
         """The next question still open (one answered meanwhile is skipped)."""
         while True:
             item = await self.questions.get()
-            owner: LoopHandle = item["handle"]
+            owner: _Loop = item["handle"]
             if item["call_id"] in owner.router.questions:
                 return {k: v for k, v in item.items() if k != "handle"}
 
 
-class Router(Part["LoopHandle"]):
+class Router(Part[_Loop]):
     """One loop's routing of steering down to its children, and of questions and notes up."""
 
     __slots__ = ("inbox", "questions")
 
-    def __init__(self, owner: LoopHandle) -> None:
+    def __init__(self, owner: _Loop) -> None:
         super().__init__(owner)
         self.questions: dict[str, tuple[str, asyncio.Future]] = {}
         """Open questions of this loop's tool calls: ``{call_id: (question, future)}``."""
@@ -124,7 +175,7 @@ class Router(Part["LoopHandle"]):
         """Where a question or note from tool call ``call_id`` goes: this loop, its ancestors, and
         the request each multi-request loop among them was serving with the call that led here."""
         out: list[Inbox] = []
-        h: LoopHandle | None = self.owner
+        h: _Loop | None = self.owner
         via = call_id
         while h is not None:
             out.append(h.router.inbox)
