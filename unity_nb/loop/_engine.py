@@ -13,29 +13,67 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from .. import events as ev
 from .._errors import Stopped, UnityError
 from ..models import retry_hook, wait_hook
 from ._answers import call_hook, cited_numbers, evaluate, hook_name
 from ._context import Part, enter_loop, leave_loop
+from ._face import Loop
 from ._records import Message
 from ._status import Status
 
 if TYPE_CHECKING:
-    from ._handle import LoopHandle
+    from ._conversation import Conversation
+    from ._options import LoopOptions
     from ._requests import RequestHandle
+    from ._runner import ToolRunner
+    from ._state import LoopState
+    from ._status import PauseGate
+    from ._turn import Turn
 
 __all__ = ("Engine",)
 
 
-class Engine(Part["LoopHandle"]):
+class _Loop(Protocol):
+    """What the engine reads of the loop it drives (a :class:`LoopHandle`)."""
+
+    @property
+    def config(self) -> LoopOptions: ...
+    @property
+    def state(self) -> LoopState: ...
+    @property
+    def conversation(self) -> Conversation: ...
+    @property
+    def gate(self) -> PauseGate: ...
+    @property
+    def turn(self) -> Turn: ...
+    @property
+    def runner(self) -> ToolRunner: ...
+    @property
+    def stop_reason(self) -> str | None: ...
+    @property
+    def multi(self) -> bool: ...
+    @property
+    def requests(self) -> list[RequestHandle]: ...
+    @property
+    def all_references(self) -> list[Any]: ...
+    def emit(self, kind: type[ev.Event], **fields: Any) -> None: ...
+    def end(self, status: Status, *, answer: str | None = None, error: BaseException | None = None) -> None: ...
+    def notify(self, call_id: str | None, text: str, request_id: str | None = None) -> None: ...
+    def open_requests(self) -> list[RequestHandle]: ...
+    def set_result_object(self, value: Any) -> None: ...
+    def before_step(self) -> None: ...
+    async def wait_for_request(self) -> None: ...
+
+
+class Engine(Part[_Loop]):
     """Drives one loop from its first model call to its end."""
 
     __slots__ = ("corrections",)
 
-    def __init__(self, owner: LoopHandle) -> None:
+    def __init__(self, owner: _Loop) -> None:
         super().__init__(owner)
         self.corrections = 0
         """Times an evaluation sent the model back (a single-request loop's count)."""
@@ -43,7 +81,7 @@ class Engine(Part["LoopHandle"]):
     async def run(self) -> None:
         """The loop's task: drive, then end the handle with what happened."""
         h = self.owner
-        loop_token: contextvars.Token | None = enter_loop(h)
+        loop_token: contextvars.Token | None = enter_loop(cast(Loop, h))
         retry_token = retry_hook.set(h.turn.on_retry)
         wait_token = wait_hook.set(lambda seconds, reason: h.emit(ev.ModelWait, seconds=seconds, reason=reason))
         try:
@@ -221,7 +259,7 @@ class Engine(Part["LoopHandle"]):
         """Evaluations, then post-processors. ``(False, feedback)`` sends the model back (at most
         ``max_corrections`` times per answer owner: the loop, or one request); else ``(True, answer)``."""
         h, cfg = self.owner, self.owner.config
-        verdicts = [await evaluate(fn, answer, h) for fn in cfg.evaluations]
+        verdicts = [await evaluate(fn, answer, cast(Loop, h)) for fn in cfg.evaluations]
         h.state.evaluation_results.extend(verdicts)
         failed = [v for v in verdicts if not v.passed]
         send_back = bool(failed) and owner.corrections < cfg.max_corrections
@@ -242,7 +280,7 @@ class Engine(Part["LoopHandle"]):
             return False, note
         for fn in cfg.postprocessors:
             try:
-                value = await call_hook(fn, answer, h)
+                value = await call_hook(fn, answer, cast(Loop, h))
             except Exception as err:  # noqa: BLE001 - the answer stands; the failure is recorded
                 h.notify(None, f"post-processor {hook_name(fn)} failed: {type(err).__name__}: {err}")
                 continue

@@ -140,7 +140,7 @@ class LoopHandle(Loop, Approvals, Requests):
         self._waiters: ev.Waiters = []
         self._listeners: list[Callable[[LoopHandle, ev.Event], None]] = []
         self._wake: Signal | None = None
-        self.gate = PauseGate()
+        self.gate: PauseGate = PauseGate()
         self.conversation = Conversation()
         self.turn = Turn(self, tools)
         self.runner = ToolRunner(self)
