@@ -87,12 +87,14 @@ async def test_extract_gives_the_columns_aligned_to_the_index_with_failures_miss
     def oracle(text):
         if "lost" in text:
             return "no fields"
-        return {"method": "experiment" if "experiment" in text else "other", "venue": ""}
+        size = next((int(w) for w in text.split() if w.isdigit()), 0)
+        return {"method": "experiment" if "experiment" in text else "other", "venue": "", "size": size}
 
-    h = u.extract(PAPERS, "From {abstract}", columns="method,venue", model=scripted(oracle), bus=bus)
+    h = u.extract(PAPERS, "From {abstract}", columns="method,venue,size:int", model=scripted(oracle), bus=bus)
     assert isinstance(h, u.ExtractHandle)
     frame = await asyncio.wait_for(h.result(), 10)
-    assert list(frame.columns) == ["method", "venue"] and list(frame.index) == list(PAPERS.index)
+    assert list(frame.columns) == ["method", "venue", "size"] and list(frame.index) == list(PAPERS.index)
+    assert frame["size"].tolist()[:2] == [40, 0] and frame.loc["p4", "size"] == 12  # typed as the map types them
     assert frame["method"].tolist()[:2] == ["experiment", "other"] and frame.loc["p4", "method"] == "experiment"
     assert frame.loc["p3"].isna().all() and "p3" in frame.attrs["reasons"]
 
@@ -277,3 +279,41 @@ def test_operators_refuse_bad_input_saying_what_they_take():
             assert said in str(info.value), (said, str(info.value))
 
     asyncio.run(main())
+
+
+OPERATORS = {
+    "filter": lambda m, bus: u.filter(PAPERS, "Does {abstract} report humans?", model=m, concurrency=2, bus=bus),
+    "extract": lambda m, bus: u.extract(PAPERS, "From {abstract}", columns="method", model=m, concurrency=2, bus=bus),
+    "topk": lambda m, bus: u.topk(PAPERS, 2, "Most about sleep?", model=m, concurrency=2, bus=bus),
+    "join": lambda m, bus: u.join(PAPERS, GRANTS, "On {left.abstract} and {right.aims}?", model=m, concurrency=2,
+                                  bus=bus),
+    "agg": lambda m, bus: u.agg(PAPERS, "Summarise", by="field", model=m, concurrency=2, bus=bus),
+}
+
+
+@pytest.mark.parametrize("kind", list(OPERATORS))
+async def test_every_verb_reaches_every_operator_s_running_rows(bus, kind):
+    asked = asyncio.Event()
+
+    async def held(messages, tools):
+        asked.set()
+        await asyncio.Event().wait()  # every row runs until the operation is stopped
+
+    h = OPERATORS[kind](u.ScriptedModel(held), bus)
+    await asyncio.wait_for(asked.wait(), 10)
+    batch = h if isinstance(h, u.MapHandle) else h.phase  # topk and agg: the map of the phase running
+    rows = batch.live_children()
+    assert len(rows) == 2 and h.progress["running"] == 2
+    await h.pause()
+    assert h.status == "paused" and all(r.gate.paused for r in rows)
+    await h.interject("only the abstracts about sleep")
+    assert all(any("only the abstracts about sleep" in str(m.content) for m in r.transcript) or
+               "only the abstracts about sleep" in " ".join(r.pending_notes) for r in rows)
+    inspector = u.ScriptedModel(lambda messages, tools: messages[0]["content"])  # what the ask was told
+    assert "2 running" in await (await h.ask("how far along?", model=inspector)).result()
+    await h.resume()
+    assert h.status == "running" and not any(r.gate.paused for r in rows)
+    await h.stop("enough")
+    with pytest.raises(u.Stopped):
+        await asyncio.wait_for(h.result(), 10)
+    assert all(r.done() for r in rows) and batch.status == "stopped"

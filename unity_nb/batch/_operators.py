@@ -106,7 +106,7 @@ class ExtractHandle(MapHandle):
     kind = "extract"
 
 
-_EXTRACT = "\n\nGive the fields with submit_answer; a field the text does not give is an empty string."
+_EXTRACT = "\n\nGive the fields with submit_answer; a text field the text does not give is an empty string."
 
 
 def filter_rows(items: Any, condition: str, **options: Any) -> FilterHandle:
