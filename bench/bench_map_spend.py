@@ -6,8 +6,8 @@
      one process: ``cache=False`` (every row a call: the baseline), ``cache=store`` once (calls, answers
      written to the cache), ``cache=store`` again (every row a hit: no call). Reports CPU and wall per row,
      and the call's cost over the hit's (target: at least 20x).
-  B. Rows streamed. In a fresh process each: ``u.map`` over a 10,000,000-row generator with a ScriptedModel
-     answering every row at once, at concurrency 10, 100 and 1,000: time from ``u.map`` to the first row's
+  B. Rows streamed. In a fresh process each: ``u.map`` over a 10,000,000-row generator with a model answering
+     every row at once (keeping nothing), at concurrency 10, 100 and 1,000: time from ``u.map`` to the first row's
      model call; RSS once 20,000 and 100,000 rows have ended (minus RSS before ``u.map``), so what grows with
      the concurrency and what each finished row keeps (its answer) can be told apart. Beside it, the same
      first-row time and RSS for a 1,000,000-row list on the tree before rows were streamed (``--before DIR``,
@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BEFORE = "e917997^"  # the commit before rows were streamed
-if str(ROOT) not in sys.path:
+BEFORE = "2162799"  # the last commit before rows were streamed
+if str(ROOT) not in sys.path and "--child" not in sys.argv:  # a child imports the tree PYTHONPATH names
     sys.path.insert(0, str(ROOT))
 
 
@@ -46,14 +46,11 @@ def rss_kb() -> int:
 # -- A: the cache ------------------------------------------------------------------------------------
 
 
-async def cache_runs(rows: int) -> dict:
+async def cache_runs(rows: int, url: str) -> dict:
     import unity_nb as u
     from unity_nb.store import Store
 
-    server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_openai.py"), "--latency", "0"],
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        url = server.stdout.readline().split()[1]  # type: ignore[union-attr]
+    if True:
         tmp = tempfile.mkdtemp(prefix="bench_cache_")
         store = Store(os.path.join(tmp, "state.db"))
         bus = u.EventBus(history=100)
@@ -73,28 +70,33 @@ async def cache_runs(rows: int) -> dict:
                           "cached": h.progress["cached"], "steps": h.steps}
         store.close()
         return out
-    finally:
-        server.terminate()
-        server.wait()
 
 
 # -- B: rows streamed ---------------------------------------------------------------------------------
 
 
 def child_stream(concurrency: int, total: int, checkpoints: list[int], generator: bool) -> dict:
+    import pandas  # noqa: F401 - imported before the clock starts, as a notebook has it
+
     import unity_nb as u
 
+    class Quick:
+        """A model that answers at once and keeps nothing (a ScriptedModel keeps every request)."""
+
+        name = "quick"
+
+        async def complete(self, request, on_delta=None):
+            if not first:
+                first.append(time.perf_counter())
+            return u.Reply(content="ok", usage=u.Usage(10, 1))
+
+    first: list[float] = []
+
     async def main() -> dict:
-        first: list[float] = []
         ended = {"n": 0}
         marks: dict[int, int] = {}
         done = asyncio.Event()
         stop_at = checkpoints[-1]
-
-        async def script(messages, tools):
-            if not first:
-                first.append(time.perf_counter())
-            return "ok"
 
         def rows():
             for i in range(total):
@@ -104,7 +106,7 @@ def child_stream(concurrency: int, total: int, checkpoints: list[int], generator
         base = rss_kb()
         t0 = time.perf_counter()
         h = u.map(rows() if generator else [f"item {i}" for i in range(total)], "Label {value}",
-                  model=u.ScriptedModel(script), concurrency=concurrency, bus=bus)
+                  model=Quick(), concurrency=concurrency, bus=bus)
         returned = time.perf_counter() - t0
 
         def on_event(e):
@@ -155,7 +157,13 @@ def main() -> None:
                                       gen == "gen")))
         return
     if args.only in (None, "A"):
-        res = asyncio.run(cache_runs(args.rows))
+        server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_openai.py"), "--latency", "0"],
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            res = asyncio.run(cache_runs(args.rows, server.stdout.readline().split()[1]))  # type: ignore[union-attr]
+        finally:
+            server.terminate()
+            server.wait()
         call = res["call (cache=False)"]["cpu_ms_per_row"]
         print(f"\nA. the result cache: {args.rows} rows, server at 0 ms latency in its own process, a store on the bus")
         print("| run | CPU ms a row | wall ms a row | rows from cache | model calls | call CPU / this |")

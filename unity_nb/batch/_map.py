@@ -28,7 +28,7 @@ import asyncio
 import collections
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pydantic
@@ -60,6 +60,9 @@ __all__ = ("Estimate", "MapHandle", "estimate_map", "finished_rows", "map_rows")
 
 _KEEP_FAILED = 50
 """Failed rows whose loops stay in memory (to be opened); later ones keep only their reason."""
+_KEEP_ROW_EVENTS = 2000
+"""Rows' events a batch keeps in ``h.events`` (the first ones) and, past those, for ``wait_for`` (the last ones)."""
+_ROW_EVENTS = frozenset({"row_finished", "child_started"})
 _LOOKAHEAD = 256
 """Rows made ahead so the cache is asked about them in one query."""
 _SETTLED_YIELD = 256
@@ -189,6 +192,8 @@ class MapHandle(Spending, LoopHandle):
         self.started_rows = 0
         self.cached = 0
         """Rows answered from the result cache (no call)."""
+        self._row_events = 0
+        self._late: collections.deque[ev.Event] = collections.deque(maxlen=_KEEP_ROW_EVENTS)
         self._looked_up: dict[str, str | None] = {}  # the cache's answers for the rows just ahead
         self.cache: ResultCache | None = None
         """The result cache in use: ``None`` with ``cache=False``, without a store, or for a model whose answers
@@ -345,6 +350,26 @@ class MapHandle(Spending, LoopHandle):
     def _emit_kept(self, row: Row, answer: Any) -> None:
         row.status, row.answer, row.kept = "finished", answer, True
         self._emit_row(row, None, kept=True)
+
+    # -- its rows' events: on the bus and in the store; in ``h.events`` only the first ones -------------
+
+    def publish(self, event: ev.Event) -> None:
+        """As a loop publishes; past its first ``_KEEP_ROW_EVENTS`` rows' events (``row_finished``,
+        ``child_started``), ``h.events`` stops growing with the rows (the last ones stay for :meth:`wait_for`)."""
+        super().publish(event)
+        if event.kind in _ROW_EVENTS:
+            self._row_events += 1
+            if self._row_events > _KEEP_ROW_EVENTS and self.events and self.events[-1] is event:
+                self.events.pop()
+                self._late.append(event)
+
+    async def wait_for(
+        self, kind: str | None = None, where: Callable[[ev.Event], bool] | None = None, *, timeout: float = 10.0
+    ) -> ev.Event:
+        for e in self._late:
+            if (kind is None or e.kind == kind) and (where is None or where(e)):
+                return e
+        return await super().wait_for(kind, where, timeout=timeout)
 
     # -- one source for the batch's totals: the rows that ended, and those running ----------------
 
