@@ -301,7 +301,7 @@ class UnityMagics(Magics):
             asyncio.get_running_loop()
         except RuntimeError:
             raise UsageError(
-                f"%unity {sub} needs the kernel's running event loop: use it in Jupyter (ipykernel >= 7.4)"
+                f"%unity {sub} needs the kernel's running event loop: use it in a Jupyter kernel (ipykernel >= 5.5.6)"
             ) from None
         from . import _output
 
