@@ -1,7 +1,8 @@
 """The widget in a real kernel (jupyter_client), watched through the messages it sends, as a browser
 receives them: it opens with the installed stylesheet under an id naming the version, a retry
 shows while it is waited out and clears when the call proceeds, and a fragment cut off by Stop is
-sent as such. Every wait has a timeout; nothing asserts how long anything took."""
+sent as such, and an interrupt of a cell awaiting an operation ends that cell (the operation goes on,
+and the widget says so). Every wait has a timeout; nothing asserts how long anything took."""
 
 import queue
 import textwrap
@@ -37,6 +38,7 @@ SETUP = textwrap.dedent(
     """
 )
 TIMEOUT = 20
+PAUSE = 1.0  # seconds: a person's pause between two actions (input pacing only)
 
 
 @pytest.fixture(scope="module")
@@ -101,3 +103,60 @@ def test_a_fragment_cut_off_by_stop_is_sent_as_such(kernel):
     streamed = k.value("''.join(e.text for e in talk_run.events if e.kind == 'model_delta')")
     assert len(streamed) > 40 and node["cut_off"] == streamed
     assert node["streaming"] == ""
+
+
+# a kernel with nothing else scheduled on its event loop (no extension, no store): only the wait is there
+BARE = textwrap.dedent(
+    """
+    import asyncio
+    import unity_nb as u
+    from unity_nb.jupyter._widget import HandleWidget
+
+    async def never(messages, tools):
+        await asyncio.Event().wait()  # a model that never answers
+    """
+)
+
+
+def test_an_interrupt_ends_a_cell_awaiting_an_operation_at_once_and_the_widget_says_it_goes_on():
+    """ipykernel#881: the SIGINT of an interrupt, taken by another thread of the kernel, left the main thread
+    asleep in select while ``await h`` waited for a silent model: the cell ended 18 s later, or never."""
+    with running(BARE) as k:
+        k.kc.execute("quiet_run = u.start_loop('hi', model=u.ScriptedModel(never), name='quiet_run')\n"
+                     "HandleWidget(quiet_run)")
+        comm_id = None
+        while comm_id is None:
+            msg = k.kc.get_iopub_msg(timeout=TIMEOUT)
+            content = msg["content"]
+            if msg["msg_type"] == "comm_open" and content["data"].get("state", {}).get("_model_name") == "AnyModel":
+                comm_id = content["comm_id"]
+        # the cell says when it awaits (a cell's code runs once ipykernel watches for its interrupt)
+        # (stop_on_error=False: the interrupted cell's error does not abort the cells sent after it)
+        cell = k.kc.execute("print('awaiting', flush=True)\nawait quiet_run", stop_on_error=False)
+        while True:  # the cell waits: then the person interrupts the kernel
+            msg = k.kc.get_iopub_msg(timeout=TIMEOUT)
+            if msg["parent_header"].get("msg_id") == cell and msg["msg_type"] == "stream":
+                break
+        # a person's pause before pressing interrupt (input pacing, not a wait for a result): the kernel's
+        # main thread falls asleep in select, where the bug left it
+        time.sleep(PAUSE)
+        k.km.interrupt_kernel()
+        # the cell's reply comes (the model never answers): an error, as ipykernel reports an async cell's interrupt
+        reply = k.kc.get_shell_msg(timeout=TIMEOUT)
+        while reply["parent_header"].get("msg_id") != cell:
+            reply = k.kc.get_shell_msg(timeout=TIMEOUT)
+        assert reply["content"]["status"] == "error", reply["content"]
+        assert reply["content"]["ename"] in ("CancelledError", "KeyboardInterrupt"), reply["content"]["ename"]
+        # the operation goes on, the handle counts the interrupted wait, and the widget says so
+        notice = ""
+        while "interrupted" not in notice:
+            msg = k.kc.get_iopub_msg(timeout=TIMEOUT)
+            content = msg["content"]
+            if msg["msg_type"] == "comm_msg" and content.get("comm_id") == comm_id:
+                notice = content["data"].get("state", {}).get("notice", notice)
+        assert notice == (
+            "The cell awaiting 'quiet_run' was interrupted; the operation goes on: "
+            "stop it with the Stop button (or %unity stop quiet_run)."
+        )
+        assert k.value("[quiet_run.status.value, quiet_run.cancelled_waits]") == ["running", 1]
+        k.run("await quiet_run.stop('done')")

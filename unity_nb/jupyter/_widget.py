@@ -23,6 +23,7 @@ import hashlib
 import html
 import logging
 import re
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -346,6 +347,8 @@ class HandleWidget(anywidget.AnyWidget):
         self.on_msg(self._on_custom)
         watch_cells(self)
         self._unlisten = handle.add_listener(self._on_event)
+        self._cancelled_seen = handle.cancelled_waits
+        _watch_interrupts(self)
         self.flush()
 
     # -- state ------------------------------------------------------------------------------
@@ -424,6 +427,18 @@ class HandleWidget(anywidget.AnyWidget):
         self.flushes += 1
         if self.handle.done() and all(a.done() for _n, _q, a in self._ask_handles):
             self._unlisten()
+
+    def _after_cell(self) -> None:
+        """After each cell: if a cell awaiting the operation was interrupted, say that the operation goes on."""
+        waits = self.handle.cancelled_waits
+        if waits > self._cancelled_seen:
+            self._cancelled_seen = waits
+            if not self.handle.done():
+                name = self.handle.name
+                self.notice = (
+                    f"The cell awaiting {name!r} was interrupted; the operation goes on: "
+                    f"stop it with the Stop button (or %unity stop {name})."
+                )
 
     # -- clicks -----------------------------------------------------------------------------
 
@@ -504,6 +519,31 @@ class HandleWidget(anywidget.AnyWidget):
         bundle["text/plain"] = repr(self.handle)
         bundle["text/html"] = render_html(self.handle)
         return bundle
+
+
+_INTERRUPTS: weakref.WeakKeyDictionary[Any, weakref.WeakSet[HandleWidget]] = weakref.WeakKeyDictionary()
+
+
+def _watch_interrupts(widget: HandleWidget) -> None:
+    """After each cell of the shell (one hook per shell), each live widget checks whether a cell awaiting its
+    operation was interrupted (``LoopHandle.cancelled_waits``): the interrupt ends the wait, not the operation."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython comes with the jupyter extra
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+    widgets = _INTERRUPTS.get(shell)
+    if widgets is None:
+        widgets = _INTERRUPTS[shell] = weakref.WeakSet()
+
+        def after(result: Any = None) -> None:
+            for w in list(widgets):
+                w._after_cell()
+
+        shell.events.register("post_run_cell", after)
+    widgets.add(widget)
 
 
 _BADGE = {

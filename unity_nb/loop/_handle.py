@@ -45,6 +45,7 @@ from ._status import PauseGate, Signal, Status
 from ._steering import VERBS, inspection_prompt, on_own_loop, quiet
 from ._tools import Tool, render_result
 from ._turn import Turn, own_tools
+from ._wake import awake
 
 __all__ = ("LoopHandle",)
 
@@ -75,6 +76,10 @@ class LoopHandle(Loop, Approvals, Requests):
         """.split()
     )
     """A live loop keeps dozens of attributes: in slots, not a dict per handle."""
+
+    cancelled_waits: int = 0
+    """How many waits for the answer (``await h``) were cancelled while the operation went on (a cell
+    interrupted): it is not stopped by that (see ``_wake``)."""
 
     engine_type: type[Engine] = Engine
     """What drives the loop's task (a batch drives rows instead of model turns)."""
@@ -325,7 +330,8 @@ class LoopHandle(Loop, Approvals, Requests):
         """
         own = self.event_loop
         if self._ended.is_set() or asyncio.get_running_loop() is own:
-            await self._ended.wait()
+            with awake(own, self):  # an interrupt of the awaiting cell is seen at once (ipykernel#881)
+                await self._ended.wait()
         elif own.is_closed() or not own.is_running():  # awaited from another event loop: its end cannot come
             state = "closed" if own.is_closed() else "not running"
             raise HandleStateError(f"cannot wait for {self.name!r}: the event loop it runs on is {state}", state=state)
