@@ -64,3 +64,25 @@ def test_estimate_budget_resume_cache_and_typed_columns_through_the_magics(tmp_p
         k.run("await typed.stop('enough')") if not k.value("typed.done()") else None
     finally:
         k.close()
+
+
+def test_a_batch_paused_at_its_budget_when_its_kernel_died_resumes_with_a_new_cap(tmp_path):
+    env = {"UNITY_NB_STORE": str(tmp_path / "state.db")}
+    k = Kernel(env=env)
+    try:
+        k.run(SETUP)
+        k.run("h = %unity map items --budget 0.40 --concurrency 1 --name capped Label {value}\n"
+              "await h.wait_for('budget_reached', timeout=20)\n"
+              "await h.wait_for('row_finished', timeout=20)")
+        assert k.value("h.progress['done']") == 1
+    finally:
+        k.kill()
+    k = Kernel(env=env)
+    try:
+        k.run(SETUP)
+        printed = k.run("h = %unity resume capped --budget 10\nawait h")
+        assert "kept 1 row(s) finished before; 2 to run" in printed
+        assert k.value("[(await h).tolist(), h.budget, h.progress['budget_reached'], len(server.requests)]") == [
+            ["label a", "label b", "label c"], 10.0, False, 2]
+    finally:
+        k.close()

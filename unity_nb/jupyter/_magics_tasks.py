@@ -211,7 +211,7 @@ def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
             f"\n\n{HELP['resume']}"
         )
     if (row["task"] or "").startswith("[map] "):
-        return resume_map(magics, row)
+        return resume_map(magics, row, budget=cmd.options.get("budget"))
     from ._magics_ops import LABELS, resume_operator
 
     if (row["task"] or "").startswith(LABELS):  # %unity filter|extract|topk|join|agg
@@ -233,7 +233,7 @@ def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
     )
 
 
-def resume_map(magics: UnityMagics, row: dict) -> LoopHandle:
+def resume_map(magics: UnityMagics, row: dict, *, budget: float | None = None) -> LoopHandle:
     """A batch a dead kernel left interrupted runs again from its ``%unity map`` line: that one run continues
     (a row it finished is kept if asked the same now: same position, label, task and model), and what died
     and what is kept is said in the widget and the cell's output."""
@@ -241,6 +241,8 @@ def resume_map(magics: UnityMagics, row: dict) -> LoopHandle:
 
     first, _, cell = row["task"].removeprefix("[map] ").partition("\n")
     cmd = parse(f"map {first}", cell or None)
+    if budget is not None:  # %unity resume NAME --budget D: this run's cap, in place of its line's
+        cmd.options["budget"] = budget
     name = row["name"]
     missing = _missing_names(cmd.name or "", magics.user_ns)
     if missing:
