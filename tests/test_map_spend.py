@@ -240,3 +240,19 @@ async def test_rows_are_made_as_they_start_from_a_generator_of_ten_million(bus):
     finite = await asyncio.wait_for(u.map((x for x in "abc"), "Echo {value}", model=u.ScriptedModel(
         lambda m, t: last_user(m)[-1]), bus=bus), T)
     assert finite.tolist() == ["a", "b", "c"] and list(finite.index) == [0, 1, 2]
+
+
+async def test_the_widget_shows_a_batchs_dollars_its_cache_and_its_budget():
+    from unity_nb.jupyter._widget import HandleWidget
+
+    async with FakeOpenAIServer(lambda body: Reply(content="ok", usage=(1_000_000, 0))) as server:
+        model = u.OpenAIModel("gpt-4.1-mini", base_url=server.base_url, api_key="sk-test")
+        h = u.map(["a", "b", "c"], "Label {value}", model=model, concurrency=1, budget=0.40, bus=u.EventBus())
+        w = HandleWidget(h)
+        await asyncio.wait_for(h.wait_for("budget_reached"), T)
+        await asyncio.wait_for(h.wait_for("row_finished"), T)
+        w.flush()
+        p = w.nodes[0]["progress"]
+        assert (p["cost"], p["projected_cost"]) == (pytest.approx(0.40), pytest.approx(1.20))
+        assert p["budget"] == 0.40 and p["budget_reached"] and p["cached"] == 0 and w.nodes[0]["status"] == "paused"
+        await h.stop("enough")
