@@ -9,7 +9,8 @@ and recomputed only for variables that changed.
 Each parameter's schema then offers the compatible variables as an enum alternative; a
 parameter whose type has no JSON form (a DataFrame) takes references only, and a tool whose
 required parameter has no compatible variable is not offered at all. An optional ``return``
-parameter names the variable that receives the result; without it a fresh name is chosen.
+parameter names the variable that receives the result; without it, a result the model reads whole (JSON data
+up to 4,000 characters) goes into no variable, and any other result into a fresh one, named in the reply.
 """
 
 from __future__ import annotations
@@ -36,9 +37,12 @@ __all__ = ("REF", "RefIndex", "RefTool")
 
 REF = re.compile(r"^<<var:([A-Za-z_][A-Za-z0-9_]*)>>$")
 _MAX_ENUM = 40
+_WHOLE = 4000
+"""A result the model reads whole (JSON data up to this many characters) is not kept in a variable unasked."""
 _RETURN_DOC = (
     "Optional. The name of a variable to store this call's result in (a new or an existing one). "
-    "Without it the result is stored in a fresh variable, named in the reply."
+    "Without it a result that is not plain JSON (a DataFrame, say) is stored in a fresh variable, named in the "
+    "reply; JSON data is only shown."
 )
 
 
@@ -293,6 +297,10 @@ class RefTool(Tool):
                                    and fingerprint(self.namespace[n]) != before[n]], self.namespace)
         if value is None and _unity_return is None:
             return "null" + report
+        if _unity_return is None:
+            whole = _whole_json(value)
+            if whole is not None:  # the model read all of it: no variable unless it names one (`return`)
+                return whole + report
         name = _unity_return or self._fresh_name()
         self.namespace[name] = value
         if self.on_stored is not None:
@@ -315,6 +323,17 @@ class RefTool(Tool):
         while f"{base}_{n}" in taken:
             n += 1
         return f"{base}_{n}"
+
+
+def _whole_json(value: Any) -> str | None:
+    """``value`` as the JSON the model reads, if that is all of it (JSON data up to 4,000 characters), else None."""
+    if not isinstance(value, str | int | float | bool | list | dict):
+        return None
+    try:
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):  # not JSON data (an object inside, a NaN): kept in a variable
+        return None
+    return text if len(text) <= _WHOLE else None
 
 
 def _report(printed: list[tuple[str, str]], changed: list[str], namespace: Mapping[str, Any]) -> str:
