@@ -156,3 +156,50 @@ async def test_without_jupyterlabs_variables_a_dark_front_end_gets_the_dark_pale
         await expect(block).to_be_visible()
         measured = await block.evaluate(CONTRAST)
         assert measured["background"] < 0.2 and measured["ratio"] >= 4.5, (what, measured)
+
+
+# -- typing into a running batch's widget --------------------------------------------------------------
+
+# a batch whose rows come and go (each row's loop is a node of the widget while it runs) for longer
+# than the test types: the widget updates several times a second under the person's keys
+BATCH_CELLS = [
+    "%load_ext unity_nb\nimport asyncio\nimport unity_nb as u",
+    """async def label(messages, tools):
+    await asyncio.sleep(0.2)  # a row takes a moment, as a real model's would
+    return "label"
+
+row_model = u.ScriptedModel(label)
+%unity model --var row_model
+items = [f"item {i}" for i in range(2000)]""",
+    "labels = %unity map items --concurrency 3 --name rows Label {value}",
+]
+TYPED = "answer in lowercase, and keep it short"
+TYPING_DELAY = 90  # ms between keys: a person typing steadily (input pacing, never a wait for a result)
+
+
+def test_typing_into_a_running_batchs_widget_keeps_every_key_and_enter_sends(lab, browser):  # noqa: F811
+    from playwright.sync_api import expect
+
+    _notebook(lab.root / "batch.ipynb", BATCH_CELLS)
+    page = browser.page
+    panel = _open(page, lab, "typing", "batch.ipynb")
+    _run_all(page)
+    rows = _node(page, "rows")
+    badge, bar = rows.locator(".unb-badge"), rows.locator(".unb-bar-text")
+    expect(badge).to_have_text("running", timeout=60_000)
+    expect(bar).to_contain_text(re.compile(r"^[1-9]\d*/2000 done"))  # rows are finishing: the widget updates
+    box = rows.locator(".unb-controls .unb-input")
+    box.click()
+    box.press_sequentially(TYPED, delay=TYPING_DELAY)
+    # every key landed in the box, which kept the focus (none reached the notebook's command mode)
+    expect(box).to_be_focused()
+    expect(box).to_have_value(TYPED)
+    expect(panel.locator(".jp-Notebook .jp-Cell")).to_have_count(len(BATCH_CELLS))
+    expect(badge).to_have_text("running")  # the rows updated the widget while the person typed
+    page.keyboard.press("Enter")  # sends, as the Interject button does
+    transcript = rows.locator(".unb-transcript").first
+    expect(transcript.locator(".unb-interjection")).to_have_text(f"interjection {TYPED}")
+    expect(box).to_have_value("")
+    rows.locator(".unb-stop").first.click(delay=PRESS)
+    expect(badge).to_have_text("stopped")
+    assert browser.outside == [], "the page requested something beyond the local server"

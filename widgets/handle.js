@@ -138,6 +138,17 @@ function plansOf(list) {
 
 const nearBottom = (el) => el.scrollHeight - el.scrollTop - el.clientHeight < 24;
 
+// Enter in a text box sends it, as people expect; the key stays in the box (JupyterLab's notebook
+// would otherwise read it as its own shortcut)
+function onEnter(input, action) {
+  input.addEventListener("keydown", (e) => {
+    if (e.key !== "Enter" || e.shiftKey || e.isComposing) return;
+    e.preventDefault();
+    e.stopPropagation();
+    action();
+  });
+}
+
 function render({ model, el }) {
   // the stylesheet's rules all name this id (the installed version's): see _widget.style()
   const root = h("div", { class: "unb-root", "data-unb-style": model.get("_anywidget_id") || "" });
@@ -152,11 +163,13 @@ function render({ model, el }) {
   function view(node) {
     let v = views.get(node.id);
     if (v) return v;
-    const input = h("input", { class: "unb-input", type: "text", placeholder: "Interject or ask..." });
+    const input = h("input", { class: "unb-input", type: "text", placeholder: "Interject (Enter) or ask..." });
     const pause = h("button", { class: "unb-btn unb-pause", onclick: () => send(v.node.status === "paused" ? "resume" : "pause", node.id) }, "Pause");
     const stop = h("button", { class: "unb-btn unb-stop", onclick: () => send("stop", node.id) }, "Stop");
-    const interject = h("button", { class: "unb-btn unb-interject", onclick: () => { if (input.value.trim()) { send("interject", node.id, input.value); input.value = ""; } } }, "Interject");
-    const ask = h("button", { class: "unb-btn unb-ask", onclick: () => { if (input.value.trim()) { send("ask", node.id, input.value); input.value = ""; } } }, "Ask");
+    const sendText = (action) => { if (input.value.trim()) { send(action, node.id, input.value); input.value = ""; } };
+    const interject = h("button", { class: "unb-btn unb-interject", onclick: () => sendText("interject") }, "Interject");
+    const ask = h("button", { class: "unb-btn unb-ask", onclick: () => sendText("ask") }, "Ask");
+    onEnter(input, () => sendText("interject"));
     const header = h("div", { class: "unb-header" });
     const controls = h("div", { class: "unb-controls" }, pause, stop, input, interject, ask);
     const clar = h("div", { class: "unb-clarifications" });
@@ -173,7 +186,7 @@ function render({ model, el }) {
     box.style.marginLeft = `${node.depth * 18}px`;
     v = {
       box, header, controls, pause, stop, input, interject, ask, clar, approvals, retry, batch, scroll, transcript, streaming, asks, node,
-      clarKey: "", approvalKey: "", follow: true,
+      clarKey: "", approvalKey: "", follow: true, answers: new Map(), // call id -> its answer box, kept while it waits
       autoOpen: new Set(), userOpen: new Set(), userClosed: new Set(), // which plans are expanded, and who decided
     };
     scroll.addEventListener("scroll", () => { v.follow = nearBottom(scroll); });
@@ -217,6 +230,9 @@ function render({ model, el }) {
   }
 
   function update() {
+    // what the person is typing in (its caret and selection) survives the update, whatever it rebuilds
+    const typing = root.contains(document.activeElement) ? document.activeElement : null;
+    const caret = typing && typing.tagName === "INPUT" ? [typing.selectionStart, typing.selectionEnd, typing.selectionDirection] : null;
     const nodes = model.get("nodes") || [];
     const entries = model.get("entries") || {};
     const asks = model.get("asks") || [];
@@ -243,12 +259,21 @@ function render({ model, el }) {
       const key = JSON.stringify(node.clarifications);
       if (key !== v.clarKey) {
         v.clarKey = key;
-        v.clar.innerHTML = "";
+        const answers = new Map();
         for (const c of node.clarifications) {
-          const answer = h("input", { class: "unb-input", type: "text", placeholder: "Your answer" });
-          v.clar.append(h("div", { class: "unb-clarification" }, h("b", {}, "Question: "), c.question, " ", answer,
-            h("button", { class: "unb-btn", onclick: () => send("answer", node.id, answer.value, c.call_id) }, "Answer")));
+          // a question still waiting keeps its box (and what the person has typed in it) across updates
+          let row = v.answers.get(c.call_id);
+          if (!row) {
+            const answer = h("input", { class: "unb-input", type: "text", placeholder: "Your answer (Enter)" });
+            const reply = () => send("answer", node.id, answer.value, c.call_id);
+            onEnter(answer, reply);
+            row = h("div", { class: "unb-clarification" }, h("b", {}, "Question: "), c.question, " ", answer,
+              h("button", { class: "unb-btn", onclick: reply }, "Answer"));
+          }
+          answers.set(c.call_id, row);
         }
+        v.answers = answers;
+        v.clar.replaceChildren(...answers.values());
       }
       // plans and tool calls waiting for the person: the code (or arguments), then Run or Skip
       const akey = JSON.stringify(node.approvals || []);
@@ -326,14 +351,25 @@ function render({ model, el }) {
           h("span", { class: `unb-badge unb-${a.status}` }, a.status), h("div", { class: "unb-text" }, a.answer || "")));
       }
     }
-    // re-insert the nodes only when they changed: a button taken out of the page between a
-    // person's mousedown and mouseup loses the click (at 10 updates a second, most clicks)
-    if (order.length !== tree.children.length || order.some((box, i) => tree.children[i] !== box)) tree.replaceChildren(...order);
+    // move only the nodes that changed place: a button taken out of the page between a person's
+    // mousedown and mouseup loses the click (at 10 updates a second, most clicks), and a text box taken
+    // out loses its focus (a batch's rows come and go: JupyterLab then took the keys typed next)
+    placeNodes(order);
+    if (typing && typing.isConnected && document.activeElement !== typing) {
+      typing.focus({ preventScroll: true });
+      if (caret) typing.setSelectionRange(...caret);
+    }
     // then (each box in the page) the scroll: at the newest entry, or where the person left it
     for (const v of views.values()) v.scroll.scrollTop = v.follow ? v.scroll.scrollHeight : v.top;
     if (!root.isConnected) { // not in the page yet (a first render): follow once it is laid out
       requestAnimationFrame(() => { for (const v of views.values()) if (v.follow) v.scroll.scrollTop = v.scroll.scrollHeight; });
     }
+  }
+
+  function placeNodes(order) {
+    const keep = new Set(order);
+    for (const box of [...tree.children]) if (!keep.has(box)) box.remove(); // ended rows first: the rest keep their order
+    order.forEach((box, i) => { if (tree.children[i] !== box) tree.insertBefore(box, tree.children[i] || null); });
   }
 
   for (const name of ["nodes", "entries", "asks", "notice"]) model.on(`change:${name}`, update);
