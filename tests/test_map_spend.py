@@ -256,3 +256,25 @@ async def test_the_widget_shows_a_batchs_dollars_its_cache_and_its_budget():
         assert (p["cost"], p["projected_cost"]) == (pytest.approx(0.40), pytest.approx(1.20))
         assert p["budget"] == 0.40 and p["budget_reached"] and p["cached"] == 0 and w.nodes[0]["status"] == "paused"
         await h.stop("enough")
+
+
+async def test_a_row_answered_through_a_tool_is_not_cached(tmp_path):
+    store = Store(str(tmp_path / "state.db"))
+
+    def lookup(key: str) -> str:
+        """Today's value of key."""
+        return f"value of {key}"
+
+    def handler(body):
+        if not any(m["role"] == "tool" for m in body["messages"]):
+            return Reply(tool_calls=[{"name": "lookup", "arguments": '{"key": "k"}'}])
+        return Reply(content="from the tool")
+
+    async with FakeOpenAIServer(handler) as server:
+        model = u.OpenAIModel("gpt-4.1-mini", base_url=server.base_url, api_key="sk-test")
+        for _ in range(2):
+            h = u.map(["a"], "Label {value}", model=model, cache=store, tools=[lookup], bus=u.EventBus())
+            assert (await asyncio.wait_for(h.result(), T)).tolist() == ["from the tool"]
+            assert h.cached == 0
+        assert len(server.requests) == 4  # asked again: the tool's result may have changed
+    store.close()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import UserError
-from ..models import Price, default_model, price_of, rate_limit_of, set_rate_limit
+from ..models import Price, RateLimit, default_model, price_of, rate_limit_of
 from ._rows import Row, RowSource, answer_tool, output_model
 
 __all__ = ("DEFAULT_OUTPUT", "PER_FIELD", "Estimate", "estimate_map", "estimate_rows", "overhead_chars", "tokens_out")
@@ -90,6 +90,7 @@ def tokens_out(output: Any, expected: int | None) -> tuple[int, bool]:
 
 def estimate_rows(
     rows: Iterable[Row], *, model: Any, options: dict[str, Any], output: Any, expected_output_tokens: int | None,
+    rate: Any = None,
 ) -> Estimate:
     """The estimate over ``rows`` (each made as it is counted: nothing is kept but the first prompts)."""
     overhead = overhead_chars(options)
@@ -107,7 +108,7 @@ def estimate_rows(
     price = price_of(model)
     dollars = None if price is None else (tokens_in * price.input + tokens_out_all * price.output) / 1_000_000
     minutes, limit = None, None
-    rl = rate_limit_of(model)
+    rl = RateLimit.parse(rate) if rate is not None else rate_limit_of(model)
     if rl is not None and (rl.requests_per_minute or rl.tokens_per_minute):
         spans = []
         if rl.requests_per_minute:
@@ -135,12 +136,10 @@ def estimate_map(
     the model's price and minutes at its rate limit. Reads ``items`` once (a generator is used up)."""
     model = model if model is not None else default_model("estimate")
     fields = output_model(output, columns)
-    if rate is not None:
-        set_rate_limit(model, rate)
     for unused in ("concurrency", "name", "bus", "done", "label", "budget", "cache"):
         options.pop(unused, None)
     tools = list(options.pop("tools", ()) or ())
     if fields is not None:
         tools.append(answer_tool(fields))
     return estimate_rows(RowSource(items, task), model=model, options={"tools": tools, **options}, output=fields,
-                         expected_output_tokens=expected_output_tokens)
+                         expected_output_tokens=expected_output_tokens, rate=rate)

@@ -493,7 +493,7 @@ class MapHandle(Spending, LoopHandle):
             row.child = None
             if child in self.children:
                 self.children.remove(child)
-        if row.status == "finished" and self.cache is not None:
+        if row.status == "finished" and self.cache is not None and not _used_tools(child):
             self.cache.put(self.cache.key(row.task), to_json(_plain(row.answer)), self.model_name)
         self._settled(row, child)
         self.check_budget()
@@ -640,6 +640,12 @@ class MapHandle(Spending, LoopHandle):
         total = self.total if self.total is not None else "?"
         rows = f"{c['finished']}/{total} rows done, {c['failed']} failed"
         return f"<unity batch {self.name!r}: {self.outcome}, {rows}>"
+
+
+def _used_tools(child: LoopHandle) -> bool:
+    """Whether a row's answer went through a tool other than ``submit_answer`` (its result may change: the row
+    is not cached)."""
+    return any(c.name != "submit_answer" for m in child.transcript for c in m.tool_calls)
 
 
 def _plain(answer: Any) -> Any:

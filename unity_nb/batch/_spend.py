@@ -80,7 +80,8 @@ class Spending:
             return False
         if self.budget_reached:
             return True
-        spent = self.tree_cost
+        # what the rows that ended spent (a call's tokens are known once it ends): cheap at every row's start
+        spent = None if self._cost_unknown else self._done_cost
         if spent is None or spent < self.budget:
             return False
         self.budget_reached = True
