@@ -20,6 +20,7 @@ from ._secrets import forget_secret, get_secret, secret_names, set_secret
 from .actor import Actor, ActorHandle, PlanResult, act, final_answer, primitive, registered_primitives
 from .batch import (
     AggHandle,
+    Estimate,
     ExtractHandle,
     FilterHandle,
     JoinHandle,
@@ -31,9 +32,8 @@ from .batch import (
     join,
     topk,
 )
-from .batch import filter_rows as filter
-from .batch import Estimate
 from .batch import estimate_map as estimate
+from .batch import filter_rows as filter
 from .batch import map_rows as map
 from .events import AnyEvent, Event, EventBus, default_bus
 from .jupyter import load_ipython_extension, unload_ipython_extension
