@@ -572,6 +572,7 @@ window.setState = (key, changes) => {
   Object.assign(m.state, changes);
   for (const k of Object.keys(changes)) for (const cb of m.handlers[`change:${k}`] || []) cb();
 };
+window.sentBy = (key) => models[key].sent;  // what the widget sent (its clicks), oldest first
 window.harnessReady = true;
 </script></body></html>"""
 

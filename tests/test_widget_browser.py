@@ -17,6 +17,9 @@ import re
 import nbformat
 from test_browser import KERNEL_IDLE, PRESS, REPO, browser, harness, lab  # noqa: F401 (fixtures)
 
+import unity_nb as u
+from unity_nb import ToolContext
+
 PICTURES = REPO / ("docs" if os.environ.get("UNITY_NB_README_SCREENSHOT") else "tests/artifacts")
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
 
@@ -135,7 +138,6 @@ def test_the_widget_is_readable_in_jupyterlab_light_and_dark(lab, browser):  # n
 async def test_without_jupyterlabs_variables_a_dark_front_end_gets_the_dark_palette(harness):  # noqa: F811
     from playwright.async_api import expect
 
-    import unity_nb as u
     from unity_nb.jupyter._widget import HandleWidget
 
     def script(messages, tools):
@@ -203,3 +205,34 @@ def test_typing_into_a_running_batchs_widget_keeps_every_key_and_enter_sends(lab
     rows.locator(".unb-stop").first.click(delay=PRESS)
     expect(badge).to_have_text("stopped")
     assert browser.outside == [], "the page requested something beyond the local server"
+
+
+async def test_a_questions_answer_box_keeps_what_is_typed_across_updates_and_enter_answers(harness):  # noqa: F811
+    from playwright.async_api import expect
+
+    from unity_nb.jupyter._widget import HandleWidget
+
+    async def where(ctx: ToolContext) -> str:
+        """Ask the person which region to look at."""
+        return await ctx.clarify("Which region?")
+
+    def script(messages, tools):
+        done = [m for m in messages if m["role"] == "tool"]
+        return u.call_tool("where") if not done else f"Looking at {done[-1]['content']}."
+
+    h = u.start_loop("pick a region", model=u.ScriptedModel(script), tools=[where], name="asker")
+    w = HandleWidget(h)
+    await h.wait_for("clarification_requested", timeout=20)
+    widget = await harness.show(w)
+    box = widget.locator(".unb-clarification .unb-input")
+    await box.click()
+    await box.press_sequentially("we", delay=TYPING_DELAY)
+    await h.interject("meanwhile, a note")  # the operation changes: the widget updates under the person's keys
+    await harness.show(w)
+    await box.press_sequentially("st", delay=TYPING_DELAY)
+    await expect(box).to_be_focused()
+    await expect(box).to_have_value("west")
+    await box.press("Enter")
+    clicks = await harness.page.evaluate(f"() => window.sentBy('{w.model_id}')")
+    assert [(c["action"], c["text"]) for c in clicks] == [("answer", "west")]
+    await h.stop()
