@@ -135,5 +135,6 @@ def agg(items: Any, task: str, *, by: Any = None, **options: Any) -> AggHandle:
 
     A group whose rows do not fit one request (``chunk_chars`` characters, 12,000 by default) is reduced
     hierarchically: its rows are chunked, each chunk summarised, the summaries combined, at most ``max_depth``
-    levels (3). Options are the map's (``model``, ``concurrency``, ``rate``, ``name``, ...)."""
+    levels (3). ``resume_from=store`` keeps the rows an earlier run of the same ``name`` finished (each level's map,
+    ``NAME.level1``, ...). Options are the map's (``model``, ``concurrency``, ``rate``, ...)."""
     return AggHandle(items, task, by=by, **options)

@@ -189,6 +189,8 @@ def topk(items: Any, k: int, question: str, **options: Any) -> TopKHandle:
     head to head for the ``candidates`` places (2k by default); the candidates meet in a round robin, ranked by
     wins, then score. Each round asks at most ``max_comparisons`` pairs (1,000). ``h.questions`` counts the
     questions asked, at most ``h.bound`` (n + 1,190 at k = 10); ``h.calls`` the model calls they took. Rows whose
-    scoring failed are left out, with ``.attrs["reasons"]``. Other options are the map's (``model``,
-    ``concurrency``, ``rate``, ``name``, ``max_steps``, ...), for every phase."""
+    scoring failed are left out, with ``.attrs["reasons"]``. ``resume_from=store`` keeps the rows an earlier run
+    of the same ``name`` finished (each phase's map, ``NAME.score``, ``NAME.screen``, ``NAME.compare``, where asked
+    the same). Other options are the map's (``model``, ``concurrency``, ``rate``, ``max_steps``, ...), for every
+    phase."""
     return TopKHandle(items, k, question, **options)
