@@ -5,6 +5,7 @@ a loop's transcript from memory or the store (``%unity show``)."""
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
@@ -24,21 +25,27 @@ _SHOW_COLUMNS = ["role", "kind", "content", "tool_calls"]
 
 def show_transcript(magics: UnityMagics, name: str) -> Any:
     """``%unity show NAME``: the transcript of a loop in memory (an operation, or a loop under one, such as a
-    running row ``labels[3]``), else of the newest loop of that name, id or uid the store recorded."""
+    running row ``labels[3]``), else of the newest loop of that name, id or uid the store recorded. A variable
+    holding a handle names it too: after ``labels = %unity map ...`` (named ``h2``), ``labels[3]`` is ``h2[3]``."""
     import pandas as pd
 
+    alias = _handle_alias(magics, name)
     transcript = None
-    for top in magics.handles.values():
-        found = next((h for h in top.walk() if h.name == name or h.id == name), None)
-        if found is not None:
-            transcript = found.transcript
+    for wanted in (name, alias):
+        transcript = _in_memory(magics, wanted) if wanted is not None else None
+        if transcript is not None:
             break
     if transcript is None:
         store = magics.store
         if store is None:
             known = ", ".join(magics.handles) or "none yet"
             raise UsageError(f"no operation named {name!r} (known: {known}), and the store is off\n\n{HELP['show']}")
-        transcript = store.transcript(store.find(name)["uid"])  # a UserError names what is known
+        try:
+            transcript = store.transcript(store.find(name)["uid"])  # a UserError names what is known
+        except UserError:
+            if alias is None:
+                raise
+            transcript = store.transcript(store.find(alias)["uid"])
     rows = [
         {"role": m.role, "kind": m.kind, "content": m.content or "",
          "tool_calls": "\n".join(f"{c.name}({c.arguments}) -> {c.result if c.result is not None else '(no result)'}"
@@ -46,6 +53,29 @@ def show_transcript(magics: UnityMagics, name: str) -> Any:
         for m in transcript
     ]
     return pd.DataFrame(rows, columns=_SHOW_COLUMNS)
+
+
+_VARIABLE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\[.*\])?$")
+
+
+def _handle_alias(magics: UnityMagics, name: str) -> str | None:
+    """The loop name that ``name`` means when it starts with a notebook variable holding a handle, else None."""
+    m = _VARIABLE.match(name)
+    shell = getattr(magics, "shell", None)
+    if m is None or shell is None:
+        return None
+    value = shell.user_ns.get(m[1])
+    if not isinstance(value, LoopHandle) or value.name == m[1]:
+        return None
+    return value.name + (m[2] or "")
+
+
+def _in_memory(magics: UnityMagics, name: str) -> Any:
+    for top in magics.handles.values():
+        found = next((h for h in top.walk() if h.name == name or h.id == name), None)
+        if found is not None:
+            return found.transcript
+    return None
 
 
 def tasks_table(magics: UnityMagics) -> Any:
