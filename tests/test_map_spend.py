@@ -278,3 +278,12 @@ async def test_a_row_answered_through_a_tool_is_not_cached(tmp_path):
             assert h.cached == 0
         assert len(server.requests) == 4  # asked again: the tool's result may have changed
     store.close()
+
+
+async def test_a_batchs_own_events_stop_growing_with_its_rows(bus):
+    h = u.map(list(range(2100)), "Echo {value}", model=u.ScriptedModel(lambda m, t: "ok"), concurrency=50, bus=bus)
+    await asyncio.wait_for(h.result(), 60)
+    row_events = [e for e in h.events if e.kind in ("row_finished", "child_started")]
+    assert len(row_events) == 2000  # the first ones; the others are on the bus and in the store
+    last = await h.wait_for("row_finished", lambda e: e.position == 2099, timeout=1)  # the last ones stay for this
+    assert last.status == "finished" and h.progress["done"] == 2100
