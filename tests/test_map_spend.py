@@ -287,3 +287,10 @@ async def test_a_batchs_own_events_stop_growing_with_its_rows(bus):
     assert len(row_events) == 2000  # the first ones; the others are on the bus and in the store
     last = await h.wait_for("row_finished", lambda e: e.position == 2099, timeout=1)  # the last ones stay for this
     assert last.status == "finished" and h.progress["done"] == 2100
+
+
+async def test_a_later_row_that_cannot_fill_the_template_fails_alone(bus):
+    h = u.map([{"a": 1}, {"b": 2}, {"a": 3}], "Echo {a}", model=u.ScriptedModel(lambda m, t: "ok"), bus=bus)
+    result = await asyncio.wait_for(h.result(), T)
+    assert result.tolist() == ["ok", None, "ok"] and h.progress["failed"] == 1
+    assert result.attrs["reasons"][1].startswith("row 1 cannot fill the task: the task names {a}")

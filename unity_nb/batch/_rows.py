@@ -205,7 +205,7 @@ class RowSource:
             return self._make(key, values)
         except UserError as err:  # this row's values do not fit the template: the row fails, the batch goes on
             row = Row(self.made - 1 if self.made else 0, key, values, "")
-            row.reason = str(err)
+            row.reason = f"row {_short(key)} cannot fill the task: {err}"
             return row
 
     def peek(self, n: int) -> list[Row]:
