@@ -317,3 +317,26 @@ async def test_every_verb_reaches_every_operator_s_running_rows(bus, kind):
     with pytest.raises(u.Stopped):
         await asyncio.wait_for(h.result(), 10)
     assert all(r.done() for r in rows) and batch.status == "stopped"
+
+
+async def test_a_budget_caps_the_whole_operation_not_each_phase(bus):
+    def script(messages, tools):
+        text = task_of(messages)
+        if "\nA:\n" in text:
+            return u.call_tool("submit_answer", better="A", reason="r")
+        return u.call_tool("submit_answer", score=5, reason="r")
+
+    model = u.ScriptedModel(script, name="operators-budget-test")
+    u.set_price(model, input=2.0, output=8.0)
+    items = [f"item {i} " + "x" * 2000 for i in range(20)]  # about 500 tokens a row: 0.001 dollars
+    h = u.topk(items, 2, "Best?", model=model, budget=0.05, concurrency=2, bus=bus)
+    phase = await h.wait_for("child_started", lambda e: e.child_name.endswith(".screen"), timeout=10)
+    screen = next(p for p in h.phases if p.name == phase.child_name)
+    await screen.wait_for("budget_reached", timeout=10)
+    scoring = h.phases[0].cost
+    assert 0 < scoring < 0.05 and screen.budget == pytest.approx(0.05 - scoring)  # what scoring left
+    assert h.progress["budget_reached"] and screen.status == "paused"
+    h.set_budget(None)
+    await h.resume()
+    best = await asyncio.wait_for(h.result(), 10)
+    assert len(best) == 2 and h.phases[-1].budget is None

@@ -172,6 +172,8 @@ class PhasedHandle(LoopHandle):
         self.resume_from = resume_from
         """A store: each phase keeps the rows the newest earlier run of its map (``NAME.phase``) finished, where
         they are asked the same."""
+        self.budget: float | None = map_options.pop("budget", None)
+        """Dollars for the whole operation: each phase's map gets what the phases before it left."""
         self.map_options = map_options
         self.phases: list[MapHandle] = []
         self.phase_name = "starting"
@@ -198,6 +200,8 @@ class PhasedHandle(LoopHandle):
                 done = finished_rows(self.resume_from, name)
             except UserError:  # the earlier run never reached this phase
                 done = None
+        if self.budget is not None:  # one cap over every phase, not one per phase
+            options["budget"] = max(0.0, self.budget - sum(p.cost or 0.0 for p in self.phases))
         m = MapHandle(items, task, model=self.model, parent=self, name=name, done=done or None,
                       label=f"[map:{self.kind} {phase}] {self.task}", **{**self.map_options, **options})
         self.phases.append(m)
@@ -215,6 +219,15 @@ class PhasedHandle(LoopHandle):
     def calls(self) -> int:
         """Model calls over every phase so far (an answer that did not validate is sent back once: two calls)."""
         return sum(m.steps for m in self.phases)
+
+    def set_budget(self, dollars: float | None) -> None:
+        """Change the cap on dollars for the whole operation (``None`` lifts it): the running phase gets what the
+        phases before it left. A phase paused at its budget stays paused until :meth:`resume`."""
+        self.budget = dollars
+        m = self.phase
+        if m is not None and not m.done():
+            spent = sum(p.cost or 0.0 for p in self.phases[:-1])
+            m.set_budget(None if dollars is None else max(0.0, dollars - spent))
 
     @property
     def kept(self) -> int:
