@@ -194,7 +194,7 @@ class MapHandle(Spending, LoopHandle):
         """Rows answered from the result cache (no call)."""
         self._row_events = 0
         self._late: collections.deque[ev.Event] = collections.deque(maxlen=_KEEP_ROW_EVENTS)
-        self._looked_up: dict[str, str | None] = {}  # the cache's answers for the rows just ahead
+        self._looked_up: dict[int, str | None] = {}  # the cache's answers for the rows just ahead, by position
         self.cache: ResultCache | None = None
         """The result cache in use: ``None`` with ``cache=False``, without a store, or for a model whose answers
         are not a function of its name (a ScriptedModel)."""
@@ -339,13 +339,12 @@ class MapHandle(Spending, LoopHandle):
         """The cache's answer for ``row``: looked up with the next rows' in one query (they are made ahead:
         at most ``_LOOKAHEAD`` rows, held until they start)."""
         assert self.cache is not None
-        key = self.cache.key(row.task)
-        if key not in self._looked_up:
-            ahead = self.source.peek(_LOOKAHEAD)
-            keys = [key, *(self.cache.key(r.task) for r in ahead if r.reason is None)]
-            self._looked_up = dict.fromkeys(keys)
-            self._looked_up.update(self.cache.get_many(keys))
-        return self._looked_up.pop(key, None)
+        if row.position not in self._looked_up:
+            ahead = [row, *(r for r in self.source.peek(_LOOKAHEAD) if r.reason is None)]
+            keys = {r.position: self.cache.key(r.task) for r in ahead}
+            found = self.cache.get_many(list(keys.values()))
+            self._looked_up = {p: found.get(k) for p, k in keys.items()}
+        return self._looked_up.pop(row.position, None)
 
     def _emit_kept(self, row: Row, answer: Any) -> None:
         row.status, row.answer, row.kept = "finished", answer, True
