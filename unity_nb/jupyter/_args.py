@@ -203,6 +203,7 @@ _OPTIONS: dict[str, dict[str, Callable[[str], Any]]] = {
 }
 _BATCH: dict[str, Callable[[str], Any]] = {
     "--name": str, "--concurrency": _positive, "--max-steps": _positive, "--rate": str, "--tool-timeout": _seconds,
+    "--budget": _dollars, "--no-cache": bool,
 }
 _OPTIONS.update({
     "filter": _BATCH, "extract": {**_BATCH, "--columns": _columns},
@@ -212,6 +213,9 @@ _OPTIONS.update({
 })
 OPERATORS = ("filter", "extract", "topk", "join", "agg")
 """The subcommands of the operators built on the map: ITEMS (and K, or RIGHT), options, then the task."""
+for _op in OPERATORS:
+    HELP[_op] += ("\n    Also, as %unity map: --rate R, --tool-timeout SECONDS, --budget DOLLARS (for the whole"
+                  "\n    operation), --no-cache. %unity resume NAME after a dead kernel keeps the rows committed.")
 SETTINGS: dict[str, Callable[[str], Any]] = {
     "context_window": _tokens, "compress_at": _fraction, "keep_last": _positive, "max_parallel_tools": _positive,
 }

@@ -11,7 +11,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 from IPython.display import display
-from traitlets import Bool, Float, Integer, Unicode
+from traitlets import Bool, Enum, Float, Integer, Unicode
 
 from .._errors import HandleStateError, ModelConfigError, UserError
 from ..loop import VERBS, LoopHandle
@@ -66,6 +66,13 @@ class UnityMagics(Magics):
     max_parallel_tools = Integer(8, help="Default --max-parallel-tools: tool calls run at once.").tag(config=True)
     managers = Bool(
         False, help="Default --managers: plans reach the managers (knowledge, data, functions, ...) as primitives.",
+    ).tag(config=True)
+    task_parent_context = Enum(
+        ("never", "always", "model"), "never",
+        help="Whether a child task sees its parent's conversation: never, always, or model (spawn_task decides).",
+    ).tag(config=True)
+    task_summaries = Enum(
+        ("truncate", "model"), "truncate", help="Each ended task turn's summary: truncate, or model (written by it).",
     ).tag(config=True)
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
@@ -123,6 +130,8 @@ class UnityMagics(Magics):
                 store=self.needed_store("durable tasks live in it"), namespace=self.user_ns,
                 actor_options={"code_timeout": self.code_timeout or None},
             )
+        self._tasks_manager.parent_context = self.task_parent_context  # %config may change them at any time
+        self._tasks_manager.summaries = self.task_summaries
         return self._tasks_manager
 
     @property

@@ -38,9 +38,10 @@ def start_operator(magics: UnityMagics, cmd: Command, *, done: dict | None = Non
     items = _items(magics, cmd.name or "", sub)
     options: dict[str, Any] = {"concurrency": o.get("concurrency", 8),
                                "tools": [t for t in registered_tools() if not t.ref_only]}
-    for key in ("max_steps", "rate", "tool_timeout"):
+    for key in ("max_steps", "rate", "tool_timeout", "budget"):
         if o.get(key) is not None:
             options[key] = o[key]
+    options["cache"] = False if o.get("no_cache") else (magics.store or False)  # as %unity map: the store's cache
     if sub in ("filter", "extract", "join"):  # one map: its line is what a resume re-runs
         options["label"] = f"[map:{sub}] {cmd.line}"
         options["done"] = done

@@ -109,8 +109,13 @@ def task_command(magics: UnityMagics, cmd: Command) -> Any:
     """``%unity task new|run|message|show``."""
     tm = magics.tasks_manager
     if cmd.action == "new":
-        task = tm.create(cmd.name or "", cmd.text)
-        print(f"task {task.name!r} created: {task.id} (run it with %unity task run {task.id})")
+        parent = _find_task(magics, cmd.options["parent"]) if "parent" in cmd.options else None
+        if parent is None and cmd.options.get("parent_context"):
+            raise UsageError(f"--parent-context is for a child task: give its --parent\n\n{HELP['task']}")
+        task = tm.create(cmd.name or "", cmd.text, parent=parent.id if parent is not None else None,
+                         parent_context=True if cmd.options.get("parent_context") else None)
+        under = f", a child of {parent.name!r}" if parent is not None else ""
+        print(f"task {task.name!r} created{under}: {task.id} (run it with %unity task run {task.id})")
         return None
     task = _find_task(magics, cmd.name or "")
     if cmd.action == "show":

@@ -376,11 +376,12 @@ class TasksManager(Manager):
         else:
             turn = turns[-1]["turn"]
         context = self._parent_note(row) if self.sees_parent(task_id) else []
+        from .._registry import registered_tools  # the notebook's @unity_nb.tool tools, as an actor's
         from ..actor import Actor
 
         actor = Actor(
             self.model, namespace=self.namespace if self.namespace is not None else None,
-            tools=self._task_tools(task_id), **self.actor_options,
+            tools=[*registered_tools(), *self._task_tools(task_id)], **self.actor_options,
         )
         name = f"task {task.name}"
         handle = actor.act(queued[-1], name=name, bus=self.bus,
