@@ -15,6 +15,7 @@ from ._errors import (
     UnityError,
     UserError,
 )
+from ._otel import Tracing, trace
 from ._registry import register_tool, registered_tools, tool, unregister_tool
 from ._secrets import forget_secret, get_secret, secret_names, set_secret
 from .actor import Actor, ActorHandle, PlanResult, act, final_answer, primitive, registered_primitives
@@ -162,6 +163,8 @@ __all__ = (
     "AnyEvent",
     "EventBus",
     "default_bus",
+    "trace",
+    "Tracing",
     # the store
     "Store",
     # errors

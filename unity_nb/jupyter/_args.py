@@ -101,6 +101,8 @@ HELP = {
     "tasks": "%unity tasks\n"
     "    Durable tasks (kept in the store across kernels): id, name, status, parent, description, result.",
     "task": "%unity task new NAME DESCRIPTION   (or %%unity task new NAME with the description as the cell)\n"
+    "    --parent TASK: a child of TASK (its completion wakes the parent); --parent-context: it sees the parent's\n"
+    "    conversation (%config UnityMagics.task_parent_context and task_summaries set it for all tasks)\n"
     "%unity task run TASK        run it now (its first turn, a new one, or the one a dead kernel cut short)\n"
     "%unity task message TASK TEXT   deliver TEXT into its running turn, or start a new turn with it\n"
     "%unity task show TASK       its turns: when, summary, messages\n"
@@ -199,6 +201,7 @@ _OPTIONS: dict[str, dict[str, Callable[[str], Any]]] = {
         "--expected-output-tokens": _count,
     },
     "resume": {"--budget": _dollars},
+    "task": {"--parent": str, "--parent-context": bool},  # task new
     "answer": {"--call": str},
 }
 _BATCH: dict[str, Callable[[str], Any]] = {
@@ -432,6 +435,8 @@ def _task_args(cmd: Command, rest: str, cell: str | None) -> None:
         what = "a name for the new task" if action == "new" else "a task's id or name (see %unity tasks)"
         raise _usage("task", f"%unity task {action} needs {what}")
     cmd.name = name
+    if action == "new":
+        cmd.options, text = _peel_options("task", text)
     cmd.text = "\n".join(t for t in (text.strip(), (cell or "").strip()) if t)
     if action == "new" and not cmd.text:
         raise _usage("task", "%unity task new needs a description: what the task is to do")
