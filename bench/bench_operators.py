@@ -55,8 +55,8 @@ async def bench_topk(n: int, k: int) -> dict:
     best = await h
     wall = time.perf_counter() - start
     truth = set(sorted(range(n), key=lambda i: -relevance[i])[:k])
-    return {"n": n, "k": k, "calls": h.calls, "requests": len(model.requests), "bound": h.bound,
-            "all_pairs": math.comb(n, 2), "n_log2_n": round(n * math.log2(n)),
+    return {"n": n, "k": k, "calls": h.calls, "questions": h.questions, "requests": len(model.requests),
+            "bound": h.bound, "all_pairs": math.comb(n, 2), "n_log2_n": round(n * math.log2(n)),
             "true_top_found": len(truth & {int(t.split()[1]) for t in best}), "wall_s": round(wall, 2)}
 
 
@@ -97,7 +97,8 @@ def main() -> None:
     args = parser.parse_args()
     top = asyncio.run(bench_topk(args.n, args.k))
     print("A. top-k")
-    print(f"  n={top['n']} k={top['k']}: {top['calls']} model calls (bound {top['bound']}; {top['requests']} requests)")
+    print(f"  n={top['n']} k={top['k']}: {top['questions']} questions (bound {top['bound']}), "
+          f"{top['calls']} model calls")
     print(f"  every pair: {top['all_pairs']:,} ({top['all_pairs'] / top['calls']:.0f}x more); "
           f"n log2 n: {top['n_log2_n']:,} ({top['n_log2_n'] / top['calls']:.1f}x more)")
     print(f"  true top {top['k']} returned: {top['true_top_found']} of {top['k']}; wall {top['wall_s']} s")
