@@ -69,7 +69,11 @@ async def test_a_child_task_made_with_parent_context_sees_its_parents_conversati
 
 
 async def test_task_settings_are_traitlets(ip):
-    ip.run_line_magic("config", 'UnityMagics.task_summaries = "model"')
-    ip.run_line_magic("config", 'UnityMagics.task_parent_context = "always"')
-    tm = magics(ip).tasks_manager
-    assert (tm.summaries, tm.parent_context) == ("model", "always")
+    try:
+        ip.run_line_magic("config", 'UnityMagics.task_summaries = "model"')
+        ip.run_line_magic("config", 'UnityMagics.task_parent_context = "always"')
+        tm = magics(ip).tasks_manager
+        assert (tm.summaries, tm.parent_context) == ("model", "always")
+    finally:  # %config stays on the shell, which the other tests share
+        ip.run_line_magic("config", 'UnityMagics.task_summaries = "truncate"')
+        ip.run_line_magic("config", 'UnityMagics.task_parent_context = "never"')
