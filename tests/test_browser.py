@@ -557,9 +557,13 @@ window.loadCss = (css, id) => {
   style.appendChild(document.createTextNode(css));
   document.head.appendChild(style);
 };
-window.start = (key, state) => {
+// a live kernel answers the view's pings; one started with kernel=false (a notebook reopened with its
+// widget state, its kernel gone) answers nothing
+window.start = (key, state, kernel = true) => {
   const handlers = {}, sent = [];
-  models[key] = { state, handlers, sent, get: (k) => state[k], send: (m) => sent.push(m),
+  const pong = () => { for (const cb of handlers["msg:custom"] || []) cb({ pong: true }); };
+  const send = (m) => { if (m.action !== "ping") sent.push(m); else if (kernel) setTimeout(pong); };
+  models[key] = { state, handlers, sent, get: (k) => state[k], send,
                   on: (ev, cb) => { (handlers[ev] ||= []).push(cb); } };
   window.loadCss(state._css, state._anywidget_id);
   const el = Object.assign(document.createElement("div"), { className: "widget" });
@@ -583,14 +587,14 @@ class Harness:
     def __init__(self, page, outside):
         self.page, self.outside, self.shown = page, outside, set()
 
-    async def show(self, w):
+    async def show(self, w, kernel=True):
         w.flush()
         state = {"nodes": w.nodes, "entries": w.entries, "asks": w.asks, "notice": w.notice}
         key = w.model_id
         if key not in self.shown:
             self.shown.add(key)
             state.update(_css=w._css, _anywidget_id=w._anywidget_id)
-            await self.page.evaluate("([key, state]) => window.start(key, state)", [key, state])
+            await self.page.evaluate("([key, state, kernel]) => window.start(key, state, kernel)", [key, state, kernel])
         else:
             await self.page.evaluate("([key, state]) => window.setState(key, state)", [key, state])
         return self.page.locator(f'.widget[data-key="{key}"]')

@@ -267,3 +267,15 @@ async def test_a_plan_waiting_for_approval_shows_and_runs_from_the_table():
     w._on_custom(w, {"action": "approve", "node": h.id, "call_id": waiting["call_id"]}, [])
     assert await asyncio.wait_for(h, TIMEOUT) == "ok"
     assert ns["x"] == 42
+
+
+async def test_a_ping_from_the_view_is_answered_at_once_and_is_not_a_click():
+    # the view asks whether a kernel is behind it (widget state saved in a notebook brings a view back without one)
+    h = u.start_loop("hi", model=u.ScriptedModel(Gate(lambda m, t: "done")), name="pinged")
+    w = HandleWidget(h)
+    sent = []
+    w.send = lambda content, buffers=None: sent.append(content)
+    w._on_custom(w, {"action": "ping"}, [])
+    assert sent == [{"pong": True}]
+    assert w.errors == [] and w.notice == ""
+    await h.stop()

@@ -11,6 +11,7 @@ tests/test_browser.py: loopback only, Debian's Chromium, every wait an expectati
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 
@@ -236,3 +237,40 @@ async def test_a_questions_answer_box_keeps_what_is_typed_across_updates_and_ent
     clicks = await harness.page.evaluate(f"() => window.sentBy('{w.model_id}')")
     assert [(c["action"], c["text"]) for c in clicks] == [("answer", "west")]
     await h.stop()
+
+
+# -- a widget without its kernel ----------------------------------------------------------------------
+
+
+async def test_a_widget_whose_kernel_is_gone_looks_dead_and_one_with_its_kernel_does_not(harness):  # noqa: F811
+    """A notebook reopened with its widget state saved mid-run: the view comes back from the saved state,
+    with no kernel behind it. It must not look live: its pings go unanswered, so it says so, greys the
+    state as saved, and disables every button and box."""
+    from playwright.async_api import expect
+
+    from unity_nb.jupyter._widget import HandleWidget
+
+    gate = asyncio.Event()
+
+    async def slow(messages, tools):
+        await gate.wait()
+        return "done"
+
+    live_h = u.start_loop("work", model=u.ScriptedModel(slow), name="live")
+    saved_h = u.start_loop("work", model=u.ScriptedModel(slow), name="saved")
+    await live_h.wait_for("model_request", timeout=20)
+    await saved_h.wait_for("model_request", timeout=20)
+    live = await harness.show(HandleWidget(live_h))
+    saved = await harness.show(HandleWidget(saved_h), kernel=False)
+    note = saved.locator(".unb-dead-note")
+    await expect(note).to_have_text("This operation's kernel is gone; the state shown is as saved.")
+    await expect(saved.locator(".unb-root")).to_have_class(re.compile(r"\bunb-dead\b"))
+    await expect(saved.locator(".unb-badge")).to_have_text("running")  # as saved
+    for control in await saved.locator("button, input").all():
+        await expect(control).to_be_disabled()
+    # the live one, shown at the same moment, had its pings answered: it stays live
+    await expect(live.locator(".unb-dead-note")).to_be_hidden()
+    await expect(live.locator(".unb-root")).not_to_have_class(re.compile(r"\bunb-dead\b"))
+    await expect(live.locator(".unb-stop")).to_be_enabled()
+    gate.set()
+    assert await live_h == "done" and await saved_h == "done"

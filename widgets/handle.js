@@ -136,6 +136,12 @@ function plansOf(list) {
   return out;
 }
 
+// a widget whose kernel does not answer a ping within this many ms is dead (a notebook reopened with its
+// widget state saved, a kernel gone): it shows the state as saved, greyed, with its buttons disabled
+const DEAD_AFTER = 5000;
+const PING_EVERY = 10000; // while the operation runs, its kernel may go away: asked again this often
+const DEAD_NOTE = "This operation's kernel is gone; the state shown is as saved.";
+
 const nearBottom = (el) => el.scrollHeight - el.scrollTop - el.clientHeight < 24;
 
 // Enter in a text box sends it, as people expect; the key stays in the box (JupyterLab's notebook
@@ -153,8 +159,9 @@ function render({ model, el }) {
   // the stylesheet's rules all name this id (the installed version's): see _widget.style()
   const root = h("div", { class: "unb-root", "data-unb-style": model.get("_anywidget_id") || "" });
   const notice = h("div", { class: "unb-notice" });
+  const deadNote = h("div", { class: "unb-dead-note" });
   const tree = h("div", { class: "unb-tree" });
-  root.append(notice, tree);
+  root.append(deadNote, notice, tree);
   el.append(root);
   const views = new Map(); // node id -> persistent elements
 
@@ -355,6 +362,7 @@ function render({ model, el }) {
     // mousedown and mouseup loses the click (at 10 updates a second, most clicks), and a text box taken
     // out loses its focus (a batch's rows come and go: JupyterLab then took the keys typed next)
     placeNodes(order);
+    if (dead) for (const c of root.querySelectorAll("button, input")) c.disabled = true;
     if (typing && typing.isConnected && document.activeElement !== typing) {
       typing.focus({ preventScroll: true });
       if (caret) typing.setSelectionRange(...caret);
@@ -372,10 +380,44 @@ function render({ model, el }) {
     order.forEach((box, i) => { if (tree.children[i] !== box) tree.insertBefore(box, tree.children[i] || null); });
   }
 
-  for (const name of ["nodes", "entries", "asks", "notice"]) model.on(`change:${name}`, update);
+  // is there a kernel behind this view? A ping it answers with a pong (widget state saved in a notebook
+  // brings the view back without one); any state it sends proves it too
+  let dead = false, waiting = null;
+  function setDead(flag) {
+    if (flag === dead) return;
+    dead = flag;
+    root.classList.toggle("unb-dead", dead);
+    deadNote.textContent = dead ? DEAD_NOTE : "";
+    if (!dead) { // alive again (a busy kernel answered late): rebuild what was disabled
+      for (const c of root.querySelectorAll("button, input")) c.disabled = false;
+      for (const v of views.values()) { v.clarKey = v.approvalKey = ""; v.answers = new Map(); }
+    }
+    update();
+  }
+  function alive() {
+    if (waiting) { clearTimeout(waiting); waiting = null; }
+    setDead(false);
+  }
+  function ping() {
+    if (waiting) return;
+    try { model.send({ action: "ping" }); } catch (e) { /* no kernel to send it to */ }
+    waiting = setTimeout(() => {
+      waiting = null;
+      // a kernel without subshells answers once its cell ends: busy, not gone
+      if (!(model.get("subshells") === false && model.get("cell_running"))) setDead(true);
+    }, DEAD_AFTER);
+  }
+  const ticker = setInterval(() => {
+    const first = (model.get("nodes") || [])[0];
+    if (!first || !ENDED.has(first.status)) ping();
+  }, PING_EVERY);
+  model.on("msg:custom", (msg) => { if (msg && msg.pong) alive(); });
+
+  for (const name of ["nodes", "entries", "asks", "notice"]) model.on(`change:${name}`, () => { alive(); update(); });
   model.on("change:_anywidget_id", () => root.setAttribute("data-unb-style", model.get("_anywidget_id") || ""));
   update();
-  return () => views.clear();
+  ping();
+  return () => { clearInterval(ticker); if (waiting) clearTimeout(waiting); views.clear(); };
 }
 
 export default { render };

@@ -76,8 +76,12 @@ def _scope_css(css: str, scope: str) -> str:
         for sel in (x.strip() for x in prelude.split(",")):
             if not sel:
                 continue
-            sel = re.sub(r"^\.unb-root(?![\w-])\s*", "", sel)  # the root itself, or under it
-            scoped.append(f"{root} {sel}" if sel else root)
+            at = re.match(r"\.unb-root(?![\w-])(\s*)", sel)  # the root itself, in a state (.unb-root.x), or under it
+            if at:
+                sel = sel[at.end():]
+                scoped.append(f"{root}{at.group(1) and ' '}{sel}" if sel else root)
+            else:
+                scoped.append(f"{root} {sel}")
         out.append(f"{', '.join(scoped)} {{{' '.join(body.split())} }}")  # one rule a line
     return "\n".join(out) + "\n"
 
@@ -449,7 +453,11 @@ class HandleWidget(anywidget.AnyWidget):
         raise ValueError(f"no operation {node_id!r} in the widget of {self.handle.name!r}")
 
     def _on_custom(self, _widget: Any, content: dict, _buffers: Any) -> None:
-        """A click, as the browser sends it; on whichever thread the kernel delivers it."""
+        """A click, as the browser sends it; on whichever thread the kernel delivers it. A ping (the view asking
+        whether a kernel is behind it) is answered at once, on that thread."""
+        if isinstance(content, dict) and content.get("action") == "ping":
+            self.send({"pong": True})
+            return
         try:
             self.clicks.receive(dict(content) if isinstance(content, dict) else {"action": repr(content)})
         except Exception as err:  # a click must never raise into the kernel (a closed loop)
