@@ -1,5 +1,6 @@
-"""%unity topk and %unity filter killed mid-way in a real kernel and resumed in a new one: the rows their maps
-committed are kept (no question asked twice), the rest asked, and the answers are the same as an unbroken run's."""
+"""%unity topk, filter, extract, join and agg killed mid-way in a real kernel and resumed in a new one: the rows
+their maps committed are kept (no question asked twice), the rest asked, and the answers are the same as an
+unbroken run's."""
 
 import textwrap
 
@@ -31,6 +32,20 @@ MODEL = textwrap.dedent(
             if DIE and n == 3:
                 await asyncio.Event().wait()  # and while this row runs
             return u.call_tool("submit_answer", keep=n % 2 == 0, reason="parity")
+        if "Give the fields" in text:
+            n = int(text.split("Halve ")[1].split()[0])
+            if DIE and n == 3:
+                await asyncio.Event().wait()
+            return u.call_tool("submit_answer", half=n // 2)
+        if "match true or false" in text:
+            if DIE and "cherry" in text:
+                await asyncio.Event().wait()
+            return u.call_tool("submit_answer", match=True, reason="same fruit")
+        if "Answer it for the group" in text:
+            group = text.split("for the group ")[1].split()[0]
+            if DIE and group == "c":
+                await asyncio.Event().wait()
+            return f"summary of {group}"
         return u.call_tool("submit_answer", score=int(text.split("item ")[-1].split()[0]) % 11, reason="r")
 
 
@@ -38,6 +53,10 @@ MODEL = textwrap.dedent(
     %unity model --var m
     items = [f"item {i} ." for i in range(12)]
     numbers = pd.Series(range(6), index=[f"n{i}" for i in range(6)], name="n")
+    fruit = ["apple", "banana", "cherry", "date"]
+    lefts = pd.DataFrame({"w": [f"{f} pie" for f in fruit]}, index=[f"l{i}" for i in range(4)])
+    rights = pd.DataFrame({"w": [f"{f} jam" for f in fruit]}, index=[f"r{i}" for i in range(4)])
+    groups = pd.DataFrame({"g": list("aabbcc"), "t": [f"finding {i}" for i in range(6)]})
     """
 )
 
@@ -45,16 +64,22 @@ FIRST = "DIE = True\n" + MODEL + textwrap.dedent(
     """
     best = %unity topk items 2 --concurrency 1 --name best Which item is biggest?
     keep = %unity filter numbers --concurrency 1 --name keep Is {n} even?
+    fields = %unity extract numbers --concurrency 1 --name fields --columns half:int Halve {n}
+    pairs = %unity join lefts rights --concurrency 1 --name pairs On {lefts.w} and {rights.w}: the same fruit?
+    summary = %unity agg groups --by g --concurrency 1 --name summary Summarise the findings.
     await asyncio.wait_for(hung.wait(), 30)
     await best.phase.wait_for("row_finished", lambda e: e.position == 2, timeout=20)
     await keep.wait_for("row_finished", lambda e: e.position == 2, timeout=20)
+    await fields.wait_for("row_finished", lambda e: e.position == 2, timeout=20)
+    await pairs.wait_for("row_finished", lambda e: e.position == 1, timeout=20)
+    await summary.phase.wait_for("row_finished", lambda e: e.position == 1, timeout=20)
     """
 )
 
 SECOND = "DIE = False\n" + MODEL
 
 
-def test_a_killed_topk_and_filter_resume_keeping_every_committed_row(tmp_path):
+def test_killed_operators_resume_keeping_every_committed_row(tmp_path):
     store = str(tmp_path / "state.db")
     first = Kernel(env={"UNITY_NB_STORE": store})
     try:
@@ -81,5 +106,15 @@ def test_a_killed_topk_and_filter_resume_keeping_every_committed_row(tmp_path):
         assert len(screen) == 10 - 3 + 6
         assert sorted(int(t.split("Is ")[1].split()[0]) for t in asked if "Decide" in t) == [3, 4, 5]
         assert second.value("best.kept") == 12 + 3 and second.value("keep.kept") == 3
+        second.run("fields = %unity resume fields\npairs = %unity resume pairs\nsummary = %unity resume summary")
+        assert second.value("(await fields)['half'].tolist()") == [0, 0, 1, 1, 2, 2]
+        found = second.value("list(zip((await pairs)['left'], (await pairs)['right']))")
+        assert found == [["l0", "r0"], ["l1", "r1"], ["l2", "r2"], ["l3", "r3"]]
+        assert second.value("(await summary).to_dict()") == {"a": "summary of a", "b": "summary of b",
+                                                              "c": "summary of c"}
+        asked = second.value("seen")
+        assert sorted(int(t.split("Halve ")[1].split()[0]) for t in asked if "Give the fields" in t) == [3, 4, 5]
+        assert sorted(t.split(" pie")[0].split()[-1] for t in asked if "match true" in t) == ["cherry", "date"]
+        assert [t.split("for the group ")[1].split()[0] for t in asked if "for the group" in t] == ["c"]
     finally:
         second.close()
