@@ -1,6 +1,7 @@
 """%unity resume in real kernels: an operation a SIGKILLed kernel left interrupted continues in a
 fresh kernel on the same store, its conversation rebuilt and its history repaired."""
 
+import json
 import textwrap
 
 from _kernel import Kernel
@@ -68,13 +69,15 @@ def test_resume_continues_an_interrupted_operation_from_the_store(tmp_path):
         second.run("h = %unity resume tour")
         assert second.value("[h.name, h.task, h is magics.handles['tour']]") == ["tour", "Compute the answer.", True]
         assert second.value("await h") == "the answer is 42"
-        system = second.value("seen[0][0]['content']")
-        earlier = system.split("<earlier-conversation>")[1].split("</earlier-conversation>")[0]
-        assert "[user]\nCompute the answer." in earlier
-        assert "computed 42" in earlier  # the first plan's result, as recorded
-        assert "await hang.wait()" in earlier  # the call cut short ...
-        assert "error: no result was recorded (the run was interrupted)" in earlier  # ... has a result now
-        assert earlier.count("-> call ") == earlier.count("[result of call ")  # every call has its result
+        sent = second.value("seen[0]")  # the earlier conversation as messages, then the task again
+        system, earlier = sent[0]["content"], sent[1:-1]
+        assert earlier[0] == {"role": "user", "content": "Compute the answer."} and sent[-1] == earlier[0]
+        text = json.dumps(earlier)
+        assert "computed 42" in text  # the first plan's result, as recorded
+        assert "await hang.wait()" in text  # the call cut short ...
+        assert "error: no result was recorded (the run was interrupted)" in text  # ... has a result now
+        calls = [c["id"] for m in earlier if m["role"] == "assistant" for c in m.get("tool_calls") or ()]
+        assert calls == [m["tool_call_id"] for m in earlier if m["role"] == "tool"]  # every call has its result
         assert "Continue where it left off" in system and "Variables in the namespace now" in system
         notice = second.value("magics.widgets['tour'].notice")  # its live widget
         assert notice.startswith("resumed from the store") and "1 tool call(s) without a result" in notice

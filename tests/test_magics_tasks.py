@@ -138,8 +138,9 @@ async def test_resume_from_the_store_takes_only_an_interrupted_top_level_operati
         ip.run_line_magic("unity", "resume kid")
     h = ip.run_line_magic("unity", "resume boss")
     assert h.name == "boss" and await h == "continued"
-    system = ip.user_ns["m"].requests[0].messages[0]["content"]
-    assert "-> call " in system and "error: no result was recorded (the run was interrupted)" in system
+    sent = ip.user_ns["m"].requests[0].messages  # the earlier conversation, as messages
+    assert any(m.get("tool_calls") for m in sent if m["role"] == "assistant")
+    assert any("no result was recorded (the run was interrupted)" in m["content"] for m in sent if m["role"] == "tool")
     with pytest.raises(UsageError, match="cannot resume 'boss': it is finished"):
         ip.run_line_magic("unity", "resume boss")
 

@@ -208,12 +208,28 @@ def render_history(messages: list[dict]) -> str:
 
 
 _RESUMED = (
-    "This operation was interrupted when its kernel stopped, and now continues in a new kernel. Its conversation "
-    "so far, rebuilt from the store (a tool call without a recorded result is marked as interrupted):\n\n"
-    "<earlier-conversation>\n{history}\n</earlier-conversation>\n\n"
-    "Continue where it left off: do not redo what succeeded. Variables its plans created may be gone "
-    "(this is a new kernel): check before relying on them."
+    "This operation was interrupted when its kernel stopped, and now continues in a new kernel [resumed from run "
+    "{uid}]. The messages before the last one are its conversation so far, rebuilt from the store (a tool call "
+    "without a recorded result is marked as interrupted); the last message gives its task again. Continue where "
+    "it left off: do not redo what succeeded. Variables its plans created may be gone (this is a new kernel): "
+    "check before relying on them."
 )
+_RESUMED_FROM = re.compile(r"\[resumed from run ([0-9A-Za-z_-]+)\]")
+
+
+def _resumed_history(store: Any, uid: str, depth: int = 0) -> list[dict]:
+    """The wire messages of run ``uid``, after those of the runs it resumed (a run resumed twice keeps all)."""
+    transcript = store.transcript(uid)
+    earlier: list[dict] = []
+    for m in transcript:  # the note a resumed run starts with (a notification: the store keeps it)
+        found = _RESUMED_FROM.search(m.content or "") if m.kind == "notification" else None
+        if found is not None and depth < 20:
+            try:
+                earlier = _resumed_history(store, found[1], depth + 1)
+            except UserError:  # that run is gone from the store: this one's messages alone
+                earlier = []
+            break
+    return earlier + wire_history(transcript)
 
 
 def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
@@ -251,21 +267,29 @@ def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
 
     if (row["task"] or "").startswith(LABELS):  # %unity filter|extract|topk|join|agg
         return resume_operator(magics, row)
-    history = wire_history(store.transcript(row["uid"]))
+    history = _resumed_history(store, row["uid"])
     missing = sum(1 for m in history if m["role"] == "tool" and "no result was recorded" in str(m["content"]))
     model = magics.current_model()
     options = magics.loop_options({})
     actor = magics.actor(model, {})
-    resumed = _RESUMED.format(history=render_history(history))
+    resumed = _RESUMED.format(uid=row["uid"])  # the conversation itself goes as messages (history=)
     actor.instructions = "\n\n".join(p for p in (actor.instructions, resumed) if p)
     task = row["task"] or "(no task recorded)"
+    options["history"] = history
     notice = (
         f"resumed from the store: its interrupted run rebuilt ({len(history)} messages"
         + (f"; {missing} tool call(s) without a result marked as interrupted)." if missing else ").")
     )
-    return magics.start(
-        row["name"], lambda key: actor.act(task, name=key, **options), sub="resume", notice=notice,
-    )
+    uid = row["uid"]
+
+    def launch(key: str) -> LoopHandle:
+        from .. import events as ev
+
+        handle = actor.act(task, name=key, **options)
+        handle.emit(ev.Notification, call_id=None, text=f"[resumed from run {uid}] its conversation continues")
+        return handle
+
+    return magics.start(row["name"], launch, sub="resume", notice=notice)
 
 
 def resume_map(magics: UnityMagics, row: dict, *, budget: float | None = None) -> LoopHandle:
