@@ -12,6 +12,7 @@ tests/test_browser.py: loopback only, Debian's Chromium, every wait an expectati
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import re
 
@@ -274,3 +275,65 @@ async def test_a_widget_whose_kernel_is_gone_looks_dead_and_one_with_its_kernel_
     await expect(live.locator(".unb-stop")).to_be_enabled()
     gate.set()
     assert await live_h == "done" and await saved_h == "done"
+
+
+def _saved_mid_run() -> dict:
+    """A notebook saved while its operation ran, with JupyterLab's widget state: the state a real
+    HandleWidget of this process had mid-run, in the notebook's metadata, and its view in an output."""
+    from unity_nb.jupyter._widget import HandleWidget, render_html
+
+    async def run() -> tuple[dict, dict, str, str, str]:
+        gate = asyncio.Event()
+
+        async def slow(messages, tools):
+            await gate.wait()
+            return "done"
+
+        h = u.start_loop("Summarise the sales by region", model=u.ScriptedModel(slow), name="saved_run")
+        await h.wait_for("model_request", timeout=20)
+        w = HandleWidget(h)
+        state, layout = w.get_state(), w.layout.get_state()
+        snapshot, plain = render_html(h), repr(h)
+        await h.stop()
+        return state, layout, w.model_id, w.layout.model_id, snapshot + "\0" + plain
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # (Playwright's own event loop runs in this thread)
+        state, layout, widget_id, layout_id, texts = pool.submit(asyncio.run, run()).result()
+    snapshot, plain = texts.split("\0")
+
+    def saved(s):
+        return {"model_module": s["_model_module"], "model_module_version": s["_model_module_version"],
+                "model_name": s["_model_name"], "state": s}
+
+    view = {"model_id": widget_id, "version_major": 2, "version_minor": 1}
+    data = {"application/vnd.jupyter.widget-view+json": view, "text/html": snapshot, "text/plain": plain}
+    cell = nbformat.v4.new_code_cell(
+        "h = %unity act --name saved_run Summarise the sales by region", execution_count=1,
+        outputs=[nbformat.v4.new_output("display_data", data)],
+    )
+    return nbformat.v4.new_notebook(cells=[cell], metadata={
+        "kernelspec": KERNELSPEC,
+        "widgets": {"application/vnd.jupyter.widget-state+json": {
+            "version_major": 2, "version_minor": 0, "state": {widget_id: saved(state), layout_id: saved(layout)},
+        }},
+    })
+
+
+def test_a_notebook_reopened_with_widget_state_saved_mid_run_shows_a_dead_widget(lab, browser):  # noqa: F811
+    from nbformat.sign import NotebookNotary
+    from playwright.sync_api import expect
+
+    nb = nbformat.from_dict(_saved_mid_run())
+    NotebookNotary(data_dir=str(lab.data_dir)).sign(nb)  # trusted, as its author's own notebook is
+    nbformat.write(nb, lab.root / "reopened.ipynb")
+    page = browser.page
+    _open(page, lab, "reopened", "reopened.ipynb")  # a new kernel: the saved widget has no comm in it
+    node = _node(page, "saved_run")
+    expect(node.locator(".unb-badge")).to_have_text("running")  # the state as it was saved ...
+    root = page.locator(".unb-root").filter(has=node)
+    # ... which says its kernel is gone, greyed, with nothing left to click
+    expect(root.locator(".unb-dead-note")).to_have_text("This operation's kernel is gone; the state shown is as saved.")
+    expect(root).to_have_class(re.compile(r"\bunb-dead\b"))
+    for control in root.locator("button, input").all():
+        expect(control).to_be_disabled()
+    assert browser.outside == [], "the page requested something beyond the local server"
