@@ -161,3 +161,24 @@ def test_import_unity_nb_does_not_import_opentelemetry():
     code = "import sys, unity_nb; print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+async def test_a_chat_span_says_whether_its_token_counts_were_estimated(spans):
+    provider, exporter = spans
+    bus = u.EventBus()
+
+    class Counted:
+        def __init__(self, name, estimated):
+            self.name, self.estimated = name, estimated
+
+        async def complete(self, request, on_delta=None):
+            return u.Reply(content="ok", usage=u.Usage(10, 5, self.estimated), model=self.name)
+
+    with u.trace(tracer_provider=provider, bus=bus):
+        await asyncio.wait_for(u.start_loop("a", model=Counted("reported", False), bus=bus), 10)
+        await asyncio.wait_for(u.start_loop("b", model=Counted("guessed", True), bus=bus), 10)
+    chats = {s.name: s.attributes for s in exporter.get_finished_spans() if s.name.startswith("chat")}
+    assert chats["chat reported"]["unity_nb.usage.estimated"] is False
+    assert chats["chat guessed"]["unity_nb.usage.estimated"] is True
+    guessed = chats["chat guessed"]
+    assert (guessed["gen_ai.usage.input_tokens"], guessed["gen_ai.usage.output_tokens"]) == (10, 5)

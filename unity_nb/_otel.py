@@ -143,7 +143,7 @@ class Tracing:
         span, loop.chat = loop.chat, None
         span.set_attribute("gen_ai.usage.input_tokens", e.input_tokens)
         span.set_attribute("gen_ai.usage.output_tokens", e.output_tokens)
-        span.set_attribute("unity_nb.usage.estimated", bool(getattr(e, "estimated", False)))
+        span.set_attribute("unity_nb.usage.estimated", e.estimated)
         if e.interrupted:
             span.set_attribute("unity_nb.interrupted", True)
         if self.content:

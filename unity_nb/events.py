@@ -248,6 +248,8 @@ class ModelResponse(Event):
     tool_calls: tuple[dict, ...] = ()
     input_tokens: int = 0
     output_tokens: int = 0
+    estimated: bool = False
+    """True when the provider reported no usage and the tokens were estimated."""
     interrupted: bool = False
     """True when an interjection cancelled this call; it is re-issued."""
     thinking: str | None = None

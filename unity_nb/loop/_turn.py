@@ -323,6 +323,7 @@ class Turn(Part[_Loop]):
             tool_calls=tuple({"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls),
             input_tokens=reply.usage.input_tokens,
             output_tokens=reply.usage.output_tokens,
+            estimated=reply.usage.estimated,
             thinking=reply.thinking,
             refusal=reply.refusal,
         )
