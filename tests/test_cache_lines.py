@@ -89,3 +89,16 @@ async def test_a_line_cut_short_by_a_killed_kernel_is_skipped_with_a_warning_and
     again.save()
     records = _lines(path)  # every line parses: the partial one was cut off before the append
     assert sorted(r["entry"]["content"] for r in records[1:]) == ["KEPT", "LOST"]
+
+
+async def test_a_file_of_mostly_superseded_recordings_is_rewritten_compact_at_the_next_write(tmp_path):
+    path = tmp_path / "r.json"
+    for _ in range(3):  # "record" asks again and appends: the same 60 requests, three times
+        model = u.CachedModel(u.ScriptedModel(_upper), path, mode="record")
+        await _ask(model, *[f"w{i}" for i in range(60)])
+        model.save()
+    assert len(_lines(path)) == 1 + 180
+    again = u.CachedModel(u.ScriptedModel(_upper), path, mode="auto")
+    assert await _ask(again, "w1", "new") == ["W1", "NEW"] and (again.hits, again.misses) == (1, 1)
+    again.save()
+    assert len(_lines(path)) == 1 + 61  # one line a request

@@ -75,8 +75,9 @@ def _line(obj: object) -> bytes:
     return (json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
 
 
-def _read(path: Path) -> tuple[dict[str, dict], bool, int | None]:
-    """Read a recording file: (recordings, whether it is JSON lines, where to cut a partial or broken tail).
+def _read(path: Path) -> tuple[dict[str, dict], bool, int | None, int]:
+    """Read a recording file: (recordings, whether it is JSON lines, where to cut a partial or broken tail,
+    how many recordings the file holds, repeats included: ``mode="record"`` appends a request again).
 
     Lines that do not parse are skipped with a warning: a partial last line is what a process killed
     mid-write leaves, and its request is asked again."""
@@ -88,9 +89,10 @@ def _read(path: Path) -> tuple[dict[str, dict], bool, int | None]:
         header = None
     if not (isinstance(header, dict) and "unity_nb_cache" in header):
         text = data.decode("utf-8").strip()
-        return (json.loads(text) if text else {}), False, None
+        whole: dict[str, dict] = json.loads(text) if text else {}
+        return whole, False, None, len(whole)
     entries: dict[str, dict] = {}
-    skipped = 0
+    skipped = lines = 0
     cut: int | None = None
     pos = len(first) + 1
     while pos < len(data):
@@ -99,6 +101,7 @@ def _read(path: Path) -> tuple[dict[str, dict], bool, int | None]:
         try:
             record = json.loads(raw)
             entries[record["key"]] = record["entry"]
+            lines += 1
         except (ValueError, KeyError, TypeError):
             if raw.strip():
                 skipped += 1
@@ -114,7 +117,7 @@ def _read(path: Path) -> tuple[dict[str, dict], bool, int | None]:
             RuntimeWarning,
             stacklevel=3,
         )
-    return entries, True, cut
+    return entries, True, cut, lines
 
 
 class CachedModel:
@@ -148,11 +151,13 @@ class CachedModel:
         self._lines = False  # the file is JSON lines (else it is written whole once, then appended to)
         self._cut: int | None = None
         if self.path.exists():
-            self._entries, self._lines, self._cut = _read(self.path)
+            self._entries, self._lines, self._cut, held = _read(self.path)
+            if held > 2 * len(self._entries):  # mostly superseded recordings: rewritten compact at the next write
+                self._lines = False
         elif mode == "replay":
             raise UserError(f"CachedModel: no recording at {self.path}; record it first with mode='auto'")
         self._write_lock = threading.Lock()
-        self._pending: list[bytes] = []
+        self._pending: list[tuple[str, dict, bytes]] = []  # (key, entry, its line), appended on the loop
         self._wake = threading.Event()
         self._writer: threading.Thread | None = None
         self._thread_lock = threading.Lock()
@@ -210,7 +215,7 @@ class CachedModel:
         return reply
 
     def _recorded(self, key: str, entry: dict) -> None:
-        self._pending.append(_line({"key": key, "entry": entry}))
+        self._pending.append((key, entry, _line({"key": key, "entry": entry})))
         with self._thread_lock:  # held only to start or retire the writer, never while writing
             if self._writer is None:
                 self._writer = threading.Thread(target=self._write_while_busy, name="unity_nb-cache", daemon=True)
@@ -237,24 +242,31 @@ class CachedModel:
         with self._write_lock:
             if not self._pending:
                 return
-            count = len(self._pending)
-            batch = b"".join(self._pending[:count])
+            count = len(self._pending)  # the loop only appends: the first ``count`` stay where they are
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if not self._lines or not self.path.exists():
                 self._rewrite()  # whole, once: a new file, or an older file converted (with what is pending)
             else:
-                self._append(batch)
-            del self._pending[:count]
+                self._append(b"".join(p[2] for p in self._pending[:count]))
+                del self._pending[:count]
             self.write_error = None
 
     def _rewrite(self) -> None:
+        seen = len(self._pending)
+        written = dict(self._entries)  # a copy (one call: the loop cannot change it meanwhile)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".cache-", suffix=".jsonl")
         with os.fdopen(fd, "wb") as f:
             f.write(_line(_HEADER))
-            for key, entry in list(self._entries.items()):
+            for key, entry in written.items():
                 f.write(_line({"key": key, "entry": entry}))
         os.replace(tmp, self.path)
         self._lines, self._cut = True, None
+        # what the file now holds leaves the queue (the loop only appends: indices below len() stay put); a
+        # recording queued before the copy is in it, or superseded by what is
+        for i in reversed(range(len(self._pending))):
+            key, entry, _ = self._pending[i]
+            if (i < seen and key in written) or written.get(key) is entry:
+                del self._pending[i]
 
     def _append(self, batch: bytes) -> None:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
