@@ -337,3 +337,40 @@ def test_a_notebook_reopened_with_widget_state_saved_mid_run_shows_a_dead_widget
     for control in root.locator("button, input").all():
         expect(control).to_be_disabled()
     assert browser.outside == [], "the page requested something beyond the local server"
+
+
+async def test_a_skip_reason_being_typed_survives_another_approval_and_enter_skips(harness):  # noqa: F811
+    from playwright.async_api import expect
+
+    from unity_nb.jupyter._widget import HandleWidget
+
+    def delete_row(row: int) -> str:
+        """Delete one row."""
+        return f"deleted {row}"
+
+    def script(messages, tools):
+        if not [m for m in messages if m["role"] == "tool"]:
+            return u.Reply(content="", tool_calls=[u.call_tool("delete_row", row=1), u.call_tool("delete_row", row=2)])
+        return "done"
+
+    tool = u.as_tool(delete_row, needs_approval=True)
+    h = u.start_loop("tidy", model=u.ScriptedModel(script), tools=[tool], name="tidy")
+    w = HandleWidget(h)
+    await h.wait_for("approval_requested", lambda e: len(h.pending_approvals) == 2, timeout=20)
+    first, second = (a["call_id"] for a in h.pending_approvals)
+    widget = await harness.show(w)
+    box = widget.locator(f'.unb-approval[data-call="{second}"] .unb-input')
+    await box.click()
+    await box.press_sequentially("not ", delay=TYPING_DELAY)
+    await h.approve(first)  # the other call is approved meanwhile: the widget updates under the person's keys
+    await h.wait_for("tool_finished", lambda e: e.call_id == first, timeout=20)
+    assert [a["call_id"] for a in h.pending_approvals] == [second]
+    await harness.show(w)
+    await expect(widget.locator(".unb-approval")).to_have_count(1)
+    await box.press_sequentially("that one", delay=TYPING_DELAY)
+    await expect(box).to_be_focused()
+    await expect(box).to_have_value("not that one")
+    await box.press("Enter")
+    clicks = await harness.page.evaluate(f"() => window.sentBy('{w.model_id}')")
+    assert [(c["action"], c["text"], c["call_id"]) for c in clicks] == [("skip", "not that one", second)]
+    await h.stop()

@@ -193,7 +193,7 @@ function render({ model, el }) {
     box.style.marginLeft = `${node.depth * 18}px`;
     v = {
       box, header, controls, pause, stop, input, interject, ask, clar, approvals, retry, batch, scroll, transcript, streaming, asks, node,
-      clarKey: "", approvalKey: "", follow: true, answers: new Map(), // call id -> its answer box, kept while it waits
+      clarKey: "", approvalKey: "", follow: true, answers: new Map(), waitingRows: new Map(), // call id -> its question's or approval's box, kept while it waits
       autoOpen: new Set(), userOpen: new Set(), userClosed: new Set(), // which plans are expanded, and who decided
     };
     scroll.addEventListener("scroll", () => { v.follow = nearBottom(scroll); });
@@ -286,18 +286,27 @@ function render({ model, el }) {
       const akey = JSON.stringify(node.approvals || []);
       if (akey !== v.approvalKey) {
         v.approvalKey = akey;
-        v.approvals.innerHTML = "";
+        const waitingNow = new Map();
         for (const a of node.approvals || []) {
-          // a plan shows its code; a tool call (a.tool) its JSON arguments, as text
-          const pre = h("pre", { class: a.tool ? "unb-code" : "unb-code unb-python" });
-          if (a.tool) pre.textContent = a.code; else pre.innerHTML = highlightPython(a.code);
-          const reason = h("input", { class: "unb-input", type: "text", placeholder: "Why skip? (optional)" });
-          v.approvals.append(h("div", { class: "unb-approval", "data-call": a.call_id },
-            h("b", {}, a.tool ? "Tool call waiting for your approval: " : "Plan waiting for your approval: "), a.intent, pre,
-            h("button", { class: "unb-btn unb-run", onclick: () => send("approve", node.id, null, a.call_id) }, "Run"),
-            h("button", { class: "unb-btn unb-skip", onclick: () => send("skip", node.id, reason.value, a.call_id) }, "Skip"),
-            reason));
+          // a call still waiting keeps its box (and the reason typed in it) across updates
+          let row = v.waitingRows.get(a.call_id);
+          if (!row) {
+            // a plan shows its code; a tool call (a.tool) its JSON arguments, as text
+            const pre = h("pre", { class: a.tool ? "unb-code" : "unb-code unb-python" });
+            if (a.tool) pre.textContent = a.code; else pre.innerHTML = highlightPython(a.code);
+            const reason = h("input", { class: "unb-input", type: "text", placeholder: "Why skip? (optional; Enter skips)" });
+            const skip = () => send("skip", node.id, reason.value, a.call_id);
+            onEnter(reason, skip);
+            row = h("div", { class: "unb-approval", "data-call": a.call_id },
+              h("b", {}, a.tool ? "Tool call waiting for your approval: " : "Plan waiting for your approval: "), a.intent, pre,
+              h("button", { class: "unb-btn unb-run", onclick: () => send("approve", node.id, null, a.call_id) }, "Run"),
+              h("button", { class: "unb-btn unb-skip", onclick: skip }, "Skip"),
+              reason);
+          }
+          waitingNow.set(a.call_id, row);
         }
+        v.waitingRows = waitingNow;
+        v.approvals.replaceChildren(...waitingNow.values());
       }
       // the transcript is rebuilt only when it changed, not at every streamed chunk, so a click
       // on a tool call (or a text selection) in it survives while the operation streams
@@ -390,7 +399,7 @@ function render({ model, el }) {
     deadNote.textContent = dead ? DEAD_NOTE : "";
     if (!dead) { // alive again (a busy kernel answered late): rebuild what was disabled
       for (const c of root.querySelectorAll("button, input")) c.disabled = false;
-      for (const v of views.values()) { v.clarKey = v.approvalKey = ""; v.answers = new Map(); }
+      for (const v of views.values()) { v.clarKey = v.approvalKey = ""; v.answers = new Map(); v.waitingRows = new Map(); }
     }
     update();
   }
