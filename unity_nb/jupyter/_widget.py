@@ -432,12 +432,15 @@ class HandleWidget(anywidget.AnyWidget):
         if self.handle.done() and all(a.done() for _n, _q, a in self._ask_handles):
             self._unlisten()
 
-    def _after_cell(self) -> None:
-        """After each cell: if a cell awaiting the operation was interrupted, say that the operation goes on."""
+    def _after_cell(self, result: Any = None) -> None:
+        """After each cell: if a cell awaiting the operation was interrupted, say that the operation goes on.
+        (ipykernel ends an interrupted async cell with no result; a wait cancelled by code, a timeout, is not said.)"""
         waits = self.handle.cancelled_waits
         if waits > self._cancelled_seen:
             self._cancelled_seen = waits
-            if not self.handle.done():
+            error = getattr(result, "error_in_exec", None)
+            interrupted = result is None or isinstance(error, (KeyboardInterrupt, asyncio.CancelledError))
+            if interrupted and not self.handle.done():
                 name = self.handle.name
                 self.notice = (
                     f"The cell awaiting {name!r} was interrupted; the operation goes on: "
@@ -548,7 +551,7 @@ def _watch_interrupts(widget: HandleWidget) -> None:
 
         def after(result: Any = None) -> None:
             for w in list(widgets):
-                w._after_cell()
+                w._after_cell(result)
 
         shell.events.register("post_run_cell", after)
     widgets.add(widget)
