@@ -29,7 +29,6 @@ from .._collector import loop_ended, loop_started
 from .._errors import HandleStateError, Stopped, UnityError, UserError
 from .._secrets import scrub, scrub_error
 from ..models import Model, Usage, cost_of
-from ._answers import Evaluation, Reference
 from ._approval import Approvals
 from ._context import current_call, forward_call
 from ._conversation import Conversation
@@ -40,7 +39,7 @@ from ._records import Message, ToolCallRecord, render_conversation
 from ._requests import RequestHandle, Requests, final_answer_tool
 from ._routing import Router
 from ._runner import ToolRunner
-from ._state import UNSET, LoopState
+from ._state import UNSET, LoopState, StateReadings
 from ._status import PauseGate, Signal, Status
 from ._steering import VERBS, inspection_prompt, on_own_loop, quiet
 from ._tools import Tool, render_result
@@ -57,7 +56,7 @@ def _new_id() -> str:
     return secrets.token_hex(8)
 
 
-class LoopHandle(Loop, Approvals, Requests):
+class LoopHandle(StateReadings, Loop, Approvals, Requests):
     """A live, steerable reference to a running tool loop. ``await h`` gives its answer.
 
     Steering verbs are coroutines (see :data:`VERBS`): :meth:`pause`, :meth:`resume`,
@@ -193,65 +192,6 @@ class LoopHandle(Loop, Approvals, Requests):
             return Status.IDLE
         return Status.RUNNING
 
-    # what the parts count, read from the state they write (a batch sums its rows' instead)
-    @property
-    def steps(self) -> int:
-        """Model calls made so far (an interrupted and re-issued call counts)."""
-        return self.state.steps
-
-    @property
-    def tool_calls(self) -> int:
-        """Tool calls completed so far."""
-        return self.state.tool_calls
-
-    @property
-    def usage(self) -> Usage:
-        """Input and output tokens of this loop's own model calls."""
-        return self.state.usage
-
-    @property
-    def printed(self) -> int:
-        """Characters tools have printed so far (routed to their call records)."""
-        return self.state.printed
-
-    @property
-    def compressions(self) -> int:
-        """How many times the context was compressed."""
-        return self.state.compressions
-
-    @property
-    def called_tools(self) -> set[str]:
-        """Names of the tools called successfully so far."""
-        return self.state.called_tools
-
-    @property
-    def all_references(self) -> list[Reference]:
-        """Every reference tools returned, numbered in order of arrival."""
-        return self.state.all_references
-
-    @property
-    def references(self) -> list[Reference]:
-        """The references the final answer cites."""
-        return self.state.references
-
-    @property
-    def thinking(self) -> list[str]:
-        """Short progress lines (what the model said it was doing, which tools it called)."""
-        return self.state.thinking
-
-    @property
-    def evaluation_results(self) -> list[Evaluation]:
-        """Every evaluation verdict, in order (failed ones that sent the model back included)."""
-        return self.state.evaluation_results
-
-    @property
-    def started_at(self) -> float:
-        return self.state.started_at
-
-    @property
-    def ended_at(self) -> float | None:
-        return self.state.ended_at
-
     @property
     def wake(self) -> Signal:
         """Set when a tool call finishes or steering arrives (what the tool runner waits on)."""
@@ -269,20 +209,6 @@ class LoopHandle(Loop, Approvals, Requests):
         """A copy of the conversation as the model receives it (OpenAI wire format): always valid,
         every tool call followed by its result; compressed when the loop compresses."""
         return [dict(m) for m in self.conversation.wire]
-
-    @property
-    def result_value(self) -> str | None:
-        """The final answer once finished (``None`` before, or if it did not finish)."""
-        return self.state.answer
-
-    @property
-    def error(self) -> BaseException | None:
-        """Why the loop failed or stopped (``Stopped``), once it has."""
-        return self.state.error
-
-    @property
-    def stop_reason(self) -> str | None:
-        return self.state.stop_reason
 
     @property
     def elapsed(self) -> float:

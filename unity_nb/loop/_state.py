@@ -14,7 +14,7 @@ from typing import Any
 from ..models import Usage
 from ._status import Status
 
-__all__ = ("UNSET", "LoopState")
+__all__ = ("UNSET", "LoopState", "StateReadings")
 
 UNSET: Any = object()
 """``LoopState.result_object`` before a tool handed the loop a value to return."""
@@ -55,3 +55,84 @@ class LoopState:
     """What ``result()`` returns instead of the answer text (a tool's value, a hand-off's child)."""
     started_at: float = field(default_factory=time.time)
     ended_at: float | None = None
+
+
+class StateReadings:
+    """A handle's readings of its :class:`LoopState`: what the parts count, and how the loop ended
+    (a batch's handle sums its rows' steps, tool calls and usage instead)."""
+
+    __slots__ = ()
+
+    state: LoopState
+
+    @property
+    def steps(self) -> int:
+        """Model calls made so far (an interrupted and re-issued call counts)."""
+        return self.state.steps
+
+    @property
+    def tool_calls(self) -> int:
+        """Tool calls completed so far."""
+        return self.state.tool_calls
+
+    @property
+    def usage(self) -> Usage:
+        """Input and output tokens of this loop's own model calls."""
+        return self.state.usage
+
+    @property
+    def printed(self) -> int:
+        """Characters tools have printed so far (routed to their call records)."""
+        return self.state.printed
+
+    @property
+    def compressions(self) -> int:
+        """How many times the context was compressed."""
+        return self.state.compressions
+
+    @property
+    def called_tools(self) -> set[str]:
+        """Names of the tools called successfully so far."""
+        return self.state.called_tools
+
+    @property
+    def all_references(self) -> list[Any]:
+        """Every reference tools returned, numbered in order of arrival."""
+        return self.state.all_references
+
+    @property
+    def references(self) -> list[Any]:
+        """The references the final answer cites."""
+        return self.state.references
+
+    @property
+    def thinking(self) -> list[str]:
+        """Short progress lines (what the model said it was doing, which tools it called)."""
+        return self.state.thinking
+
+    @property
+    def evaluation_results(self) -> list[Any]:
+        """Every evaluation verdict, in order (failed ones that sent the model back included)."""
+        return self.state.evaluation_results
+
+    @property
+    def started_at(self) -> float:
+        return self.state.started_at
+
+    @property
+    def ended_at(self) -> float | None:
+        return self.state.ended_at
+
+    @property
+    def result_value(self) -> str | None:
+        """The final answer once finished (``None`` before, or if it did not finish)."""
+        return self.state.answer
+
+    @property
+    def error(self) -> BaseException | None:
+        """Why the loop failed or stopped (``Stopped``), once it has."""
+        return self.state.error
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self.state.stop_reason
