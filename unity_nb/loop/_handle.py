@@ -8,7 +8,13 @@ A loop is made of parts, each with a narrow interface, that the handle composes:
 - :class:`ToolRunner` (``_runner.py``): tool calls in parallel, references, hand-off, printed output;
 - :class:`Router` (``_routing.py``): steering routed down to children, questions and notes bubbled up;
 - :class:`Engine` (``_engine.py``): the cycle the loop's task drives, and the answer's checks;
-- :data:`VERBS` (``_steering.py``): the steering verbs, one table.
+- :data:`VERBS` (``_steering.py``): the steering verbs, one table (``reaches_children`` routes them);
+- :class:`LoopState` (``_state.py``): what the parts write (counters, references, status, outcome);
+- :class:`LoopPolicy` (``_policy.py``): which tools a step offers and notes after tool results, composable.
+
+Each part names what it reads of the handle in a protocol of its own module, and the modules below
+the handle name a loop by :class:`Loop` (``_face.py``), so loop/'s imports run one way
+(``tests/test_import_graph.py``).
 
 Stopping is cancellation we own: ``stop()`` records a reason and cancels the loop's task;
 ``result()`` then raises :class:`Stopped`. Cancelling the task from outside is not a stop and
