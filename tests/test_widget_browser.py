@@ -7,6 +7,12 @@ tests/test_browser.py: loopback only, Debian's Chromium, every wait an expectati
   pictures go to ``tests/artifacts/`` (``docs/`` with ``UNITY_NB_README_SCREENSHOT=1``). A front end
   without JupyterLab's variables (VS Code, Colab) gets the stylesheet's own palette, dark when the
   browser prefers dark (the harness page of tests/test_browser.py, with Chromium emulating it).
+- **Typing.** Keys typed at a person's pace into a running ``%unity map`` widget all land in its box
+  while the rows update it, and Enter sends; a question's answer box and a Skip reason keep what is
+  typed while the widget updates, and Enter answers or skips.
+- **Without a kernel.** A view whose pings go unanswered (a notebook reopened with widget state saved
+  mid-run, in JupyterLab; or the harness without a kernel) says its kernel is gone, greys the state as
+  saved and disables every control; one whose kernel answers stays live.
 """
 
 from __future__ import annotations
