@@ -41,16 +41,13 @@ async def _run(calls, ns):
     return [m["content"] for m in tool_messages(model.requests[-1].messages)]
 
 
-async def test_json_results_the_model_read_whole_leave_no_variable_behind():
+async def test_json_results_the_model_read_whole_leave_no_variable_behind_unless_named():
     ns: dict = {}
     replies = await _run([u.call_tool("region_sales", region=r) for r in ("north", "south", "east", "west")], ns)
     assert replies[0] == '{"region": "north", "sales": 500}'
     assert not any("stored in variable" in r for r in replies)
     assert not [n for n in ns if n.startswith("region_sales")]
-
-
-async def test_return_names_a_variable_and_a_dataframe_is_kept_to_pass_on():
-    ns: dict = {}
+    # a `return` still names a variable, and a result without a JSON form is kept under a fresh name to pass on
     replies = await _run(
         [u.call_tool("region_sales", region="north", **{"return": "north"}), u.call_tool("region_frame", region="ab")],
         ns,
