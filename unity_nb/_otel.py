@@ -251,8 +251,8 @@ def trace(*, tracer_provider: Any = None, content: bool = False, bus: ev.EventBu
         raise UserError(
             "u.trace() needs OpenTelemetry's API: pip install 'unity_nb[otel]' (or opentelemetry-api)"
         ) from None
-    from importlib.metadata import version
+    from . import __version__
 
     provider = tracer_provider if tracer_provider is not None else otel_trace.get_tracer_provider()
-    tracer = provider.get_tracer(_SCOPE, version("unity_nb"))
+    tracer = provider.get_tracer(_SCOPE, __version__)
     return Tracing(bus if bus is not None else ev.default_bus(), tracer, content)
