@@ -102,3 +102,48 @@ async def test_a_file_of_mostly_superseded_recordings_is_rewritten_compact_at_th
     assert await _ask(again, "w1", "new") == ["W1", "NEW"] and (again.hits, again.misses) == (1, 1)
     again.save()
     assert len(_lines(path)) == 1 + 61  # one line a request
+
+
+def test_a_process_killed_while_recording_leaves_a_file_that_loads_with_every_complete_line(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+    import warnings
+
+    path = tmp_path / "killed.json"
+    code = (
+        "import asyncio, sys, unity_nb as u\n"
+        "async def main():\n"
+        "    m = u.CachedModel(u.ScriptedModel(lambda ms, t: 'x' * 5000 + ms[-1]['content']), sys.argv[1])\n"
+        "    i = 0\n"
+        "    while True:\n"
+        "        await u.start_loop(f'request {i}', model=m, bus=u.EventBus())\n"
+        "        i += 1\n"
+        "asyncio.run(main())\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, str(path)])
+    try:
+        deadline = time.monotonic() + 60
+        while not (path.exists() and path.stat().st_size > 2_000_000):  # recording, appended as it goes
+            assert proc.poll() is None and time.monotonic() < deadline, "the recorder never got going"
+            time.sleep(0.01)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    data = path.read_bytes()
+    complete = data.count(b"\n") - 1  # lines after the header that were written whole
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = u.CachedModel(u.ScriptedModel(lambda ms, t: "new"), path, mode="replay")
+    partial = not data.endswith(b"\n")
+    assert bool([w for w in caught if "unreadable line" in str(w.message)]) == partial
+
+    async def replay(i):
+        return await asyncio.wait_for(u.start_loop(f"request {i}", model=model, bus=u.EventBus()), 10)
+
+    # every line written whole replays (the requests ran one after another); the next was lost or never made
+    assert asyncio.run(replay(0)).endswith("request 0")
+    assert asyncio.run(replay(complete - 1)).endswith(f"request {complete - 1}")
+    with pytest.raises(u.CacheMiss):
+        asyncio.run(replay(complete))
