@@ -380,3 +380,30 @@ async def test_a_skip_reason_being_typed_survives_another_approval_and_enter_ski
     clicks = await harness.page.evaluate(f"() => window.sentBy('{w.model_id}')")
     assert [(c["action"], c["text"], c["call_id"]) for c in clicks] == [("skip", "not that one", second)]
     await h.stop()
+
+
+async def test_on_a_kernel_without_subshells_a_running_cell_says_clicks_wait_for_it(harness):  # noqa: F811
+    """VS Code and Colab take a click only between cells: while a cell runs, the widget says so."""
+    from playwright.async_api import expect
+
+    from unity_nb.jupyter._widget import HandleWidget
+
+    gate = asyncio.Event()
+
+    async def slow(messages, tools):
+        await gate.wait()
+        return "done"
+
+    h = u.start_loop("work", model=u.ScriptedModel(slow), name="queued")
+    await h.wait_for("model_request", timeout=20)
+    w = HandleWidget(h)
+    w.subshells = False
+    w.cell_running = True
+    shown = await harness.show(w)
+    notice = shown.locator(".unb-notice")
+    await expect(notice).to_contain_text("a click acts when the cell ends")
+    w.cell_running = False
+    await harness.show(w)
+    await expect(notice).not_to_contain_text("a click acts when the cell ends")
+    gate.set()
+    await h

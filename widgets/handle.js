@@ -243,7 +243,10 @@ function render({ model, el }) {
     const nodes = model.get("nodes") || [];
     const entries = model.get("entries") || {};
     const asks = model.get("asks") || [];
-    notice.textContent = model.get("notice") || "";
+    const queued = model.get("subshells") === false && model.get("cell_running")
+      ? "A cell is running. This kernel takes clicks only between cells (no kernel subshells, as in VS Code or Colab), so a click acts when the cell ends."
+      : "";
+    notice.textContent = [model.get("notice") || "", queued].filter(Boolean).join(" ");
     const order = [];
     for (const node of nodes) {
       const v = view(node);
@@ -423,6 +426,7 @@ function render({ model, el }) {
   model.on("msg:custom", (msg) => { if (msg && msg.pong) alive(); });
 
   for (const name of ["nodes", "entries", "asks", "notice"]) model.on(`change:${name}`, () => { alive(); update(); });
+  model.on("change:cell_running", () => update());
   model.on("change:_anywidget_id", () => root.setAttribute("data-unb-style", model.get("_anywidget_id") || ""));
   update();
   ping();
