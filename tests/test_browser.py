@@ -178,7 +178,8 @@ class Lab:
             env=env, cwd=self.root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )
-        threading.Thread(target=self._read_log, daemon=True).start()
+        self.reader = threading.Thread(target=self._read_log, daemon=True)
+        self.reader.start()
 
     def _read_log(self) -> None:
         with open(self.log_path, "w", encoding="utf-8") as f:
@@ -229,6 +230,9 @@ class Lab:
             os.killpg(self.proc.pid, signal.SIGKILL)  # anything else the server's session started
         except ProcessLookupError:
             pass
+        self.reader.join(10)  # the log ends with the server: then its pipe is closed, not left to the collector
+        if not self.reader.is_alive() and self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 def _steps(stats: str) -> int:

@@ -4,7 +4,21 @@ whole process; ``uninstall()`` puts back what it replaced (issue 25)."""
 import sys
 import threading
 
+import pytest
+
 from unity_nb import _output
+
+
+@pytest.fixture(autouse=True)
+def not_installed():
+    """Each test starts from a process where it is not installed (an earlier test, the actor's or a shell's,
+    may have installed it), and leaves the process as it found it."""
+    was_installed = threading.Thread.start is _output._start
+    if was_installed:
+        _output.uninstall()
+    yield
+    if was_installed:
+        _output.install()
 
 
 def test_uninstall_restores_thread_start_and_the_streams():
