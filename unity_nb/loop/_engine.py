@@ -23,6 +23,7 @@ from ._context import Part, enter_loop, leave_loop
 from ._face import Loop
 from ._records import Message
 from ._status import Status
+from ._typed import read_output
 
 if TYPE_CHECKING:
     from ._conversation import Conversation
@@ -71,12 +72,14 @@ class _Loop(Protocol):
 class Engine(Part[_Loop]):
     """Drives one loop from its first model call to its end."""
 
-    __slots__ = ("corrections",)
+    __slots__ = ("corrections", "typed_retries")
 
     def __init__(self, owner: _Loop) -> None:
         super().__init__(owner)
         self.corrections = 0
         """Times an evaluation sent the model back (a single-request loop's count)."""
+        self.typed_retries = 0
+        """Times an answer that was not the ``output`` type was sent back (once, then the run fails)."""
 
     async def run(self) -> None:
         """The loop's task: drive, then end the handle with what happened."""
@@ -243,6 +246,12 @@ class Engine(Part[_Loop]):
             text = f"[control handed to {child.name!r}, which goes on by itself]"
         elif runner.finish is not None:
             value, text = runner.finish
+            typed = h.config.output
+            if typed is not None:  # a value a plan or tool ended the loop with: typed as asked, or the run fails
+                try:
+                    value = read_output(typed, value)
+                except ValueError as err:
+                    raise UnityError(f"the loop ended with a value that is not a {typed.__name__}: {err}") from None
             h.set_result_object(value)
         else:
             return None
@@ -259,6 +268,18 @@ class Engine(Part[_Loop]):
         """Evaluations, then post-processors. ``(False, feedback)`` sends the model back (at most
         ``max_corrections`` times per answer owner: the loop, or one request); else ``(True, answer)``."""
         h, cfg = self.owner, self.owner.config
+        if cfg.output is not None and not cfg.multi:
+            try:
+                h.set_result_object(read_output(cfg.output, answer))
+            except ValueError as err:
+                if self.typed_retries:
+                    name = cfg.output.__name__
+                    raise UnityError(f"the answer is not a {name}, also when asked again: {err}") from None
+                self.typed_retries += 1
+                note = (f"[your answer is not a valid {cfg.output.__name__} ({err}). Answer again with one JSON "
+                        "object matching the schema, and nothing else.]")
+                h.conversation.record(Message("user", note, kind="evaluation"))
+                return False, note
         verdicts = [await evaluate(fn, answer, cast(Loop, h)) for fn in cfg.evaluations]
         h.state.evaluation_results.extend(verdicts)
         failed = [v for v in verdicts if not v.passed]

@@ -50,6 +50,7 @@ from ._status import PauseGate, Signal, Status
 from ._steering import VERBS, inspection_prompt, on_own_loop, quiet
 from ._tools import Tool, render_result
 from ._turn import Turn, own_tools
+from ._typed import system_with_output
 from ._wake import awake
 
 __all__ = ("LoopHandle",)
@@ -157,7 +158,8 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         self.router = Router(self)
         self.engine = self.engine_type(self)
         outer = render_conversation(self.parent.transcript, "outer") if share_context and self.parent else None
-        self.conversation.open(task, cfg.system, [*cfg.history, *(_context or ())], outer, multi=cfg.multi)
+        system = system_with_output(cfg.system, cfg.output)
+        self.conversation.open(task, system, [*cfg.history, *(_context or ())], outer, multi=cfg.multi)
         if cfg.multi:
             self.requests.append(RequestHandle(self, "r1", task))
 

@@ -19,6 +19,7 @@ from ..models import Model
 from ._face import Loop
 from ._policy import DynamicTools, ForcedFirstTools, LoopPolicy, TimeAwareness, ToolPolicyFunction
 from ._tools import Tool
+from ._typed import check_output
 
 __all__ = ("LoopOptions", "ParentContext", "ToolPolicy")
 
@@ -119,6 +120,9 @@ class LoopOptions:
     """Times evaluations may send the model back, per answer."""
     postprocessors: Sequence[Callable[..., Any]] = ()
     """``fn(answer, loop) -> str`` transforming the final answer."""
+    output: Any = None
+    """A pydantic model class: the model is told its JSON schema, and ``result()`` gives the answer as an instance
+    of it. An answer that does not validate is sent back once, saying what is wrong; a second fails the run."""
     history: Sequence[dict[str, Any]] = ()
     """Messages (OpenAI wire format) the conversation continues from, placed before the task: a
     conversation resumed from a store, say. Every assistant tool call needs its result."""
@@ -133,6 +137,7 @@ class LoopOptions:
 
     def __post_init__(self) -> None:
         _check_model(self.model)
+        check_output(self.output)
         tools = self.tools
         if callable(tools) or isinstance(tools, str | bytes | Tool) or not isinstance(tools, Iterable):
             raise UserError(f"tools takes a list of functions, not {type(tools).__name__} (write tools=[fn])")
