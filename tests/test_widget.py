@@ -279,3 +279,17 @@ async def test_a_ping_from_the_view_is_answered_at_once_and_is_not_a_click():
     assert sent == [{"pong": True}]
     assert w.errors == [] and w.notice == ""
     await h.stop()
+
+
+async def test_the_saved_snapshot_says_it_is_a_snapshot_not_a_live_view():
+    """Where the widget cannot load (GitHub, VS Code or Colab offline, a kernel gone), the HTML snapshot shows:
+    it must say it is the operation as it was when the output was made, not a live "running"."""
+    from unity_nb.jupyter._widget import render_html
+
+    h = u.start_loop("talk", model=u.ScriptedModel(["done"]), name="snap")
+    html_now = render_html(h)
+    assert "a snapshot of this operation" in html_now and "not updated since" in html_now
+    assert html_now.index("a snapshot of this operation") < html_now.index("<b>snap</b>")  # said first
+    bundle = HandleWidget(h)._repr_mimebundle_()
+    assert "a snapshot of this operation" in bundle["text/html"]
+    await h

@@ -564,9 +564,16 @@ _BADGE = {
 }
 
 
+_CAPTION = (  # where the widget cannot load (no kernel, no anywidget front end), the snapshot says what it is
+    '<div style="color:#6b7280;font-size:12px;margin-bottom:4px">unity_nb: a snapshot of this operation taken '
+    "when this output was made, not updated since; the live view is a widget, shown where its front end loads "
+    "and its kernel runs</div>"
+)
+
+
 def render_html(root: LoopHandle) -> str:
     """A static snapshot of the handle tree and its transcripts (no scripts, no kernel needed)."""
-    parts = ['<div class="unity-nb-snapshot" style="font-family:sans-serif;font-size:13px">']
+    parts = ['<div class="unity-nb-snapshot" style="font-family:sans-serif;font-size:13px">', _CAPTION]
     for h, depth in _tree(root):
         status = getattr(h, "outcome", h.status.value)  # a batch with failed rows: "finished with failures"
         parts.append(
