@@ -28,12 +28,15 @@ class Loop:
     """What the widget and the magics call it."""
     task: str
     """What it was asked."""
-    parent: Loop | None
-    """The loop whose tool call started it (``None`` for a root)."""
     lineage: tuple[str, ...]
     """Its position in the tree, outermost first."""
     event_loop: asyncio.AbstractEventLoop
     """The event loop it runs on (steering from another thread is handed to it)."""
+
+    @property
+    def parent(self) -> Loop | None:
+        """The loop whose tool call started it (``None`` for a root)."""
+        raise NotImplementedError
 
     @property
     def status(self) -> Status:

@@ -44,6 +44,7 @@ from ._options import LoopOptions
 from ._records import Message, ToolCallRecord, render_conversation
 from ._requests import RequestHandle, Requests, final_answer_tool
 from ._routing import Router
+from ._run import Run
 from ._runner import ToolRunner
 from ._state import UNSET, LoopState, StateReadings
 from ._status import PauseGate, Signal, Status
@@ -77,8 +78,8 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
 
     __slots__ = tuple(  # beside them, a __dict__ (from Requests) for what managers add, made on first use
         """
-        _ended _listeners _request_evt _task _waiters _wake bus children config conversation engine
-        event_loop events gate id lineage model name parent parent_call requests router runner state task turn
+        _request_evt _task _wake config conversation engine event_loop gate id lineage model name requests router
+        run runner state task turn
         """.split()
     )
     """A live loop keeps dozens of attributes: in slots, not a dict per handle."""
@@ -128,28 +129,22 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         self.name = cfg.name or f"{kind}-{self.id[:4]}"
 
         call = current_call()
-        self.parent: LoopHandle | None = parent
-        self.parent_call: str | None = None
-        """The parent's tool call that started this loop (``None`` if none did)."""
         adopt_call, share_context = None, False
-        if self.parent is None and call is not None and not detached:
-            self.parent, adopt_call, share_context = cast(LoopHandle, call.loop), call.call_id, call.share_context
-        # a child publishes where its parent does
-        self.bus: ev.EventBus = cfg.bus or (self.parent.bus if self.parent is not None else ev.default_bus())
-        base = _lineage if _lineage is not None else (self.parent.lineage if self.parent else ())
+        if parent is None and call is not None and not detached:
+            parent, adopt_call, share_context = cast(LoopHandle, call.loop), call.call_id, call.share_context
+        base = _lineage if _lineage is not None else (parent.lineage if parent else ())
         self.lineage: tuple[str, ...] = (*base, f"{self.name}({self.id})")
+        # a child publishes where its parent does
+        bus = cfg.bus or (parent.bus if parent is not None else ev.default_bus())
+        self.run = Run(self.id, self.lineage, bus, parent)
+        """The tree, the events and the end signal (the handle reads them)."""
 
         self.state = LoopState()
         """What the loop's parts write as it runs (counters, references, status, outcome)."""
-        self.children: list[LoopHandle] = []
-        self.events: list[ev.Event] = []
         self.requests: list[RequestHandle] = []
         """The requests of a multi-request loop, in order (the task is the first)."""
 
-        self._ended = Signal()
         self._request_evt: Signal | None = None  # made when a persistent loop first waits for a request
-        self._waiters: ev.Waiters = []
-        self._listeners: list[Callable[[LoopHandle, ev.Event], None]] = []
         self._wake: Signal | None = None
         self.gate: PauseGate = PauseGate()
         self.conversation = Conversation()
@@ -157,20 +152,20 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         self.runner = ToolRunner(self)
         self.router = Router(self)
         self.engine = self.engine_type(self)
-        outer = render_conversation(self.parent.transcript, "outer") if share_context and self.parent else None
+        outer = render_conversation(parent.transcript, "outer") if share_context and parent else None
         system = system_with_output(cfg.system, cfg.output)
         self.conversation.open(task, system, [*cfg.history, *(_context or ())], outer, multi=cfg.multi)
         if cfg.multi:
             self.requests.append(RequestHandle(self, "r1", task))
 
-        if self.parent is not None:
-            self.parent.adopt_child(self, adopt_call)
+        if parent is not None:
+            parent.adopt_child(self, adopt_call)
         self.emit(
             ev.LoopStarted,
             name=self.name,
             task=task,
             model=getattr(cfg.model, "name", type(cfg.model).__name__),
-            parent_id=self.parent.id if self.parent else None,
+            parent_id=parent.id if parent else None,
         )
         if cfg.multi:
             self.emit(ev.RequestSubmitted, request_id="r1", text=task)
@@ -186,6 +181,35 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
             )
 
     # ------------------------------------------------------------------ reading
+
+    @property
+    def parent(self) -> LoopHandle | None:
+        """The loop whose tool call started this one (``None`` for a root)."""
+        return self.run.parent
+
+    @property
+    def parent_call(self) -> str | None:
+        """The parent's tool call that started this loop (``None`` if none did)."""
+        return self.run.parent_call
+
+    @property
+    def children(self) -> list[LoopHandle]:
+        """The loops this one's tool calls started, in order."""
+        return self.run.children
+
+    @property
+    def events(self) -> list[ev.Event]:
+        """This loop's events, in order."""
+        return self.run.events
+
+    @property
+    def bus(self) -> ev.EventBus:
+        """Where this loop's events are published (a child publishes where its parent does)."""
+        return self.run.bus
+
+    @property
+    def _ended(self) -> Signal:
+        return self.run.ended
 
     @property
     def status(self) -> Status:
@@ -327,20 +351,11 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         def pred(e: ev.Event) -> bool:
             return (kind is None or e.kind == kind) and (where is None or where(e))
 
-        for e in self.events:
-            if pred(e):
-                return e
-        return await ev.wait_matching(self._waiters, pred, timeout)
+        return await self.run.wait_for(pred, timeout)
 
     def add_listener(self, fn: Callable[[LoopHandle, ev.Event], None]) -> Callable[[], None]:
         """Call ``fn(handle, event)`` for every event of this loop and of its descendants."""
-        self._listeners.append(fn)
-
-        def remove() -> None:
-            if fn in self._listeners:
-                self._listeners.remove(fn)
-
-        return remove
+        return self.run.add_listener(fn)
 
     # ------------------------------------------------------------------ what subclasses change
 
@@ -359,19 +374,11 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
 
     def publish(self, event: ev.Event) -> None:
         """Record ``event`` as this loop's, tell listeners here and above, and publish it on the bus."""
-        self.events.append(event)
-        if self._waiters:
-            ev.resolve_waiters(self._waiters, event)
-        h: LoopHandle | None = self  # here and above (a plain walk: this runs for every event)
-        while h is not None:
-            for fn in h._listeners:
-                fn(self, event)
-            h = h.parent
-        self.bus.publish(event)
+        self.run.publish(event, self)
 
     def emit(self, kind: type[ev.Event], **fields: Any) -> None:
         """Publish an event of this loop: ``emit(ev.ToolStarted, call_id=..., ...)``."""
-        self.publish(kind(loop_id=self.id, lineage=self.lineage, **fields))
+        self.publish(self.run.event(kind, **fields))
 
     def require_live(self, verb: str) -> None:
         """Raise :class:`HandleStateError` if the loop has ended (``verb`` says what was attempted)."""
@@ -382,11 +389,11 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
 
     def adopt_child(self, child: LoopHandle, call_id: str | None) -> None:
         """Make ``child`` a child of this loop (started by tool call ``call_id``): steering reaches it."""
-        if child in self.children:
+        run = self.run
+        if child in run.children:
             return
-        child.parent = self
-        child.parent_call = call_id
-        self.children.append(child)
+        child.run.parent, child.run.parent_call = self, call_id
+        run.children.append(child)
         if call_id is not None:
             rec = self.conversation.find_call(call_id)
             if rec is not None:
