@@ -31,9 +31,9 @@ from contextlib import contextmanager
 from typing import Any, cast
 
 from .. import events as ev
-from .._collector import loop_ended, loop_started
-from .._errors import HandleStateError, Stopped, UnityError, UserError
-from .._secrets import scrub, scrub_error
+from .._collector import loop_started
+from .._errors import HandleStateError, Stopped, UserError
+from .._secrets import scrub
 from ..models import Model, Usage, cost_of
 from ._approval import Approvals
 from ._context import current_call, forward_call
@@ -78,8 +78,7 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
 
     __slots__ = tuple(  # beside them, a __dict__ (from Requests) for what managers add, made on first use
         """
-        _request_evt _task _wake config conversation engine event_loop gate id lineage model name requests router
-        run runner state task turn
+        _task config conversation engine event_loop gate id lineage model name router run runner state task turn
         """.split()
     )
     """A live loop keeps dozens of attributes: in slots, not a dict per handle."""
@@ -136,18 +135,12 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         self.lineage: tuple[str, ...] = (*base, f"{self.name}({self.id})")
         # a child publishes where its parent does
         bus = cfg.bus or (parent.bus if parent is not None else ev.default_bus())
-        self.run = Run(self.id, self.lineage, bus, parent)
-        """The tree, the events and the end signal (the handle reads them)."""
-
-        self.state = LoopState()
+        self.run = run = Run(self, self.id, self.lineage, bus, parent, self.model)
+        """The tree, the events, the ending, steering notes and the request book (the handle reads them)."""
+        self.state: LoopState = run.state
         """What the loop's parts write as it runs (counters, references, status, outcome)."""
-        self.requests: list[RequestHandle] = []
-        """The requests of a multi-request loop, in order (the task is the first)."""
-
-        self._request_evt: Signal | None = None  # made when a persistent loop first waits for a request
-        self._wake: Signal | None = None
-        self.gate: PauseGate = PauseGate()
-        self.conversation = Conversation()
+        self.gate: PauseGate = run.gate
+        self.conversation: Conversation = run.conversation
         self.turn = Turn(self, tools)
         self.runner = ToolRunner(self)
         self.router = Router(self)
@@ -223,13 +216,6 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         if state.idle:
             return Status.IDLE
         return Status.RUNNING
-
-    @property
-    def wake(self) -> Signal:
-        """Set when a tool call finishes or steering arrives (what the tool runner waits on)."""
-        if self._wake is None:
-            self._wake = Signal()
-        return self._wake
 
     @property
     def transcript(self) -> list[Message]:
@@ -374,7 +360,7 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
 
     def publish(self, event: ev.Event) -> None:
         """Record ``event`` as this loop's, tell listeners here and above, and publish it on the bus."""
-        self.run.publish(event, self)
+        self.run.publish(event)
 
     def emit(self, kind: type[ev.Event], **fields: Any) -> None:
         """Publish an event of this loop: ``emit(ev.ToolStarted, call_id=..., ...)``."""
@@ -435,51 +421,17 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
 
     def end(self, status: Status, *, answer: str | None = None, error: BaseException | None = None) -> None:
         """Mark the loop ended (its task does, once)."""
-        for r in self.open_requests():
-            r._end(
-                status if status is not Status.FINISHED else Status.FAILED,
-                error or UnityError(f"the loop ended before answering request {r.request_id}"),
-            )
-        state = self.state
-        state.status = status
-        state.answer = answer
-        state.error = error = scrub_error(error)  # a secret an error quotes reaches no reason, event or store
-        state.ended_at = time.time()
-        self.gate.open()
-        forget = getattr(self.model, "forget_conversation", None)
-        if callable(forget):  # its conversation will not be sent again: a model that kept its encoding drops it
-            forget(self.conversation.wire)
-        if status is Status.FINISHED:
-            self.emit(ev.LoopFinished, status="finished", result=answer, steps=self.steps)
-        elif status is Status.STOPPED:
-            self.emit(ev.LoopFinished, status="stopped", reason=state.stop_reason or "cancelled", steps=self.steps)
-        else:
-            self.conversation.record(
-                Message("assistant", f"[failed] {type(error).__name__}: {error}", kind="error", error=True)
-            )
-            self.emit(ev.LoopFailed, error=f"{type(error).__name__}: {error}", steps=self.steps)
-        if not self._ended.is_set():
-            loop_ended(self.event_loop)
-        self._ended.set()
+        self.run.end(status, answer=answer, error=error)
 
     # ------------------------------------------------------------------ steering
 
     def steer(self, verb: str, message: str | None = None, request_id: str | None = None) -> None:
         """Write steering ``verb`` where it happened: its transcript entry, its note to the model, its event."""
-        v = VERBS[verb]
-        self.conversation.record(Message("user", v.entry(message, request_id), kind=v.kind))
-        note = v.note(message, request_id)
-        if note:
-            self.conversation.note(note)
-        self.emit(ev.Steering, action=verb, message=message, request_id=request_id)
+        self.run.steer(verb, message, request_id)
 
     def _nudge(self) -> None:
         """New steering or a new request: wake the loop, and interrupt a model call in flight."""
-        self.conversation.interjected = True
-        if self._wake is not None:
-            self._wake.set()
-        if self._request_evt is not None:
-            self._request_evt.set()
+        self.run.nudge()
         if self.config.interrupt_on_interject:
             self.turn.interrupt()
 

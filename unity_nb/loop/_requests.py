@@ -17,8 +17,8 @@ from .._errors import HandleStateError, Stopped, UserError
 from ._face import Loop
 from ._records import Message
 from ._routing import Inbox
-from ._state import LoopState
-from ._status import Signal, Status
+from ._run import Run
+from ._status import Status
 from ._steering import steering_entry
 from ._tools import Tool, ToolFailed, as_tool
 
@@ -41,7 +41,9 @@ class _Loop(Protocol):
     config: LoopOptions
     conversation: Conversation
     turn: Turn
-    requests: list[RequestHandle]
+
+    @property
+    def requests(self) -> list[RequestHandle]: ...
 
     @property
     def multi(self) -> bool: ...
@@ -211,9 +213,12 @@ class Requests:
     (No ``__slots__``: a handle's ``__dict__``, for what managers add, and ``__weakref__`` come from here.)"""
 
     name: str
-    requests: list[RequestHandle]
-    _request_evt: Signal | None
-    state: LoopState
+    run: Run
+
+    @property
+    def requests(self) -> list[RequestHandle]:
+        """The requests of a multi-request loop, in order (the task is the first)."""
+        return self.run.requests
 
     def submit(self, text: str) -> RequestHandle:
         """Add a request to a multi-request loop (``start_loop(..., multi=True)``); it shares the
@@ -221,10 +226,10 @@ class Requests:
         return submit_request(self._loop(), text)
 
     def open_requests(self) -> list[RequestHandle]:
-        return [r for r in self.requests if not r.done()]
+        return self.run.open_requests()
 
     def find_request(self, request_id: str | None) -> RequestHandle | None:
-        return next((r for r in self.requests if r.request_id == request_id), None)
+        return self.run.find_request(request_id)
 
     def request(self, request_id: str) -> RequestHandle:
         """The request ``request_id``, or a UserError naming the requests there are."""
@@ -236,14 +241,7 @@ class Requests:
 
     async def wait_for_request(self) -> None:
         """A persistent multi-request loop with nothing open: idle until a request or steering arrives."""
-        if self._request_evt is None:
-            self._request_evt = Signal()
-        self._request_evt.clear()
-        self.state.idle = True
-        try:
-            await self._request_evt.wait()
-        finally:
-            self.state.idle = False
+        await self.run.wait_for_request()
 
     async def stop_request(self, req: RequestHandle, reason: str) -> None:
         await stop_request(self._loop(), req, reason)

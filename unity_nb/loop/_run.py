@@ -1,18 +1,28 @@
-"""A loop's run: where it sits in the tree, the events it published, and the signal of its end.
+"""A loop's run: the tree, the events, the ending, steering notes and the request book.
 
 :class:`~unity_nb.loop.LoopHandle` is the person's facade over a :class:`Run`: ``h.events``,
-``h.children`` and ``h.parent`` read the run's, and ``h.publish`` records an event here. The run
-names the handles above and below it by a protocol (:class:`_Node`), so this module imports nothing
-above it.
+``h.children``, ``h.parent`` and ``h.requests`` read the run's, ``h.publish`` records an event here,
+and the loop ends here. The run knows its handle by a weak reference (the ``handle`` its listeners
+are told of), so a part holding the run makes no reference cycle; it names the handles above and below
+it by a protocol (:class:`_Node`), so this module imports nothing above it.
 """
 
 from __future__ import annotations
 
+import time
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from .. import events as ev
-from ._status import Signal
+from .._collector import loop_ended
+from .._errors import UnityError
+from .._secrets import scrub_error
+from ._conversation import Conversation
+from ._records import Message
+from ._state import LoopState
+from ._status import PauseGate, Signal, Status
+from ._steering import VERBS
 
 __all__ = ("Run",)
 
@@ -28,12 +38,20 @@ class _Node(Protocol):
 
 
 class Run:
-    """The tree (``parent``, ``children``), the events (``events``, listeners, waiters) and the end
-    signal of one loop. The handle owns it; its parts reach it through the handle."""
+    """One loop's tree (``parent``, ``children``), events (``events``, listeners, waiters), ending
+    (:meth:`end`, ``ended``), steering notes (:meth:`steer`, :meth:`nudge`) and request book
+    (``requests``). The handle owns it; its parts are given it."""
 
-    __slots__ = ("bus", "children", "ended", "events", "id", "lineage", "listeners", "parent", "parent_call", "waiters")
+    __slots__ = (
+        "_handle", "_wake", "bus", "children", "conversation", "ended", "event_loop", "events", "gate", "id", "lineage",
+        "listeners", "model", "parent", "parent_call", "request_evt", "requests", "state", "waiters",
+    )
 
-    def __init__(self, id: str, lineage: tuple[str, ...], bus: ev.EventBus, parent: Any = None) -> None:
+    def __init__(
+        self, handle: Any, id: str, lineage: tuple[str, ...], bus: ev.EventBus, parent: Any, model: Any
+    ) -> None:
+        self._handle = weakref.ref(handle)
+        self.event_loop = handle.event_loop
         self.id = id
         self.lineage = lineage
         self.bus = bus
@@ -47,12 +65,27 @@ class Run:
         self.listeners: list[Listener] = []
         self.waiters: ev.Waiters = []
         self.ended = Signal()
+        self.model = model
+        self.state = LoopState()
+        """What the loop's parts write as it runs (counters, references, status, outcome)."""
+        self.gate = PauseGate()
+        self.conversation = Conversation()
+        self.requests: list[Any] = []
+        """The requests of a multi-request loop, in order (the task is the first)."""
+        self.request_evt: Signal | None = None  # made when a persistent loop first waits for a request
+        self._wake: Signal | None = None
 
-    def publish(self, event: ev.Event, source: Any) -> None:
-        """Record ``event`` (of handle ``source``), tell listeners here and above, and publish it on the bus."""
+    @property
+    def handle(self) -> Any:
+        """The handle of this run (what listeners are told of)."""
+        return self._handle()
+
+    def publish(self, event: ev.Event) -> None:
+        """Record ``event``, tell listeners here and above, and publish it on the bus."""
         self.events.append(event)
         if self.waiters:
             ev.resolve_waiters(self.waiters, event)
+        source = self._handle()
         run: Run | None = self  # here and above (a plain walk: this runs for every event)
         while run is not None:
             for fn in run.listeners:
@@ -64,6 +97,10 @@ class Run:
     def event(self, kind: type[ev.Event], **fields: Any) -> ev.Event:
         """An event of this loop: ``event(ev.ToolStarted, call_id=..., ...)``."""
         return kind(loop_id=self.id, lineage=self.lineage, **fields)
+
+    def emit(self, kind: type[ev.Event], **fields: Any) -> None:
+        """Publish an event of this loop: ``emit(ev.ToolStarted, call_id=..., ...)``."""
+        self.publish(kind(loop_id=self.id, lineage=self.lineage, **fields))
 
     def add_listener(self, fn: Listener) -> Callable[[], None]:
         """Call ``fn(handle, event)`` for every event of this loop and of its descendants; returns its remover."""
@@ -81,3 +118,79 @@ class Run:
             if pred(e):
                 return e
         return await ev.wait_matching(self.waiters, pred, timeout)
+
+    # ------------------------------------------------------------------ the request book
+
+    def open_requests(self) -> list[Any]:
+        return [r for r in self.requests if not r.done()]
+
+    def find_request(self, request_id: str | None) -> Any:
+        return next((r for r in self.requests if r.request_id == request_id), None)
+
+    async def wait_for_request(self) -> None:
+        """A persistent multi-request loop with nothing open: idle until a request or steering arrives."""
+        if self.request_evt is None:
+            self.request_evt = Signal()
+        self.request_evt.clear()
+        self.state.idle = True
+        try:
+            await self.request_evt.wait()
+        finally:
+            self.state.idle = False
+
+    # ------------------------------------------------------------------ steering notes
+
+    @property
+    def wake(self) -> Signal:
+        """Set when a tool call finishes or steering arrives (what the tool runner waits on)."""
+        if self._wake is None:
+            self._wake = Signal()
+        return self._wake
+
+    def steer(self, verb: str, message: str | None = None, request_id: str | None = None) -> None:
+        """Write steering ``verb`` where it happened: its transcript entry, its note to the model, its event."""
+        v = VERBS[verb]
+        self.conversation.record(Message("user", v.entry(message, request_id), kind=v.kind))
+        note = v.note(message, request_id)
+        if note:
+            self.conversation.note(note)
+        self.emit(ev.Steering, action=verb, message=message, request_id=request_id)
+
+    def nudge(self) -> None:
+        """New steering or a new request: wake the loop (the handle also interrupts a model call in flight)."""
+        self.conversation.interjected = True
+        if self._wake is not None:
+            self._wake.set()
+        if self.request_evt is not None:
+            self.request_evt.set()
+
+    # ------------------------------------------------------------------ ending
+
+    def end(self, status: Status, *, answer: str | None = None, error: BaseException | None = None) -> None:
+        """Mark the loop ended (its task does, once)."""
+        for r in self.open_requests():
+            r._end(
+                status if status is not Status.FINISHED else Status.FAILED,
+                error or UnityError(f"the loop ended before answering request {r.request_id}"),
+            )
+        state = self.state
+        state.status = status
+        state.answer = answer
+        state.error = error = scrub_error(error)  # a secret an error quotes reaches no reason, event or store
+        state.ended_at = time.time()
+        self.gate.open()
+        forget = getattr(self.model, "forget_conversation", None)
+        if callable(forget):  # its conversation will not be sent again: a model that kept its encoding drops it
+            forget(self.conversation.wire)
+        if status is Status.FINISHED:
+            self.emit(ev.LoopFinished, status="finished", result=answer, steps=state.steps)
+        elif status is Status.STOPPED:
+            self.emit(ev.LoopFinished, status="stopped", reason=state.stop_reason or "cancelled", steps=state.steps)
+        else:
+            self.conversation.record(
+                Message("assistant", f"[failed] {type(error).__name__}: {error}", kind="error", error=True)
+            )
+            self.emit(ev.LoopFailed, error=f"{type(error).__name__}: {error}", steps=state.steps)
+        if not self.ended.is_set():
+            loop_ended(self.event_loop)
+        self.ended.set()

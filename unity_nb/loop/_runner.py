@@ -35,8 +35,9 @@ if TYPE_CHECKING:
     from ._conversation import Conversation
     from ._options import LoopOptions
     from ._routing import Router
+    from ._run import Run
     from ._state import LoopState
-    from ._status import PauseGate, Signal
+    from ._status import PauseGate
     from ._turn import Turn
 
 __all__ = ("ToolRunner",)
@@ -106,7 +107,7 @@ class _Loop(Protocol):
     @property
     def gate(self) -> PauseGate: ...
     @property
-    def wake(self) -> Signal: ...
+    def run(self) -> Run: ...
     @property
     def event_loop(self) -> asyncio.AbstractEventLoop: ...
     @property
@@ -149,7 +150,7 @@ class ToolRunner(Part[_Loop]):
         names = None if offered is None else frozenset(t.name for t in offered)
         tasks = [h.event_loop.create_task(self.run_one(rec, names)) for rec in records]
         deferred: list[dict] = []
-        wake = h.wake  # set by each finished call, and by an interjection to route
+        wake = h.run.wake  # set by each finished call, and by an interjection to route
         remaining = len(tasks)
 
         def finished(_task: asyncio.Task) -> None:
