@@ -272,7 +272,7 @@ class ActorHandle(LoopHandle):
             lines += [f"changed {k}: {v}" for k, v in outside.changed.items()]
             if outside.deleted:
                 lines.append("deleted: " + ", ".join(outside.deleted))
-            self.note("\n".join(lines))
+            self.conversation.note("\n".join(lines))
             self.emit(
                 ev.VariablesChanged, call_id=None, created=tuple(outside.created),
                 changed=tuple(outside.changed), deleted=tuple(outside.deleted),
@@ -317,7 +317,7 @@ class ActorHandle(LoopHandle):
 
         def on_output(text: str, _stream: str) -> None:
             if rec is not None:
-                self.printed_by(rec, text)
+                self.runner.printed(rec, text)
 
         def on_display(bundle: dict) -> None:
             bundle = scrub_bundle(bundle)

@@ -124,7 +124,7 @@ class MapEngine(Engine):
         if c["failed"] and not c["finished"] and not c["stopped"]:  # nothing came of it: not a success
             first = h.ended_badly[0].reason if h.ended_badly else None
             raise UnityError(f"every row of the batch failed ({c['failed']}); the first: {first}")
-        h.set_result_object(h.results())
+        h.state.result_object = h.results()
         p = h.progress
         return f"{p['done']} of {p['total']} rows done, {p['failed']} failed"
 
@@ -449,7 +449,7 @@ class MapHandle(Spending, LoopHandle):
         child = LoopHandle(row.task, parent=self, config=config)
         row.child = child
         for note in self._row_notes:  # interjections made before the row started
-            child.note(note)
+            child.conversation.note(note)
         try:
             value = await child.result()
             row.answer, row.status = parse_answer(value, self.output), "finished"

@@ -149,7 +149,7 @@ class PhasedEngine(Engine):
             if h.stop_reason is not None:  # its phase was stopped by this operation's stop: a stop
                 raise asyncio.CancelledError from None
             raise
-        h.set_result_object(value)
+        h.state.result_object = value
         return h.summary()
 
 

@@ -30,6 +30,10 @@ PLAN = "execute_code"
 """The actor's tool: what waits is a plan (its code is shown), not a JSON call."""
 
 
+class _Router(Protocol):
+    def awaiting_person(self) -> AbstractContextManager[None]: ...
+
+
 class _Loop(Protocol):
     """What the approval side reads of the loop it is part of (a :class:`LoopHandle`)."""
 
@@ -40,7 +44,8 @@ class _Loop(Protocol):
     conversation: Conversation
 
     def emit(self, kind: type[ev.Event], **fields: Any) -> None: ...
-    def awaiting_person(self) -> AbstractContextManager[None]: ...
+    @property
+    def router(self) -> _Router: ...
     def require_live(self, verb: str) -> None: ...
     def walk(self) -> Iterator[_Loop]: ...
 
@@ -81,7 +86,7 @@ class Approvals:
         self._approvals[call_id] = {"tool": tool, "code": code, "intent": intent, "future": fut}
         me.emit(ev.ApprovalRequested, call_id=call_id, code=code, intent=intent, tool=tool)
         try:
-            with me.awaiting_person():
+            with me.router.awaiting_person():
                 run, reason = await fut
         finally:
             self._approvals.pop(call_id, None)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ._conversation import Conversation
     from ._options import LoopOptions
     from ._requests import RequestHandle
+    from ._run import Run
     from ._runner import ToolRunner
     from ._state import LoopState
     from ._status import PauseGate
@@ -44,6 +45,8 @@ class _Loop(Protocol):
     def config(self) -> LoopOptions: ...
     @property
     def state(self) -> LoopState: ...
+    @property
+    def run(self) -> Run: ...
     @property
     def conversation(self) -> Conversation: ...
     @property
@@ -63,10 +66,7 @@ class _Loop(Protocol):
     def emit(self, kind: type[ev.Event], **fields: Any) -> None: ...
     def end(self, status: Status, *, answer: str | None = None, error: BaseException | None = None) -> None: ...
     def notify(self, call_id: str | None, text: str, request_id: str | None = None) -> None: ...
-    def open_requests(self) -> list[RequestHandle]: ...
-    def set_result_object(self, value: Any) -> None: ...
     def before_step(self) -> None: ...
-    async def wait_for_request(self) -> None: ...
 
 
 class Engine(Part[_Loop]):
@@ -114,11 +114,11 @@ class Engine(Part[_Loop]):
         h = self.owner
         while True:
             await h.gate.wait()
-            if not h.multi or h.open_requests() or h.conversation.pending:
+            if not h.multi or h.run.open_requests() or h.conversation.pending:
                 break
             if not h.config.persist:
                 return True
-            await h.wait_for_request()
+            await h.run.wait_for_request()
         h.before_step()
         h.conversation.deliver()
         await h.turn.maybe_compress()
@@ -178,12 +178,12 @@ class Engine(Part[_Loop]):
                 h.notify(None, f"the model's reply was empty ({said}); it was asked once more")
                 conv.note("[your reply was empty: answer now, in words]")
                 continue
-            if final and h.multi and len(h.open_requests()) > 1:
+            if final and h.multi and len(h.run.open_requests()) > 1:
                 final = False
                 if not still_last():  # at the last step they fail below
-                    open_ids = ", ".join(r.request_id for r in h.open_requests())
+                    open_ids = ", ".join(r.request_id for r in h.run.open_requests())
                     conv.note(
-                        f"[{len(h.open_requests())} requests are still open: {open_ids}. "
+                        f"[{len(h.run.open_requests())} requests are still open: {open_ids}. "
                         "Complete each with final_answer(request_id, answer).]"
                     )
             entry, wire_msg, records = conv.add_reply(reply, final=final)
@@ -191,7 +191,7 @@ class Engine(Part[_Loop]):
                 self.think(reply.content or reply.thinking, [c.name for c in reply.tool_calls])
             if final:
                 # corrections are counted per answer owner: in a multi-request loop, the request it completes
-                open_now = h.open_requests()
+                open_now = h.run.open_requests()
                 owner: Engine | RequestHandle = open_now[0] if h.multi and open_now else self
                 heard = conv.heard
                 ok, text = await self.finalize(reply.content or "", owner)
@@ -208,7 +208,7 @@ class Engine(Part[_Loop]):
                 h.state.references = self.cited(text)
                 if not h.multi:
                     return text
-                open_now = h.open_requests()
+                open_now = h.run.open_requests()
                 if open_now:
                     open_now[0]._finish(text)
                 if still_last():
@@ -242,7 +242,7 @@ class Engine(Part[_Loop]):
         h, runner = self.owner, self.owner.runner
         if runner.handoff is not None:
             child = runner.handoff
-            h.set_result_object(child)
+            h.state.result_object = child
             text = f"[control handed to {child.name!r}, which goes on by itself]"
         elif runner.finish is not None:
             value, text = runner.finish
@@ -252,7 +252,7 @@ class Engine(Part[_Loop]):
                     value = read_output(typed, value)
                 except ValueError as err:
                     raise UnityError(f"the loop ended with a value that is not a {typed.__name__}: {err}") from None
-            h.set_result_object(value)
+            h.state.result_object = value
         else:
             return None
         h.conversation.record(Message("assistant", text, kind="answer"))
@@ -270,7 +270,7 @@ class Engine(Part[_Loop]):
         h, cfg = self.owner, self.owner.config
         if cfg.output is not None and not cfg.multi:
             try:
-                h.set_result_object(read_output(cfg.output, answer))
+                h.state.result_object = read_output(cfg.output, answer)
             except ValueError as err:
                 if self.typed_retries:
                     name = cfg.output.__name__
@@ -312,9 +312,9 @@ class Engine(Part[_Loop]):
     def _multi_answer(self) -> str:
         h = self.owner
         answers = {r.request_id: r.answer for r in h.requests if r.status is Status.FINISHED}
-        h.set_result_object(answers)
+        h.state.result_object = answers
         return f"completed requests: {', '.join(answers) or 'none'}"
 
     def fail_open(self, why: str) -> None:
-        for r in self.owner.open_requests():
+        for r in self.owner.run.open_requests():
             r._end(Status.FAILED, UnityError(f"request {r.request_id}: {why}"))

@@ -27,7 +27,6 @@ import asyncio
 import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from typing import Any, cast
 
 from .. import events as ev
@@ -41,7 +40,7 @@ from ._conversation import Conversation
 from ._engine import Engine
 from ._face import Loop
 from ._options import LoopOptions
-from ._records import Message, ToolCallRecord, render_conversation
+from ._records import Message, render_conversation
 from ._requests import RequestHandle, Requests, final_answer_tool
 from ._routing import Router
 from ._run import Run
@@ -181,11 +180,6 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         return self.run.parent
 
     @property
-    def parent_call(self) -> str | None:
-        """The parent's tool call that started this loop (``None`` if none did)."""
-        return self.run.parent_call
-
-    @property
     def children(self) -> list[LoopHandle]:
         """The loops this one's tool calls started, in order."""
         return self.run.children
@@ -322,13 +316,6 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         parts = [self.cost, *(c.tree_cost for c in self.children)]
         return None if None in parts else sum(p for p in parts if p is not None)
 
-    def ancestry(self) -> Iterator[LoopHandle]:
-        """This handle, its parent, and so on up to the root."""
-        h: LoopHandle | None = self
-        while h is not None:
-            yield h
-            h = h.parent
-
     async def wait_for(
         self, kind: str | None = None, where: Callable[[ev.Event], bool] | None = None, *, timeout: float = 10.0
     ) -> ev.Event:
@@ -393,14 +380,6 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         current tool calls have their results (``text`` is what the transcript shows)."""
         self.runner.finish = (value, scrub(text if text is not None else render_result(value)))
 
-    def set_result_object(self, value: Any) -> None:
-        """What ``result()`` returns instead of the answer text (a tool's value, a hand-off's child)."""
-        self.state.result_object = value
-
-    def note(self, text: str) -> None:
-        """Tell the model ``text`` at its next call."""
-        self.conversation.note(text)
-
     def notify(self, call_id: str | None, text: str, request_id: str | None = None) -> None:
         """A progress note from tool call ``call_id`` (bubbles up to every ancestor)."""
         self.router.notify(call_id, text, request_id)
@@ -408,16 +387,6 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
     async def clarify(self, call_id: str, question: str, request_id: str | None = None) -> str:
         """Ask the person ``question`` for tool call ``call_id`` and wait for the answer."""
         return await self.router.clarify(call_id, question, request_id)
-
-    @contextmanager
-    def awaiting_person(self) -> Iterator[None]:
-        """While inside, this loop and its ancestors say ``waiting`` (for an answer, an approval)."""
-        with self.router.awaiting_person():
-            yield
-
-    def printed_by(self, record: ToolCallRecord, text: str) -> None:
-        """Text a tool call printed (from any thread): kept on its record, scrubbed, and published."""
-        self.runner.printed(record, text)
 
     def end(self, status: Status, *, answer: str | None = None, error: BaseException | None = None) -> None:
         """Mark the loop ended (its task does, once)."""

@@ -51,8 +51,8 @@ class _Loop(Protocol):
     def engine(self) -> _Engine: ...
     def emit(self, kind: type[ev.Event], **fields: Any) -> None: ...
     def require_live(self, verb: str) -> None: ...
-    def open_requests(self) -> list[RequestHandle]: ...
-    def find_request(self, request_id: str | None) -> RequestHandle | None: ...
+    @property
+    def run(self) -> Run: ...
     def steer(self, verb: str, message: str | None = None, request_id: str | None = None) -> None: ...
     def _nudge(self) -> None: ...
     async def stop(self, reason: str | None = None) -> None: ...
@@ -162,9 +162,9 @@ def final_answer_tool(loop: _Loop) -> Tool:
 
     async def final_answer(request_id: str, answer: str) -> str:
         """Complete the request `request_id` with `answer` (what the person who asked receives)."""
-        req = loop.find_request(request_id)
+        req = loop.run.find_request(request_id)
         if req is None:
-            open_ids = [r.request_id for r in loop.open_requests()]
+            open_ids = [r.request_id for r in loop.run.open_requests()]
             raise ToolFailed(f"error: there is no request {request_id!r}; open requests: {open_ids}")
         if req.done():
             raise ToolFailed(f"error: request {request_id} is already {req.status.value}; answer only open requests")
@@ -198,7 +198,7 @@ async def stop_request(loop: _Loop, req: RequestHandle, reason: str) -> None:
     """Stop one request; the model is told, and the last open request of a loop that does not persist stops it."""
     loop.require_live("stop a request of")
     req._end(Status.STOPPED, Stopped(reason))
-    if not loop.open_requests() and not loop.config.persist:
+    if not loop.run.open_requests() and not loop.config.persist:
         text, kind = steering_entry("stop", reason, req.request_id)
         loop.conversation.record(Message("user", text, kind=kind))
         loop.emit(ev.Steering, action="stop", message=reason, request_id=req.request_id)
@@ -225,23 +225,15 @@ class Requests:
         loop's context and gets a handle of its own."""
         return submit_request(self._loop(), text)
 
-    def open_requests(self) -> list[RequestHandle]:
-        return self.run.open_requests()
-
-    def find_request(self, request_id: str | None) -> RequestHandle | None:
-        return self.run.find_request(request_id)
 
     def request(self, request_id: str) -> RequestHandle:
         """The request ``request_id``, or a UserError naming the requests there are."""
-        found = self.find_request(request_id)
+        found = self.run.find_request(request_id)
         if found is not None:
             return found
         known = [r.request_id for r in self.requests] or "none (this loop serves one request)"
         raise UserError(f"{self.name!r} has no request {request_id!r}; its requests: {known}")
 
-    async def wait_for_request(self) -> None:
-        """A persistent multi-request loop with nothing open: idle until a request or steering arrives."""
-        await self.run.wait_for_request()
 
     async def stop_request(self, req: RequestHandle, reason: str) -> None:
         await stop_request(self._loop(), req, reason)

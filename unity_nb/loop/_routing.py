@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from ..models import Reply
     from ._conversation import Conversation
     from ._face import Loop
+    from ._run import Run
     from ._status import PauseGate
     from ._tools import Tool
 
@@ -61,9 +62,9 @@ class _Loop(Protocol):
     @property
     def parent(self) -> _Loop | None: ...
     @property
-    def parent_call(self) -> str | None: ...
-    @property
     def multi(self) -> bool: ...
+    @property
+    def run(self) -> Run: ...
     @property
     def conversation(self) -> Conversation: ...
     @property
@@ -78,8 +79,6 @@ class _Loop(Protocol):
     def runner(self) -> _Runner: ...
     def emit(self, kind: type[ev.Event], **fields: Any) -> None: ...
     def live_children(self) -> Sequence[Loop]: ...
-    def find_request(self, request_id: str | None) -> _Request | None: ...
-    def ancestry(self) -> Iterator[_Loop]: ...
     def walk(self) -> Iterator[_Loop]: ...
 
 
@@ -181,17 +180,21 @@ class Router(Part[_Loop]):
             out.append(h.router.inbox)
             if h.multi:
                 rid = request_id if h is self.owner else h.runner.call_requests.get(via or "")
-                req = h.find_request(rid)
+                req = h.run.find_request(rid)
                 if req is not None:
                     out.append(req.inbox)
-            via = h.parent_call
+            via = h.run.parent_call
             h = h.parent
         return out
 
     @contextmanager
     def awaiting_person(self) -> Iterator[None]:
         """While inside: this loop and its ancestors say ``waiting`` (a question or an approval is open)."""
-        chain = [h.router.inbox for h in self.owner.ancestry()]
+        chain: list[Inbox] = []
+        h: _Loop | None = self.owner
+        while h is not None:
+            chain.append(h.router.inbox)
+            h = h.parent
         for inbox in chain:
             inbox.waiting += 1
         try:
