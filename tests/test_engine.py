@@ -358,7 +358,7 @@ async def test_a_finished_loop_leaves_no_reference_cycle_for_the_collector(bus):
         assert await asyncio.wait_for(h.result(), 10) == "done"
         await asyncio.sleep(0)  # the task's done callbacks run
         gone = weakref.ref(h)
-        parts = [weakref.ref(p) for p in (h.turn, h.runner, h.router, h.engine)]
+        parts = [weakref.ref(p) for p in (h.run, h.turn, h.runner, h.router, h.engine)]
         del h
         assert gone() is None and all(p() is None for p in parts)
     finally:

@@ -73,6 +73,14 @@ class Loop:
     def done(self) -> bool:
         raise NotImplementedError
 
+    def available_tools(self) -> list[Any]:
+        """The tools this step may offer (the actor computes them from its state)."""
+        raise NotImplementedError
+
+    def tool_named(self, name: str) -> Any:
+        """The tool a call names (it may know tools not offered this step)."""
+        raise NotImplementedError
+
     def live_children(self) -> Sequence[Loop]:
         raise NotImplementedError
 

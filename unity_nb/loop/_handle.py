@@ -134,13 +134,13 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         self.lineage: tuple[str, ...] = (*base, f"{self.name}({self.id})")
         # a child publishes where its parent does
         bus = cfg.bus or (parent.bus if parent is not None else ev.default_bus())
-        self.run = run = Run(self, self.id, self.lineage, bus, parent, self.model)
+        self.run = run = Run(self, cfg, self.id, self.lineage, bus, parent)
         """The tree, the events, the ending, steering notes and the request book (the handle reads them)."""
         self.state: LoopState = run.state
         """What the loop's parts write as it runs (counters, references, status, outcome)."""
         self.gate: PauseGate = run.gate
         self.conversation: Conversation = run.conversation
-        self.turn = Turn(self, tools)
+        self.turn = Turn(run, tools, self)
         self.runner = ToolRunner(self)
         self.router = Router(self)
         self.engine = self.engine_type(self)

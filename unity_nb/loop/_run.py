@@ -18,7 +18,9 @@ from .. import events as ev
 from .._collector import loop_ended
 from .._errors import UnityError
 from .._secrets import scrub_error
+from ..models import Model
 from ._conversation import Conversation
+from ._options import LoopOptions
 from ._records import Message
 from ._state import LoopState
 from ._status import PauseGate, Signal, Status
@@ -43,14 +45,17 @@ class Run:
     (``requests``). The handle owns it; its parts are given it."""
 
     __slots__ = (
-        "_handle", "_wake", "bus", "children", "conversation", "ended", "event_loop", "events", "gate", "id", "lineage",
-        "listeners", "model", "parent", "parent_call", "request_evt", "requests", "state", "waiters",
+        "__weakref__", "_handle", "_wake", "bus", "children", "config", "conversation", "ended", "event_loop",
+        "events", "gate", "id", "lineage", "listeners", "model", "parent", "parent_call", "request_evt", "requests",
+        "state", "waiters",
     )
 
     def __init__(
-        self, handle: Any, id: str, lineage: tuple[str, ...], bus: ev.EventBus, parent: Any, model: Any
+        self, handle: Any, config: LoopOptions, id: str, lineage: tuple[str, ...], bus: ev.EventBus, parent: Any
     ) -> None:
         self._handle = weakref.ref(handle)
+        self.config = config
+        """What the loop was started with."""
         self.event_loop = handle.event_loop
         self.id = id
         self.lineage = lineage
@@ -65,7 +70,7 @@ class Run:
         self.listeners: list[Listener] = []
         self.waiters: ev.Waiters = []
         self.ended = Signal()
-        self.model = model
+        self.model: Model = config.model
         self.state = LoopState()
         """What the loop's parts write as it runs (counters, references, status, outcome)."""
         self.gate = PauseGate()

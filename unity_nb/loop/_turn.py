@@ -4,14 +4,14 @@ prompt-caching hints, and compressing the wire when it nears the context window.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
 from .. import events as ev
 from .._errors import UserError
 from .._secrets import ScrubStream, scrub
 from ..models import ModelRequest, Reply, rate_limit_of
-from ._context import Part
 from ._policies import SUMMARY_PROMPT, SUMMARY_TAG, render_for_summary, split_for_compression
 from ._policy import Offer, Step, offer_through
 from ._records import Message
@@ -19,12 +19,9 @@ from ._text import TextBuffer
 from ._tools import Tool, as_tool
 
 if TYPE_CHECKING:
-    from ..models import Model
-    from ._conversation import Conversation
     from ._face import Loop
     from ._options import LoopOptions
     from ._run import Run
-    from ._state import LoopState
 
 __all__ = ("Turn", "own_tools")
 
@@ -65,42 +62,22 @@ class _Sink:
         self._text(text)
 
 
-class _Loop(Protocol):
-    """What the turn reads of the loop it is part of (a :class:`LoopHandle`)."""
+class Turn:
+    """The model side of a loop: what each step offers and how the model is called.
 
-    @property
-    def id(self) -> str: ...
-    @property
-    def parent(self) -> Loop | None: ...
-    @property
-    def config(self) -> LoopOptions: ...
-    @property
-    def state(self) -> LoopState: ...
-    @property
-    def run(self) -> Run: ...
-    @property
-    def conversation(self) -> Conversation: ...
-    @property
-    def model(self) -> Model: ...
-    @property
-    def event_loop(self) -> asyncio.AbstractEventLoop: ...
-    def emit(self, kind: type[ev.Event], **fields: Any) -> None: ...
-    def available_tools(self) -> list[Tool]: ...
-    def tool_named(self, name: str) -> Tool | None: ...
-    def notify(self, call_id: str | None, text: str, request_id: str | None = None) -> None: ...
-
-
-class Turn(Part[_Loop]):
-    """The model side of a loop: what each step offers and how the model is called."""
+    It is given the loop's :class:`Run` (options, state, conversation, model, events, the request
+    book) and, held weakly, the :class:`Loop` that offers the tools (``available_tools``,
+    ``tool_named``: the actor computes them), bubbles notes up, and is what policies see."""
 
     __slots__ = (
-        "_interrupted", "_last_tokens", "_offered", "_schema_cache", "_sent", "_streamed",
-        "_summary_failed_at", "_task", "_text_scrub", "_thinking_scrub", "budget_start", "count", "dynamic",
+        "__weakref__", "_interrupted", "_last_tokens", "_offered", "_schema_cache", "_sent", "_source", "_streamed",
+        "_summary_failed_at", "_task", "_text_scrub", "_thinking_scrub", "budget_start", "count", "dynamic", "run",
         "text", "thinking", "tools",
     )
 
-    def __init__(self, owner: _Loop, tools: dict[str, Tool]) -> None:
-        super().__init__(owner)
+    def __init__(self, run: Run, tools: dict[str, Tool], source: Loop) -> None:
+        self.run = run
+        self._source = weakref.ref(source)
         self.tools = tools
         """The loop's own tools by name (a multi-request loop's ``final_answer`` among them)."""
         self.count = 0
@@ -120,39 +97,47 @@ class Turn(Part[_Loop]):
         self._streamed = True
         self.reset_streaming()
 
+    @property
+    def source(self) -> Loop:
+        """The loop whose tools this turn offers (held weakly: the loop holds its turn)."""
+        source = self._source()
+        if source is None:  # only reachable through a turn kept after its loop was dropped
+            raise ReferenceError("this turn's loop is gone")
+        return source
+
     # -- offered tools -----------------------------------------------------------------------
 
     def last_step(self) -> bool:
-        return self.count - self.budget_start >= self.owner.config.max_steps - 1
+        return self.count - self.budget_start >= self.run.config.max_steps - 1
 
     def offer(self) -> list[Offer]:
         """The tools this step offers and the tool choice: one call, or one per forced first-step tool."""
-        h, cfg = self.owner, self.owner.config
+        h, cfg = self.run, self.run.config
         if self.last_step():  # the last step offers no tools, so an answer comes
-            if cfg.multi and len(h.run.open_requests()) > 1:
+            if cfg.multi and len(h.open_requests()) > 1:
                 return [([self.tools["final_answer"]], "required")]
             return [([], "none")]
-        tools = h.available_tools()
+        tools = self.source.available_tools()
         if cfg.multi and "final_answer" not in {t.name for t in tools}:
             tools.append(self.tools["final_answer"])
         if not cfg.chain:
             return [(tools, "auto")]
         state = h.state
-        step = Step(self.count, tools, state.called_tools, state.started_at, h)
+        step = Step(self.count, tools, state.called_tools, state.started_at, self.source)
         offers = offer_through(cfg.chain, step)
         self.dynamic = step.dynamic
         return offers
 
     def lookup(self, name: str) -> Tool | None:
         """The tool a call names: a dynamic tool of this step, the loop's own, or final_answer."""
-        found = self.dynamic.get(name) or self.owner.tool_named(name)
-        if found is None and self.owner.config.multi and name == "final_answer":
+        found = self.dynamic.get(name) or self.source.tool_named(name)
+        if found is None and self.run.config.multi and name == "final_answer":
             found = self.tools["final_answer"]
         return found
 
     def extra_properties(self, tool: Tool) -> dict | None:
         """Parameters the loop adds to a tool's schema (and takes out of its arguments)."""
-        cfg = self.owner.config
+        cfg = self.run.config
         extra: dict[str, dict] = {}
         if cfg.parent_context == "model":
             extra["include_parent_context"] = {
@@ -180,10 +165,10 @@ class Turn(Part[_Loop]):
         """Prompt-caching hints: OpenAI's ``prompt_cache_key`` (one per loop tree, so its requests
         share a cache), or Anthropic-style ``cache_control`` breakpoints on the system prompt and
         the newest message (for OpenAI-compatible gateways that pass them on)."""
-        if self.owner.config.prompt_cache in (True, "openai"):
-            root: Loop | _Loop = self.owner
+        if self.run.config.prompt_cache in (True, "openai"):
+            root = self.run
             while root.parent is not None:
-                root = root.parent
+                root = root.parent.run
             return ModelRequest(
                 request.messages,
                 request.tools,
@@ -217,14 +202,14 @@ class Turn(Part[_Loop]):
         text = self._text_scrub.feed(text)
         if text:
             self.text.append(text)
-            self.owner.emit(ev.ModelDelta, step=self.owner.state.steps, text=text)
+            self.run.emit(ev.ModelDelta, step=self.run.state.steps, text=text)
 
     def _on_thinking(self, text: str) -> None:
         self._streamed = True
         text = self._thinking_scrub.feed(text)
         if text:
             self.thinking.append(text)
-            self.owner.emit(ev.ModelDelta, step=self.owner.state.steps, text=text, thinking=True)
+            self.run.emit(ev.ModelDelta, step=self.run.state.steps, text=text, thinking=True)
 
     def _flush_streaming(self) -> None:
         """The model call ended: publish what the scrubbers held back (an unfinished start of a value)."""
@@ -235,14 +220,14 @@ class Turn(Part[_Loop]):
             text = scrubber.flush()
             if text:
                 buffer.append(text)
-                self.owner.emit(ev.ModelDelta, step=self.owner.state.steps, text=text, thinking=thinking)
+                self.run.emit(ev.ModelDelta, step=self.run.state.steps, text=text, thinking=thinking)
 
     def on_retry(self, attempt: int, error: str, delay: float) -> None:
-        limit = rate_limit_of(self.owner.model)
+        limit = rate_limit_of(self.run.model)
         if limit is not None and ("429" in error or "rate limit" in error.lower()):
             limit.cooldown(delay)  # every loop calling this model waits, not only this one
         self.reset_streaming()
-        self.owner.emit(ev.ModelRetry, attempt=attempt, error=scrub(error), delay=delay)
+        self.run.emit(ev.ModelRetry, attempt=attempt, error=scrub(error), delay=delay)
 
     # -- the call ----------------------------------------------------------------------------
 
@@ -263,7 +248,7 @@ class Turn(Part[_Loop]):
     ) -> Reply | None:
         """One model call; ``None`` when an interjection interrupted it (the caller re-issues).
         ``continues``: how many of ``messages`` are the previous request's, unchanged (:class:`ModelRequest`)."""
-        h = self.owner
+        h = self.run
         h.state.steps += 1
         step = h.state.steps
         request = ModelRequest(
@@ -337,7 +322,7 @@ class Turn(Part[_Loop]):
     def _messages(self) -> tuple[list[dict], int]:
         """The wire to send, and how many of its messages the previous request sent: the wire only grows
         by appending, and compression puts a new list in its place."""
-        wire = self.owner.conversation.wire
+        wire = self.run.conversation.wire
         sent, n = self._sent
         self._sent = (wire, len(wire))
         return list(wire), (n if sent is wire else 0)
@@ -367,7 +352,7 @@ class Turn(Part[_Loop]):
 
     async def maybe_compress(self) -> None:
         """Summarise the older part of the wire when it nears the context window."""
-        h, cfg = self.owner, self.owner.config
+        h, cfg = self.run, self.run.config
         if not cfg.context_window:
             return
         wire = h.conversation.wire
@@ -394,7 +379,8 @@ class Turn(Part[_Loop]):
             raise
         except Exception as err:  # noqa: BLE001 - go on uncompressed; the model may still cope
             self._summary_failed_at = self.count
-            h.notify(None, f"context compression failed ({type(err).__name__}: {err}); continuing uncompressed")
+            why = f"context compression failed ({type(err).__name__}: {err}); continuing uncompressed"
+            self.source.notify(None, why)
             return
         h.state.usage += reply.usage
         summary = {"role": "user", "content": f"{SUMMARY_TAG}\n{reply.content or ''}"}
