@@ -141,8 +141,8 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         self.gate: PauseGate = run.gate
         self.conversation: Conversation = run.conversation
         self.turn = Turn(run, tools, self)
-        self.runner = ToolRunner(self)
         self.router = Router(self)
+        self.runner = ToolRunner(run, self.turn, self.router, self)
         self.engine = self.engine_type(self)
         outer = render_conversation(parent.transcript, "outer") if share_context and parent else None
         system = system_with_output(cfg.system, cfg.output)

@@ -16,6 +16,7 @@ import inspect
 import json
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -25,19 +26,15 @@ from .._output import tool_output
 from .._secrets import SECRET_REF, get_secret, scrub
 from ._answers import HandOff, Reference, ToolResult
 from ._approval import skipped_result
-from ._context import CallInfo, Part, enter_call, leave_call, resolve_tool_value
+from ._context import CallInfo, enter_call, leave_call, resolve_tool_value
 from ._face import Loop
 from ._policy import Step
 from ._records import Message, ToolCallRecord
 from ._tools import Tool, ToolContext, ToolFailed, render_result
 
 if TYPE_CHECKING:
-    from ._conversation import Conversation
-    from ._options import LoopOptions
     from ._routing import Router
     from ._run import Run
-    from ._state import LoopState
-    from ._status import PauseGate
     from ._turn import Turn
 
 __all__ = ("ToolRunner",)
@@ -91,28 +88,10 @@ async def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         raise
 
 
-class _Loop(Protocol):
-    """What the tool runner reads of the loop it is part of (a :class:`LoopHandle`)."""
+class _Source(Protocol):
+    """What the tool runner reads of the loop whose tools it runs, held weakly: the tools offered, the
+    children it adopts, its requests and approvals (the actor changes which calls need approval)."""
 
-    @property
-    def config(self) -> LoopOptions: ...
-    @property
-    def state(self) -> LoopState: ...
-    @property
-    def conversation(self) -> Conversation: ...
-    @property
-    def turn(self) -> Turn: ...
-    @property
-    def router(self) -> Router: ...
-    @property
-    def gate(self) -> PauseGate: ...
-    @property
-    def run(self) -> Run: ...
-    @property
-    def event_loop(self) -> asyncio.AbstractEventLoop: ...
-    @property
-    def stop_reason(self) -> str | None: ...
-    def emit(self, kind: type[ev.Event], **fields: Any) -> None: ...
     def available_tools(self) -> list[Tool]: ...
     def live_children(self) -> Sequence[Loop]: ...
     def adopt_child(self, child: Any, call_id: str | None) -> None: ...
@@ -123,20 +102,33 @@ class _Loop(Protocol):
     ) -> tuple[bool, str | None]: ...
 
 
-class ToolRunner(Part[_Loop]):
-    """Executes tool calls for one loop."""
+class ToolRunner:
+    """Executes tool calls for one loop. It is given the loop's :class:`Run` (options, state,
+    conversation, gate, events), its turn (which tool a call names), its router (steering routed to
+    children) and, held weakly, the loop itself as :class:`_Source`."""
 
-    __slots__ = ("_sem", "call_requests", "finish", "handoff")
+    __slots__ = ("__weakref__", "_router", "_run", "_sem", "_source", "_turn", "call_requests", "finish", "handoff")
 
-    def __init__(self, owner: _Loop) -> None:
-        super().__init__(owner)
-        self._sem = asyncio.Semaphore(owner.config.max_parallel_tools)
+    def __init__(self, run: Run, turn: Turn, router: Router, source: _Source) -> None:
+        self._run = run
+        self._turn = turn
+        self._router = router
+        self._source = weakref.ref(source)
+        self._sem = asyncio.Semaphore(run.config.max_parallel_tools)
         self.handoff: Loop | None = None
         """The child a tool handed control to (the loop ends with it as result)."""
         self.finish: tuple[Any, str] | None = None
         """``(value, text)`` a tool ended the loop with (``LoopHandle.finish_with``)."""
         self.call_requests: dict[str, str] = {}
         """Which request each call served (multi-request loops)."""
+
+    @property
+    def source(self) -> _Source:
+        """The loop whose tools this runner runs (held weakly: the loop holds its runner)."""
+        source = self._source()
+        if source is None:  # only reachable through a runner kept after its loop was dropped
+            raise ReferenceError("this runner's loop is gone")
+        return source
 
     async def run(
         self, records: list[ToolCallRecord], wire_msg: dict, offered: Sequence[Tool] | None = None
@@ -145,11 +137,11 @@ class ToolRunner(Part[_Loop]):
 
         ``offered``: the tools this step offered. A call naming any other tool (one a policy hid, say)
         does not run: its result tells the model which tools it may call now."""
-        h = self.owner
+        h = self._run
         names = None if offered is None else frozenset(t.name for t in offered)
         tasks = [h.event_loop.create_task(self.run_one(rec, names)) for rec in records]
         deferred: list[dict] = []
-        wake = h.run.wake  # set by each finished call, and by an interjection to route
+        wake = h.wake  # set by each finished call, and by an interjection to route
         remaining = len(tasks)
 
         def finished(_task: asyncio.Task) -> None:
@@ -165,8 +157,8 @@ class ToolRunner(Part[_Loop]):
                 if not remaining:
                     break
                 # children may be born inside the tools, so check for them on every wake
-                if h.conversation.interjected and h.live_children():
-                    await h.router.route(records, deferred)
+                if h.conversation.interjected and self.source.live_children():
+                    await self._router.route(records, deferred)
                     continue
                 await wake.wait()
         finally:
@@ -177,29 +169,30 @@ class ToolRunner(Part[_Loop]):
                 await asyncio.wait(tasks)  # each records its own result, also when cancelled
             h.conversation.add_results(records, deferred)
             for policy in h.config.chain:
-                note = policy.after_tools(Step(h.turn.count, [], h.state.called_tools, h.state.started_at, h))
+                step = Step(self._turn.count, [], h.state.called_tools, h.state.started_at, cast(Loop, self.source))
+                note = policy.after_tools(step)
                 if note:
                     h.conversation.add({"role": "user", "content": note})
 
     async def run_one(self, rec: ToolCallRecord, offered: frozenset[str] | None = None) -> None:
-        h = self.owner
+        h = self._run
         try:
             async with self._sem:
                 await h.gate.wait()  # no new tool starts while paused
                 if offered is not None and rec.name not in offered:
                     self._refuse(rec, offered)
                     return
-                await self.execute(rec, h.turn.lookup(rec.name))
+                await self.execute(rec, self._turn.lookup(rec.name))
         finally:
             if rec.result is None:  # cancelled before or while running: still exactly one result
-                self.finish_call(rec, f"cancelled: {h.stop_reason or 'the loop was cancelled'}", True, 0.0)
+                self.finish_call(rec, f"cancelled: {h.state.stop_reason or 'the loop was cancelled'}", True, 0.0)
 
     def _refuse(self, rec: ToolCallRecord, offered: frozenset[str]) -> None:
         """A call of a tool this step did not offer: it does not run, and the model is told what it may call."""
-        h = self.owner
+        h = self._run
         h.emit(ev.ToolStarted, call_id=rec.id, name=rec.name, arguments=rec.arguments)
         now = ", ".join(sorted(offered)) or "none"
-        if h.turn.lookup(rec.name) is None:
+        if self._turn.lookup(rec.name) is None:
             why = f"there is no tool named {rec.name!r}"
         else:
             why = f"{rec.name} is not available at this step, so it did not run"
@@ -207,11 +200,11 @@ class ToolRunner(Part[_Loop]):
 
     def _arguments(self, rec: ToolCallRecord, tool: Tool) -> tuple[dict[str, Any], bool, str | None]:
         """``(kwargs, share_context, request_id)`` from the call's JSON arguments."""
-        h = self.owner
+        h = self._run
         arguments = rec.arguments
         share = h.config.parent_context == "always"
         request_id = None
-        extras = h.turn.extra_properties(tool)
+        extras = self._turn.extra_properties(tool)
         if extras:
             raw = json.loads(arguments or "{}")
             if isinstance(raw, dict):
@@ -220,7 +213,7 @@ class ToolRunner(Part[_Loop]):
                 if "request_id" in extras:
                     request_id = raw.pop("request_id", None)
                     if request_id is not None:
-                        h.request(str(request_id))
+                        self.source.request(str(request_id))
                 arguments = json.dumps(raw)
         # the values go to a tool a person wrote only (never to an answer or a built-in tool, which would
         # write them out); the record keeps the references
@@ -229,11 +222,11 @@ class ToolRunner(Part[_Loop]):
         return tool.parse(arguments), share, request_id
 
     async def execute(self, rec: ToolCallRecord, tool: Tool | None) -> None:
-        h = self.owner
+        h = self._run
         h.emit(ev.ToolStarted, call_id=rec.id, name=rec.name, arguments=rec.arguments)
         t0 = time.perf_counter()
         if tool is None:
-            known = ", ".join(sorted(t.name for t in h.available_tools())) or "none"
+            known = ", ".join(sorted(t.name for t in self.source.available_tools())) or "none"
             self.finish_call(rec, f"error: there is no tool named {rec.name!r}; available: {known}", True, 0.0)
             return
         try:
@@ -242,20 +235,20 @@ class ToolRunner(Part[_Loop]):
             self.finish_call(rec, f"error: {err}", True, time.perf_counter() - t0)
             return
         if request_id is None and h.config.multi:
-            open_now = h.run.open_requests()
+            open_now = h.open_requests()
             request_id = open_now[0].request_id if len(open_now) == 1 else None
         if request_id is not None:
             self.call_requests[rec.id] = request_id
         if tool.ctx_param:
-            kwargs[tool.ctx_param] = ToolContext(cast(Loop, h), rec.id, rec.name, rec, request_id)
-        if h.needs_approval(tool):  # the wait is the person's, not the tool's: outside its timeout
-            run, reason = await h.wait_for_approval(rec.id, tool=rec.name, code=rec.arguments or "{}")
+            kwargs[tool.ctx_param] = ToolContext(cast(Loop, self.source), rec.id, rec.name, rec, request_id)
+        if self.source.needs_approval(tool):  # the wait is the person's, not the tool's: outside its timeout
+            run, reason = await self.source.wait_for_approval(rec.id, tool=rec.name, code=rec.arguments or "{}")
             if not run:
                 self.finish_call(rec, skipped_result(rec.name, reason), False, time.perf_counter() - t0)
                 return
             t0 = time.perf_counter()
         timeout = getattr(tool, "timeout", None) or h.config.tool_timeout
-        token = enter_call(CallInfo(cast(Loop, h), rec.id, share))
+        token = enter_call(CallInfo(cast(Loop, self.source), rec.id, share))
         def write(text: str, _stream: str = "stdout") -> None:
             self.printed(rec, text)
 
@@ -290,14 +283,14 @@ class ToolRunner(Part[_Loop]):
         if isinstance(value, HandOff):
             return self._take_handoff(rec, value.handle)
         value = await resolve_tool_value(value)
-        self.owner.state.called_tools.add(rec.name)
+        self._run.state.called_tools.add(rec.name)
         if isinstance(value, ToolResult):
             return self._with_references(rec, value)
         return render_result(value)
 
     def _take_handoff(self, rec: ToolCallRecord, loop: Loop) -> str:
-        h, child = self.owner, loop
-        h.adopt_child(child, rec.id)
+        h, child = self._run, loop
+        self.source.adopt_child(child, rec.id)
         rec.child = child
         self.handoff = child
         h.emit(ev.ControlHandedOff, call_id=rec.id, child_id=child.id, child_name=child.name)
@@ -305,7 +298,7 @@ class ToolRunner(Part[_Loop]):
 
     def _with_references(self, rec: ToolCallRecord, value: ToolResult) -> str:
         """Number the result's references and show them to the model with it."""
-        h = self.owner
+        h = self._run
         text = render_result(value.content)
         lines = []
         for ref in value.references:
@@ -335,7 +328,7 @@ class ToolRunner(Part[_Loop]):
         """Route text a tool printed to its call record (from the loop's thread or a worker thread)."""
         # scrubbed as it accumulates: a value written in pieces is caught, and an end that could
         # start one is held back (published with the next write, or when the call ends)
-        h = self.owner
+        h = self._run
         h.state.printed += rec.printed.write(text)
         try:
             here = asyncio.get_running_loop() is h.event_loop
@@ -347,7 +340,7 @@ class ToolRunner(Part[_Loop]):
             h.event_loop.call_soon_threadsafe(self._publish_output, rec)
 
     def _publish_output(self, rec: ToolCallRecord) -> None:
-        h = self.owner
+        h = self._run
         printed = rec._printed
         if printed is None:
             return
@@ -358,7 +351,7 @@ class ToolRunner(Part[_Loop]):
             h.emit(ev.ToolOutput, call_id=rec.id, name=rec.name, text=text)
 
     def finish_call(self, rec: ToolCallRecord, result: str, error: bool, duration: float) -> None:
-        h = self.owner
+        h = self._run
         if rec._printed is not None:
             h.state.printed += rec._printed.end()
             self._publish_output(rec)
