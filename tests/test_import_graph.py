@@ -123,3 +123,19 @@ def test_events_and_bus_do_not_import_each_other():
     graph = import_graph()
     both = "unity_nb._bus" in graph["unity_nb.events"] and "unity_nb.events" in graph["unity_nb._bus"]
     assert not both, "unity_nb.events and unity_nb._bus import each other"
+
+
+# issue 25's second step: a part converted is given its run and narrow collaborators, not the handle
+CONVERTED_PARTS = ("_run", "_turn", "_runner")
+
+
+def test_converted_parts_never_name_the_handle():
+    for name in CONVERTED_PARTS:
+        source = (PACKAGE / "loop" / f"{name}.py").read_text(encoding="utf-8")
+        tree = ast.parse(source)
+        named = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        named |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        named |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+        assert "LoopHandle" not in source, f"loop/{name}.py refers to LoopHandle"
+        assert not {"Part", "owner"} & named, f"loop/{name}.py still reaches its loop through Part.owner"
+        assert "unity_nb.loop._handle" not in import_graph()[f"unity_nb.loop.{name}"]

@@ -1,6 +1,6 @@
 """A loop's run: the tree, the events, the ending, steering notes and the request book.
 
-:class:`~unity_nb.loop.LoopHandle` is the person's facade over a :class:`Run`: ``h.events``,
+The loop's handle is the person's facade over a :class:`Run`: ``h.events``,
 ``h.children``, ``h.parent`` and ``h.requests`` read the run's, ``h.publish`` records an event here,
 and the loop ends here. The run knows its handle by a weak reference (the ``handle`` its listeners
 are told of), so a part holding the run makes no reference cycle; it names the handles above and below

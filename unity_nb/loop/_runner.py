@@ -118,7 +118,7 @@ class ToolRunner:
         self.handoff: Loop | None = None
         """The child a tool handed control to (the loop ends with it as result)."""
         self.finish: tuple[Any, str] | None = None
-        """``(value, text)`` a tool ended the loop with (``LoopHandle.finish_with``)."""
+        """``(value, text)`` a tool ended the loop with (``Loop.finish_with``)."""
         self.call_requests: dict[str, str] = {}
         """Which request each call served (multi-request loops)."""
 
