@@ -141,7 +141,7 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         self.gate: PauseGate = run.gate
         self.conversation: Conversation = run.conversation
         self.turn = Turn(run, tools, self)
-        self.router = Router(self)
+        self.router = Router(run, self.turn, self)
         self.runner = ToolRunner(run, self.turn, self.router, self)
         self.engine = self.engine_type(self)
         outer = render_conversation(parent.transcript, "outer") if share_context and parent else None

@@ -9,6 +9,7 @@ multi-request ancestor was serving with the call that led there.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
@@ -16,16 +17,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .. import events as ev
 from .._errors import UserError
 from .._secrets import scrub
-from ._context import Part
 from ._records import Message, ToolCallRecord
 from ._steering import child_tools
 
 if TYPE_CHECKING:
     from ..models import Reply
-    from ._conversation import Conversation
     from ._face import Loop
     from ._run import Run
-    from ._status import PauseGate
     from ._tools import Tool
 
 __all__ = ("Inbox", "Router")
@@ -55,7 +53,7 @@ class _Request(Protocol):
 
 
 class _Loop(Protocol):
-    """What the router reads of a loop (a :class:`LoopHandle`): its own, its ancestors' and descendants'."""
+    """What the router reads of a loop in the tree (its own, its ancestors' and descendants')."""
 
     @property
     def name(self) -> str: ...
@@ -66,18 +64,9 @@ class _Loop(Protocol):
     @property
     def run(self) -> Run: ...
     @property
-    def conversation(self) -> Conversation: ...
-    @property
-    def gate(self) -> PauseGate: ...
-    @property
-    def event_loop(self) -> asyncio.AbstractEventLoop: ...
-    @property
     def router(self) -> Router: ...
     @property
-    def turn(self) -> _Turn: ...
-    @property
     def runner(self) -> _Runner: ...
-    def emit(self, kind: type[ev.Event], **fields: Any) -> None: ...
     def live_children(self) -> Sequence[Loop]: ...
     def walk(self) -> Iterator[_Loop]: ...
 
@@ -109,34 +98,48 @@ class Inbox:
         """The next question still open (one answered meanwhile is skipped)."""
         while True:
             item = await self.questions.get()
-            owner: _Loop = item["handle"]
-            if item["call_id"] in owner.router.questions:
+            asker: _Loop = item["handle"]
+            if item["call_id"] in asker.router.questions:
                 return {k: v for k, v in item.items() if k != "handle"}
 
 
-class Router(Part[_Loop]):
-    """One loop's routing of steering down to its children, and of questions and notes up."""
+class Router:
+    """One loop's routing of steering down to its children, and of questions and notes up.
 
-    __slots__ = ("inbox", "questions")
+    It is given the loop's :class:`Run` (its conversation, gate and events), its turn (the routing
+    call) and, held weakly, the loop itself (``source``): the tree the questions and notes climb
+    and the children steering is routed to are loops."""
 
-    def __init__(self, owner: _Loop) -> None:
-        super().__init__(owner)
+    __slots__ = ("__weakref__", "_run", "_source", "_turn", "inbox", "questions")
+
+    def __init__(self, run: Run, turn: _Turn, source: _Loop) -> None:
+        self._run = run
+        self._turn = turn
+        self._source = weakref.ref(source)
         self.questions: dict[str, tuple[str, asyncio.Future]] = {}
         """Open questions of this loop's tool calls: ``{call_id: (question, future)}``."""
         self.inbox = Inbox()
+
+    @property
+    def source(self) -> _Loop:
+        """The loop this router routes for (held weakly: the loop holds its router)."""
+        source = self._source()
+        if source is None:  # only reachable through a router kept after its loop was dropped
+            raise ReferenceError("this router's loop is gone")
+        return source
 
     # -- down: steering to running children ----------------------------------------------------
 
     async def route(self, records: list[ToolCallRecord], deferred: list[dict]) -> None:
         """Steering arrived while tools (with live children) run: let the model route it."""
-        h = self.owner
+        h = self._run
         conv = h.conversation
         await h.gate.wait()
         message = conv.take_pending()
         if message is None:
             return
         deferred.append(message)
-        live = h.live_children()
+        live = self.source.live_children()
         if not live:
             return
         tools = [t for c in live for t in child_tools(c)]
@@ -146,7 +149,7 @@ class Router(Part[_Loop]):
         ]
         for _ in range(3):
             # the wire ends with the running calls: their placeholders follow it
-            reply = await h.turn.call(
+            reply = await self._turn.call(
                 [*conv.wire, *placeholders, *deferred, _ROUTING_NOTE], tools, "auto", deferred[-1].get("content")
             )
             if reply is None:  # interrupted by another interjection: include it and re-issue
@@ -165,7 +168,7 @@ class Router(Part[_Loop]):
         deferred.append(msg)
         by_name = {t.name: t for t in tools}
         for rec in recs:
-            await h.runner.execute(rec, by_name.get(rec.name))
+            await self.source.runner.execute(rec, by_name.get(rec.name))
             deferred.append({"role": "tool", "tool_call_id": rec.id, "content": rec.result or ""})
 
     # -- up: questions and notes ---------------------------------------------------------------
@@ -174,12 +177,13 @@ class Router(Part[_Loop]):
         """Where a question or note from tool call ``call_id`` goes: this loop, its ancestors, and
         the request each multi-request loop among them was serving with the call that led here."""
         out: list[Inbox] = []
-        h: _Loop | None = self.owner
+        me = self.source
+        h: _Loop | None = me
         via = call_id
         while h is not None:
             out.append(h.router.inbox)
             if h.multi:
-                rid = request_id if h is self.owner else h.runner.call_requests.get(via or "")
+                rid = request_id if h is me else h.runner.call_requests.get(via or "")
                 req = h.run.find_request(rid)
                 if req is not None:
                     out.append(req.inbox)
@@ -191,7 +195,7 @@ class Router(Part[_Loop]):
     def awaiting_person(self) -> Iterator[None]:
         """While inside: this loop and its ancestors say ``waiting`` (a question or an approval is open)."""
         chain: list[Inbox] = []
-        h: _Loop | None = self.owner
+        h: _Loop | None = self.source
         while h is not None:
             chain.append(h.router.inbox)
             h = h.parent
@@ -204,7 +208,7 @@ class Router(Part[_Loop]):
                 inbox.waiting -= 1
 
     async def clarify(self, call_id: str, question: str, request_id: str | None = None) -> str:
-        h = self.owner
+        h, me = self._run, self.source
         question = scrub(question)
         fut = h.event_loop.create_future()
         self.questions[call_id] = (question, fut)
@@ -212,9 +216,9 @@ class Router(Part[_Loop]):
         item = {
             "call_id": call_id,
             "question": question,
-            "loop": h.name,
+            "loop": me.name,
             "tool": h.conversation.tool_name(call_id),
-            "handle": h,
+            "handle": me,
         }
         if request_id is not None:
             item["request_id"] = request_id
@@ -235,11 +239,11 @@ class Router(Part[_Loop]):
         return answer
 
     def notify(self, call_id: str | None, text: str, request_id: str | None = None) -> None:
-        h = self.owner
+        h = self._run
         text = scrub(text)
         name = h.conversation.tool_name(call_id)
         h.conversation.record(Message("tool", text, kind="notification", tool_call_id=call_id, name=name))
-        item = {"call_id": call_id, "text": text, "loop": h.name, "tool": name}
+        item = {"call_id": call_id, "text": text, "loop": self.source.name, "tool": name}
         if request_id is not None:
             item["request_id"] = request_id
         for inbox in self.bubble(call_id, request_id):
@@ -247,7 +251,7 @@ class Router(Part[_Loop]):
         h.emit(ev.Notification, call_id=call_id, text=text)
 
     def answer(self, call_id: str, answer: str) -> None:
-        h = self.owner
+        h = self.source
         for x in h.walk():
             pending = x.router.questions.get(call_id)
             if pending is not None:
