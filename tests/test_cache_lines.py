@@ -147,3 +147,24 @@ def test_a_process_killed_while_recording_leaves_a_file_that_loads_with_every_co
     assert asyncio.run(replay(complete - 1)).endswith(f"request {complete - 1}")
     with pytest.raises(u.CacheMiss):
         asyncio.run(replay(complete))
+
+
+async def test_a_recording_queued_just_after_a_whole_rewrite_took_it_is_not_written_twice(tmp_path, monkeypatch):
+    """The writer thread may rewrite the file whole between the moment a recording is kept and the moment it is
+    queued (the loop thread sets one, then the other): the rewrite holds it, so it must not be appended again.
+    (Seen in CI under load: a duplicate line made the next file count as mostly superseded.)"""
+    original = u.CachedModel._recorded
+
+    def recorded_after_a_rewrite(self, key, entry):
+        t = threading.Thread(target=self.save)  # the writer's turn comes between the two steps
+        t.start()
+        t.join(10)
+        original(self, key, entry)
+
+    monkeypatch.setattr(u.CachedModel, "_recorded", recorded_after_a_rewrite)
+    fresh = tmp_path / "s.json"
+    other = u.CachedModel(u.ScriptedModel(_upper), fresh, mode="auto")
+    await _ask(other, "a", "b")  # the first recording makes the file: a whole rewrite
+    other.save()
+    keys = [line.get("key") for line in _lines(fresh)[1:]]
+    assert len(keys) == len(set(keys)) == 2

@@ -157,6 +157,8 @@ class CachedModel:
         elif mode == "replay":
             raise UserError(f"CachedModel: no recording at {self.path}; record it first with mode='auto'")
         self._write_lock = threading.Lock()
+        self._rewritten: dict[str, dict] = {}
+        """What the last whole rewrite wrote (the very entries): a recording queued after it is not appended twice."""
         self._pending: list[tuple[str, dict, bytes]] = []  # (key, entry, its line), appended on the loop
         self._wake = threading.Event()
         self._writer: threading.Thread | None = None
@@ -247,7 +249,10 @@ class CachedModel:
             if not self._lines or not self.path.exists():
                 self._rewrite()  # whole, once: a new file, or an older file converted (with what is pending)
             else:
-                self._append(b"".join(p[2] for p in self._pending[:count]))
+                # a recording the last rewrite wrote whole (its entry set before the copy, queued just after it)
+                # is not appended again
+                done = self._rewritten
+                self._append(b"".join(p[2] for p in self._pending[:count] if done.get(p[0]) is not p[1]))
                 del self._pending[:count]
             self.write_error = None
 
@@ -261,6 +266,7 @@ class CachedModel:
                 f.write(_line({"key": key, "entry": entry}))
         os.replace(tmp, self.path)
         self._lines, self._cut = True, None
+        self._rewritten = written
         # what the file now holds leaves the queue (the loop only appends: indices below len() stay put); a
         # recording queued before the copy is in it, or superseded by what is
         for i in reversed(range(len(self._pending))):
