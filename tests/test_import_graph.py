@@ -126,7 +126,7 @@ def test_events_and_bus_do_not_import_each_other():
 
 
 # issue 25's second step: a part converted is given its run and narrow collaborators, not the handle
-CONVERTED_PARTS = ("_run", "_turn", "_runner", "_routing")
+CONVERTED_PARTS = ("_run", "_turn", "_runner", "_routing", "_engine")
 
 
 def test_converted_parts_never_name_the_handle():

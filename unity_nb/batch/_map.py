@@ -73,7 +73,7 @@ class MapEngine(Engine):
     """Drives a batch: rows start while fewer than ``concurrency`` run and the batch is not paused."""
 
     async def drive(self) -> str:
-        h = self.owner
+        h = self.source
         assert isinstance(h, MapHandle)
         running: set[asyncio.Task] = set()
         # each row's task says when it ends (asyncio.wait(FIRST_COMPLETED) would add and remove a callback

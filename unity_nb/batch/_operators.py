@@ -141,7 +141,7 @@ class PhasedEngine(Engine):
     """Drives an operator made of several maps: its phases run one after the other (``run_phases``)."""
 
     async def drive(self) -> str:
-        h = self.owner
+        h = self.source
         assert isinstance(h, PhasedHandle)
         try:
             value = await h.run_phases()

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import contextvars
 import inspect
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from ._face import Loop
-
-H = TypeVar("H")
 
 __all__ = ("CallInfo", "current_call", "current_loop", "forward_call", "resolve_tool_value")
 
@@ -62,24 +59,6 @@ def leave_loop(token: contextvars.Token) -> None:
     """The loop's task ends: its context no longer holds the handle (so the handle is freed with its last
     reference, not by a full garbage collection)."""
     _CURRENT.reset(token)
-
-
-class Part(Generic[H]):
-    """A part of a loop (its turn, tool runner, router, engine): it knows its handle by a weak reference,
-    so a handle and its parts form no reference cycle and are freed as soon as nothing uses the handle.
-    ``H`` is the handle's type, which a part names (this module sits below the handle)."""
-
-    __slots__ = ("__weakref__", "_owner")
-
-    def __init__(self, owner: H) -> None:
-        self._owner = weakref.ref(owner)
-
-    @property
-    def owner(self) -> H:
-        owner = self._owner()
-        if owner is None:  # only reachable through a part kept after its handle was dropped
-            raise ReferenceError("this loop's handle is gone")
-        return owner
 
 
 def forward_call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -13,90 +13,76 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from typing import TYPE_CHECKING, Any, Protocol, cast
+import weakref
+from typing import TYPE_CHECKING, Protocol, cast
 
 from .. import events as ev
 from .._errors import Stopped, UnityError
 from ..models import retry_hook, wait_hook
 from ._answers import call_hook, cited_numbers, evaluate, hook_name
-from ._context import Part, enter_loop, leave_loop
+from ._context import enter_loop, leave_loop
 from ._face import Loop
 from ._records import Message
 from ._status import Status
 from ._typed import read_output
 
 if TYPE_CHECKING:
-    from ._conversation import Conversation
-    from ._options import LoopOptions
     from ._requests import RequestHandle
     from ._run import Run
     from ._runner import ToolRunner
-    from ._state import LoopState
-    from ._status import PauseGate
     from ._turn import Turn
 
 __all__ = ("Engine",)
 
 
-class _Loop(Protocol):
-    """What the engine reads of the loop it drives (a :class:`LoopHandle`)."""
+class _Source(Protocol):
+    """What the engine reads of the loop it drives, held weakly: what a subclass changes (``before_step``,
+    ``end``: a batch counts its rows' end) and where notes bubble up from."""
 
-    @property
-    def config(self) -> LoopOptions: ...
-    @property
-    def state(self) -> LoopState: ...
-    @property
-    def run(self) -> Run: ...
-    @property
-    def conversation(self) -> Conversation: ...
-    @property
-    def gate(self) -> PauseGate: ...
-    @property
-    def turn(self) -> Turn: ...
-    @property
-    def runner(self) -> ToolRunner: ...
-    @property
-    def stop_reason(self) -> str | None: ...
-    @property
-    def multi(self) -> bool: ...
-    @property
-    def requests(self) -> list[RequestHandle]: ...
-    @property
-    def all_references(self) -> list[Any]: ...
-    def emit(self, kind: type[ev.Event], **fields: Any) -> None: ...
     def end(self, status: Status, *, answer: str | None = None, error: BaseException | None = None) -> None: ...
     def notify(self, call_id: str | None, text: str, request_id: str | None = None) -> None: ...
     def before_step(self) -> None: ...
 
 
-class Engine(Part[_Loop]):
+class Engine:
     """Drives one loop from its first model call to its end."""
 
-    __slots__ = ("corrections", "typed_retries")
+    __slots__ = ("__weakref__", "_run", "_runner", "_source", "_turn", "corrections", "typed_retries")
 
-    def __init__(self, owner: _Loop) -> None:
-        super().__init__(owner)
+    def __init__(self, run: Run, turn: Turn, runner: ToolRunner, source: _Source) -> None:
+        self._run = run
+        self._turn = turn
+        self._runner = runner
+        self._source = weakref.ref(source)
         self.corrections = 0
         """Times an evaluation sent the model back (a single-request loop's count)."""
         self.typed_retries = 0
         """Times an answer that was not the ``output`` type was sent back (once, then the run fails)."""
 
+    @property
+    def source(self) -> _Source:
+        """The loop this engine drives (held weakly: the loop holds its engine)."""
+        source = self._source()
+        if source is None:  # only reachable through an engine kept after its loop was dropped
+            raise ReferenceError("this engine's loop is gone")
+        return source
+
     async def run(self) -> None:
         """The loop's task: drive, then end the handle with what happened."""
-        h = self.owner
-        loop_token: contextvars.Token | None = enter_loop(cast(Loop, h))
-        retry_token = retry_hook.set(h.turn.on_retry)
+        h, source = self._run, self.source  # the task's frame keeps its loop alive while it runs, as before
+        loop_token: contextvars.Token | None = enter_loop(cast(Loop, source))
+        retry_token = retry_hook.set(self._turn.on_retry)
         wait_token = wait_hook.set(lambda seconds, reason: h.emit(ev.ModelWait, seconds=seconds, reason=reason))
         try:
             answer = await self.drive()
         except asyncio.CancelledError as err:
-            if h.stop_reason is not None:
-                h.end(Status.STOPPED, error=Stopped(h.stop_reason))
+            if h.state.stop_reason is not None:
+                source.end(Status.STOPPED, error=Stopped(h.state.stop_reason))
             else:  # cancelled from outside: not a stop of ours
-                h.end(Status.STOPPED, error=err)
+                source.end(Status.STOPPED, error=err)
             return
         except Exception as err:  # noqa: BLE001 - the run failed: result() raises it
-            h.end(Status.FAILED, error=err)
+            source.end(Status.FAILED, error=err)
             return
         except GeneratorExit:  # its event loop was closed under it: closed by the collector, not in its context
             loop_token = None
@@ -106,27 +92,27 @@ class Engine(Part[_Loop]):
                 retry_hook.reset(retry_token)
                 wait_hook.reset(wait_token)
                 leave_loop(loop_token)
-        h.end(Status.FINISHED, answer=answer)
+        source.end(Status.FINISHED, answer=answer)
 
     async def checkpoint(self) -> bool:
         """Before each model call: honour pause, wait for requests (persistent multi-request
         loops), deliver steering, compress. True when a multi-request loop is done."""
-        h = self.owner
+        h = self._run
         while True:
             await h.gate.wait()
-            if not h.multi or h.run.open_requests() or h.conversation.pending:
+            if not h.config.multi or h.open_requests() or h.conversation.pending:
                 break
             if not h.config.persist:
                 return True
-            await h.run.wait_for_request()
-        h.before_step()
+            await h.wait_for_request()
+        self.source.before_step()
         h.conversation.deliver()
-        await h.turn.maybe_compress()
+        await self._turn.maybe_compress()
         return False
 
     async def drive(self) -> str:
-        h = self.owner
-        conv, turn, cfg = h.conversation, h.turn, h.config
+        h = self._run
+        conv, turn, cfg = h.conversation, self._turn, h.config
         strays = empties = 0
         while True:
             if await self.checkpoint():  # a multi-request loop with nothing left to do
@@ -149,10 +135,13 @@ class Engine(Part[_Loop]):
                 names = [c.name for c in reply.tool_calls]
                 reply.tool_calls = []
                 why = f"its last step (max_steps={cfg.max_steps})" if last else "a step"
-                if (reply.content or "").strip() and not h.multi:
+                if (reply.content or "").strip() and not h.config.multi:
                     # text beside the calls is the answer (UniqueAI's last step always ends with one): marked
-                    h.notify(None, f"the model called {', '.join(names)} at {why} where no tools were offered; "
-                                   "the calls did not run, and the text it wrote with them is its answer")
+                    self.source.notify(
+                        None,
+                        f"the model called {', '.join(names)} at {why} where no tools were offered; "
+                        "the calls did not run, and the text it wrote with them is its answer",
+                    )
                 else:
                     if strays:
                         raise UnityError(
@@ -175,26 +164,26 @@ class Engine(Part[_Loop]):
                 if empties:
                     raise UnityError(f"the model answered nothing ({said}), and again when asked once more")
                 empties += 1
-                h.notify(None, f"the model's reply was empty ({said}); it was asked once more")
+                self.source.notify(None, f"the model's reply was empty ({said}); it was asked once more")
                 conv.note("[your reply was empty: answer now, in words]")
                 continue
-            if final and h.multi and len(h.run.open_requests()) > 1:
+            if final and h.config.multi and len(h.open_requests()) > 1:
                 final = False
                 if not still_last():  # at the last step they fail below
-                    open_ids = ", ".join(r.request_id for r in h.run.open_requests())
+                    open_ids = ", ".join(r.request_id for r in h.open_requests())
                     conv.note(
-                        f"[{len(h.run.open_requests())} requests are still open: {open_ids}. "
+                        f"[{len(h.open_requests())} requests are still open: {open_ids}. "
                         "Complete each with final_answer(request_id, answer).]"
                     )
             entry, wire_msg, records = conv.add_reply(reply, final=final)
             if reply.tool_calls:
                 self.think(reply.content or reply.thinking, [c.name for c in reply.tool_calls])
             if final:
-                # corrections are counted per answer owner: in a multi-request loop, the request it completes
-                open_now = h.run.open_requests()
-                owner: Engine | RequestHandle = open_now[0] if h.multi and open_now else self
+                # corrections are counted per answer: in a multi-request loop, per request it completes
+                open_now = h.open_requests()
+                answering: Engine | RequestHandle = open_now[0] if h.config.multi and open_now else self
                 heard = conv.heard
-                ok, text = await self.finalize(reply.content or "", owner)
+                ok, text = await self.finalize(reply.content or "", answering)
                 if not ok:  # an evaluation sent the model back with its feedback
                     entry.kind = "text"
                     conv.note(text)
@@ -206,28 +195,28 @@ class Engine(Part[_Loop]):
                     entry.kind = "text"
                     conv.record(Message("assistant", text, kind="answer"))
                 h.state.references = self.cited(text)
-                if not h.multi:
+                if not h.config.multi:
                     return text
-                open_now = h.run.open_requests()
+                open_now = h.open_requests()
                 if open_now:
                     open_now[0]._finish(text)
                 if still_last():
                     self.fail_open(f"the loop reached max_steps={cfg.max_steps} before answering it")
                 continue
             if not reply.tool_calls:
-                if h.multi and still_last():  # a plain reply at the last step
+                if h.config.multi and still_last():  # a plain reply at the last step
                     self.fail_open(f"the loop reached max_steps={cfg.max_steps} before answering it")
                 continue
-            await h.runner.run(records, wire_msg, offered)  # a call of a tool not offered does not run
+            await self._runner.run(records, wire_msg, offered)  # a call of a tool not offered does not run
             done = self._ended_by_tool()
             if done is not None:
                 return done
-            if h.multi and still_last():
+            if h.config.multi and still_last():
                 self.fail_open(f"the loop reached max_steps={cfg.max_steps} before answering it")
 
     def think(self, content: str | None, calls: list[str]) -> None:
         """A short progress line: what the model said it was doing, or which tools it called."""
-        h = self.owner
+        h = self._run
         line = (content or "").strip().split("\n", 1)[0]
         line = line if len(line) <= 160 else line[:157] + "..."
         text = line or f"calling {', '.join(dict.fromkeys(calls))}"
@@ -239,7 +228,7 @@ class Engine(Part[_Loop]):
 
     def _ended_by_tool(self) -> str | None:
         """A tool handed control to a child or finished the loop with a value: the loop's answer text."""
-        h, runner = self.owner, self.owner.runner
+        h, runner = self._run, self._runner
         if runner.handoff is not None:
             child = runner.handoff
             h.state.result_object = child
@@ -261,13 +250,13 @@ class Engine(Part[_Loop]):
     # -- answers ---------------------------------------------------------------------------
 
     def cited(self, text: str) -> list:
-        by_number = {r.number: r for r in self.owner.all_references}
+        by_number = {r.number: r for r in self._run.state.all_references}
         return [by_number[n] for n in cited_numbers(text) if n in by_number]
 
-    async def finalize(self, answer: str, owner: Engine | RequestHandle) -> tuple[bool, str]:
+    async def finalize(self, answer: str, answering: Engine | RequestHandle) -> tuple[bool, str]:
         """Evaluations, then post-processors. ``(False, feedback)`` sends the model back (at most
-        ``max_corrections`` times per answer owner: the loop, or one request); else ``(True, answer)``."""
-        h, cfg = self.owner, self.owner.config
+        ``max_corrections`` times per loop or request answering: the loop, or one request); else ``(True, answer)``."""
+        h, cfg = self._run, self._run.config
         if cfg.output is not None and not cfg.multi:
             try:
                 h.state.result_object = read_output(cfg.output, answer)
@@ -280,41 +269,41 @@ class Engine(Part[_Loop]):
                         "object matching the schema, and nothing else.]")
                 h.conversation.record(Message("user", note, kind="evaluation"))
                 return False, note
-        verdicts = [await evaluate(fn, answer, cast(Loop, h)) for fn in cfg.evaluations]
+        verdicts = [await evaluate(fn, answer, cast(Loop, self.source)) for fn in cfg.evaluations]
         h.state.evaluation_results.extend(verdicts)
         failed = [v for v in verdicts if not v.passed]
-        send_back = bool(failed) and owner.corrections < cfg.max_corrections
+        send_back = bool(failed) and answering.corrections < cfg.max_corrections
         for verdict in verdicts:
             h.emit(
                 ev.EvaluationRun,
                 name=verdict.name,
                 passed=verdict.passed,
                 feedback=verdict.feedback,
-                attempt=owner.corrections + 1,
+                attempt=answering.corrections + 1,
                 sent_back=send_back and not verdict.passed,
             )
         if send_back:
-            owner.corrections += 1
+            answering.corrections += 1
             problems = "; ".join(f"{v.name}: {v.feedback}" for v in failed)
             note = f"[your answer did not pass evaluation ({problems}). Correct it and answer again.]"
             h.conversation.record(Message("user", note, kind="evaluation"))
             return False, note
         for fn in cfg.postprocessors:
             try:
-                value = await call_hook(fn, answer, cast(Loop, h))
+                value = await call_hook(fn, answer, cast(Loop, self.source))
             except Exception as err:  # noqa: BLE001 - the answer stands; the failure is recorded
-                h.notify(None, f"post-processor {hook_name(fn)} failed: {type(err).__name__}: {err}")
+                self.source.notify(None, f"post-processor {hook_name(fn)} failed: {type(err).__name__}: {err}")
                 continue
             if isinstance(value, str):
                 answer = value
         return True, answer
 
     def _multi_answer(self) -> str:
-        h = self.owner
+        h = self._run
         answers = {r.request_id: r.answer for r in h.requests if r.status is Status.FINISHED}
         h.state.result_object = answers
         return f"completed requests: {', '.join(answers) or 'none'}"
 
     def fail_open(self, why: str) -> None:
-        for r in self.owner.run.open_requests():
+        for r in self._run.open_requests():
             r._end(Status.FAILED, UnityError(f"request {r.request_id}: {why}"))

@@ -12,9 +12,14 @@ A loop is made of parts, each with a narrow interface, that the handle composes:
 - :class:`LoopState` (``_state.py``): what the parts write (counters, references, status, outcome);
 - :class:`LoopPolicy` (``_policy.py``): which tools a step offers and notes after tool results, composable.
 
-Each part names what it reads of the handle in a protocol of its own module, and the modules below
-the handle name a loop by :class:`Loop` (``_face.py``), so loop/'s imports run one way
-(``tests/test_import_graph.py``).
+- :class:`Run` (``_run.py``): the tree, the events, the ending, steering notes and the request book.
+
+The handle is the person's facade over its :class:`Run`. Each part is given the run and the parts it
+works with in its constructor (``Turn(run, tools, source)``, ``Router(run, turn, source)``,
+``ToolRunner(run, turn, router, source)``, ``Engine(run, turn, runner, source)``) and holds the loop
+itself weakly, as a small protocol of what a subclass changes (``available_tools``, ``end``, ...), so
+no part holds or names the handle, and the modules below the handle name a loop by :class:`Loop`
+(``_face.py``): loop/'s imports run one way (``tests/test_import_graph.py``).
 
 Stopping is cancellation we own: ``stop()`` records a reason and cancels the loop's task;
 ``result()`` then raises :class:`Stopped`. Cancelling the task from outside is not a stop and
@@ -143,7 +148,7 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         self.turn = Turn(run, tools, self)
         self.router = Router(run, self.turn, self)
         self.runner = ToolRunner(run, self.turn, self.router, self)
-        self.engine = self.engine_type(self)
+        self.engine = self.engine_type(run, self.turn, self.runner, self)
         outer = render_conversation(parent.transcript, "outer") if share_context and parent else None
         system = system_with_output(cfg.system, cfg.output)
         self.conversation.open(task, system, [*cfg.history, *(_context or ())], outer, multi=cfg.multi)

@@ -31,7 +31,7 @@ __all__ = ("RequestHandle", "Requests", "final_answer_tool", "stop_request", "su
 
 
 class _Engine(Protocol):
-    async def finalize(self, answer: str, owner: Any) -> tuple[bool, str]: ...
+    async def finalize(self, answer: str, answering: Any) -> tuple[bool, str]: ...
 
 
 class _Loop(Protocol):
