@@ -35,12 +35,13 @@ import pydantic
 
 from .. import events as ev
 from .._collector import hold_loops, release_loops
-from .._errors import Stopped, UnityError, UserError
-from ..loop import VERBS, Engine, LoopHandle, LoopOptions, Status
+from .._errors import Stopped, UserError
+from ..loop import VERBS, LoopHandle, LoopOptions, Status
 from ..models import Usage, default_model, price_of, set_rate_limit
 from ._cache import ResultCache, model_identity, options_fingerprint
 from ._estimate import Estimate, estimate_map
 from ._failures import fails_every_row, is_row_id, label_of, reason_of
+from ._map_engine import MapEngine
 from ._rows import (
     Row,
     RowSource,
@@ -48,6 +49,7 @@ from ._rows import (
     asked_hash,
     assemble,
     check_text_answer,
+    finished_rows,
     output_model,
     parse_answer,
     row_id,
@@ -65,70 +67,8 @@ _KEEP_ROW_EVENTS = 2000
 _ROW_EVENTS = frozenset({"row_finished", "child_started"})
 _LOOKAHEAD = 256
 """Rows made ahead so the cache is asked about them in one query."""
-_SETTLED_YIELD = 256
-"""Rows settled without a call (kept, from the cache) in a row before the batch lets the event loop run."""
 _WINDOW = 30.0
 """Seconds of ended rows the rate is taken over (from the first row's start until that long has passed)."""
-class MapEngine(Engine):
-    """Drives a batch: rows start while fewer than ``concurrency`` run and the batch is not paused."""
-
-    async def drive(self) -> str:
-        h = self.source
-        assert isinstance(h, MapHandle)
-        running: set[asyncio.Task] = set()
-        # each row's task says when it ends (asyncio.wait(FIRST_COMPLETED) would add and remove a callback
-        # on every running row at each wake-up: concurrency x wake-ups)
-        ended: list[asyncio.Task] = []
-        wake = asyncio.Event()
-
-        def row_ended(task: asyncio.Task) -> None:
-            running.discard(task)
-            ended.append(task)
-            wake.set()
-
-        h.first_start = time.monotonic()
-        settled = 0
-        try:
-            while True:
-                await h.gate.wait()
-                while (len(running) < h.concurrency and not h.gate.paused and h.stop_reason is None
-                       and h.fatal is None and not h.check_budget()):
-                    row = h.next_row()
-                    if row is None:
-                        break
-                    if h.settle(row):  # kept, from the cache, or a template it cannot fill: no call
-                        settled += 1
-                        if settled % _SETTLED_YIELD == 0:
-                            await asyncio.sleep(0)  # a long run of them leaves the event loop its turns
-                        continue
-                    task = h.event_loop.create_task(h.run_row(row))
-                    running.add(task)
-                    task.add_done_callback(row_ended)
-                if not running and not ended and (h.exhausted or h.stop_reason is not None):
-                    break
-                if not ended and running:
-                    wake.clear()
-                    await wake.wait()
-                while ended:
-                    ended.pop(0).result()  # a row's own failure is recorded on the row; this raises only the batch's
-                if h.fatal is not None:  # it would fail every row: the rows running stop, no other starts
-                    raise h.fatal
-        finally:
-            for t in running:
-                t.cancel()
-            if running:
-                await asyncio.wait(running)
-        if h.stop_reason is not None:  # stopped while its last rows ended: a stop, not an answer
-            raise asyncio.CancelledError
-        c = h.counts
-        if c["failed"] and not c["finished"] and not c["stopped"]:  # nothing came of it: not a success
-            first = h.ended_badly[0].reason if h.ended_badly else None
-            raise UnityError(f"every row of the batch failed ({c['failed']}); the first: {first}")
-        h.state.result_object = h.results()
-        p = h.progress
-        return f"{p['done']} of {p['total']} rows done, {p['failed']} failed"
-
-
 class MapHandle(Spending, LoopHandle):
     """The handle of a batch: one steerable operation whose children are its running rows."""
 
@@ -671,14 +611,3 @@ def map_rows(items: Any, task: str, *, estimate: bool = False, **options: Any) -
     if estimate:
         return estimate_map(items, task, **options)
     return MapHandle(items, task, **options)
-
-
-def finished_rows(store: Any, name: str) -> dict[str, Any]:
-    """The rows the newest run of batch ``name`` (or the run of that uid) finished, from ``store``, for ``done=``:
-    ``{'[position, label, what it was asked]': answer}``. One run only: a new ``u.map`` of the same name is a new
-    run; a run that continued another (``done=``) holds the rows it kept too."""
-    out: dict[str, Any] = {}
-    for event in store.events(name, kind="row_finished"):
-        if event.status == "finished" and event.answer is not None and event.asked is not None:
-            out[row_id(event.position, event.row, event.asked)] = json.loads(event.answer)
-    return out

@@ -19,7 +19,7 @@ from ..loop import Tool, current_call
 
 __all__ = (
     "Invalid", "Row", "RowSource", "Template", "answer_tool", "asked_hash", "assemble", "check_text_answer",
-    "output_model", "parse_answer", "row_id", "row_key",
+    "finished_rows", "output_model", "parse_answer", "row_id", "row_key",
     "to_json",
 )
 
@@ -386,3 +386,14 @@ def assemble(
         result = pd.DataFrame(data, index=index, columns=columns)
     result.attrs["reasons"] = {index[i]: why for i, why in reasons.items() if i < n}
     return result
+
+
+def finished_rows(store: Any, name: str) -> dict[str, Any]:
+    """The rows the newest run of batch ``name`` (or the run of that uid) finished, from ``store``, for ``done=``:
+    ``{'[position, label, what it was asked]': answer}``. One run only: a new ``u.map`` of the same name is a new
+    run; a run that continued another (``done=``) holds the rows it kept too."""
+    out: dict[str, Any] = {}
+    for event in store.events(name, kind="row_finished"):
+        if event.status == "finished" and event.answer is not None and event.asked is not None:
+            out[row_id(event.position, event.row, event.asked)] = json.loads(event.answer)
+    return out
