@@ -11,7 +11,7 @@ from ._store_schema import loop_rows
 if TYPE_CHECKING:
     from .store import Store
 
-__all__ = ("BATCH", "batch_rows")
+__all__ = ("BATCH", "batch_rows", "history_frame")
 
 BATCH = "substr(task, 1, 4) = '[map'"
 """SQL: the loop is a batch (its task is its label: ``[map] ...``, or an operator's ``[map:filter] ...``)."""
@@ -35,3 +35,18 @@ def batch_rows(store: Store, loop: dict) -> str:
     elif running:
         text += f"; {running} running"
     return text
+
+
+def history_frame(store: Store, rows: list[dict]):
+    """``Store.history``'s DataFrame of ``rows`` (``Store.loops`` without row loops): a batch's ``rows`` column
+    counts its rows (:func:`batch_rows`), other loops leave it empty."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        [{
+            "name": r["name"], "task": (r["task"] or "")[:80], "status": r["status"],
+            "started": pd.to_datetime(r["started"], unit="s").floor("s"), "steps": r["steps"],
+            "rows": batch_rows(store, r) if (r["task"] or "").startswith("[map") else "", "uid": r["uid"],
+        } for r in rows],
+        columns=["name", "task", "status", "started", "steps", "rows", "uid"],
+    )

@@ -41,7 +41,7 @@ import orjson
 
 from . import events as ev
 from ._errors import UserError
-from ._store_batches import BATCH, batch_rows
+from ._store_batches import BATCH, history_frame
 from ._store_schema import (
     INDEX_CATCH_UP,
     LAST_OF_KIND,
@@ -582,18 +582,7 @@ class Store:
         and for a batch (``u.map``, ``%unity map``: one row for the batch, none per row loop) its rows: how many
         finished (kept from the run it continued among them), failed, stopped, and running (when its kernel
         died, for an interrupted batch)."""
-        import pandas as pd
-
-        rows = self.loops(limit=limit, batch_rows=False)
-        df = pd.DataFrame(
-            [{
-                "name": r["name"], "task": (r["task"] or "")[:80], "status": r["status"],
-                "started": pd.to_datetime(r["started"], unit="s").floor("s"), "steps": r["steps"],
-                "rows": batch_rows(self, r) if (r["task"] or "").startswith("[map") else "", "uid": r["uid"],
-            } for r in rows],
-            columns=["name", "task", "status", "started", "steps", "rows", "uid"],
-        )
-        return df
+        return history_frame(self, self.loops(limit=limit, batch_rows=False))
 
 
 _LOOP_ROW: dict[str, Callable[..., None]] = {  # the kinds that change their loop's row (and model_request)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import html
 import logging
 import re
 import weakref
@@ -34,12 +33,15 @@ import traitlets
 
 from ..loop import VERBS, LoopHandle, Message
 from ._clicks import Clicks, watch_cells
+from ._snapshot import LIMIT as _LIMIT
+from ._snapshot import clip as _clip
+from ._snapshot import render_html
+from ._snapshot import tree as _tree
 
 __all__ = ("Command", "COMMANDS", "HandleWidget", "render_html")
 
 log = logging.getLogger("unity_nb.widget")
 
-_LIMIT = 4000  # characters of one entry kept in widget state; the handle keeps everything
 
 
 def _asset(name: str) -> str:
@@ -92,11 +94,6 @@ def style() -> tuple[str, str]:
     version = hashlib.sha256((js + "\0" + css).encode()).hexdigest()[:12]
     anywidget_id = f"unity_nb.HandleWidget.{version}"
     return anywidget_id, _scope_css(css, anywidget_id)
-
-
-def _clip(text: str | None, limit: int = _LIMIT) -> str:
-    text = text or ""
-    return text if len(text) <= limit else text[:limit] + f"\n... [{len(text) - limit} more characters]"
 
 
 def _clip_output(text: str, cut: int, limit: int = _LIMIT) -> str:
@@ -237,18 +234,6 @@ def _batch(h: LoopHandle) -> dict:
             for r in failed
         ],
     }
-
-
-def _tree(root: LoopHandle) -> list[tuple[LoopHandle, int]]:
-    out: list[tuple[LoopHandle, int]] = []
-
-    def walk(h: LoopHandle, depth: int) -> None:
-        out.append((h, depth))
-        for c in h.children:
-            walk(c, depth + 1)
-
-    walk(root, 0)
-    return out
 
 
 Steer = Callable[["HandleWidget", LoopHandle, dict], Awaitable[Any]]
@@ -555,49 +540,3 @@ def _watch_interrupts(widget: HandleWidget) -> None:
 
         shell.events.register("post_run_cell", after)
     widgets.add(widget)
-
-
-_BADGE = {
-    "running": "#2563eb", "paused": "#d97706", "waiting": "#9333ea",
-    "finished": "#16a34a", "stopped": "#6b7280", "failed": "#dc2626", "idle": "#0891b2",
-    "finished with failures": "#ea580c",
-}
-
-
-_CAPTION = (  # where the widget cannot load (no kernel, no anywidget front end), the snapshot says what it is
-    '<div style="color:#6b7280;font-size:12px;margin-bottom:4px">unity_nb: a snapshot of this operation taken '
-    "when this output was made, not updated since; the live view is a widget, shown where its front end loads "
-    "and its kernel runs</div>"
-)
-
-
-def render_html(root: LoopHandle) -> str:
-    """A static snapshot of the handle tree and its transcripts (no scripts, no kernel needed)."""
-    parts = ['<div class="unity-nb-snapshot" style="font-family:sans-serif;font-size:13px">', _CAPTION]
-    for h, depth in _tree(root):
-        status = getattr(h, "outcome", h.status.value)  # a batch with failed rows: "finished with failures"
-        parts.append(
-            f'<div style="margin-left:{depth * 20}px;border-left:3px solid {_BADGE[status]};'
-            'padding-left:8px;margin-bottom:6px">'
-            f"<b>{html.escape(h.name)}</b> "
-            f'<span style="background:{_BADGE[status]};color:white;border-radius:8px;padding:0 6px">{status}</span> '
-            f"{h.steps} steps, {'≈' if h.usage.estimated else ''}{h.usage.input_tokens}/{h.usage.output_tokens} tokens"
-        )
-        for m in h.transcript:
-            if m.kind in ("system", "context"):
-                continue
-            label = {"tool": f"tool {m.name}", "user": m.kind if m.kind != "task" else "task"}.get(m.role, m.role)
-            text = html.escape(_clip(m.content, 1000))
-            calls = "".join(
-                f"<div><code>{html.escape(c.name)}({html.escape(_clip(c.arguments, 300))})</code></div>"
-                for c in m.tool_calls
-            )
-            color = "#dc2626" if m.error else "#374151"
-            parts.append(
-                f'<div style="color:{color}"><i>{html.escape(label)}</i>: '
-                f'<span style="white-space:pre-wrap">{text}</span>{calls}</div>'
-            )
-        parts.append("</div>")
-    parts.append("</div>")
-    return "".join(parts)
-
