@@ -300,7 +300,7 @@ async def test_adding_a_steering_verb_is_one_entry_and_its_method(bus):
 
     class Hurried(LoopHandle):
         async def hurry(self, why: str) -> None:
-            self.steer("hurry", why)
+            self.run.steer("hurry", why)
             self._nudge()
 
     register_verb(Verb(

@@ -34,8 +34,8 @@ async def test_pause_reaches_children_because_its_entry_says_so(bus, pause_not_r
 async def test_a_new_verb_that_reaches_children_is_routed_by_its_entry(bus):
     class Family2(LoopHandle):
         async def hush(self, why: str | None = None) -> None:
-            self.steer("hush", why)
-            await self.reach_children("hush", why=why)
+            self.run.steer("hush", why)
+            await self.run.reach_children("hush", why=why)
 
     heard: list[str] = []
 

@@ -273,7 +273,7 @@ class ActorHandle(LoopHandle):
             if outside.deleted:
                 lines.append("deleted: " + ", ".join(outside.deleted))
             self.conversation.note("\n".join(lines))
-            self.emit(
+            self.run.emit(
                 ev.VariablesChanged, call_id=None, created=tuple(outside.created),
                 changed=tuple(outside.changed), deleted=tuple(outside.deleted),
             )
@@ -281,7 +281,7 @@ class ActorHandle(LoopHandle):
     def _stored(self, name: str, _value: Any) -> None:
         call = self._current_call()
         self._known = self.executor.snapshot()
-        self.emit(ev.VariablesChanged, call_id=call, created=(name,))
+        self.run.emit(ev.VariablesChanged, call_id=call, created=(name,))
 
     def _current_call(self) -> str | None:
         c = current_call()
@@ -324,17 +324,17 @@ class ActorHandle(LoopHandle):
             self.displayed += 1
             if rec is not None:
                 rec.add_display(bundle)
-            self.emit(ev.ToolDisplay, call_id=ctx.call_id, mime_types=tuple(bundle.get("data", {})))
+            self.run.emit(ev.ToolDisplay, call_id=ctx.call_id, mime_types=tuple(bundle.get("data", {})))
 
         result = await self.executor.run(code, on_output=on_output, on_display=on_display, before=before)
         self._known = self.executor.last
-        self.emit(
+        self.run.emit(
             ev.CodeExecuted, call_id=ctx.call_id, intent=intent, code=scrub(code),
             success=result.success, error=scrub(result.error), stdout_chars=len(result.stdout),
             stderr_chars=len(result.stderr), final=result.final,
         )
         if result.created or result.changed or result.deleted:
-            self.emit(
+            self.run.emit(
                 ev.VariablesChanged, call_id=ctx.call_id, created=tuple(result.created),
                 changed=tuple(result.changed), deleted=tuple(result.deleted),
             )

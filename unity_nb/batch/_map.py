@@ -28,7 +28,7 @@ import asyncio
 import collections
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pydantic
@@ -132,8 +132,6 @@ class MapHandle(Spending, LoopHandle):
         self.started_rows = 0
         self.cached = 0
         """Rows answered from the result cache (no call)."""
-        self._row_events = 0
-        self._late: collections.deque[ev.Event] = collections.deque(maxlen=_KEEP_ROW_EVENTS)
         self._looked_up: dict[int, str | None] = {}  # the cache's answers for the rows just ahead, by position
         self.cache: ResultCache | None = None
         """The result cache in use: ``None`` with ``cache=False``, without a store, or for a model whose answers
@@ -176,6 +174,9 @@ class MapHandle(Spending, LoopHandle):
         super().__init__(
             label or f"[map] {task}", model=model, name=name, bus=bus, max_steps=1, parent=parent,
         )
+        # past its first rows' events (row_finished, child_started), h.events stops growing with the rows
+        self.run.cap_events(_ROW_EVENTS, _KEEP_ROW_EVENTS)
+        self.run.on_end.append(MapHandle._ending)
         for position, (answer, key, asked) in sorted(self._kept.items()):  # this run's events hold every row it has
             row = Row(position, key, {}, "")
             row.asked = asked
@@ -291,24 +292,6 @@ class MapHandle(Spending, LoopHandle):
         self._emit_row(row, None, kept=True)
 
     # -- its rows' events: on the bus and in the store; in ``h.events`` only the first ones -------------
-
-    def publish(self, event: ev.Event) -> None:
-        """As a loop publishes; past its first ``_KEEP_ROW_EVENTS`` rows' events (``row_finished``,
-        ``child_started``), ``h.events`` stops growing with the rows (the last ones stay for :meth:`wait_for`)."""
-        super().publish(event)
-        if event.kind in _ROW_EVENTS:
-            self._row_events += 1
-            if self._row_events > _KEEP_ROW_EVENTS and self.events and self.events[-1] is event:
-                self.events.pop()
-                self._late.append(event)
-
-    async def wait_for(
-        self, kind: str | None = None, where: Callable[[ev.Event], bool] | None = None, *, timeout: float = 10.0
-    ) -> ev.Event:
-        for e in self._late:
-            if (kind is None or e.kind == kind) and (where is None or where(e)):
-                return e
-        return await super().wait_for(kind, where, timeout=timeout)
 
     # -- one source for the batch's totals: the rows that ended, and those running ----------------
 
@@ -459,20 +442,21 @@ class MapHandle(Spending, LoopHandle):
 
     def _emit_row(self, row: Row, child: LoopHandle | None, *, kept: bool = False, cached: bool = False) -> None:
         answer = to_json(_plain(row.answer)) if row.status == "finished" else None
-        self.emit(
+        self.run.emit(
             ev.RowFinished, row=row_key(row.key), position=row.position, status=row.status, answer=answer,
             reason=row.reason, child_id=child.id if child is not None else None, input_tokens=row.tokens[0],
             output_tokens=row.tokens[1], asked=self.asked(row), kept=kept,
             cached=cached,
         )
 
-    def end(self, status: Status, *, answer: str | None = None, error: BaseException | None = None) -> None:
-        held, self._held = self._held, 0
+    @staticmethod
+    def _ending(h: MapHandle, status: Status, error: BaseException | None) -> None:
+        """As the batch ends (``Run.on_end``): its rows stop counting as live loops, and rows never started say why."""
+        held, h._held = h._held, 0
         release_loops(held)
         if status is not Status.FINISHED:  # rows never started say so (not None)
-            self._not_started = ("not started: the batch was stopped" if status is Status.STOPPED
-                                 else f"not started: the batch failed ({reason_of(error)})")
-        super().end(status, answer=answer, error=error)
+            h._not_started = ("not started: the batch was stopped" if status is Status.STOPPED
+                              else f"not started: the batch failed ({reason_of(error)})")
 
     def rate(self) -> float:
         """Rows ended a second: over the last ``_WINDOW`` seconds (from the first row's start until then),
@@ -552,10 +536,10 @@ class MapHandle(Spending, LoopHandle):
 
     async def interject(self, message: str, *, request_id: str | None = None) -> None:
         """Deliver ``message`` to every running row, and to every row not started yet (at its start)."""
-        self.require_live("interject")
+        self.run.require_live("interject")
         if not isinstance(message, str) or not message.strip():
             raise UserError("interject needs a non-empty message")
-        self.steer("interject", message)
+        self.run.steer("interject", message)
         self._row_notes.append(VERBS["interject"].note(message, None) or message)
         await asyncio.gather(
             *(c.interject(message) for c in self.live_children()), return_exceptions=True

@@ -280,10 +280,10 @@ class PhasedHandle(LoopHandle):
 
     async def interject(self, message: str, *, request_id: str | None = None) -> None:
         """Deliver ``message`` to every row running and every row of this and later phases not started yet."""
-        self.require_live("interject")
+        self.run.require_live("interject")
         if not isinstance(message, str) or not message.strip():
             raise UserError("interject needs a non-empty message")
-        self.steer("interject", message)
+        self.run.steer("interject", message)
         self._notes.append(message)
         m = self.phase
         if m is not None and not m.done():

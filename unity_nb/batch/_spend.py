@@ -27,6 +27,7 @@ class Spending:
     _done_cost: float
     _cost_unknown: bool
     model: Any
+    run: Any
     model_name: str
     name: str
     source: Any
@@ -86,7 +87,7 @@ class Spending:
             return False
         self.budget_reached = True
         self.gate.close()  # no new row starts; rows in flight finish (never paused mid-row)
-        self.emit(ev.BudgetReached, budget=self.budget, spent=round(spent, 6), message=self.budget_message())
+        self.run.emit(ev.BudgetReached, budget=self.budget, spent=round(spent, 6), message=self.budget_message())
         return True
 
     def budget_message(self) -> str:

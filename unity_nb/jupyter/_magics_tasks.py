@@ -286,7 +286,7 @@ def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
         from .. import events as ev
 
         handle = actor.act(task, name=key, **options)
-        handle.emit(ev.Notification, call_id=None, text=f"[resumed from run {uid}] its conversation continues")
+        handle.run.emit(ev.Notification, call_id=None, text=f"[resumed from run {uid}] its conversation continues")
         return handle
 
     return magics.start(row["name"], launch, sub="resume", notice=notice)

@@ -43,10 +43,9 @@ class _Loop(Protocol):
     event_loop: asyncio.AbstractEventLoop
     conversation: Conversation
 
-    def emit(self, kind: type[ev.Event], **fields: Any) -> None: ...
+    run: Any
     @property
     def router(self) -> _Router: ...
-    def require_live(self, verb: str) -> None: ...
     def walk(self) -> Iterator[_Loop]: ...
 
 
@@ -84,7 +83,7 @@ class Approvals:
         if self._approvals is None:
             self._approvals = {}
         self._approvals[call_id] = {"tool": tool, "code": code, "intent": intent, "future": fut}
-        me.emit(ev.ApprovalRequested, call_id=call_id, code=code, intent=intent, tool=tool)
+        me.run.emit(ev.ApprovalRequested, call_id=call_id, code=code, intent=intent, tool=tool)
         try:
             with me.router.awaiting_person():
                 run, reason = await fut
@@ -96,12 +95,12 @@ class Approvals:
         me.conversation.record(
             Message("user", f"[{what} {'approved' if run else 'skipped'} by the user{why}]", kind="steering")
         )
-        me.emit(ev.ApprovalDecided, call_id=call_id, approved=run, reason=reason)
+        me.run.emit(ev.ApprovalDecided, call_id=call_id, approved=run, reason=reason)
         return run, reason
 
     def _decide(self, call_id: str | None, run: bool, reason: str | None) -> None:
         me = cast(_Loop, self)
-        me.require_live("approve" if run else "skip")
+        me.run.require_live("approve" if run else "skip")
         pending = [(h, cid) for h in me.walk() if h._approvals for cid in h._approvals]
         if call_id is None:
             if len(pending) != 1:

@@ -80,6 +80,6 @@ async def resolve_tool_value(value: Any) -> Any:
     if isinstance(value, Loop):
         call = _CALL.get()
         if call is not None and value.parent in (None, call.loop):
-            call.loop.adopt_child(value, call.call_id)
+            call.loop.run.adopt(value, call.call_id)
         value = await value.result()
     return value

@@ -36,10 +36,9 @@ __all__ = ("Engine",)
 
 
 class _Source(Protocol):
-    """What the engine reads of the loop it drives, held weakly: what a subclass changes (``before_step``,
-    ``end``: a batch counts its rows' end) and where notes bubble up from."""
+    """What the engine reads of the loop it drives, held weakly: what a subclass changes (``before_step``)
+    and where notes bubble up from."""
 
-    def end(self, status: Status, *, answer: str | None = None, error: BaseException | None = None) -> None: ...
     def notify(self, call_id: str | None, text: str, request_id: str | None = None) -> None: ...
     def before_step(self) -> None: ...
 
@@ -77,12 +76,12 @@ class Engine:
             answer = await self.drive()
         except asyncio.CancelledError as err:
             if h.state.stop_reason is not None:
-                source.end(Status.STOPPED, error=Stopped(h.state.stop_reason))
+                h.end(Status.STOPPED, error=Stopped(h.state.stop_reason))
             else:  # cancelled from outside: not a stop of ours
-                source.end(Status.STOPPED, error=err)
+                h.end(Status.STOPPED, error=err)
             return
         except Exception as err:  # noqa: BLE001 - the run failed: result() raises it
-            source.end(Status.FAILED, error=err)
+            h.end(Status.FAILED, error=err)
             return
         except GeneratorExit:  # its event loop was closed under it: closed by the collector, not in its context
             loop_token = None
@@ -92,7 +91,7 @@ class Engine:
                 retry_hook.reset(retry_token)
                 wait_hook.reset(wait_token)
                 leave_loop(loop_token)
-        source.end(Status.FINISHED, answer=answer)
+        h.end(Status.FINISHED, answer=answer)
 
     async def checkpoint(self) -> bool:
         """Before each model call: honour pause, wait for requests (persistent multi-request

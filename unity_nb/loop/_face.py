@@ -32,6 +32,8 @@ class Loop:
     """Its position in the tree, outermost first."""
     event_loop: asyncio.AbstractEventLoop
     """The event loop it runs on (steering from another thread is handed to it)."""
+    run: Any
+    """Its :class:`~unity_nb.loop.Run`: the tree, events, ending and steering notes its parts and tools work with."""
 
     @property
     def parent(self) -> Loop | None:
@@ -115,8 +117,4 @@ class Loop:
 
     def finish_with(self, value: Any, text: str | None = None) -> None:
         """From inside a tool of this loop: end the loop with ``value`` as its result."""
-        raise NotImplementedError
-
-    def adopt_child(self, child: Any, call_id: str | None) -> None:
-        """Make ``child`` a child of this loop (started by tool call ``call_id``): steering reaches it."""
         raise NotImplementedError

@@ -40,7 +40,7 @@ from .._errors import HandleStateError, Stopped, UserError
 from .._secrets import scrub
 from ..models import Model, Usage, cost_of
 from ._approval import Approvals
-from ._context import current_call, forward_call
+from ._context import current_call
 from ._conversation import Conversation
 from ._engine import Engine
 from ._face import Loop
@@ -52,7 +52,7 @@ from ._run import Run
 from ._runner import ToolRunner
 from ._state import UNSET, LoopState, StateReadings
 from ._status import PauseGate, Signal, Status
-from ._steering import VERBS, inspection_prompt, on_own_loop, quiet
+from ._steering import VERBS, inspection_prompt, on_own_loop
 from ._tools import Tool, render_result
 from ._turn import Turn, own_tools
 from ._typed import system_with_output
@@ -156,8 +156,8 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
             self.requests.append(RequestHandle(self, "r1", task))
 
         if parent is not None:
-            parent.adopt_child(self, adopt_call)
-        self.emit(
+            parent.run.adopt(self, adopt_call)
+        self.run.emit(
             ev.LoopStarted,
             name=self.name,
             task=task,
@@ -165,7 +165,7 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
             parent_id=parent.id if parent else None,
         )
         if cfg.multi:
-            self.emit(ev.RequestSubmitted, request_id="r1", text=task)
+            self.run.emit(ev.RequestSubmitted, request_id="r1", text=task)
         self._task = self.event_loop.create_task(self.engine.run(), name=f"unity_nb:{self.name}")
         self._task.add_done_callback(self._on_task_done)
         loop_started(self.event_loop)  # many live loops: the collector runs less often (unity_nb._collector)
@@ -173,7 +173,7 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
     def _on_task_done(self, task: asyncio.Task) -> None:
         # a task cancelled before its first step never enters run(): end the handle anyway
         if not self._ended.is_set():
-            self.end(
+            self.run.end(
                 Status.STOPPED, error=Stopped(self.stop_reason) if self.stop_reason else asyncio.CancelledError()
             )
 
@@ -348,37 +348,7 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
     def before_step(self) -> None:
         """Called before each model call, after pause and before steering is delivered."""
 
-    # ------------------------------------------------------------------ for the loop's parts and tools
-
-    def publish(self, event: ev.Event) -> None:
-        """Record ``event`` as this loop's, tell listeners here and above, and publish it on the bus."""
-        self.run.publish(event)
-
-    def emit(self, kind: type[ev.Event], **fields: Any) -> None:
-        """Publish an event of this loop: ``emit(ev.ToolStarted, call_id=..., ...)``."""
-        self.publish(self.run.event(kind, **fields))
-
-    def require_live(self, verb: str) -> None:
-        """Raise :class:`HandleStateError` if the loop has ended (``verb`` says what was attempted)."""
-        if self.done():
-            raise HandleStateError(
-                f"cannot {verb} {self.name!r}: the loop is {self.status.value}", state=self.status.value
-            )
-
-    def adopt_child(self, child: LoopHandle, call_id: str | None) -> None:
-        """Make ``child`` a child of this loop (started by tool call ``call_id``): steering reaches it."""
-        run = self.run
-        if child in run.children:
-            return
-        child.run.parent, child.run.parent_call = self, call_id
-        run.children.append(child)
-        if call_id is not None:
-            rec = self.conversation.find_call(call_id)
-            if rec is not None:
-                rec.child = child
-        self.emit(ev.ChildStarted, child_id=child.id, child_name=child.name, call_id=call_id)
-        if self.gate.paused:  # a child started while paused starts paused
-            child.gate.close()
+    # ------------------------------------------------------------------ for the loop's tools
 
     def finish_with(self, value: Any, text: str | None = None) -> None:
         """From inside a tool of this loop: end the loop with ``value`` as its result once the
@@ -393,15 +363,7 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         """Ask the person ``question`` for tool call ``call_id`` and wait for the answer."""
         return await self.router.clarify(call_id, question, request_id)
 
-    def end(self, status: Status, *, answer: str | None = None, error: BaseException | None = None) -> None:
-        """Mark the loop ended (its task does, once)."""
-        self.run.end(status, answer=answer, error=error)
-
     # ------------------------------------------------------------------ steering
-
-    def steer(self, verb: str, message: str | None = None, request_id: str | None = None) -> None:
-        """Write steering ``verb`` where it happened: its transcript entry, its note to the model, its event."""
-        self.run.steer(verb, message, request_id)
 
     def _nudge(self) -> None:
         """New steering or a new request: wake the loop, and interrupt a model call in flight."""
@@ -409,28 +371,22 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         if self.config.interrupt_on_interject:
             self.turn.interrupt()
 
-    async def reach_children(self, verb: str, **kwargs: Any) -> None:
-        """Apply steering ``verb`` to every live child, if its entry in :data:`VERBS` ``reaches_children``
-        (a child that ends meanwhile is no error)."""
-        if VERBS[verb].reaches_children:
-            await asyncio.gather(*(quiet(forward_call(getattr(c, verb), **kwargs)) for c in self.live_children()))
-
     @on_own_loop
     async def pause(self) -> None:
         """No new model call or tool start until :meth:`resume`; in-flight work finishes. Reaches all live children."""
-        self.require_live("pause")
+        self.run.require_live("pause")
         if not self.gate.paused:
             self.gate.close()
-            self.steer("pause")
-        await self.reach_children("pause")
+            self.run.steer("pause")
+        await self.run.reach_children("pause")
 
     @on_own_loop
     async def resume(self) -> None:
         """Undo :meth:`pause`; work that completed meanwhile is processed first. Reaches all live children."""
-        self.require_live("resume")
-        await self.reach_children("resume")
+        self.run.require_live("resume")
+        await self.run.reach_children("resume")
         if self.gate.paused:
-            self.steer("resume")
+            self.run.steer("resume")
             self.gate.open()
 
     @on_own_loop
@@ -438,12 +394,12 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         """Deliver ``message`` to the model before its next call (cancelling and re-issuing one in flight
         when ``interrupt_on_interject``). While tools run, the model may route it to a live child.
         In a multi-request loop ``request_id`` tags it with the request it is about."""
-        self.require_live("interject")
+        self.run.require_live("interject")
         if not isinstance(message, str) or not message.strip():
             raise UserError("interject needs a non-empty message")
         if request_id is not None:
             self.request(request_id)
-        self.steer("interject", message, request_id)
+        self.run.steer("interject", message, request_id)
         self.conversation.heard += 1
         self._nudge()
 
@@ -459,8 +415,8 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
                 await self._ended.wait()
             return
         self.state.stop_reason = reason or "stopped by the user"
-        self.steer("stop", reason)
-        await self.reach_children("stop", reason=reason)
+        self.run.steer("stop", reason)
+        await self.run.reach_children("stop", reason=reason)
         self._task.cancel()
         if asyncio.current_task() is not self._task:
             await self._ended.wait()
@@ -480,7 +436,7 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         if not isinstance(question, str) or not question.strip():
             raise UserError("ask needs a non-empty question")
         snapshot = self.inspection()
-        self.steer("ask", question)
+        self.run.steer("ask", question)
         ask_tool = VERBS["ask"].child_tool
         live = self.live_children()[:20]  # a batch may have a hundred rows running: the first twenty
         tools = [ask_tool(c) for c in live] if ask_tool is not None else []
@@ -497,12 +453,12 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
     def post(self, message: str, *, kind: str = "message") -> None:
         """Deliver ``message`` to the model verbatim before its next call (like an interjection,
         without the "from the user" label): a durable task's queue uses it for child completions."""
-        self.require_live("post to")
+        self.run.require_live("post to")
         if not isinstance(message, str) or not message.strip():
             raise UserError("post needs a non-empty message")
         self.conversation.record(Message("user", message, kind=kind))
         self.conversation.note(message)
-        self.emit(ev.Notification, call_id=None, text=message)
+        self.run.emit(ev.Notification, call_id=None, text=message)
         self.conversation.heard += 1
         self._nudge()
 

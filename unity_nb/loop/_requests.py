@@ -49,11 +49,8 @@ class _Loop(Protocol):
     def multi(self) -> bool: ...
     @property
     def engine(self) -> _Engine: ...
-    def emit(self, kind: type[ev.Event], **fields: Any) -> None: ...
-    def require_live(self, verb: str) -> None: ...
     @property
     def run(self) -> Run: ...
-    def steer(self, verb: str, message: str | None = None, request_id: str | None = None) -> None: ...
     def _nudge(self) -> None: ...
     async def stop(self, reason: str | None = None) -> None: ...
     async def interject(self, message: str, *, request_id: str | None = None) -> None: ...
@@ -146,7 +143,7 @@ class RequestHandle:
         self._error = error
         self._done.set()
         reason = error.reason if isinstance(error, Stopped) else (str(error) if error else None)
-        self.loop.emit(
+        self.loop.run.emit(
             ev.RequestFinished, request_id=self.request_id, status=status.value, answer=self._answer, reason=reason
         )
 
@@ -182,29 +179,29 @@ def submit_request(loop: _Loop, text: str) -> RequestHandle:
     """A new request of ``loop`` (``h.submit(text)``): recorded, noted for the model, budgeted afresh."""
     if not loop.multi:
         raise UserError(f"{loop.name!r} serves one request; start it with multi=True to submit more")
-    loop.require_live("submit to")
+    loop.run.require_live("submit to")
     check_text(text)
     req = RequestHandle(loop, f"r{len(loop.requests) + 1}", text)
     loop.requests.append(req)
     loop.conversation.record(Message("user", text, kind="request", name=req.request_id))
     loop.conversation.note(f"[request {req.request_id}] {text}")
     loop.turn.budget_start = loop.turn.count
-    loop.emit(ev.RequestSubmitted, request_id=req.request_id, text=text)
+    loop.run.emit(ev.RequestSubmitted, request_id=req.request_id, text=text)
     loop._nudge()
     return req
 
 
 async def stop_request(loop: _Loop, req: RequestHandle, reason: str) -> None:
     """Stop one request; the model is told, and the last open request of a loop that does not persist stops it."""
-    loop.require_live("stop a request of")
+    loop.run.require_live("stop a request of")
     req._end(Status.STOPPED, Stopped(reason))
     if not loop.run.open_requests() and not loop.config.persist:
         text, kind = steering_entry("stop", reason, req.request_id)
         loop.conversation.record(Message("user", text, kind=kind))
-        loop.emit(ev.Steering, action="stop", message=reason, request_id=req.request_id)
+        loop.run.emit(ev.Steering, action="stop", message=reason, request_id=req.request_id)
         await loop.stop(f"its last open request ({req.request_id}) was stopped: {reason}")
         return
-    loop.steer("stop", reason, req.request_id)
+    loop.run.steer("stop", reason, req.request_id)
     loop._nudge()
 
 

@@ -9,6 +9,8 @@ it by a protocol (:class:`_Node`), so this module imports nothing above it.
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import time
 import weakref
 from collections.abc import Callable
@@ -16,15 +18,16 @@ from typing import Any, Protocol
 
 from .. import events as ev
 from .._collector import loop_ended
-from .._errors import UnityError
+from .._errors import HandleStateError, UnityError
 from .._secrets import scrub_error
 from ..models import Model
+from ._context import forward_call
 from ._conversation import Conversation
 from ._options import LoopOptions
 from ._records import Message
 from ._state import LoopState
 from ._status import PauseGate, Signal, Status
-from ._steering import VERBS
+from ._steering import VERBS, quiet
 
 __all__ = ("Run",)
 
@@ -45,9 +48,34 @@ class Run:
     (``requests``). The handle owns it; its parts are given it."""
 
     __slots__ = (
-        "__weakref__", "_handle", "_wake", "bus", "children", "config", "conversation", "ended", "event_loop",
-        "events", "gate", "id", "lineage", "listeners", "model", "parent", "parent_call", "request_evt", "requests",
-        "state", "waiters",
+        "__weakref__",
+        "_cap",
+        "_capped",
+        "_handle",
+        "_seen_capped",
+        "_wake",
+        "bus",
+        "children",
+        "config",
+        "conversation",
+        "ended",
+        "event_loop",
+        "events",
+        "gate",
+        "id",
+        "late",
+        "lineage",
+        "listeners",
+        "model",
+        "name",
+        "on_end",
+        "parent",
+        "parent_call",
+        "request_evt",
+        "requests",
+        "state",
+        "tags",
+        "waiters",
     )
 
     def __init__(
@@ -58,6 +86,7 @@ class Run:
         """What the loop was started with."""
         self.event_loop = handle.event_loop
         self.id = id
+        self.name: str = handle.name
         self.lineage = lineage
         self.bus = bus
         """Where this loop's events are published (a child publishes where its parent does)."""
@@ -79,6 +108,22 @@ class Run:
         """The requests of a multi-request loop, in order (the task is the first)."""
         self.request_evt: Signal | None = None  # made when a persistent loop first waits for a request
         self._wake: Signal | None = None
+        self.tags: dict[str, Any] = {}
+        """What others record about this run (a manager: ``tags["manager"]``, a durable task: ``tags["task_id"]``)."""
+        self.on_end: list[Callable[[Any, Status, BaseException | None], None]] = []
+        """Called with ``(handle, status, error)`` as the loop ends, before its end is recorded (a batch releases
+        what it holds and says why rows never started). A plain function, so the run holds no handle."""
+        self._capped: frozenset[str] = frozenset()
+        self._cap = 0
+        self._seen_capped = 0
+        self.late: collections.deque[ev.Event] = collections.deque()
+        """Events of capped kinds past the cap (:meth:`cap_events`): the last ones, for :meth:`wait_for`."""
+
+    def cap_events(self, kinds: frozenset[str], keep: int) -> None:
+        """Keep in ``events`` only the first ``keep`` events of ``kinds`` (a batch's rows); the later ones are
+        still published (bus, listeners, store) and the last ``keep`` stay in ``late`` for :meth:`wait_for`."""
+        self._capped, self._cap = kinds, keep
+        self.late = collections.deque(maxlen=keep)
 
     @property
     def handle(self) -> Any:
@@ -88,6 +133,11 @@ class Run:
     def publish(self, event: ev.Event) -> None:
         """Record ``event``, tell listeners here and above, and publish it on the bus."""
         self.events.append(event)
+        if event.kind in self._capped:
+            self._seen_capped += 1
+            if self._seen_capped > self._cap:
+                self.events.pop()
+                self.late.append(event)
         if self.waiters:
             ev.resolve_waiters(self.waiters, event)
         source = self._handle()
@@ -119,10 +169,43 @@ class Run:
 
     async def wait_for(self, pred: Callable[[ev.Event], bool], timeout: float) -> ev.Event:
         """The first event of this loop matching ``pred``, past or future."""
+        for e in self.late:
+            if pred(e):
+                return e
         for e in self.events:
             if pred(e):
                 return e
         return await ev.wait_matching(self.waiters, pred, timeout)
+
+    # ------------------------------------------------------------------ the tree
+
+    def done(self) -> bool:
+        """True once the loop has finished, stopped or failed."""
+        return self.ended.is_set()
+
+    def require_live(self, verb: str) -> None:
+        """Raise :class:`HandleStateError` if the loop has ended (``verb`` says what was attempted)."""
+        if self.ended.is_set():
+            status = self.state.status.value
+            raise HandleStateError(f"cannot {verb} {self.name!r}: the loop is {status}", state=status)
+
+    def live_children(self) -> list[Any]:
+        """The children that have not ended."""
+        return [c for c in self.children if not c.run.ended.is_set()]
+
+    def adopt(self, child: Any, call_id: str | None) -> None:
+        """Make ``child`` (a handle) a child of this loop, started by tool call ``call_id``: steering reaches it."""
+        if child in self.children:
+            return
+        child.run.parent, child.run.parent_call = self._handle(), call_id
+        self.children.append(child)
+        if call_id is not None:
+            rec = self.conversation.find_call(call_id)
+            if rec is not None:
+                rec.child = child
+        self.emit(ev.ChildStarted, child_id=child.id, child_name=child.name, call_id=call_id)
+        if self.gate.paused:  # a child started while paused starts paused
+            child.run.gate.close()
 
     # ------------------------------------------------------------------ the request book
 
@@ -169,10 +252,19 @@ class Run:
         if self.request_evt is not None:
             self.request_evt.set()
 
+    async def reach_children(self, verb: str, **kwargs: Any) -> None:
+        """Apply steering ``verb`` to every live child, if its entry in :data:`VERBS` ``reaches_children``
+        (a child that ends meanwhile is no error)."""
+        if VERBS[verb].reaches_children:
+            await asyncio.gather(*(quiet(forward_call(getattr(c, verb), **kwargs)) for c in self.live_children()))
+
     # ------------------------------------------------------------------ ending
 
     def end(self, status: Status, *, answer: str | None = None, error: BaseException | None = None) -> None:
         """Mark the loop ended (its task does, once)."""
+        handle = self._handle()
+        for hook in self.on_end:
+            hook(handle, status, error)
         for r in self.open_requests():
             r._end(
                 status if status is not Status.FINISHED else Status.FAILED,

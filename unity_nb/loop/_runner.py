@@ -89,12 +89,11 @@ async def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
 
 
 class _Source(Protocol):
-    """What the tool runner reads of the loop whose tools it runs, held weakly: the tools offered, the
-    children it adopts, its requests and approvals (the actor changes which calls need approval)."""
+    """What the tool runner reads of the loop whose tools it runs, held weakly: the tools offered, its
+    live children, its requests and approvals (the actor changes which calls need approval)."""
 
     def available_tools(self) -> list[Tool]: ...
     def live_children(self) -> Sequence[Loop]: ...
-    def adopt_child(self, child: Any, call_id: str | None) -> None: ...
     def request(self, request_id: str) -> Any: ...
     def needs_approval(self, tool: Tool) -> bool: ...
     async def wait_for_approval(
@@ -290,7 +289,7 @@ class ToolRunner:
 
     def _take_handoff(self, rec: ToolCallRecord, loop: Loop) -> str:
         h, child = self._run, loop
-        self.source.adopt_child(child, rec.id)
+        h.adopt(child, rec.id)
         rec.child = child
         self.handoff = child
         h.emit(ev.ControlHandedOff, call_id=rec.id, child_id=child.id, child_name=child.name)
