@@ -434,3 +434,20 @@ function render({ model, el }) {
 }
 
 export default { render };
+
+// Beside each widget %unity shows, a second output holds the operation's snapshot as plain HTML (see
+// unity_nb/jupyter/_shown.py): what a notebook reopened without widget state shows, where JupyterLab cannot
+// find the widget's model. While this widget is rendered and live, that output is hidden: one global rule,
+// added once per page (the widget's own stylesheet is scoped under its root, so it cannot reach a sibling).
+// A dead widget (its kernel gone) lets the snapshot show again.
+const SNAPSHOT_RULE_ID = "unity-nb-snapshot-beside";
+if (typeof document !== "undefined" && !document.getElementById(SNAPSHOT_RULE_ID)) {
+  const live = ":has(.unb-root:not(.unb-dead))";
+  const rule = document.createElement("style");
+  rule.id = SNAPSHOT_RULE_ID;
+  rule.textContent = [
+    `.jp-OutputArea-child${live} + .jp-OutputArea-child:has(.unity-nb-snapshot)`, // JupyterLab, Notebook 7
+    `.output_area${live} + .output_area:has(.unity-nb-snapshot)`, // the classic Notebook
+  ].map((selector) => `${selector} { display: none; }`).join("\n");
+  document.head.append(rule);
+}

@@ -388,6 +388,7 @@ class UnityMagics(Magics):
     def _show_widget(self, handle: LoopHandle, key: str | None = None, *, notice: str = "") -> None:
         if not self.show_widgets:
             return
+        from ._shown import show_with_snapshot
         from ._widget import HandleWidget
 
         widget = HandleWidget(handle, max_hz=self.max_updates_per_second)
@@ -395,14 +396,8 @@ class UnityMagics(Magics):
             widget.notice = notice
         self.widgets[key or handle.name] = widget
         self._shown[handle.id] = self.shell.execution_count if self.shell is not None else -1
-        shown = display(widget, display_id=True)
-        if shown is not None:
-            # once the operation ends, refresh the output so a saved notebook keeps the final snapshot
-            def refresh(src: LoopHandle, e: Any) -> None:
-                if src is handle and e.kind in ("loop_finished", "loop_failed"):
-                    shown.update(widget)
-
-            handle.add_listener(refresh)
+        # the widget, then its snapshot as a second output (what a notebook reopened without widget state shows)
+        show_with_snapshot(widget, handle)
 
     def display_handle(self, handle: LoopHandle) -> None:
         """How a handle displays in this kernel (registered by the extension): its live widget. A handle
