@@ -594,7 +594,7 @@ class Harness:
     async def show(self, w, kernel=True):
         w.flush()
         state = {"nodes": w.nodes, "entries": w.entries, "asks": w.asks, "notice": w.notice,
-                 "subshells": w.subshells, "cell_running": w.cell_running}
+                 "subshells": w.subshells, "cell_running": w.cell_running, "verbs": w.verbs}
         key = w.model_id
         if key not in self.shown:
             self.shown.add(key)

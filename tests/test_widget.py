@@ -18,7 +18,8 @@ from conftest import Gate, settle, tool_messages
 
 import unity_nb as u
 from unity_nb.jupyter import _widget
-from unity_nb.jupyter._widget import COMMANDS, Command, HandleWidget
+from unity_nb.jupyter._widget import COMMANDS, Command, HandleWidget, verb_buttons
+from unity_nb.loop import VERBS
 from unity_nb.models import Reply, retry_hook
 
 REPO = Path(__file__).resolve().parent.parent
@@ -177,11 +178,15 @@ async def test_a_whole_reply_is_not_a_cut_off_fragment():
 
 def test_every_button_of_the_front_end_is_an_entry_of_the_command_table():
     js = installed("handle.js")
-    sent = set(re.findall(r'send(?:Text)?\("(\w+)"', js))  # sendText: the text box's buttons
-    for a, b in re.findall(r'send\([^,()]*\? "(\w+)" : "(\w+)"', js):  # the Pause button: "resume" when paused
-        sent |= {a, b}
-    assert {"pause", "resume", "stop", "interject", "ask", "answer", "approve", "skip"} <= sent
-    assert sent and sent <= set(COMMANDS), sent - set(COMMANDS)
+    sent = set(re.findall(r'send\("(\w+)"', js))  # the buttons the front end names (not the steering verbs')
+    assert sent == {"answer", "approve", "skip"} and sent <= set(COMMANDS)
+    # the steering verbs' buttons are made from the widget's table of them, the Pause button "resume" when paused
+    buttons = verb_buttons()
+    steering = {b["name"] for b in buttons} | {b["undo"]["name"] for b in buttons if "undo" in b}
+    assert steering == set(VERBS) and steering <= set(COMMANDS)
+    assert next(b for b in buttons if b["name"] == "pause")["undo"] == {
+        "name": "resume", "label": "Resume", "message": "none", "doc": VERBS["resume"].doc, "status": "paused",
+    }
     assert all(isinstance(c, Command) for c in COMMANDS.values())
 
 

@@ -452,9 +452,11 @@ class Store:
         )
 
     def _steered(self, db: sqlite3.Connection, event: ev.Steering, uid: str) -> None:
-        if event.action in ("pause", "resume") and event.request_id is None:
-            db.execute("UPDATE loops SET status = ? WHERE uid = ? AND ended IS NULL",
-                       ("paused" if event.action == "pause" else "running", uid))
+        from .loop import VERBS  # (imported here: the loop never imports the store)
+
+        verb = VERBS.get(event.action)  # a verb that sets the loop's status (pause, resume) says so in its entry
+        if verb is not None and verb.status is not None and event.request_id is None:
+            db.execute("UPDATE loops SET status = ? WHERE uid = ? AND ended IS NULL", (verb.status, uid))
 
     def _finished(self, db: sqlite3.Connection, event: ev.LoopFinished, uid: str) -> None:
         db.execute("UPDATE loops SET status = ?, ended = ?, result = ?, error = ?, steps = ? WHERE uid = ?",

@@ -170,15 +170,12 @@ function render({ model, el }) {
   function view(node) {
     let v = views.get(node.id);
     if (v) return v;
-    const input = h("input", { class: "unb-input", type: "text", placeholder: "Interject (Enter) or ask..." });
-    const pause = h("button", { class: "unb-btn unb-pause", onclick: () => send(v.node.status === "paused" ? "resume" : "pause", node.id) }, "Pause");
-    const stop = h("button", { class: "unb-btn unb-stop", onclick: () => send("stop", node.id) }, "Stop");
-    const sendText = (action) => { if (input.value.trim()) { send(action, node.id, input.value); input.value = ""; } };
-    const interject = h("button", { class: "unb-btn unb-interject", onclick: () => sendText("interject") }, "Interject");
-    const ask = h("button", { class: "unb-btn unb-ask", onclick: () => sendText("ask") }, "Ask");
-    onEnter(input, () => sendText("interject"));
+    // the steering buttons are made from the kernel's table of verbs (model "verbs"): see controlsOf
+    const input = h("input", { class: "unb-input", type: "text" });
+    // Enter sends the box with the first verb that needs a message (interject)
+    onEnter(input, () => { const first = v.verbs.find((s) => s.message === "required"); if (first) steer(v, first); });
     const header = h("div", { class: "unb-header" });
-    const controls = h("div", { class: "unb-controls" }, pause, stop, input, interject, ask);
+    const controls = h("div", { class: "unb-controls" }, input);
     const clar = h("div", { class: "unb-clarifications" });
     const approvals = h("div", { class: "unb-approvals" });
     const retry = h("div", { class: "unb-retry" });
@@ -192,7 +189,7 @@ function render({ model, el }) {
     const box = h("div", { class: "unb-node", "data-node": node.id }, header, controls, batch, retry, clar, approvals, scroll, asks);
     box.style.marginLeft = `${node.depth * 18}px`;
     v = {
-      box, header, controls, pause, stop, input, interject, ask, clar, approvals, retry, batch, scroll, transcript, streaming, asks, node,
+      box, header, controls, input, buttons: [], verbs: [], verbKey: null, clar, approvals, retry, batch, scroll, transcript, streaming, asks, node,
       clarKey: "", approvalKey: "", follow: true, answers: new Map(), waitingRows: new Map(), // call id -> its question's or approval's box, kept while it waits
       autoOpen: new Set(), userOpen: new Set(), userClosed: new Set(), // which plans are expanded, and who decided
     };
@@ -202,6 +199,31 @@ function render({ model, el }) {
     transcript.addEventListener("toggle", () => { v.follow = nearBottom(scroll); }, true);
     views.set(node.id, v);
     return v;
+  }
+
+  // a verb's button: one with an undo (pause) does that verb instead (resume) while the node is in its status
+  const current = (v, spec) => (spec.undo && v.node.status === spec.undo.status ? spec.undo : spec);
+  // a verb that takes no message is a click; one that needs a message sends the box (nothing when it is
+  // empty); one whose message is optional sends the box as it is, empty or not
+  function steer(v, spec) {
+    const text = v.input.value.trim() ? v.input.value : "";
+    if (spec.message === "required" && !text) return;
+    send(spec.name, v.node.id, spec.message === "none" ? null : text || null);
+    if (spec.message !== "none" && text) v.input.value = "";
+  }
+  // the controls, from the table: the buttons of verbs needing no message, the box, those needing one
+  function controlsOf(v, verbs) {
+    v.verbs = verbs;
+    v.buttons = verbs.map((spec) => {
+      const b = h("button", { class: `unb-btn unb-${spec.name}`, title: spec.doc || "", onclick: () => steer(v, current(v, spec)) }, spec.label);
+      b.spec = spec;
+      return b;
+    });
+    const texts = verbs.filter((s) => s.message === "required").map((s, i) => (i ? s.label.toLowerCase() : `${s.label} (Enter)`));
+    v.input.placeholder = texts.length > 1 ? `${texts.slice(0, -1).join(", ")} or ${texts[texts.length - 1]}...` : `${texts[0] || "Message"}...`;
+    v.input.hidden = !verbs.some((s) => s.message !== "none");
+    const before = v.buttons.filter((b) => b.spec.message !== "required");
+    v.controls.replaceChildren(...before, v.input, ...v.buttons.filter((b) => !before.includes(b)));
   }
 
   function renderBatch(v, node) {
@@ -262,9 +284,18 @@ function render({ model, el }) {
           : h("span", { class: `unb-badge unb-${node.status}` }, BADGE[node.status] || node.status),
         h("span", { class: "unb-stats" }, `${node.steps} steps · ${node.tool_calls} tool calls · ${node.tokens_estimated ? "≈" : ""}${node.tokens_in}/${node.tokens_out} tokens${node.tokens_estimated ? " (estimated)" : ""} · ${node.elapsed}s · ${node.model}`),
       );
-      v.pause.textContent = node.status === "paused" ? "Resume" : "Pause";
+      // the buttons are made again only when the table changes (a verb registered meanwhile): a button taken
+      // out of the page under a person's pointer loses the click
+      const verbs = model.get("verbs") || [];
+      const verbKey = JSON.stringify(verbs);
+      if (verbKey !== v.verbKey) { v.verbKey = verbKey; controlsOf(v, verbs); }
+      for (const b of v.buttons) {
+        const spec = current(v, b.spec);
+        if (b.textContent !== spec.label) b.textContent = spec.label;
+        if (b.title !== (spec.doc || "")) b.title = spec.doc || "";
+      }
       renderBatch(v, node);
-      for (const b of [v.pause, v.stop, v.interject, v.ask, v.input]) b.disabled = ended;
+      for (const b of [...v.buttons, v.input]) b.disabled = ended;
       // clarifications: question and answer box, rebuilt only when they change
       const key = JSON.stringify(node.clarifications);
       if (key !== v.clarKey) {
@@ -425,7 +456,7 @@ function render({ model, el }) {
   }, PING_EVERY);
   model.on("msg:custom", (msg) => { if (msg && msg.pong) alive(); });
 
-  for (const name of ["nodes", "entries", "asks", "notice"]) model.on(`change:${name}`, () => { alive(); update(); });
+  for (const name of ["nodes", "entries", "asks", "notice", "verbs"]) model.on(`change:${name}`, () => { alive(); update(); });
   model.on("change:cell_running", () => update());
   model.on("change:_anywidget_id", () => root.setAttribute("data-unb-style", model.get("_anywidget_id") || ""));
   update();

@@ -8,7 +8,8 @@ handle's event loop and queued behind earlier clicks (see ``_clicks``). Without 
 saved notebook, nbconvert, GitHub) the mimebundle's ``text/html`` snapshot shows the
 transcript, and ``text/plain`` is the handle's repr.
 
-What a button does is an entry of :data:`COMMANDS` (action name -> :class:`Command`). The
+What a click does is an entry of :data:`COMMANDS` (action name -> :class:`Command`); the steering
+verbs' buttons are made from :data:`VERBS` (``verbs``, see ``_buttons``), each calling its method. The
 stylesheet is the installed package's, under an anywidget id naming its version (see
 :func:`style`), so widget state saved in a notebook cannot restyle a live widget. Beside the
 handles' state, the widget keeps what they do not: the retry or the rate limit's wait a loop is
@@ -32,13 +33,14 @@ import anywidget
 import traitlets
 
 from ..loop import VERBS, LoopHandle, Message
+from ._buttons import verb_buttons
 from ._clicks import Clicks, watch_cells
 from ._snapshot import LIMIT as _LIMIT
 from ._snapshot import clip as _clip
 from ._snapshot import render_html
 from ._snapshot import tree as _tree
 
-__all__ = ("Command", "COMMANDS", "HandleWidget", "render_html")
+__all__ = ("Command", "COMMANDS", "HandleWidget", "render_html", "verb_buttons")
 
 log = logging.getLogger("unity_nb.widget")
 
@@ -251,6 +253,8 @@ class Command:
 
     steer: Steer
     doc: str = ""
+    verb: str = ""
+    """The steering verb of :data:`VERBS` it applies, if any (a verb unregistered since is no longer a button)."""
 
 
 def _text(click: dict) -> str:
@@ -265,20 +269,25 @@ async def _ask(w: HandleWidget, h: LoopHandle, click: dict) -> Awaitable[None]:
 
 
 def _verb(name: str) -> Command:
-    """The button of a steering verb of the loop's table: its message, if it takes one, is the text box."""
+    """The button of a steering verb of the loop's table: its message, if it takes one, is the text box
+    (an optional one left empty: none)."""
     verb = VERBS[name]
 
     def steer(w: HandleWidget, h: LoopHandle, c: dict) -> Awaitable[Any]:
         method = getattr(h, name)
-        return method(_text(c)) if verb.message != "none" else method()
+        if verb.message == "none":
+            return method()
+        return method(_text(c) if verb.message == "required" else _text(c) or None)
 
-    return Command(steer, verb.doc)
+    return Command(steer, verb.doc, name)
 
 
 COMMANDS: dict[str, Command] = {
     **{name: _verb(name) for name in VERBS},  # every steering verb; ask and stop say more below
-    "stop": Command(lambda w, h, c: h.stop(c.get("text") or "stopped from the widget"), "stop it, from any state"),
-    "ask": Command(_ask, "ask about it without disturbing it (the answer shows in the widget)"),
+    "stop": Command(
+        lambda w, h, c: h.stop(c.get("text") or "stopped from the widget"), "stop it, from any state", "stop"
+    ),
+    "ask": Command(_ask, "ask about it without disturbing it (the answer shows in the widget)", "ask"),
     "answer": Command(
         lambda w, h, c: h.answer_clarification(c.get("call_id") or "", _text(c)), "answer a tool's question"
     ),
@@ -286,8 +295,11 @@ COMMANDS: dict[str, Command] = {
     "approve": Command(lambda w, h, c: h.approve(c.get("call_id")), "run a waiting plan or tool call"),
     "skip": Command(lambda w, h, c: h.skip(c.get("call_id"), _text(c) or None), "skip it, with a reason"),
 }
-"""The widget's buttons, by the action name the browser sends. A new button is one entry here
-(and its button in ``widgets/handle.js``); a widget's own ``commands`` may add or override entries."""
+"""What the widget's clicks do, by the action name the browser sends. A steering verb needs no entry:
+the front end makes its button from the widget's ``verbs`` (:func:`verb_buttons`, from :data:`VERBS`),
+and its click calls the handle's method of that name (:func:`_verb`), also for a verb registered after
+the widget was made. Another button is one entry here (and its button in ``widgets/handle.js``); a
+widget's own ``commands`` may add or override entries."""
 
 # events the widget keeps track of itself (for every loop in its tree), beside flushing
 _TRACKED = frozenset({
@@ -302,6 +314,8 @@ class HandleWidget(anywidget.AnyWidget):
     _esm = traitlets.Unicode().tag(sync=True)
     _css = traitlets.Unicode().tag(sync=True)
     nodes: traitlets.List[dict] = traitlets.List().tag(sync=True)
+    verbs: traitlets.List[dict] = traitlets.List().tag(sync=True)
+    """The steering verbs' buttons (:func:`verb_buttons`): the front end builds its controls from them."""
     entries = traitlets.Dict().tag(sync=True)
     asks: traitlets.List[dict] = traitlets.List().tag(sync=True)
     notice = traitlets.Unicode("").tag(sync=True)
@@ -315,7 +329,9 @@ class HandleWidget(anywidget.AnyWidget):
         # the id names the version (anywidget's default is the class's dotted name), so a notebook
         # saved with another version cannot replace this one's stylesheet; given here, it is in the
         # state the widget opens with, before any view renders
-        super().__init__(_esm=_asset("handle.js"), _css=css, _anywidget_id=anywidget_id, **kwargs)
+        super().__init__(
+            _esm=_asset("handle.js"), _css=css, _anywidget_id=anywidget_id, verbs=verb_buttons(), **kwargs
+        )
         self.handle = handle
         self.commands: dict[str, Command] = {**{n: _verb(n) for n in VERBS}, **COMMANDS}
         """This widget's buttons (a copy of :data:`COMMANDS`)."""
@@ -407,7 +423,10 @@ class HandleWidget(anywidget.AnyWidget):
             {"node": nid, "question": q, "status": a.status.value, "answer": a.result_value or a.streaming_text}
             for nid, q, a in self._ask_handles
         ]
+        verbs = verb_buttons()  # a verb registered (or unregistered) since: a button more (or less)
         with self.hold_sync():
+            if verbs != self.verbs:
+                self.verbs = verbs
             self.nodes = nodes
             if changed_entries is not None:
                 self.entries = changed_entries
@@ -455,6 +474,10 @@ class HandleWidget(anywidget.AnyWidget):
 
     def _command(self, action: Any) -> Command:
         command = self.commands.get(action) if isinstance(action, str) else None
+        if command is None and isinstance(action, str) and action in VERBS:  # a verb registered since
+            command = _verb(action)
+        elif command is not None and command.verb and command.verb not in VERBS:  # one unregistered since
+            command = None
         if command is None:
             raise ValueError(f"unknown widget action {action!r}")
         return command

@@ -7,9 +7,9 @@ of steering to children, the store's transcript rebuild, the widget and the magi
 :data:`VERBS`.
 
 Adding a verb is one entry here (or :func:`register_verb`) plus its method on :class:`LoopHandle`
-(which calls ``self.steer(name, message)``). The magics then take
-``%unity <verb> NAME [MESSAGE]`` and the widget's command table has it; the widget's front end
-needs its button.
+(which calls ``self.run.steer(name, message)``). The magics then take
+``%unity <verb> NAME [MESSAGE]``, and the widget has its button: the widget sends the table to its
+front end (``HandleWidget.verbs``), which builds its controls from it, and a click calls the method.
 """
 
 from __future__ import annotations
@@ -56,6 +56,11 @@ class Verb:
     """Whether the verb takes a message (the widget's text box, the rest of a ``%unity`` line)."""
     doc: str = ""
     """What it does, in a line (the magics' help and the widget's button say it)."""
+    status: str | None = None
+    """The status the loop is in once the verb has acted (pause: ``paused``), if it sets one: the store records it."""
+    undoes: str | None = None
+    """The verb whose ``status`` this one ends (resume undoes pause): the widget shows the two as one button,
+    which does this one while the loop is in that status."""
 
 
 def _safe(name: str) -> str:
@@ -136,6 +141,7 @@ VERBS: dict[str, Verb] = {
             reaches_children=True,
             child_tool=_plain_tool("pause"),
             doc="Pause the operation NAME (and its sub-operations).",
+            status="paused",
         ),
         Verb(
             "resume",
@@ -144,6 +150,8 @@ VERBS: dict[str, Verb] = {
             reaches_children=True,
             child_tool=_plain_tool("resume"),
             doc="Resume the paused operation NAME.",
+            status="running",
+            undoes="pause",
         ),
         Verb(
             "stop",
@@ -163,8 +171,8 @@ VERBS: dict[str, Verb] = {
 
 
 def register_verb(verb: Verb) -> Verb:
-    """Add a steering verb (with its method on a handle class, calling ``self.steer(verb.name, ...)``
-    and, for a verb that ``reaches_children``, ``await self.reach_children(verb.name, ...)``)."""
+    """Add a steering verb (with its method on a handle class, calling ``self.run.steer(verb.name, ...)``
+    and, for a verb that ``reaches_children``, ``await self.run.reach_children(verb.name, ...)``)."""
     if not verb.name.isidentifier() or verb.name.startswith("_"):
         raise ValueError(f"a verb's name is an identifier a handle has as a method, not {verb.name!r}")
     VERBS[verb.name] = verb
