@@ -162,8 +162,11 @@ def test_an_unassigned_act_leaves_no_stale_out_text_under_its_widget(kernel):
             messages.append((msg["msg_type"], msg["content"]["data"]))
 
     k.kc.execute_interactive("%unity act --name stale FINISH quickly", timeout=60, output_hook=hook)
-    assert [t for t, _d in messages] == ["display_data"]  # the live widget, and no Out[] saying "running"
+    # the live widget and its snapshot (what a notebook reopened without widget state shows), and no Out[]
+    # saying "running"
+    assert [t for t, _d in messages] == ["display_data", "display_data"]
     assert "application/vnd.jupyter.widget-view+json" in messages[0][1]
+    assert list(messages[1][1]) == ["text/html"] and "unity-nb-snapshot" in messages[1][1]["text/html"]
     assert k.value("await get_ipython().magics_manager.registry['UnityMagics'].handles['stale']") == "finished as asked"
     # shown again in a later cell, a handle is its live widget (never a stale text)
     messages.clear()
