@@ -407,3 +407,75 @@ async def test_on_a_kernel_without_subshells_a_running_cell_says_clicks_wait_for
     await expect(notice).not_to_contain_text("a click acts when the cell ends")
     gate.set()
     await h
+
+
+# -- a verb registered in the kernel ------------------------------------------------------------------
+
+
+async def test_a_verb_registered_in_the_kernel_has_its_button_and_its_click_lands_in_the_transcript(
+    harness, monkeypatch,  # noqa: F811
+):
+    """Issue 25: the steering buttons are made from the kernel's table of verbs, so a verb registered
+    there (its entry and its method, nothing else) has its button, which sends the text box."""
+    from playwright.async_api import expect
+
+    from unity_nb.jupyter._widget import HandleWidget
+    from unity_nb.loop import LoopHandle, Verb, register_verb, unregister_verb
+
+    async def hail(self, message):
+        self.run.require_live("hail")
+        self.run.steer("hail", message)
+
+    monkeypatch.setattr(LoopHandle, "hail", hail, raising=False)
+    register_verb(
+        Verb("hail", entry=lambda m, _r: f"[hailed: {m}]", message="required", doc="Hail the operation NAME.")
+    )
+    gate = asyncio.Event()
+
+    async def slow(messages, tools):
+        await gate.wait()
+        return "done"
+
+    async def delivered(w):
+        """What the page sent, received by the kernel as a click is; back once performed."""
+        for click in await harness.page.evaluate(f"() => window.sentBy('{w.model_id}').splice(0)"):
+            w._on_custom(w, click, [])
+        async with asyncio.timeout(20):
+            await w.clicks.settled()
+        return await harness.show(w)
+
+    try:
+        h = u.start_loop("work", model=u.ScriptedModel(slow), name="ship")
+        await h.wait_for("model_request", timeout=20)
+        w = HandleWidget(h)
+        widget = await harness.show(w)
+        hail_button, box = widget.locator(".unb-btn.unb-hail"), widget.locator(".unb-controls .unb-input")
+        await expect(hail_button).to_have_text("Hail")
+        await expect(hail_button).to_have_attribute("title", "Hail the operation NAME.")
+        await hail_button.click(delay=PRESS)  # the box is empty: a verb needing a message sends nothing
+        await box.click()
+        await box.press_sequentially("ahoy", delay=TYPING_DELAY)
+        await hail_button.click(delay=PRESS)
+        await expect(box).to_have_value("")
+        await delivered(w)
+        await expect(widget.locator(".unb-transcript .unb-steering")).to_have_text(["steering [hailed: ahoy]"])
+        assert w.errors == []
+        # the built-in pair made from the same table: Pause reads Resume while paused, and resumes
+        pause = widget.locator(".unb-btn.unb-pause")
+        await pause.click(delay=PRESS)
+        await delivered(w)
+        await expect(pause).to_have_text("Resume")
+        await expect(pause).to_have_attribute("title", "Resume the paused operation NAME.")
+        await pause.click(delay=PRESS)
+        await delivered(w)
+        await expect(pause).to_have_text("Pause")
+        await expect(widget.locator(".unb-transcript .unb-steering")).to_have_text([
+            "steering [hailed: ahoy]", "steering [paused by the user]", "steering [resumed by the user]",
+        ])
+        gate.set()
+        assert await h == "done"
+        await harness.show(w)
+        await expect(hail_button).to_be_disabled()  # the operation ended
+    finally:
+        gate.set()
+        unregister_verb("hail")
