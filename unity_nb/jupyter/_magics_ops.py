@@ -30,9 +30,8 @@ def start_operator(magics: UnityMagics, cmd: Command, *, done: dict | None = Non
                    name: str | None = None, notice: str = "") -> LoopHandle:
     """Start the operator ``cmd`` names on the notebook's items, under the magics' model, and show its widget.
     ``done`` (one-map operators) or ``resume_from`` (a store: top-k, agg) keeps what an earlier run finished."""
-    import unity_nb as u
-
     from .._registry import registered_tools
+    from ..batch import agg, extract, filter_rows, join, topk
 
     sub, o = cmd.sub, cmd.options
     items = _items(magics, cmd.name or "", sub)
@@ -53,20 +52,20 @@ def start_operator(magics: UnityMagics, cmd: Command, *, done: dict | None = Non
     def launch(key: str) -> LoopHandle:
         model = magics.current_model()
         if sub == "filter":
-            return u.filter(items, text, model=model, name=key, **options)
+            return filter_rows(items, text, model=model, name=key, **options)
         if sub == "extract":
-            return u.extract(items, text, columns=o["columns"], model=model, name=key, **options)
+            return extract(items, text, columns=o["columns"], model=model, name=key, **options)
         if sub == "topk":
-            return u.topk(items, o["k"], text, candidates=o.get("candidates"),
+            return topk(items, o["k"], text, candidates=o.get("candidates"),
                           max_comparisons=o.get("max_comparisons", 1000), model=model, name=key, **options)
         if sub == "join":
             right_expr = o["right"]
             right = _items(magics, right_expr, sub)
             names = ((cmd.name, right_expr) if (cmd.name or "").isidentifier() and right_expr.isidentifier()
                      and cmd.name != right_expr else ("left", "right"))
-            return u.join(items, right, text, names=names, blocking=None if o.get("all_pairs") else "words",
+            return join(items, right, text, names=names, blocking=None if o.get("all_pairs") else "words",
                           per_left=o.get("per_left", 5), model=model, name=key, **options)
-        return u.agg(items, text, by=o.get("by"), chunk_chars=o.get("chunk_chars", 12_000),
+        return agg(items, text, by=o.get("by"), chunk_chars=o.get("chunk_chars", 12_000),
                      max_depth=o.get("max_depth", 3), model=model, name=key, **options)
 
     return magics.start(name or o.get("name"), launch, sub=sub, notice=notice)
