@@ -346,8 +346,8 @@ class UnityMagics(Magics):
                           notice=notice)
 
     def _map(self, cmd: Command, *, done: dict | None = None, name: str | None = None, notice: str = "") -> Any:
-        from ..batch import map_rows
         from .._registry import registered_tools
+        from ..batch import map_rows
 
         try:
             items = eval(cmd.name or "", self.user_ns)
