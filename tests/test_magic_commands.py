@@ -207,3 +207,9 @@ async def test_a_verb_named_like_a_helper_of_the_magics_steers(stored_shell, mon
         assert await asyncio.wait_for(h.result(), 10) == "done"
     finally:
         unregister_verb("live")
+
+
+def test_an_action_s_help_is_its_subcommand_s():
+    for action in _args.TASK_ACTIONS:
+        assert (parse(f"task {action} --help").sub, parse(f"task {action} -h").name) == ("help", "task")
+    assert all(f"%unity task {action} " in HELP["task"] for action in _args.TASK_ACTIONS)

@@ -424,4 +424,4 @@ def parse(line: str, cell: str | None = None) -> Command:
         return Command("help", name=topic)
     if rest.split()[:1] in (["--help"], ["-h"]):
         return Command("help", name=sub)
-    return parse_declared(declaration(sub), rest, cell, help=HELP[sub])
+    return parse_declared(declaration(sub), rest, cell, help=lambda: HELP[sub])

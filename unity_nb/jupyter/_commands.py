@@ -194,14 +194,14 @@ _OPTION = re.compile(r"""^--([A-Za-z][\w-]*)(?:=|\s+)("[^"]*"|'[^']*'|\S+)\s*"""
 
 
 class _Reader:
-    """Reading one line by the declaration ``spec`` of the subcommand ``sub``; ``help`` follows every error."""
+    """Reading one line by the declaration ``spec`` of the subcommand ``sub``; ``help()`` follows every error."""
 
-    def __init__(self, spec: Subcommand, sub: str, help: str) -> None:
+    def __init__(self, spec: Subcommand, sub: str, help: Callable[[], str]) -> None:
         self.spec, self.sub, self.help = spec, sub, help
         self.path = f"%unity {spec.name}"
 
     def error(self, problem: str) -> UsageError:
-        return UsageError(f"{problem}\n\n{self.help}")
+        return UsageError(f"{problem}\n\n{self.help()}")
 
     def convert(self, key: str, value: str, options: dict) -> None:
         flag = f"--{key}"
@@ -282,15 +282,17 @@ class _Reader:
         return cmd
 
 
-def parse_declared(spec: Subcommand, rest: str, cell: str | None, *, help: str) -> Command:
-    """What follows ``%unity <spec.name>`` (and the cell), read by ``spec``; ``help`` follows each error."""
+def parse_declared(spec: Subcommand, rest: str, cell: str | None, *, help: Callable[[], str]) -> Command:
+    """What follows ``%unity <spec.name>`` (and the cell), read by ``spec``; ``help()`` follows each error."""
     if not spec.actions:
         return _Reader(spec, spec.name, help).read(rest, cell)
     action, _, rest = rest.strip().partition(" ")
+    if rest.split()[:1] in (["--help"], ["-h"]):  # %unity task new --help: the subcommand's help
+        return Command("help", name=spec.name)
     chosen = next((a for a, n in zip(spec.actions, spec.action_names) if n == action), None)
     if chosen is None:
         got = f", not {action!r}" if action else ""
-        raise UsageError(f"%unity {spec.name} takes an action: {', '.join(spec.action_names)}{got}\n\n{help}")
+        raise UsageError(f"%unity {spec.name} takes an action: {', '.join(spec.action_names)}{got}\n\n{help()}")
     cmd = _Reader(chosen, spec.name, help).read(rest, cell)
     cmd.action = action
     return cmd
