@@ -69,5 +69,5 @@ def test_the_widget_says_whether_clicks_act_while_a_cell_runs_and_a_click_acts_o
             [] if SUBSHELLS else [True, False]
         )
         k.run("try:\n    await asyncio.wait_for(h.result(), 30)\nexcept u.Stopped:\n    pass")
-        stopped = k.value("[h.status == 'stopped', h.stop_reason, h.steps < 400]")
+        stopped = k.value("[h.status == 'stopped', h.state.stop_reason, h.steps < 400]")
         assert stopped == [True, "stopped from the widget", True]

@@ -194,7 +194,7 @@ def test_random_clicks_at_a_persons_pace_never_stall(kernel, clicks):
     steering, failing, notes, asks, _paused, _stopped = expect(w.clicks)
     k.run(f"await until(lambda: w.clicks.performed >= {len(w.clicks)})")
     assert k.value("steering(h)") == steering
-    assert k.value("[h.status, h.stop_reason]") == ["stopped", STOP_REASON]
+    assert k.value("[h.status, h.state.stop_reason]") == ["stopped", STOP_REASON]
     expected = [f"{w.clicks[i]}: cannot {w.clicks[i]} {name!r}: the loop is stopped" for i in failing]
     assert k.value("w.errors") == expected
     # the notice shows what went wrong, until a later click works

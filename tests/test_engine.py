@@ -102,7 +102,7 @@ async def test_each_forced_first_step_tool_is_called(bus):
     first, second = model.requests[:2]
     assert [t["function"]["name"] for t in first.tools] == ["lookup"] and first.tool_choice == "required"
     assert [t["function"]["name"] for t in second.tools] == ["other"] and second.tool_choice == "required"
-    assert h.called_tools == {"lookup", "other"}
+    assert h.state.called_tools == {"lookup", "other"}
     step = next(m for m in h.transcript if m.tool_calls)
     assert [c.name for c in step.tool_calls] == ["lookup", "other"]  # one step, both calls
 
@@ -226,7 +226,7 @@ async def test_steering_from_another_thread_is_handed_to_the_loop_s_thread(bus):
     await asyncio.to_thread(lambda: asyncio.run(h.resume()))
     assert h.status == "running"
     await asyncio.to_thread(lambda: asyncio.run(h.stop("from another thread")))
-    assert h.status == "stopped" and h.stop_reason == "from another thread"
+    assert h.status == "stopped" and h.state.stop_reason == "from another thread"
     with pytest.raises(u.Stopped):
         await h
 
@@ -357,7 +357,7 @@ async def test_a_finished_loop_leaves_no_reference_cycle_for_the_collector(bus):
         assert await asyncio.wait_for(h.result(), 10) == "done"
         await asyncio.sleep(0)  # the task's done callbacks run
         gone = weakref.ref(h)
-        parts = [weakref.ref(p) for p in (h.run, h.turn, h.runner, h.router, h.engine)]
+        parts = [weakref.ref(p) for p in (h.run, h._turn, h._runner, h._router, h._engine)]
         del h
         assert gone() is None and all(p() is None for p in parts)
     finally:
@@ -400,7 +400,7 @@ async def test_a_compressed_conversation_promises_nothing_about_its_new_messages
 
     model = u.ScriptedModel(script)
     h = u.start_loop("count", model=model, tools=[tick], context_window=300, compress_at=0.5, keep_last=1, bus=bus)
-    assert await h == "done" and h.compressions >= 1
+    assert await h == "done" and h.state.compressions >= 1
     steps = [r for r in model.requests if not r.messages[0]["content"].startswith("You compress")]
     assert any(r.continues == 0 for r in steps[1:])  # the request right after a compression
     for before, request in itertools.pairwise(steps):

@@ -80,7 +80,7 @@ def test_stop_button_ends_the_run_and_disables_steering(kernel):
     k.run("await h2.wait_for('model_request', timeout=20)")
     k.click(comm_id, action="stop", node=node)
     k.run("await h2.wait_for('loop_finished', timeout=20)")
-    assert k.value("[h2.status, h2.stop_reason]") == ["stopped", "stopped from the widget"]
+    assert k.value("[h2.status, h2.state.stop_reason]") == ["stopped", "stopped from the widget"]
     widget = "get_ipython().magics_manager.registry['UnityMagics'].widgets['job2']"
     assert k.value(f"{widget}.nodes[0]['status']") == "stopped"
     # the widget's own message handler reports a click on an ended handle instead of raising
@@ -116,7 +116,7 @@ def test_a_cell_awaiting_the_handle_can_be_stopped_by_a_click(kernel):
     while reply["parent_header"].get("msg_id") != msg_id:
         reply = k.kc.get_shell_msg(timeout=30)
     assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "Stopped"
-    assert k.value("h4.stop_reason") == "stopped from the widget"
+    assert k.value("h4.state.stop_reason") == "stopped from the widget"
 
 
 def test_tool_output_goes_to_the_widget_never_into_a_cell(kernel):

@@ -234,7 +234,7 @@ async def test_stop_cancels_the_model_call_and_result_raises_stopped(bus):
     finished = h.events[-1]
     assert finished.kind == "loop_finished" and finished.status == "stopped" and finished.reason == "no longer needed"
     await h.stop("again")  # idempotent
-    assert h.stop_reason == "no longer needed"
+    assert h.state.stop_reason == "no longer needed"
 
 
 async def test_stop_while_tools_run_gives_every_call_a_result(bus):
@@ -394,4 +394,4 @@ async def test_cancelling_the_task_from_outside_is_not_a_stop(bus):
     h._task.cancel()  # e.g. the event loop shutting down: not a stop we issued
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(h.result(), 10)
-    assert h.done() and h.stop_reason is None
+    assert h.done() and h.state.stop_reason is None

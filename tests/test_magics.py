@@ -44,7 +44,7 @@ async def test_act_starts_in_the_background_with_registered_tools(ip, capsys):
     assert answer == "answer 42"
     assert "double_result" not in ip.user_ns  # a JSON result the model read whole makes no variable
     h2 = ip.run_cell_magic("unity", "act --name report --max-steps 3", "Write a report\non 21")
-    assert h2.name == "report" and h2.max_steps == 3 and h2.task == "Write a report\non 21"
+    assert h2.name == "report" and h2.run.config.max_steps == 3 and h2.task == "Write a report\non 21"
     await h2
     table = ip.run_line_magic("unity", "list")
     assert list(table["name"]) == ["h1", "report"] and list(table["status"]) == ["finished", "finished"]

@@ -42,10 +42,10 @@ async def test_act_options_reach_the_loop(ip):
         "unity", "act --name small --context-window 64 --compress-at 0.5 --keep-last 2 --time-awareness "
         "--max-parallel-tools 3 go",
     )
-    c = h.config
+    c = h.run.config
     assert (c.context_window, c.compress_at, c.keep_last, c.time_awareness) == (64, 0.5, 2, True)
     assert await h == "done"
-    assert h.compressions >= 1 and any(e.kind == "context_compressed" for e in h.events)
+    assert h.state.compressions >= 1 and any(e.kind == "context_compressed" for e in h.events)
     assert any(r.messages[0]["content"].startswith("You compress") for r in model.requests)
     later = [r for r in model.requests if not r.messages[0]["content"].startswith("You compress")][-1]
     assert any(m["role"] == "user" and str(m["content"]).startswith("[time now: ") for m in later.messages)
@@ -94,11 +94,11 @@ async def test_traitlets_hold_the_defaults(ip, settings):
     ip.run_line_magic("config", "UnityMagics.time_awareness = True")
     ip.run_line_magic("config", "UnityMagics.max_parallel_tools = 1")
     h = ip.run_line_magic("unity", "act --name d go")
-    c = h.config
+    c = h.run.config
     assert (c.context_window, c.compress_at, c.keep_last, c.time_awareness) == (32000, 0.8, 4, True)
     await h
     h2 = ip.run_line_magic("unity", "act --name d2 --context-window 1000 --compress-at 0.9 go")
-    assert (h2.config.context_window, h2.config.compress_at, h2.config.keep_last) == (1000, 0.9, 4)
+    assert (h2.run.config.context_window, h2.run.config.compress_at, h2.run.config.keep_last) == (1000, 0.9, 4)
     await h2
     ip.run_line_magic("config", "UnityMagics.context_window = 10")
     with pytest.raises(UsageError, match=r"UnityMagics.context_window takes a number of tokens .* not 10"):

@@ -136,7 +136,7 @@ class Family:
     async def children_running(self, n=2):
         h = self.handle
         for _ in range(200):
-            kids = [c for row in h.live_children() for c in row.live_children()]
+            kids = [c for row in h.run.live_children() for c in row.run.live_children()]
             if len(kids) >= n:
                 return kids
             await h.wait_for("child_started", timeout=10)
@@ -158,10 +158,10 @@ async def _until(predicate, what, timeout=10):
 async def test_pause_and_resume_reach_every_row_and_its_child(bus):
     f = Family(bus)
     h = f.handle
-    await _until(lambda: sum(1 for r in h.live_children() for _ in r.live_children()) == 2, "children start")
+    await _until(lambda: sum(1 for r in h.run.live_children() for _ in r.run.live_children()) == 2, "children start")
     await h.pause()
-    rows = h.live_children()
-    grandchildren = [c for r in rows for c in r.live_children()]
+    rows = h.run.live_children()
+    grandchildren = [c for r in rows for c in r.run.live_children()]
     assert h.status == "paused" and len(rows) == 2
     assert all(r.status == "paused" for r in rows) and all(c.status == "paused" for c in grandchildren)
     f.gate.set()  # in-flight calls finish; their replies wait for resume, and no new row starts
@@ -176,7 +176,7 @@ async def test_pause_and_resume_reach_every_row_and_its_child(bus):
 async def test_an_interjection_reaches_running_rows_and_rows_not_started(bus):
     f = Family(bus, rows=4, concurrency=2)
     h = f.handle
-    await _until(lambda: sum(1 for r in h.live_children() for _ in r.live_children()) == 2, "children start")
+    await _until(lambda: sum(1 for r in h.run.live_children() for _ in r.run.live_children()) == 2, "children start")
     await h.interject("also flag anything about medicine")
     f.gate.set()
     await asyncio.wait_for(h.result(), 10)
@@ -189,9 +189,9 @@ async def test_an_interjection_reaches_running_rows_and_rows_not_started(bus):
 async def test_stop_ends_the_batch_its_rows_and_their_children_with_partial_results(bus):
     f = Family(bus)
     h = f.handle
-    await _until(lambda: sum(1 for r in h.live_children() for _ in r.live_children()) == 2, "children start")
-    rows = h.live_children()
-    grandchildren = [c for r in rows for c in r.live_children()]
+    await _until(lambda: sum(1 for r in h.run.live_children() for _ in r.run.live_children()) == 2, "children start")
+    rows = h.run.live_children()
+    grandchildren = [c for r in rows for c in r.run.live_children()]
     await h.stop("enough")
     assert h.status == "stopped" and all(r.done() for r in rows) and all(c.done() for c in grandchildren)
     with pytest.raises(u.Stopped):
@@ -204,7 +204,7 @@ async def test_stop_ends_the_batch_its_rows_and_their_children_with_partial_resu
 async def test_ask_answers_about_the_batch_so_far(bus):
     f = Family(bus)
     h = f.handle
-    await _until(lambda: sum(1 for r in h.live_children() for _ in r.live_children()) == 2, "children start")
+    await _until(lambda: sum(1 for r in h.run.live_children() for _ in r.run.live_children()) == 2, "children start")
     seen = []
 
     def inspector(messages, tools):

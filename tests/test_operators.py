@@ -241,7 +241,7 @@ async def test_an_operator_of_several_maps_is_paused_interjected_and_stopped(bus
 
     await asyncio.wait_for(three.wait(), 10)  # three rows running
     await h.pause()
-    assert h.phase.gate.paused and all(c.gate.paused for c in h.phase.live_children())
+    assert h.phase.run.gate.paused and all(c.run.gate.paused for c in h.phase.run.live_children())
     release.set()
     await settle(200)
     held = len(started)
@@ -302,17 +302,17 @@ async def test_every_verb_reaches_every_operator_s_running_rows(bus, kind):
     h = OPERATORS[kind](u.ScriptedModel(held), bus)
     await asyncio.wait_for(asked.wait(), 10)
     batch = h if isinstance(h, u.MapHandle) else h.phase  # topk and agg: the map of the phase running
-    rows = batch.live_children()
+    rows = batch.run.live_children()
     assert len(rows) == 2 and h.progress["running"] == 2
     await h.pause()
-    assert h.status == "paused" and all(r.gate.paused for r in rows)
+    assert h.status == "paused" and all(r.run.gate.paused for r in rows)
     await h.interject("only the abstracts about sleep")
     assert all(any("only the abstracts about sleep" in str(m.content) for m in r.transcript) or
-               "only the abstracts about sleep" in " ".join(r.pending_notes) for r in rows)
+               "only the abstracts about sleep" in " ".join(r.run.conversation.pending) for r in rows)
     inspector = u.ScriptedModel(lambda messages, tools: messages[0]["content"])  # what the ask was told
     assert "2 running" in await (await h.ask("how far along?", model=inspector)).result()
     await h.resume()
-    assert h.status == "running" and not any(r.gate.paused for r in rows)
+    assert h.status == "running" and not any(r.run.gate.paused for r in rows)
     await h.stop("enough")
     with pytest.raises(u.Stopped):
         await asyncio.wait_for(h.result(), 10)

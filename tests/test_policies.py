@@ -229,7 +229,7 @@ async def test_stopping_the_last_open_request_stops_a_loop_that_does_not_persist
     h = u.start_loop("only", model=u.ScriptedModel(never), multi=True, bus=bus)
     await h.wait_for("model_request", timeout=10)
     await h.requests[0].stop("changed my mind")
-    assert h.status == "stopped" and "changed my mind" in h.stop_reason
+    assert h.status == "stopped" and "changed my mind" in h.state.stop_reason
 
 
 # ---------------------------------------------------------------------------- compression
@@ -255,7 +255,7 @@ async def test_a_long_transcript_is_compressed_and_keeps_working(bus):
     answer = await h
     assert answer.startswith("read 12 pages")
     compressed = [e for e in h.events if e.kind == "context_compressed"]
-    assert len(compressed) >= 2 and h.compressions == len(compressed)
+    assert len(compressed) >= 2 and h.state.compressions == len(compressed)
     assert all(e.tokens_after < e.tokens_before for e in compressed)
     # every request the model got was a valid conversation, and stayed bounded
     work = [r for r in model.requests if not r.messages[0]["content"].startswith("You compress")]
@@ -329,7 +329,7 @@ async def test_discovery_first_hides_tools_until_the_discovery_tools_were_called
     assert offered[0] == offered[1] == ["list_functions", "list_guidance"]
     assert [r.tool_choice for r in model.requests[:2]] == ["required", "required"]
     assert offered[2] == ["list_functions", "list_guidance", "lookup"] and model.requests[2].tool_choice == "auto"
-    assert h.called_tools == {"list_functions", "list_guidance", "lookup"}
+    assert h.state.called_tools == {"list_functions", "list_guidance", "lookup"}
 
 
 async def test_a_failed_discovery_call_does_not_open_the_surface(bus):
@@ -424,8 +424,8 @@ async def test_references_are_numbered_shown_and_kept_when_cited(bus):
 
     h = u.start_loop("How did North do?", model=u.ScriptedModel(script), tools=[search], bus=bus)
     assert await h == "North fell 12% [1]."
-    assert [r.number for r in h.all_references] == [1, 2]
-    assert [(r.number, r.title, r.tool) for r in h.references] == [(1, "Q3 report", "search")]
+    assert [r.number for r in h.state.all_references] == [1, 2]
+    assert [(r.number, r.title, r.tool) for r in h.state.references] == [(1, "Q3 report", "search")]
 
 
 CORPUS = [u.Reference("Q3 report", "North fell 12%."), u.Reference("Memo", "South grew.")]
@@ -453,9 +453,9 @@ async def test_a_reference_object_returned_twice_keeps_the_number_the_model_was_
         bus=bus,
     )
     assert await h == "North fell [1], South grew [2]."
-    assert [r.number for r in h.all_references] == [1, 2, 3]
-    assert [(r.number, r.title) for r in h.references] == [(1, "Q3 report"), (2, "Memo")]
-    assert [v.passed for v in h.evaluation_results] == [True]
+    assert [r.number for r in h.state.all_references] == [1, 2, 3]
+    assert [(r.number, r.title) for r in h.state.references] == [(1, "Q3 report"), (2, "Memo")]
+    assert [v.passed for v in h.state.evaluation_results] == [True]
 
 
 async def test_an_evaluation_that_fails_once_sends_the_model_back_once(bus):
@@ -471,7 +471,7 @@ async def test_an_evaluation_that_fails_once_sends_the_model_back_once(bus):
     assert await h == "North fell 12% [1]."
     runs = [(e.passed, e.sent_back) for e in h.events if e.kind == "evaluation_run"]
     assert runs == [(False, True), (True, False)]
-    assert "cites [7], which no tool returned" in h.evaluation_results[0].feedback
+    assert "cites [7], which no tool returned" in h.state.evaluation_results[0].feedback
     assert len(model.requests) == 3  # the tool step, the failed answer, the corrected one
     kinds = [m.kind for m in h.transcript if m.role == "assistant"]
     assert kinds == ["text", "text", "answer"]  # the failed answer stays in the transcript, not as the answer
@@ -489,7 +489,7 @@ async def test_evaluations_are_bounded_and_the_last_answer_stands(bus):
     assert await h == "attempt 3"
     assert calls == ["attempt 1", "attempt 2", "attempt 3"]
     assert [e.sent_back for e in h.events if e.kind == "evaluation_run"] == [True, True, False]
-    assert [v.passed for v in h.evaluation_results] == [False, False, False]
+    assert [v.passed for v in h.state.evaluation_results] == [False, False, False]
 
 
 async def test_evaluations_of_a_request_answer_keep_it_open_until_corrected(bus):
@@ -553,8 +553,8 @@ async def test_thinking_steps_show_what_the_loop_is_doing(bus):
 
     h = u.start_loop("x", model=u.ScriptedModel(script), tools=[lookup], bus=bus)
     await h
-    assert h.thinking == ["Looking up the key first.", "calling lookup"]
-    assert [e.text for e in h.events if e.kind == "thinking_step"] == h.thinking
+    assert h.state.thinking == ["Looking up the key first.", "calling lookup"]
+    assert [e.text for e in h.events if e.kind == "thinking_step"] == h.state.thinking
 
 
 async def test_a_tool_can_hand_off_control_to_its_loop(bus):

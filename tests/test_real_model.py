@@ -51,9 +51,9 @@ def _ended_clearly(h) -> None:
     """Finished with something said, or failed or stopped with a reason: never an empty success."""
     assert h.done()
     if h.status == "finished":
-        assert isinstance(h.result_value, str) and h.result_value.strip()
+        assert isinstance(h.state.answer, str) and h.state.answer.strip()
     else:
-        assert h.status in ("failed", "stopped") and str(h.error).strip()
+        assert h.status in ("failed", "stopped") and str(h.state.error).strip()
 
 
 async def test_a_plain_answer_is_said_and_its_tokens_counted(model, bus):

@@ -122,10 +122,10 @@ async def test_a_secret_in_a_reference_is_scrubbed_from_the_references_the_widge
     w = HandleWidget(h)
     assert await h == "see [1]"
     w.flush()
-    (ref,) = h.references
+    (ref,) = h.state.references
     assert ref.title == "token <<secret:API_TOKEN>>" and ref.url == "https://example.invalid?key=<<secret:API_TOKEN>>"
     assert VALUE not in json.dumps({"nodes": w.nodes, "entries": w.entries}) and VALUE not in render_html(h)
-    assert VALUE not in json.dumps([(r.title, r.text, r.url) for r in h.all_references])
+    assert VALUE not in json.dumps([(r.title, r.text, r.url) for r in h.state.all_references])
 
 
 def test_a_display_bundle_is_scrubbed_in_text_svg_and_json_but_binary_images_are_kept(secret):
@@ -240,7 +240,7 @@ async def test_a_secret_a_tool_writes_in_pieces_is_found_nowhere(secret, routed,
     w.flush()
     rec, rebuilt = scan_everywhere(h, w, store, tmp_path)
     assert rec.output == "<<secret:API_TOKEN>>\n" and [c.output for c in rebuilt] == [rec.output]
-    assert h.printed == len(rec.output)
+    assert h.state.printed == len(rec.output)
 
 
 async def test_text_held_back_as_a_possible_start_of_a_value_is_published_when_the_call_ends(secret, routed):

@@ -90,7 +90,7 @@ async def scenario(ops, finish_by_stop):
     for h in parent.walk():
         await asyncio.wait_for(h._ended.wait(), 10)
         assert h.done() and h.status in ("finished", "stopped", "failed"), h
-        assert h.status != "failed", h.error
+        assert h.status != "failed", h.state.error
     assert_every_call_answered_once(parent)
     if finish_by_stop and parent.status == "stopped":
         assert all(c.done() for c in parent.walk())

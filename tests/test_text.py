@@ -81,7 +81,7 @@ async def test_a_tool_printing_3_mb_keeps_a_bounded_head_and_tail_saying_how_muc
     assert rec.output_cut == cut == 2_000_000
     cut_note = "\n[... 2,000,000 characters cut ...]\n"
     assert rec.output == whole[: OUTPUT_LIMIT // 2] + cut_note + whole[-OUTPUT_LIMIT // 2 :]
-    assert h.printed == MB3  # what was printed, counted in full
+    assert h.state.printed == MB3  # what was printed, counted in full
     # the ToolOutput events add up to what is kept (head as it came, then the cut line and the tail at the end)
     published = [e.text for e in h.events if isinstance(e, ToolOutput)]
     assert "".join(published) == rec.output

@@ -72,7 +72,7 @@ async def test_a_tool_policy_that_hides_a_tool_is_held_and_the_loop_goes_on(bus)
     answer = await h
     assert RAN == []
     assert "hidden_tool is not available at this step" in answer and "functions: hidden_tool" in answer
-    assert h.called_tools == {"list_functions"}
+    assert h.state.called_tools == {"list_functions"}
 
 
 async def test_a_dynamic_tool_of_an_earlier_step_is_refused_at_a_step_that_does_not_offer_it(bus):

@@ -16,22 +16,16 @@ from typing import Any, Literal
 from .. import events as ev
 from .._errors import UserError
 from .._registry import registered_tools
-from .._secrets import get_secret, scrub, scrub_bundle, secret_names
+from .._secrets import secret_names
 from ..loop import (
     LoopHandle,
     Tool,
-    ToolCallRecord,
-    ToolContext,
-    ToolFailed,
     as_tool,
-    current_call,
-    skipped_result,
 )
 from ..models import default_model
-from ._describe import describe_namespace, describe_value, user_variables
-from ._executor import Executor, final_answer
+from ._describe import describe_namespace, user_variables
 from ._primitives import Primitives
-from ._refs import RefIndex, RefTool
+from ._source import ActorTools
 
 __all__ = ("Actor", "ActorHandle", "act")
 
@@ -59,12 +53,6 @@ _DONE_MULTI = """\
   tool final_answer(request_id, answer) as soon as it is done (not in a plan); what a plan
   creates stays in the namespace for the person."""
 
-
-def _no_plan_final_answer(value: Any = None) -> None:
-    """In a multi-request run a plan cannot end the run: the final_answer tool completes a request."""
-    raise RuntimeError(
-        "this run serves several requests: complete one with the tool final_answer(request_id, answer), not in a plan"
-    )
 
 _PRIMITIVES_HINT = "\n- Primitives (call them with await):\n{listing}"
 _TOOLS_HINT = (
@@ -158,203 +146,59 @@ def act(task: str, **options: Any) -> ActorHandle:
 
 
 class ActorHandle(LoopHandle):
-    """The handle of an actor run: a :class:`LoopHandle` plus plans, approval and the namespace.
+    """The handle of an actor run: a loop given the actor's :class:`ActorTools` as its tool source.
 
     ``await h`` gives the final answer, or the value a plan passed to ``final_answer``.
     ``h.pending_approvals`` lists plans waiting for the person; :meth:`approve` runs one and
-    :meth:`skip` tells the model it was skipped.
+    :meth:`skip` tells the model it was skipped. ``h.plans`` counts plans, ``h.namespace`` is where they run.
     """
 
     kind = "actor"
 
     def __init__(self, task: str, *, actor: Actor, model: Any, **options: Any) -> None:
-        self.actor = actor
-        self.namespace = actor.namespace
-        self.plans = 0
+        multi = bool(options.get("multi"))
+        self.tools = tools = ActorTools(actor, multi=multi, label=f"plan {options.get('name') or 'actor'}")
+        """What the actor adds to the loop: its plans, namespace and JSON tools by reference."""
+        system = options.pop("system", None) or actor.system or system_prompt(actor, tools.json_tools, multi)
+        super().__init__(task, model=model, tools=[tools.exec_tool], system=system, tool_source=tools, **options)
+        self.run.tags["actor"] = actor
+
+    @property
+    def namespace(self) -> dict:
+        """Where plans run (the notebook's namespace by default)."""
+        return self.tools.namespace
+
+    @property
+    def plans(self) -> int:
         """Plans run (or skipped) so far."""
-        self.displayed = 0
+        return self.tools.plans
+
+    @property
+    def displayed(self) -> int:
         """Rich outputs plans displayed so far."""
-        self._ref_tools: dict[str, RefTool] = {}
-        self._index: RefIndex | None = None
-        self._index_for: tuple[str, ...] = ()
-        self._json_tools = actor.tools
-        if not actor.references:
-            for t in self._json_tools:
-                if t.ref_only:
-                    raise UserError(
-                        f"tool {t.name!r} takes {', '.join(t.ref_only)} by reference only, and references=False"
-                    )
-        self.executor = Executor(
-            actor.namespace,
-            protected={
-                "primitives": actor.primitives, "get_secret": get_secret,
-                "final_answer": _no_plan_final_answer if options.get("multi") else final_answer,
-            },
-            hidden=actor.hidden,
-            code_timeout=actor.code_timeout,
-            label=f"plan {options.get('name') or 'actor'}",
-            shell=actor.shell,
-        )
-        self._multi_run = bool(options.get("multi"))
-        exec_tool = as_tool(self._make_execute(), name="execute_code")
-        self._exec_tool = exec_tool
-        system = options.pop("system", None) or actor.system or self._system_prompt()
-        super().__init__(task, model=model, tools=[exec_tool], system=system, **options)
-        self._known = self.executor.snapshot()
-
-    # -- what the model sees -------------------------------------------------------------
-
-    def _system_prompt(self) -> str:
-        prims = self.actor.primitives
-        prompt = SYSTEM.format(
-            primitives_hint=_PRIMITIVES_HINT.format(listing=prims.describe()) if prims else "",
-            tools_hint=_TOOLS_HINT if self._json_tools and self.actor.references else "",
-            done_hint=_DONE_MULTI if self._multi_run else _DONE,
-        )
-        variables = user_variables(self.namespace, self.actor.hidden)
-        extra = f"\n{self.actor.instructions}\n" if self.actor.instructions else ""
-        names = secret_names()
-        if names:
-            listing = ", ".join(f"{n} ({d})" if d else n for n, d in names.items())
-            extra += (
-                f"\nSecrets (you never see their values): {listing}. In a plan, get_secret('NAME') gives one; "
-                "in a JSON tool argument write '<<secret:NAME>>'. Never print, return or store a secret's value.\n"
-            )
-        return prompt + extra + "\nVariables in the namespace now:\n" + describe_namespace(variables)
-
-    def available_tools(self) -> list[Tool]:
-        tools: list[Tool] = [self._exec_tool]
-        if not self._json_tools:
-            return tools
-        if not self.actor.references:
-            return tools + [t for t in self._json_tools if t.name != "execute_code"]
-        self._refresh_refs()
-        return tools + [t for t in self._ref_tools.values() if t.available]
-
-    def _refresh_refs(self) -> None:
-        names = tuple(t.name for t in self._json_tools)
-        if self._index is None or names != self._index_for:
-            self._index = RefIndex(self._json_tools)
-            self._index_for = names
-            self._ref_tools = {}
-        # the snapshot this step took (before_step runs before the tools are offered); a first one if none yet
-        compatible = self._index.refresh(self.executor.last or self.executor.snapshot(), self.namespace)
-        if self._ref_tools and all(t.compatible is compatible for t in self._ref_tools.values()):
-            return  # nothing a schema shows has changed: the tools offered last step stand
-        self._ref_tools = {
-            t.name: RefTool(
-                t, namespace=self.namespace, index=self._index, compatible=compatible,
-                protected=frozenset(self.executor.protected), on_stored=self._stored, hidden=self.actor.hidden,
-            )
-            for t in self._json_tools
-            if t.name != "execute_code"
-        }
-
-    def tool_named(self, name: str) -> Tool | None:
-        if name == "execute_code":
-            return self._exec_tool
-        if self.actor.references:
-            if name not in self._ref_tools and any(t.name == name for t in self._json_tools):
-                self._refresh_refs()
-            return self._ref_tools.get(name)
-        return next((t for t in self._json_tools if t.name == name), None)
-
-    def before_step(self) -> None:
-        """Tell the model about variables the person changed in cells since it last looked."""
-        if self.steps == 0:  # what the cell that started the run bound meanwhile (``h = %unity act``) is not news
-            self._known = self.executor.snapshot()
-            return
-        outside = self.executor.diff(self._known)
-        self._known = self.executor.last
-        if outside.created or outside.changed or outside.deleted:
-            lines = ["[the namespace changed outside your plans (the person ran cells)]"]
-            lines += [f"created {k}: {v}" for k, v in outside.created.items()]
-            lines += [f"changed {k}: {v}" for k, v in outside.changed.items()]
-            if outside.deleted:
-                lines.append("deleted: " + ", ".join(outside.deleted))
-            self.conversation.note("\n".join(lines))
-            self.run.emit(
-                ev.VariablesChanged, call_id=None, created=tuple(outside.created),
-                changed=tuple(outside.changed), deleted=tuple(outside.deleted),
-            )
-
-    def _stored(self, name: str, _value: Any) -> None:
-        call = self._current_call()
-        self._known = self.executor.snapshot()
-        self.run.emit(ev.VariablesChanged, call_id=call, created=(name,))
-
-    def _current_call(self) -> str | None:
-        c = current_call()
-        return c.call_id if c is not None and c.loop is self else None
-
-    # -- plans ----------------------------------------------------------------------------
-
-    def _make_execute(self) -> Callable[..., Any]:
-        handle = self
-
-        async def execute_code(code: str, intent: str, ctx: ToolContext) -> str:
-            """Run Python in the notebook's namespace (top-level await allowed). Returns success,
-            stdout, stderr, the value of the last expression, and the variables created, changed
-            and deleted."""
-            return await handle._run_plan(code, intent, ctx)
-
-        return execute_code
-
-    def _needs_approval(self) -> bool:
-        mode = self.actor.approval
-        return mode == "always" or (mode == "first" and self.plans == 0)
-
-    async def _run_plan(self, code: str, intent: str, ctx: ToolContext) -> str:
-        rec: ToolCallRecord | None = ctx.record
-        before: dict | None = self._known  # taken before this step: only identities are checked again
-        if self._needs_approval():
-            before = None  # the person may have run cells while the plan waited: look again
-            run, reason = await self.wait_for_approval(ctx.call_id, tool="execute_code", code=code, intent=intent)
-            if not run:
-                self.plans += 1
-                return skipped_result("execute_code", reason)
-        self.plans += 1
-
-        def on_output(text: str, _stream: str) -> None:
-            if rec is not None:
-                self.runner.printed(rec, text)
-
-        def on_display(bundle: dict) -> None:
-            bundle = scrub_bundle(bundle)
-            self.displayed += 1
-            if rec is not None:
-                rec.add_display(bundle)
-            self.run.emit(ev.ToolDisplay, call_id=ctx.call_id, mime_types=tuple(bundle.get("data", {})))
-
-        result = await self.executor.run(code, on_output=on_output, on_display=on_display, before=before)
-        self._known = self.executor.last
-        self.run.emit(
-            ev.CodeExecuted, call_id=ctx.call_id, intent=intent, code=scrub(code),
-            success=result.success, error=scrub(result.error), stdout_chars=len(result.stdout),
-            stderr_chars=len(result.stderr), final=result.final,
-        )
-        if result.created or result.changed or result.deleted:
-            self.run.emit(
-                ev.VariablesChanged, call_id=ctx.call_id, created=tuple(result.created),
-                changed=tuple(result.changed), deleted=tuple(result.deleted),
-            )
-        # scrubbed whole before the model's view cuts them to a head and a tail, so no cut splits a value
-        result.stdout, result.stderr, result.error = scrub(result.stdout), scrub(result.stderr), scrub(result.error)
-        text = result.for_model()
-        if result.final:
-            value = result.final_value
-            self.finish_with(value, value if isinstance(value, str) else describe_value(value, 2000))
-        if not result.success:
-            raise ToolFailed(text)
-        return text
-
-    # -- approval (the loop's: unity_nb.loop._approval) ----------------------------------
-
-    def needs_approval(self, tool: Tool) -> bool:
-        """A JSON tool waits when it is marked, or on every call with ``approval="always"`` (a plan's
-        approval is asked inside ``execute_code``, where ``"first"`` counts plans)."""
-        return tool.needs_approval or (self.actor.approval == "always" and tool.name != "execute_code")
+        return self.tools.displayed
 
     def __repr__(self) -> str:
-        extra = f", {len(self._approvals)} call(s) waiting for approval" if self._approvals else ""
+        waiting = len(self.run.approvals)
+        extra = f", {waiting} call(s) waiting for approval" if waiting else ""
         return f"<unity handle {self.name!r}: {self.status.value}, {self.steps} steps{extra}>"
+
+
+def system_prompt(actor: Actor, json_tools: list[Tool], multi: bool) -> str:
+    """The actor's system prompt: how to act, its primitives and tools, secrets by name, the namespace now."""
+    prims = actor.primitives
+    prompt = SYSTEM.format(
+        primitives_hint=_PRIMITIVES_HINT.format(listing=prims.describe()) if prims else "",
+        tools_hint=_TOOLS_HINT if json_tools and actor.references else "",
+        done_hint=_DONE_MULTI if multi else _DONE,
+    )
+    variables = user_variables(actor.namespace, actor.hidden)
+    extra = f"\n{actor.instructions}\n" if actor.instructions else ""
+    names = secret_names()
+    if names:
+        listing = ", ".join(f"{n} ({d})" if d else n for n, d in names.items())
+        extra += (
+            f"\nSecrets (you never see their values): {listing}. In a plan, get_secret('NAME') gives one; "
+            "in a JSON tool argument write '<<secret:NAME>>'. Never print, return or store a secret's value.\n"
+        )
+    return prompt + extra + "\nVariables in the namespace now:\n" + describe_namespace(variables)

@@ -300,7 +300,7 @@ class MapHandle(Spending, LoopHandle):
         """Tokens of every row of this run (ended and running)."""
         done = self._done_usage
         out = Usage(done.input_tokens, done.output_tokens, done.estimated)
-        for c in self.live_children():
+        for c in self.run.live_children():
             out += c.usage
         return out
 
@@ -311,7 +311,7 @@ class MapHandle(Spending, LoopHandle):
     @property
     def steps(self) -> int:
         """Model calls of every row of this run."""
-        return self._done_steps + sum(c.steps for c in self.live_children())
+        return self._done_steps + sum(c.steps for c in self.run.live_children())
 
     @steps.setter
     def steps(self, value: int) -> None:
@@ -320,7 +320,7 @@ class MapHandle(Spending, LoopHandle):
     @property
     def tool_calls(self) -> int:
         """Tool calls of every row of this run."""
-        return self._done_tool_calls + sum(c.tool_calls for c in self.live_children())
+        return self._done_tool_calls + sum(c.tool_calls for c in self.run.live_children())
 
     @tool_calls.setter
     def tool_calls(self, value: int) -> None:
@@ -372,7 +372,7 @@ class MapHandle(Spending, LoopHandle):
         child = LoopHandle(row.task, parent=self, config=config)
         row.child = child
         for note in self._row_notes:  # interjections made before the row started
-            child.conversation.note(note)
+            child.run.conversation.note(note)
         try:
             value = await child.result()
             row.answer, row.status = parse_answer(value, self.output), "finished"
@@ -382,7 +382,7 @@ class MapHandle(Spending, LoopHandle):
             if self.fatal is not None:
                 row.reason = f"stopped: the batch failed ({reason_of(self.fatal)})"
             else:
-                row.reason = self.stop_reason or "the batch was stopped"
+                row.reason = self.state.stop_reason or "the batch was stopped"
             row.status = "stopped"
             if not child.done():
                 await child.stop(row.reason)
@@ -482,7 +482,7 @@ class MapHandle(Spending, LoopHandle):
         rate = self.rate()
         waiting = counts["waiting"]
         left = None if waiting is None else waiting + counts["running"]
-        moving = not self.done() and not self.gate.paused and self.stop_reason is None
+        moving = not self.done() and not self.run.gate.paused and self.state.stop_reason is None
         usage = self.usage
         cost = self.tree_cost
         ended = self._ended_rows  # rows of this run that ended (kept rows excluded)
@@ -542,7 +542,7 @@ class MapHandle(Spending, LoopHandle):
         self.run.steer("interject", message)
         self._row_notes.append(VERBS["interject"].note(message, None) or message)
         await asyncio.gather(
-            *(c.interject(message) for c in self.live_children()), return_exceptions=True
+            *(c.interject(message) for c in self.run.live_children()), return_exceptions=True
         )
 
     def inspection(self) -> str:

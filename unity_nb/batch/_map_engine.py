@@ -39,8 +39,8 @@ class MapEngine(Engine):
         settled = 0
         try:
             while True:
-                await h.gate.wait()
-                while (len(running) < h.concurrency and not h.gate.paused and h.stop_reason is None
+                await h.run.gate.wait()
+                while (len(running) < h.concurrency and not h.run.gate.paused and h.state.stop_reason is None
                        and h.fatal is None and not h.check_budget()):
                     row = h.next_row()
                     if row is None:
@@ -53,7 +53,7 @@ class MapEngine(Engine):
                     task = h.event_loop.create_task(h.run_row(row))
                     running.add(task)
                     task.add_done_callback(row_ended)
-                if not running and not ended and (h.exhausted or h.stop_reason is not None):
+                if not running and not ended and (h.exhausted or h.state.stop_reason is not None):
                     break
                 if not ended and running:
                     wake.clear()
@@ -67,7 +67,7 @@ class MapEngine(Engine):
                 t.cancel()
             if running:
                 await asyncio.wait(running)
-        if h.stop_reason is not None:  # stopped while its last rows ended: a stop, not an answer
+        if h.state.stop_reason is not None:  # stopped while its last rows ended: a stop, not an answer
             raise asyncio.CancelledError
         c = h.counts
         if c["failed"] and not c["finished"] and not c["stopped"]:  # nothing came of it: not a success

@@ -146,7 +146,7 @@ class PhasedEngine(Engine):
         try:
             value = await h.run_phases()
         except Stopped:
-            if h.stop_reason is not None:  # its phase was stopped by this operation's stop: a stop
+            if h.state.stop_reason is not None:  # its phase was stopped by this operation's stop: a stop
                 raise asyncio.CancelledError from None
             raise
         h.state.result_object = value
@@ -191,7 +191,7 @@ class PhasedHandle(LoopHandle):
     async def run_map(self, phase: str, items: Any, task: str, **options: Any) -> MapHandle:
         """Run one phase: a map of ``items`` under this operation, to its end (its rows' failures are its
         result's missing values; a map whose every row failed raises)."""
-        await self.gate.wait()
+        await self.run.gate.wait()
         self.phase_name = phase
         name = f"{self.name}.{phase}"
         done = None

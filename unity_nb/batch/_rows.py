@@ -267,12 +267,12 @@ def answer_tool(output: type[pydantic.BaseModel]) -> Tool:
             misses[call.loop] = tried = misses.get(call.loop, 0) + 1
             if tried >= 2:
                 reason = f"the answer did not validate twice: {problems}"
-                call.loop.finish_with(Invalid(reason), reason)
+                call.loop.run.finish_with(Invalid(reason), reason)
                 return reason
             raise ValueError(f"the answer does not validate: {problems}. Call submit_answer again with "
                              f"{output.__name__}'s fields as typed: {_types(output)}") from None
         if call is not None:
-            call.loop.finish_with(value, value.model_dump_json())
+            call.loop.run.finish_with(value, value.model_dump_json())
         return "answer recorded"
 
     doc = output.__doc__ or ""

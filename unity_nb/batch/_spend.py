@@ -52,7 +52,7 @@ class Spending:
         """Tokens of every row and every loop under a row, of this run."""
         done = self._done_tree
         out = Usage(done.input_tokens, done.output_tokens, done.estimated)
-        for c in self.live_children():
+        for c in self.run.live_children():
             out += c.tree_usage
         return out
 
@@ -63,7 +63,7 @@ class Spending:
         if self._cost_unknown:
             return None
         total = self._done_cost
-        for c in self.live_children():
+        for c in self.run.live_children():
             part = c.tree_cost
             if part is None:
                 return None
@@ -86,7 +86,7 @@ class Spending:
         if spent is None or spent < self.budget:
             return False
         self.budget_reached = True
-        self.gate.close()  # no new row starts; rows in flight finish (never paused mid-row)
+        self.run.gate.close()  # no new row starts; rows in flight finish (never paused mid-row)
         self.run.emit(ev.BudgetReached, budget=self.budget, spent=round(spent, 6), message=self.budget_message())
         return True
 

@@ -522,7 +522,7 @@ class UnityMagics(Magics):
 
     def _submit(self, cmd: Command) -> Any:
         handle = self._live(cmd)
-        if not handle.multi:
+        if not handle.run.config.multi:
             raise UsageError(
                 f"{handle.name!r} serves one request: start it with `%unity act --multi ...` to submit more "
                 f"(or use %unity interject {handle.name} ...)\n\n{HELP[cmd.sub]}"

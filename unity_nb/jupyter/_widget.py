@@ -179,7 +179,7 @@ def _wait_line(event: Any) -> str:
 
 
 def _node(h: LoopHandle, depth: int, retry: str = "", cut_off: str = "") -> dict:
-    status = h.status.value
+    status, err = h.status.value, h.state.error
     return {
         "id": h.id,
         "name": h.name,
@@ -194,9 +194,9 @@ def _node(h: LoopHandle, depth: int, retry: str = "", cut_off: str = "") -> dict
         "elapsed": round(h.elapsed, 1),
         "model": getattr(h.model, "name", type(h.model).__name__),
         "task": _clip(h.task, 500),
-        "answer": h.result_value,
-        "error": None if h.error is None or status == "stopped" else f"{type(h.error).__name__}: {h.error}",
-        "stop_reason": h.stop_reason,
+        "answer": h.state.answer,
+        "error": None if err is None or status == "stopped" else f"{type(err).__name__}: {err}",
+        "stop_reason": h.state.stop_reason,
         "streaming": "" if h.done() else _clip(h.streaming_text),
         "reasoning": _tail(h.streaming_thinking),
         "retry": retry,
@@ -205,13 +205,13 @@ def _node(h: LoopHandle, depth: int, retry: str = "", cut_off: str = "") -> dict
             {"call_id": c["call_id"], "question": c["question"]}
             for c in h.pending_clarifications() if c.get("loop_id") == h.id
         ],
-        "thinking": h.thinking[-1] if h.thinking else "",
+        "thinking": h.state.thinking[-1] if h.state.thinking else "",
         "references": [
             {
                 "number": r.number, "title": _clip(r.title, 200),
                 "url": r.url if _safe_url(r.url) else None, "text": _clip(r.text, 300),
             }
-            for r in h.references
+            for r in h.state.references
         ],
         "approvals": [
             {"call_id": a["call_id"], "code": _clip(a["code"]), "intent": _clip(a["intent"], 500)}
@@ -414,13 +414,14 @@ class HandleWidget(anywidget.AnyWidget):
         nodes = [_node(h, d, self._retries.get(h.id, ""), self._cut_off.get(h.id, "")) for h, d in tree]
         changed_entries = None
         for h, _d in tree:
-            signature = (len(h.transcript), h.printed, getattr(h, "displayed", 0))  # a result always appends a message
+            # a result always appends a message
+            signature = (len(h.transcript), h.state.printed, getattr(h, "displayed", 0))
             if self._entry_counts.get(h.id) != signature:
                 changed_entries = changed_entries or dict(self.entries)
                 changed_entries[h.id] = [_entry(m) for m in h.transcript]
                 self._entry_counts[h.id] = signature
         asks = [
-            {"node": nid, "question": q, "status": a.status.value, "answer": a.result_value or a.streaming_text}
+            {"node": nid, "question": q, "status": a.status.value, "answer": a.state.answer or a.streaming_text}
             for nid, q, a in self._ask_handles
         ]
         verbs = verb_buttons()  # a verb registered (or unregistered) since: a button more (or less)

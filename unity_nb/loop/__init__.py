@@ -18,6 +18,8 @@ from ._policy import (
 )
 from ._records import Message, ToolCallRecord
 from ._requests import RequestHandle
+from ._run import Run
+from ._source import OwnTools, ToolSource
 from ._start import start_loop
 from ._status import Status
 from ._steering import VERBS, Verb, register_verb, steering_entry, unregister_verb
@@ -62,4 +64,7 @@ __all__ = (
     "unregister_verb",
     "Engine",
     "skipped_result",
+    "Run",
+    "ToolSource",
+    "OwnTools",
 )

@@ -142,7 +142,7 @@ def cites_references(*, required: bool = True):
     ``required``) the answer cites at least one when references exist."""
 
     def cites_references(answer: str, loop: Loop) -> Evaluation:
-        known = {r.number for r in loop.all_references}
+        known = {r.number for r in loop.state.all_references}
         cited = cited_numbers(answer)
         unknown = [n for n in cited if n not in known]
         if unknown:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import weakref
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING
 
 from .. import events as ev
 from .._errors import Stopped, UnityError
@@ -30,25 +30,21 @@ if TYPE_CHECKING:
     from ._requests import RequestHandle
     from ._run import Run
     from ._runner import ToolRunner
+    from ._source import ToolSource
     from ._turn import Turn
 
 __all__ = ("Engine",)
 
 
-class _Source(Protocol):
-    """What the engine reads of the loop it drives, held weakly: what a subclass changes (``before_step``)
-    and where notes bubble up from."""
-
-    def notify(self, call_id: str | None, text: str, request_id: str | None = None) -> None: ...
-    def before_step(self) -> None: ...
-
-
 class Engine:
-    """Drives one loop from its first model call to its end."""
+    """Drives one loop from its first model call to its end. It is given the loop's :class:`Run`, turn, tool runner
+    and :class:`ToolSource` (its work before each step) and, held weakly, the :class:`Loop` hooks and policies see
+    (a batch's engine drives its rows through it)."""
 
-    __slots__ = ("__weakref__", "_run", "_runner", "_source", "_turn", "corrections", "typed_retries")
+    __slots__ = ("__weakref__", "_run", "_runner", "_source", "_tools", "_turn", "corrections", "typed_retries")
 
-    def __init__(self, run: Run, turn: Turn, runner: ToolRunner, source: _Source) -> None:
+    def __init__(self, run: Run, turn: Turn, runner: ToolRunner, tools: ToolSource, source: Loop) -> None:
+        self._tools = tools
         self._run = run
         self._turn = turn
         self._runner = runner
@@ -59,7 +55,7 @@ class Engine:
         """Times an answer that was not the ``output`` type was sent back (once, then the run fails)."""
 
     @property
-    def source(self) -> _Source:
+    def source(self) -> Loop:
         """The loop this engine drives (held weakly: the loop holds its engine)."""
         source = self._source()
         if source is None:  # only reachable through an engine kept after its loop was dropped
@@ -69,7 +65,7 @@ class Engine:
     async def run(self) -> None:
         """The loop's task: drive, then end the handle with what happened."""
         h, source = self._run, self.source  # the task's frame keeps its loop alive while it runs, as before
-        loop_token: contextvars.Token | None = enter_loop(cast(Loop, source))
+        loop_token: contextvars.Token | None = enter_loop(source)
         retry_token = retry_hook.set(self._turn.on_retry)
         wait_token = wait_hook.set(lambda seconds, reason: h.emit(ev.ModelWait, seconds=seconds, reason=reason))
         try:
@@ -104,7 +100,7 @@ class Engine:
             if not h.config.persist:
                 return True
             await h.wait_for_request()
-        self.source.before_step()
+        self._tools.before_step()
         h.conversation.deliver()
         await self._turn.maybe_compress()
         return False
@@ -136,7 +132,7 @@ class Engine:
                 why = f"its last step (max_steps={cfg.max_steps})" if last else "a step"
                 if (reply.content or "").strip() and not h.config.multi:
                     # text beside the calls is the answer (UniqueAI's last step always ends with one): marked
-                    self.source.notify(
+                    self._runner.notify(
                         None,
                         f"the model called {', '.join(names)} at {why} where no tools were offered; "
                         "the calls did not run, and the text it wrote with them is its answer",
@@ -163,7 +159,7 @@ class Engine:
                 if empties:
                     raise UnityError(f"the model answered nothing ({said}), and again when asked once more")
                 empties += 1
-                self.source.notify(None, f"the model's reply was empty ({said}); it was asked once more")
+                self._runner.notify(None, f"the model's reply was empty ({said}); it was asked once more")
                 conv.note("[your reply was empty: answer now, in words]")
                 continue
             if final and h.config.multi and len(h.open_requests()) > 1:
@@ -232,8 +228,8 @@ class Engine:
             child = runner.handoff
             h.state.result_object = child
             text = f"[control handed to {child.name!r}, which goes on by itself]"
-        elif runner.finish is not None:
-            value, text = runner.finish
+        elif h.state.finishing is not None:
+            value, text = h.state.finishing
             typed = h.config.output
             if typed is not None:  # a value a plan or tool ended the loop with: typed as asked, or the run fails
                 try:
@@ -268,7 +264,7 @@ class Engine:
                         "object matching the schema, and nothing else.]")
                 h.conversation.record(Message("user", note, kind="evaluation"))
                 return False, note
-        verdicts = [await evaluate(fn, answer, cast(Loop, self.source)) for fn in cfg.evaluations]
+        verdicts = [await evaluate(fn, answer, self.source) for fn in cfg.evaluations]
         h.state.evaluation_results.extend(verdicts)
         failed = [v for v in verdicts if not v.passed]
         send_back = bool(failed) and answering.corrections < cfg.max_corrections
@@ -289,9 +285,9 @@ class Engine:
             return False, note
         for fn in cfg.postprocessors:
             try:
-                value = await call_hook(fn, answer, cast(Loop, self.source))
+                value = await call_hook(fn, answer, self.source)
             except Exception as err:  # noqa: BLE001 - the answer stands; the failure is recorded
-                self.source.notify(None, f"post-processor {hook_name(fn)} failed: {type(err).__name__}: {err}")
+                self._runner.notify(None, f"post-processor {hook_name(fn)} failed: {type(err).__name__}: {err}")
                 continue
             if isinstance(value, str):
                 answer = value

@@ -8,7 +8,7 @@ them imports the module above it: loop/'s imports run one way.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 from ..models import Usage
@@ -41,6 +41,11 @@ class Loop:
         raise NotImplementedError
 
     @property
+    def state(self) -> Any:
+        """What it has done so far (a :class:`LoopState`: references, printed characters, how it ended)."""
+        raise NotImplementedError
+
+    @property
     def status(self) -> Status:
         raise NotImplementedError
 
@@ -64,26 +69,7 @@ class Loop:
     def streaming_text(self) -> str:
         raise NotImplementedError
 
-    @property
-    def all_references(self) -> list[Any]:
-        raise NotImplementedError
-
-    @property
-    def called_tools(self) -> set[str]:
-        raise NotImplementedError
-
     def done(self) -> bool:
-        raise NotImplementedError
-
-    def available_tools(self) -> list[Any]:
-        """The tools this step may offer (the actor computes them from its state)."""
-        raise NotImplementedError
-
-    def tool_named(self, name: str) -> Any:
-        """The tool a call names (it may know tools not offered this step)."""
-        raise NotImplementedError
-
-    def live_children(self) -> Sequence[Loop]:
         raise NotImplementedError
 
     def walk(self) -> Iterator[Loop]:
@@ -107,14 +93,3 @@ class Loop:
     async def ask(self, question: str, **options: Any) -> Loop:
         raise NotImplementedError
 
-    def notify(self, call_id: str | None, text: str, request_id: str | None = None) -> None:
-        """A progress note from tool call ``call_id`` (bubbles up to every ancestor)."""
-        raise NotImplementedError
-
-    async def clarify(self, call_id: str, question: str, request_id: str | None = None) -> str:
-        """Ask the person ``question`` for tool call ``call_id`` and wait for the answer."""
-        raise NotImplementedError
-
-    def finish_with(self, value: Any, text: str | None = None) -> None:
-        """From inside a tool of this loop: end the loop with ``value`` as its result."""
-        raise NotImplementedError

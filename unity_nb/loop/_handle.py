@@ -37,23 +37,21 @@ from typing import Any, cast
 from .. import events as ev
 from .._collector import loop_started
 from .._errors import HandleStateError, Stopped, UserError
-from .._secrets import scrub
 from ..models import Model, Usage, cost_of
-from ._approval import Approvals
+from ._approval import decide, pending_approvals
 from ._context import current_call
-from ._conversation import Conversation
 from ._engine import Engine
 from ._face import Loop
 from ._options import LoopOptions
 from ._records import Message, render_conversation
-from ._requests import RequestHandle, Requests, final_answer_tool
+from ._requests import RequestHandle, final_answer_tool, submit_request
 from ._routing import Router
 from ._run import Run
 from ._runner import ToolRunner
-from ._state import UNSET, LoopState, StateReadings
-from ._status import PauseGate, Signal, Status
+from ._source import ToolSource, as_source
+from ._state import UNSET, LoopState
+from ._status import Signal, Status
 from ._steering import VERBS, inspection_prompt, on_own_loop
-from ._tools import Tool, render_result
 from ._turn import Turn, own_tools
 from ._typed import system_with_output
 from ._wake import awake
@@ -68,21 +66,24 @@ def _new_id() -> str:
     return secrets.token_hex(8)
 
 
-class LoopHandle(StateReadings, Loop, Approvals, Requests):
+class LoopHandle(Loop):
     """A live, steerable reference to a running tool loop. ``await h`` gives its answer.
 
     Steering verbs are coroutines (see :data:`VERBS`): :meth:`pause`, :meth:`resume`,
     :meth:`interject`, :meth:`stop` (returns once the loop has ended), :meth:`ask` (returns a
     handle whose result is a ``str``). Readable at any time: ``status``, ``name``, ``steps``,
-    ``tool_calls``, ``usage``, ``transcript``, ``children``, ``lineage``, ``events``.
+    ``tool_calls``, ``usage``, ``transcript``, ``children``, ``events``; ``state`` holds the rest
+    of what it has done (references, printed characters, how it ended). Calls waiting for the person:
+    :meth:`approve`, :meth:`skip`, :meth:`answer`.
 
-    A subclass changes which tools a step offers through :meth:`available_tools` and
-    :meth:`tool_named`, and does work before each model call in :meth:`before_step`.
+    What a loop offers its model comes from its :class:`ToolSource` (``tool_source=``; by default its
+    own tools): the actor's computes them from the notebook's namespace. Its parts work with its
+    :class:`Run` (``h.run``), never with the handle.
     """
 
-    __slots__ = tuple(  # beside them, a __dict__ (from Requests) for what managers add, made on first use
+    __slots__ = tuple(
         """
-        _task config conversation engine event_loop gate id lineage model name router run runner state task turn
+        __weakref__ _engine _router _runner _task _turn event_loop id lineage model name run task
         """.split()
     )
     """A live loop keeps dozens of attributes: in slots, not a dict per handle."""
@@ -106,6 +107,7 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         _kind: str | None = None,
         _context: list[dict] | None = None,
         _lineage: tuple[str, ...] | None = None,
+        tool_source: ToolSource | None = None,
         **options: Any,
     ) -> None:
         if not isinstance(task, str) or not task.strip():
@@ -114,9 +116,9 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         if config is not None:  # options checked once for many loops (a batch's rows)
             if not isinstance(config, LoopOptions) or options:
                 raise UserError("config= takes a LoopOptions, and no other option beside it")
-            self.config = cfg = config
+            cfg = config
         else:
-            self.config = cfg = LoopOptions.make(**options)
+            cfg = LoopOptions.make(**options)
         try:
             self.event_loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -138,22 +140,20 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         base = _lineage if _lineage is not None else (parent.lineage if parent else ())
         self.lineage: tuple[str, ...] = (*base, f"{self.name}({self.id})")
         # a child publishes where its parent does
-        bus = cfg.bus or (parent.bus if parent is not None else ev.default_bus())
+        bus = cfg.bus or (parent.run.bus if parent is not None else ev.default_bus())
         self.run = run = Run(self, cfg, self.id, self.lineage, bus, parent)
-        """The tree, the events, the ending, steering notes and the request book (the handle reads them)."""
-        self.state: LoopState = run.state
-        """What the loop's parts write as it runs (counters, references, status, outcome)."""
-        self.gate: PauseGate = run.gate
-        self.conversation: Conversation = run.conversation
-        self.turn = Turn(run, tools, self)
-        self.router = Router(run, self.turn, self)
-        self.runner = ToolRunner(run, self.turn, self.router, self)
-        self.engine = self.engine_type(run, self.turn, self.runner, self)
+        """The tree, the events, the ending, steering notes, the request book and the state the parts write."""
+        source = as_source(tool_source, tools)
+        source.bind(run)
+        self._router = Router(run, self)
+        self._turn = Turn(run, tools, source, self._router, self)
+        self._runner = ToolRunner(run, self._turn, self._router, source, self)
+        self._engine = self.engine_type(run, self._turn, self._runner, source, self)
         outer = render_conversation(parent.transcript, "outer") if share_context and parent else None
         system = system_with_output(cfg.system, cfg.output)
-        self.conversation.open(task, system, [*cfg.history, *(_context or ())], outer, multi=cfg.multi)
+        run.conversation.open(task, system, [*cfg.history, *(_context or ())], outer, multi=cfg.multi)
         if cfg.multi:
-            self.requests.append(RequestHandle(self, "r1", task))
+            run.requests.append(RequestHandle(self, "r1", task))
 
         if parent is not None:
             parent.run.adopt(self, adopt_call)
@@ -166,16 +166,15 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         )
         if cfg.multi:
             self.run.emit(ev.RequestSubmitted, request_id="r1", text=task)
-        self._task = self.event_loop.create_task(self.engine.run(), name=f"unity_nb:{self.name}")
+        self._task = self.event_loop.create_task(self._engine.run(), name=f"unity_nb:{self.name}")
         self._task.add_done_callback(self._on_task_done)
         loop_started(self.event_loop)  # many live loops: the collector runs less often (unity_nb._collector)
 
     def _on_task_done(self, task: asyncio.Task) -> None:
         # a task cancelled before its first step never enters run(): end the handle anyway
         if not self._ended.is_set():
-            self.run.end(
-                Status.STOPPED, error=Stopped(self.stop_reason) if self.stop_reason else asyncio.CancelledError()
-            )
+            why = self.run.state.stop_reason
+            self.run.end(Status.STOPPED, error=Stopped(why) if why else asyncio.CancelledError())
 
     # ------------------------------------------------------------------ reading
 
@@ -195,9 +194,27 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         return self.run.events
 
     @property
-    def bus(self) -> ev.EventBus:
-        """Where this loop's events are published (a child publishes where its parent does)."""
-        return self.run.bus
+    def state(self) -> LoopState:
+        """What the loop has done so far, as its parts wrote it: ``references``, ``all_references``,
+        ``printed``, ``compressions``, ``called_tools``, ``thinking``, ``evaluation_results``, ``answer``,
+        ``error``, ``stop_reason``, ``started_at``, ``ended_at`` (a batch sums ``steps``, ``tool_calls``
+        and ``usage`` over its rows: read those on the handle)."""
+        return self.run.state
+
+    @property
+    def steps(self) -> int:
+        """Model calls made so far (an interrupted and re-issued call counts)."""
+        return self.run.state.steps
+
+    @property
+    def tool_calls(self) -> int:
+        """Tool calls completed so far."""
+        return self.run.state.tool_calls
+
+    @property
+    def usage(self) -> Usage:
+        """Input and output tokens of this loop's own model calls."""
+        return self.run.state.usage
 
     @property
     def _ended(self) -> Signal:
@@ -205,12 +222,12 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
 
     @property
     def status(self) -> Status:
-        state = self.state
+        state = self.run.state
         if state.status in _ENDED:
             return state.status
-        if self.gate.paused:
+        if self.run.gate.paused:
             return Status.PAUSED
-        if self.router.inbox.waiting:
+        if self._router.inbox.waiting:
             return Status.WAITING
         if state.idle:
             return Status.IDLE
@@ -219,42 +236,29 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
     @property
     def transcript(self) -> list[Message]:
         """What happened, in order, for people (steering is written where it happened)."""
-        return self.conversation.transcript
+        return self.run.conversation.transcript
 
     @property
     def messages(self) -> list[dict]:
         """A copy of the conversation as the model receives it (OpenAI wire format): always valid,
         every tool call followed by its result; compressed when the loop compresses."""
-        return [dict(m) for m in self.conversation.wire]
+        return [dict(m) for m in self.run.conversation.wire]
 
     @property
     def elapsed(self) -> float:
-        return (self.ended_at or time.time()) - self.started_at
-
-    @property
-    def max_steps(self) -> int:
-        return self.config.max_steps
-
-    @property
-    def multi(self) -> bool:
-        """True for a multi-request loop (``start_loop(..., multi=True)``)."""
-        return self.config.multi
-
-    @property
-    def pending_notes(self) -> tuple[str, ...]:
-        """Steering and messages waiting to reach the model at its next call, in order."""
-        return self.conversation.pending
+        state = self.run.state
+        return (state.ended_at or time.time()) - state.started_at
 
     @property
     def streaming_text(self) -> str:
         """The assistant text of the model call in flight, as streamed so far (scrubbed: an end that
         could be the start of a secret value shows once the next piece settles it)."""
-        return self.turn.text.text
+        return self._turn.text.text
 
     @property
     def streaming_thinking(self) -> str:
         """The reasoning of the model call in flight, as far as it has streamed (where the provider streams it)."""
-        return self.turn.thinking.text
+        return self._turn.thinking.text
 
     def dataframe(self, kind: str | Iterable[str] | None = None) -> Any:
         """This loop's events as a pandas DataFrame (one row per event, ``kind`` first); ``kind`` filters."""
@@ -269,7 +273,7 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         """Wait for the answer; raise :class:`Stopped` if stopped, or the error it failed with.
 
         The answer is the model's final text, or the object a tool handed to
-        :meth:`finish_with` (the actor's ``final_answer(value)``).
+        ``Run.finish_with`` (the actor's ``final_answer(value)``).
         """
         own = self.event_loop
         if self._ended.is_set() or asyncio.get_running_loop() is own:
@@ -280,7 +284,7 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
             raise HandleStateError(f"cannot wait for {self.name!r}: the event loop it runs on is {state}", state=state)
         else:  # from another thread's event loop: wait on the loop's own, the end handed over
             await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._ended.wait(), own))
-        out = self.state
+        out = self.run.state
         if out.error is not None:
             raise out.error
         if out.result_object is not UNSET:
@@ -292,9 +296,6 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
 
     def __repr__(self) -> str:
         return f"<unity handle {self.name!r}: {self.status.value}, {self.steps} steps>"
-
-    def live_children(self) -> list[LoopHandle]:
-        return [c for c in self.children if not c.done()]
 
     def walk(self) -> Iterator[LoopHandle]:
         """This handle and every descendant, depth first."""
@@ -335,48 +336,20 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         """Call ``fn(handle, event)`` for every event of this loop and of its descendants."""
         return self.run.add_listener(fn)
 
-    # ------------------------------------------------------------------ what subclasses change
-
-    def available_tools(self) -> list[Tool]:
-        """The tools this step may offer (a subclass computes them from its state)."""
-        return list(self.turn.tools.values())
-
-    def tool_named(self, name: str) -> Tool | None:
-        """The tool a call names (a subclass may know tools not offered this step)."""
-        return self.turn.tools.get(name)
-
-    def before_step(self) -> None:
-        """Called before each model call, after pause and before steering is delivered."""
-
-    # ------------------------------------------------------------------ for the loop's tools
-
-    def finish_with(self, value: Any, text: str | None = None) -> None:
-        """From inside a tool of this loop: end the loop with ``value`` as its result once the
-        current tool calls have their results (``text`` is what the transcript shows)."""
-        self.runner.finish = (value, scrub(text if text is not None else render_result(value)))
-
-    def notify(self, call_id: str | None, text: str, request_id: str | None = None) -> None:
-        """A progress note from tool call ``call_id`` (bubbles up to every ancestor)."""
-        self.router.notify(call_id, text, request_id)
-
-    async def clarify(self, call_id: str, question: str, request_id: str | None = None) -> str:
-        """Ask the person ``question`` for tool call ``call_id`` and wait for the answer."""
-        return await self.router.clarify(call_id, question, request_id)
-
     # ------------------------------------------------------------------ steering
 
     def _nudge(self) -> None:
         """New steering or a new request: wake the loop, and interrupt a model call in flight."""
         self.run.nudge()
-        if self.config.interrupt_on_interject:
-            self.turn.interrupt()
+        if self.run.config.interrupt_on_interject:
+            self._turn.interrupt()
 
     @on_own_loop
     async def pause(self) -> None:
         """No new model call or tool start until :meth:`resume`; in-flight work finishes. Reaches all live children."""
         self.run.require_live("pause")
-        if not self.gate.paused:
-            self.gate.close()
+        if not self.run.gate.paused:
+            self.run.gate.close()
             self.run.steer("pause")
         await self.run.reach_children("pause")
 
@@ -385,9 +358,9 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         """Undo :meth:`pause`; work that completed meanwhile is processed first. Reaches all live children."""
         self.run.require_live("resume")
         await self.run.reach_children("resume")
-        if self.gate.paused:
+        if self.run.gate.paused:
             self.run.steer("resume")
-            self.gate.open()
+            self.run.gate.open()
 
     @on_own_loop
     async def interject(self, message: str, *, request_id: str | None = None) -> None:
@@ -398,9 +371,9 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         if not isinstance(message, str) or not message.strip():
             raise UserError("interject needs a non-empty message")
         if request_id is not None:
-            self.request(request_id)
+            self.run.request(request_id)
         self.run.steer("interject", message, request_id)
-        self.conversation.heard += 1
+        self.run.conversation.heard += 1
         self._nudge()
 
     @on_own_loop
@@ -410,11 +383,11 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         Stopping an ended loop does nothing (stop is idempotent). ``result()`` then raises
         :class:`Stopped` with ``reason``.
         """
-        if self.done() or self.state.stop_reason is not None:
+        if self.done() or self.run.state.stop_reason is not None:
             if not self.done() and asyncio.current_task() is not self._task:
                 await self._ended.wait()
             return
-        self.state.stop_reason = reason or "stopped by the user"
+        self.run.state.stop_reason = reason or "stopped by the user"
         self.run.steer("stop", reason)
         await self.run.reach_children("stop", reason=reason)
         self._task.cancel()
@@ -438,11 +411,11 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         snapshot = self.inspection()
         self.run.steer("ask", question)
         ask_tool = VERBS["ask"].child_tool
-        live = self.live_children()[:20]  # a batch may have a hundred rows running: the first twenty
+        live = self.run.live_children()[:20]  # a batch may have a hundred rows running: the first twenty
         tools = [ask_tool(c) for c in live] if ask_tool is not None else []
         model, max_steps = options.pop("model", self.model), options.pop("max_steps", 6)
         return LoopHandle(
-            question, model=model, tools=tools, system=snapshot, name=f"ask-{self.name}", bus=self.bus,
+            question, model=model, tools=tools, system=snapshot, name=f"ask-{self.name}", bus=self.run.bus,
             _kind="ask", _lineage=self.lineage, detached=True, max_steps=max_steps, **options,
         )
 
@@ -456,10 +429,10 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
         self.run.require_live("post to")
         if not isinstance(message, str) or not message.strip():
             raise UserError("post needs a non-empty message")
-        self.conversation.record(Message("user", message, kind=kind))
-        self.conversation.note(message)
+        self.run.conversation.record(Message("user", message, kind=kind))
+        self.run.conversation.note(message)
         self.run.emit(ev.Notification, call_id=None, text=message)
-        self.conversation.heard += 1
+        self.run.conversation.heard += 1
         self._nudge()
 
     # ------------------------------------------------------------------ clarifications, notifications
@@ -469,21 +442,52 @@ class LoopHandle(StateReadings, Loop, Approvals, Requests):
 
         Returns ``{"call_id", "question", "loop", "tool"}``; answer it with :meth:`answer_clarification`.
         """
-        return await self.router.inbox.next_question()
+        return await self._router.inbox.next_question()
 
     async def answer_clarification(self, call_id: str, answer: str) -> None:
         """Answer the question asked by tool call ``call_id`` (here or in any descendant)."""
-        self.router.answer(call_id, answer)
+        self._router.answer(call_id, answer)
 
     def pending_clarifications(self) -> list[dict]:
         """Open questions in this loop and its descendants."""
         return [
             {"call_id": cid, "question": q, "loop": h.name, "loop_id": h.id}
             for h in self.walk()
-            for cid, (q, _f) in h.router.questions.items()
+            for cid, (q, _f) in h._router.questions.items()
         ]
 
     async def next_notification(self) -> dict:
         """Wait for the next progress note from a tool here or in any descendant:
         ``{"call_id", "text", "loop", "tool"}``."""
-        return await self.router.inbox.notes.get()
+        return await self._router.inbox.notes.get()
+
+    # ------------------------------------------------------------------ approvals (``_approval.py``)
+
+    @property
+    def pending_approvals(self) -> list[dict]:
+        """Calls waiting for the person, here and in every descendant: ``{call_id, code, intent, loop,
+        loop_id}`` for a plan (its code), and ``tool`` besides for a tool's call (``code``: its JSON arguments)."""
+        return pending_approvals(self.walk())
+
+    @on_own_loop
+    async def approve(self, call_id: str | None = None) -> None:
+        """Let the call (a plan, or a tool marked ``needs_approval``) waiting for approval run
+        (``call_id`` chooses when several wait, here or below)."""
+        decide(self.run, self.walk(), call_id, True, None)
+
+    @on_own_loop
+    async def skip(self, call_id: str | None = None, reason: str | None = None) -> None:
+        """Do not run the waiting call; the model reads that it was skipped (and ``reason``) as its result."""
+        decide(self.run, self.walk(), call_id, False, reason)
+
+    # ------------------------------------------------------------------ requests (``_requests.py``)
+
+    @property
+    def requests(self) -> list[RequestHandle]:
+        """The requests of a multi-request loop, in order (the task is the first)."""
+        return self.run.requests
+
+    def submit(self, text: str) -> RequestHandle:
+        """Add a request to a multi-request loop (``start_loop(..., multi=True)``); it shares the
+        loop's context and gets a handle of its own."""
+        return submit_request(self, text)

@@ -175,7 +175,7 @@ class DiscoveryFirst(LoopPolicy):
         return out
 
     def __call__(self, step: int, tools: Sequence[Tool], loop: Any) -> tuple[str, Sequence[Tool]]:
-        return self.choose(tools, loop.called_tools)
+        return self.choose(tools, loop.state.called_tools)
 
     def __repr__(self) -> str:
         return self.__name__

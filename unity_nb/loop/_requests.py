@@ -10,7 +10,7 @@ loop ends when every request is done, or with ``persist=True`` waits for more un
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import events as ev
 from .._errors import HandleStateError, Stopped, UserError
@@ -23,11 +23,9 @@ from ._steering import steering_entry
 from ._tools import Tool, ToolFailed, as_tool
 
 if TYPE_CHECKING:
-    from ._conversation import Conversation
-    from ._options import LoopOptions
     from ._turn import Turn
 
-__all__ = ("RequestHandle", "Requests", "final_answer_tool", "stop_request", "submit_request")
+__all__ = ("RequestHandle", "final_answer_tool", "stop_request", "submit_request")
 
 
 class _Engine(Protocol):
@@ -38,17 +36,11 @@ class _Loop(Protocol):
     """What the request side reads of the loop it is part of (a :class:`LoopHandle`)."""
 
     name: str
-    config: LoopOptions
-    conversation: Conversation
-    turn: Turn
 
     @property
-    def requests(self) -> list[RequestHandle]: ...
-
+    def _turn(self) -> Turn: ...
     @property
-    def multi(self) -> bool: ...
-    @property
-    def engine(self) -> _Engine: ...
+    def _engine(self) -> _Engine: ...
     @property
     def run(self) -> Run: ...
     def _nudge(self) -> None: ...
@@ -56,7 +48,6 @@ class _Loop(Protocol):
     async def interject(self, message: str, *, request_id: str | None = None) -> None: ...
     async def ask(self, question: str, **options: Any) -> Loop: ...
     async def answer_clarification(self, call_id: str, answer: str) -> None: ...
-    async def stop_request(self, req: RequestHandle, reason: str) -> None: ...
 
 
 class RequestHandle:
@@ -114,7 +105,7 @@ class RequestHandle:
         persist stops the loop."""
         if self.done():
             return
-        await self.loop.stop_request(self, reason or "stopped by the user")
+        await stop_request(self.loop, self, reason or "stopped by the user")
 
     async def ask(self, question: str, **options: Any) -> Loop:
         return await self.loop.ask(f"(about request {self.request_id}: {self.text[:200]!r}) {question}", **options)
@@ -165,11 +156,11 @@ def final_answer_tool(loop: _Loop) -> Tool:
             raise ToolFailed(f"error: there is no request {request_id!r}; open requests: {open_ids}")
         if req.done():
             raise ToolFailed(f"error: request {request_id} is already {req.status.value}; answer only open requests")
-        ok, text = await loop.engine.finalize(answer, req)
+        ok, text = await loop._engine.finalize(answer, req)
         if not ok:
             raise ToolFailed(f"error: request {request_id} is still open. {text}")
         req._finish(text)
-        loop.conversation.record(Message("assistant", text, kind="answer", name=request_id))
+        loop.run.conversation.record(Message("assistant", text, kind="answer", name=request_id))
         return f"request {request_id} completed"
 
     return as_tool(final_answer)
@@ -177,16 +168,17 @@ def final_answer_tool(loop: _Loop) -> Tool:
 
 def submit_request(loop: _Loop, text: str) -> RequestHandle:
     """A new request of ``loop`` (``h.submit(text)``): recorded, noted for the model, budgeted afresh."""
-    if not loop.multi:
+    run = loop.run
+    if not run.config.multi:
         raise UserError(f"{loop.name!r} serves one request; start it with multi=True to submit more")
-    loop.run.require_live("submit to")
+    run.require_live("submit to")
     check_text(text)
-    req = RequestHandle(loop, f"r{len(loop.requests) + 1}", text)
-    loop.requests.append(req)
-    loop.conversation.record(Message("user", text, kind="request", name=req.request_id))
-    loop.conversation.note(f"[request {req.request_id}] {text}")
-    loop.turn.budget_start = loop.turn.count
-    loop.run.emit(ev.RequestSubmitted, request_id=req.request_id, text=text)
+    req = RequestHandle(loop, f"r{len(run.requests) + 1}", text)
+    run.requests.append(req)
+    run.conversation.record(Message("user", text, kind="request", name=req.request_id))
+    run.conversation.note(f"[request {req.request_id}] {text}")
+    loop._turn.budget_start = loop._turn.count
+    run.emit(ev.RequestSubmitted, request_id=req.request_id, text=text)
     loop._nudge()
     return req
 
@@ -195,45 +187,11 @@ async def stop_request(loop: _Loop, req: RequestHandle, reason: str) -> None:
     """Stop one request; the model is told, and the last open request of a loop that does not persist stops it."""
     loop.run.require_live("stop a request of")
     req._end(Status.STOPPED, Stopped(reason))
-    if not loop.run.open_requests() and not loop.config.persist:
+    if not loop.run.open_requests() and not loop.run.config.persist:
         text, kind = steering_entry("stop", reason, req.request_id)
-        loop.conversation.record(Message("user", text, kind=kind))
+        loop.run.conversation.record(Message("user", text, kind=kind))
         loop.run.emit(ev.Steering, action="stop", message=reason, request_id=req.request_id)
         await loop.stop(f"its last open request ({req.request_id}) was stopped: {reason}")
         return
     loop.run.steer("stop", reason, req.request_id)
     loop._nudge()
-
-
-class Requests:
-    """A loop handle's multi-request verbs (``start_loop(..., multi=True)``): submit, find, wait, stop.
-    (No ``__slots__``: a handle's ``__dict__``, for what managers add, and ``__weakref__`` come from here.)"""
-
-    name: str
-    run: Run
-
-    @property
-    def requests(self) -> list[RequestHandle]:
-        """The requests of a multi-request loop, in order (the task is the first)."""
-        return self.run.requests
-
-    def submit(self, text: str) -> RequestHandle:
-        """Add a request to a multi-request loop (``start_loop(..., multi=True)``); it shares the
-        loop's context and gets a handle of its own."""
-        return submit_request(self._loop(), text)
-
-
-    def request(self, request_id: str) -> RequestHandle:
-        """The request ``request_id``, or a UserError naming the requests there are."""
-        found = self.run.find_request(request_id)
-        if found is not None:
-            return found
-        known = [r.request_id for r in self.requests] or "none (this loop serves one request)"
-        raise UserError(f"{self.name!r} has no request {request_id!r}; its requests: {known}")
-
-
-    async def stop_request(self, req: RequestHandle, reason: str) -> None:
-        await stop_request(self._loop(), req, reason)
-
-    def _loop(self) -> _Loop:
-        return cast(_Loop, self)  # a mixin of LoopHandle

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -22,7 +22,6 @@ from ._steering import child_tools
 
 if TYPE_CHECKING:
     from ..models import Reply
-    from ._face import Loop
     from ._run import Run
     from ._tools import Tool
 
@@ -44,6 +43,8 @@ class _Turn(Protocol):
 class _Runner(Protocol):
     @property
     def call_requests(self) -> dict[str, str]: ...
+    @property
+    def turn(self) -> _Turn: ...
     async def execute(self, rec: ToolCallRecord, tool: Tool | None) -> None: ...
 
 
@@ -60,14 +61,11 @@ class _Loop(Protocol):
     @property
     def parent(self) -> _Loop | None: ...
     @property
-    def multi(self) -> bool: ...
-    @property
     def run(self) -> Run: ...
     @property
-    def router(self) -> Router: ...
+    def _router(self) -> Router: ...
     @property
-    def runner(self) -> _Runner: ...
-    def live_children(self) -> Sequence[Loop]: ...
+    def _runner(self) -> _Runner: ...
     def walk(self) -> Iterator[_Loop]: ...
 
 
@@ -99,7 +97,7 @@ class Inbox:
         while True:
             item = await self.questions.get()
             asker: _Loop = item["handle"]
-            if item["call_id"] in asker.router.questions:
+            if item["call_id"] in asker._router.questions:
                 return {k: v for k, v in item.items() if k != "handle"}
 
 
@@ -110,11 +108,10 @@ class Router:
     call) and, held weakly, the loop itself (``source``): the tree the questions and notes climb
     and the children steering is routed to are loops."""
 
-    __slots__ = ("__weakref__", "_run", "_source", "_turn", "inbox", "questions")
+    __slots__ = ("__weakref__", "_run", "_source", "inbox", "questions")
 
-    def __init__(self, run: Run, turn: _Turn, source: _Loop) -> None:
+    def __init__(self, run: Run, source: _Loop) -> None:
         self._run = run
-        self._turn = turn
         self._source = weakref.ref(source)
         self.questions: dict[str, tuple[str, asyncio.Future]] = {}
         """Open questions of this loop's tool calls: ``{call_id: (question, future)}``."""
@@ -130,8 +127,9 @@ class Router:
 
     # -- down: steering to running children ----------------------------------------------------
 
-    async def route(self, records: list[ToolCallRecord], deferred: list[dict]) -> None:
-        """Steering arrived while tools (with live children) run: let the model route it."""
+    async def route(self, runner: _Runner, records: list[ToolCallRecord], deferred: list[dict]) -> None:
+        """Steering arrived while tools (with live children) run: let the model route it (through
+        ``runner``'s turn, and ``runner`` runs the steering calls it makes)."""
         h = self._run
         conv = h.conversation
         await h.gate.wait()
@@ -139,7 +137,7 @@ class Router:
         if message is None:
             return
         deferred.append(message)
-        live = self.source.live_children()
+        live = h.live_children()
         if not live:
             return
         tools = [t for c in live for t in child_tools(c)]
@@ -149,7 +147,7 @@ class Router:
         ]
         for _ in range(3):
             # the wire ends with the running calls: their placeholders follow it
-            reply = await self._turn.call(
+            reply = await runner.turn.call(
                 [*conv.wire, *placeholders, *deferred, _ROUTING_NOTE], tools, "auto", deferred[-1].get("content")
             )
             if reply is None:  # interrupted by another interjection: include it and re-issue
@@ -168,7 +166,7 @@ class Router:
         deferred.append(msg)
         by_name = {t.name: t for t in tools}
         for rec in recs:
-            await self.source.runner.execute(rec, by_name.get(rec.name))
+            await runner.execute(rec, by_name.get(rec.name))
             deferred.append({"role": "tool", "tool_call_id": rec.id, "content": rec.result or ""})
 
     # -- up: questions and notes ---------------------------------------------------------------
@@ -181,9 +179,9 @@ class Router:
         h: _Loop | None = me
         via = call_id
         while h is not None:
-            out.append(h.router.inbox)
-            if h.multi:
-                rid = request_id if h is me else h.runner.call_requests.get(via or "")
+            out.append(h._router.inbox)
+            if h.run.config.multi:
+                rid = request_id if h is me else h._runner.call_requests.get(via or "")
                 req = h.run.find_request(rid)
                 if req is not None:
                     out.append(req.inbox)
@@ -197,7 +195,7 @@ class Router:
         chain: list[Inbox] = []
         h: _Loop | None = self.source
         while h is not None:
-            chain.append(h.router.inbox)
+            chain.append(h._router.inbox)
             h = h.parent
         for inbox in chain:
             inbox.waiting += 1
@@ -253,11 +251,11 @@ class Router:
     def answer(self, call_id: str, answer: str) -> None:
         h = self.source
         for x in h.walk():
-            pending = x.router.questions.get(call_id)
+            pending = x._router.questions.get(call_id)
             if pending is not None:
                 _question, fut = pending
                 if not fut.done():
                     fut.set_result(answer)
                 return
-        asked = [cid for x in h.walk() for cid in x.router.questions]
+        asked = [cid for x in h.walk() for cid in x._router.questions]
         raise UserError(f"no open clarification with call_id {call_id!r} in {h.name!r}; open: {asked or 'none'}")

@@ -18,8 +18,8 @@ from typing import Any, Protocol
 
 from .. import events as ev
 from .._collector import loop_ended
-from .._errors import HandleStateError, UnityError
-from .._secrets import scrub_error
+from .._errors import HandleStateError, UnityError, UserError
+from .._secrets import scrub, scrub_error
 from ..models import Model
 from ._context import forward_call
 from ._conversation import Conversation
@@ -28,6 +28,7 @@ from ._records import Message
 from ._state import LoopState
 from ._status import PauseGate, Signal, Status
 from ._steering import VERBS, quiet
+from ._tools import render_result
 
 __all__ = ("Run",)
 
@@ -54,6 +55,7 @@ class Run:
         "_handle",
         "_seen_capped",
         "_wake",
+        "approvals",
         "bus",
         "children",
         "config",
@@ -108,6 +110,8 @@ class Run:
         """The requests of a multi-request loop, in order (the task is the first)."""
         self.request_evt: Signal | None = None  # made when a persistent loop first waits for a request
         self._wake: Signal | None = None
+        self.approvals: dict[str, dict] = {}
+        """``{call_id: {"tool", "code", "intent", "future"}}`` of this loop's calls waiting for approval now."""
         self.tags: dict[str, Any] = {}
         """What others record about this run (a manager: ``tags["manager"]``, a durable task: ``tags["task_id"]``)."""
         self.on_end: list[Callable[[Any, Status, BaseException | None], None]] = []
@@ -215,6 +219,14 @@ class Run:
     def find_request(self, request_id: str | None) -> Any:
         return next((r for r in self.requests if r.request_id == request_id), None)
 
+    def request(self, request_id: str) -> Any:
+        """The request ``request_id``, or a UserError naming the requests there are."""
+        found = self.find_request(request_id)
+        if found is not None:
+            return found
+        known = [r.request_id for r in self.requests] or "none (this loop serves one request)"
+        raise UserError(f"{self.name!r} has no request {request_id!r}; its requests: {known}")
+
     async def wait_for_request(self) -> None:
         """A persistent multi-request loop with nothing open: idle until a request or steering arrives."""
         if self.request_evt is None:
@@ -259,6 +271,11 @@ class Run:
             await asyncio.gather(*(quiet(forward_call(getattr(c, verb), **kwargs)) for c in self.live_children()))
 
     # ------------------------------------------------------------------ ending
+
+    def finish_with(self, value: Any, text: str | None = None) -> None:
+        """From inside a tool of this loop: end the loop with ``value`` as its result once the current tool
+        calls have their results (``text``: what the transcript shows)."""
+        self.state.finishing = (value, scrub(text if text is not None else render_result(value)))
 
     def end(self, status: Status, *, answer: str | None = None, error: BaseException | None = None) -> None:
         """Mark the loop ended (its task does, once)."""

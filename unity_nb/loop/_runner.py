@@ -18,14 +18,14 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
 from .._errors import Stopped, UserError
 from .._output import tool_output
 from .._secrets import SECRET_REF, get_secret, scrub
 from ._answers import HandOff, Reference, ToolResult
-from ._approval import skipped_result
+from ._approval import skipped_result, wait_for_approval
 from ._context import CallInfo, enter_call, leave_call, resolve_tool_value
 from ._face import Loop
 from ._policy import Step
@@ -35,6 +35,7 @@ from ._tools import Tool, ToolContext, ToolFailed, render_result
 if TYPE_CHECKING:
     from ._routing import Router
     from ._run import Run
+    from ._source import ToolSource
     from ._turn import Turn
 
 __all__ = ("ToolRunner",)
@@ -88,41 +89,55 @@ async def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         raise
 
 
-class _Source(Protocol):
-    """What the tool runner reads of the loop whose tools it runs, held weakly: the tools offered, its
-    live children, its requests and approvals (the actor changes which calls need approval)."""
-
-    def available_tools(self) -> list[Tool]: ...
-    def live_children(self) -> Sequence[Loop]: ...
-    def request(self, request_id: str) -> Any: ...
-    def needs_approval(self, tool: Tool) -> bool: ...
-    async def wait_for_approval(
-        self, call_id: str, *, tool: str, code: str, intent: str | None = None
-    ) -> tuple[bool, str | None]: ...
-
-
 class ToolRunner:
     """Executes tool calls for one loop. It is given the loop's :class:`Run` (options, state,
     conversation, gate, events), its turn (which tool a call names), its router (steering routed to
-    children) and, held weakly, the loop itself as :class:`_Source`."""
+    children, questions and notes up), its :class:`ToolSource` (the tools offered, which calls need
+    approval) and, held weakly, the loop itself as :class:`Loop` (what a tool's context and the calls
+    it starts see). A tool's :class:`ToolContext` reaches the loop through this runner."""
 
-    __slots__ = ("__weakref__", "_router", "_run", "_sem", "_source", "_turn", "call_requests", "finish", "handoff")
+    __slots__ = ("__weakref__", "_router", "_run", "_sem", "_source", "_tools", "_turn", "call_requests", "handoff")
 
-    def __init__(self, run: Run, turn: Turn, router: Router, source: _Source) -> None:
+    def __init__(self, run: Run, turn: Turn, router: Router, tools: ToolSource, source: Loop) -> None:
         self._run = run
         self._turn = turn
         self._router = router
+        self._tools = tools
         self._source = weakref.ref(source)
         self._sem = asyncio.Semaphore(run.config.max_parallel_tools)
         self.handoff: Loop | None = None
         """The child a tool handed control to (the loop ends with it as result)."""
-        self.finish: tuple[Any, str] | None = None
-        """``(value, text)`` a tool ended the loop with (``Loop.finish_with``)."""
         self.call_requests: dict[str, str] = {}
         """Which request each call served (multi-request loops)."""
 
     @property
-    def source(self) -> _Source:
+    def turn(self) -> Turn:
+        """The loop's turn (the router's routing call goes through it)."""
+        return self._turn
+
+    # -- what a tool's context reaches (ToolContext) ----------------------------------------------
+
+    def finish_with(self, value: Any, text: str | None = None) -> None:
+        self._run.finish_with(value, text)
+
+    def emit(self, kind: type[ev.Event], **fields: Any) -> None:
+        self._run.emit(kind, **fields)
+
+    def notify(self, call_id: str | None, text: str, request_id: str | None = None) -> None:
+        self._router.notify(call_id, text, request_id)
+
+    async def clarify(self, call_id: str, question: str, request_id: str | None = None) -> str:
+        return await self._router.clarify(call_id, question, request_id)
+
+    async def wait_for_approval(
+        self, call_id: str, *, tool: str, code: str, intent: str | None = None
+    ) -> tuple[bool, str | None]:
+        return await wait_for_approval(
+            self._run, self._router.awaiting_person, call_id, tool=tool, code=code, intent=intent
+        )
+
+    @property
+    def source(self) -> Loop:
         """The loop whose tools this runner runs (held weakly: the loop holds its runner)."""
         source = self._source()
         if source is None:  # only reachable through a runner kept after its loop was dropped
@@ -156,8 +171,8 @@ class ToolRunner:
                 if not remaining:
                     break
                 # children may be born inside the tools, so check for them on every wake
-                if h.conversation.interjected and self.source.live_children():
-                    await self._router.route(records, deferred)
+                if h.conversation.interjected and h.live_children():
+                    await self._router.route(self, records, deferred)
                     continue
                 await wake.wait()
         finally:
@@ -168,7 +183,7 @@ class ToolRunner:
                 await asyncio.wait(tasks)  # each records its own result, also when cancelled
             h.conversation.add_results(records, deferred)
             for policy in h.config.chain:
-                step = Step(self._turn.count, [], h.state.called_tools, h.state.started_at, cast(Loop, self.source))
+                step = Step(self._turn.count, [], h.state.called_tools, h.state.started_at, self.source)
                 note = policy.after_tools(step)
                 if note:
                     h.conversation.add({"role": "user", "content": note})
@@ -212,7 +227,7 @@ class ToolRunner:
                 if "request_id" in extras:
                     request_id = raw.pop("request_id", None)
                     if request_id is not None:
-                        self.source.request(str(request_id))
+                        h.request(str(request_id))
                 arguments = json.dumps(raw)
         # the values go to a tool a person wrote only (never to an answer or a built-in tool, which would
         # write them out); the record keeps the references
@@ -225,7 +240,7 @@ class ToolRunner:
         h.emit(ev.ToolStarted, call_id=rec.id, name=rec.name, arguments=rec.arguments)
         t0 = time.perf_counter()
         if tool is None:
-            known = ", ".join(sorted(t.name for t in self.source.available_tools())) or "none"
+            known = ", ".join(sorted(t.name for t in self._tools.available())) or "none"
             self.finish_call(rec, f"error: there is no tool named {rec.name!r}; available: {known}", True, 0.0)
             return
         try:
@@ -239,15 +254,15 @@ class ToolRunner:
         if request_id is not None:
             self.call_requests[rec.id] = request_id
         if tool.ctx_param:
-            kwargs[tool.ctx_param] = ToolContext(cast(Loop, self.source), rec.id, rec.name, rec, request_id)
-        if self.source.needs_approval(tool):  # the wait is the person's, not the tool's: outside its timeout
-            run, reason = await self.source.wait_for_approval(rec.id, tool=rec.name, code=rec.arguments or "{}")
+            kwargs[tool.ctx_param] = ToolContext(self.source, rec.id, rec.name, rec, request_id, calls=self)
+        if self._tools.needs_approval(tool):  # the wait is the person's, not the tool's: outside its timeout
+            run, reason = await self.wait_for_approval(rec.id, tool=rec.name, code=rec.arguments or "{}")
             if not run:
                 self.finish_call(rec, skipped_result(rec.name, reason), False, time.perf_counter() - t0)
                 return
             t0 = time.perf_counter()
         timeout = getattr(tool, "timeout", None) or h.config.tool_timeout
-        token = enter_call(CallInfo(cast(Loop, self.source), rec.id, share))
+        token = enter_call(CallInfo(self.source, rec.id, share))
         def write(text: str, _stream: str = "stdout") -> None:
             self.printed(rec, text)
 

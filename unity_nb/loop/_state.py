@@ -53,6 +53,8 @@ class LoopState:
     stop_reason: str | None = None
     result_object: Any = UNSET
     """What ``result()`` returns instead of the answer text (a tool's value, a hand-off's child)."""
+    finishing: tuple[Any, str] | None = None
+    """``(value, text)`` a tool ended the loop with (:meth:`Run.finish_with`), taken once the step's calls end."""
     started_at: float = field(default_factory=time.time)
     ended_at: float | None = None
 

@@ -206,7 +206,7 @@ def inspection_prompt(handle: Loop) -> str:
     snapshot = render_conversation(list(handle.transcript), "inner")
     if handle.streaming_text:
         snapshot += f"\ninner_assistant (still streaming): {handle.streaming_text}"
-    drill = " Use the ask_* tools to question its running sub-operations." if handle.live_children() else ""
+    drill = " Use the ask_* tools to question its running sub-operations." if handle.run.live_children() else ""
     return (
         f"You are inspecting another, running conversation (the loop {handle.name!r}, status "
         f"{handle.status.value}, {handle.steps} model calls, {handle.tool_calls} tool calls so far). "

@@ -15,7 +15,7 @@ import typing
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pydantic
 
@@ -31,17 +31,34 @@ class ToolFailed(Exception):
     """Raised by a tool to fail its call with exactly this text as the result the model reads."""
 
 
+class _Calls(Protocol):
+    """What a tool's context reaches of the loop running it: its tool runner (``ToolRunner``)."""
+
+    def printed(self, rec: Any, text: str) -> None: ...
+    def finish_with(self, value: Any, text: str | None = None) -> None: ...
+    def emit(self, kind: Any, **fields: Any) -> None: ...
+    def notify(self, call_id: str | None, text: str, request_id: str | None = None) -> None: ...
+    async def clarify(self, call_id: str, question: str, request_id: str | None = None) -> str: ...
+    async def wait_for_approval(
+        self, call_id: str, *, tool: str, code: str, intent: str | None = None
+    ) -> tuple[bool, str | None]: ...
+
+
 class ToolContext:
     """What a tool receives in a parameter annotated ``unity_nb.ToolContext``.
 
     ``await ctx.clarify(question)`` asks the person and waits for the answer (the handle's
-    status says ``waiting`` meanwhile); ``ctx.notify(text)`` reports progress without waiting.
+    status says ``waiting`` meanwhile); ``ctx.notify(text)`` reports progress without waiting;
+    ``ctx.handle`` is the loop running the tool. A tool that works with its loop more closely (the
+    actor's ``execute_code``) prints to its call (:meth:`print`), ends the loop with a value
+    (:meth:`finish`), waits for the person's approval (:meth:`approval`) and publishes events (:meth:`emit`).
     """
 
-    __slots__ = ("call_id", "handle", "record", "request_id", "tool_name")
+    __slots__ = ("_calls", "call_id", "handle", "record", "request_id", "tool_name")
 
     def __init__(
-        self, handle: Loop, call_id: str, tool_name: str, record: Any = None, request_id: str | None = None
+        self, handle: Loop, call_id: str, tool_name: str, record: Any = None, request_id: str | None = None,
+        calls: _Calls | None = None,
     ) -> None:
         self.handle = handle
         self.call_id = call_id
@@ -50,14 +67,38 @@ class ToolContext:
         """The call's :class:`ToolCallRecord` (what the transcript and the widget show)."""
         self.request_id = request_id
         """In a multi-request loop: the request this call serves (when the model said, or only one is open)."""
+        self._calls = calls
+
+    def _loop(self) -> _Calls:
+        if self._calls is None:
+            raise RuntimeError("this ToolContext was made outside a running loop's tool call")
+        return self._calls
 
     async def clarify(self, question: str) -> str:
         """Ask the person ``question``; return their answer."""
-        return await self.handle.clarify(self.call_id, question, self.request_id)
+        return await self._loop().clarify(self.call_id, question, self.request_id)
 
     def notify(self, text: str) -> None:
         """Report progress to whoever watches the handle (bottom-up, no waiting)."""
-        self.handle.notify(self.call_id, text, self.request_id)
+        self._loop().notify(self.call_id, text, self.request_id)
+
+    def print(self, text: str) -> None:
+        """Text this call printed (streamed to the widget and the transcript as the call's output)."""
+        if self.record is not None:
+            self._loop().printed(self.record, text)
+
+    def finish(self, value: Any, text: str | None = None) -> None:
+        """End the loop with ``value`` as its result once the current tool calls have their results
+        (``text``: what the transcript shows)."""
+        self._loop().finish_with(value, text)
+
+    def emit(self, kind: Any, **fields: Any) -> None:
+        """Publish an event of the loop (``ctx.emit(ev.CodeExecuted, call_id=ctx.call_id, ...)``)."""
+        self._loop().emit(kind, **fields)
+
+    async def approval(self, *, code: str, intent: str | None = None) -> tuple[bool, str | None]:
+        """Wait until the person approves or skips this call (``code``: what they are shown): ``(run, reason)``."""
+        return await self._loop().wait_for_approval(self.call_id, tool=self.tool_name, code=code, intent=intent)
 
 
 @dataclass(slots=True)

@@ -21,7 +21,9 @@ from ._tools import Tool, as_tool
 if TYPE_CHECKING:
     from ._face import Loop
     from ._options import LoopOptions
+    from ._routing import Router
     from ._run import Run
+    from ._source import ToolSource
 
 __all__ = ("Turn", "own_tools")
 
@@ -66,17 +68,38 @@ class Turn:
     """The model side of a loop: what each step offers and how the model is called.
 
     It is given the loop's :class:`Run` (options, state, conversation, model, events, the request
-    book) and, held weakly, the :class:`Loop` that offers the tools (``available_tools``,
-    ``tool_named``: the actor computes them), bubbles notes up, and is what policies see."""
+    book), the loop's own tools, its :class:`ToolSource` (which tools a step offers and which a call
+    names: the actor's computes them), its router (where notes bubble up from) and, held weakly, the
+    :class:`Loop` policies see."""
 
     __slots__ = (
-        "__weakref__", "_interrupted", "_last_tokens", "_offered", "_schema_cache", "_sent", "_source", "_streamed",
-        "_summary_failed_at", "_task", "_text_scrub", "_thinking_scrub", "budget_start", "count", "dynamic", "run",
-        "text", "thinking", "tools",
+        "__weakref__",
+        "_interrupted",
+        "_last_tokens",
+        "_offered",
+        "_router",
+        "_schema_cache",
+        "_sent",
+        "_source",
+        "_streamed",
+        "_summary_failed_at",
+        "_task",
+        "_text_scrub",
+        "_thinking_scrub",
+        "budget_start",
+        "count",
+        "dynamic",
+        "run",
+        "text",
+        "thinking",
+        "tool_source",
+        "tools",
     )
 
-    def __init__(self, run: Run, tools: dict[str, Tool], source: Loop) -> None:
+    def __init__(self, run: Run, tools: dict[str, Tool], tool_source: ToolSource, router: Router, source: Loop) -> None:
         self.run = run
+        self.tool_source = tool_source
+        self._router = router
         self._source = weakref.ref(source)
         self.tools = tools
         """The loop's own tools by name (a multi-request loop's ``final_answer`` among them)."""
@@ -117,7 +140,7 @@ class Turn:
             if cfg.multi and len(h.open_requests()) > 1:
                 return [([self.tools["final_answer"]], "required")]
             return [([], "none")]
-        tools = self.source.available_tools()
+        tools = self.tool_source.available()
         if cfg.multi and "final_answer" not in {t.name for t in tools}:
             tools.append(self.tools["final_answer"])
         if not cfg.chain:
@@ -130,7 +153,7 @@ class Turn:
 
     def lookup(self, name: str) -> Tool | None:
         """The tool a call names: a dynamic tool of this step, the loop's own, or final_answer."""
-        found = self.dynamic.get(name) or self.source.tool_named(name)
+        found = self.dynamic.get(name) or self.tool_source.named(name)
         if found is None and self.run.config.multi and name == "final_answer":
             found = self.tools["final_answer"]
         return found
@@ -380,7 +403,7 @@ class Turn:
         except Exception as err:  # noqa: BLE001 - go on uncompressed; the model may still cope
             self._summary_failed_at = self.count
             why = f"context compression failed ({type(err).__name__}: {err}); continuing uncompressed"
-            self.source.notify(None, why)
+            self._router.notify(None, why)
             return
         h.state.usage += reply.usage
         summary = {"role": "user", "content": f"{SUMMARY_TAG}\n{reply.content or ''}"}

@@ -76,7 +76,7 @@ class Manager:
             request, model=model, tools=self._gated(tools if tools is not None else self._tools()), system=system,
             name=f"{self.alias}.{method}", bus=self.bus, **options,
         )
-        handle.manager = self  # type: ignore[attr-defined]  # who started it, for callers further down
+        handle.run.tags["manager"] = self  # who started it, for callers further down
         return handle
 
     def _gated(self, tools: Iterable[Callable[..., Any] | Tool]) -> list[Callable[..., Any] | Tool]:
@@ -93,10 +93,11 @@ class Manager:
         loop = current_loop()
         if loop is None:
             return "the person, from the notebook"
-        manager = getattr(loop, "manager", None)
+        tags = loop.run.tags
+        manager = tags.get("manager")
         if manager is not None:
             return f"the {type(manager).__name__}, {manager.caller_description}"
-        if getattr(loop, "actor", None) is not None:
+        if tags.get("actor") is not None:
             return "the CodeAct actor, running a plan for the person"
         return f"the loop {loop.name!r}"
 

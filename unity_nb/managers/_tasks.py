@@ -387,8 +387,7 @@ class TasksManager(Manager):
         handle = actor.act(queued[-1], name=name, bus=self.bus,
                            history=context + history + [{"role": "user", "content": q} for q in queued[:-1]],
                            detached=True, **options)
-        handle.manager = self  # type: ignore[attr-defined]
-        handle.task_id = task_id  # type: ignore[attr-defined]
+        handle.run.tags.update(manager=self, task_id=task_id)
         self._live[task_id] = handle
         self._posted[task_id] = []
         cursor = len(handle.messages) - len(queued)
@@ -445,10 +444,10 @@ class TasksManager(Manager):
     def _end_turn(self, task_id: str, handle: LoopHandle, turn: int, event: ev.Event) -> None:
         status = "idle" if event.kind == "loop_finished" and getattr(event, "status", "") == "finished" else (
             "stopped" if event.kind == "loop_finished" else "failed")
-        answer = handle.result_value if status == "idle" else None
+        answer = handle.state.answer if status == "idle" else None
         summary = (answer or getattr(event, "reason", None) or getattr(event, "error", None) or "")[:200]
         # messages posted into this turn that its model never saw (the turn ended first) are queued again
-        pending = list(handle.pending_notes)
+        pending = list(handle.run.conversation.pending)
         undelivered = []
         for row in self._posted.pop(task_id, []):
             if row["content"] in pending:
@@ -508,7 +507,7 @@ class TasksManager(Manager):
 
         def on_event(source: LoopHandle, event: ev.Event) -> None:
             if source is handle and event.kind == "loop_finished" and getattr(event, "status", "") == "finished":
-                summary = (handle.result_value or "").strip()
+                summary = (handle.state.answer or "").strip()
                 if summary:
                     self.store.execute("UPDATE task_turns SET summary = ? WHERE task_id = ? AND turn = ?",
                                        (summary[:500], task_id, turn))
