@@ -158,5 +158,5 @@ def test_an_interrupt_ends_a_cell_awaiting_an_operation_at_once_and_the_widget_s
             "The cell awaiting 'quiet_run' was interrupted; the operation goes on: "
             "stop it with the Stop button (or %unity stop quiet_run)."
         )
-        assert k.value("[quiet_run.status.value, quiet_run.cancelled_waits]") == ["running", 1]
+        assert k.value("[quiet_run.status.value, quiet_run.state.cancelled_waits]") == ["running", 1]
         k.run("await quiet_run.stop('done')")

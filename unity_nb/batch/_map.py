@@ -69,10 +69,11 @@ _LOOKAHEAD = 256
 """Rows made ahead so the cache is asked about them in one query."""
 _WINDOW = 30.0
 """Seconds of ended rows the rate is taken over (from the first row's start until that long has passed)."""
+
+
 class MapHandle(Spending, LoopHandle):
     """The handle of a batch: one steerable operation whose children are its running rows."""
 
-    engine_type = MapEngine
     kind = "map"
 
     def __init__(
@@ -172,7 +173,7 @@ class MapHandle(Spending, LoopHandle):
         """The first rows that failed or stopped, in the order they ended (what the widget lists)."""
         self._held = 0
         super().__init__(
-            label or f"[map] {task}", model=model, name=name, bus=bus, max_steps=1, parent=parent,
+            label or f"[map] {task}", model=model, name=name, bus=bus, max_steps=1, parent=parent, engine=MapEngine,
         )
         # past its first rows' events (row_finished, child_started), h.events stops growing with the rows
         self.run.cap_events(_ROW_EVENTS, _KEEP_ROW_EVENTS)

@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING, cast
 
 from .._errors import UnityError
-from ..loop import Engine
+from ..loop import Driver
 
 if TYPE_CHECKING:
     from ._map import MapHandle
@@ -19,7 +19,7 @@ _SETTLED_YIELD = 256
 """Rows settled without a call (kept, from the cache) in a row before the batch lets the event loop run."""
 
 
-class MapEngine(Engine):
+class MapEngine(Driver):
     """Drives a batch: rows start while fewer than ``concurrency`` run and the batch is not paused."""
 
     async def drive(self) -> str:

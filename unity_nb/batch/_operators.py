@@ -16,7 +16,7 @@ import pydantic
 
 from .. import events as ev
 from .._errors import Stopped, UserError
-from ..loop import Engine, LoopHandle
+from ..loop import Driver, LoopHandle
 from ..models import Usage, default_model
 from ._map import MapHandle, finished_rows
 from ._rows import Template
@@ -137,7 +137,7 @@ def extract(items: Any, task: str, *, columns: Any, **options: Any) -> ExtractHa
 # -- operators made of several maps ----------------------------------------------------------------
 
 
-class PhasedEngine(Engine):
+class PhasedEngine(Driver):
     """Drives an operator made of several maps: its phases run one after the other (``run_phases``)."""
 
     async def drive(self) -> str:
@@ -158,7 +158,6 @@ class PhasedHandle(LoopHandle):
     stop reach the running one). An interjection reaches the map running and every later one. ``progress``
     is the running map's, with ``phase`` naming it; ``calls`` counts model calls over every phase."""
 
-    engine_type = PhasedEngine
     kind = "operator"
 
     def __init__(self, title: str, *, model: Any = None, name: str | None = None, bus: ev.EventBus | None = None,
@@ -180,7 +179,7 @@ class PhasedHandle(LoopHandle):
         self._notes: list[str] = []
         self._own_usage = Usage()
         self._own_steps = 0
-        super().__init__(label, model=model, name=name, bus=bus, max_steps=1)
+        super().__init__(label, model=model, name=name, bus=bus, max_steps=1, engine=PhasedEngine)
 
     async def run_phases(self) -> Any:  # pragma: no cover - each operator says what it does
         raise NotImplementedError(f"{type(self).__name__} does not define run_phases")

@@ -352,7 +352,7 @@ class HandleWidget(anywidget.AnyWidget):
         self.on_msg(self._on_custom)
         watch_cells(self)
         self._unlisten = handle.add_listener(self._on_event)
-        self._cancelled_seen = handle.cancelled_waits
+        self._cancelled_seen = handle.state.cancelled_waits
         _watch_interrupts(self)
         self.flush()
 
@@ -440,7 +440,7 @@ class HandleWidget(anywidget.AnyWidget):
     def _after_cell(self, result: Any = None) -> None:
         """After each cell: if a cell awaiting the operation was interrupted, say that the operation goes on.
         (ipykernel ends an interrupted async cell with no result; a wait cancelled by code, a timeout, is not said.)"""
-        waits = self.handle.cancelled_waits
+        waits = self.handle.state.cancelled_waits
         if waits > self._cancelled_seen:
             self._cancelled_seen = waits
             error = getattr(result, "error_in_exec", None)
@@ -546,7 +546,7 @@ _INTERRUPTS: weakref.WeakKeyDictionary[Any, weakref.WeakSet[HandleWidget]] = wea
 
 def _watch_interrupts(widget: HandleWidget) -> None:
     """After each cell of the shell (one hook per shell), each live widget checks whether a cell awaiting its
-    operation was interrupted (``LoopHandle.cancelled_waits``): the interrupt ends the wait, not the operation."""
+    operation was interrupted (``LoopHandle.state.cancelled_waits``): the interrupt ends the wait, not the operation."""
     try:
         from IPython import get_ipython
     except ImportError:  # pragma: no cover - IPython comes with the jupyter extra

@@ -3,7 +3,7 @@
 from ._answers import Evaluation, HandOff, Reference, ToolResult, cites_references, handoff
 from ._approval import skipped_result
 from ._context import CallInfo, current_call, current_loop, forward_call, resolve_tool_value
-from ._engine import Engine
+from ._engine import Driver, Engine
 from ._handle import LoopHandle
 from ._options import LoopOptions
 from ._policy import (
@@ -63,6 +63,7 @@ __all__ = (
     "register_verb",
     "unregister_verb",
     "Engine",
+    "Driver",
     "skipped_result",
     "Run",
     "ToolSource",

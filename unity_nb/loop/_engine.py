@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .. import events as ev
@@ -33,26 +34,21 @@ if TYPE_CHECKING:
     from ._source import ToolSource
     from ._turn import Turn
 
-__all__ = ("Engine",)
+__all__ = ("Driver", "Engine")
 
 
-class Engine:
-    """Drives one loop from its first model call to its end. It is given the loop's :class:`Run`, turn, tool runner
-    and :class:`ToolSource` (its work before each step) and, held weakly, the :class:`Loop` hooks and policies see
-    (a batch's engine drives its rows through it)."""
+class Driver:
+    """Drives one loop's task from its start to its end (:meth:`run`); what happens in between is
+    :meth:`drive`. It is given the loop's :class:`Run` and, held weakly, the :class:`Loop` it drives.
 
-    __slots__ = ("__weakref__", "_run", "_runner", "_source", "_tools", "_turn", "corrections", "typed_retries")
+    :class:`Engine` drives model turns. A batch's engine is a plain driver over a run that has no
+    turn of its own: its rows are the loops that call the model (``unity_nb.batch``)."""
 
-    def __init__(self, run: Run, turn: Turn, runner: ToolRunner, tools: ToolSource, source: Loop) -> None:
-        self._tools = tools
+    __slots__ = ("__weakref__", "_run", "_source")
+
+    def __init__(self, run: Run, source: Loop) -> None:
         self._run = run
-        self._turn = turn
-        self._runner = runner
         self._source = weakref.ref(source)
-        self.corrections = 0
-        """Times an evaluation sent the model back (a single-request loop's count)."""
-        self.typed_retries = 0
-        """Times an answer that was not the ``output`` type was sent back (once, then the run fails)."""
 
     @property
     def source(self) -> Loop:
@@ -62,11 +58,19 @@ class Engine:
             raise ReferenceError("this engine's loop is gone")
         return source
 
+    def on_retry(self) -> Callable[[int, str, float], None] | None:
+        """What the model's retries report to (``retry_hook``): the turn's, for a loop that calls a model."""
+        return None
+
+    async def drive(self) -> str:
+        """From the first step to the answer's text."""
+        raise NotImplementedError
+
     async def run(self) -> None:
         """The loop's task: drive, then end the handle with what happened."""
         h, source = self._run, self.source  # the task's frame keeps its loop alive while it runs, as before
         loop_token: contextvars.Token | None = enter_loop(source)
-        retry_token = retry_hook.set(self._turn.on_retry)
+        retry_token = retry_hook.set(self.on_retry())
         wait_token = wait_hook.set(lambda seconds, reason: h.emit(ev.ModelWait, seconds=seconds, reason=reason))
         try:
             answer = await self.drive()
@@ -88,6 +92,27 @@ class Engine:
                 wait_hook.reset(wait_token)
                 leave_loop(loop_token)
         h.end(Status.FINISHED, answer=answer)
+
+
+class Engine(Driver):
+    """Drives one loop from its first model call to its end. It is given the loop's :class:`Run`, turn, tool runner
+    and :class:`ToolSource` (its work before each step) and, held weakly, the :class:`Loop` hooks and policies see
+    (a batch's engine drives its rows through it)."""
+
+    __slots__ = ("_runner", "_tools", "_turn", "corrections", "typed_retries")
+
+    def __init__(self, run: Run, turn: Turn, runner: ToolRunner, tools: ToolSource, source: Loop) -> None:
+        super().__init__(run, source)
+        self._tools = tools
+        self._turn = turn
+        self._runner = runner
+        self.corrections = 0
+        """Times an evaluation sent the model back (a single-request loop's count)."""
+        self.typed_retries = 0
+        """Times an answer that was not the ``output`` type was sent back (once, then the run fails)."""
+
+    def on_retry(self) -> Callable[[int, str, float], None] | None:
+        return self._turn.on_retry
 
     async def checkpoint(self) -> bool:
         """Before each model call: honour pause, wait for requests (persistent multi-request

@@ -40,7 +40,7 @@ from .._errors import HandleStateError, Stopped, UserError
 from ..models import Model, Usage, cost_of
 from ._approval import decide, pending_approvals
 from ._context import current_call
-from ._engine import Engine
+from ._engine import Driver, Engine
 from ._face import Loop
 from ._options import LoopOptions
 from ._records import Message, render_conversation
@@ -88,13 +88,6 @@ class LoopHandle(Loop):
     )
     """A live loop keeps dozens of attributes: in slots, not a dict per handle."""
 
-    cancelled_waits: int = 0
-    """How many waits for the answer (``await h``) were cancelled while the operation went on (a cell
-    interrupted): it is not stopped by that (see ``_wake``)."""
-
-    engine_type: type[Engine] = Engine
-    """What drives the loop's task (a batch drives rows instead of model turns)."""
-
     kind = "loop"
     """What this handle is (``loop``, ``actor``, ``map``): its default name starts with it."""
 
@@ -108,6 +101,7 @@ class LoopHandle(Loop):
         _context: list[dict] | None = None,
         _lineage: tuple[str, ...] | None = None,
         tool_source: ToolSource | None = None,
+        engine: type[Driver] = Engine,
         **options: Any,
     ) -> None:
         if not isinstance(task, str) or not task.strip():
@@ -143,12 +137,17 @@ class LoopHandle(Loop):
         bus = cfg.bus or (parent.run.bus if parent is not None else ev.default_bus())
         self.run = run = Run(self, cfg, self.id, self.lineage, bus, parent)
         """The tree, the events, the ending, steering notes, the request book and the state the parts write."""
-        source = as_source(tool_source, tools)
-        source.bind(run)
         self._router = Router(run, self)
-        self._turn = Turn(run, tools, source, self._router, self)
-        self._runner = ToolRunner(run, self._turn, self._router, source, self)
-        self._engine = self.engine_type(run, self._turn, self._runner, source, self)
+        self._engine: Driver
+        if issubclass(engine, Engine):  # a loop that calls the model: a turn, a tool runner, a tool source
+            source = as_source(tool_source, tools)
+            source.bind(run)
+            self._turn: Turn | None = Turn(run, tools, source, self._router, self)
+            self._runner: ToolRunner | None = ToolRunner(run, self._turn, self._router, source, self)
+            self._engine = engine(run, self._turn, self._runner, source, self)
+        else:  # a batch: its engine drives its rows, which are loops; it calls no model itself
+            self._turn = self._runner = None
+            self._engine = engine(run, self)
         outer = render_conversation(parent.transcript, "outer") if share_context and parent else None
         system = system_with_output(cfg.system, cfg.output)
         run.conversation.open(task, system, [*cfg.history, *(_context or ())], outer, multi=cfg.multi)
@@ -253,12 +252,12 @@ class LoopHandle(Loop):
     def streaming_text(self) -> str:
         """The assistant text of the model call in flight, as streamed so far (scrubbed: an end that
         could be the start of a secret value shows once the next piece settles it)."""
-        return self._turn.text.text
+        return self._turn.text.text if self._turn is not None else ""
 
     @property
     def streaming_thinking(self) -> str:
         """The reasoning of the model call in flight, as far as it has streamed (where the provider streams it)."""
-        return self._turn.thinking.text
+        return self._turn.thinking.text if self._turn is not None else ""
 
     def dataframe(self, kind: str | Iterable[str] | None = None) -> Any:
         """This loop's events as a pandas DataFrame (one row per event, ``kind`` first); ``kind`` filters."""
@@ -341,7 +340,7 @@ class LoopHandle(Loop):
     def _nudge(self) -> None:
         """New steering or a new request: wake the loop, and interrupt a model call in flight."""
         self.run.nudge()
-        if self.run.config.interrupt_on_interject:
+        if self.run.config.interrupt_on_interject and self._turn is not None:
             self._turn.interrupt()
 
     @on_own_loop

@@ -38,9 +38,9 @@ class _Loop(Protocol):
     name: str
 
     @property
-    def _turn(self) -> Turn: ...
+    def _turn(self) -> Any: ...  # a Turn (a multi-request loop calls the model)
     @property
-    def _engine(self) -> _Engine: ...
+    def _engine(self) -> Any: ...  # an Engine (its finalize checks an answer)
     @property
     def run(self) -> Run: ...
     def _nudge(self) -> None: ...
@@ -156,7 +156,8 @@ def final_answer_tool(loop: _Loop) -> Tool:
             raise ToolFailed(f"error: there is no request {request_id!r}; open requests: {open_ids}")
         if req.done():
             raise ToolFailed(f"error: request {request_id} is already {req.status.value}; answer only open requests")
-        ok, text = await loop._engine.finalize(answer, req)
+        engine: _Engine = loop._engine
+        ok, text = await engine.finalize(answer, req)
         if not ok:
             raise ToolFailed(f"error: request {request_id} is still open. {text}")
         req._finish(text)
@@ -177,7 +178,8 @@ def submit_request(loop: _Loop, text: str) -> RequestHandle:
     run.requests.append(req)
     run.conversation.record(Message("user", text, kind="request", name=req.request_id))
     run.conversation.note(f"[request {req.request_id}] {text}")
-    loop._turn.budget_start = loop._turn.count
+    turn: Turn = loop._turn
+    turn.budget_start = turn.count
     run.emit(ev.RequestSubmitted, request_id=req.request_id, text=text)
     loop._nudge()
     return req

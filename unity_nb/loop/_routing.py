@@ -65,7 +65,7 @@ class _Loop(Protocol):
     @property
     def _router(self) -> Router: ...
     @property
-    def _runner(self) -> _Runner: ...
+    def _runner(self) -> _Runner | None: ...  # None for a batch (its rows run the tools)
     def walk(self) -> Iterator[_Loop]: ...
 
 
@@ -181,7 +181,8 @@ class Router:
         while h is not None:
             out.append(h._router.inbox)
             if h.run.config.multi:
-                rid = request_id if h is me else h._runner.call_requests.get(via or "")
+                runner = h._runner
+                rid = request_id if h is me or runner is None else runner.call_requests.get(via or "")
                 req = h.run.find_request(rid)
                 if req is not None:
                     out.append(req.inbox)

@@ -55,6 +55,8 @@ class LoopState:
     """What ``result()`` returns instead of the answer text (a tool's value, a hand-off's child)."""
     finishing: tuple[Any, str] | None = None
     """``(value, text)`` a tool ended the loop with (:meth:`Run.finish_with`), taken once the step's calls end."""
+    cancelled_waits: int = 0
+    """Waits for the answer (``await h``) cancelled while the operation went on (a cell interrupted: ``_wake``)."""
     started_at: float = field(default_factory=time.time)
     ended_at: float | None = None
 

@@ -9,7 +9,7 @@ on the main thread, one timer per event loop wakes it every :data:`PERIOD` secon
 ends the cell within that time.
 
 An awaiter cancelled while the operation goes on (the cell interrupted) is counted on the handle
-(``cancelled_waits``): the operation is not stopped, and the widget says so.
+(``state.cancelled_waits``): the operation is not stopped, and the widget says so.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def awake(loop: asyncio.AbstractEventLoop, handle: Any) -> Iterator[None]:
         yield
     except asyncio.CancelledError:
         if not handle.done():
-            handle.cancelled_waits += 1
+            handle.run.state.cancelled_waits += 1
         raise
     finally:
         if main:
