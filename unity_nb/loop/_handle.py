@@ -7,19 +7,23 @@ A loop is made of parts, each with a narrow interface, that the handle composes:
 - :class:`Turn` (``_turn.py``): offered tools and schemas, the model call, caching hints, compression;
 - :class:`ToolRunner` (``_runner.py``): tool calls in parallel, references, hand-off, printed output;
 - :class:`Router` (``_routing.py``): steering routed down to children, questions and notes bubbled up;
-- :class:`Engine` (``_engine.py``): the cycle the loop's task drives, and the answer's checks;
+- :class:`Engine` (``_engine.py``): the cycle the loop's task drives, and the answer's checks (a batch's
+  engine is a plain :class:`Driver` over a run with no turn: its rows call the model);
+- :class:`ToolSource` (``_source.py``): which tools a step offers, which a call names, what is done before
+  each step, which calls wait for approval (by default the loop's own tools; the actor's is its own source);
 - :data:`VERBS` (``_steering.py``): the steering verbs, one table (``reaches_children`` routes them);
 - :class:`LoopState` (``_state.py``): what the parts write (counters, references, status, outcome);
-- :class:`LoopPolicy` (``_policy.py``): which tools a step offers and notes after tool results, composable.
+- :class:`LoopPolicy` (``_policy.py``): which tools a step offers and notes after tool results, composable;
+- :class:`Run` (``_run.py``): the tree, the events, the ending, steering notes, the request book, the calls
+  waiting for approval, and tags others put on the run (a manager, a durable task).
 
-- :class:`Run` (``_run.py``): the tree, the events, the ending, steering notes and the request book.
-
-The handle is the person's facade over its :class:`Run`. Each part is given the run and the parts it
-works with in its constructor (``Turn(run, tools, source)``, ``Router(run, turn, source)``,
-``ToolRunner(run, turn, router, source)``, ``Engine(run, turn, runner, source)``) and holds the loop
-itself weakly, as a small protocol of what a subclass changes (``available_tools``, ``end``, ...), so
-no part holds or names the handle, and the modules below the handle name a loop by :class:`Loop`
-(``_face.py``): loop/'s imports run one way (``tests/test_import_graph.py``).
+The handle is the person's facade over its :class:`Run` (``tests/test_facade.py`` lists its public names).
+Each part is given the run and the parts it works with in its constructor (``Router(run, source)``,
+``Turn(run, tools, tool_source, router, source)``, ``ToolRunner(run, turn, router, tool_source, source)``,
+``Engine(run, turn, runner, tool_source, source)``) and holds the loop itself only weakly, as the
+:class:`Loop` (``_face.py``) tools and policies are shown; a tool reaches its loop through its
+:class:`ToolContext`. No part holds or names the handle, and loop/'s imports run one way
+(``tests/test_import_graph.py``).
 
 Stopping is cancellation we own: ``stop()`` records a reason and cancels the loop's task;
 ``result()`` then raises :class:`Stopped`. Cancelling the task from outside is not a stop and
