@@ -146,8 +146,9 @@ async def test_a_tool_call_through_chatml_function_calling(model, bus):
 async def test_the_actor_with_a_weak_model_ends_clearly_within_max_steps(model, bus):
     ns: dict = {}
     # the server's automatic tool mode ignores max_tokens (a call's arguments may run to the context's end,
-    # sent unstreamed): a shorter silence bound retries such a call sooner
-    model = u.LocalModel(model.server, options={"max_tokens": 96, "temperature": 0}, timeout=45)
+    # sent unstreamed): a call that takes over 45 s fails the run with that reason instead of being retried
+    # (4 retries of 45 s a step could outlast the wait below on a loaded machine: seen once in a full run)
+    model = u.LocalModel(model.server, options={"max_tokens": 96, "temperature": 0}, timeout=45, max_retries=0)
     h = u.act("Compute the sum of the numbers 1 to 10 and put it in a variable named total.", model=model,
               namespace=ns, max_steps=3, bus=bus)
     try:
