@@ -301,7 +301,7 @@ async def test_adding_a_steering_verb_is_one_entry_and_its_method(bus):
     class Hurried(LoopHandle):
         async def hurry(self, why: str) -> None:
             self.run.steer("hurry", why)
-            self._nudge()
+            self.run.nudge()
 
     register_verb(Verb(
         "hurry", entry=lambda m, _r: f"[told to hurry: {m}]", note=lambda m, _r: f"[the user asks you to hurry: {m}]",

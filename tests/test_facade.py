@@ -19,11 +19,11 @@ PEOPLE = {
     # its end
     "done", "result",
     # steering verbs, and what a person answers or adds
-    "pause", "resume", "interject", "stop", "ask", "start_ask", "inspection", "post",
+    "pause", "resume", "interject", "stop", "ask",
     "approve", "skip", "pending_approvals", "submit", "requests",
     "next_clarification", "answer_clarification", "pending_clarifications", "next_notification",
-    # where its parts and tools work: the run, and the event loop steering from another thread is handed to
-    "run", "event_loop",
+    # where its parts and tools work
+    "run",
 }
 
 

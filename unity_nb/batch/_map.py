@@ -178,6 +178,7 @@ class MapHandle(Spending, LoopHandle):
         # past its first rows' events (row_finished, child_started), h.events stops growing with the rows
         self.run.cap_events(_ROW_EVENTS, _KEEP_ROW_EVENTS)
         self.run.on_end.append(MapHandle._ending)
+        self.run.inspection = MapHandle.inspection  # what a question about the batch is answered from
         for position, (answer, key, asked) in sorted(self._kept.items()):  # this run's events hold every row it has
             row = Row(position, key, {}, "")
             row.asked = asked

@@ -50,7 +50,7 @@ class MapEngine(Driver):
                         if settled % _SETTLED_YIELD == 0:
                             await asyncio.sleep(0)  # a long run of them leaves the event loop its turns
                         continue
-                    task = h.event_loop.create_task(h.run_row(row))
+                    task = h.run.event_loop.create_task(h.run_row(row))
                     running.add(task)
                     task.add_done_callback(row_ended)
                 if not running and not ended and (h.exhausted or h.state.stop_reason is not None):

@@ -180,6 +180,7 @@ class PhasedHandle(LoopHandle):
         self._own_usage = Usage()
         self._own_steps = 0
         super().__init__(label, model=model, name=name, bus=bus, max_steps=1, engine=PhasedEngine)
+        self.run.inspection = PhasedHandle.inspection  # what a question about the operation is answered from
 
     async def run_phases(self) -> Any:  # pragma: no cover - each operator says what it does
         raise NotImplementedError(f"{type(self).__name__} does not define run_phases")

@@ -14,7 +14,7 @@ from IPython.display import display
 from traitlets import Bool, Enum, Float, Integer, Unicode
 
 from .._errors import HandleStateError, ModelConfigError, UserError
-from ..loop import VERBS, LoopHandle
+from ..loop import VERBS, LoopHandle, start_ask
 from ..models import set_default_model
 from ._args import HELP, SETTINGS, SUBCOMMANDS, Command, check_setting, overview, parse
 from ._magics_tasks import resume_from_store, show_transcript, task_command, tasks_table
@@ -564,6 +564,6 @@ class UnityMagics(Magics):
         self._steer(cmd, handle.answer_clarification(call, cmd.text))
 
     def _ask(self, cmd: Command) -> LoopHandle:
-        handle = self._find(cmd).start_ask(cmd.text)
+        handle = start_ask(self._find(cmd), cmd.text)
         self._show_widget(handle)
         return handle

@@ -344,7 +344,7 @@ class HandleWidget(anywidget.AnyWidget):
         self._retries: dict[str, Any] = {}  # loop id -> the retry it is waiting out (a model_retry event)
         self._streamed: dict[str, list[str]] = {}  # loop id -> text streamed in the model call under way
         self._cut_off: dict[str, str] = {}  # loop id -> the fragment a Stop cut off
-        self._loop = handle.event_loop
+        self._loop = handle.run.event_loop
         self.clicks = Clicks(self._loop, self._perform, self._report)
         """The clicks received, queued on the handle's loop and performed in arrival order."""
         self.errors: list[str] = []

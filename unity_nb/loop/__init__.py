@@ -4,7 +4,7 @@ from ._answers import Evaluation, HandOff, Reference, ToolResult, cites_referenc
 from ._approval import skipped_result
 from ._context import CallInfo, current_call, current_loop, forward_call, resolve_tool_value
 from ._engine import Driver, Engine
-from ._handle import LoopHandle
+from ._handle import LoopHandle, start_ask
 from ._options import LoopOptions
 from ._policy import (
     DiscoveryFirst,
@@ -27,6 +27,7 @@ from ._tools import Tool, ToolContext, ToolFailed, as_tool, render_result
 
 __all__ = (
     "LoopHandle",
+    "start_ask",
     "LoopOptions",
     "Message",
     "Status",

@@ -7,7 +7,6 @@ them imports the module above it: loop/'s imports run one way.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,8 +29,6 @@ class Loop:
     """What it was asked."""
     lineage: tuple[str, ...]
     """Its position in the tree, outermost first."""
-    event_loop: asyncio.AbstractEventLoop
-    """The event loop it runs on (steering from another thread is handed to it)."""
     run: Any
     """Its :class:`~unity_nb.loop.Run`: the tree, events, ending and steering notes its parts and tools work with."""
 

@@ -55,12 +55,12 @@ from ._runner import ToolRunner
 from ._source import ToolSource, as_source
 from ._state import UNSET, LoopState
 from ._status import Signal, Status
-from ._steering import VERBS, inspection_prompt, on_own_loop
+from ._steering import VERBS, on_own_loop
 from ._turn import Turn, own_tools
 from ._typed import system_with_output
 from ._wake import awake
 
-__all__ = ("LoopHandle",)
+__all__ = ("LoopHandle", "start_ask")
 
 _ENDED = frozenset({Status.FINISHED, Status.STOPPED, Status.FAILED})
 
@@ -87,7 +87,7 @@ class LoopHandle(Loop):
 
     __slots__ = tuple(
         """
-        __weakref__ _engine _router _runner _task _turn event_loop id lineage model name run task
+        __weakref__ _engine _router _runner _task _turn id lineage model name run task
         """.split()
     )
     """A live loop keeps dozens of attributes: in slots, not a dict per handle."""
@@ -118,7 +118,7 @@ class LoopHandle(Loop):
         else:
             cfg = LoopOptions.make(**options)
         try:
-            self.event_loop = asyncio.get_running_loop()
+            event_loop = asyncio.get_running_loop()
         except RuntimeError:
             raise UserError(
                 "start_loop needs a running event loop: call it inside `async def main(): ...` run by "
@@ -139,7 +139,7 @@ class LoopHandle(Loop):
         self.lineage: tuple[str, ...] = (*base, f"{self.name}({self.id})")
         # a child publishes where its parent does
         bus = cfg.bus or (parent.run.bus if parent is not None else ev.default_bus())
-        self.run = run = Run(self, cfg, self.id, self.lineage, bus, parent)
+        self.run = run = Run(self, cfg, self.id, self.lineage, bus, parent, event_loop)
         """The tree, the events, the ending, steering notes, the request book and the state the parts write."""
         self._router = Router(run, self)
         self._engine: Driver
@@ -149,6 +149,7 @@ class LoopHandle(Loop):
             self._turn: Turn | None = Turn(run, tools, source, self._router, self)
             self._runner: ToolRunner | None = ToolRunner(run, self._turn, self._router, source, self)
             self._engine = engine(run, self._turn, self._runner, source, self)
+            run.interrupt_with(self._turn.interrupt)
         else:  # a batch: its engine drives its rows, which are loops; it calls no model itself
             self._turn = self._runner = None
             self._engine = engine(run, self)
@@ -169,9 +170,9 @@ class LoopHandle(Loop):
         )
         if cfg.multi:
             self.run.emit(ev.RequestSubmitted, request_id="r1", text=task)
-        self._task = self.event_loop.create_task(self._engine.run(), name=f"unity_nb:{self.name}")
+        self._task = self.run.event_loop.create_task(self._engine.run(), name=f"unity_nb:{self.name}")
         self._task.add_done_callback(self._on_task_done)
-        loop_started(self.event_loop)  # many live loops: the collector runs less often (unity_nb._collector)
+        loop_started(self.run.event_loop)  # many live loops: the collector runs less often (unity_nb._collector)
 
     def _on_task_done(self, task: asyncio.Task) -> None:
         # a task cancelled before its first step never enters run(): end the handle anyway
@@ -278,7 +279,7 @@ class LoopHandle(Loop):
         The answer is the model's final text, or the object a tool handed to
         ``Run.finish_with`` (the actor's ``final_answer(value)``).
         """
-        own = self.event_loop
+        own = self.run.event_loop
         if self._ended.is_set() or asyncio.get_running_loop() is own:
             with awake(own, self):  # an interrupt of the awaiting cell is seen at once (ipykernel#881)
                 await self._ended.wait()
@@ -341,12 +342,6 @@ class LoopHandle(Loop):
 
     # ------------------------------------------------------------------ steering
 
-    def _nudge(self) -> None:
-        """New steering or a new request: wake the loop, and interrupt a model call in flight."""
-        self.run.nudge()
-        if self.run.config.interrupt_on_interject and self._turn is not None:
-            self._turn.interrupt()
-
     @on_own_loop
     async def pause(self) -> None:
         """No new model call or tool start until :meth:`resume`; in-flight work finishes. Reaches all live children."""
@@ -377,7 +372,7 @@ class LoopHandle(Loop):
             self.run.request(request_id)
         self.run.steer("interject", message, request_id)
         self.run.conversation.heard += 1
-        self._nudge()
+        self.run.nudge()
 
     @on_own_loop
     async def stop(self, reason: str | None = None) -> None:
@@ -405,38 +400,7 @@ class LoopHandle(Loop):
         inspecting model can tell that conversation from its own; it gets an ``ask_<child>``
         tool for each live child to drill down. Its result is a ``str``.
         """
-        return self.start_ask(question, **options)
-
-    def start_ask(self, question: str, **options: Any) -> LoopHandle:
-        """:meth:`ask` without the ``await``: start the inspection loop and return its handle."""
-        if not isinstance(question, str) or not question.strip():
-            raise UserError("ask needs a non-empty question")
-        snapshot = self.inspection()
-        self.run.steer("ask", question)
-        ask_tool = VERBS["ask"].child_tool
-        live = self.run.live_children()[:20]  # a batch may have a hundred rows running: the first twenty
-        tools = [ask_tool(c) for c in live] if ask_tool is not None else []
-        model, max_steps = options.pop("model", self.model), options.pop("max_steps", 6)
-        return LoopHandle(
-            question, model=model, tools=tools, system=snapshot, name=f"ask-{self.name}", bus=self.run.bus,
-            _kind="ask", _lineage=self.lineage, detached=True, max_steps=max_steps, **options,
-        )
-
-    def inspection(self) -> str:
-        """The system prompt of a loop answering a question about this one (what :meth:`ask` starts)."""
-        return inspection_prompt(self)
-
-    def post(self, message: str, *, kind: str = "message") -> None:
-        """Deliver ``message`` to the model verbatim before its next call (like an interjection,
-        without the "from the user" label): a durable task's queue uses it for child completions."""
-        self.run.require_live("post to")
-        if not isinstance(message, str) or not message.strip():
-            raise UserError("post needs a non-empty message")
-        self.run.conversation.record(Message("user", message, kind=kind))
-        self.run.conversation.note(message)
-        self.run.emit(ev.Notification, call_id=None, text=message)
-        self.run.conversation.heard += 1
-        self._nudge()
+        return start_ask(self, question, **options)
 
     # ------------------------------------------------------------------ clarifications, notifications
 
@@ -494,3 +458,21 @@ class LoopHandle(Loop):
         """Add a request to a multi-request loop (``start_loop(..., multi=True)``); it shares the
         loop's context and gets a handle of its own."""
         return submit_request(self, text)
+
+
+def start_ask(loop: LoopHandle, question: str, **options: Any) -> LoopHandle:
+    """``loop.ask(question)`` without the ``await``: start the read-only loop answering ``question`` from a
+    snapshot of ``loop`` (its run's ``inspection``) and return its handle."""
+    if not isinstance(question, str) or not question.strip():
+        raise UserError("ask needs a non-empty question")
+    run = loop.run
+    snapshot = run.inspection(loop)
+    run.steer("ask", question)
+    ask_tool = VERBS["ask"].child_tool
+    live = run.live_children()[:20]  # a batch may have a hundred rows running: the first twenty
+    tools = [ask_tool(c) for c in live] if ask_tool is not None else []
+    model, max_steps = options.pop("model", loop.model), options.pop("max_steps", 6)
+    return LoopHandle(
+        question, model=model, tools=tools, system=snapshot, name=f"ask-{loop.name}", bus=run.bus,
+        _kind="ask", _lineage=loop.lineage, detached=True, max_steps=max_steps, **options,
+    )

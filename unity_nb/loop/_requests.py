@@ -43,7 +43,6 @@ class _Loop(Protocol):
     def _engine(self) -> Any: ...  # an Engine (its finalize checks an answer)
     @property
     def run(self) -> Run: ...
-    def _nudge(self) -> None: ...
     async def stop(self, reason: str | None = None) -> None: ...
     async def interject(self, message: str, *, request_id: str | None = None) -> None: ...
     async def ask(self, question: str, **options: Any) -> Loop: ...
@@ -181,7 +180,7 @@ def submit_request(loop: _Loop, text: str) -> RequestHandle:
     turn: Turn = loop._turn
     turn.budget_start = turn.count
     run.emit(ev.RequestSubmitted, request_id=req.request_id, text=text)
-    loop._nudge()
+    loop.run.nudge()
     return req
 
 
@@ -196,4 +195,4 @@ async def stop_request(loop: _Loop, req: RequestHandle, reason: str) -> None:
         await loop.stop(f"its last open request ({req.request_id}) was stopped: {reason}")
         return
     loop.run.steer("stop", reason, req.request_id)
-    loop._nudge()
+    loop.run.nudge()

@@ -27,7 +27,7 @@ from ._options import LoopOptions
 from ._records import Message
 from ._state import LoopState
 from ._status import PauseGate, Signal, Status
-from ._steering import VERBS, quiet
+from ._steering import VERBS, inspection_prompt, quiet
 from ._tools import render_result
 
 __all__ = ("Run",)
@@ -53,6 +53,7 @@ class Run:
         "_cap",
         "_capped",
         "_handle",
+        "_interrupt",
         "_seen_capped",
         "_wake",
         "approvals",
@@ -65,6 +66,7 @@ class Run:
         "events",
         "gate",
         "id",
+        "inspection",
         "late",
         "lineage",
         "listeners",
@@ -81,12 +83,14 @@ class Run:
     )
 
     def __init__(
-        self, handle: Any, config: LoopOptions, id: str, lineage: tuple[str, ...], bus: ev.EventBus, parent: Any
+        self, handle: Any, config: LoopOptions, id: str, lineage: tuple[str, ...], bus: ev.EventBus, parent: Any,
+        event_loop: asyncio.AbstractEventLoop,
     ) -> None:
         self._handle = weakref.ref(handle)
         self.config = config
         """What the loop was started with."""
-        self.event_loop = handle.event_loop
+        self.event_loop = event_loop
+        """The event loop it runs on (steering from another thread is handed to it)."""
         self.id = id
         self.name: str = handle.name
         self.lineage = lineage
@@ -117,6 +121,10 @@ class Run:
         self.on_end: list[Callable[[Any, Status, BaseException | None], None]] = []
         """Called with ``(handle, status, error)`` as the loop ends, before its end is recorded (a batch releases
         what it holds and says why rows never started). A plain function, so the run holds no handle."""
+        self.inspection: Callable[[Any], str] = inspection_prompt
+        """``fn(handle)``: the system prompt of a loop answering a question about this one (``ask``); a batch
+        sets its own. A plain function, so the run holds no handle."""
+        self._interrupt: weakref.WeakMethod | None = None
         self._capped: frozenset[str] = frozenset()
         self._cap = 0
         self._seen_capped = 0
@@ -256,13 +264,34 @@ class Run:
             self.conversation.note(note)
         self.emit(ev.Steering, action=verb, message=message, request_id=request_id)
 
+    def interrupt_with(self, interrupt: Callable[[], None]) -> None:
+        """What cancels the model call in flight when steering arrives (the turn's; held weakly)."""
+        self._interrupt = weakref.WeakMethod(interrupt)
+
     def nudge(self) -> None:
-        """New steering or a new request: wake the loop (the handle also interrupts a model call in flight)."""
+        """New steering or a new request: wake the loop, and interrupt a model call in flight when the loop's
+        options say so (``interrupt_on_interject``)."""
         self.conversation.interjected = True
         if self._wake is not None:
             self._wake.set()
         if self.request_evt is not None:
             self.request_evt.set()
+        if self.config.interrupt_on_interject and self._interrupt is not None:
+            interrupt = self._interrupt()
+            if interrupt is not None:
+                interrupt()
+
+    def post(self, message: str, *, kind: str = "message") -> None:
+        """Deliver ``message`` to the model verbatim before its next call (like an interjection, without the
+        "from the user" label): a durable task's queue uses it for child completions."""
+        self.require_live("post to")
+        if not isinstance(message, str) or not message.strip():
+            raise UserError("post needs a non-empty message")
+        self.conversation.record(Message("user", message, kind=kind))
+        self.conversation.note(message)
+        self.emit(ev.Notification, call_id=None, text=message)
+        self.conversation.heard += 1
+        self.nudge()
 
     async def reach_children(self, verb: str, **kwargs: Any) -> None:
         """Apply steering ``verb`` to every live child, if its entry in :data:`VERBS` ``reaches_children``

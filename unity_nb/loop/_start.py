@@ -27,7 +27,7 @@ def _made_on_loop_thread(call: CallInfo, task: str, options: dict[str, Any]) -> 
         except BaseException as err:  # noqa: BLE001 - raised in the calling thread
             done.set_exception(err)
 
-    call.loop.event_loop.call_soon_threadsafe(make, context=contextvars.copy_context())
+    call.loop.run.event_loop.call_soon_threadsafe(make, context=contextvars.copy_context())
     return done.result()
 
 
@@ -74,7 +74,7 @@ def start_loop(task: str, **options: Any) -> LoopHandle:
         asyncio.get_running_loop()
     except RuntimeError:
         call = current_call()
-        if call is not None and not call.loop.event_loop.is_closed():
+        if call is not None and not call.loop.run.event_loop.is_closed():
             return _made_on_loop_thread(call, task, options)
     return LoopHandle(task, **options)
 

@@ -232,11 +232,12 @@ def on_own_loop(method: Callable[..., Any]) -> Callable[..., Any]:
             here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             here = None
-        if here is not None and here is not self.event_loop:
-            if self.event_loop.is_closed():
+        own = self.run.event_loop
+        if here is not None and here is not own:
+            if own.is_closed():
                 raise HandleStateError(f"cannot steer {self.name!r}: its event loop is closed", state="closed")
             return await asyncio.wrap_future(
-                asyncio.run_coroutine_threadsafe(method(self, *args, **kwargs), self.event_loop)
+                asyncio.run_coroutine_threadsafe(method(self, *args, **kwargs), own)
             )
         return await method(self, *args, **kwargs)
 

@@ -314,7 +314,7 @@ class TasksManager(Manager):
         if live is not None:
             for row in self._take_queue(task_id):
                 try:
-                    live.post(row["content"])
+                    live.run.post(row["content"])
                     self._posted.setdefault(task_id, []).append(row)
                 except HandleStateError:  # it ended meanwhile: the message starts the next turn
                     self.store.execute(
