@@ -191,10 +191,6 @@ class Run:
 
     # ------------------------------------------------------------------ the tree
 
-    def done(self) -> bool:
-        """True once the loop has finished, stopped or failed."""
-        return self.ended.is_set()
-
     def require_live(self, verb: str) -> None:
         """Raise :class:`HandleStateError` if the loop has ended (``verb`` says what was attempted)."""
         if self.ended.is_set():
