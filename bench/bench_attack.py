@@ -88,7 +88,7 @@ def strings(obj: Any) -> list[str]:
 
 def transcript_strings(h: Any) -> list[str]:
     out = []
-    for handle in h.walk():
+    for handle in h.tree:
         for m in handle.transcript:
             out += [m.content or "", m.thinking or ""]
             for c in m.tool_calls:
@@ -132,7 +132,7 @@ async def scan(
     places = {
         "requests to the model": [s for r in requests for s in strings(r.messages) + strings(r.tools)],
         "transcript": transcript_strings(h),
-        "events": [e.model_dump_json() for handle in h.walk() for e in handle.events] + strings(list(h.events)),
+        "events": [e.model_dump_json() for handle in h.tree for e in handle.events] + strings(list(h.events)),
         "Store.transcript()": [
             s
             for m in store.transcript(h.id)
@@ -235,7 +235,7 @@ async def streamed(ctx: dict) -> tuple[Any, Any, list[str]]:
     model = u.ScriptedModel([reply], chunk=1)
     h = u.start_loop("say it", model=model, bus=ctx["bus"])
     seen: list[str] = []
-    h.add_listener(lambda _s, _e: seen.append(h.streaming_text))
+    h.run.add_listener(lambda _s, _e: seen.append(h.state.streaming_text))
     answer = await asyncio.wait_for(h.result(), TIMEOUT)
     return h, model, [*seen, str(answer)]
 
@@ -248,8 +248,8 @@ async def clarification(ctx: dict) -> tuple[Any, Any, list[str]]:
 
     model = u.ScriptedModel(first_call(u.call_tool("login")))
     h = u.start_loop("log in", model=model, tools=[login], bus=ctx["bus"])
-    q = await asyncio.wait_for(h.next_clarification(), TIMEOUT)
-    await h.answer_clarification(q["call_id"], f"use {SECRET}")
+    q = await asyncio.wait_for(h.inbox.next_question(), TIMEOUT)
+    await h.inbox.answer(q["call_id"], f"use {SECRET}")
     answer = await asyncio.wait_for(h.result(), TIMEOUT)
     return h, model, [str(answer), json.dumps(q)]
 
@@ -262,7 +262,7 @@ async def notification(ctx: dict) -> tuple[Any, Any, list[str]]:
 
     model = u.ScriptedModel(first_call(u.call_tool("progress")))
     h = u.start_loop("progress", model=model, tools=[progress], bus=ctx["bus"])
-    note = await asyncio.wait_for(h.next_notification(), TIMEOUT)
+    note = await asyncio.wait_for(h.inbox.next_notification(), TIMEOUT)
     await asyncio.wait_for(h.result(), TIMEOUT)
     return h, model, [json.dumps(note, default=str), str(note.get("text"))]
 

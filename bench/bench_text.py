@@ -4,7 +4,7 @@ Each case runs at a small and a ten times larger size in the same process; linea
 ratio near 10x, quadratic cost near 100x (target: within 15x).
 
   A. A streamed reply: a ScriptedModel answers with N characters streamed in pieces of
-     ``--chunk`` characters (each piece a delta: the handle's ``streaming_text`` grows and a
+     ``--chunk`` characters (each piece a delta: the handle's ``state.streaming_text`` grows and a
      ``ModelDelta`` is published).
   B. A tool printing N characters in lines of 100 (two writes per ``print``), routed to its
      call record (``rec.output``) and published as ``ToolOutput`` events.

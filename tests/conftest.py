@@ -32,7 +32,7 @@ def tool_messages(messages):
 
 def assert_every_call_answered_once(handle):
     """Every tool call in the transcript has exactly one result, in this loop and every descendant."""
-    for h in handle.walk():
+    for h in handle.tree:
         calls = [c for m in h.transcript for c in m.tool_calls]
         results = [m.tool_call_id for m in h.transcript if m.kind == "tool_result"]
         assert sorted(c.id for c in calls) == sorted(results), h.name

@@ -408,7 +408,7 @@ async def test_primitives_are_awaited_in_plans_and_their_loops_are_children(bus)
     assert "await primitives.notes.ask(question: str) -> LoopHandle" in system
     assert "await primitives.maths.add(a: int, b: int) -> int" in system
     assert [c.name for c in h.children] == ["notes.ask"]
-    assert h.children[0].lineage[0] == h.lineage[0]
+    assert h.children[0].tree.lineage[0] == h.tree.lineage[0]
 
 
 async def test_registered_primitives_and_clear_errors(bus):
@@ -469,12 +469,12 @@ async def test_approval_first_waits_for_run_and_skip_tells_the_model(bus):
     requested = await h.wait_for("approval_requested", timeout=10)
     assert isinstance(requested, ApprovalRequested)
     assert h.status == "waiting" and "a" not in ns
-    assert h.pending_approvals == [
+    assert h.inbox.approvals == [
         {"call_id": requested.call_id, "code": "a = 1", "intent": "step 1", "loop": h.name, "loop_id": h.id}
     ]
     with pytest.raises(u.UserError, match="no plan with call_id 'nope'"):
-        await h.skip("nope")
-    await h.skip(reason="not that way")
+        await h.inbox.skip("nope")
+    await h.inbox.skip(reason="not that way")
     assert await h == "saw: [the person skipped this plan; it did not run]: not that way"
     assert "a" not in ns and ns["b"] == 2  # only the first plan waited ("first")
     assert [e.approved for e in h.events if isinstance(e, ApprovalDecided)] == [False]
@@ -487,12 +487,12 @@ async def test_approval_always_runs_each_plan_only_after_approve(bus):
     for name in ("a", "b"):
         await h.wait_for("approval_requested", code_has(f"{name} = "), timeout=10)
         assert name not in ns and h.status == "waiting"
-        await h.approve()
+        await h.inbox.approve()
         await h.wait_for("code_executed", code_has(f"{name} = "), timeout=10)
         assert name in ns
     assert await h == "done"
     with pytest.raises(u.HandleStateError, match="finished"):
-        await h.approve()
+        await h.inbox.approve()
 
 
 async def test_pause_holds_the_next_plan_and_an_interjection_reaches_the_model_first(bus):

@@ -259,7 +259,7 @@ def test_with_approval_first_a_plan_waits_for_the_run_click(kernel):
     k.run("_widget('appr').flush()")
     approvals = k.value("_widget('appr').nodes[0]['approvals']")
     assert len(approvals) == 1 and approvals[0]["code"] == "approved_effect = 'ran'"
-    assert k.value("[a['call_id'] for a in h6.pending_approvals]") == [approvals[0]["call_id"]]
+    assert k.value("[a['call_id'] for a in h6.inbox.approvals]") == [approvals[0]["call_id"]]
     assert k.value("'approved_effect' in globals()") is False  # still waiting
 
     k.click(comm_id, action="approve", node=node, call_id=approvals[0]["call_id"])
@@ -278,7 +278,7 @@ def test_a_skip_click_tells_the_model_why_and_the_plan_never_runs(kernel):
     k.run("h7 = %unity act --name skipper --approval first set skipped_effect")
     k.run("await h7.wait_for('approval_requested', timeout=20)")
     assert k.value("h7.status") == "waiting"
-    comm_id, node, call_id = k.value("[_widget('skipper').model_id, h7.id, h7.pending_approvals[0]['call_id']]")
+    comm_id, node, call_id = k.value("[_widget('skipper').model_id, h7.id, h7.inbox.approvals[0]['call_id']]")
 
     k.click(comm_id, action="skip", node=node, call_id=call_id, text="not on the production data")
     assert k.value("await h7") == "ok, not doing it"

@@ -885,7 +885,7 @@ async def test_a_fragment_cut_off_by_stop_is_marked(harness):
 
     h = u.start_loop("talk", model=u.ScriptedModel(["word " * 2000], chunk=2, delay=0.01), name="talker")
     w = HandleWidget(h)
-    await h.wait_for("model_delta", lambda e: len(h.streaming_text) > 40, timeout=20)
+    await h.wait_for("model_delta", lambda e: len(h.state.streaming_text) > 40, timeout=20)
     widget = await harness.show(w)
     await expect(widget.locator(".unb-streaming")).to_contain_text("word")  # streaming in
     await h.stop("enough")

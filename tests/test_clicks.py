@@ -180,7 +180,7 @@ async def test_stop_ends_the_operation_from_every_state():
     await paused.wait_for("model_response", timeout=TIMEOUT)
 
     waiting, w_waiting = start(calls("confirm"), tools=[confirm], name="waiting")
-    await asyncio.wait_for(waiting.next_clarification(), TIMEOUT)
+    await asyncio.wait_for(waiting.inbox.next_question(), TIMEOUT)
 
     in_call, w_in_call = start(stuck_model, name="in_call")
     await in_call.wait_for("model_request", timeout=TIMEOUT)

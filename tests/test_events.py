@@ -144,7 +144,7 @@ async def test_a_loops_events_and_their_dataframe():
     assert [e.seq for e in bus.history(loop_id=h.id)] == [e.seq for e in h.events]
     df = bus.dataframe(loop_id=h.id)
     assert list(df.columns[:5]) == ["seq", "ts", "kind", "loop_id", "lineage"]
-    assert len(df) == len(h.events) and df["lineage"].iloc[0] == "/".join(h.lineage)
+    assert len(df) == len(h.events) and df["lineage"].iloc[0] == "/".join(h.tree.lineage)
     assert str(df["ts"].dtype).startswith("datetime64")
 
 

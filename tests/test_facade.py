@@ -11,17 +11,18 @@ import unity_nb as u
 from unity_nb.loop import LoopHandle, Run, Tool, ToolSource, as_tool
 
 PEOPLE = {
-    # who it is, and where it sits
-    "id", "name", "task", "kind", "lineage", "model", "parent", "children", "walk",
-    # where it stands, what it has done
-    "status", "steps", "tool_calls", "usage", "cost", "tree_usage", "tree_cost", "elapsed", "state", "transcript",
-    "messages", "events", "dataframe", "streaming_text", "streaming_thinking", "wait_for", "add_listener",
+    # who it is, and where it sits (``tree``: it and every loop under it, their totals, its lineage)
+    "id", "name", "task", "kind", "model", "parent", "children", "tree",
+    # where it stands, what it has done (``state``: the rest, the text streaming in, elapsed seconds)
+    "status", "steps", "tool_calls", "usage", "cost", "state",
+    # its record
+    "transcript", "messages", "events", "dataframe", "wait_for",
     # its end
     "done", "result",
-    # steering verbs, and what a person answers or adds
+    # the steering verbs
     "pause", "resume", "interject", "stop", "ask",
-    "approve", "skip", "pending_approvals", "submit", "requests",
-    "next_clarification", "answer_clarification", "pending_clarifications", "next_notification",
+    # what waits for the person (approvals, questions, notes), and a multi-request loop's requests
+    "inbox", "requests",
     # where its parts and tools work
     "run",
 }
@@ -33,7 +34,11 @@ def test_the_handle_offers_people_what_they_use_and_nothing_its_parts_need():
     # what the parts and extensions used to reach through the handle is the run's now
     for gone in ("emit", "publish", "end", "steer", "require_live", "adopt_child", "reach_children", "turn",
                  "router", "runner", "engine", "gate", "conversation", "config", "available_tools", "tool_named",
-                 "before_step", "finish_with", "notify", "clarify", "needs_approval", "wait_for_approval"):
+                 "before_step", "finish_with", "notify", "clarify", "needs_approval", "wait_for_approval",
+                 # grouped for people: h.tree, h.inbox, h.requests, h.state, h.run
+                 "walk", "lineage", "tree_usage", "tree_cost", "approve", "skip", "pending_approvals",
+                 "next_clarification", "answer_clarification", "pending_clarifications", "next_notification",
+                 "submit", "streaming_text", "streaming_thinking", "elapsed", "add_listener"):
         assert not hasattr(LoopHandle, gone), gone
     for on_run in ("emit", "publish", "end", "steer", "require_live", "adopt", "reach_children", "finish_with",
                    "live_children", "request", "tags"):
@@ -141,5 +146,59 @@ async def test_a_manager_tags_the_run_it_starts_instead_of_setting_attributes_on
 async def test_a_batch_is_driven_over_a_run_that_calls_no_model_itself(bus):
     h = u.map(["a", "b"], "Say {value}", model=u.ScriptedModel(lambda m, t: "ok"), bus=bus)
     assert list(await asyncio.wait_for(h, 10)) == ["ok", "ok"]
-    assert h.streaming_text == "" and h.state.steps == 0  # its rows made the calls
+    assert h.state.streaming_text == "" and h.state.steps == 0  # its rows made the calls
     assert h.steps == 2  # and the batch's reading sums them
+
+
+async def test_tree_inbox_and_requests_group_what_a_person_reads_of_a_loop_and_below(bus):
+    """``h.tree`` walks the loop and its children and totals their tokens; ``h.inbox`` at the root lists and
+    answers a child's question and approves a child's call; ``h.requests`` lists and takes requests."""
+    async def confirm(ctx: u.ToolContext) -> str:
+        """Ask the person."""
+        return await ctx.clarify("go ahead?")
+
+    def risky() -> str:
+        """A call the person approves."""
+        return "done"
+
+    def child_script(messages, tools):
+        results = [m["content"] for m in messages if m["role"] == "tool"]
+        if not results:
+            return u.call_tool("confirm")
+        if len(results) == 1:
+            return u.call_tool("risky")
+        return "child: " + " / ".join(results)
+
+    child_model = u.ScriptedModel(child_script)
+    gated = as_tool(risky, needs_approval=True)
+
+    async def research() -> u.LoopHandle:
+        """Research in a sub-operation."""
+        return u.start_loop("check", model=child_model, tools=[confirm, gated], name="kid", bus=bus)
+
+    def parent_script(messages, tools):
+        results = [m["content"] for m in messages if m["role"] == "tool"]
+        return u.call_tool("research") if not results else "parent: " + results[0]
+
+    h = u.start_loop("go", model=u.ScriptedModel(parent_script), tools=[research], name="root", bus=bus)
+    q = await asyncio.wait_for(h.inbox.next_question(), 10)
+    (child,) = h.children
+    assert list(h.tree) == [h, child] and len(h.tree) == 2 and list(child.tree) == [child]
+    assert h.tree.lineage == (f"root({h.id})",) and child.tree.lineage == (*h.tree.lineage, f"kid({child.id})")
+    assert [x["question"] for x in h.inbox.questions] == ["go ahead?"] and h.inbox.questions[0]["loop"] == "kid"
+    await h.inbox.answer(q["call_id"], "yes")
+    await child.wait_for("approval_requested", timeout=10)
+    assert [a["tool"] for a in h.inbox.approvals] == ["risky"] and child.inbox.approvals == h.inbox.approvals
+    await h.inbox.approve()
+    assert await h == "parent: child: yes / done"
+    total = h.tree.usage
+    assert total.input_tokens == h.usage.input_tokens + child.usage.input_tokens > h.usage.input_tokens
+    assert h.state.elapsed >= 0 and h.state.streaming_text == ""
+    with pytest.raises(u.UserError, match="no open clarification"):
+        await h.inbox.answer("nope", "x")
+
+    m = u.start_loop("first", model=u.ScriptedModel(lambda m, t: "ok"), multi=True, persist=True, bus=bus)
+    r2 = m.requests.submit("second")
+    assert len(m.requests) == 2 and m.requests[1] is r2 and [r.request_id for r in m.requests] == ["r1", "r2"]
+    assert m.requests == list(m.run.requests)
+    await m.stop()

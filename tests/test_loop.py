@@ -67,7 +67,7 @@ async def test_runs_tools_and_answers(bus):
     kinds = [e.kind for e in h.events]
     assert kinds[0] == "loop_started" and kinds[-1] == "loop_finished"
     assert kinds.count("model_request") == 4 and kinds.count("tool_finished") == 3
-    assert all(e.lineage == h.lineage for e in h.events)
+    assert all(e.lineage == h.tree.lineage for e in h.events)
     assert bus.history("tool_finished", loop_id=h.id) == [e for e in h.events if e.kind == "tool_finished"]
 
 
@@ -299,16 +299,16 @@ async def test_clarification_waits_for_the_person(bus):
 
     model = u.ScriptedModel(script)
     h = u.start_loop("book a trip", model=model, tools=[book], bus=bus)
-    q = await asyncio.wait_for(h.next_clarification(), 10)
+    q = await asyncio.wait_for(h.inbox.next_question(), 10)
     assert q["question"] == "When do you want to go to Oslo?" and q["tool"] == "book"
     assert h.status == "waiting"
     assert "ctx" not in model.requests[0].tools[0]["function"]["parameters"]["properties"]
-    await h.answer_clarification(q["call_id"], "Friday")
-    note = await asyncio.wait_for(h.next_notification(), 10)
+    await h.inbox.answer(q["call_id"], "Friday")
+    note = await asyncio.wait_for(h.inbox.next_notification(), 10)
     assert note["text"] == "booking now"
     assert await h == "booked Oslo on Friday"
     with pytest.raises(u.UserError, match="no open clarification"):
-        await h.answer_clarification("nope", "x")
+        await h.inbox.answer("nope", "x")
 
 
 async def test_steering_a_finished_handle_names_its_state(bus):

@@ -211,7 +211,7 @@ async def test_widget_shows_children_and_answers_clarifications():
     )
     parent = u.start_loop("go", model=parent_model, tools=[sub], name="boss")
     w = HandleWidget(parent)
-    q = await asyncio.wait_for(parent.next_clarification(), 10)
+    q = await asyncio.wait_for(parent.inbox.next_question(), 10)
     w.flush()
     kid = parent.children[0]
     assert [(n["name"], n["depth"], n["status"]) for n in w.nodes] == [("boss", 0, "waiting"), ("kid", 1, "waiting")]

@@ -184,7 +184,7 @@ async def test_answer_answers_the_one_question_waiting(ip):
         h = ip.run_line_magic("unity", "act --name q go")
         with pytest.raises(UsageError, match="'q' has no question waiting for an answer"):
             ip.run_line_magic("unity", "answer q yes")  # asked before the question arrives
-        await asyncio.wait_for(h.next_clarification(), 10)
+        await asyncio.wait_for(h.inbox.next_question(), 10)
         ip.run_line_magic("unity", "answer q yes, go ahead")
         assert await h == "answers: yes, go ahead"
     finally:
@@ -199,7 +199,7 @@ async def test_answer_with_several_questions_takes_call(ip):
         h = ip.run_line_magic("unity", "act --name two go")
         await h.wait_for("clarification_requested", lambda e: e.question == "First?")
         await h.wait_for("clarification_requested", lambda e: e.question == "Second?")
-        pending = {p["question"]: p["call_id"] for p in h.pending_clarifications()}
+        pending = {p["question"]: p["call_id"] for p in h.inbox.questions}
         with pytest.raises(UsageError, match="'two' has 2 questions waiting: say which with") as info:
             ip.run_line_magic("unity", "answer two yes")
         assert pending["First?"] in str(info.value) and "Second?" in str(info.value)

@@ -738,7 +738,7 @@ async def test_an_actor_plan_awaits_a_manager_whose_loop_is_its_child(bus, store
     assert await h == "asked"
     assert ns["answer"] == "no tables yet"
     (child,) = h.children
-    assert child.name == "knowledge.ask" and child.parent is h and child.lineage[0] == h.lineage[0]
+    assert child.name == "knowledge.ask" and child.parent is h and child.tree.lineage[0] == h.tree.lineage[0]
     assert "Who is calling: the CodeAct actor, running a plan for the person." in system(knowledge_model)
     assert results(knowledge_model)[0] == "there are no knowledge tables yet"
     actor_prompt = system(actor_model)

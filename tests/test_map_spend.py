@@ -59,13 +59,13 @@ async def test_a_handle_reports_its_own_and_its_whole_trees_usage_and_cost():
         assert await asyncio.wait_for(h.result(), T) == "parent done"
         (child,) = h.children
         assert (h.usage.input_tokens, h.usage.output_tokens) == (10, 6)  # its own: two calls of 5/3
-        assert (h.tree_usage.input_tokens, h.tree_usage.output_tokens) == (11, 10)
+        assert (h.tree.usage.input_tokens, h.tree.usage.output_tokens) == (11, 10)
         assert h.cost == pytest.approx(dollars(10, 6)) and child.cost == pytest.approx(dollars(1, 4))
-        assert h.tree_cost == pytest.approx(dollars(11, 10))
+        assert h.tree.cost == pytest.approx(dollars(11, 10))
         unknown = u.OpenAIModel("no-price-model", base_url=server.base_url, api_key="sk-test")
         other = u.start_loop("the child's task", model=unknown, bus=u.EventBus())
         await asyncio.wait_for(other.result(), T)
-        assert other.cost is None and other.tree_cost is None
+        assert other.cost is None and other.tree.cost is None
 
 
 async def test_a_batch_shows_dollars_so_far_and_projected_for_the_whole_batch():

@@ -61,12 +61,12 @@ async def test_a_loop_started_in_a_tool_is_a_child_with_lineage(bus):
     assert await f.parent == "report: child found: research tides"
     child = f.child
     assert f.parent.children == [child] and child.parent is f.parent
-    assert child.lineage[:-1] == f.parent.lineage and child.lineage[-1].startswith("researcher(")
+    assert child.tree.lineage[:-1] == f.parent.tree.lineage and child.tree.lineage[-1].startswith("researcher(")
     call = next(c for m in f.parent.transcript for c in m.tool_calls)
     assert call.child is child and call.result == "child found: research tides"
     started = [e for e in f.parent.events if e.kind == "child_started"]
     assert [e.child_id for e in started] == [child.id]
-    assert {e.loop_id for e in bus.history(lineage=f.parent.lineage)} == {f.parent.id, child.id}
+    assert {e.loop_id for e in bus.history(lineage=f.parent.tree.lineage)} == {f.parent.id, child.id}
 
 
 async def test_pause_and_resume_reach_the_child(bus):
@@ -191,11 +191,11 @@ async def test_child_clarification_surfaces_at_the_root_and_is_answered_there(bu
         tools=[research],
         bus=bus,
     )
-    q = await asyncio.wait_for(parent.next_clarification(), 10)
+    q = await asyncio.wait_for(parent.inbox.next_question(), 10)
     assert q["question"] == "Proceed?" and q["loop"] == parent.children[0].name
     assert parent.status == "waiting" and parent.children[0].status == "waiting"
-    assert parent.pending_clarifications()[0]["call_id"] == q["call_id"]
-    await parent.answer_clarification(q["call_id"], "yes")
+    assert parent.inbox.questions[0]["call_id"] == q["call_id"]
+    await parent.inbox.answer(q["call_id"], "yes")
     assert await parent == "report: person said yes"
 
 

@@ -252,7 +252,7 @@ async def test_dropped_stream_is_retried_and_partial_text_discarded(server, make
     assert len(server.requests) == 2
     retry: Any = await h.wait_for("model_retry", timeout=T)
     assert retry.attempt == 1
-    assert h.streaming_text == ""
+    assert h.state.streaming_text == ""
     # the partial text did stream before the drop, and the retry came after it
     partial = [e for e in h.events if isinstance(e, u.events.ModelDelta) and e.seq < retry.seq]
     assert partial and "".join(e.text for e in partial) in "PARTIAL-TEXT-DISCARDED"
@@ -267,7 +267,7 @@ async def test_streaming_text_is_reset_by_the_retry(server, make_model, bus):
     server.script([R("PARTIAL", chunks=4, drop_after_chunks=3), R("final", first_byte_delay=30)])
     h = u.start_loop("hi", model=make_model(), bus=bus)
     await h.wait_for("model_retry", timeout=T)
-    assert h.streaming_text == ""  # the partial text of the dropped attempt is gone
+    assert h.state.streaming_text == ""  # the partial text of the dropped attempt is gone
     await server.wait_for_requests(2, timeout=T)
     await h.stop("done looking")
     with pytest.raises(u.Stopped):
@@ -322,7 +322,7 @@ async def test_stop_mid_stream_closes_the_stream(server, make_model, bus):
     server.script([long_stream()])
     h = u.start_loop("hi", model=make_model(), bus=bus)
     await h.wait_for("model_delta", timeout=T)
-    assert h.streaming_text and LONG.startswith(h.streaming_text)
+    assert h.state.streaming_text and LONG.startswith(h.state.streaming_text)
     await h.stop("seen enough")
     with pytest.raises(u.Stopped):
         await h.result()

@@ -67,7 +67,7 @@ async def test_two_requests_in_one_loop_completed_out_of_order(bus):
     assert [r.request_id for r in h.requests] == ["r1"]
     r1 = h.requests[0]
     await h.wait_for("model_request", timeout=10)
-    r2 = h.submit("beta")
+    r2 = h.requests.submit("beta")
     second_seen.set()
     assert isinstance(r2, u.RequestHandle) and r2.request_id == "r2"
     assert await r2 == "beta done"
@@ -88,9 +88,9 @@ async def test_a_plain_answer_completes_the_only_open_request_and_persist_waits_
     await h.wait_for("request_finished", timeout=10)
     await until(lambda: h.status == "idle")  # the loop goes idle once its request is finished
     assert not h.done()
-    r2 = h.submit("two")
+    r2 = h.requests.submit("two")
     assert await r2 == "answer to two"
-    r3 = h.submit("three")
+    r3 = h.requests.submit("three")
     await h.stop("closing")
     assert h.status == "stopped"
     with pytest.raises(u.Stopped):
@@ -111,7 +111,7 @@ async def test_several_open_requests_must_each_be_completed(bus):
 
     model = u.ScriptedModel(script)
     h = u.start_loop("first", model=model, multi=True, bus=bus)
-    h.submit("second")
+    h.requests.submit("second")
     assert await h == {"r1": "A", "r2": "B"}
 
 
@@ -128,7 +128,7 @@ async def test_max_steps_with_open_requests_forces_final_answers_and_fails_the_r
 
     model = u.ScriptedModel(script)
     h = u.start_loop("first", model=model, tools=[noop], multi=True, max_steps=3, bus=bus)
-    r2 = h.submit("second")
+    r2 = h.requests.submit("second")
     assert await h.requests[0] == "best effort"
     with pytest.raises(u.UnityError, match="max_steps=3"):
         await r2
@@ -153,7 +153,7 @@ async def test_a_request_submitted_while_the_last_step_answers_gets_a_budget_of_
     model = u.ScriptedModel(script)
     h = u.start_loop("alpha", model=model, multi=True, max_steps=1, evaluations=[slow_check], bus=bus)
     await asyncio.wait_for(evaluating.wait(), 10)  # r1's answer, at its last step, is being evaluated
-    r2 = h.submit("beta")  # max_steps counts from the latest request: r2 has a step of its own
+    r2 = h.requests.submit("beta")  # max_steps counts from the latest request: r2 has a step of its own
     release.set()
     assert await asyncio.wait_for(h.requests[0].result(), 10) == "alpha done"
     assert await asyncio.wait_for(r2.result(), 10) == "beta done"
@@ -163,7 +163,7 @@ async def test_a_request_submitted_while_the_last_step_answers_gets_a_budget_of_
 async def test_plain_replies_at_the_last_step_with_open_requests_do_not_outlive_max_steps(bus):
     model = u.ScriptedModel(lambda m, t: "still thinking")  # never calls final_answer
     h = u.start_loop("first", model=model, multi=True, max_steps=2, bus=bus)
-    r2 = h.submit("second")
+    r2 = h.requests.submit("second")
     try:
         with pytest.raises(u.UnityError, match="max_steps=2"):
             await asyncio.wait_for(r2.result(), 10)
@@ -196,12 +196,12 @@ async def test_a_request_has_its_own_clarifications_interjections_and_stop(bus):
     h = u.start_loop("alpha", model=model, tools=[confirm], multi=True, persist=True, bus=bus)
     r1 = h.requests[0]
     await h.wait_for("model_request", timeout=10)
-    r2 = h.submit("beta")
-    question = await asyncio.wait_for(r2.next_clarification(), 10)
+    r2 = h.requests.submit("beta")
+    question = await asyncio.wait_for(r2.inbox.next_question(), 10)
     assert question["question"] == "confirm beta?" and question["request_id"] == "r2"
     assert r2.status == "waiting" and r1.status == "running"
-    assert r1.inbox.questions.empty()  # r1's own queue saw nothing
-    await r2.answer_clarification(question["call_id"], "yes")
+    assert r1.mailbox.questions.empty()  # r1's own queue saw nothing
+    await r2.inbox.answer(question["call_id"], "yes")
     await r2.interject("make it short")
     release.set()
     assert await r2 == "r2: yes"
@@ -219,7 +219,7 @@ async def test_a_request_has_its_own_clarifications_interjections_and_stop(bus):
     assert not h.done()
     await h.stop()
     with pytest.raises(u.UserError, match="multi=True"):
-        u.start_loop("x", model=model, bus=bus).submit("more")
+        u.start_loop("x", model=model, bus=bus).requests.submit("more")
 
 
 async def test_stopping_the_last_open_request_stops_a_loop_that_does_not_persist(bus):
@@ -526,7 +526,7 @@ async def test_corrections_of_plain_answers_are_counted_per_request(bus):
     )
     try:
         assert await asyncio.wait_for(h.requests[0].result(), 10) == "corrected"
-        r2 = h.submit("two")  # max_corrections=1 holds for each request, not once for the loop
+        r2 = h.requests.submit("two")  # max_corrections=1 holds for each request, not once for the loop
         assert await asyncio.wait_for(r2.result(), 10) == "corrected"
         assert [e.sent_back for e in h.events if e.kind == "evaluation_run"] == [True, False, True, False]
     finally:

@@ -36,7 +36,7 @@ async def test_reasoning_streams_as_thinking_and_lands_in_the_transcript_and_eve
     assert response.thinking == stream.expect.thinking and response.refusal is None
     answer = h.transcript[-1]
     assert (answer.kind, answer.content, answer.thinking) == ("answer", stream.expect.content, stream.expect.thinking)
-    assert h.streaming_thinking == ""  # nothing in flight any more
+    assert h.state.streaming_thinking == ""  # nothing in flight any more
 
 
 async def test_a_refusal_is_the_answer_marked_as_a_refusal(server):

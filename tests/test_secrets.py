@@ -95,8 +95,8 @@ async def test_a_secret_typed_as_a_clarification_answer_is_scrubbed_too(secret, 
     store.attach(bus)
     script = lambda m, t: u.call_tool("login") if not tool_messages(m) else "done: " + tool_messages(m)[0]["content"]
     h = u.start_loop("log in", model=u.ScriptedModel(script), tools=[login], bus=bus, name="login")
-    question = await h.next_clarification()
-    await h.answer_clarification(question["call_id"], f"use {VALUE}")
+    question = await h.inbox.next_question()
+    await h.inbox.answer(question["call_id"], f"use {VALUE}")
     assert await h == "done: logged in"
     answered = [e for e in h.events if isinstance(e, ClarificationAnswered)]
     assert answered and answered[0].answer == "use <<secret:API_TOKEN>>"
@@ -264,7 +264,7 @@ async def test_a_secret_a_model_streams_over_several_deltas_is_found_in_none(sec
     for chunk in (1, 3, 7):
         h = u.start_loop("say it", model=u.ScriptedModel([reply], chunk=chunk), bus=u.EventBus())
         seen: list[str] = []
-        h.add_listener(lambda _source, _e, h=h, seen=seen: seen.append(h.streaming_text))  # type: ignore[misc]
+        h.run.add_listener(lambda _source, _e, h=h, seen=seen: seen.append(h.state.streaming_text))  # type: ignore[misc]
         answer = await h
         deltas = [e.text for e in h.events if isinstance(e, ModelDelta)]
         assert len(deltas) > 3

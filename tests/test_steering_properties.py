@@ -79,7 +79,7 @@ async def scenario(ops, finish_by_stop):
     if finish_by_stop:
         await asyncio.wait_for(parent.stop("the end"), 10)
     else:
-        for h in parent.walk():
+        for h in parent.tree:
             if not h.done():
                 await h.resume()
     try:
@@ -87,13 +87,13 @@ async def scenario(ops, finish_by_stop):
         assert isinstance(out, str)
     except u.Stopped:
         assert parent.status == "stopped"
-    for h in parent.walk():
+    for h in parent.tree:
         await asyncio.wait_for(h._ended.wait(), 10)
         assert h.done() and h.status in ("finished", "stopped", "failed"), h
         assert h.status != "failed", h.state.error
     assert_every_call_answered_once(parent)
     if finish_by_stop and parent.status == "stopped":
-        assert all(c.done() for c in parent.walk())
+        assert all(c.done() for c in parent.tree)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -122,7 +122,7 @@ async def test_loop_ids_are_unique_and_names_stay_short():
     ids = {_new_id() for _ in range(100_000)}
     assert len(ids) == 100_000  # 4 hex digits had 65,536 values: 14 of 1,000 loops collided
     h = u.LoopHandle("t", model=u.ScriptedModel(["ok"]), bus=u.EventBus())
-    assert h.name == f"loop-{h.id[:4]}" and h.lineage == (f"{h.name}({h.id})",)
+    assert h.name == f"loop-{h.id[:4]}" and h.tree.lineage == (f"{h.name}({h.id})",)
 
 
 async def test_loops_of_two_kernels_on_one_file_never_merge_or_overwrite(tmp_path):

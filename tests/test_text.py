@@ -54,7 +54,7 @@ async def test_a_3_mb_streamed_reply_completes_whole_and_a_secret_split_between_
     assert len(deltas) >= MB3 // chunk
     assert "".join(deltas) == answer  # nothing lost, nothing shown twice
     assert not any(VALUE in d for d in deltas) and VALUE not in json.dumps([e.model_dump_json() for e in h.events])
-    assert h.streaming_text == ""  # nothing in flight any more
+    assert h.state.streaming_text == ""  # nothing in flight any more
 
 
 async def test_a_tool_printing_3_mb_keeps_a_bounded_head_and_tail_saying_how_much_was_cut(routed, tmp_path):

@@ -120,13 +120,13 @@ async def test_a_tool_marked_needs_approval_waits_and_runs_once_approved(bus):
     assert asked.tool == "delete_rows" and '"t1"' in asked.code
     assert h.status == u.Status.WAITING
     assert RAN == []
-    (pending,) = h.pending_approvals
+    (pending,) = h.inbox.approvals
     assert pending["tool"] == "delete_rows" and pending["call_id"] == asked.call_id
-    await h.approve()
+    await h.inbox.approve()
     assert await h == "done"
     assert RAN == ["t1"]
     assert results(model) == ["deleted t1"]
-    assert h.pending_approvals == []
+    assert h.inbox.approvals == []
     assert any(m.content == "[call to delete_rows approved by the user]" for m in h.transcript)
 
 
@@ -135,7 +135,7 @@ async def test_a_skipped_tool_call_does_not_run_and_the_model_reads_the_reason(b
     model = u.ScriptedModel(lambda m, t: u.call_tool("delete_rows", table="t2") if not tool_messages(m) else "ok")
     h = u.start_loop("clean up", model=model, tools=[tool], bus=bus)
     asked = await h.wait_for("approval_requested", timeout=10)
-    await h.skip(asked.call_id, reason="not the production table")
+    await h.inbox.skip(asked.call_id, reason="not the production table")
     assert await h == "ok"
     assert RAN == []
     assert results(model) == ["[the person skipped this call; delete_rows did not run]: not the production table"]
@@ -152,7 +152,7 @@ async def test_stop_while_a_tool_call_waits_for_approval_ends_the_loop_and_the_t
     with pytest.raises(u.Stopped):
         await h
     assert RAN == []
-    assert h.pending_approvals == []
+    assert h.inbox.approvals == []
     rec = next(c for m in h.transcript for c in m.tool_calls)
     assert rec.result.startswith("cancelled") and rec.error
 
@@ -169,14 +169,14 @@ async def test_a_child_loops_tool_call_waiting_is_approved_from_the_parent(bus):
 
     model = u.ScriptedModel(lambda m, t: u.call_tool("start_child") if not tool_messages(m) else "parent done")
     h = u.start_loop("go", model=model, tools=[start_child], bus=bus)
-    while not h.pending_approvals:
+    while not h.inbox.approvals:
         await h.wait_for("child_started", timeout=10)
         child = h.children[0]
         await child.wait_for("approval_requested", timeout=10)
-    (pending,) = h.pending_approvals
+    (pending,) = h.inbox.approvals
     assert pending["loop"] == "cleaner"
     assert h.status == u.Status.WAITING  # the parent says it waits for the person too
-    await h.approve(pending["call_id"])
+    await h.inbox.approve(pending["call_id"])
     assert await h == "parent done"
     assert RAN == ["t4"]
 
@@ -190,7 +190,7 @@ async def test_approve_with_nothing_waiting_is_a_user_error(bus):
 
     h = u.start_loop("go", model=u.ScriptedModel(script), bus=bus)
     with pytest.raises(u.UserError, match="nothing is waiting for approval"):
-        await h.approve()
+        await h.inbox.approve()
     gate.set()
     assert await h == "done"
 
@@ -210,7 +210,7 @@ async def test_registered_tool_marked_by_the_decorator_waits_in_the_actor(bus):
         asked = await h.wait_for("approval_requested", timeout=10)
         assert asked.tool == "drop_table"
         assert RAN == []
-        await h.approve()
+        await h.inbox.approve()
         assert await h == "done"
         assert RAN == ["sales"]
     finally:
@@ -224,9 +224,9 @@ async def test_actor_approval_always_covers_json_tools_too(bus):
     h = u.act("clean", model=model, namespace={}, tools=[delete_rows], approval="always", bus=bus)
     asked = await h.wait_for("approval_requested", timeout=10)
     assert asked.tool == "delete_rows"
-    assert [a["tool"] for a in h.pending_approvals] == ["delete_rows"]
+    assert [a["tool"] for a in h.inbox.approvals] == ["delete_rows"]
     assert RAN == []
-    await h.skip(reason="no")
+    await h.inbox.skip(reason="no")
     assert await h == "done"
     assert RAN == []
     assert results(model) == ["[the person skipped this call; delete_rows did not run]: no"]
@@ -301,9 +301,9 @@ async def test_a_managers_write_tools_wait_for_approval_when_it_approves_writes(
     assert first.tool == "create_table"
     assert [e.name for e in h.events if e.kind == "tool_finished"] == ["list_tables"]
     assert store.query("SELECT name FROM knowledge_tables") == []
-    await h.approve()
+    await h.inbox.approve()
     await h.wait_for("approval_requested", lambda e: e.call_id != first.call_id, timeout=10)
-    await h.skip(reason="one table is enough")
+    await h.inbox.skip(reason="one table is enough")
     assert await h == "done"
     assert [r["name"] for r in store.query("SELECT name FROM knowledge_tables")] == ["regions"]
     store.close()

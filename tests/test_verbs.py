@@ -61,7 +61,7 @@ async def test_a_new_verb_that_reaches_children_is_routed_by_its_entry(bus):
         parent = Family2("write", model=u.ScriptedModel(parent_reply), tools=[quiet_child_tool], bus=bus)
         await asyncio.wait_for(started.wait(), 10)
         child = parent.children[0]
-        child.add_listener(lambda _h, e: heard.append(e.action) if e.kind == "steering" else None)
+        child.run.add_listener(lambda _h, e: heard.append(e.action) if e.kind == "steering" else None)
         await parent.hush("quiet please")
         assert heard == ["hush"]
         assert [m.content for m in child.transcript if m.kind == "steering"] == ["[hushed: quiet please]"]

@@ -155,7 +155,7 @@ async def test_a_fragment_cut_off_by_stop_is_kept_as_such():
     # streams "word word ..." two characters at a time, a chunk every 10 ms: far longer than the test
     h = u.start_loop("talk", model=u.ScriptedModel(["word " * 2000], chunk=2, delay=0.01), name="talker")
     w = HandleWidget(h)
-    await h.wait_for("model_delta", lambda e: len(h.streaming_text) > 40, timeout=TIMEOUT)
+    await h.wait_for("model_delta", lambda e: len(h.state.streaming_text) > 40, timeout=TIMEOUT)
     await h.stop("enough")
     w.flush()
     streamed = "".join(e.text for e in h.events if e.kind == "model_delta")
@@ -247,7 +247,7 @@ async def test_clarifications_and_approvals_show_on_the_node_they_belong_to():
 
     parent = u.start_loop("go", model=u.ScriptedModel(boss_script), tools=[sub], name="boss")
     w = HandleWidget(parent)
-    q = await asyncio.wait_for(parent.next_clarification(), TIMEOUT)
+    q = await asyncio.wait_for(parent.inbox.next_question(), TIMEOUT)
     w.flush()
     assert [n["clarifications"] for n in w.nodes] == [[], [{"call_id": q["call_id"], "question": "Proceed?"}]]
     assert [n["approvals"] for n in w.nodes] == [[], []]

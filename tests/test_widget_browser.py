@@ -362,15 +362,15 @@ async def test_a_skip_reason_being_typed_survives_another_approval_and_enter_ski
     tool = u.as_tool(delete_row, needs_approval=True)
     h = u.start_loop("tidy", model=u.ScriptedModel(script), tools=[tool], name="tidy")
     w = HandleWidget(h)
-    await h.wait_for("approval_requested", lambda e: len(h.pending_approvals) == 2, timeout=20)
-    first, second = (a["call_id"] for a in h.pending_approvals)
+    await h.wait_for("approval_requested", lambda e: len(h.inbox.approvals) == 2, timeout=20)
+    first, second = (a["call_id"] for a in h.inbox.approvals)
     widget = await harness.show(w)
     box = widget.locator(f'.unb-approval[data-call="{second}"] .unb-input')
     await box.click()
     await box.press_sequentially("not ", delay=TYPING_DELAY)
-    await h.approve(first)  # the other call is approved meanwhile: the widget updates under the person's keys
+    await h.inbox.approve(first)  # the other call is approved meanwhile: the widget updates under the person's keys
     await h.wait_for("tool_finished", lambda e: e.call_id == first, timeout=20)
-    assert [a["call_id"] for a in h.pending_approvals] == [second]
+    assert [a["call_id"] for a in h.inbox.approvals] == [second]
     await harness.show(w)
     await expect(widget.locator(".unb-approval")).to_have_count(1)
     await box.press_sequentially("that one", delay=TYPING_DELAY)

@@ -97,7 +97,7 @@ def test_the_widget_opens_with_the_installed_stylesheet_and_shows_a_retry_until_
 def test_a_fragment_cut_off_by_stop_is_sent_as_such(kernel):
     k = kernel
     comm_id, _ = start(k, "talker", "talk_run")
-    k.run("await talk_run.wait_for('model_delta', lambda e: len(talk_run.streaming_text) > 40, timeout=20)")
+    k.run("await talk_run.wait_for('model_delta', lambda e: len(talk_run.state.streaming_text) > 40, timeout=20)")
     k.kc.execute("await talk_run.stop('enough')")
     node = watch(k, comm_id, lambda n: n["status"] == "stopped", "the badge 'stopped'")
     streamed = k.value("''.join(e.text for e in talk_run.events if e.kind == 'model_delta')")

@@ -149,8 +149,8 @@ class ActorHandle(LoopHandle):
     """The handle of an actor run: a loop given the actor's :class:`ActorTools` as its tool source.
 
     ``await h`` gives the final answer, or the value a plan passed to ``final_answer``.
-    ``h.pending_approvals`` lists plans waiting for the person; :meth:`approve` runs one and
-    :meth:`skip` tells the model it was skipped. ``h.plans`` counts plans, ``h.namespace`` is where they run.
+    ``h.inbox.approvals`` lists plans waiting for the person; ``h.inbox.approve()`` runs one and
+    ``h.inbox.skip()`` tells the model it was skipped. ``h.plans`` counts plans, ``h.namespace`` is where they run.
     """
 
     kind = "actor"

@@ -403,8 +403,9 @@ class MapHandle(Spending, LoopHandle):
             row.status = "stopped"
         row.tokens = (child.usage.input_tokens, child.usage.output_tokens)
         self._done_usage += child.usage
-        self._done_tree += child.tree_usage
-        cost = child.tree_cost
+        tree = child.tree
+        self._done_tree += tree.usage
+        cost = tree.cost
         if cost is None:
             self._cost_unknown = True
         else:
@@ -486,7 +487,7 @@ class MapHandle(Spending, LoopHandle):
         left = None if waiting is None else waiting + counts["running"]
         moving = not self.done() and not self.run.gate.paused and self.state.stop_reason is None
         usage = self.usage
-        cost = self.tree_cost
+        cost = self._tree_cost()
         ended = self._ended_rows  # rows of this run that ended (kept rows excluded)
         projected = None
         if cost is not None and left is not None:

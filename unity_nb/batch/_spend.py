@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
 from .._errors import UserError
+from ..loop import Tree
 from ..models import Usage, price_of
 from ._estimate import estimate_rows
 
@@ -48,23 +49,27 @@ class Spending:
             raise NotImplementedError
 
     @property
-    def tree_usage(self) -> Usage:
+    def tree(self) -> Tree:
+        """The batch and its running rows (iterate it; rows that ended are released); ``usage`` and ``cost``
+        count every row of this run and every loop under a row, ended or running."""
+        return Tree(self, lambda: (self._tree_usage(), self._tree_cost()))  # type: ignore[arg-type]
+
+    def _tree_usage(self) -> Usage:
         """Tokens of every row and every loop under a row, of this run."""
         done = self._done_tree
         out = Usage(done.input_tokens, done.output_tokens, done.estimated)
         for c in self.run.live_children():
-            out += c.tree_usage
+            out += c.tree.usage
         return out
 
-    @property
-    def tree_cost(self) -> float | None:
+    def _tree_cost(self) -> float | None:
         """Dollars spent by this run's rows (and the loops under them), at their models' prices; ``None`` when a
         price is unknown. Rows kept or answered from the cache cost nothing."""
         if self._cost_unknown:
             return None
         total = self._done_cost
         for c in self.run.live_children():
-            part = c.tree_cost
+            part = c.tree.cost
             if part is None:
                 return None
             total += part
@@ -72,8 +77,8 @@ class Spending:
 
     @property
     def cost(self) -> float | None:
-        """Dollars spent so far (a batch's own usage is its rows'): ``tree_cost``."""
-        return self.tree_cost
+        """Dollars spent so far (a batch's own usage is its rows'): ``tree.cost``."""
+        return self._tree_cost()
 
     def check_budget(self) -> bool:
         """True when spending has reached the budget (the first time: the batch pauses, and says so)."""
@@ -92,7 +97,7 @@ class Spending:
 
     def budget_message(self) -> str:
         """What a batch paused at its budget says, and how to lift the cap."""
-        spent = self.tree_cost or 0.0
+        spent = self._tree_cost() or 0.0
         return (
             f"paused at its budget: ${spent:,.4f} spent of ${self.budget or 0:,.2f} (rows in flight finished; no new "
             f"row started). Lift the cap: h.set_budget(DOLLARS) then h.resume(), or %unity resume {self.name} "
@@ -107,7 +112,7 @@ class Spending:
                 raise UserError(f"a budget needs the price of {self.model_name!r}: u.set_price(...) first")
             dollars = as_dollars(dollars)
         self.budget = dollars
-        spent = self.tree_cost or 0.0
+        spent = self._tree_cost() or 0.0
         if dollars is None or spent < dollars:
             self.budget_reached = False
 

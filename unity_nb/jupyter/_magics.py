@@ -423,7 +423,7 @@ class UnityMagics(Magics):
             {
                 "name": n, "status": h.status.value, "steps": h.steps, "tool_calls": h.tool_calls,
                 "tokens_in": h.usage.input_tokens, "tokens_out": h.usage.output_tokens,
-                "tokens_estimated": h.usage.estimated, "elapsed_s": round(h.elapsed, 1), "task": h.task[:60],
+                "tokens_estimated": h.usage.estimated, "elapsed_s": round(h.state.elapsed, 1), "task": h.task[:60],
             }
             for n, h in self.handles.items()
         ]
@@ -527,23 +527,23 @@ class UnityMagics(Magics):
                 f"{handle.name!r} serves one request: start it with `%unity act --multi ...` to submit more "
                 f"(or use %unity interject {handle.name} ...)\n\n{HELP[cmd.sub]}"
             )
-        return handle.submit(cmd.text)
+        return handle.requests.submit(cmd.text)
 
     def _waiting_plan(self, cmd: Command) -> Any:
         handle = self._live(cmd)
-        if not handle.pending_approvals:
+        if not handle.inbox.approvals:
             raise UsageError(f"{handle.name!r} has no plan waiting for approval\n\n{HELP[cmd.sub]}")
         return handle
 
     def _approve(self, cmd: Command) -> None:
-        self._steer(cmd, self._waiting_plan(cmd).approve())
+        self._steer(cmd, self._waiting_plan(cmd).inbox.approve())
 
     def _skip(self, cmd: Command) -> None:
-        self._steer(cmd, self._waiting_plan(cmd).skip(reason=cmd.text or None))
+        self._steer(cmd, self._waiting_plan(cmd).inbox.skip(reason=cmd.text or None))
 
     def _answer(self, cmd: Command) -> None:
         handle = self._live(cmd)
-        pending = handle.pending_clarifications()
+        pending = handle.inbox.questions
         call = cmd.options.get("call")
         waiting = "; ".join(f"--call {p['call_id']} ({p['loop']}): {p['question']}" for p in pending)
         if call is not None:
@@ -561,7 +561,7 @@ class UnityMagics(Magics):
             )
         else:
             call = pending[0]["call_id"]
-        self._steer(cmd, handle.answer_clarification(call, cmd.text))
+        self._steer(cmd, handle.inbox.answer(call, cmd.text))
 
     def _ask(self, cmd: Command) -> LoopHandle:
         handle = start_ask(self._find(cmd), cmd.text)

@@ -72,7 +72,7 @@ def _handle_alias(magics: UnityMagics, name: str) -> str | None:
 
 def _in_memory(magics: UnityMagics, name: str) -> Any:
     for top in magics.handles.values():
-        found = next((h for h in top.walk() if h.name == name or h.id == name), None)
+        found = next((h for h in top.tree if h.name == name or h.id == name), None)
         if found is not None:
             return found.transcript
     return None

@@ -41,4 +41,4 @@ def show_with_snapshot(widget: Any, handle: LoopHandle) -> None:
             if beside is not None:
                 beside.update(_snapshot(handle), raw=True)
 
-    handle.add_listener(refresh)
+    handle.run.add_listener(refresh)

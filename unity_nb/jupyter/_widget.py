@@ -191,19 +191,19 @@ def _node(h: LoopHandle, depth: int, retry: str = "", cut_off: str = "") -> dict
         "tokens_in": h.usage.input_tokens,
         "tokens_out": h.usage.output_tokens,
         "tokens_estimated": h.usage.estimated,  # the provider reported none: counted from the text (shown "≈")
-        "elapsed": round(h.elapsed, 1),
+        "elapsed": round(h.state.elapsed, 1),
         "model": getattr(h.model, "name", type(h.model).__name__),
         "task": _clip(h.task, 500),
         "answer": h.state.answer,
         "error": None if err is None or status == "stopped" else f"{type(err).__name__}: {err}",
         "stop_reason": h.state.stop_reason,
-        "streaming": "" if h.done() else _clip(h.streaming_text),
-        "reasoning": _tail(h.streaming_thinking),
+        "streaming": "" if h.done() else _clip(h.state.streaming_text),
+        "reasoning": _tail(h.state.streaming_thinking),
         "retry": retry,
         "cut_off": _clip(cut_off),
         "clarifications": [
             {"call_id": c["call_id"], "question": c["question"]}
-            for c in h.pending_clarifications() if c.get("loop_id") == h.id
+            for c in h.inbox.questions if c.get("loop_id") == h.id
         ],
         "thinking": h.state.thinking[-1] if h.state.thinking else "",
         "references": [
@@ -216,7 +216,7 @@ def _node(h: LoopHandle, depth: int, retry: str = "", cut_off: str = "") -> dict
         "approvals": [
             {"call_id": a["call_id"], "code": _clip(a["code"]), "intent": _clip(a["intent"], 500)}
             | ({"tool": a["tool"]} if "tool" in a else {})
-            for a in h.pending_approvals if a.get("loop_id") == h.id
+            for a in h.inbox.approvals if a.get("loop_id") == h.id
         ],
         **_batch(h),
     }
@@ -289,11 +289,11 @@ COMMANDS: dict[str, Command] = {
     ),
     "ask": Command(_ask, "ask about it without disturbing it (the answer shows in the widget)", "ask"),
     "answer": Command(
-        lambda w, h, c: h.answer_clarification(c.get("call_id") or "", _text(c)), "answer a tool's question"
+        lambda w, h, c: h.inbox.answer(c.get("call_id") or "", _text(c)), "answer a tool's question"
     ),
     # a plan, or a call of a tool marked needs_approval, waiting for the person
-    "approve": Command(lambda w, h, c: h.approve(c.get("call_id")), "run a waiting plan or tool call"),
-    "skip": Command(lambda w, h, c: h.skip(c.get("call_id"), _text(c) or None), "skip it, with a reason"),
+    "approve": Command(lambda w, h, c: h.inbox.approve(c.get("call_id")), "run a waiting plan or tool call"),
+    "skip": Command(lambda w, h, c: h.inbox.skip(c.get("call_id"), _text(c) or None), "skip it, with a reason"),
 }
 """What the widget's clicks do, by the action name the browser sends. A steering verb needs no entry:
 the front end makes its button from the widget's ``verbs`` (:func:`verb_buttons`, from :data:`VERBS`),
@@ -351,7 +351,7 @@ class HandleWidget(anywidget.AnyWidget):
         """What went wrong with clicks, oldest first (the ``notice`` shows the latest)."""
         self.on_msg(self._on_custom)
         watch_cells(self)
-        self._unlisten = handle.add_listener(self._on_event)
+        self._unlisten = handle.run.add_listener(self._on_event)
         self._cancelled_seen = handle.state.cancelled_waits
         _watch_interrupts(self)
         self.flush()
@@ -421,7 +421,7 @@ class HandleWidget(anywidget.AnyWidget):
                 changed_entries[h.id] = [_entry(m) for m in h.transcript]
                 self._entry_counts[h.id] = signature
         asks = [
-            {"node": nid, "question": q, "status": a.status.value, "answer": a.state.answer or a.streaming_text}
+            {"node": nid, "question": q, "status": a.status.value, "answer": a.state.answer or a.state.streaming_text}
             for nid, q, a in self._ask_handles
         ]
         verbs = verb_buttons()  # a verb registered (or unregistered) since: a button more (or less)
@@ -455,7 +455,7 @@ class HandleWidget(anywidget.AnyWidget):
     # -- clicks -----------------------------------------------------------------------------
 
     def _find(self, node_id: str) -> LoopHandle:
-        for h in self.handle.walk():
+        for h in self.handle.tree:
             if h.id == node_id:
                 return h
         raise ValueError(f"no operation {node_id!r} in the widget of {self.handle.name!r}")
@@ -509,7 +509,7 @@ class HandleWidget(anywidget.AnyWidget):
     async def _start_ask(self, h: LoopHandle, question: str) -> LoopHandle:
         a = await h.ask(question)
         self._ask_handles.append((h.id, question, a))
-        a.add_listener(lambda _s, _e: self._on_ask_event())
+        a.run.add_listener(lambda _s, _e: self._on_ask_event())
         self.flush()
         return a
 

@@ -24,6 +24,7 @@ from ._start import start_loop
 from ._status import Status
 from ._steering import VERBS, Verb, register_verb, steering_entry, unregister_verb
 from ._tools import Tool, ToolContext, ToolFailed, as_tool, render_result
+from ._views import Inbox, Requests, Tree
 
 __all__ = (
     "LoopHandle",
@@ -69,4 +70,7 @@ __all__ = (
     "Run",
     "ToolSource",
     "OwnTools",
+    "Tree",
+    "Inbox",
+    "Requests",
 )

@@ -1,8 +1,8 @@
 """Calls waiting for a person's approval: a tool marked ``needs_approval`` (any loop), an actor's plan.
 
 A call that needs approval waits, the loop's status says ``waiting``, and the call is listed in
-``h.pending_approvals`` (of the loop and of every ancestor). ``await h.approve(call_id)`` lets it
-run; ``await h.skip(call_id, reason=...)`` does not, and the model reads the reason as the call's
+``h.inbox.approvals`` (of the loop and of every ancestor). ``await h.inbox.approve(call_id)`` lets it
+run; ``await h.inbox.skip(call_id, reason=...)`` does not, and the model reads the reason as the call's
 result. A stop while a call waits cancels the wait: the call's result says it was cancelled. The
 widget's Run / Skip and ``%unity approve`` / ``%unity skip`` call these methods.
 """

@@ -7,7 +7,6 @@ them imports the module above it: loop/'s imports run one way.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from ..models import Usage
@@ -27,8 +26,6 @@ class Loop:
     """What the widget and the magics call it."""
     task: str
     """What it was asked."""
-    lineage: tuple[str, ...]
-    """Its position in the tree, outermost first."""
     run: Any
     """Its :class:`~unity_nb.loop.Run`: the tree, events, ending and steering notes its parts and tools work with."""
 
@@ -62,14 +59,12 @@ class Loop:
     def transcript(self) -> list[Any]:
         raise NotImplementedError
 
-    @property
-    def streaming_text(self) -> str:
-        raise NotImplementedError
-
     def done(self) -> bool:
         raise NotImplementedError
 
-    def walk(self) -> Iterator[Loop]:
+    @property
+    def tree(self) -> Any:
+        """It and every loop under it (iterable, depth first), with their totals."""
         raise NotImplementedError
 
     async def result(self) -> Any:

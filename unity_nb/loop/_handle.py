@@ -34,15 +34,13 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 from .. import events as ev
 from .._collector import loop_started
 from .._errors import HandleStateError, Stopped, UserError
 from ..models import Model, Usage, cost_of
-from ._approval import decide, pending_approvals
 from ._context import current_call
 from ._engine import Driver, Engine
 from ._face import Loop
@@ -58,6 +56,7 @@ from ._status import Signal, Status
 from ._steering import VERBS, on_own_loop
 from ._turn import Turn, own_tools
 from ._typed import system_with_output
+from ._views import Inbox, Requests, Tree
 from ._wake import awake
 
 __all__ = ("LoopHandle", "start_ask")
@@ -76,9 +75,10 @@ class LoopHandle(Loop):
     Steering verbs are coroutines (see :data:`VERBS`): :meth:`pause`, :meth:`resume`,
     :meth:`interject`, :meth:`stop` (returns once the loop has ended), :meth:`ask` (returns a
     handle whose result is a ``str``). Readable at any time: ``status``, ``name``, ``steps``,
-    ``tool_calls``, ``usage``, ``transcript``, ``children``, ``events``; ``state`` holds the rest
-    of what it has done (references, printed characters, how it ended). Calls waiting for the person:
-    :meth:`approve`, :meth:`skip`, :meth:`answer`.
+    ``tool_calls``, ``usage``, ``cost``, ``transcript``, ``children``, ``events``; ``state`` holds the rest
+    of what it has done (references, printed characters, the text streaming in, how it ended); ``tree``
+    is it and every loop under it (their totals). What waits for the person (approvals, questions,
+    notes) is in ``inbox``; a multi-request loop's ``requests`` take more with ``submit``.
 
     What a loop offers its model comes from its :class:`ToolSource` (``tool_source=``; by default its
     own tools): the actor's computes them from the notebook's namespace. Its parts work with its
@@ -87,7 +87,7 @@ class LoopHandle(Loop):
 
     __slots__ = tuple(
         """
-        __weakref__ _engine _router _runner _task _turn id lineage model name run task
+        __weakref__ _engine _router _runner _task _turn id model name run task
         """.split()
     )
     """A live loop keeps dozens of attributes: in slots, not a dict per handle."""
@@ -135,11 +135,10 @@ class LoopHandle(Loop):
         adopt_call, share_context = None, False
         if parent is None and call is not None and not detached:
             parent, adopt_call, share_context = cast(LoopHandle, call.loop), call.call_id, call.share_context
-        base = _lineage if _lineage is not None else (parent.lineage if parent else ())
-        self.lineage: tuple[str, ...] = (*base, f"{self.name}({self.id})")
+        base = _lineage if _lineage is not None else (parent.run.lineage if parent else ())
         # a child publishes where its parent does
         bus = cfg.bus or (parent.run.bus if parent is not None else ev.default_bus())
-        self.run = run = Run(self, cfg, self.id, self.lineage, bus, parent, event_loop)
+        self.run = run = Run(self, cfg, self.id, (*base, f"{self.name}({self.id})"), bus, parent, event_loop)
         """The tree, the events, the ending, steering notes, the request book and the state the parts write."""
         self._router = Router(run, self)
         self._engine: Driver
@@ -201,8 +200,9 @@ class LoopHandle(Loop):
     def state(self) -> LoopState:
         """What the loop has done so far, as its parts wrote it: ``references``, ``all_references``,
         ``printed``, ``compressions``, ``called_tools``, ``thinking``, ``evaluation_results``, ``answer``,
-        ``error``, ``stop_reason``, ``started_at``, ``ended_at`` (a batch sums ``steps``, ``tool_calls``
-        and ``usage`` over its rows: read those on the handle)."""
+        ``error``, ``stop_reason``, ``started_at``, ``ended_at``, ``elapsed``, and the model call in flight
+        as streamed so far (``streaming_text``, ``streaming_thinking``). A batch sums ``steps``,
+        ``tool_calls`` and ``usage`` over its rows: read those on the handle."""
         return self.run.state
 
     @property
@@ -231,7 +231,7 @@ class LoopHandle(Loop):
             return state.status
         if self.run.gate.paused:
             return Status.PAUSED
-        if self._router.inbox.waiting:
+        if self._router.mailbox.waiting:
             return Status.WAITING
         if state.idle:
             return Status.IDLE
@@ -247,22 +247,6 @@ class LoopHandle(Loop):
         """A copy of the conversation as the model receives it (OpenAI wire format): always valid,
         every tool call followed by its result; compressed when the loop compresses."""
         return [dict(m) for m in self.run.conversation.wire]
-
-    @property
-    def elapsed(self) -> float:
-        state = self.run.state
-        return (state.ended_at or time.time()) - state.started_at
-
-    @property
-    def streaming_text(self) -> str:
-        """The assistant text of the model call in flight, as streamed so far (scrubbed: an end that
-        could be the start of a secret value shows once the next piece settles it)."""
-        return self._turn.text.text if self._turn is not None else ""
-
-    @property
-    def streaming_thinking(self) -> str:
-        """The reasoning of the model call in flight, as far as it has streamed (where the provider streams it)."""
-        return self._turn.thinking.text if self._turn is not None else ""
 
     def dataframe(self, kind: str | Iterable[str] | None = None) -> Any:
         """This loop's events as a pandas DataFrame (one row per event, ``kind`` first); ``kind`` filters."""
@@ -301,30 +285,16 @@ class LoopHandle(Loop):
     def __repr__(self) -> str:
         return f"<unity handle {self.name!r}: {self.status.value}, {self.steps} steps>"
 
-    def walk(self) -> Iterator[LoopHandle]:
-        """This handle and every descendant, depth first."""
-        yield self
-        for c in self.children:
-            yield from c.walk()
+    @property
+    def tree(self) -> Tree:
+        """This loop and every loop under it: ``for x in h.tree`` walks them depth first (``h`` first);
+        ``h.tree.usage`` and ``h.tree.cost`` are their totals, ``h.tree.lineage`` where ``h`` sits."""
+        return Tree(self)
 
     @property
     def cost(self) -> float | None:
         """Dollars of this loop's own tokens at its model's price (``u.set_price``); ``None`` when unknown."""
         return cost_of(self.usage, self.model)
-
-    @property
-    def tree_usage(self) -> Usage:
-        """Tokens of this loop and every loop under it (``usage`` is this loop's own)."""
-        total = Usage(self.usage.input_tokens, self.usage.output_tokens, self.usage.estimated)
-        for c in self.children:
-            total += c.tree_usage
-        return total
-
-    @property
-    def tree_cost(self) -> float | None:
-        """Dollars of this loop and every loop under it; ``None`` when any of them has an unknown price."""
-        parts = [self.cost, *(c.tree_cost for c in self.children)]
-        return None if None in parts else sum(p for p in parts if p is not None)
 
     async def wait_for(
         self, kind: str | None = None, where: Callable[[ev.Event], bool] | None = None, *, timeout: float = 10.0
@@ -335,10 +305,6 @@ class LoopHandle(Loop):
             return (kind is None or e.kind == kind) and (where is None or where(e))
 
         return await self.run.wait_for(pred, timeout)
-
-    def add_listener(self, fn: Callable[[LoopHandle, ev.Event], None]) -> Callable[[], None]:
-        """Call ``fn(handle, event)`` for every event of this loop and of its descendants."""
-        return self.run.add_listener(fn)
 
     # ------------------------------------------------------------------ steering
 
@@ -402,62 +368,20 @@ class LoopHandle(Loop):
         """
         return start_ask(self, question, **options)
 
-    # ------------------------------------------------------------------ clarifications, notifications
-
-    async def next_clarification(self) -> dict:
-        """Wait for the next question a tool (here or in any descendant) asks the person.
-
-        Returns ``{"call_id", "question", "loop", "tool"}``; answer it with :meth:`answer_clarification`.
-        """
-        return await self._router.inbox.next_question()
-
-    async def answer_clarification(self, call_id: str, answer: str) -> None:
-        """Answer the question asked by tool call ``call_id`` (here or in any descendant)."""
-        self._router.answer(call_id, answer)
-
-    def pending_clarifications(self) -> list[dict]:
-        """Open questions in this loop and its descendants."""
-        return [
-            {"call_id": cid, "question": q, "loop": h.name, "loop_id": h.id}
-            for h in self.walk()
-            for cid, (q, _f) in h._router.questions.items()
-        ]
-
-    async def next_notification(self) -> dict:
-        """Wait for the next progress note from a tool here or in any descendant:
-        ``{"call_id", "text", "loop", "tool"}``."""
-        return await self._router.inbox.notes.get()
-
-    # ------------------------------------------------------------------ approvals (``_approval.py``)
+    # ------------------------------------------------------------------ what waits for the person, requests
 
     @property
-    def pending_approvals(self) -> list[dict]:
-        """Calls waiting for the person, here and in every descendant: ``{call_id, code, intent, loop,
-        loop_id}`` for a plan (its code), and ``tool`` besides for a tool's call (``code``: its JSON arguments)."""
-        return pending_approvals(self.walk())
-
-    @on_own_loop
-    async def approve(self, call_id: str | None = None) -> None:
-        """Let the call (a plan, or a tool marked ``needs_approval``) waiting for approval run
-        (``call_id`` chooses when several wait, here or below)."""
-        decide(self.run, self.walk(), call_id, True, None)
-
-    @on_own_loop
-    async def skip(self, call_id: str | None = None, reason: str | None = None) -> None:
-        """Do not run the waiting call; the model reads that it was skipped (and ``reason``) as its result."""
-        decide(self.run, self.walk(), call_id, False, reason)
-
-    # ------------------------------------------------------------------ requests (``_requests.py``)
+    def inbox(self) -> Inbox:
+        """What waits for the person here and below: calls to approve or skip (``approvals``, ``approve``,
+        ``skip``), questions tools ask (``questions``, ``next_question``, ``answer``), progress notes
+        (``next_notification``). The widget's Run / Skip / Answer and ``%unity approve|skip|answer`` use it."""
+        return Inbox(self, self._router.mailbox)
 
     @property
-    def requests(self) -> list[RequestHandle]:
-        """The requests of a multi-request loop, in order (the task is the first)."""
-        return self.run.requests
-
-    def submit(self, text: str) -> RequestHandle:
-        """Add a request to a multi-request loop (``start_loop(..., multi=True)``); it shares the
-        loop's context and gets a handle of its own."""
-        return submit_request(self, text)
+    def requests(self) -> Requests:
+        """The requests of a multi-request loop (``start_loop(..., multi=True)``), in order: the task is the
+        first; ``h.requests.submit(text)`` adds one, which shares the loop's context and gets its own handle."""
+        return Requests(self, submit_request)
 
 
 def start_ask(loop: LoopHandle, question: str, **options: Any) -> LoopHandle:
@@ -474,5 +398,5 @@ def start_ask(loop: LoopHandle, question: str, **options: Any) -> LoopHandle:
     model, max_steps = options.pop("model", loop.model), options.pop("max_steps", 6)
     return LoopHandle(
         question, model=model, tools=tools, system=snapshot, name=f"ask-{loop.name}", bus=run.bus,
-        _kind="ask", _lineage=loop.lineage, detached=True, max_steps=max_steps, **options,
+        _kind="ask", _lineage=loop.run.lineage, detached=True, max_steps=max_steps, **options,
     )

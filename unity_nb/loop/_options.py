@@ -97,7 +97,7 @@ class LoopOptions:
     options: dict[str, Any] = field(default_factory=dict)
     """Provider options sent with every request (``temperature``, ``seed``, ...)."""
     multi: bool = False
-    """Serve several requests in one context (``h.submit(text)``)."""
+    """Serve several requests in one context (``h.requests.submit(text)``)."""
     persist: bool = False
     """A multi-request loop that waits for more requests until stopped."""
     context_window: int | None = None

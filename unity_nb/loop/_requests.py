@@ -10,17 +10,18 @@ loop ends when every request is done, or with ``persist=True`` waits for more un
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from .. import events as ev
 from .._errors import HandleStateError, Stopped, UserError
 from ._face import Loop
 from ._records import Message
-from ._routing import Inbox
+from ._routing import Mailbox
 from ._run import Run
 from ._status import Status
 from ._steering import steering_entry
 from ._tools import Tool, ToolFailed, as_tool
+from ._views import Inbox
 
 if TYPE_CHECKING:
     from ._turn import Turn
@@ -46,7 +47,6 @@ class _Loop(Protocol):
     async def stop(self, reason: str | None = None) -> None: ...
     async def interject(self, message: str, *, request_id: str | None = None) -> None: ...
     async def ask(self, question: str, **options: Any) -> Loop: ...
-    async def answer_clarification(self, call_id: str, answer: str) -> None: ...
 
 
 class RequestHandle:
@@ -60,7 +60,7 @@ class RequestHandle:
         self._done = asyncio.Event()
         self._answer: str | None = None
         self._error: BaseException | None = None
-        self.inbox = Inbox()
+        self.mailbox = Mailbox()
         """Questions and notes from the tool calls serving this request."""
         self.corrections = 0
         """Times an evaluation sent the model back on this request's answer."""
@@ -72,7 +72,7 @@ class RequestHandle:
     def status(self) -> Status:
         if self._status is not Status.RUNNING:
             return self._status
-        return Status.WAITING if self.inbox.waiting else Status.RUNNING
+        return Status.WAITING if self.mailbox.waiting else Status.RUNNING
 
     @property
     def answer(self) -> str | None:
@@ -109,16 +109,11 @@ class RequestHandle:
     async def ask(self, question: str, **options: Any) -> Loop:
         return await self.loop.ask(f"(about request {self.request_id}: {self.text[:200]!r}) {question}", **options)
 
-    async def next_clarification(self) -> dict:
-        """The next question a tool serving this request asks the person."""
-        return await self.inbox.next_question()
-
-    async def answer_clarification(self, call_id: str, answer: str) -> None:
-        await self.loop.answer_clarification(call_id, answer)
-
-    async def next_notification(self) -> dict:
-        """The next progress note from a tool serving this request."""
-        return await self.inbox.notes.get()
+    @property
+    def inbox(self) -> Inbox:
+        """What the tool calls serving this request ask the person (``next_question``, ``answer``) and note
+        (``next_notification``); ``approvals`` are the loop's."""
+        return Inbox(cast(Any, self.loop), self.mailbox)
 
     # -- ending (called by the loop) ----------------------------------------------------------
 
@@ -167,7 +162,7 @@ def final_answer_tool(loop: _Loop) -> Tool:
 
 
 def submit_request(loop: _Loop, text: str) -> RequestHandle:
-    """A new request of ``loop`` (``h.submit(text)``): recorded, noted for the model, budgeted afresh."""
+    """A new request of ``loop`` (``h.requests.submit(text)``): recorded, noted for the model, budgeted afresh."""
     run = loop.run
     if not run.config.multi:
         raise UserError(f"{loop.name!r} serves one request; start it with multi=True to submit more")

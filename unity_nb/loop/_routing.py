@@ -15,7 +15,6 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import events as ev
-from .._errors import UserError
 from .._secrets import scrub
 from ._records import Message, ToolCallRecord
 from ._steering import child_tools
@@ -25,7 +24,7 @@ if TYPE_CHECKING:
     from ._run import Run
     from ._tools import Tool
 
-__all__ = ("Inbox", "Router")
+__all__ = ("Mailbox", "Router")
 
 _ROUTING_NOTE = {
     "role": "system",
@@ -50,7 +49,7 @@ class _Runner(Protocol):
 
 class _Request(Protocol):
     @property
-    def inbox(self) -> Inbox: ...
+    def mailbox(self) -> Mailbox: ...
 
 
 class _Loop(Protocol):
@@ -66,10 +65,9 @@ class _Loop(Protocol):
     def _router(self) -> Router: ...
     @property
     def _runner(self) -> _Runner | None: ...  # None for a batch (its rows run the tools)
-    def walk(self) -> Iterator[_Loop]: ...
 
 
-class Inbox:
+class Mailbox:
     """Where questions and notes bubbling up arrive: a loop's, or one request's of a multi-request loop."""
 
     __slots__ = ("_notes", "_questions", "waiting")
@@ -97,7 +95,7 @@ class Inbox:
         while True:
             item = await self.questions.get()
             asker: _Loop = item["handle"]
-            if item["call_id"] in asker._router.questions:
+            if item["call_id"] in asker.run.questions:
                 return {k: v for k, v in item.items() if k != "handle"}
 
 
@@ -108,14 +106,12 @@ class Router:
     call) and, held weakly, the loop itself (``source``): the tree the questions and notes climb
     and the children steering is routed to are loops."""
 
-    __slots__ = ("__weakref__", "_run", "_source", "inbox", "questions")
+    __slots__ = ("__weakref__", "_run", "_source", "mailbox")
 
     def __init__(self, run: Run, source: _Loop) -> None:
         self._run = run
         self._source = weakref.ref(source)
-        self.questions: dict[str, tuple[str, asyncio.Future]] = {}
-        """Open questions of this loop's tool calls: ``{call_id: (question, future)}``."""
-        self.inbox = Inbox()
+        self.mailbox = Mailbox()
 
     @property
     def source(self) -> _Loop:
@@ -171,21 +167,21 @@ class Router:
 
     # -- up: questions and notes ---------------------------------------------------------------
 
-    def bubble(self, call_id: str | None, request_id: str | None) -> list[Inbox]:
+    def bubble(self, call_id: str | None, request_id: str | None) -> list[Mailbox]:
         """Where a question or note from tool call ``call_id`` goes: this loop, its ancestors, and
         the request each multi-request loop among them was serving with the call that led here."""
-        out: list[Inbox] = []
+        out: list[Mailbox] = []
         me = self.source
         h: _Loop | None = me
         via = call_id
         while h is not None:
-            out.append(h._router.inbox)
+            out.append(h._router.mailbox)
             if h.run.config.multi:
                 runner = h._runner
                 rid = request_id if h is me or runner is None else runner.call_requests.get(via or "")
                 req = h.run.find_request(rid)
                 if req is not None:
-                    out.append(req.inbox)
+                    out.append(req.mailbox)
             via = h.run.parent_call
             h = h.parent
         return out
@@ -193,24 +189,24 @@ class Router:
     @contextmanager
     def awaiting_person(self) -> Iterator[None]:
         """While inside: this loop and its ancestors say ``waiting`` (a question or an approval is open)."""
-        chain: list[Inbox] = []
+        chain: list[Mailbox] = []
         h: _Loop | None = self.source
         while h is not None:
-            chain.append(h._router.inbox)
+            chain.append(h._router.mailbox)
             h = h.parent
-        for inbox in chain:
-            inbox.waiting += 1
+        for box in chain:
+            box.waiting += 1
         try:
             yield
         finally:
-            for inbox in chain:
-                inbox.waiting -= 1
+            for box in chain:
+                box.waiting -= 1
 
     async def clarify(self, call_id: str, question: str, request_id: str | None = None) -> str:
         h, me = self._run, self.source
         question = scrub(question)
         fut = h.event_loop.create_future()
-        self.questions[call_id] = (question, fut)
+        h.questions[call_id] = (question, fut)
         h.conversation.record(Message("assistant", question, kind="clarification", tool_call_id=call_id))
         item = {
             "call_id": call_id,
@@ -222,16 +218,16 @@ class Router:
         if request_id is not None:
             item["request_id"] = request_id
         chain = self.bubble(call_id, request_id)
-        for inbox in chain:
-            inbox.waiting += 1
-            inbox.questions.put_nowait(item)
+        for box in chain:
+            box.waiting += 1
+            box.questions.put_nowait(item)
         h.emit(ev.ClarificationRequested, call_id=call_id, question=question)
         try:
             answer = await fut
         finally:
-            self.questions.pop(call_id, None)
-            for inbox in chain:
-                inbox.waiting -= 1
+            h.questions.pop(call_id, None)
+            for box in chain:
+                box.waiting -= 1
         shown = scrub(answer)  # the tool gets the answer itself; people and the store see it scrubbed
         h.conversation.record(Message("user", shown, kind="clarification", tool_call_id=call_id))
         h.emit(ev.ClarificationAnswered, call_id=call_id, answer=shown)
@@ -245,18 +241,6 @@ class Router:
         item = {"call_id": call_id, "text": text, "loop": self.source.name, "tool": name}
         if request_id is not None:
             item["request_id"] = request_id
-        for inbox in self.bubble(call_id, request_id):
-            inbox.notes.put_nowait(item)
+        for box in self.bubble(call_id, request_id):
+            box.notes.put_nowait(item)
         h.emit(ev.Notification, call_id=call_id, text=text)
-
-    def answer(self, call_id: str, answer: str) -> None:
-        h = self.source
-        for x in h.walk():
-            pending = x._router.questions.get(call_id)
-            if pending is not None:
-                _question, fut = pending
-                if not fut.done():
-                    fut.set_result(answer)
-                return
-        asked = [cid for x in h.walk() for cid in x._router.questions]
-        raise UserError(f"no open clarification with call_id {call_id!r} in {h.name!r}; open: {asked or 'none'}")

@@ -75,6 +75,7 @@ class Run:
         "on_end",
         "parent",
         "parent_call",
+        "questions",
         "request_evt",
         "requests",
         "state",
@@ -115,6 +116,8 @@ class Run:
         self.request_evt: Signal | None = None  # made when a persistent loop first waits for a request
         self._wake: Signal | None = None
         self.approvals: dict[str, dict] = {}
+        self.questions: dict[str, tuple[str, asyncio.Future]] = {}
+        """Open questions this loop's tool calls ask the person: ``{call_id: (question, future)}``."""
         """``{call_id: {"tool", "code", "intent", "future"}}`` of this loop's calls waiting for approval now."""
         self.tags: dict[str, Any] = {}
         """What others record about this run (a manager: ``tags["manager"]``, a durable task: ``tags["task_id"]``)."""

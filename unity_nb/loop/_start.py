@@ -51,7 +51,7 @@ def start_loop(task: str, **options: Any) -> LoopHandle:
     ``"anthropic"``: ``cache_control`` breakpoints).
 
     ``multi=True`` serves several requests in one context: the task is the first,
-    ``h.submit(text)`` adds more (each a :class:`RequestHandle`), the model completes each with
+    ``h.requests.submit(text)`` adds more (each a :class:`RequestHandle`), the model completes each with
     ``final_answer(request_id, answer)``; the loop ends when all are done (its result is
     ``{request_id: answer}``), or with ``persist=True`` waits for more until stopped.
     ``max_steps`` then counts from the latest request.

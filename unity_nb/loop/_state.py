@@ -2,7 +2,7 @@
 
 One small slotted object: the turn counts steps and tokens, the tool runner counts calls and
 printed characters, the engine keeps thinking lines, verdicts and cited references, and the
-ending writes status, answer and error. The handle only reads it (``h.steps`` is ``state.steps``).
+ending writes status, answer and error. The handle only reads it (``h.state`` is this object).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from ..models import Usage
 from ._status import Status
 
-__all__ = ("UNSET", "LoopState", "StateReadings")
+__all__ = ("UNSET", "LoopState")
 
 UNSET: Any = object()
 """``LoopState.result_object`` before a tool handed the loop a value to return."""
@@ -22,7 +22,7 @@ UNSET: Any = object()
 
 @dataclass(slots=True, eq=False, repr=False)
 class LoopState:
-    """The state a loop's parts write; people read it through the handle's properties."""
+    """The state a loop's parts write; people read it as ``h.state`` (and ``h.steps``, ``h.usage``, ...)."""
 
     steps: int = 0
     """Model calls made so far (an interrupted and re-issued call counts)."""
@@ -59,84 +59,21 @@ class LoopState:
     """Waits for the answer (``await h``) cancelled while the operation went on (a cell interrupted: ``_wake``)."""
     started_at: float = field(default_factory=time.time)
     ended_at: float | None = None
-
-
-class StateReadings:
-    """A handle's readings of its :class:`LoopState`: what the parts count, and how the loop ended
-    (a batch's handle sums its rows' steps, tool calls and usage instead)."""
-
-    __slots__ = ()
-
-    state: LoopState
+    streams: tuple[Any, Any] | None = None
+    """The text and reasoning buffers of the model call in flight (the turn writes them as it makes them)."""
 
     @property
-    def steps(self) -> int:
-        """Model calls made so far (an interrupted and re-issued call counts)."""
-        return self.state.steps
+    def elapsed(self) -> float:
+        """Seconds since the loop started, until it ended."""
+        return (self.ended_at or time.time()) - self.started_at
 
     @property
-    def tool_calls(self) -> int:
-        """Tool calls completed so far."""
-        return self.state.tool_calls
+    def streaming_text(self) -> str:
+        """The assistant text of the model call in flight, as streamed so far (scrubbed: an end that
+        could be the start of a secret value shows once the next piece settles it)."""
+        return self.streams[0].text if self.streams is not None else ""
 
     @property
-    def usage(self) -> Usage:
-        """Input and output tokens of this loop's own model calls."""
-        return self.state.usage
-
-    @property
-    def printed(self) -> int:
-        """Characters tools have printed so far (routed to their call records)."""
-        return self.state.printed
-
-    @property
-    def compressions(self) -> int:
-        """How many times the context was compressed."""
-        return self.state.compressions
-
-    @property
-    def called_tools(self) -> set[str]:
-        """Names of the tools called successfully so far."""
-        return self.state.called_tools
-
-    @property
-    def all_references(self) -> list[Any]:
-        """Every reference tools returned, numbered in order of arrival."""
-        return self.state.all_references
-
-    @property
-    def references(self) -> list[Any]:
-        """The references the final answer cites."""
-        return self.state.references
-
-    @property
-    def thinking(self) -> list[str]:
-        """Short progress lines (what the model said it was doing, which tools it called)."""
-        return self.state.thinking
-
-    @property
-    def evaluation_results(self) -> list[Any]:
-        """Every evaluation verdict, in order (failed ones that sent the model back included)."""
-        return self.state.evaluation_results
-
-    @property
-    def started_at(self) -> float:
-        return self.state.started_at
-
-    @property
-    def ended_at(self) -> float | None:
-        return self.state.ended_at
-
-    @property
-    def result_value(self) -> str | None:
-        """The final answer once finished (``None`` before, or if it did not finish)."""
-        return self.state.answer
-
-    @property
-    def error(self) -> BaseException | None:
-        """Why the loop failed or stopped (``Stopped``), once it has."""
-        return self.state.error
-
-    @property
-    def stop_reason(self) -> str | None:
-        return self.state.stop_reason
+    def streaming_thinking(self) -> str:
+        """The reasoning of the model call in flight, as far as it has streamed (where the provider streams it)."""
+        return self.streams[1].text if self.streams is not None else ""

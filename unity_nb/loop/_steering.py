@@ -204,8 +204,9 @@ def inspection_prompt(handle: Loop) -> str:
     """The system prompt of a loop answering a question about ``handle`` (``ask``): a snapshot of its
     transcript, roles rewritten (``inner_user``, ...) so the inspecting model tells it from its own."""
     snapshot = render_conversation(list(handle.transcript), "inner")
-    if handle.streaming_text:
-        snapshot += f"\ninner_assistant (still streaming): {handle.streaming_text}"
+    streaming = handle.state.streaming_text
+    if streaming:
+        snapshot += f"\ninner_assistant (still streaming): {streaming}"
     drill = " Use the ask_* tools to question its running sub-operations." if handle.run.live_children() else ""
     return (
         f"You are inspecting another, running conversation (the loop {handle.name!r}, status "

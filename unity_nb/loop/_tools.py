@@ -119,7 +119,7 @@ class Tool:
     timeout: float | None = None
     """Seconds a call may run before it fails with an error the model reads (``None``: the loop's ``tool_timeout``)."""
     needs_approval: bool = False
-    """Each call waits for a person's approval (``h.approve()`` / ``h.skip(reason=...)``, the widget's
+    """Each call waits for a person's approval (``h.inbox.approve()`` / ``h.inbox.skip(reason=...)``, the widget's
     Run / Skip, ``%unity approve``) before it runs; a skip's reason is the result the model reads."""
     secrets: bool | None = None
     """Whether ``"<<secret:NAME>>"`` in the call's arguments is replaced by the value before the tool

@@ -219,6 +219,7 @@ class Turn:
             self._streamed = False
             self.text, self._text_scrub = TextBuffer(), ScrubStream()
             self.thinking, self._thinking_scrub = TextBuffer(), ScrubStream()
+            self.run.state.streams = (self.text, self.thinking)  # what h.state.streaming_text reads
 
     def _on_delta(self, text: str) -> None:
         self._streamed = True

@@ -39,7 +39,8 @@ class Manager:
     """Set it on a manager (``km.approve_writes = True``) and every call of the tools that change its
     state (its ``_write_tools``: the knowledge manager's create_table, add_column, add_rows,
     update_rows and delete_rows; the guidance manager's writes) waits for a person's approval
-    (``h.approve()`` / ``h.skip(reason=...)`` on the loop or any ancestor, the widget, ``%unity approve``)."""
+    (``h.inbox.approve()`` / ``h.inbox.skip(reason=...)`` on the loop or any ancestor, the widget,
+    ``%unity approve``)."""
 
     def __init__(self, *, model: Any = None, bus: ev.EventBus | None = None, registry: Any = None) -> None:
         self.model = model

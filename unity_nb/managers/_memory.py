@@ -240,5 +240,5 @@ class MemoryManager(Manager):
                     self._running = None
                 self._maybe_start()
 
-        handle.add_listener(on_event)
+        handle.run.add_listener(on_event)
         return handle

@@ -408,7 +408,7 @@ class TasksManager(Manager):
                 self._persist(task_id, handle, turn, state)
                 self._end_turn(task_id, handle, turn, event)
 
-        handle.add_listener(on_event)
+        handle.run.add_listener(on_event)
         return handle
 
     def _parent_note(self, row: dict) -> builtins.list[dict]:
@@ -512,7 +512,7 @@ class TasksManager(Manager):
                     self.store.execute("UPDATE task_turns SET summary = ? WHERE task_id = ? AND turn = ?",
                                        (summary[:500], task_id, turn))
 
-        handle.add_listener(on_event)
+        handle.run.add_listener(on_event)
 
     def _task_tools(self, task_id: str) -> builtins.list[Callable[..., Any]]:
         manager = self
