@@ -17,7 +17,10 @@ A loop is made of parts, each with a narrow interface, that the handle composes:
 - :class:`Run` (``_run.py``): the tree, the events, the ending, steering notes, the request book, the calls
   waiting for approval, and tags others put on the run (a manager, a durable task).
 
-The handle is the person's facade over its :class:`Run` (``tests/test_facade.py`` lists its public names).
+The handle is the person's facade over its :class:`Run` (``tests/test_facade.py`` lists its 29 public names):
+who it is, where it stands, its record, its end and the verbs; three small views made when read group the
+rest (``_views.py``): ``h.tree`` (it and every loop under it, their totals), ``h.inbox`` (what waits for the
+person: approvals, questions, notes) and ``h.requests``; ``h.state`` is what the parts wrote.
 Each part is given the run and the parts it works with in its constructor (``Router(run, source)``,
 ``Turn(run, tools, tool_source, router, source)``, ``ToolRunner(run, turn, router, tool_source, source)``,
 ``Engine(run, turn, runner, tool_source, source)``) and holds the loop itself only weakly, as the
