@@ -111,8 +111,9 @@ class RequestHandle:
 
     @property
     def inbox(self) -> Inbox:
-        """What the tool calls serving this request ask the person (``next_question``, ``answer``) and note
-        (``next_notification``); ``approvals`` are the loop's."""
+        """What the tool calls serving this request ask the person (``next_question``) and note
+        (``next_notification``); ``answer`` takes any of the loop's questions, and ``questions``, ``approvals``,
+        ``approve`` and ``skip`` are the whole loop's (a call is not tied to one request)."""
         return Inbox(cast(Any, self.loop), self.mailbox)
 
     # -- ending (called by the loop) ----------------------------------------------------------
