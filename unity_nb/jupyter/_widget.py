@@ -32,7 +32,7 @@ from typing import Any
 import anywidget
 import traitlets
 
-from ..loop import VERBS, LoopHandle, Message
+from ..loop import VERBS, LoopHandle, Message, pending_approvals
 from ._buttons import verb_buttons
 from ._clicks import Clicks, watch_cells
 from ._snapshot import LIMIT as _LIMIT
@@ -202,8 +202,8 @@ def _node(h: LoopHandle, depth: int, retry: str = "", cut_off: str = "") -> dict
         "retry": retry,
         "cut_off": _clip(cut_off),
         "clarifications": [
-            {"call_id": c["call_id"], "question": c["question"]}
-            for c in h.inbox.questions if c.get("loop_id") == h.id
+            {"call_id": call_id, "question": question}
+            for call_id, (question, _future) in h.run.questions.items()  # this node's own: no walk of its subtree
         ],
         "thinking": h.state.thinking[-1] if h.state.thinking else "",
         "references": [
@@ -216,7 +216,7 @@ def _node(h: LoopHandle, depth: int, retry: str = "", cut_off: str = "") -> dict
         "approvals": [
             {"call_id": a["call_id"], "code": _clip(a["code"]), "intent": _clip(a["intent"], 500)}
             | ({"tool": a["tool"]} if "tool" in a else {})
-            for a in h.inbox.approvals if a.get("loop_id") == h.id
+            for a in pending_approvals([h])  # this node's own
         ],
         **_batch(h),
     }

@@ -1,7 +1,7 @@
 """The tool loop: handles, nesting, steering, tools, policies and answer hooks."""
 
 from ._answers import Evaluation, HandOff, Reference, ToolResult, cites_references, handoff
-from ._approval import skipped_result
+from ._approval import pending_approvals, skipped_result
 from ._context import CallInfo, current_call, current_loop, forward_call, resolve_tool_value
 from ._engine import Driver, Engine
 from ._handle import LoopHandle, start_ask
@@ -67,6 +67,7 @@ __all__ = (
     "Engine",
     "Driver",
     "skipped_result",
+    "pending_approvals",
     "Run",
     "ToolSource",
     "OwnTools",
