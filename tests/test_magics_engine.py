@@ -324,7 +324,7 @@ async def test_show_gives_a_finished_row_s_transcript_from_the_store(ip):
     finally:
         u.unregister_tool("shout")
     assert result.tolist() == ['labelled {"word": "a"}', 'labelled {"word": "b"}', 'labelled {"word": "c"}']
-    assert h.row_handle(1) is None  # a finished row's loop is not kept in memory
+    assert h.rows.handle(1) is None  # a finished row's loop is not kept in memory
     table = ip.run_line_magic("unity", "show labels[1]")
     assert list(table.columns) == ["role", "kind", "content", "tool_calls"]
     assert table.iloc[0].tolist()[:2] == ["user", "task"] and table.iloc[0]["content"].endswith("b")

@@ -46,7 +46,7 @@ async def test_each_operator_subcommand_starts_a_named_operation_on_the_notebook
     ip.user_ns.update(m=u.ScriptedModel(oracle), papers=PAPERS, grants=GRANTS, items=[f"item {i}" for i in range(9)])
     ip.run_line_magic("unity", "model --var m")
     keep = ip.run_line_magic("unity", "filter papers --concurrency 50 --name keep Does {abstract} report humans?")
-    assert isinstance(keep, u.FilterHandle) and keep.name == "keep" and keep.concurrency == 50
+    assert isinstance(keep, u.FilterHandle) and keep.name == "keep" and keep.rows.plan.concurrency == 50
     assert list((await asyncio.wait_for(keep.result(), 10)).index) == ["p1", "p3"]
     fields = ip.run_line_magic("unity", "extract papers --columns method From {abstract}")
     assert (await asyncio.wait_for(fields.result(), 10))["method"].tolist() == ["experiment", "other", "other"]
@@ -68,17 +68,17 @@ async def test_budget_and_no_cache_reach_an_operator_started_by_a_magic(ip):
     ip.user_ns.update(m=model, papers=PAPERS)
     ip.run_line_magic("unity", "model --var m")
     keep = ip.run_line_magic("unity", "filter papers --budget 2.5 --name cheap Does {abstract} report humans?")
-    assert keep.budget == 2.5
+    assert keep.spending.budget == 2.5
     await asyncio.wait_for(keep.result(), 10)
     summary = ip.run_line_magic("unity", "agg papers --by field --budget 1 Summarise.")
     await asyncio.wait_for(summary.result(), 10)
-    assert summary.budget == 1.0 and summary.phases[0].budget == 1.0
+    assert summary.budget == 1.0 and summary.phases[0].spending.budget == 1.0
     # the store's result cache, as %unity map uses it, unless --no-cache (a ScriptedModel is never cached)
     ip.user_ns["real"] = u.OpenAIModel("m", base_url="http://127.0.0.1:9/v1", api_key="sk-test")
     ip.run_line_magic("unity", "model --var real")
     cached = ip.run_line_magic("unity", "filter papers --name cached Does {abstract} report humans?")
     uncached = ip.run_line_magic("unity", "filter papers --no-cache --name uncached Does {abstract} report humans?")
-    assert cached.cache is not None and uncached.cache is None
+    assert cached.rows.plan.cache is not None and uncached.rows.plan.cache is None
     await cached.stop()
     await uncached.stop()
 

@@ -167,7 +167,7 @@ async def test_pause_and_resume_reach_every_row_and_its_child(bus):
     f.gate.set()  # in-flight calls finish; their replies wait for resume, and no new row starts
     for c in grandchildren:
         await c.wait_for("model_response", timeout=10)
-    assert h.started_rows == 2 and not any(c.done() for c in grandchildren)
+    assert h.rows.started == 2 and not any(c.done() for c in grandchildren)
     await h.resume()
     result = await asyncio.wait_for(h.result(), 10)
     assert result.tolist() == [f"row answer: found research topic{i}" for i in range(4)]
@@ -303,7 +303,7 @@ async def test_done_rows_are_skipped_and_a_stopped_batch_resumes_from_the_store(
     result = await asyncio.wait_for(second.result(), 10)
     assert result.tolist() == ["answer a", "answer b", "again c", "again d"] and ran == []
     assert [e.row for e in second.events if e.kind == "row_finished" and not e.kept] == ['"y"', '"z"']
-    assert second.kept == 2 and [e.row for e in second.events if e.kind == "row_finished" and e.kept] == ['"w"', '"x"']
+    assert second.rows.kept == 2 and [e.row for e in second.events if e.kind == "row_finished" and e.kept] == ['"w"', '"x"']
     store.close()
 
 

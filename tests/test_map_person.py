@@ -79,7 +79,7 @@ async def test_duplicate_labels_keep_their_own_answers_when_a_stopped_batch_is_r
                   done=done, name="dup", bus=bus)
     result = await asyncio.wait_for(again.result(), 10)
     assert result.tolist() == ["ans first", "ans second", "again third", "again fourth"]
-    assert again.kept == 2 and again.progress["kept"] == 2
+    assert again.rows.kept == 2 and again.progress["kept"] == 2
     store.close()
 
 
@@ -104,7 +104,7 @@ async def test_a_row_is_kept_only_if_asked_the_same_and_a_new_run_of_the_name_is
     assert (await asyncio.wait_for(third.result(), 10)).tolist() == ["new", "new", "third"]
     other_task = u.map(new, "Classify", model=u.ScriptedModel(lambda m, t: "fresh"), done=done, bus=bus)
     assert (await asyncio.wait_for(other_task.result(), 10)).tolist() == ["fresh"] * 3
-    assert (other_task.kept, other_task.set_aside) == (0, 2)
+    assert (other_task.rows.kept, other_task.rows.set_aside) == (0, 2)
     store.close()
 
 
@@ -158,7 +158,7 @@ async def test_a_batch_whose_rows_failed_does_not_look_like_a_success(bus):
 
     h = u.map(["good", "bad"], "Do", model=u.ScriptedModel(some_fail), bus=bus)
     await asyncio.wait_for(h.result(), 10)
-    assert h.outcome == "finished with failures" and "finished with failures" in repr(h)
+    assert h.progress["outcome"] == "finished with failures" and "finished with failures" in repr(h)
     every = u.map(["bad", "bad"], "Do", model=u.ScriptedModel(some_fail), bus=bus)
     with pytest.raises(u.UnityError, match="every row of the batch failed"):
         await asyncio.wait_for(every.result(), 10)
@@ -195,7 +195,7 @@ async def test_a_400_is_the_batch_s_only_before_any_row_succeeded_and_not_about_
         with pytest.raises(u.ModelError, match="400"):
             await asyncio.wait_for(h.result(), 30)
         await model.close()
-    assert h.started_rows <= 2
+    assert h.rows.started <= 2
 
     def one_too_long(body):
         text = body["messages"][-1]["content"]
@@ -208,7 +208,7 @@ async def test_a_400_is_the_batch_s_only_before_any_row_succeeded_and_not_about_
         h = u.map(["a", "b", "long", "c"], "Do", model=model, concurrency=1, bus=bus)
         result = await asyncio.wait_for(h.result(), 30)  # a row's 400 after a success: that row fails alone
         await model.close()
-    assert result.tolist() == ["ok", "ok", None, "ok"] and h.outcome == "finished with failures"
+    assert result.tolist() == ["ok", "ok", None, "ok"] and h.progress["outcome"] == "finished with failures"
 
 
 async def test_history_lists_a_batch_as_one_line_counting_its_rows(bus, tmp_path):

@@ -149,8 +149,8 @@ async def test_a_budget_needs_a_known_price_and_a_batch_that_would_clearly_excee
     small = u.map(many[:3], "Label {value}", model=model, budget=1.0, bus=u.EventBus())
     await h.stop("only the note was wanted")
     await small.stop("only the note was wanted")
-    assert h.budget_note is not None and "exceeds its budget of $1.00" in h.budget_note
-    assert "pause after about" in h.budget_note and small.budget_note is None
+    assert h.spending.note is not None and "exceeds its budget of $1.00" in h.spending.note
+    assert "pause after about" in h.spending.note and small.spending.note is None
 
 
 # -- typed answers ----------------------------------------------------------------------------------
@@ -196,7 +196,7 @@ async def test_the_cache_answers_a_row_asked_before_without_a_call(tmp_path):
         again = u.map([*items, "d"], "Label {value}", model=model, cache=store, bus=bus)
         second = await asyncio.wait_for(again.result(), T)
         assert second.tolist() == [*first.tolist(), "label d"] and len(server.requests) == 4  # only d was asked
-        assert again.progress["cached"] == 3 and again.cached == 3 and again.cost is not None
+        assert again.progress["cached"] == 3 and again.rows.cached == 3 and again.cost is not None
         rows = [e for e in bus.history() if e.kind == "row_finished"]
         assert sorted(e.position for e in rows if e.cached) == [0, 1, 2]
         await asyncio.wait_for(u.map(items, "Label {value}", model=model, cache=False, bus=u.EventBus()), T)
@@ -205,7 +205,7 @@ async def test_the_cache_answers_a_row_asked_before_without_a_call(tmp_path):
                                      bus=u.EventBus()), T)
         assert len(server.requests) == 10  # another system prompt is another question
     scripted = u.map(items, "Label {value}", model=u.ScriptedModel(lambda m, t: "x"), cache=store, bus=u.EventBus())
-    assert scripted.cache is None  # a script's answers are not a function of its name and the prompt
+    assert scripted.rows.plan.cache is None  # a script's answers are not a function of its name and the prompt
     await asyncio.wait_for(scripted.result(), T)
     store.close()
 
@@ -236,7 +236,7 @@ async def test_rows_are_made_as_they_start_from_a_generator_of_ten_million(bus):
     await h.stop("enough")
     read = next(made)
     assert read <= 20 + 4 + 2  # read only as far as rows started (plus one row made ahead)
-    assert h.progress["done"] >= 19 and len(h._answers) == h.progress["done"]
+    assert h.progress["done"] >= 19 and len(h.results().dropna()) == h.progress["done"]
     finite = await asyncio.wait_for(u.map((x for x in "abc"), "Echo {value}", model=u.ScriptedModel(
         lambda m, t: last_user(m)[-1]), bus=bus), T)
     assert finite.tolist() == ["a", "b", "c"] and list(finite.index) == [0, 1, 2]
@@ -275,7 +275,7 @@ async def test_a_row_answered_through_a_tool_is_not_cached(tmp_path):
         for _ in range(2):
             h = u.map(["a"], "Label {value}", model=model, cache=store, tools=[lookup], bus=u.EventBus())
             assert (await asyncio.wait_for(h.result(), T)).tolist() == ["from the tool"]
-            assert h.cached == 0
+            assert h.rows.cached == 0
         assert len(server.requests) == 4  # asked again: the tool's result may have changed
     store.close()
 

@@ -82,7 +82,7 @@ def test_a_batch_paused_at_its_budget_when_its_kernel_died_resumes_with_a_new_ca
         k.run(SETUP)
         printed = k.run("h = %unity resume capped --budget 10\nawait h")
         assert "kept 1 row(s) finished before; 2 to run" in printed
-        assert k.value("[(await h).tolist(), h.budget, h.progress['budget_reached'], len(server.requests)]") == [
+        assert k.value("[(await h).tolist(), h.spending.budget, h.progress['budget_reached'], len(server.requests)]") == [
             ["label a", "label b", "label c"], 10.0, False, 2]
     finally:
         k.close()

@@ -80,7 +80,7 @@ async def test_filter_keeps_rows_and_says_why_for_every_row_it_could_not_decide(
     assert list(v.index) == list(PAPERS.index) and str(v["keep"].dtype) == "boolean"
     assert v.loc["p1", "keep"] and not v.loc["p2", "keep"] and not v.loc["p5", "keep"]
     assert pd.isna(v.loc["p3", "keep"]) and pd.isna(v.loc["p4", "keep"]) and "not a Verdict" in v.loc["p4", "reason"]
-    assert h.outcome == "finished with failures"
+    assert h.progress["outcome"] == "finished with failures"
 
 
 async def test_extract_gives_the_columns_aligned_to_the_index_with_failures_missing(bus):
@@ -334,9 +334,9 @@ async def test_a_budget_caps_the_whole_operation_not_each_phase(bus):
     screen = next(p for p in h.phases if p.name == phase.child_name)
     await screen.wait_for("budget_reached", timeout=10)
     scoring = h.phases[0].cost
-    assert 0 < scoring < 0.05 and screen.budget == pytest.approx(0.05 - scoring)  # what scoring left
+    assert 0 < scoring < 0.05 and screen.spending.budget == pytest.approx(0.05 - scoring)  # what scoring left
     assert h.progress["budget_reached"] and screen.status == "paused"
     h.set_budget(None)
     await h.resume()
     best = await asyncio.wait_for(h.result(), 10)
-    assert len(best) == 2 and h.phases[-1].budget is None
+    assert len(best) == 2 and h.phases[-1].spending.budget is None

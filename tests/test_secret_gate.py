@@ -128,7 +128,7 @@ async def test_a_model_error_quoting_a_secret_is_scrubbed_from_every_failure_pat
     failures = h.failures
     w.flush()
     assert len(w.nodes[0]["failures"]) == 2
-    loop_errors = [str(r.child.state.error) for r in h.ended_badly if r.child is not None]
+    loop_errors = [str(r.child.state.error) for r in h.rows.ended_badly if r.child is not None]
     assert len(loop_errors) == 2 and all(REF in e for e in loop_errors)
     # a batch whose every row fails ends failed, its error naming the first reason: scrubbed too
     everyone = u.map(["bad3", "bad4"], "Label {value}", model=u.ScriptedModel(script), bus=bus, name="all-failing")

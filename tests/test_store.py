@@ -32,7 +32,7 @@ async def test_every_event_is_recorded_and_the_transcript_rebuilt(tmp_path):
     live = [(m.role, m.kind, m.content) for m in h.transcript]
     assert rebuilt == live
     history = store.history()
-    assert list(history.columns[:5]) == ["name", "task", "status", "started", "steps"]
+    assert list(history.columns[:5]) == ["name", "kind", "task", "status", "started"]
     # another connection (another kernel) sees the same, committed
     other = Store(tmp_path / "s.db")
     assert [r["uid"] for r in other.loops()] == [row["uid"]] and other.loops()[0]["status"] == "finished"
@@ -65,7 +65,7 @@ def test_an_old_schema_is_migrated_and_keeps_its_data(tmp_path):
     db.commit()
     db.close()
     store = Store(path)
-    assert store.version == SCHEMA_VERSION == 3
+    assert store.version == SCHEMA_VERSION == 4
     assert store.loops()[0]["name"] == "kept"
     assert store.query("SELECT COUNT(*) AS n FROM tasks")[0]["n"] == 0  # the second step's tables exist
     assert store.query("SELECT loop_uid, seq FROM event_index") == [{"loop_uid": "x-1", "seq": 7}]  # the third's

@@ -118,7 +118,7 @@ def test_a_version_2_file_with_many_events_of_several_loops_migrates_and_reads_b
                 loops[f"l{i}"].extend([request(f"id{i}", f"l{i}", step), tool(f"id{i}", f"l{i}", f"s{step}")])
     v2_file(path, loops)
     store = Store(path)
-    assert store.version == 3 and mark(store) == total(store) == sum(map(len, loops.values()))
+    assert store.version == 4 and mark(store) == total(store) == sum(map(len, loops.values()))
     assert "events_loop" not in {r["name"] for r in store.query("SELECT name FROM sqlite_master")}
     for i in range(5):
         name = f"l{i}"

@@ -13,8 +13,8 @@ if TYPE_CHECKING:
 
 __all__ = ("BATCH", "batch_rows", "history_frame")
 
-BATCH = "substr(task, 1, 4) = '[map'"
-"""SQL: the loop is a batch (its task is its label: ``[map] ...``, or an operator's ``[map:filter] ...``)."""
+BATCH = "batch = 1"
+"""SQL: the loop is a batch (its children are its rows: a map, or an operator's map)."""
 
 
 def batch_rows(store: Store, loop: dict) -> str:
@@ -44,9 +44,9 @@ def history_frame(store: Store, rows: list[dict]):
 
     return pd.DataFrame(
         [{
-            "name": r["name"], "task": (r["task"] or "")[:80], "status": r["status"],
-            "started": pd.to_datetime(r["started"], unit="s").floor("s"), "steps": r["steps"],
-            "rows": batch_rows(store, r) if (r["task"] or "").startswith("[map") else "", "uid": r["uid"],
+            "name": r["name"], "kind": r.get("kind") or "loop", "task": (r["task"] or "")[:80],
+            "status": r["status"], "started": pd.to_datetime(r["started"], unit="s").floor("s"), "steps": r["steps"],
+            "rows": batch_rows(store, r) if r.get("batch") else "", "uid": r["uid"],
         } for r in rows],
-        columns=["name", "task", "status", "started", "steps", "rows", "uid"],
+        columns=["name", "kind", "task", "status", "started", "steps", "rows", "uid"],
     )

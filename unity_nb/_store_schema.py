@@ -82,7 +82,25 @@ INSERT INTO store_meta (key, value) VALUES ('indexed', (SELECT IFNULL(MAX(seq), 
 DROP INDEX events_loop
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3]
+# v4: every loop says what it is (``kind``: loop, actor, map, filter, ...) and whether its children are a batch's
+# rows (``batch``). Loops recorded before carried both in their task's text (``[map] ...``, ``[map:filter] ...``,
+# ``[topk] ...``): read from it once here, and the task keeps only what follows (a ``%unity`` line resumes from it).
+_V4 = """
+ALTER TABLE loops ADD COLUMN kind TEXT NOT NULL DEFAULT 'loop';
+ALTER TABLE loops ADD COLUMN batch INTEGER NOT NULL DEFAULT 0;
+UPDATE loops SET batch = 1 WHERE substr(task, 1, 4) = '[map';
+UPDATE loops SET kind = 'map', task = substr(task, 7) WHERE substr(task, 1, 6) = '[map] ';
+UPDATE loops SET kind = 'filter', task = substr(task, 14) WHERE substr(task, 1, 13) = '[map:filter] ';
+UPDATE loops SET kind = 'extract', task = substr(task, 15) WHERE substr(task, 1, 14) = '[map:extract] ';
+UPDATE loops SET kind = 'join', task = substr(task, 12) WHERE substr(task, 1, 11) = '[map:join] ';
+UPDATE loops SET kind = 'map' WHERE batch = 1 AND kind = 'loop';
+UPDATE loops SET kind = 'topk', task = substr(task, 8) WHERE substr(task, 1, 7) = '[topk] ';
+UPDATE loops SET kind = 'agg', task = substr(task, 7) WHERE substr(task, 1, 6) = '[agg] ';
+UPDATE loops SET kind = 'actor' WHERE kind = 'loop' AND name LIKE 'actor-%';
+UPDATE loops SET kind = 'ask' WHERE kind = 'loop' AND name LIKE 'ask-%'
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4]
 """Step ``i`` takes the schema from version ``i`` to ``i + 1``."""
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -216,6 +216,11 @@ class LoopStarted(Event):
     task: str
     model: str
     parent_id: str | None = None
+    loop_kind: str = "loop"
+    """What the loop is (``loop``, ``actor``, ``ask``, ``map``, ``filter``, ...): the store keeps it, and
+    ``%unity resume`` starts the operation of that kind again (never read from the task's text)."""
+    batch: bool = False
+    """Its children are a batch's rows (a map, or an operator's map): history lists it as one line."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)

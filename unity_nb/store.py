@@ -445,10 +445,11 @@ class Store:
     def _started(self, db: sqlite3.Connection, event: ev.LoopStarted, uid: str) -> None:
         # never over another loop's row (ids are unique; a second start of the same id is ignored)
         db.execute(
-            "INSERT INTO loops (uid, session, loop_id, name, task, model, parent_uid, lineage, status, started)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?) ON CONFLICT (uid) DO NOTHING",
+            "INSERT INTO loops (uid, session, loop_id, name, task, model, parent_uid, lineage, status, started, kind,"
+            " batch) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?) ON CONFLICT (uid) DO NOTHING",
             (uid, self.session, event.loop_id, event.name, event.task, event.model,
-             self.uid(event.parent_id) if event.parent_id else None, json.dumps(event.lineage), event.ts),
+             self.uid(event.parent_id) if event.parent_id else None, json.dumps(event.lineage), event.ts,
+             event.loop_kind, int(event.batch)),
         )
 
     def _steered(self, db: sqlite3.Connection, event: ev.Steering, uid: str) -> None:
@@ -482,7 +483,7 @@ class Store:
     def loops(self, *, limit: int | None = None, name: str | None = None, batch_rows: bool = True) -> list[dict]:
         """Past and present loops, newest last: ``uid, name, task, status, started, ended, steps, ...``.
         A loop whose kernel died before it ended has status ``interrupted``. ``batch_rows=False`` leaves out
-        the loops of a batch's rows (a batch is the loop whose task starts ``[map``: a map, an operator's map)."""
+        the loops of a batch's rows (a batch is a loop whose ``batch`` is set: a map, an operator's map)."""
         self.flush()
         where = ["name = ?"] if name else []
         if not batch_rows:

@@ -18,7 +18,10 @@ from .._errors import UserError
 from ..models import Price, RateLimit, default_model, price_of, rate_limit_of
 from ._rows import Row, RowSource, answer_tool, output_model
 
-__all__ = ("DEFAULT_OUTPUT", "PER_FIELD", "Estimate", "estimate_map", "estimate_rows", "overhead_chars", "tokens_out")
+__all__ = (
+    "DEFAULT_OUTPUT", "PER_FIELD", "Estimate", "combine", "estimate_map", "estimate_rows", "overhead_chars",
+    "tokens_out",
+)
 
 DEFAULT_OUTPUT = 50
 """Tokens out assumed a row (a short answer) when the person says nothing."""
@@ -47,6 +50,8 @@ class Estimate:
     limit: str | None
     prompts: tuple[str, ...]
     """The first rows' prompts, as the model will read them."""
+    basis: str = ""
+    """How an operator of several phases projected its questions (empty for one map)."""
 
     def __str__(self) -> str:
         out = (f"{self.output_tokens:,} tokens out (assumed: {self.output_per_row} a row; expected_output_tokens= "
@@ -62,7 +67,7 @@ class Estimate:
                    else "minutes unknown: no rate limit known (--rate 600/min, or rate=, says one)")
         return (f"Estimate for {self.rows:,} rows of {self.model} (nothing was run): ≈{self.input_tokens:,} tokens in "
                 f"(estimated: about {CHARS_PER_TOKEN} characters a token), {out}; {dollars}; {minutes}. "
-                "One model call a row is assumed.")
+                "One model call a row is assumed." + (f" {self.basis}" if self.basis else ""))
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         p.text(str(self))
@@ -136,10 +141,26 @@ def estimate_map(
     the model's price and minutes at its rate limit. Reads ``items`` once (a generator is used up)."""
     model = model if model is not None else default_model("estimate")
     fields = output_model(output, columns)
-    for unused in ("concurrency", "name", "bus", "done", "label", "budget", "cache"):
+    for unused in ("concurrency", "name", "bus", "done", "label", "budget", "cache", "kind", "parent", "resume_from"):
         options.pop(unused, None)
     tools = list(options.pop("tools", ()) or ())
     if fields is not None:
         tools.append(answer_tool(fields))
     return estimate_rows(RowSource(items, task), model=model, options={"tools": tools, **options}, output=fields,
                          expected_output_tokens=expected_output_tokens, rate=rate)
+
+
+def combine(parts: list[Estimate], basis: str) -> Estimate:
+    """The estimate of an operator whose phases run one after the other: their questions, tokens, dollars and
+    minutes added up; ``basis`` says how the phases were projected."""
+    first = parts[0]
+    rows = sum(p.rows for p in parts)
+    out = sum(p.output_tokens for p in parts)
+    dollars = None if any(p.dollars is None for p in parts) else sum(p.dollars or 0.0 for p in parts)
+    minutes = None if any(p.minutes is None for p in parts) else sum(p.minutes or 0.0 for p in parts)
+    return Estimate(
+        rows=rows, input_tokens=sum(p.input_tokens for p in parts), output_tokens=out,
+        output_per_row=round(out / rows) if rows else 0, output_assumed=any(p.output_assumed for p in parts),
+        model=first.model, price=first.price, dollars=dollars, minutes=minutes, limit=first.limit,
+        prompts=first.prompts, basis=basis,
+    )

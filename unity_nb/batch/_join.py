@@ -20,8 +20,10 @@ from typing import Any
 import pydantic
 
 from .._errors import UserError
+from ._estimate import estimate_map
 from ._map import MapHandle
 from ._operators import as_pandas
+from ._registry import Operator, Param, register_operator
 from ._rows import Template
 
 __all__ = ("JoinHandle", "Match", "block_pairs", "join", "words")
@@ -114,54 +116,11 @@ class JoinHandle(MapHandle):
 
     def __init__(self, left: Any, right: Any, task: str, *, names: tuple[str, str] = ("left", "right"),
                  blocking: str | None = "words", per_left: int = 5, common: float = 0.1, **options: Any) -> None:
-        import pandas as pd
-
-        if not isinstance(task, str) or not task.strip():
-            raise UserError("join needs a task naming both sides, e.g. "
-                            "'On {papers.abstract} and {grants.aims}: is this grant funding this work?'")
-        if (not isinstance(names, tuple | list) or len(names) != 2 or names[0] == names[1]
-                or not all(isinstance(n, str) and n.isidentifier() for n in names)):
-            raise UserError(f"names takes the two sides' names as the task writes them, e.g. ('papers', 'grants'), "
-                            f"not {names!r}")
-        if blocking not in ("words", None):
-            raise UserError(f"blocking takes 'words' (pairs sharing rare words) or None (every pair), not {blocking!r}")
-        if isinstance(per_left, bool) or not isinstance(per_left, int) or per_left < 1:
-            raise UserError(f"per_left takes a whole number of at least 1, not {per_left!r}")
-        if "output" in options or "columns" in options:
-            raise UserError("join answers with its own fields (match, reason): it takes no output= or columns=")
-        names = (names[0], names[1])
-        lf, rf = _frame(left), _frame(right)
-        lcols, rcols = _sides(task, names, lf, rf)
-        self.pairs_total = len(lf) * len(rf)
-        if blocking is None:
-            pairs = [(i, j) for i in range(len(lf)) for j in range(len(rf))]
-        else:
-            pairs = block_pairs(_text(lf, lcols), _text(rf, rcols), per_left=per_left, common=common)
-        if not pairs:
-            raise UserError("no pair of rows shares a word that is not common: nothing to ask. Check the task's "
-                            "columns, or ask every pair with blocking=None (len(left) x len(right) questions)")
-        self.pairs_asked = len(pairs)
+        frame, row_task, map_options, self.pairs_total = _join_plan(left, right, task, names, blocking, per_left,
+                                                                    common, options)
+        self.pairs_asked = len(frame)
         """Pairs the model is asked about (after blocking)."""
-        lrows = lf.rename(columns=str)
-        rrows = rf.rename(columns=str)
-        data: dict[str, list] = {}
-        for col in dict.fromkeys(lcols):
-            values = lrows[col].to_numpy(dtype=object)
-            data[f"{names[0]}.{col}"] = [values[i] for i, _ in pairs]
-        for col in dict.fromkeys(rcols):
-            values = rrows[col].to_numpy(dtype=object)
-            data[f"{names[1]}.{col}"] = [values[j] for _, j in pairs]
-        index = pd.MultiIndex.from_arrays(
-            [[lf.index[i] for i, _ in pairs], [rf.index[j] for _, j in pairs]], names=["left", "right"])
-        frame = pd.DataFrame(data, index=index)
-        if not data:  # the task names no column: each side's values follow it
-            ltext, rtext = _text(lf, []), _text(rf, [])
-            frame = pd.DataFrame({names[0]: [ltext[i] for i, _ in pairs], names[1]: [rtext[j] for _, j in pairs]},
-                                 index=index)
-        options.setdefault("label", f"[map:join] {task}")
-        options.setdefault("max_steps", 3)
-        super().__init__(frame, task + _DECIDE, output=Match, **options)
-        self.template = task
+        super().__init__(frame, row_task, **map_options)
 
     @property
     def verdicts(self) -> Any:
@@ -183,12 +142,101 @@ class JoinHandle(MapHandle):
         return out
 
 
-def join(left: Any, right: Any, task: str, **options: Any) -> JoinHandle:
+def _join_plan(left: Any, right: Any, task: str, names: Any, blocking: str | None, per_left: int, common: float,
+               options: dict[str, Any]) -> tuple[Any, str, dict[str, Any], int]:
+    """A join's row plan: the pairs blocking kept (a frame indexed by (left, right)), each row's task, the map's
+    options, and the number of pairs there are."""
+    import pandas as pd
+
+    if not isinstance(task, str) or not task.strip():
+        raise UserError("join needs a task naming both sides, e.g. "
+                        "'On {papers.abstract} and {grants.aims}: is this grant funding this work?'")
+    if (not isinstance(names, tuple | list) or len(names) != 2 or names[0] == names[1]
+            or not all(isinstance(n, str) and n.isidentifier() for n in names)):
+        raise UserError(f"names takes the two sides' names as the task writes them, e.g. ('papers', 'grants'), "
+                        f"not {names!r}")
+    if blocking not in ("words", None):
+        raise UserError(f"blocking takes 'words' (pairs sharing rare words) or None (every pair), not {blocking!r}")
+    if isinstance(per_left, bool) or not isinstance(per_left, int) or per_left < 1:
+        raise UserError(f"per_left takes a whole number of at least 1, not {per_left!r}")
+    if "output" in options or "columns" in options:
+        raise UserError("join answers with its own fields (match, reason): it takes no output= or columns=")
+    names = (names[0], names[1])
+    lf, rf = _frame(left), _frame(right)
+    lcols, rcols = _sides(task, names, lf, rf)
+    pairs_total = len(lf) * len(rf)
+    if blocking is None:
+        pairs = [(i, j) for i in range(len(lf)) for j in range(len(rf))]
+    else:
+        pairs = block_pairs(_text(lf, lcols), _text(rf, rcols), per_left=per_left, common=common)
+    if not pairs:
+        raise UserError("no pair of rows shares a word that is not common: nothing to ask. Check the task's "
+                        "columns, or ask every pair with blocking=None (len(left) x len(right) questions)")
+    lrows = lf.rename(columns=str)
+    rrows = rf.rename(columns=str)
+    data: dict[str, list] = {}
+    for col in dict.fromkeys(lcols):
+        values = lrows[col].to_numpy(dtype=object)
+        data[f"{names[0]}.{col}"] = [values[i] for i, _ in pairs]
+    for col in dict.fromkeys(rcols):
+        values = rrows[col].to_numpy(dtype=object)
+        data[f"{names[1]}.{col}"] = [values[j] for _, j in pairs]
+    index = pd.MultiIndex.from_arrays(
+        [[lf.index[i] for i, _ in pairs], [rf.index[j] for _, j in pairs]], names=["left", "right"])
+    frame = pd.DataFrame(data, index=index)
+    if not data:  # the task names no column: each side's values follow it
+        ltext, rtext = _text(lf, []), _text(rf, [])
+        frame = pd.DataFrame({names[0]: [ltext[i] for i, _ in pairs], names[1]: [rtext[j] for _, j in pairs]},
+                             index=index)
+    options.setdefault("label", task)
+    options.setdefault("max_steps", 3)
+    return frame, task + _DECIDE, {**options, "output": Match}, pairs_total
+
+
+def join(left: Any, right: Any, task: str, *, names: tuple[str, str] = ("left", "right"),
+         blocking: str | None = "words", per_left: int = 5, common: float = 0.1, estimate: bool = False,
+         **options: Any) -> Any:
     """The pairs of ``left`` and ``right`` (DataFrames, Series or lists) that meet ``task``, as one steerable batch.
 
     ``task`` names each side's columns as ``{left.column}`` and ``{right.column}`` (or by ``names=('papers',
     'grants')``: ``{papers.abstract}``). Blocking asks only pairs that share rare words, at most ``per_left`` (5)
     right rows per left row; ``h.pairs_asked`` and ``h.pairs_total`` say how many of the n x m were asked
     (``blocking=None`` asks all). ``await h`` gives a DataFrame of matched pairs: ``left``, ``right`` (index
-    labels) and ``reason``. Other options are the map's."""
-    return JoinHandle(left, right, task, **options)
+    labels) and ``reason``. Other options are the map's; ``estimate=True`` runs nothing and returns what the pairs
+    blocking keeps would cost."""
+    if estimate:
+        frame, row_task, map_options, _total = _join_plan(left, right, task, names, blocking, per_left, common,
+                                                          options)
+        return estimate_map(frame, row_task, **map_options)
+    return JoinHandle(left, right, task, names=names, blocking=blocking, per_left=per_left, common=common, **options)
+
+
+def _line_options(given: dict[str, Any], exprs: dict[str, str]) -> dict[str, Any]:
+    """``%unity join LEFT RIGHT ...``: the sides are named after the expressions when both are names (the task
+    writes ``{papers.abstract}``), and ``--all-pairs`` asks every pair."""
+    left, right = exprs.get("items", ""), exprs.get("right", "")
+    out = {k: v for k, v in given.items() if k != "all_pairs"}
+    named = left.isidentifier() and right.isidentifier() and left != right
+    out["names"] = (left, right) if named else ("left", "right")
+    out["blocking"] = None if given.get("all_pairs") else "words"
+    return out
+
+
+def _start(left: Any, task: str, *, right: Any, **options: Any) -> Any:
+    """The registry's form of :func:`join` (its text second, like every operator's)."""
+    return join(left, right, task, **options)
+
+
+register_operator(Operator(
+    "join", _start,
+    "The pairs of LEFT and RIGHT rows that meet TASK, which names columns as {LEFT.column} and {RIGHT.column} (On "
+    "{papers.abstract} and {grants.aims}: is this grant funding this work?). Only pairs sharing rare words are asked; "
+    "h.pairs_asked and h.pairs_total say how many. Await it for a DataFrame of left, right, reason.",
+    params=(
+        Param("right", "items", "the right items after the left ones (e.g. %unity join papers grants ...)", "RIGHT",
+              positional=True, required=True),
+        Param("per_left", "count", "pairs asked at most per left row, those sharing the rarest words (default 5)."),
+        Param("all_pairs", "flag", "ask every pair."),
+    ),
+    line_options=_line_options,
+))

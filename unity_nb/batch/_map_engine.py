@@ -1,29 +1,152 @@
-"""The engine of a batch: rows start while fewer than ``concurrency`` run and the batch is neither paused, stopped,
-over its budget nor failing every row; each row ends as a row of the batch, never as the batch's own failure."""
+"""The engine of a batch: it owns the row work. Rows are picked (made as they start), settled without a call where
+they can be (kept from the run this one continues, answered by the cache, or failing their template), started while
+fewer than ``concurrency`` run and the batch is neither paused, stopped, over its budget nor failing every row, and
+released as they end: each row ends as a row of the batch (in its :class:`Book`), never as the batch's own failure.
+
+What a batch adds to a steering verb is a hook of the engine, run by the loop's own verb on the loop's own thread:
+an interjection reaches the running rows and every row not started yet (:meth:`MapEngine.steered`), and a resume is
+refused while spending is at the budget (:meth:`MapEngine.refusal`)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
-from typing import TYPE_CHECKING, cast
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
-from .._errors import UnityError
-from ..loop import Driver
+import pydantic
 
-if TYPE_CHECKING:
-    from ._map import MapHandle
+from .. import events as ev
+from .._collector import hold_loops, release_loops
+from .._errors import Stopped, UnityError, UserError
+from ..loop import VERBS, Driver, LoopHandle, LoopOptions, Status
+from ._book import _KEEP_FAILED, Book
+from ._cache import ResultCache
+from ._failures import fails_every_row, is_row_id, label_of, reason_of
+from ._rows import Row, RowSource, asked_hash, parse_answer, row_id, row_key, to_json
+from ._spend import Spending
 
-__all__ = ("MapEngine",)
+__all__ = ("MapEngine", "RowPlan")
 
 _SETTLED_YIELD = 256
 """Rows settled without a call (kept, from the cache) in a row before the batch lets the event loop run."""
+_LOOKAHEAD = 256
+"""Rows made ahead so the cache is asked about them in one query."""
+
+
+@dataclass(frozen=True, slots=True)
+class RowPlan:
+    """What every row of a batch is asked, and how: checked once for every row."""
+
+    template: str
+    output: Any
+    """The answer's fields (a pydantic model), or ``None`` for text."""
+    config: LoopOptions
+    """Each row's loop options (checked once)."""
+    named: bool
+    """The rows' loops are named by the person (else ``BATCH[label]``)."""
+    model_name: str
+    concurrency: int
+    cache: ResultCache | None
 
 
 class MapEngine(Driver):
-    """Drives a batch: rows start while fewer than ``concurrency`` run and the batch is not paused."""
+    """Drives a batch's rows (see the module's docstring). Made before its loop, then bound to it (:meth:`bind`)."""
+
+    batch = True
+
+    __slots__ = (
+        "_done_lazy", "_failed_kept", "_held", "_kept", "_looked_up", "_notes", "book", "fatal", "plan", "spending",
+    )
+
+    def __init__(self, plan: RowPlan, book: Book, spending: Spending, *, items: Any = None,
+                 done: Mapping[str, Any] | None = None) -> None:
+        self.plan = plan
+        self.book = book
+        book.plan = plan
+        self.spending = spending
+        self.fatal: BaseException | None = None
+        """An error that would fail every row (a bad key, a missing model): the batch ends with it."""
+        self._notes: list[str] = []  # interjections, told to every row not started yet at its start
+        self._looked_up: dict[int, str | None] = {}  # the cache's answers for the rows just ahead, by position
+        self._kept: dict[int, tuple[Any, Any, str | None]] = {}  # position -> (answer, key, asked)
+        self._done_lazy: Mapping[str, Any] | None = None
+        self._held = 0
+        self._failed_kept = 0  # failed rows whose loops stay in memory (to be opened)
+        if done is not None:
+            self._keep(done, items)
+
+    def bind(self, run: Any, source: Any) -> MapEngine:
+        """Join the batch's loop (``LoopHandle(engine=engine.bind)``)."""
+        Driver.__init__(self, run, source)
+        self.spending.bind(run)
+        run.on_end.append(self._ending)
+        return self
+
+    def start(self) -> None:
+        """Once the loop has started: this run's events hold every row it kept, and its rows count as live loops
+        from now to its end, also between waves (``unity_nb._collector``)."""
+        for position, (answer, key, asked) in sorted(self._kept.items()):
+            row = Row(position, key, {}, "")
+            row.asked = asked
+            row.status, row.answer, row.kept = "finished", answer, True
+            self._emit_row(row, None, kept=True)
+        total = self.book.source.total
+        self._held = min(self.plan.concurrency, total - self.book.kept) if total is not None else self.plan.concurrency
+        hold_loops(self._held)
+
+    # -- rows kept from an earlier run ------------------------------------------------------------
+
+    def _keep(self, done: Mapping[str, Any], items: Any) -> None:
+        """Mark the rows ``done`` (from :func:`finished_rows`) has as finished, if asked the same now: at once for
+        an input that can be read twice (so ``kept`` is known at the start), else as the rows come."""
+        if not isinstance(done, Mapping):
+            raise UserError(
+                "done takes the rows an earlier run finished, as u.finished_rows(store, name) gives them "
+                f"(a dict), not {type(done).__name__}"
+            )
+        for key in done:
+            if not is_row_id(key):
+                raise UserError(
+                    f"done takes the rows an earlier run finished, as u.finished_rows(store, name) gives them; "
+                    f"{key!r} is not one of its keys ([position, label, what it was asked])"
+                )
+        if not done:
+            return
+        source = self.book.source
+        if source.total is None:  # a generator: read once, as its rows come
+            self._done_lazy = done
+            return
+        for row in RowSource(items, self.plan.template):
+            answer = self._kept_answer(row, done)
+            if answer is not None:
+                self._kept[row.position] = (answer, row.key, row.asked)
+        book = self.book
+        book.kept = len(self._kept)
+        book.tally["finished"] += book.kept
+        book.set_aside = len(done) - book.kept
+
+    def _kept_answer(self, row: Row, done: Mapping[str, Any]) -> Any:
+        rid = row_id(row.position, row_key(row.key), self.asked(row))
+        if rid not in done:
+            return None
+        try:
+            return parse_answer(done[rid], self.plan.output)
+        except ValueError:
+            return None
+
+    def asked(self, row: Row) -> str:
+        """What ``row`` is asked (made once): the key a later run keeps its answer under."""
+        if row.asked is None:
+            row.asked = asked_hash(row.task, self.plan.model_name, self.plan.output)
+        return row.asked
+
+    # -- the drive ----------------------------------------------------------------------------------
 
     async def drive(self) -> str:
-        h = cast("MapHandle", self.source)
+        run, book, plan = self._run, self.book, self.plan
         running: set[asyncio.Task] = set()
         # each row's task says when it ends (asyncio.wait(FIRST_COMPLETED) would add and remove a callback
         # on every running row at each wake-up: concurrency x wake-ups)
@@ -35,44 +158,211 @@ class MapEngine(Driver):
             ended.append(task)
             wake.set()
 
-        h.first_start = time.monotonic()
+        book.first_start = time.monotonic()
         settled = 0
         try:
             while True:
-                await h.run.gate.wait()
-                while (len(running) < h.concurrency and not h.run.gate.paused and h.state.stop_reason is None
-                       and h.fatal is None and not h.check_budget()):
-                    row = h.next_row()
+                await run.gate.wait()
+                while (len(running) < plan.concurrency and not run.gate.paused and run.state.stop_reason is None
+                       and self.fatal is None and not self.spending.check()):
+                    row = self._next_row()
                     if row is None:
                         break
-                    if h.settle(row):  # kept, from the cache, or a template it cannot fill: no call
+                    if self._settle(row):  # kept, from the cache, or a template it cannot fill: no call
                         settled += 1
                         if settled % _SETTLED_YIELD == 0:
                             await asyncio.sleep(0)  # a long run of them leaves the event loop its turns
                         continue
-                    task = h.run.event_loop.create_task(h.run_row(row))
+                    task = run.event_loop.create_task(self._run_row(row))
                     running.add(task)
                     task.add_done_callback(row_ended)
-                if not running and not ended and (h.exhausted or h.state.stop_reason is not None):
+                if not running and not ended and (book.exhausted or run.state.stop_reason is not None):
                     break
                 if not ended and running:
                     wake.clear()
                     await wake.wait()
                 while ended:
                     ended.pop(0).result()  # a row's own failure is recorded on the row; this raises only the batch's
-                if h.fatal is not None:  # it would fail every row: the rows running stop, no other starts
-                    raise h.fatal
+                if self.fatal is not None:  # it would fail every row: the rows running stop, no other starts
+                    raise self.fatal
         finally:
             for t in running:
                 t.cancel()
             if running:
                 await asyncio.wait(running)
-        if h.state.stop_reason is not None:  # stopped while its last rows ended: a stop, not an answer
+        if run.state.stop_reason is not None:  # stopped while its last rows ended: a stop, not an answer
             raise asyncio.CancelledError
-        c = h.counts
+        c = book.counts
         if c["failed"] and not c["finished"] and not c["stopped"]:  # nothing came of it: not a success
-            first = h.ended_badly[0].reason if h.ended_badly else None
+            first = book.ended_badly[0].reason if book.ended_badly else None
             raise UnityError(f"every row of the batch failed ({c['failed']}); the first: {first}")
-        h.state.result_object = h.results()
-        p = h.progress
-        return f"{p['done']} of {p['total']} rows done, {p['failed']} failed"
+        run.state.result_object = self.source.results()  # type: ignore[attr-defined]
+        done = book.counts
+        total = book.total or 0
+        return f"{done['finished']} of {total} rows done, {done['failed']} failed"
+
+    def _next_row(self) -> Row | None:
+        """The next row of the input (made now), or ``None`` once there is none."""
+        book = self.book
+        if book.exhausted:
+            return None
+        try:
+            return next(book.source)
+        except StopIteration:
+            book.exhausted = True
+            return None
+
+    def _settle(self, row: Row) -> bool:
+        """End ``row`` without a call if it can be: kept from the run this one continues, answered by the cache,
+        or its template could not be filled (it fails). True if it was."""
+        book, pos = self.book, row.position
+        if pos in self._kept:  # counted as finished from the start
+            book.finished_without_call(row, self._kept.pop(pos)[0])
+            return True
+        if self._done_lazy is not None:
+            answer = self._kept_answer(row, self._done_lazy)
+            if answer is not None:
+                book.finished_without_call(row, answer)
+                book.kept += 1
+                book.tally["finished"] += 1
+                row.status, row.answer, row.kept = "finished", answer, True
+                self._emit_row(row, None, kept=True)
+                return True
+        if row.reason is not None:  # its values do not fit the template
+            row.status = "failed"
+            self._settled(row, None)
+            return True
+        if self.plan.cache is not None:
+            stored = self._cached_answer(row)
+            if stored is not None:
+                try:
+                    row.answer = parse_answer(json.loads(stored), self.plan.output)
+                except ValueError:
+                    return False
+                row.status = "finished"
+                book.cached += 1
+                self._settled(row, None, cached=True)
+                return True
+        return False
+
+    def _cached_answer(self, row: Row) -> str | None:
+        """The cache's answer for ``row``: looked up with the next rows' in one query (they are made ahead:
+        at most ``_LOOKAHEAD`` rows, held until they start)."""
+        cache = self.plan.cache
+        assert cache is not None
+        if row.position not in self._looked_up:
+            ahead = [row, *(r for r in self.book.source.peek(_LOOKAHEAD) if r.reason is None)]
+            keys = {r.position: cache.key(r.task) for r in ahead}
+            found = cache.get_many(list(keys.values()))
+            self._looked_up = {p: found.get(k) for p, k in keys.items()}
+        return self._looked_up.pop(row.position, None)
+
+    async def _run_row(self, row: Row) -> None:
+        """Run one row's loop to its end and record how it ended (never raises for the row's own failure)."""
+        book, plan, run = self.book, self.plan, self._run
+        book.started_row(row)
+        config = plan.config if plan.named else plan.config.named(f"{run.name}[{label_of(row.key)}]")
+        child = LoopHandle(row.task, parent=run.handle, config=config)
+        row.child = child
+        for note in self._notes:  # interjections made before the row started
+            child.run.conversation.note(note)
+        try:
+            value = await child.result()
+            row.answer, row.status = parse_answer(value, plan.output), "finished"
+        except Stopped as err:
+            row.status, row.reason = "stopped", err.reason
+        except asyncio.CancelledError:
+            if self.fatal is not None:
+                row.reason = f"stopped: the batch failed ({reason_of(self.fatal)})"
+            else:
+                row.reason = run.state.stop_reason or "the batch was stopped"
+            row.status = "stopped"
+            if not child.done():
+                await child.stop(row.reason)
+            raise
+        except Exception as err:  # noqa: BLE001 - the row failed; the batch goes on (unless every row would)
+            row.status, row.reason = "failed", reason_of(err)
+            if self.fatal is None and fails_every_row(err, book.tally["finished"] > book.kept + book.cached):
+                self.fatal = err
+        finally:
+            book.left(row)
+            self._release(row, child)
+
+    def _release(self, row: Row, child: LoopHandle) -> None:
+        """Count an ended row's tokens and dollars, drop its loop (the store keeps its transcript), cache its
+        answer, and settle it."""
+        if row.status == "running":  # ended some other way (a BaseException): as the event says, stopped
+            row.status = "stopped"
+        row.tokens = (child.usage.input_tokens, child.usage.output_tokens)
+        tree = child.tree
+        self.book.add_totals(child.usage, tree.usage, tree.cost, child.steps, child.tool_calls)
+        keep = row.status == "failed" and self._failed_kept < _KEEP_FAILED
+        self._failed_kept += keep
+        if not keep:  # its transcript lives in the store (if one records the bus), not in memory
+            row.child = None
+            if child in self._run.children:
+                self._run.children.remove(child)
+        cache = self.plan.cache
+        if row.status == "finished" and cache is not None and not _used_tools(child):
+            cache.put(cache.key(row.task), to_json(_plain(row.answer)), self.plan.model_name)
+        self._settled(row, child)
+        self.spending.check()
+
+    def _settled(self, row: Row, child: LoopHandle | None, *, cached: bool = False) -> None:
+        self.book.settled(row)
+        self._emit_row(row, child, cached=cached)
+        row.values = {}  # what the row was filled from is not kept once it ended
+
+    def _emit_row(self, row: Row, child: LoopHandle | None, *, kept: bool = False, cached: bool = False) -> None:
+        answer = to_json(_plain(row.answer)) if row.status == "finished" else None
+        self._run.emit(
+            ev.RowFinished, row=row_key(row.key), position=row.position, status=row.status, answer=answer,
+            reason=row.reason, child_id=child.id if child is not None else None, input_tokens=row.tokens[0],
+            output_tokens=row.tokens[1], asked=self.asked(row), kept=kept, cached=cached,
+        )
+
+    def _ending(self, _handle: Any, status: Status, error: BaseException | None) -> None:
+        """As the batch ends (``Run.on_end``): its rows stop counting as live loops, and rows never started say why."""
+        held, self._held = self._held, 0
+        release_loops(held)
+        if status is not Status.FINISHED:  # rows never started say so (not None)
+            self.book.not_started = ("not started: the batch was stopped" if status is Status.STOPPED
+                                     else f"not started: the batch failed ({reason_of(error)})")
+
+    # -- what the batch adds to the loop's verbs --------------------------------------------------------
+
+    def refusal(self, verb: str) -> str | None:
+        if verb == "resume":
+            return self.spending.refusal(self._run.ended.is_set())
+        return None
+
+    async def steered(self, verb: str, message: str | None) -> None:
+        if verb != "interject" or not message:
+            return
+        self._notes.append(VERBS["interject"].note(message, None) or message)
+        await asyncio.gather(*(c.interject(message) for c in self._run.live_children()), return_exceptions=True)
+
+    def inspection(self, handle: Any) -> str:
+        """What a question about the batch is answered from (``ask``)."""
+        book = self.book
+        c = book.counts
+        lines = [f"- {label_of(k)}: {str(a)[:300]}" for k, a in book.recent]
+        bad = [f"- {label_of(r.key)}: {r.status}: {r.reason}" for r in book.ended_badly[:20]]
+        total = book.total if book.total is not None else "an unknown number of"
+        return (
+            f"You are inspecting a batch (the operation {handle.name!r}, status {handle.status.value}): the task "
+            f"{self.plan.template!r} run for each of {total} rows. So far: {c['finished']} done, {c['running']} "
+            f"running, {c['failed']} failed, {c['waiting']} waiting. Answer the user's question about it "
+            "concisely and truthfully; you cannot change it.\n\nLatest answers:\n" + ("\n".join(lines) or "(none)")
+            + "\n\nRows that failed or stopped:\n" + ("\n".join(bad) or "(none)")
+        )
+
+
+def _used_tools(child: LoopHandle) -> bool:
+    """Whether a row's answer went through a tool other than ``submit_answer`` (its result may change: the row
+    is not cached)."""
+    return any(c.name != "submit_answer" for m in child.transcript for c in m.tool_calls)
+
+
+def _plain(answer: Any) -> Any:
+    return answer.model_dump(mode="json") if isinstance(answer, pydantic.BaseModel) else answer

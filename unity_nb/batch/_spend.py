@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
 from .._errors import UserError
-from ..loop import Tree
 from ..models import Usage, price_of
 from ._estimate import estimate_rows
+
+if TYPE_CHECKING:
+    from ._book import Book
 
 __all__ = ("Spending", "as_dollars")
 
@@ -19,120 +21,121 @@ _SAMPLE = 100
 
 
 class Spending:
-    """What :class:`MapHandle` knows of money (a mixin: its state is set in ``MapHandle.__init__``)."""
+    """A batch's money (``h.spending``): ``budget`` (dollars, ``None`` for no cap), ``reached`` (no row starts
+    until the cap is lifted), ``note`` (said before the start when the estimate exceeds the budget); the dollars
+    and tokens of every row of this run and every loop under a row (:meth:`cost`, :meth:`usage`)."""
 
-    budget: float | None
-    budget_reached: bool
-    budget_note: str | None
-    _done_tree: Usage
-    _done_cost: float
-    _cost_unknown: bool
-    model: Any
-    run: Any
-    model_name: str
-    name: str
-    source: Any
-    kept: int
-    row_options: dict
-    output: Any
-    gate: Any
+    def __init__(self, book: Book, model: Any, model_name: str, budget: Any) -> None:
+        self._book = book
+        self._model = model
+        self._model_name = model_name
+        self._run: Any = None
+        self.budget: float | None = None
+        """The cap on dollars spent (``budget=``, ``h.set_budget``); ``None`` for none."""
+        self.reached = False
+        """True once spending reached the budget: no row starts until the cap is lifted."""
+        self.note: str | None = None
+        """Said before the batch starts when its estimate exceeds the budget (and where it will stop)."""
+        if budget is not None:
+            if price_of(model) is None:
+                raise UserError(
+                    f"budget= needs the price of {model_name!r}, which is unknown: set it first with "
+                    f"u.set_price({model_name!r}, input=..., output=...) (dollars per million tokens)"
+                )
+            self.budget = as_dollars(budget)
 
-    if TYPE_CHECKING:  # LoopHandle's (MapHandle's other base): declared for the checker only
+    def bind(self, run: Any) -> None:
+        """The batch's run: its running rows, its gate, its events."""
+        self._run = run
 
-        def live_children(self) -> list:
-            raise NotImplementedError
-
-        def emit(self, kind: type, **fields: Any) -> None:
-            raise NotImplementedError
-
-        def done(self) -> bool:
-            raise NotImplementedError
-
-    @property
-    def tree(self) -> Tree:
-        """The batch and its running rows (iterate it; rows that ended are released); ``usage`` and ``cost``
-        count every row of this run and every loop under a row, ended or running."""
-        return Tree(self, lambda: (self._tree_usage(), self._tree_cost()))  # type: ignore[arg-type]
-
-    def _tree_usage(self) -> Usage:
+    def usage(self) -> Usage:
         """Tokens of every row and every loop under a row, of this run."""
-        done = self._done_tree
+        done = self._book.tree_usage
         out = Usage(done.input_tokens, done.output_tokens, done.estimated)
-        for c in self.run.live_children():
+        for c in self._run.live_children():
             out += c.tree.usage
         return out
 
-    def _tree_cost(self) -> float | None:
+    def cost(self) -> float | None:
         """Dollars spent by this run's rows (and the loops under them), at their models' prices; ``None`` when a
         price is unknown. Rows kept or answered from the cache cost nothing."""
-        if self._cost_unknown:
+        if self._book.cost_unknown:
             return None
-        total = self._done_cost
-        for c in self.run.live_children():
+        total = self._book.cost
+        for c in self._run.live_children():
             part = c.tree.cost
             if part is None:
                 return None
             total += part
         return total
 
-    @property
-    def cost(self) -> float | None:
-        """Dollars spent so far (a batch's own usage is its rows'): ``tree.cost``."""
-        return self._tree_cost()
-
-    def check_budget(self) -> bool:
+    def check(self) -> bool:
         """True when spending has reached the budget (the first time: the batch pauses, and says so)."""
         if self.budget is None:
             return False
-        if self.budget_reached:
+        if self.reached:
             return True
         # what the rows that ended spent (a call's tokens are known once it ends): cheap at every row's start
-        spent = None if self._cost_unknown else self._done_cost
+        spent = None if self._book.cost_unknown else self._book.cost
         if spent is None or spent < self.budget:
             return False
-        self.budget_reached = True
-        self.run.gate.close()  # no new row starts; rows in flight finish (never paused mid-row)
-        self.run.emit(ev.BudgetReached, budget=self.budget, spent=round(spent, 6), message=self.budget_message())
+        self.reached = True
+        self._run.gate.close()  # no new row starts; rows in flight finish (never paused mid-row)
+        self._run.emit(ev.BudgetReached, budget=self.budget, spent=round(spent, 6), message=self.message())
         return True
 
-    def budget_message(self) -> str:
+    def message(self) -> str:
         """What a batch paused at its budget says, and how to lift the cap."""
-        spent = self._tree_cost() or 0.0
+        spent = self.cost() or 0.0
+        name = self._run.name if self._run is not None else "NAME"
         return (
             f"paused at its budget: ${spent:,.4f} spent of ${self.budget or 0:,.2f} (rows in flight finished; no new "
-            f"row started). Lift the cap: h.set_budget(DOLLARS) then h.resume(), or %unity resume {self.name} "
+            f"row started). Lift the cap: h.set_budget(DOLLARS) then h.resume(), or %unity resume {name} "
             "--budget DOLLARS"
         )
 
-    def set_budget(self, dollars: float | None) -> None:
+    def refusal(self, done: bool) -> str | None:
+        """Why a resume is refused now: spending is at the budget (``None``: it is not)."""
+        if self.reached and self.budget is not None and not done:
+            return f"it {self.message()}"
+        return None
+
+    def set(self, dollars: float | None) -> None:
         """Change the cap on dollars spent (``None`` lifts it). A batch paused at its budget stays paused until
-        :meth:`resume`, which a cap above what was spent allows."""
+        it is resumed, which a cap above what was spent allows."""
         if dollars is not None:
-            if price_of(self.model) is None:
-                raise UserError(f"a budget needs the price of {self.model_name!r}: u.set_price(...) first")
+            if price_of(self._model) is None:
+                raise UserError(f"a budget needs the price of {self._model_name!r}: u.set_price(...) first")
             dollars = as_dollars(dollars)
         self.budget = dollars
-        spent = self._tree_cost() or 0.0
+        spent = self.cost() or 0.0
         if dollars is None or spent < dollars:
-            self.budget_reached = False
+            self.reached = False
 
-    def _project(self, expected_output_tokens: int | None) -> None:
+    def project(self, source: Any, kept: int, options: dict, output: Any, expected_output_tokens: int | None) -> None:
         """Before the start: from the first rows' prompts, what the whole batch would cost against the budget."""
-        sample = self.source.peek(_SAMPLE)
-        est = estimate_rows(sample, model=self.model, options=self.row_options, output=self.output,
-                            expected_output_tokens=expected_output_tokens)
-        total = self.source.total
-        if total is None or est.dollars is None or not est.rows or self.budget is None:
+        if self.budget is None:
             return
-        projected = est.dollars / est.rows * (total - self.kept)
+        sample = source.peek(_SAMPLE)
+        est = estimate_rows(sample, model=self._model, options=options, output=output,
+                            expected_output_tokens=expected_output_tokens)
+        total = source.total
+        if total is None or est.dollars is None or not est.rows:
+            return
+        projected = est.dollars / est.rows * (total - kept)
         if projected > self.budget:
             rows = int(self.budget / (est.dollars / est.rows)) if est.dollars else total
-            self.budget_note = (
-                f"The estimate for this batch (${projected:,.2f} for {total - self.kept:,} rows, tokens estimated "
+            self.note = (
+                f"The estimate for this batch (${projected:,.2f} for {total - kept:,} rows, tokens estimated "
                 f"from the first {est.rows} prompts) exceeds its budget of ${self.budget:,.2f}: it will pause after "
                 f"about {rows:,} rows. h.set_budget(DOLLARS) or --budget on %unity resume lifts the cap."
             )
 
+    def __repr__(self) -> str:
+        cost = self.cost() if self._run is not None else None
+        spent = "unknown" if cost is None else f"${cost:,.4f}"
+        cap = "no budget" if self.budget is None else f"budget ${self.budget:,.2f}"
+        return f"<spending: {spent} spent, {cap}{', reached' if self.reached else ''}>"
 
 
 def as_dollars(value: Any) -> float:

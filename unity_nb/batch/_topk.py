@@ -22,14 +22,18 @@ model calls they took (one each, unless an answer did not validate and was sent 
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Any, Literal
 
 import pydantic
 
 from .._errors import UserError
-from ._operators import PhasedHandle, as_pandas, field_free, row_texts
+from ._estimate import Estimate, combine, estimate_map
+from ._operators import as_pandas, field_free, row_texts
+from ._phased import Flow, Phase, PhasedHandle
+from ._registry import Operator, Param, register_operator
 
-__all__ = ("Choice", "Score", "TopKHandle", "comparison_pairs", "round_bound", "topk")
+__all__ = ("Choice", "Score", "TopKHandle", "comparison_pairs", "estimate_topk", "round_bound", "topk")
 
 
 class Score(pydantic.BaseModel):
@@ -111,7 +115,7 @@ class TopKHandle(PhasedHandle):
         self.ranking: Any = None
         """The candidates: ``score``, ``wins``, ``games``, ``share`` and ``rank``, best first."""
         options.setdefault("max_steps", 3)
-        super().__init__(f"[topk {k}] {question}", **options)
+        super().__init__(question, **options)
 
     @property
     def bound(self) -> int:
@@ -121,18 +125,14 @@ class TopKHandle(PhasedHandle):
         screen = round_bound(min(n, self.screen), self.max_comparisons) if self.screen > self.pool else 0
         return n + screen + round_bound(self.pool, self.max_comparisons)
 
-    async def _round(self, phase: str, keys: list) -> tuple[dict, dict]:
+    def _round(self, phase: str, keys: list) -> Generator[Phase, Any, tuple[dict, dict]]:
         """One round of head-to-head comparisons among ``keys``: each one's wins and games decided."""
-        import pandas as pd
-
-        texts = dict(row_texts(self.items.loc[keys], self.question))
-        pairs = comparison_pairs(len(keys), self.max_comparisons)
         wins, games = dict.fromkeys(keys, 0), dict.fromkeys(keys, 0)
+        pairs = comparison_pairs(len(keys), self.max_comparisons)
         if not pairs:
             return wins, games
-        frame = pd.DataFrame({"a": [texts[keys[i]] for i, _ in pairs], "b": [texts[keys[j]] for _, j in pairs]})
-        template = _COMPARE.replace("{question}", field_free(self.question))
-        compare = await self.run_map(phase, frame, template, output=Choice)
+        compare = yield Phase(phase, _pair_frame(self.items, self.question, keys, pairs), _template(self.question),
+                              {"output": Choice})
         for (i, j), better in zip(pairs, compare.results()["better"]):
             if better in ("A", "B"):
                 wins[keys[i] if better == "A" else keys[j]] += 1
@@ -155,8 +155,8 @@ class TopKHandle(PhasedHandle):
         ranking["rank"] = range(1, len(ranking) + 1)
         return ranking
 
-    async def run_phases(self) -> Any:
-        scoring = await self.run_map("score", self.items, self.question + _SCORE, output=Score)
+    def flow(self) -> Flow:
+        scoring = yield Phase("score", self.items, self.question + _SCORE, {"output": Score})
         self.scores = scoring.results()
         scored = self.scores.dropna(subset=["score"])
         values = [int(v) for v in scored["score"]]
@@ -168,9 +168,9 @@ class TopKHandle(PhasedHandle):
             edge = values[order[len(pool) - 1]] - 1
             wide = [scored.index[i] for i in order if values[i] >= edge][: self.screen]
             if len(wide) > len(pool):
-                wins, games = await self._round("screen", wide)
+                wins, games = yield from self._round("screen", wide)
                 pool = list(self._ranked(wide, wins, games).index[: self.pool])
-        wins, games = await self._round("compare", pool)
+        wins, games = yield from self._round("compare", pool)
         self.ranking = self._ranked(pool, wins, games)
         best = self.items.loc[list(self.ranking.index[: self.k])].copy()
         best.attrs = {"reasons": dict(self.scores.attrs.get("reasons", {}))}
@@ -181,7 +181,59 @@ class TopKHandle(PhasedHandle):
                 f"{self.calls} model calls")
 
 
-def topk(items: Any, k: int, question: str, **options: Any) -> TopKHandle:
+def _template(question: str) -> str:
+    return _COMPARE.replace("{question}", field_free(question))
+
+
+def _pair_frame(items: Any, question: str, keys: list, pairs: list[tuple[int, int]]) -> Any:
+    """The rows of a round: each pair's two texts (``a`` and ``b``)."""
+    import pandas as pd
+
+    texts = dict(row_texts(items.loc[keys], question))
+    return pd.DataFrame({"a": [texts[keys[i]] for i, _ in pairs], "b": [texts[keys[j]] for _, j in pairs]})
+
+
+_SAMPLE_PAIRS = 50
+"""Pairs of the first rows an estimate reads for the comparison rounds' prompts (scaled to their number)."""
+
+
+def estimate_topk(items: Any, k: int, question: str, *, candidates: int | None = None,
+                  max_comparisons: int = 1000, screen: int = 200, **options: Any) -> Estimate:
+    """What :func:`topk` would cost, without running anything: the scoring map exactly (one question a row), and
+    the comparison rounds at their bound (the screening round's and the final round robin's pairs), their prompts
+    from pairs of the first rows."""
+    frame = as_pandas(items, "topk")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise UserError(f"topk takes k, a whole number of at least 1, not {k!r}")
+    field_free(question)
+    n = len(frame)
+    pool = min(n, candidates if candidates is not None else 2 * k)
+    screened = round_bound(min(n, screen), max_comparisons) if screen > pool else 0
+    final = round_bound(pool, max_comparisons)
+    options.pop("max_steps", None)
+    parts = [estimate_map(frame, question + _SCORE, output=Score, **options)]
+    keys = list(frame.index[: min(n, 11)])
+    pairs = comparison_pairs(len(keys), _SAMPLE_PAIRS)[:_SAMPLE_PAIRS]
+    if pairs and screened + final:
+        sample = estimate_map(_pair_frame(frame, question, keys, pairs), _template(question), output=Choice,
+                              **options)
+        parts.append(_scaled(sample, screened + final))
+    return combine(parts, f"Top-k projected at its bound: {n:,} scores, then at most {screened:,} screening and "
+                          f"{final:,} final comparisons (their prompts from pairs of the first rows).")
+
+
+def _scaled(est: Estimate, rows: int) -> Estimate:
+    """``est`` (of a sample of rows) for ``rows`` rows like them."""
+    f = rows / est.rows
+    return Estimate(
+        rows=rows, input_tokens=round(est.input_tokens * f), output_tokens=est.output_per_row * rows,
+        output_per_row=est.output_per_row, output_assumed=est.output_assumed, model=est.model, price=est.price,
+        dollars=None if est.dollars is None else est.dollars * f,
+        minutes=None if est.minutes is None else est.minutes * f, limit=est.limit, prompts=est.prompts,
+    )
+
+
+def topk(items: Any, k: int, question: str, *, estimate: bool = False, **options: Any) -> Any:
     """The ``k`` rows of ``items`` (a DataFrame, a Series or a list) that best fit ``question``, as one steerable
     operation; ``await h`` gives them best first, with the input's index.
 
@@ -192,5 +244,26 @@ def topk(items: Any, k: int, question: str, **options: Any) -> TopKHandle:
     scoring failed are left out, with ``.attrs["reasons"]``. ``resume_from=store`` keeps the rows an earlier run
     of the same ``name`` finished (each phase's map, ``NAME.score``, ``NAME.screen``, ``NAME.compare``, where asked
     the same). Other options are the map's (``model``, ``concurrency``, ``rate``, ``max_steps``, ...), for every
-    phase."""
+    phase. ``estimate=True`` runs nothing and returns what it would cost, projected at its bound."""
+    if estimate:
+        return estimate_topk(items, k, question, **options)
     return TopKHandle(items, k, question, **options)
+
+
+def _start(items: Any, question: str, *, k: int, **options: Any) -> Any:
+    """The registry's form of :func:`topk` (its text second, like every operator's)."""
+    return topk(items, k, question, **options)
+
+
+register_operator(Operator(
+    "topk", _start,
+    "The K rows that best fit QUESTION, best first: every row scored once (0-10), then the best compared head to "
+    "head. h.calls counts model calls.",
+    text="QUESTION", phased=True,
+    params=(
+        Param("k", "count", "K, the number of rows to keep (a whole number of at least 1), after the items", "K",
+              positional=True, required=True),
+        Param("candidates", "count", "rows compared head to head (default 2K)."),
+        Param("max_comparisons", "count", "pairs compared at most (default 1000)."),
+    ),
+))

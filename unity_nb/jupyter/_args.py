@@ -13,12 +13,14 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
+from ..batch import OPERATORS, Operator
 from ..loop import VERBS, Verb
 from ._commands import FLAG, Arg, Command, Kind, Option, Subcommand, Text, parse_declared, render, unknown
 
 __all__ = (
-    "Command", "parse", "HELP", "OPERATORS", "SETTINGS", "TASK_ACTIONS", "SUBCOMMANDS", "VERB_EXTRAS", "Extra",
-    "check_setting", "declaration", "overview", "subcommands", "verb_declaration",
+    "Command", "parse", "HELP", "SETTINGS", "TASK_ACTIONS", "SUBCOMMANDS", "VERB_EXTRAS", "Extra",
+    "check_setting", "declaration", "operator_declaration", "operators", "overview", "subcommands",
+    "verb_declaration",
 )
 
 
@@ -138,6 +140,10 @@ OPERATION = Arg("NAME", "the name of an operation", short="a name")
 ITEMS = Arg("ITEMS", "the items: a Series, a DataFrame or a list in this notebook")
 TASK = Text("TASK", "a task after the items (and the options)", cell=True)
 RESUMED_ROWS = "%unity resume NAME after a dead kernel keeps the rows committed."
+ESTIMATE = Option("--estimate", FLAG, "run nothing; print rows, tokens in and out, dollars and minutes at the rate "
+                  "limit.")
+EXPECTED_OUTPUT = Option("--expected-output-tokens", COUNT, "with --estimate: the output tokens of a row, in place of "
+                         "the assumption.", "N")
 
 _DECLARED = (
     Subcommand(
@@ -189,67 +195,13 @@ _DECLARED = (
         args=(ITEMS,),
         options=(
             *BATCH, ROW_COLUMNS,
-            Option("--estimate", FLAG, "run nothing; print rows, tokens in and out, dollars and minutes at the rate "
-                   "limit."),
-            Option("--expected-output-tokens", COUNT, "with --estimate: the output tokens of a row, in place of "
-                   "the assumption.", "N"),
+            ESTIMATE, EXPECTED_OUTPUT,
         ),
         text=TASK,
         more="Pause, resume, stop and interject act on the whole batch; %unity resume NAME after a dead kernel "
         "skips the rows the store has as finished.",
     ),
-    Subcommand(
-        "filter", "Keep the rows of ITEMS that meet CONDITION (Does {abstract} report an experiment on humans?), one "
-        "verdict per row; await it for the rows kept. h.verdicts: every row's keep and reason; a row the model could "
-        "not decide is missing with .attrs['reasons'] saying why.",
-        args=(ITEMS,), options=BATCH, text=replace(TASK, metavar="CONDITION", cell=False), more=RESUMED_ROWS,
-    ),
-    Subcommand(
-        "extract", "Extract the columns from every row (From {abstract}); await it for a DataFrame aligned to ITEMS.",
-        args=(ITEMS,),
-        options=(replace(ROW_COLUMNS, required=True, doc="the fields to extract, e.g. --columns method,sample_size "
-                         "(each typed str, int, float or bool: str by default)."), *BATCH),
-        text=replace(TASK, cell=False), more=RESUMED_ROWS,
-    ),
-    Subcommand(
-        "topk", "The K rows that best fit QUESTION, best first: every row scored once (0-10), then the best "
-        "compared head to head. h.calls counts model calls.",
-        args=(ITEMS, Arg("K", "K, the number of rows to keep (a whole number of at least 1), after the items",
-                         key="k", kind=Kind(_k, "a whole number of at least 1"))),
-        options=(
-            Option("--candidates", POSITIVE, "rows compared head to head (default 2K).", "N"),
-            Option("--max-comparisons", POSITIVE, "pairs compared at most (default 1000).", "N"),
-            *BATCH,
-        ),
-        text=replace(TASK, metavar="QUESTION", cell=False), more=RESUMED_ROWS,
-    ),
-    Subcommand(
-        "join", "The pairs of LEFT and RIGHT rows that meet TASK, which names columns as {LEFT.column} and "
-        "{RIGHT.column} (On {papers.abstract} and {grants.aims}: is this grant funding this work?). Only pairs sharing "
-        "rare words are asked; h.pairs_asked and h.pairs_total say how many. Await it for a DataFrame of left, right, "
-        "reason.",
-        args=(replace(ITEMS, metavar="LEFT"),
-              Arg("RIGHT", "the right items after the left ones (e.g. %unity join papers grants ...)", key="right")),
-        options=(
-            Option("--per-left", POSITIVE, "pairs asked at most per left row, those sharing the rarest words "
-                   "(default 5).", "N"),
-            Option("--all-pairs", FLAG, "ask every pair."),
-            *BATCH,
-        ),
-        text=replace(TASK, cell=False), more=RESUMED_ROWS,
-    ),
-    Subcommand(
-        "agg", "One answer to TASK per group of rows; await it for a Series.",
-        args=(ITEMS,),
-        options=(
-            Option("--by", TEXT, "the column whose values make the groups (else all rows are one).", "COLUMN"),
-            Option("--chunk-chars", POSITIVE, "a group larger than this (default 12000) is summarised in chunks "
-                   "and combined.", "N"),
-            Option("--max-depth", POSITIVE, "levels of combining at most (default 3).", "N"),
-            *BATCH,
-        ),
-        text=replace(TASK, cell=False), more=RESUMED_ROWS,
-    ),
+    ...,  # the operators (unity_nb.batch.OPERATORS), in their registry's order
     Subcommand(
         "submit", "Send another request to the --multi operation NAME while it works; returns the request's handle "
         "(await it for its answer). It shares the operation's context and variables.",
@@ -309,7 +261,7 @@ _DECLARED = (
         ),
     ),
 )
-SUBCOMMANDS: dict[str, Subcommand] = {s.name: s for s in _DECLARED if s is not None}
+SUBCOMMANDS: dict[str, Subcommand] = {s.name: s for s in _DECLARED if isinstance(s, Subcommand)}
 """The subcommands declared here; the steering verbs are the others (see :func:`declaration`)."""
 
 
@@ -349,22 +301,56 @@ def subcommands() -> list[str]:
     for spec in _DECLARED:
         if spec is None:
             names += [v for v in VERBS if v not in SUBCOMMANDS]
+        elif spec is ...:
+            names += operators()
         else:
             names.append(spec.name)
     return names
 
 
+def operators() -> list[str]:
+    """The operators' subcommands (``unity_nb.batch.OPERATORS``; a name a declared subcommand has is not one)."""
+    return [name for name in OPERATORS if name not in SUBCOMMANDS and name not in VERBS]
+
+
+_PARAM_KINDS = {"count": POSITIVE, "text": TEXT, "flag": FLAG, "columns": COLUMNS}
+
+
+def operator_declaration(op: Operator) -> Subcommand:
+    """``%unity OPERATOR ITEMS [ARG...] [OPTIONS] TEXT``, from the operator's registry entry: its parameters, the
+    map's options (``--name``, ``--budget``, ...) and ``--estimate``."""
+    args: list[Arg] = [ITEMS]
+    options: list[Option] = []
+    for param in op.params:
+        kind = _PARAM_KINDS.get(param.kind)
+        if param.positional:
+            what = param.doc.rstrip(".")
+            args.append(Arg(param.metavar, what, key=param.name, kind=kind if param.kind != "items" else None))
+        else:
+            options.append(Option("--" + param.name.replace("_", "-"), kind or TEXT, param.doc,
+                                  "" if param.kind == "flag" else param.metavar, required=param.required))
+    more = RESUMED_ROWS
+    return Subcommand(
+        op.name, op.doc, args=tuple(args), options=(*options, *BATCH, ESTIMATE, EXPECTED_OUTPUT),
+        text=replace(TASK, metavar=op.text, cell=False), more=more,
+    )
+
+
 def declaration(sub: str) -> Subcommand:
     """The declaration of subcommand ``sub`` (a KeyError if there is none)."""
     spec = SUBCOMMANDS.get(sub)
-    return spec if spec is not None else verb_declaration(VERBS[sub])
+    if spec is not None:
+        return spec
+    if sub in VERBS:
+        return verb_declaration(VERBS[sub])
+    return operator_declaration(OPERATORS[sub])
 
 
 class _Help(Mapping[str, str]):
     """Each subcommand's help, rendered from its declaration when asked (a verb registered later has its own)."""
 
     def __getitem__(self, sub: str) -> str:
-        if sub not in SUBCOMMANDS and sub not in VERBS:
+        if sub not in SUBCOMMANDS and sub not in VERBS and sub not in OPERATORS:
             raise KeyError(sub)
         return render(declaration(sub))
 
@@ -384,8 +370,6 @@ def overview() -> str:
     return "\n".join([*briefs, "%unity SUBCOMMAND --help (or %unity help SUBCOMMAND): its options, each said."])
 
 
-OPERATORS = ("filter", "extract", "topk", "join", "agg")
-"""The subcommands of the operators built on the map: ITEMS (and K, or RIGHT), options, then the task."""
 SETTINGS: dict[str, Any] = {
     o.key: o.kind.convert for o in SUBCOMMANDS["act"].options
     if o.key in ("context_window", "compress_at", "keep_last", "max_parallel_tools")

@@ -14,6 +14,7 @@ from IPython.display import display
 from traitlets import Bool, Enum, Float, Integer, Unicode
 
 from .._errors import HandleStateError, ModelConfigError, UserError
+from ..batch import OPERATORS
 from ..loop import VERBS, LoopHandle, start_ask
 from ..models import set_default_model
 from ._args import HELP, SETTINGS, SUBCOMMANDS, Command, check_setting, overview, parse
@@ -184,7 +185,10 @@ class UnityMagics(Magics):
         cmd = parse(line, cell)
         try:
             # a declared subcommand, or a steering verb (VERBS) with a method of its own here, else any verb
-            run = getattr(self, f"_{cmd.sub}") if cmd.sub in SUBCOMMANDS or cmd.sub in _VERB_METHODS else self._verb
+            if cmd.sub in SUBCOMMANDS or cmd.sub in _VERB_METHODS:
+                run = getattr(self, f"_{cmd.sub}")
+            else:
+                run = self._operator if cmd.sub in OPERATORS else self._verb
             return run(cmd)
         except UserError as err:
             raise UsageError(f"{err}\n\n{HELP[cmd.sub]}") from None
@@ -366,14 +370,14 @@ class UnityMagics(Magics):
             return None
         options["budget"] = o.get("budget")
         options["cache"] = False if o.get("no_cache") else (self.store or False)
-        spec = f"[map] {cmd.line}"
         handle = self.start(
             name or o.get("name"),
-            lambda key: map_rows(items, cmd.text, model=self.current_model(), name=key, done=done, label=spec,
+            lambda key: map_rows(items, cmd.text, model=self.current_model(), name=key, done=done, label=cmd.line,
                                  **options),
             sub="map", notice=notice,
         )
-        note = getattr(handle, "budget_note", None)
+        spending = getattr(handle, "spending", None)
+        note = spending.note if spending is not None else None
         if note:  # it would clearly exceed its budget: said before it gets there
             print(note)
             widget = self.widgets.get(handle.name)
@@ -381,13 +385,11 @@ class UnityMagics(Magics):
                 widget.notice = " ".join(t for t in (widget.notice, note) if t)
         return handle
 
-    def _filter(self, cmd: Command) -> Any:
-        """``%unity filter|extract|topk|join|agg``: an operator built on the map (``_magics_ops``)."""
+    def _operator(self, cmd: Command) -> Any:
+        """``%unity filter|extract|topk|join|agg`` (any operator of the registry): ``_magics_ops``."""
         from ._magics_ops import start_operator
 
         return start_operator(self, cmd)
-
-    _extract = _topk = _join = _agg = _filter
 
     def _show_widget(self, handle: LoopHandle, key: str | None = None, *, notice: str = "") -> None:
         if not self.show_widgets:
@@ -508,8 +510,8 @@ class UnityMagics(Magics):
                 raise UsageError(str(err)) from None
         from ..batch import MapHandle
 
-        if isinstance(handle, MapHandle) and handle.budget_reached:  # refused at the line, not later in the log
-            raise UsageError(f"cannot resume {handle.name!r}: it {handle.budget_message()}")
+        if isinstance(handle, MapHandle) and handle.spending.reached:  # refused at the line, not later in the log
+            raise UsageError(f"cannot resume {handle.name!r}: it {handle.spending.message()}")
         self._steer(cmd, handle.resume())
         return None
 

@@ -1,4 +1,6 @@
-"""``%unity filter|extract|topk|join|agg``: the operators built on the map, started like ``%unity map``."""
+"""``%unity OPERATOR``: any operator of the registry (``unity_nb.batch.OPERATORS``: filter, extract, topk, join,
+agg, and those registered later), started like ``%unity map``, estimated with ``--estimate``, and resumed after a
+dead kernel from the ``kind`` the store recorded (never from the label's text)."""
 
 from __future__ import annotations
 
@@ -6,16 +8,16 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
-from ._args import HELP, Command
+from ..batch import OPERATORS
+from ._args import HELP, Command, parse
 
 if TYPE_CHECKING:
     from ..loop import LoopHandle
     from ._magics import UnityMagics
 
-__all__ = ("LABELS", "resume_operator", "start_operator")
+__all__ = ("resume_operator", "start_operator")
 
-LABELS = ("[map:filter] ", "[map:extract] ", "[map:join] ", "[topk] ", "[agg] ")
-"""How an operator started by ``%unity`` labels its loop (its line after it): what ``%unity resume`` runs again."""
+_MAP_OPTIONS = ("max_steps", "rate", "tool_timeout", "budget")
 
 
 def _items(magics: UnityMagics, expr: str, sub: str) -> Any:
@@ -27,63 +29,63 @@ def _items(magics: UnityMagics, expr: str, sub: str) -> Any:
 
 
 def start_operator(magics: UnityMagics, cmd: Command, *, done: dict | None = None, resume_from: Any = None,
-                   name: str | None = None, notice: str = "") -> LoopHandle:
-    """Start the operator ``cmd`` names on the notebook's items, under the magics' model, and show its widget.
-    ``done`` (one-map operators) or ``resume_from`` (a store: top-k, agg) keeps what an earlier run finished."""
+                   name: str | None = None, notice: str = "") -> LoopHandle | None:
+    """Start the operator ``cmd`` names on the notebook's items, under the magics' model, and show its widget
+    (with ``--estimate``: print what it would cost, run nothing). ``done`` (one-map operators) or ``resume_from``
+    (a store: phased ones) keeps what an earlier run finished."""
     from .._registry import registered_tools
-    from ..batch import agg, extract, filter_rows, join, topk
 
-    sub, o = cmd.sub, cmd.options
-    items = _items(magics, cmd.name or "", sub)
+    op = OPERATORS[cmd.sub]
+    o = cmd.options
+    exprs = {"items": cmd.name or ""}
+    items = _items(magics, exprs["items"], cmd.sub)
+    given: dict[str, Any] = {}
+    for param in op.params:
+        if param.name not in o:
+            continue
+        if param.kind == "items":
+            exprs[param.name] = o[param.name]
+            given[param.name] = _items(magics, o[param.name], cmd.sub)
+        else:
+            given[param.name] = o[param.name]
+    if op.line_options is not None:
+        given = op.line_options(given, exprs)
     options: dict[str, Any] = {"concurrency": o.get("concurrency", 8),
                                "tools": [t for t in registered_tools() if not t.ref_only]}
-    for key in ("max_steps", "rate", "tool_timeout", "budget"):
+    for key in _MAP_OPTIONS:
         if o.get(key) is not None:
             options[key] = o[key]
+    if o.get("estimate"):  # runs nothing: what it would cost, printed
+        options.pop("budget", None)
+        if o.get("expected_output_tokens") is not None:
+            options["expected_output_tokens"] = o["expected_output_tokens"]
+        print(op.start(items, cmd.text, model=magics.current_model(), estimate=True, **given, **options))
+        return None
     options["cache"] = False if o.get("no_cache") else (magics.store or False)  # as %unity map: the store's cache
-    if sub in ("filter", "extract", "join"):  # one map: its line is what a resume re-runs
-        options["label"] = f"[map:{sub}] {cmd.line}"
-        options["done"] = done
-    else:  # several maps, each keeping the rows its earlier run finished
-        options["label"] = f"[{sub}] {cmd.line}"
+    options["label"] = cmd.line  # what a resume runs again (the store keeps the operator's kind beside it)
+    if op.phased:  # several maps, each keeping the rows its earlier run finished
         options["resume_from"] = resume_from
-    text = cmd.text
+    else:  # one map: the rows its run finished
+        options["done"] = done
 
     def launch(key: str) -> LoopHandle:
-        model = magics.current_model()
-        if sub == "filter":
-            return filter_rows(items, text, model=model, name=key, **options)
-        if sub == "extract":
-            return extract(items, text, columns=o["columns"], model=model, name=key, **options)
-        if sub == "topk":
-            return topk(items, o["k"], text, candidates=o.get("candidates"),
-                          max_comparisons=o.get("max_comparisons", 1000), model=model, name=key, **options)
-        if sub == "join":
-            right_expr = o["right"]
-            right = _items(magics, right_expr, sub)
-            names = ((cmd.name, right_expr) if (cmd.name or "").isidentifier() and right_expr.isidentifier()
-                     and cmd.name != right_expr else ("left", "right"))
-            return join(items, right, text, names=names, blocking=None if o.get("all_pairs") else "words",
-                          per_left=o.get("per_left", 5), model=model, name=key, **options)
-        return agg(items, text, by=o.get("by"), chunk_chars=o.get("chunk_chars", 12_000),
-                     max_depth=o.get("max_depth", 3), model=model, name=key, **options)
+        return op.start(items, cmd.text, model=magics.current_model(), name=key, **given, **options)
 
-    return magics.start(name or o.get("name"), launch, sub=sub, notice=notice)
+    return magics.start(name or o.get("name"), launch, sub=cmd.sub, notice=notice)
 
 
 def resume_operator(magics: UnityMagics, row: dict) -> LoopHandle:
     """An operator a dead kernel left interrupted runs again from its ``%unity`` line under its name: the rows its
     maps finished are kept where they are asked the same (same position, label, task and model)."""
     from ..batch import finished_rows
-    from ._args import parse
-    from ._magics_tasks import _missing_names as missing_names
+    from ._magics_tasks import missing_names
 
-    label, _, line = row["task"].partition("] ")
-    sub = label.removeprefix("[").removeprefix("map:")
-    first, _, cell = line.partition("\n")
+    sub = row["kind"]
+    op = OPERATORS[sub]
+    first, _, cell = (row["task"] or "").partition("\n")
     cmd = parse(f"{sub} {first}", cell or None)
     name = row["name"]
-    exprs = " ".join(e for e in (cmd.name, cmd.options.get("right")) if e)
+    exprs = " ".join(e for e in (cmd.name, *(cmd.options.get(p.name) for p in op.params if p.kind == "items")) if e)
     missing = missing_names(exprs, magics.user_ns)
     if missing:
         raise UsageError(
@@ -94,11 +96,13 @@ def resume_operator(magics: UnityMagics, row: dict) -> LoopHandle:
     store = magics.store
     notice = (f"resumed from the store: {name!r} ({sub}) runs again; rows its kernel finished are kept where asked "
               "the same.")
-    if sub in ("filter", "extract", "join"):
-        handle = start_operator(magics, cmd, done=finished_rows(store, row["uid"]), name=name, notice=notice)
-        notice += f" Kept {handle.kept} row(s)."  # type: ignore[attr-defined]
-    else:
+    if op.phased:
         handle = start_operator(magics, cmd, resume_from=store, name=name, notice=notice)
+    else:
+        handle = start_operator(magics, cmd, done=finished_rows(store, row["uid"]), name=name, notice=notice)
+        rows = getattr(handle, "rows", None)
+        notice += f" Kept {getattr(rows, 'kept', 0)} row(s)."
+    assert handle is not None
     widget = magics.widgets.get(name)
     if widget is not None:
         widget.notice = notice

@@ -261,12 +261,19 @@ def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
             f"{name!r} ran inside {parent['name']!r}: resume that one (%unity resume {parent['name']})"
             f"\n\n{HELP['resume']}"
         )
-    if (row["task"] or "").startswith("[map] "):
+    kind = row.get("kind") or "loop"
+    if kind == "map":
         return resume_map(magics, row, budget=cmd.options.get("budget"))
-    from ._magics_ops import LABELS, resume_operator
+    from ..batch import OPERATORS
+    from ._magics_ops import resume_operator
 
-    if (row["task"] or "").startswith(LABELS):  # %unity filter|extract|topk|join|agg
+    if kind in OPERATORS:  # %unity filter|extract|topk|join|agg, or an operator registered later
         return resume_operator(magics, row)
+    if row.get("batch"):
+        raise UsageError(
+            f"{name!r} is a {kind} operation, and this kernel has no operator {kind!r}: register it (run the cell or "
+            f"import the module that calls u.register_operator), then %unity resume {name} again\n\n{HELP['resume']}"
+        )
     history = _resumed_history(store, row["uid"])
     missing = sum(1 for m in history if m["role"] == "tool" and "no result was recorded" in str(m["content"]))
     model = magics.current_model()
@@ -298,12 +305,12 @@ def resume_map(magics: UnityMagics, row: dict, *, budget: float | None = None) -
     and what is kept is said in the widget and the cell's output."""
     from ..batch import finished_rows
 
-    first, _, cell = row["task"].removeprefix("[map] ").partition("\n")
+    first, _, cell = (row["task"] or "").partition("\n")
     cmd = parse(f"map {first}", cell or None)
     if budget is not None:  # %unity resume NAME --budget D: this run's cap, in place of its line's
         cmd.options["budget"] = budget
     name = row["name"]
-    missing = _missing_names(cmd.name or "", magics.user_ns)
+    missing = missing_names(cmd.name or "", magics.user_ns)
     if missing:
         raise UsageError(
             f"{name!r} ran over the items `{cmd.name}`, and this kernel has no {', '.join(f'`{n}`' for n in missing)}: "
@@ -316,8 +323,8 @@ def resume_map(magics: UnityMagics, row: dict, *, budget: float | None = None) -
     died = store.query("SELECT COUNT(*) AS n FROM loops WHERE parent_uid = ? AND ended IS NULL", (row["uid"],))
     running = died[0]["n"] if died else 0
     handle = magics._map(cmd, done=done, name=name, notice="resumed from the store")
-    kept, aside = getattr(handle, "kept", 0), getattr(handle, "set_aside", 0)
-    total = getattr(handle, "total", None) or 0
+    kept, aside = handle.rows.kept, handle.rows.set_aside
+    total = handle.rows.total or 0
     notice = (
         f"resumed from the store: the kernel running {name!r} died with {len(done)} row(s) finished"
         + (f" and {running} running (they run again)" if running else "")
@@ -332,7 +339,7 @@ def resume_map(magics: UnityMagics, row: dict, *, budget: float | None = None) -
     return handle
 
 
-def _missing_names(expr: str, namespace: dict) -> list[str]:
+def missing_names(expr: str, namespace: dict) -> list[str]:
     """The names ``expr`` reads that ``namespace`` (and the builtins) lacks."""
     import ast
     import builtins

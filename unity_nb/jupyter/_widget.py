@@ -227,7 +227,9 @@ def _batch(h: LoopHandle) -> dict:
     progress = getattr(h, "progress", None)
     if not isinstance(progress, dict):
         return {}
-    failed = getattr(h, "ended_badly", [])[:20]  # kept by the batch as rows end: no walk over every row
+    rows = getattr(h, "rows", None)
+    # kept by the batch as rows end: no walk over every row
+    failed = (rows.ended_badly if rows is not None else getattr(h, "ended_badly", []))[:20]
     return {
         "progress": progress,
         "failures": [

@@ -46,6 +46,9 @@ class Driver:
 
     __slots__ = ("__weakref__", "_run", "_source")
 
+    batch = False
+    """Its loop's children are a batch's rows (the store lists a batch as one line)."""
+
     def __init__(self, run: Run, source: Loop) -> None:
         self._run = run
         self._source = weakref.ref(source)
@@ -61,6 +64,15 @@ class Driver:
     def on_retry(self) -> Callable[[int, str, float], None] | None:
         """What the model's retries report to (``retry_hook``): the turn's, for a loop that calls a model."""
         return None
+
+    def refusal(self, verb: str) -> str | None:
+        """Why the steering ``verb`` is refused now (``None``: it is not). The handle's verb asks before it acts,
+        on the loop's own thread: a batch at its budget refuses ``resume``."""
+        return None
+
+    async def steered(self, verb: str, message: str | None) -> None:
+        """What this engine adds to the steering ``verb`` once the loop has applied it, on the loop's own thread:
+        a batch hands an interjection to its running rows and keeps it for the rows not started yet."""
 
     async def drive(self) -> str:
         """From the first step to the answer's text."""

@@ -108,7 +108,7 @@ class LoopHandle(Loop):
         _context: list[dict] | None = None,
         _lineage: tuple[str, ...] | None = None,
         tool_source: ToolSource | None = None,
-        engine: type[Driver] = Engine,
+        engine: type[Driver] | Callable[[Run, Loop], Driver] = Engine,
         **options: Any,
     ) -> None:
         if not isinstance(task, str) or not task.strip():
@@ -145,7 +145,7 @@ class LoopHandle(Loop):
         """The tree, the events, the ending, steering notes, the request book and the state the parts write."""
         self._router = Router(run, self)
         self._engine: Driver
-        if issubclass(engine, Engine):  # a loop that calls the model: a turn, a tool runner, a tool source
+        if isinstance(engine, type) and issubclass(engine, Engine):  # a loop that calls the model: a turn, ...
             source = as_source(tool_source, tools)
             source.bind(run)
             self._turn: Turn | None = Turn(run, tools, source, self._router, self)
@@ -154,7 +154,7 @@ class LoopHandle(Loop):
             run.interrupt_with(self._turn.interrupt)
         else:  # a batch: its engine drives its rows, which are loops; it calls no model itself
             self._turn = self._runner = None
-            self._engine = engine(run, self)
+            self._engine = cast(Callable[[Run, Loop], Driver], engine)(run, self)
         outer = render_conversation(parent.transcript, "outer") if share_context and parent else None
         system = system_with_output(cfg.system, cfg.output)
         run.conversation.open(task, system, [*cfg.history, *(_context or ())], outer, multi=cfg.multi)
@@ -169,6 +169,8 @@ class LoopHandle(Loop):
             task=task,
             model=getattr(cfg.model, "name", type(cfg.model).__name__),
             parent_id=parent.id if parent else None,
+            loop_kind=kind,
+            batch=self._engine.batch,
         )
         if cfg.multi:
             self.run.emit(ev.RequestSubmitted, request_id="r1", text=task)
@@ -324,6 +326,9 @@ class LoopHandle(Loop):
     async def resume(self) -> None:
         """Undo :meth:`pause`; work that completed meanwhile is processed first. Reaches all live children."""
         self.run.require_live("resume")
+        why = self._engine.refusal("resume")
+        if why is not None:
+            raise UserError(f"cannot resume {self.name!r}: {why}")
         await self.run.reach_children("resume")
         if self.run.gate.paused:
             self.run.steer("resume")
@@ -342,6 +347,7 @@ class LoopHandle(Loop):
         self.run.steer("interject", message, request_id)
         self.run.conversation.heard += 1
         self.run.nudge()
+        await self._engine.steered("interject", message)
 
     @on_own_loop
     async def stop(self, reason: str | None = None) -> None:

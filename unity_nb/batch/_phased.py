@@ -1,0 +1,237 @@
+"""Operators made of several maps: a phased plan is a generator that yields each :class:`Phase` (a map over work
+items) and is sent back the finished map, so the next phase is built from the last one's results; it returns the
+operator's result. The :class:`PhasedEngine` drives the generator the way httpx's client drives an auth flow:
+the plan says what to ask, the engine runs each phase as a child map of the operation (so pause, resume and stop
+reach the running one) and hands an interjection to the running map and to every later one.
+
+A plan is plain code over results: it awaits nothing, so top-k's and agg's algorithms read top to bottom::
+
+    def flow(self):
+        scored = yield Phase("score", items, question + SCORE, {"output": Score})
+        ...
+        return best
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import events as ev
+from .._errors import Stopped, UserError
+from ..loop import Driver, LoopHandle
+from ..models import Usage, default_model
+from ._map import MapHandle, finished_rows
+from ._spend import as_dollars
+
+__all__ = ("Phase", "PhasedEngine", "PhasedHandle")
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """One phase of a phased plan: a map of ``items`` with ``task`` (a template), and the map's ``options``
+    (``output=``, ...). Its map is named ``OPERATION.name``."""
+
+    name: str
+    items: Any
+    task: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+Flow = Generator[Phase, MapHandle, Any]
+"""A phased plan: yields phases, is sent each finished map, returns the operator's result."""
+
+
+class PhasedEngine(Driver):
+    """Drives a phased plan (see the module's docstring): each phase a map under the operation, one after the
+    other; one budget over them all; an interjection reaches the running map and every later one."""
+
+    __slots__ = ("budget", "flow", "map_options", "model", "notes", "phase_name", "phases", "resume_from")
+
+    def __init__(self, flow: Callable[[], Flow], model: Any, map_options: dict[str, Any], *,
+                 budget: float | None, resume_from: Any) -> None:
+        self.flow = flow
+        self.model = model
+        self.map_options = map_options
+        self.budget = budget
+        self.resume_from = resume_from
+        self.phases: list[MapHandle] = []
+        self.phase_name = "starting"
+        self.notes: list[str] = []
+
+    def bind(self, run: Any, source: Any) -> PhasedEngine:
+        Driver.__init__(self, run, source)
+        return self
+
+    async def drive(self) -> str:
+        run = self._run
+        flow = self.flow()
+        try:
+            phase = next(flow)
+            while True:
+                m = await self._phase(phase)
+                phase = flow.send(m)
+        except StopIteration as end:
+            value = end.value
+        except Stopped:
+            if run.state.stop_reason is not None:  # its phase was stopped by this operation's stop: a stop
+                raise asyncio.CancelledError from None
+            raise
+        run.state.result_object = value
+        return self.source.summary()  # type: ignore[attr-defined]
+
+    async def _phase(self, phase: Phase) -> MapHandle:
+        """Run one phase: a map under this operation, to its end (its rows' failures are its result's missing
+        values; a map whose every row failed raises)."""
+        run = self._run
+        await run.gate.wait()
+        self.phase_name = phase.name
+        name = f"{run.name}.{phase.name}"
+        done = None
+        if self.resume_from is not None:
+            try:
+                done = finished_rows(self.resume_from, name)
+            except UserError:  # the earlier run never reached this phase
+                done = None
+        options = {**self.map_options, **phase.options}
+        if self.budget is not None:  # one cap over every phase, not one per phase
+            options["budget"] = max(0.0, self.budget - self.spent(len(self.phases)))
+        handle = run.handle
+        m = MapHandle(phase.items, phase.task, model=self.model, parent=handle, name=name, done=done or None,
+                      label=f"[{handle.kind} {phase.name}] {handle.task}", **options)
+        self.phases.append(m)
+        for note in self.notes:
+            await m.interject(note)
+        await m.result()
+        return m
+
+    def spent(self, phases: int) -> float:
+        """Dollars the first ``phases`` phases spent."""
+        return sum(p.cost or 0.0 for p in self.phases[:phases])
+
+    async def steered(self, verb: str, message: str | None) -> None:
+        if verb != "interject" or not message:
+            return
+        self.notes.append(message)
+        m = self.phases[-1] if self.phases else None
+        if m is not None and not m.done():
+            await m.interject(message)
+
+    def inspection(self, handle: Any) -> str:
+        m = self.phases[-1] if self.phases else None
+        inner = m.run.inspection(m) if m is not None else "(no phase has started)"
+        done = ", ".join(f"{p.name} ({p.progress['outcome']})" for p in self.phases) or "none"
+        calls = sum(p.steps for p in self.phases)
+        return (f"You are inspecting the {handle.kind} operation {handle.name!r} ({handle.task!r}), status "
+                f"{handle.status.value}, now in its phase {self.phase_name!r}; phases so far: {done}; "
+                f"{calls} model calls. The running phase:\n\n{inner}")
+
+
+class PhasedHandle(LoopHandle):
+    """An operation whose work is several maps, one after the other, each a child of it (so pause, resume and
+    stop reach the running one). An interjection reaches the map running and every later one. ``progress``
+    is the running map's, with ``phase`` naming it; ``calls`` counts model calls over every phase. A subclass
+    gives its plan: :meth:`flow`."""
+
+    kind = "operator"
+
+    def __init__(self, title: str, *, model: Any = None, name: str | None = None, bus: ev.EventBus | None = None,
+                 resume_from: Any = None, **map_options: Any) -> None:
+        model = model if model is not None else default_model(self.kind)
+        for bad in ("output", "columns", "done", "parent"):
+            if bad in map_options:
+                hint = " (resume_from=store keeps the rows its earlier run finished)" if bad == "done" else ""
+                raise UserError(f"{self.kind} takes no {bad}=: it sets its own{hint}")
+        label = map_options.pop("label", None) or title  # the magics label it with its line, to resume
+        budget = map_options.pop("budget", None)
+        if budget is not None:
+            budget = as_dollars(budget)
+        self._phased = PhasedEngine(self.flow, model, map_options, budget=budget, resume_from=resume_from)
+        super().__init__(label, model=model, name=name, bus=bus, max_steps=1, engine=self._phased.bind)
+        self.run.inspection = self._phased.inspection  # what a question about the operation is answered from
+
+    def flow(self) -> Flow:  # pragma: no cover - each operator says what it does
+        raise NotImplementedError(f"{type(self).__name__} does not define flow")
+
+    def summary(self) -> str:
+        """What its run's answer says once it ends."""
+        return f"{self.calls} model calls in {len(self.phases)} phase(s)"
+
+    @property
+    def phases(self) -> list[MapHandle]:
+        """Its maps so far, in order."""
+        return self._phased.phases
+
+    @property
+    def phase(self) -> MapHandle | None:
+        """The map running (or the last one)."""
+        phases = self._phased.phases
+        return phases[-1] if phases else None
+
+    @property
+    def calls(self) -> int:
+        """Model calls over every phase so far (an answer that did not validate is sent back once: two calls)."""
+        return sum(m.steps for m in self._phased.phases)
+
+    @property
+    def questions(self) -> int:
+        """Questions asked over every phase so far: the rows of its maps."""
+        return sum(m.rows.total or 0 for m in self._phased.phases)
+
+    @property
+    def kept(self) -> int:
+        """Rows kept from an earlier run (``resume_from=``), over every phase so far."""
+        return sum(m.rows.kept for m in self._phased.phases)
+
+    @property
+    def ended_badly(self) -> list:
+        """Rows of every phase that failed or stopped, in order (what the widget lists)."""
+        return [r for m in self._phased.phases for r in m.rows.ended_badly]
+
+    @property
+    def budget(self) -> float | None:
+        """The cap on dollars for the whole operation (``None``: none)."""
+        return self._phased.budget
+
+    def set_budget(self, dollars: float | None) -> None:
+        """Change the cap on dollars for the whole operation (``None`` lifts it): the running phase gets what the
+        phases before it left. A phase paused at its budget stays paused until :meth:`resume`."""
+        engine = self._phased
+        engine.budget = None if dollars is None else as_dollars(dollars)
+        m = self.phase
+        if m is not None and not m.done():
+            spent = engine.spent(len(engine.phases) - 1)
+            m.set_budget(None if dollars is None else max(0.0, dollars - spent))
+
+    @property
+    def usage(self) -> Usage:
+        """Tokens of every phase's rows."""
+        out = Usage()
+        for m in self._phased.phases:
+            out += m.usage
+        return out
+
+    @property
+    def steps(self) -> int:
+        """Model calls over every phase (``calls``)."""
+        return self.calls
+
+    @property
+    def progress(self) -> dict[str, Any]:
+        """The running phase's progress (the widget's bar), with ``phase`` and ``calls`` so far."""
+        m = self.phase
+        if m is not None:
+            p = dict(m.progress)
+        else:
+            p = {"total": 0, "done": 0, "kept": 0, "running": 0, "failed": 0, "stopped": 0, "waiting": 0,
+                 "rows_per_second": 0.0, "eta_seconds": None, "input_tokens": 0, "output_tokens": 0,
+                 "tokens_estimated": False}
+        p.update(phase=self._phased.phase_name, calls=self.calls, outcome=self.status.value)
+        return p
+
+    def __repr__(self) -> str:
+        status = self.status.value
+        return f"<unity {self.kind} {self.name!r}: {status}, phase {self._phased.phase_name}, {self.calls} calls>"
+
