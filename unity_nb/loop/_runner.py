@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
 from .._errors import Stopped, UserError
+from .._json import loads
 from .._output import tool_output
 from .._secrets import SECRET_REF, get_secret, scrub
 from ._answers import HandOff, Reference, ToolResult
@@ -220,7 +221,10 @@ class ToolRunner:
         request_id = None
         extras = self._turn.extra_properties(tool)
         if extras:
-            raw = json.loads(arguments or "{}")
+            try:
+                raw = loads(arguments or "{}")
+            except ValueError as err:
+                raise ValueError(f"invalid arguments for {tool.name}: not JSON ({err})") from None
             if isinstance(raw, dict):
                 if "include_parent_context" in extras:
                     share = bool(raw.pop("include_parent_context", False))
