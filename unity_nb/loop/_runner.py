@@ -200,7 +200,8 @@ class ToolRunner:
                 await self.execute(rec, self._turn.lookup(rec.name))
         finally:
             if rec.result is None:  # cancelled before or while running: still exactly one result
-                self.finish_call(rec, f"cancelled: {h.state.stop_reason or 'the loop was cancelled'}", True, 0.0)
+                self.finish_call(rec, f"cancelled: {h.state.stop_reason or 'the loop was cancelled'}", True, 0.0,
+                                 cut=True)
 
     def _refuse(self, rec: ToolCallRecord, offered: frozenset[str]) -> None:
         """A call of a tool this step did not offer: it does not run, and the model is told what it may call."""
@@ -271,6 +272,7 @@ class ToolRunner:
             self.printed(rec, text)
 
         out_token = tool_output.set(write)
+        cut = False
         try:
             async with asyncio.timeout(timeout):
                 result, error = await self._call(rec, tool, kwargs), False
@@ -279,6 +281,7 @@ class ToolRunner:
         except TimeoutError:
             if rec.child is not None and not rec.child.done():
                 await rec.child.stop(f"the tool {rec.name} ran out of time")
+            cut = True
             result, error = (
                 f"error: {rec.name} did not finish within its timeout of {timeout:g} s and was stopped",
                 True,
@@ -292,7 +295,7 @@ class ToolRunner:
         finally:
             leave_call(token)
             tool_output.reset(out_token)
-        self.finish_call(rec, result, error, time.perf_counter() - t0)
+        self.finish_call(rec, result, error, time.perf_counter() - t0, cut=cut)
 
     async def _call(self, rec: ToolCallRecord, tool: Tool, kwargs: dict[str, Any]) -> str:
         value = await tool.fn(**kwargs) if tool.is_async else await _in_thread(tool.fn, kwargs)
@@ -368,10 +371,12 @@ class ToolRunner:
         if text:
             h.emit(ev.ToolOutput, call_id=rec.id, name=rec.name, text=text)
 
-    def finish_call(self, rec: ToolCallRecord, result: str, error: bool, duration: float) -> None:
+    def finish_call(self, rec: ToolCallRecord, result: str, error: bool, duration: float, *, cut: bool = False) -> None:
+        """The call's one result. ``cut``: it was stopped or ran out of time, maybe mid-write: an end of what it
+        printed that could start a secret value is never shown."""
         h = self._run
-        if rec._printed is not None:
-            h.state.printed += rec._printed.end()
+        if rec._printed is not None or cut:  # cut: so is what a thread it left running prints later
+            h.state.printed += rec.printed.end(cut=cut)
             self._publish_output(rec)
         result = scrub(result)
         rec.result = result
