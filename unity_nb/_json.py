@@ -38,13 +38,16 @@ def _depth_exceeds(value: Any, limit: int) -> bool:
     return False
 
 
+_DECODE = json.JSONDecoder().decode
+
+
 def loads(data: str | bytes | bytearray) -> Any:
     """``json.loads(data)``, with text nested more than :data:`MAX_DEPTH` levels deep a ``json.JSONDecodeError``."""
     try:
-        value = json.loads(data)
+        value = _DECODE(data) if type(data) is str else json.loads(data)
     except RecursionError:
         raise _too_deep(data) from None
-    if not isinstance(value, dict | list):
+    if len(data) <= 2 * MAX_DEPTH:  # too short to nest that deep (each level takes two brackets): most texts
         return value
     opened = data.count("[") + data.count("{") if isinstance(data, str) else data.count(b"[") + data.count(b"{")
     if opened > MAX_DEPTH and _depth_exceeds(value, MAX_DEPTH):  # fewer brackets cannot nest that deep
