@@ -10,7 +10,8 @@ Every text on its way into a transcript, an event, the widget or a tool result t
 :func:`scrub`, which replaces each secret's value with its reference. So a value a tool echoes,
 a plan prints or an error message quotes shows as ``<<secret:NAME>>`` everywhere, including
 the store and a saved notebook. Text that arrives in pieces (writes, streamed deltas) goes through
-a :class:`ScrubStream`, so a value split over pieces is caught too.
+a :class:`ScrubStream`, so a value split over pieces is caught too; text cut off by a stop while
+its end could still become a value loses that end (it is never shown).
 """
 
 from __future__ import annotations
@@ -157,7 +158,8 @@ class ScrubStream:
 
     :meth:`feed` returns the scrubbed text that is safe to show now. An end that could be the start
     of a secret value is held back (about as long as the longest value) until the next piece settles
-    it; :meth:`flush` releases what is held when no more text comes. Not thread-safe: callers lock.
+    it; :meth:`flush` releases what is held when the text is complete, :meth:`drop` drops it when the text was cut
+    off mid-way (it could be part of a value). Not thread-safe: callers lock.
     """
 
     __slots__ = ("_held",)
@@ -182,6 +184,12 @@ class ScrubStream:
     def flush(self) -> str:
         held, self._held = self._held, ""
         return scrub(held)
+
+    def drop(self) -> int:
+        """The text was cut off (a stop, an interjection, a timeout): what is held back could be the start of a
+        secret value, so it is dropped, never shown. Returns how many characters were dropped."""
+        held, self._held = self._held, ""
+        return len(held)
 
 
 def _scrub_json(value: Any) -> Any:

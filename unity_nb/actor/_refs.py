@@ -26,6 +26,7 @@ from typing import Any
 
 import pydantic
 
+from .._json import loads
 from .._output import install as route_output
 from .._output import tool_output
 from .._secrets import scrub
@@ -200,7 +201,7 @@ class RefTool(Tool):
 
     def parse(self, arguments: str) -> dict[str, Any]:
         try:
-            raw = json.loads(arguments or "{}")
+            raw = loads(arguments or "{}")
         except json.JSONDecodeError as err:
             raise ValueError(f"invalid arguments for {self.name}: not JSON ({err.msg})") from None
         if not isinstance(raw, dict):

@@ -306,11 +306,59 @@ def _types(output: type[pydantic.BaseModel]) -> str:
 
 _DOC = "A row's answer, in typed fields."
 _TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool}
+_PYDANTIC_OWN = frozenset(n for n in dir(pydantic.BaseModel) if not n.startswith("_"))
+"""Names a pydantic model uses itself (``model_config``, ``model_dump``, ``json``, ``copy``, ...): no column's."""
+
+
+def _reserved(name: str) -> str | None:
+    """Why ``name`` cannot be a column of the answer's pydantic model (None if it can)."""
+    if name.startswith("_"):
+        return "starts with an underscore, which pydantic keeps for private attributes (the column would be lost)"
+    if name in _PYDANTIC_OWN or name.startswith(("model_dump", "model_validate")):
+        return "is a name pydantic's models use themselves"
+    return None
+
+
+def _instead(name: str, taken: Iterable[str]) -> str:
+    """A name like ``name`` that a column may have, not among ``taken``."""
+    bare = name.lstrip("_")
+    for candidate in (bare, f"{bare}_", f"the_{bare}", f"{bare}_column"):
+        if candidate.isidentifier() and _reserved(candidate) is None and candidate not in taken:
+            return candidate
+    return "answer_" + bare  # pragma: no cover - one above always fits
+
+
+def _column_names(columns: Any) -> list[tuple[str, str]]:
+    """``columns`` as ``[(name, type), ...]``: each name an identifier a pydantic field keeps as it is, given
+    once, with a type among :data:`_TYPES`; else a UserError naming the column and what to do."""
+    specs = [c.strip() for c in columns.split(",")] if isinstance(columns, str) else list(columns)
+    out: list[tuple[str, str]] = []
+    for spec in specs:
+        name, _, kind = spec.partition(":") if isinstance(spec, str) else (spec, "", "")
+        name, kind = str(name).strip(), kind.strip() or "str"
+        if not isinstance(spec, str) or not name.isidentifier() or kind not in _TYPES:
+            raise UserError(
+                f"columns takes names of the answer's fields, each with an optional type among "
+                f"{', '.join(_TYPES)} (method,sample_size:int,score:float), not {columns!r}"
+            )
+        taken = [n for n, _k in out]
+        why = _reserved(name)
+        if why is not None:
+            raise UserError(f"columns takes no column named {name!r}: it {why}; name it otherwise, "
+                            f"say {_instead(name, taken)!r}")
+        if name in taken:
+            raise UserError(f"columns names {name!r} twice ({columns!r}): give each column once, with one type")
+        out.append((name, kind))
+    if not out:
+        raise UserError(f"columns takes at least one name of a field, not {columns!r}")
+    return out
 
 
 def output_model(output: Any, columns: Iterable[str] | None) -> type[pydantic.BaseModel] | None:
     """The answer's fields: ``output`` (a pydantic model) or ``columns`` (``"method,sample_size:int,score:float"``,
-    or a list of such names: a type per column among str, int, float and bool; str when none is said)."""
+    or a list of such names: a type per column among str, int, float and bool; str when none is said). A column's
+    name is an identifier, given once, neither starting with ``_`` nor one pydantic's models use themselves
+    (``model_dump``, ``json``, ...): each comes back as the result's column exactly as given."""
     if output is not None and columns is not None:
         raise UserError("give output= (a pydantic model) or columns=, not both")
     if output is not None:
@@ -319,20 +367,16 @@ def output_model(output: Any, columns: Iterable[str] | None) -> type[pydantic.Ba
         return output
     if columns is None:
         return None
-    names = [c.strip() for c in columns.split(",")] if isinstance(columns, str) else list(columns)
-    fields: dict[str, Any] = {}
-    for spec in names:
-        name, _, kind = spec.partition(":") if isinstance(spec, str) else (spec, "", "")
-        name, kind = str(name).strip(), kind.strip() or "str"
-        if not isinstance(spec, str) or not name.isidentifier() or kind not in _TYPES:
-            raise UserError(
-                f"columns takes names of the answer's fields, each with an optional type among "
-                f"{', '.join(_TYPES)} (method,sample_size:int,score:float), not {columns!r}"
-            )
-        fields[name] = (_TYPES[kind], ...)
-    if not fields:
-        raise UserError(f"columns takes at least one name of a field, not {columns!r}")
-    return pydantic.create_model("Answer", __doc__=_DOC, **fields)
+    fields: dict[str, Any] = {name: (_TYPES[kind], ...) for name, kind in _column_names(columns)}
+    try:
+        model = pydantic.create_model("Answer", __doc__=_DOC, **fields)
+    except (TypeError, ValueError, NameError) as err:  # a name this pydantic refuses, which the checks missed
+        raise UserError(f"columns {columns!r} cannot be the answer's fields ({err}); name them otherwise") from None
+    lost = [n for n in fields if n not in model.model_fields]
+    if lost:  # a name this pydantic treats otherwise: a column is never dropped without a word
+        raise UserError(f"columns takes no column named {lost[0]!r} (pydantic would not keep it as a field); "
+                        f"name it otherwise, say {_instead(lost[0], fields)!r}")
+    return model
 
 
 def check_text_answer(output: type[pydantic.BaseModel]) -> Any:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
 from .._errors import Stopped, UserError
+from .._json import loads
 from .._output import tool_output
 from .._secrets import SECRET_REF, get_secret, scrub
 from ._answers import HandOff, Reference, ToolResult
@@ -199,7 +200,8 @@ class ToolRunner:
                 await self.execute(rec, self._turn.lookup(rec.name))
         finally:
             if rec.result is None:  # cancelled before or while running: still exactly one result
-                self.finish_call(rec, f"cancelled: {h.state.stop_reason or 'the loop was cancelled'}", True, 0.0)
+                self.finish_call(rec, f"cancelled: {h.state.stop_reason or 'the loop was cancelled'}", True, 0.0,
+                                 cut=True)
 
     def _refuse(self, rec: ToolCallRecord, offered: frozenset[str]) -> None:
         """A call of a tool this step did not offer: it does not run, and the model is told what it may call."""
@@ -220,7 +222,10 @@ class ToolRunner:
         request_id = None
         extras = self._turn.extra_properties(tool)
         if extras:
-            raw = json.loads(arguments or "{}")
+            try:
+                raw = loads(arguments or "{}")
+            except ValueError as err:
+                raise ValueError(f"invalid arguments for {tool.name}: not JSON ({err})") from None
             if isinstance(raw, dict):
                 if "include_parent_context" in extras:
                     share = bool(raw.pop("include_parent_context", False))
@@ -267,6 +272,7 @@ class ToolRunner:
             self.printed(rec, text)
 
         out_token = tool_output.set(write)
+        cut = False
         try:
             async with asyncio.timeout(timeout):
                 result, error = await self._call(rec, tool, kwargs), False
@@ -275,6 +281,7 @@ class ToolRunner:
         except TimeoutError:
             if rec.child is not None and not rec.child.done():
                 await rec.child.stop(f"the tool {rec.name} ran out of time")
+            cut = True
             result, error = (
                 f"error: {rec.name} did not finish within its timeout of {timeout:g} s and was stopped",
                 True,
@@ -288,7 +295,7 @@ class ToolRunner:
         finally:
             leave_call(token)
             tool_output.reset(out_token)
-        self.finish_call(rec, result, error, time.perf_counter() - t0)
+        self.finish_call(rec, result, error, time.perf_counter() - t0, cut=cut)
 
     async def _call(self, rec: ToolCallRecord, tool: Tool, kwargs: dict[str, Any]) -> str:
         value = await tool.fn(**kwargs) if tool.is_async else await _in_thread(tool.fn, kwargs)
@@ -364,10 +371,12 @@ class ToolRunner:
         if text:
             h.emit(ev.ToolOutput, call_id=rec.id, name=rec.name, text=text)
 
-    def finish_call(self, rec: ToolCallRecord, result: str, error: bool, duration: float) -> None:
+    def finish_call(self, rec: ToolCallRecord, result: str, error: bool, duration: float, *, cut: bool = False) -> None:
+        """The call's one result. ``cut``: it was stopped or ran out of time, maybe mid-write: an end of what it
+        printed that could start a secret value is never shown."""
         h = self._run
-        if rec._printed is not None:
-            h.state.printed += rec._printed.end()
+        if rec._printed is not None or cut:  # cut: so is what a thread it left running prints later
+            h.state.printed += rec.printed.end(cut=cut)
             self._publish_output(rec)
         result = scrub(result)
         rec.result = result

@@ -127,11 +127,12 @@ class PrintedOutput:
     add up to exactly what the record keeps.
     """
 
-    __slots__ = ("_lock", "_scrub", "_unpublished", "buffer", "ended")
+    __slots__ = ("_cut", "_lock", "_scrub", "_unpublished", "buffer", "ended")
 
     def __init__(self, text: str = "", limit: int | None = OUTPUT_LIMIT) -> None:
         self.buffer = TextBuffer(text, limit)
         self.ended = False
+        self._cut = False
         self._scrub = ScrubStream()
         self._lock = threading.Lock()
         self._unpublished: list[str] = []
@@ -162,17 +163,26 @@ class PrintedOutput:
             self._add(safe)
             return len(safe)
 
+    def _settle(self) -> str:
+        """What the scrubber held back, scrubbed; nothing once the call was cut off: then it stays held (it could
+        be part of a secret value), shown only if later writes (a thread left running) settle that it is not."""
+        return "" if self._cut else self._scrub.flush()
+
     def release(self) -> int:
-        """Release what the scrubber holds back (no more text is coming for now)."""
+        """Release what the scrubber holds back (no more text is coming for now), unless the call was cut off
+        (see :meth:`end`)."""
         with self._lock:
-            rest = self._scrub.flush()
+            rest = self._settle()
             self._add(rest)
             return len(rest)
 
-    def end(self) -> int:
-        """The call ended: release what is held back and the kept tail."""
+    def end(self, *, cut: bool = False) -> int:
+        """The call ended: release what is held back and the kept tail. ``cut``: it was cut off (stopped, out
+        of time), maybe mid-value, so what the scrubber holds back could be part of a secret value: it is never
+        released (nor is such an end of what a thread it left running writes later)."""
         with self._lock:
-            rest = self._scrub.flush()
+            self._cut = self._cut or cut
+            rest = self._settle()
             self._add(rest)
             tail = self.buffer.seal()
             if tail:

@@ -235,12 +235,16 @@ class Turn:
             self.thinking.append(text)
             self.run.emit(ev.ModelDelta, step=self.run.state.steps, text=text, thinking=True)
 
-    def _flush_streaming(self) -> None:
-        """The model call ended: publish what the scrubbers held back (an unfinished start of a value)."""
+    def _flush_streaming(self, *, cut: bool = False) -> None:
+        """The model call ended: publish what the scrubbers held back (an unfinished start of a value). ``cut``:
+        it was cut off (a stop, an interjection), so what they hold could be part of a value: it is dropped."""
         for scrubber, buffer, thinking in (
             (self._text_scrub, self.text, False),
             (self._thinking_scrub, self.thinking, True),
         ):
+            if cut:
+                scrubber.drop()
+                continue
             text = scrubber.flush()
             if text:
                 buffer.append(text)
@@ -307,8 +311,9 @@ class Turn:
             reply = await task
         except asyncio.CancelledError:
             # stopped, or interrupted by an interjection: what streamed so far is kept, marked as cut off
-            # (the transcript and, through the event, the store), as a chat interface keeps a stopped reply
-            self._flush_streaming()
+            # (the transcript and, through the event, the store), as a chat interface keeps a stopped reply;
+            # an end held back as the possible start of a secret value is dropped, never shown
+            self._flush_streaming(cut=True)
             partial = self.text.text or None
             h.emit(ev.ModelResponse, step=step, content=partial, interrupted=True)
             if partial:

@@ -27,6 +27,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from .._json import loads
 from ._base import DeltaCallback, Reply, ToolCall, Usage
 
 __all__ = ("Assembler", "ProviderError", "ReplyTooLong", "error_words", "provider_error")
@@ -115,7 +116,7 @@ def error_words(payload: Any) -> str | None:
             raw = meta.get("raw")
             if isinstance(raw, str):
                 try:
-                    inner = error_words(json.loads(raw))
+                    inner = error_words(loads(raw))
                 except ValueError:
                     inner = None
                 add(inner or raw)

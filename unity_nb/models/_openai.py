@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from .._errors import ModelConfigError, ModelError
+from .._json import loads
 from ._assemble import Assembler, ProviderError, ReplyTooLong, provider_error
 from ._base import DeltaCallback, ModelRequest, Reply, Usage, retry_hook
 from ._limits import RateLimit, rate_limit_of
@@ -348,7 +349,7 @@ class OpenAIModel:
             pieces.append(piece)
         raw = b"".join(pieces)
         try:
-            body = json.loads(raw)
+            body = loads(raw)
         except ValueError:
             raise _BadStream(f"a JSON content type with a body that is not JSON: {raw[:200]!r}") from None
         err = provider_error(body)
@@ -407,7 +408,7 @@ def _stray(decoder: SSEDecoder) -> None:
         name, colon, value = line.partition(b":")
         text = value.strip() if name == b"error" and colon else line
         try:
-            payload = json.loads(text)
+            payload = loads(text)
         except ValueError:
             if name == b"error":
                 raise ProviderError(text.decode("utf-8", "replace")[:500]) from None
@@ -419,27 +420,29 @@ def _stray(decoder: SSEDecoder) -> None:
             raise err
 
 
-_DECODE = json.JSONDecoder().decode
-
-
 def _loads(data: bytes) -> Any:
-    """``json.loads(data)``: the same value or the same error, without its encoding detection for UTF-8.
+    """``json.loads(data)``: the same value or the same error, without its encoding detection for UTF-8 (and
+    JSON nested too deep an error like any other, see :func:`unity_nb._json.loads`).
 
     A UTF-8 text that decodes as JSON is what ``json.loads`` makes of the bytes too (it reads them as
     another encoding only when a NUL is among the first bytes, which no JSON text that parses has);
     anything else goes to ``json.loads`` itself, for its value or its error.
     """
     try:
-        return _DECODE(data.decode())
-    except ValueError:  # not UTF-8 (UnicodeDecodeError is a ValueError), or not JSON
-        return json.loads(data)
+        text = data.decode()
+    except ValueError:  # not UTF-8 (UnicodeDecodeError is a ValueError)
+        return loads(data)
+    try:
+        return loads(text)
+    except ValueError:  # not JSON
+        return loads(data)
 
 
 def _event(kind: str, data: bytes, asm: Assembler) -> bool:
     """Add one event's payload to the reply; True at ``[DONE]``."""
     if kind == "message" and data[:1] == b"{":  # the usual event: one chunk of the reply
         try:
-            payload = _DECODE(data.decode())
+            payload = loads(data.decode())
         except ValueError:
             pass  # the general path below says what is wrong with it
         else:

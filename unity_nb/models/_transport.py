@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from types import SimpleNamespace
 from typing import Any, Protocol
 
+from .._json import loads
 from ._assemble import error_words
 
 __all__ = (
@@ -72,7 +73,7 @@ def error_body_text(body: bytes | str, *, cut: bool = False) -> str:
     words = None
     if text.lstrip()[:1] in ("{", "["):
         try:
-            words = error_words(json.loads(text))
+            words = error_words(loads(text))
         except ValueError:
             words = None
     if words is None:
