@@ -35,6 +35,14 @@ def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> list[str]:
     return [target, *(f"{target}.{a.name}" for a in node.names)]
 
 
+def _named(targets: list[str], files: dict[str, Path]) -> list[str]:
+    """What ``from X import a, b`` depends on: ``X.a`` where ``a`` is a submodule of ``X`` (``from .. import
+    events``: the module, not the package that gathers everything), and ``X`` itself for any other name."""
+    target, *subs = targets
+    modules = [m for m in subs if m in files]
+    return modules + ([target] if len(modules) < len(subs) else [])
+
+
 def _imports(name: str, path: Path, files: dict[str, Path]) -> dict[str, bool]:
     """``{module imported: deferred}``: deferred when every import of it sits under ``TYPE_CHECKING`` or
     inside a function (how a module imports one above it without failing at import time)."""
@@ -48,7 +56,7 @@ def _imports(name: str, path: Path, files: dict[str, Path]) -> dict[str, bool]:
             if isinstance(child, ast.Import):
                 names = [a.name for a in child.names]
             elif isinstance(child, ast.ImportFrom):
-                names = _resolve(name, is_package, child)
+                names = _named(_resolve(name, is_package, child), files)
             for m in names:
                 if m in files and m != name:
                     found[m] = found.get(m, True) and deferred
@@ -101,6 +109,43 @@ def back_edges(within: str) -> list[tuple[str, str]]:
     return [(a, b) for a, b in circle(within) if b in late[a]]
 
 
+def cycles() -> list[list[str]]:
+    """The package's import cycles (strongly connected sets of two or more modules, every import counted),
+    each sorted, largest first."""
+    graph = import_graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found, key=len, reverse=True)
+
+
 def test_the_graph_sees_every_kind_of_import():
     graph = import_graph()
     assert "unity_nb.loop._handle" in graph["unity_nb.loop._start"]  # module level
@@ -139,3 +184,20 @@ def test_converted_parts_never_name_the_handle():
         assert "LoopHandle" not in source, f"loop/{name}.py refers to LoopHandle"
         assert not {"Part", "owner"} & named, f"loop/{name}.py still reaches its loop through Part.owner"
         assert "unity_nb.loop._handle" not in import_graph()[f"unity_nb.loop.{name}"]
+
+
+# issue 33: four circles were left (store / _store_schema / _store_batches; actor/_actor / _source;
+# batch/_map / _map_engine; jupyter/_magics / _magics_ops / _magics_tasks)
+def test_no_import_circle_anywhere_in_the_package():
+    found = cycles()
+    assert found == [], f"{len(found)} import circle(s) in the package: {found}"
+
+
+def test_the_cycle_finder_finds_a_circle(tmp_path, monkeypatch):
+    pkg = tmp_path / "unity_nb"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from . import b\n")
+    (pkg / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import x\n")
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", pkg)
+    assert cycles() == [["unity_nb.a", "unity_nb.b"]]

@@ -303,7 +303,8 @@ async def test_done_rows_are_skipped_and_a_stopped_batch_resumes_from_the_store(
     result = await asyncio.wait_for(second.result(), 10)
     assert result.tolist() == ["answer a", "answer b", "again c", "again d"] and ran == []
     assert [e.row for e in second.events if e.kind == "row_finished" and not e.kept] == ['"y"', '"z"']
-    assert second.rows.kept == 2 and [e.row for e in second.events if e.kind == "row_finished" and e.kept] == ['"w"', '"x"']
+    assert second.rows.kept == 2
+    assert [e.row for e in second.events if e.kind == "row_finished" and e.kept] == ['"w"', '"x"']
     store.close()
 
 

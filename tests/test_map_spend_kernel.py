@@ -59,8 +59,8 @@ def test_estimate_budget_resume_cache_and_typed_columns_through_the_magics(tmp_p
         assert k.value("[fresh.progress['cached'], len(server.requests)]") == [0, 6]
         assert "str, int, float and bool" in k.value("refused('map items --columns a,n:complex Label {value}')")
         k.run("typed = %unity map items --columns word,n:int Label {value}")
-        assert k.value("list(typed.output.model_fields)") == ["word", "n"]
-        assert k.value("typed.output.model_fields['n'].annotation.__name__") == "int"
+        assert k.value("list(typed.rows.plan.output.model_fields)") == ["word", "n"]
+        assert k.value("typed.rows.plan.output.model_fields['n'].annotation.__name__") == "int"
         k.run("await typed.stop('enough')") if not k.value("typed.done()") else None
     finally:
         k.close()
@@ -82,7 +82,8 @@ def test_a_batch_paused_at_its_budget_when_its_kernel_died_resumes_with_a_new_ca
         k.run(SETUP)
         printed = k.run("h = %unity resume capped --budget 10\nawait h")
         assert "kept 1 row(s) finished before; 2 to run" in printed
-        assert k.value("[(await h).tolist(), h.spending.budget, h.progress['budget_reached'], len(server.requests)]") == [
+        assert k.value(
+            "[(await h).tolist(), h.spending.budget, h.progress['budget_reached'], len(server.requests)]") == [
             ["label a", "label b", "label c"], 10.0, False, 2]
     finally:
         k.close()

@@ -105,7 +105,7 @@ def test_killed_operators_resume_keeping_every_committed_row(tmp_path):
         # items 6-10 screened (10 pairs, 3 committed), then the 4 best in a round robin (6 pairs)
         assert len(screen) == 10 - 3 + 6
         assert sorted(int(t.split("Is ")[1].split()[0]) for t in asked if "Decide" in t) == [3, 4, 5]
-        assert second.value("best.kept") == 12 + 3 and second.value("keep.kept") == 3
+        assert second.value("best.kept") == 12 + 3 and second.value("keep.rows.kept") == 3
         second.run("fields = %unity resume fields\npairs = %unity resume pairs\nsummary = %unity resume summary")
         assert second.value("(await fields)['half'].tolist()") == [0, 0, 1, 1, 2, 2]
         found = second.value("list(zip((await pairs)['left'], (await pairs)['right']))")

@@ -18,6 +18,7 @@ from ._errors import (
 from ._otel import Tracing, trace
 from ._registry import register_tool, registered_tools, tool, unregister_tool
 from ._secrets import forget_secret, get_secret, secret_names, set_secret
+from ._version import __version__ as __version__
 from .actor import Actor, ActorHandle, PlanResult, act, final_answer, primitive, registered_primitives
 from .batch import (
     AggHandle,
@@ -84,8 +85,6 @@ from .models import (
     set_rate_limit,
 )
 from .store import Store
-
-__version__ = "0.1.0"
 
 __all__ = (
     # the loop

@@ -251,7 +251,7 @@ def trace(*, tracer_provider: Any = None, content: bool = False, bus: ev.EventBu
         raise UserError(
             "u.trace() needs OpenTelemetry's API: pip install 'unity_nb[otel]' (or opentelemetry-api)"
         ) from None
-    from . import __version__
+    from ._version import __version__
 
     provider = tracer_provider if tracer_provider is not None else otel_trace.get_tracer_provider()
     tracer = provider.get_tracer(_SCOPE, __version__)

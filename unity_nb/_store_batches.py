@@ -4,12 +4,8 @@ place of one line per row loop (``Store.history``)."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
-from ._store_schema import loop_rows
-
-if TYPE_CHECKING:
-    from .store import Store
+from ._store_schema import StoreFile, loop_rows
 
 __all__ = ("BATCH", "batch_rows", "history_frame")
 
@@ -17,7 +13,7 @@ BATCH = "batch = 1"
 """SQL: the loop is a batch (its children are its rows: a map, or an operator's map)."""
 
 
-def batch_rows(store: Store, loop: dict) -> str:
+def batch_rows(store: StoreFile, loop: dict) -> str:
     """A batch's rows as history says them: ``30 finished (10 kept), 2 failed; 5 running when its kernel died``."""
     counts = {"finished": 0, "failed": 0, "stopped": 0, "kept": 0}
     for r in loop_rows(store, loop["uid"], "row_finished"):
@@ -37,7 +33,7 @@ def batch_rows(store: Store, loop: dict) -> str:
     return text
 
 
-def history_frame(store: Store, rows: list[dict]):
+def history_frame(store: StoreFile, rows: list[dict]):
     """``Store.history``'s DataFrame of ``rows`` (``Store.loops`` without row loops): a batch's ``rows`` column
     counts its rows (:func:`batch_rows`), other loops leave it empty."""
     import pandas as pd

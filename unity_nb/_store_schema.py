@@ -20,20 +20,28 @@ from __future__ import annotations
 import contextlib
 import logging
 import sqlite3
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from ._errors import UserError
-
-if TYPE_CHECKING:
-    from .store import Store
 
 __all__ = (
     "CHECK_SAMPLE", "CHECK_WHOLE_UP_TO", "INDEX_CATCH_UP", "LAST_OF_KIND", "LAST_REQUESTS", "MIGRATIONS", "OF_LOOP",
     "OF_LOOP_KIND", "REBUILD_INDEX", "SCAN_LAST_OF_KIND", "SCAN_OF_LOOP", "SCHEMA_VERSION", "by_index", "check_index",
-    "index_damage", "loop_rows", "rebuild_index",
+    "index_damage", "loop_rows", "rebuild_index", "StoreFile",
 )
 
 log = logging.getLogger("unity_nb.store")
+
+
+class StoreFile(Protocol):
+    """What these functions read of a :class:`unity_nb.Store` (so this module imports nothing above it)."""
+
+    path: Any
+
+    def query(self, sql: str, params: tuple | dict = ()) -> list[dict]: ...
+
+    def transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
 
 # events: once with AUTOINCREMENT, which made every commit write sqlite_sequence's page too (a sixth of
 # recording's cost). A file made before keeps it (the same table to every reader); seq grows either way.
@@ -193,15 +201,15 @@ LAST_REQUESTS = (
 ``MAX``): for :meth:`Store.loops`, one scan of them whatever the number of loops listed."""
 
 
-def check_index(store: Store) -> None:
-    """On open: rebuild the index if :func:`index_damage` finds it damaged."""
-    with store._lock, store._damage():
-        why = index_damage(store._db)
+def check_index(store: StoreFile, damage: Callable[[], str | None]) -> None:
+    """On open: rebuild the index if ``damage()`` (:func:`index_damage` read under the store's lock) finds it
+    damaged."""
+    why = damage()
     if why is not None:
         rebuild_index(store, why)
 
 
-def rebuild_index(store: Store, why: str) -> None:
+def rebuild_index(store: StoreFile, why: str) -> None:
     """Make the index of events by loop anew from the events (one transaction), and say so in the log."""
     log.warning("store: the index of events by loop in %r was damaged (%s): rebuilt from the events", store.path, why)
     with store.transaction() as db:
@@ -209,7 +217,7 @@ def rebuild_index(store: Store, why: str) -> None:
             db.execute(statement)
 
 
-def by_index(store: Store, sql: str, params: dict, scan: str) -> list[dict]:
+def by_index(store: StoreFile, sql: str, params: dict, scan: str) -> list[dict]:
     """Rows read through the index; if it is missing, it is rebuilt first (read by ``scan`` if that fails)."""
     try:
         return store.query(sql, params)
@@ -223,7 +231,7 @@ def by_index(store: Store, sql: str, params: dict, scan: str) -> list[dict]:
         return store.query(sql, params)
 
 
-def loop_rows(store: Store, uid: str, kind: str | None = None) -> list[dict]:
+def loop_rows(store: StoreFile, uid: str, kind: str | None = None) -> list[dict]:
     """The rows (``seq``, ``data``) of one loop's events (of one kind), oldest first. Entries pointing at another
     loop's events are left out, and the index rebuilt."""
     params = {"uid": uid, "kind": kind}

@@ -51,6 +51,7 @@ from ._store_schema import (
     SCHEMA_VERSION,
     by_index,
     check_index,
+    index_damage,
     loop_rows,
 )
 
@@ -155,7 +156,7 @@ class Store:
             self._db.execute("PRAGMA synchronous = NORMAL")
             self.migrate()
             with contextlib.suppress(sqlite3.OperationalError):  # a full disk: a write's catch-up (or close's) does it
-                check_index(self)  # derived data: damaged, it is rebuilt
+                check_index(self, self._index_damage)  # derived data: damaged, it is rebuilt
                 self._catch_up()  # what a kernel that died left out of the index
             self.execute(
                 "INSERT INTO sessions (id, pid, host, started) VALUES (?, ?, ?, ?)",
@@ -233,6 +234,11 @@ class Store:
             if _code(err) in _DAMAGED:
                 raise _unusable(self.path, err) from err
             raise
+
+    def _index_damage(self) -> str | None:
+        """What is wrong with the index of events by loop (``_store_schema.index_damage``), read under the lock."""
+        with self._lock, self._damage():
+            return index_damage(self._db)
 
     def execute(self, sql: str, params: tuple | dict = ()) -> sqlite3.Cursor:
         with self._lock, self._damage():
