@@ -10,7 +10,7 @@ each call's :class:`ToolContext`: it never holds the loop's handle.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import events as ev
 from .._errors import UserError
@@ -22,7 +22,23 @@ from ._refs import RefIndex, RefTool
 
 if TYPE_CHECKING:
     from ..loop import Tool
-    from ._actor import Actor
+
+
+class ActorSettings(Protocol):
+    """What the actor's tool source reads of its :class:`Actor` (so this module never imports the actor)."""
+
+    namespace: dict[str, Any]
+    references: bool
+    primitives: Any
+    hidden: Any
+    code_timeout: float | None
+    shell: Any
+
+    @property
+    def tools(self) -> list[Any]: ...
+
+    @property
+    def approval(self) -> str: ...
 
 __all__ = ("ActorTools",)
 
@@ -37,7 +53,7 @@ def _no_plan_final_answer(value: Any = None) -> None:
 class ActorTools(ToolSource):
     """The actor's tool source: ``execute_code`` and the JSON tools by reference, over ``actor``'s namespace."""
 
-    def __init__(self, actor: Actor, *, multi: bool, label: str) -> None:
+    def __init__(self, actor: ActorSettings, *, multi: bool, label: str) -> None:
         self.actor = actor
         self.namespace = actor.namespace
         self.plans = 0

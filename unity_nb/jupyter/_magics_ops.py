@@ -13,7 +13,7 @@ from ._args import HELP, Command, parse
 
 if TYPE_CHECKING:
     from ..loop import LoopHandle
-    from ._magics import UnityMagics
+    from ._host import Host as UnityMagics
 
 __all__ = ("resume_operator", "start_operator")
 
@@ -78,7 +78,7 @@ def resume_operator(magics: UnityMagics, row: dict) -> LoopHandle:
     """An operator a dead kernel left interrupted runs again from its ``%unity`` line under its name: the rows its
     maps finished are kept where they are asked the same (same position, label, task and model)."""
     from ..batch import finished_rows
-    from ._magics_tasks import missing_names
+    from ._host import missing_names
 
     sub = row["kind"]
     op = OPERATORS[sub]

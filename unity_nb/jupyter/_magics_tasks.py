@@ -13,9 +13,10 @@ from IPython.core.error import UsageError
 from .._errors import UserError
 from ..loop import LoopHandle, Message
 from ._args import HELP, Command, parse
+from ._host import missing_names
 
 if TYPE_CHECKING:
-    from ._magics import UnityMagics
+    from ._host import Host as UnityMagics
 
 __all__ = ("tasks_table", "task_command", "resume_from_store", "wire_history", "render_history", "show_transcript")
 
@@ -337,16 +338,3 @@ def resume_map(magics: UnityMagics, row: dict, *, budget: float | None = None) -
         widget.notice = notice
     print(notice)
     return handle
-
-
-def missing_names(expr: str, namespace: dict) -> list[str]:
-    """The names ``expr`` reads that ``namespace`` (and the builtins) lacks."""
-    import ast
-    import builtins
-
-    try:
-        tree = ast.parse(expr, mode="eval")
-    except SyntaxError:
-        return []
-    names = [n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
-    return [n for n in dict.fromkeys(names) if n not in namespace and not hasattr(builtins, n)]
