@@ -278,6 +278,8 @@ function render({ model, el }) {
       v.header.innerHTML = "";
       v.header.append(
         h("span", { class: "unb-name" }, node.name),
+        // what the operation is (map, filter, an operator registered later): not shown for a plain loop or a row
+        node.kind && node.kind !== "loop" && node.depth === 0 ? h("span", { class: "unb-kind" }, node.kind) : "",
         // a batch that finished with rows failed or stopped does not look like a success
         node.progress && node.progress.outcome === "finished with failures"
           ? h("span", { class: "unb-badge unb-partial" }, "finished with failures")

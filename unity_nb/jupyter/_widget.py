@@ -183,6 +183,7 @@ def _node(h: LoopHandle, depth: int, retry: str = "", cut_off: str = "") -> dict
     return {
         "id": h.id,
         "name": h.name,
+        "kind": h.kind,  # what the operation is: map, filter, actor, an operator registered later
         "depth": depth,
         "parent": h.parent.id if h.parent is not None else None,
         "status": status,
