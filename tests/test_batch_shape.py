@@ -278,3 +278,57 @@ async def test_an_operator_in_one_file_is_in_the_magics_their_help_estimate_and_
     assert store.find("moods")["kind"] == "sentiment"
     with pytest.raises(UsageError, match="needs the items"):
         ip.run_line_magic("unity", "sentiment")
+
+
+# -- the same operator killed in a real kernel and resumed in a new one -----------------------------------
+
+KERNEL_MODEL = textwrap.dedent(
+    """
+    import asyncio, sys, pandas as pd, unity_nb as u
+    sys.path.insert(0, {folder!r})
+
+    seen = []
+
+    async def answer(messages, tools):
+        text = next(m["content"] for m in messages if m["role"] == "user")
+        seen.append(text)
+        if DIE and "review 3" in text:
+            await asyncio.Event().wait()  # the kernel dies while this row runs
+        return "positive"
+
+    m = u.ScriptedModel(answer)
+    %unity model --var m
+    reviews = pd.Series([f"review {{i}}" for i in range(6)], name="text")
+    """
+)
+
+
+def test_an_operator_in_one_file_is_killed_and_resumed_in_a_real_kernel(tmp_path):
+    from _kernel import Kernel
+
+    (tmp_path / "sentiment_op.py").write_text(OPERATOR_FILE)
+    store = str(tmp_path / "state.db")
+    first = Kernel(env={"UNITY_NB_STORE": store})
+    try:
+        first.run("%load_ext unity_nb")
+        first.run("DIE = True\n" + KERNEL_MODEL.format(folder=str(tmp_path)))
+        first.run("import sentiment_op\nmoods = %unity sentiment reviews --concurrency 1 --name moods How does {text} sound?\n"
+                  "await moods.wait_for('row_finished', lambda e: e.position == 2, timeout=20)")
+    finally:
+        first.kill()
+    second = Kernel(env={"UNITY_NB_STORE": store})
+    try:
+        second.run("%load_ext unity_nb")
+        second.run("DIE = False\n" + KERNEL_MODEL.format(folder=str(tmp_path)))
+        second.run("history = %unity history")
+        listed = second.value("history[['name', 'kind', 'status']].values.tolist()")
+        assert ["moods", "sentiment", "interrupted"] in listed
+        refused = second.run("try:\n    %unity resume moods\nexcept Exception as e:\n    print(type(e).__name__, e)")
+        assert "UsageError" in refused and "no operator 'sentiment': register it" in refused
+        out = second.run("import sentiment_op\nmoods = %unity resume moods")
+        assert "resumed from the store: 'moods' (sentiment)" in out and "Kept 3 row(s)" in out
+        assert second.value("(await moods).tolist()") == ["positive"] * 6
+        assert second.value("sorted(int(t.split('review ')[1].split()[0]) for t in seen)") == [3, 4, 5]
+        assert second.value("moods.kind") == "sentiment"
+    finally:
+        second.kill()
