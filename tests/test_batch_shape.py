@@ -312,7 +312,8 @@ def test_an_operator_in_one_file_is_killed_and_resumed_in_a_real_kernel(tmp_path
     try:
         first.run("%load_ext unity_nb")
         first.run("DIE = True\n" + KERNEL_MODEL.format(folder=str(tmp_path)))
-        first.run("import sentiment_op\nmoods = %unity sentiment reviews --concurrency 1 --name moods How does {text} sound?\n"
+        first.run("import sentiment_op\n"
+                  "moods = %unity sentiment reviews --concurrency 1 --name moods How does {text} sound?\n"
                   "await moods.wait_for('row_finished', lambda e: e.position == 2, timeout=20)")
     finally:
         first.kill()
