@@ -1,4 +1,5 @@
 import asyncio
+import inspect
 import os
 import tempfile
 
@@ -6,6 +7,26 @@ import pytest
 
 # every store a test (or a kernel or notebook a test starts) opens by default lives here, not in the repository
 os.environ.setdefault("UNITY_NB_STORE", os.path.join(tempfile.mkdtemp(prefix="unity_nb_tests_"), "state.db"))
+
+
+def pytest_collection_modifyitems(items):
+    """The markers registered in pyproject.toml, set from what a test does, so a new test is marked without anyone
+    remembering to: ``kernel`` (it starts a real kernel: ``Kernel(``), ``browser`` (JupyterLab in Chromium),
+    ``real_model`` (SmolLM2 on llama-cpp-python's server). ``pytest -m "not kernel and not browser and not
+    real_model"`` runs the engine's tests."""
+    for item in items:
+        module = item.module.__name__ if getattr(item, "module", None) else ""
+        if "browser" in module:
+            item.add_marker(pytest.mark.browser)
+        if "real_model" in module:
+            item.add_marker(pytest.mark.real_model)
+        fn = getattr(item, "function", None)
+        try:
+            source = inspect.getsource(fn) if fn is not None else ""
+        except (OSError, TypeError):
+            source = ""
+        if "Kernel(" in source or "kernel_app" in source:
+            item.add_marker(pytest.mark.kernel)
 
 
 async def settle(ticks: int = 50) -> None:
