@@ -248,3 +248,16 @@ def _alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_interrupting_the_kernel_leaves_its_local_server_running(tmp_path):
+    from _kernel import Kernel
+
+    k = Kernel(env={"UNITY_NB_STORE": str(tmp_path / "s.db")})
+    try:
+        k.run("import unity_nb as u\nm = u.local_model(n_ctx=1400, quiet=True, options={'max_tokens': 8})", timeout=180)
+        k.km.interrupt_kernel()  # Jupyter's interrupt: SIGINT to the kernel's process group
+        assert k.value("(await u.start_loop('Say hello.', model=m).result()).strip() != ''", timeout=180)
+        assert k.value("m.server.running()")
+    finally:
+        k.close()

@@ -24,7 +24,8 @@ What keeps the server the kernel's own:
   again; ``u.local_model()`` starts a new one.
 - **its life is the kernel's.** The server watches the kernel's process and ends the moment it is gone, however
   it ended and whichever thread started the server (``PR_SET_PDEATHSIG``, used before, fired when the *thread*
-  that started it ended).
+  that started it ended). It runs in a session of its own: Jupyter interrupts a kernel by signalling its
+  process group, and that SIGINT stopped the server too.
 
 What the server needs from a client, and :class:`LocalModel` does:
 
@@ -116,6 +117,7 @@ class LocalServer:
             self.process = subprocess.Popen(
                 [sys.executable, "-P", str(_LAUNCHER)], stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                 pass_fds=(listener.fileno(),),
+                start_new_session=True,  # not in the kernel's process group, which Jupyter's interrupt signals
             )
         except BaseException:
             listener.close()
@@ -337,11 +339,11 @@ class LocalModel(OpenAIModel):
                 return attempt.result()
             except (TransportError, _Incomplete, TimeoutError) as err:  # broken off: by the server's end?
                 broken = err
-            try:
-                await asyncio.wait_for(server.ended(), _GRACE)
-            except TimeoutError:
-                raise broken from None  # the server lives: retried as before
-            raise self._ended()
+        try:  # (the slot is free meanwhile)
+            await asyncio.wait_for(server.ended(), _GRACE)
+        except TimeoutError:
+            raise broken from None  # the server lives: retried as before
+        raise self._ended()
 
 
 def _settle(future: asyncio.Future) -> None:
