@@ -38,7 +38,7 @@ from .._collector import hold_loops, release_loops
 from .._errors import Stopped, UserError
 from ..loop import VERBS, LoopHandle, LoopOptions, Status
 from ..models import Usage, default_model, price_of, set_rate_limit
-from ._cache import ResultCache, model_identity, options_fingerprint
+from ._cache import ResultCache, cacheable, model_identity, options_fingerprint
 from ._estimate import Estimate, estimate_map
 from ._failures import fails_every_row, is_row_id, label_of, reason_of
 from ._map_engine import MapEngine
@@ -151,7 +151,7 @@ class MapHandle(Spending, LoopHandle):
         self._done_usage, self._done_steps, self._done_tool_calls = Usage(), 0, 0  # of the rows that ended
         self._done_tree = Usage()  # the rows' whole trees (a row's sub-loops too)
         self._done_cost = 0.0
-        self._cost_unknown = False
+        self._unpriced: dict[str, Usage] = {}  # tokens of unpriced models under rows that ended (_spend)
         self._failed_kept = 0
         self.fatal: BaseException | None = None
         """An error that would fail every row (a bad key, a missing model): the batch ends with it."""
@@ -284,7 +284,7 @@ class MapHandle(Spending, LoopHandle):
         assert self.cache is not None
         if row.position not in self._looked_up:
             ahead = [row, *(r for r in self.source.peek(_LOOKAHEAD) if r.reason is None)]
-            keys = {r.position: self.cache.key(r.task) for r in ahead}
+            keys = {r.position: self.cache.key(r.task, self._row_notes) for r in ahead}
             found = self.cache.get_many(list(keys.values()))
             self._looked_up = {p: found.get(k) for p, k in keys.items()}
         return self._looked_up.pop(row.position, None)
@@ -373,6 +373,7 @@ class MapHandle(Spending, LoopHandle):
             config = config.named(f"{self.name}[{label_of(row.key)}]")
         child = LoopHandle(row.task, parent=self, config=config)
         row.child = child
+        row.told = len(self._row_notes)  # what it was told besides its task: part of its cache key
         for note in self._row_notes:  # interjections made before the row started
             child.run.conversation.note(note)
         try:
@@ -403,13 +404,7 @@ class MapHandle(Spending, LoopHandle):
             row.status = "stopped"
         row.tokens = (child.usage.input_tokens, child.usage.output_tokens)
         self._done_usage += child.usage
-        tree = child.tree
-        self._done_tree += tree.usage
-        cost = tree.cost
-        if cost is None:
-            self._cost_unknown = True
-        else:
-            self._done_cost += cost
+        self.count_spent(child)
         self._done_steps += child.steps
         self._done_tool_calls += child.tool_calls
         keep = row.status == "failed" and self._failed_kept < _KEEP_FAILED
@@ -418,8 +413,9 @@ class MapHandle(Spending, LoopHandle):
             row.child = None
             if child in self.children:
                 self.children.remove(child)
-        if row.status == "finished" and self.cache is not None and not _used_tools(child):
-            self.cache.put(self.cache.key(row.task), to_json(_plain(row.answer)), self.model_name)
+        if row.status == "finished" and self.cache is not None and not _used_tools(child) and cacheable(child):
+            key = self.cache.key(row.task, self._row_notes[: row.told])
+            self.cache.put(key, to_json(_plain(row.answer)), self.model_name)
         self._settled(row, child)
         self.check_budget()
 
@@ -544,6 +540,7 @@ class MapHandle(Spending, LoopHandle):
             raise UserError("interject needs a non-empty message")
         self.run.steer("interject", message)
         self._row_notes.append(VERBS["interject"].note(message, None) or message)
+        self._looked_up = {}  # rows ahead were looked up without it: asked again as they start
         await asyncio.gather(
             *(c.interject(message) for c in self.run.live_children()), return_exceptions=True
         )

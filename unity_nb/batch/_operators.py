@@ -20,6 +20,7 @@ from ..loop import Driver, LoopHandle
 from ..models import Usage, default_model
 from ._map import MapHandle, finished_rows
 from ._rows import Template
+from ._spend import checked_budget
 
 __all__ = ("ExtractHandle", "FilterHandle", "PhasedHandle", "extract", "filter_rows", "Verdict")
 
@@ -171,7 +172,7 @@ class PhasedHandle(LoopHandle):
         self.resume_from = resume_from
         """A store: each phase keeps the rows the newest earlier run of its map (``NAME.phase``) finished, where
         they are asked the same."""
-        self.budget: float | None = map_options.pop("budget", None)
+        self.budget: float | None = checked_budget(map_options.pop("budget", None), model)
         """Dollars for the whole operation: each phase's map gets what the phases before it left."""
         self.map_options = map_options
         self.phases: list[MapHandle] = []
@@ -223,7 +224,7 @@ class PhasedHandle(LoopHandle):
     def set_budget(self, dollars: float | None) -> None:
         """Change the cap on dollars for the whole operation (``None`` lifts it): the running phase gets what the
         phases before it left. A phase paused at its budget stays paused until :meth:`resume`."""
-        self.budget = dollars
+        self.budget = dollars = checked_budget(dollars, self.model)
         m = self.phase
         if m is not None and not m.done():
             spent = sum(p.cost or 0.0 for p in self.phases[:-1])

@@ -1,6 +1,18 @@
 """A batch's spending: dollars so far over its rows' trees, a budget that stops new rows from starting once
 spending reaches it (rows in flight finish: a batch is never paused mid-row), and the projection before the start
-that says when a batch would clearly exceed its budget."""
+that says when a batch would clearly exceed its budget.
+
+What a budget counts, and when it refuses:
+
+- every loop under a row, at its model's price (a row's sub-loops too);
+- a loop under a row whose model has no price cannot be counted: under a budget, the batch pauses as soon as
+  a row that used one ends (no new row starts) and says which model to price; its tokens are kept by model, so
+  once ``u.set_price`` names a price they are counted and ``resume`` goes on (or ``set_budget(None)`` lifts
+  the cap). Never is the budget switched off silently;
+- a batch that continues an earlier run (``%unity resume`` after a kernel died) counts what that run spent
+  (:meth:`Spending.carry_spent`, from the store: :func:`spent_in_store`), so a resumed batch paused at its
+  budget stays paused until the cap is lifted.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 from .. import events as ev
 from .._errors import UserError
 from ..loop import Tree
-from ..models import Usage, price_of
+from ..models import Usage, checked_usage, cost_of, price_of
 from ._estimate import estimate_rows
 
-__all__ = ("Spending", "as_dollars")
+__all__ = ("Spending", "as_dollars", "checked_budget", "spent_in_store")
 
 _SAMPLE = 100
 """Rows whose prompts a budget's projection is taken from before the batch starts."""
@@ -22,11 +34,14 @@ class Spending:
     """What :class:`MapHandle` knows of money (a mixin: its state is set in ``MapHandle.__init__``)."""
 
     budget: float | None
-    budget_reached: bool
     budget_note: str | None
     _done_tree: Usage
     _done_cost: float
-    _cost_unknown: bool
+    _unpriced: dict[str, Usage]
+    """Tokens of loops under rows that ended whose model has no price, by the model's name (counted once priced)."""
+    _carried = 0.0
+    """Dollars the runs this batch continues spent (:meth:`carry_spent`)."""
+    _reached = False
     model: Any
     run: Any
     model_name: str
@@ -62,12 +77,20 @@ class Spending:
             out += c.tree.usage
         return out
 
+    def _unpriced_models(self) -> list[str]:
+        """Models under rows that ended which spent tokens and still have no price."""
+        return [m for m in self._unpriced if price_of(m) is None]
+
+    def _ended_cost(self) -> float:
+        """Dollars of the rows that ended, at known prices (a model priced since its rows ended counts now)."""
+        return self._done_cost + sum(c for m, u in self._unpriced.items() if (c := cost_of(u, m)) is not None)
+
     def _tree_cost(self) -> float | None:
         """Dollars spent by this run's rows (and the loops under them), at their models' prices; ``None`` when a
         price is unknown. Rows kept or answered from the cache cost nothing."""
-        if self._cost_unknown:
+        if self._unpriced_models():
             return None
-        total = self._done_cost
+        total = self._ended_cost()
         for c in self.run.live_children():
             part = c.tree.cost
             if part is None:
@@ -77,44 +100,88 @@ class Spending:
 
     @property
     def cost(self) -> float | None:
-        """Dollars spent so far (a batch's own usage is its rows'): ``tree.cost``."""
+        """Dollars spent so far by this run (a batch's own usage is its rows'): ``tree.cost``."""
         return self._tree_cost()
 
+    @property
+    def spent(self) -> float:
+        """Dollars the budget counts: what the rows that ended spent at known prices, plus what the runs this one
+        continues spent (a model without a price is not counted: see :attr:`budget_reached`)."""
+        return self._carried + self._ended_cost()
+
+    def count_spent(self, child: Any) -> None:
+        """Count what a row's tree spent as the row ends: dollars at known prices, and the tokens of any loop of
+        it whose model has no price, by model (under a budget, :meth:`check_budget` pauses the batch for them)."""
+        tree = child.tree
+        self._done_tree += tree.usage
+        cost = tree.cost
+        if cost is not None:
+            self._done_cost += cost
+        else:
+            self._done_cost += _split(child, self._unpriced)
+
+    @property
+    def budget_reached(self) -> bool:
+        """True while the batch is held at its budget: spending reached it, or a model without a price spent under
+        it. No row starts until the cap is lifted (``set_budget``) or the price is set (``u.set_price``)."""
+        if not self._reached or self.budget is None:
+            return False
+        return bool(self._unpriced_models()) or self.spent >= self.budget
+
+    @budget_reached.setter
+    def budget_reached(self, value: bool) -> None:
+        self._reached = value
+
     def check_budget(self) -> bool:
-        """True when spending has reached the budget (the first time: the batch pauses, and says so)."""
+        """True when the batch must not start a row: spending has reached the budget, or a model without a price
+        spent under it (the first time: the batch pauses, and says so)."""
         if self.budget is None:
             return False
-        if self.budget_reached:
+        if self._reached and self.budget_reached:
             return True
         # what the rows that ended spent (a call's tokens are known once it ends): cheap at every row's start
-        spent = None if self._cost_unknown else self._done_cost
-        if spent is None or spent < self.budget:
+        unpriced = self._unpriced_models()
+        spent = self.spent
+        if not unpriced and spent < self.budget:
+            self._reached = False
             return False
-        self.budget_reached = True
+        self._reached = True
         self.run.gate.close()  # no new row starts; rows in flight finish (never paused mid-row)
         self.run.emit(ev.BudgetReached, budget=self.budget, spent=round(spent, 6), message=self.budget_message())
         return True
 
     def budget_message(self) -> str:
-        """What a batch paused at its budget says, and how to lift the cap."""
-        spent = self._tree_cost() or 0.0
+        """What a batch held at its budget says, and how to go on."""
+        unpriced = self._unpriced_models()
+        if unpriced:
+            names = ", ".join(repr(m) for m in unpriced)
+            first = unpriced[0]
+            return (
+                f"paused under its budget of ${self.budget or 0:,.2f}: its rows called {names}, whose price is "
+                f"unknown, so the budget cannot count what {'it' if len(unpriced) == 1 else 'they'} spent (no new "
+                f"row started). Set the price: u.set_price({first!r}, input=..., output=...) (dollars per million "
+                f"tokens), then h.resume(); or lift the cap: h.set_budget(None) then h.resume()"
+            )
+        before = f" (${self._carried:,.4f} of it by the run it continues)" if self._carried else ""
         return (
-            f"paused at its budget: ${spent:,.4f} spent of ${self.budget or 0:,.2f} (rows in flight finished; no new "
-            f"row started). Lift the cap: h.set_budget(DOLLARS) then h.resume(), or %unity resume {self.name} "
-            "--budget DOLLARS"
+            f"paused at its budget: ${self.spent:,.4f} spent{before} of ${self.budget or 0:,.2f} (rows in flight "
+            f"finished; no new row started). Lift the cap: h.set_budget(DOLLARS) then h.resume(), or %unity resume "
+            f"{self.name} --budget DOLLARS"
         )
 
     def set_budget(self, dollars: float | None) -> None:
         """Change the cap on dollars spent (``None`` lifts it). A batch paused at its budget stays paused until
         :meth:`resume`, which a cap above what was spent allows."""
-        if dollars is not None:
-            if price_of(self.model) is None:
-                raise UserError(f"a budget needs the price of {self.model_name!r}: u.set_price(...) first")
-            dollars = as_dollars(dollars)
-        self.budget = dollars
-        spent = self._tree_cost() or 0.0
-        if dollars is None or spent < dollars:
-            self.budget_reached = False
+        self.budget = checked_budget(dollars, self.model, self.model_name)
+        if self.budget is None or (not self._unpriced_models() and self.spent < self.budget):
+            self._reached = False
+
+    def carry_spent(self, dollars: float, *, origin: str | None = None) -> None:
+        """Count ``dollars`` the runs this batch continues spent against its budget (before its first row
+        starts): a budget already reached holds the batch at once. Recorded as a ``spending_carried`` event."""
+        self._carried = as_dollars(dollars)
+        self.run.emit(ev.SpendingCarried, dollars=self._carried, origin=origin)
+        self.check_budget()
 
     def _project(self, expected_output_tokens: int | None) -> None:
         """Before the start: from the first rows' prompts, what the whole batch would cost against the budget."""
@@ -134,6 +201,30 @@ class Spending:
             )
 
 
+def _split(loop: Any, unpriced: dict[str, Usage]) -> float:
+    """Dollars of ``loop``'s tree at known prices; the tokens of its loops whose model has no price are added to
+    ``unpriced`` by model name."""
+    whole = loop.tree.cost
+    if whole is not None:
+        return whole
+    if isinstance(loop, Spending):  # a batch under a row: its ended rows are counted in it, not in its children
+        for name, usage in loop._unpriced.items():
+            _add(unpriced, name, usage)
+        return loop._ended_cost() + sum(_split(c, unpriced) for c in loop.run.live_children())
+    own = loop.run.state.usage
+    total = 0.0
+    price = cost_of(own, loop.model)
+    if price is None:
+        _add(unpriced, str(getattr(loop.model, "name", type(loop.model).__name__)), own)
+    else:
+        total += price
+    return total + sum(_split(c, unpriced) for c in loop.children)
+
+
+def _add(unpriced: dict[str, Usage], name: str, usage: Usage) -> None:
+    held = unpriced.setdefault(name, Usage())
+    held += usage
+
 
 def as_dollars(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not (value >= 0) or value == float("inf"):
@@ -141,3 +232,34 @@ def as_dollars(value: Any) -> float:
     return float(value)
 
 
+def checked_budget(budget: Any, model: Any, model_name: str | None = None) -> float | None:
+    """``budget`` as dollars (``None``: no cap), refused up front when it is not a number >= 0 or when ``model``
+    has no price (a budget could not count its tokens)."""
+    if budget is None:
+        return None
+    dollars = as_dollars(budget)
+    if price_of(model) is None:
+        name = model_name or str(getattr(model, "name", type(model).__name__))
+        raise UserError(
+            f"a budget needs the price of {name!r}, which is unknown: set it first with "
+            f"u.set_price({name!r}, input=..., output=...) (dollars per million tokens)"
+        )
+    return dollars
+
+
+def spent_in_store(store: Any, uid: str) -> tuple[float, list[str]]:
+    """What the run ``uid`` of a batch spent, from ``store``: dollars over every loop under it at known prices
+    (plus what it carried from the runs it continued), and the models under it that spent tokens without a
+    price. A row that was running when its kernel died counts the calls the store committed."""
+    total = 0.0
+    unpriced: list[str] = []
+    for model, tokens_in, tokens_out in store.tree_tokens(uid):
+        usage, _problem = checked_usage(Usage(tokens_in, tokens_out))
+        cost = cost_of(usage, model)
+        if cost is None:
+            unpriced.append(model)
+        else:
+            total += cost
+    for event in store.events(uid, kind="spending_carried"):
+        total += event.dollars
+    return total, unpriced
