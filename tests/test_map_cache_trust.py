@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from fake_openai import FakeOpenAIServer, Reply
 
 import unity_nb as u
@@ -108,34 +109,46 @@ HOLD_LOCK = textwrap.dedent(
 )
 
 
-async def test_a_store_locked_by_another_process_neither_blocks_the_batch_nor_raises(tmp_path):
+@pytest.mark.parametrize("cached_before", [False, True])
+async def test_a_store_locked_by_another_process_neither_blocks_the_batch_nor_raises(tmp_path, cached_before):
     path = str(tmp_path / "state.db")
     store = Store(path)  # opened first: its own start writes to the file
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True)
+    if cached_before:  # the cache's table exists already (another answer in it)
+        async with FakeOpenAIServer(lambda body: Reply(content="z")) as server:
+            model = u.OpenAIModel("gpt-4.1-mini", base_url=server.base_url, api_key="sk-test")
+            first = u.map(["z"], "Label {value}", model=model, cache=store, bus=u.EventBus())
+            await asyncio.wait_for(first.result(), T)
+            await asyncio.to_thread(getattr(first.cache, "flush", lambda t: True), T)
+    holder = await asyncio.create_subprocess_exec(sys.executable, "-c", HOLD_LOCK, path, stdin=subprocess.PIPE,
+                                                  stdout=subprocess.PIPE)
     ticks = 0
-    stop = asyncio.Event()
+    stop, told = asyncio.Event(), asyncio.Event()
+    cache = None
 
-    async def ticker():
+    async def ticker():  # the event loop's turns, counted; and the moment the cache says it waits for the lock
         nonlocal ticks
         while not stop.is_set():
             ticks += 1
+            if cache is not None and cache.problem is not None:
+                told.set()
             await asyncio.sleep(0.005)
 
     try:
-        assert holder.stdout.readline().strip() == "locked"
+        assert (await asyncio.wait_for(holder.stdout.readline(), T)).strip() == b"locked"
         async with FakeOpenAIServer(lambda body: Reply(content="label " + users(body)[0].split()[-1])) as server:
             model = u.OpenAIModel("gpt-4.1-mini", base_url=server.base_url, api_key="sk-test")
             tick_task = asyncio.create_task(ticker())
-            h = u.map(["a", "b", "c"], "Label {value}", model=model, cache=store, concurrency=1, bus=u.EventBus())
+            bus = u.EventBus()
+            first_put: list[int] = []  # the ticks when the first answer went to the writer (just before its event)
+            bus.subscribe(lambda e: first_put.append(ticks) if e.kind == "row_finished" and not first_put else None)
+            h = u.map(["a", "b", "c"], "Label {value}", model=model, cache=store, concurrency=1, bus=bus)
             assert (await asyncio.wait_for(h.result(), T)).tolist() == ["label a", "label b", "label c"]
-            at_end = ticks
-            # the writer thread waits for the lock and says so; meanwhile the event loop keeps turning
-            while h.cache.problem is None:
-                await asyncio.sleep(0.01)
-            told = h.cache.problem
-            assert "locked by another process" in told and "3 answer(s) wait" in told and "cache=False" in told
-            assert ticks - at_end >= 20  # the loop ran all the while the writer waited for the lock
+            # the writer thread waits for the lock (in its thread) and says so; the event loop keeps turning
+            cache = h.cache
+            await asyncio.wait_for(told.wait(), T)
+            said = h.cache.problem
+            assert "locked by another process" in said and "3 answer(s) wait" in said and "cache=False" in said
+            assert ticks - first_put[0] >= 20  # the loop ran all the while the writer waited (1 s) for the lock
             # the cache answers from what waits: a rerun in this process makes no call
             again = u.map(["a", "b", "c"], "Label {value}", model=model, cache=store, bus=u.EventBus())
             assert (await asyncio.wait_for(again.result(), T)).tolist() == ["label a", "label b", "label c"]
@@ -144,9 +157,9 @@ async def test_a_store_locked_by_another_process_neither_blocks_the_batch_nor_ra
             await tick_task
     finally:
         holder.stdin.close()
-        holder.wait(timeout=T)
+        await asyncio.wait_for(holder.wait(), T)
     assert await asyncio.to_thread(h.cache.flush, T)  # the lock released: the waiting answers are written
-    assert cached_rows(path) == 3 and h.cache.problem is None
+    assert cached_rows(path) == 3 + cached_before and h.cache.problem is None
     store.close()
 
 

@@ -272,14 +272,17 @@ class _Writer:
         except Exception as err:  # noqa: BLE001 - said once and retried; the rows' answers stand
             self._trouble(err)
             return False
+        recovered = False
         with self._lock:
             for key, entry in batch:
                 if self._pending.get(key) is entry:  # not replaced meanwhile
                     del self._pending[key]
+            if self.problem is not None and self._problem_kind != "dropped":
+                self.problem = self._problem_kind = None
+                recovered = True
             self._written.notify_all()
-        if self.problem is not None and self._problem_kind != "dropped":
+        if recovered:
             log.warning("map cache: writing again to %s; the waiting answers are cached", self._where())
-            self.problem = self._problem_kind = None
         if self.dropped and self._problem_kind is None:
             self._problem_kind = "dropped"
             self.problem = (f"map cache: {self.dropped} answer(s) were not cached: more than {MAX_PENDING} waited "

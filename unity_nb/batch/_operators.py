@@ -20,7 +20,7 @@ from ..loop import Driver, LoopHandle
 from ..models import Usage, default_model
 from ._map import MapHandle, finished_rows
 from ._rows import Template
-from ._spend import checked_budget
+from ._spend import carried, checked_budget
 
 __all__ = ("ExtractHandle", "FilterHandle", "PhasedHandle", "extract", "filter_rows", "Verdict")
 
@@ -201,8 +201,8 @@ class PhasedHandle(LoopHandle):
                 done = finished_rows(self.resume_from, name)
             except UserError:  # the earlier run never reached this phase
                 done = None
-        if self.budget is not None:  # one cap over every phase, not one per phase
-            options["budget"] = max(0.0, self.budget - sum(p.cost or 0.0 for p in self.phases))
+        if self.budget is not None:  # one cap over every phase (and the run it continues), not one per phase
+            options["budget"] = max(0.0, self.budget - self.spent_before - sum(p.cost or 0.0 for p in self.phases))
         m = MapHandle(items, task, model=self.model, parent=self, name=name, done=done or None,
                       label=f"[map:{self.kind} {phase}] {self.task}", **{**self.map_options, **options})
         self.phases.append(m)
@@ -227,8 +227,15 @@ class PhasedHandle(LoopHandle):
         self.budget = dollars = checked_budget(dollars, self.model)
         m = self.phase
         if m is not None and not m.done():
-            spent = sum(p.cost or 0.0 for p in self.phases[:-1])
+            spent = self.spent_before + sum(p.cost or 0.0 for p in self.phases[:-1])
             m.set_budget(None if dollars is None else max(0.0, dollars - spent))
+
+    spent_before = 0.0
+    """Dollars the run this operation continues spent (``%unity resume`` after a dead kernel): its budget counts it."""
+
+    def carry_spent(self, dollars: float, *, origin: str | None = None) -> None:
+        """Count ``dollars`` the run this one continues spent against its budget (before its first phase)."""
+        self.spent_before = carried(self, dollars, origin)
 
     @property
     def kept(self) -> int:

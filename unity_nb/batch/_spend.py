@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 from .. import events as ev
 from .._errors import UserError
 from ..loop import Tree
-from ..models import Usage, checked_usage, cost_of, price_of
+from ..models import Usage, cost_of, price_of
 from ._estimate import estimate_rows
 
-__all__ = ("Spending", "as_dollars", "checked_budget", "spent_in_store")
+__all__ = ("Spending", "as_dollars", "carried", "checked_budget", "spent_in_store")
 
 _SAMPLE = 100
 """Rows whose prompts a budget's projection is taken from before the batch starts."""
@@ -39,8 +39,8 @@ class Spending:
     _done_cost: float
     _unpriced: dict[str, Usage]
     """Tokens of loops under rows that ended whose model has no price, by the model's name (counted once priced)."""
-    _carried = 0.0
-    """Dollars the runs this batch continues spent (:meth:`carry_spent`)."""
+    spent_before = 0.0
+    """Dollars the runs this batch continues spent (:meth:`carry_spent`), counted against its budget."""
     _reached = False
     model: Any
     run: Any
@@ -107,7 +107,7 @@ class Spending:
     def spent(self) -> float:
         """Dollars the budget counts: what the rows that ended spent at known prices, plus what the runs this one
         continues spent (a model without a price is not counted: see :attr:`budget_reached`)."""
-        return self._carried + self._ended_cost()
+        return self.spent_before + self._ended_cost()
 
     def count_spent(self, child: Any) -> None:
         """Count what a row's tree spent as the row ends: dollars at known prices, and the tokens of any loop of
@@ -162,7 +162,7 @@ class Spending:
                 f"row started). Set the price: u.set_price({first!r}, input=..., output=...) (dollars per million "
                 f"tokens), then h.resume(); or lift the cap: h.set_budget(None) then h.resume()"
             )
-        before = f" (${self._carried:,.4f} of it by the run it continues)" if self._carried else ""
+        before = f" (${self.spent_before:,.4f} of it by the run it continues)" if self.spent_before else ""
         return (
             f"paused at its budget: ${self.spent:,.4f} spent{before} of ${self.budget or 0:,.2f} (rows in flight "
             f"finished; no new row started). Lift the cap: h.set_budget(DOLLARS) then h.resume(), or %unity resume "
@@ -179,8 +179,7 @@ class Spending:
     def carry_spent(self, dollars: float, *, origin: str | None = None) -> None:
         """Count ``dollars`` the runs this batch continues spent against its budget (before its first row
         starts): a budget already reached holds the batch at once. Recorded as a ``spending_carried`` event."""
-        self._carried = as_dollars(dollars)
-        self.run.emit(ev.SpendingCarried, dollars=self._carried, origin=origin)
+        self.spent_before = carried(self, dollars, origin)
         self.check_budget()
 
     def _project(self, expected_output_tokens: int | None) -> None:
@@ -199,6 +198,13 @@ class Spending:
                 f"from the first {est.rows} prompts) exceeds its budget of ${self.budget:,.2f}: it will pause after "
                 f"about {rows:,} rows. h.set_budget(DOLLARS) or --budget on %unity resume lifts the cap."
             )
+
+
+def carried(handle: Any, dollars: float, origin: str | None) -> float:
+    """``dollars`` checked, and recorded on ``handle`` as a ``spending_carried`` event (what the store sums up)."""
+    dollars = as_dollars(dollars)
+    handle.run.emit(ev.SpendingCarried, dollars=dollars, origin=origin)
+    return dollars
 
 
 def _split(loop: Any, unpriced: dict[str, Usage]) -> float:
@@ -253,9 +259,8 @@ def spent_in_store(store: Any, uid: str) -> tuple[float, list[str]]:
     price. A row that was running when its kernel died counts the calls the store committed."""
     total = 0.0
     unpriced: list[str] = []
-    for model, tokens_in, tokens_out in store.tree_tokens(uid):
-        usage, _problem = checked_usage(Usage(tokens_in, tokens_out))
-        cost = cost_of(usage, model)
+    for model, tokens_in, tokens_out in store.tree_tokens(uid):  # each event's counts taken as >= 0
+        cost = cost_of(Usage(tokens_in, tokens_out), model)
         if cost is None:
             unpriced.append(model)
         else:

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from ..loop import LoopHandle
     from ._magics import UnityMagics
 
-__all__ = ("LABELS", "resume_operator", "start_operator")
+__all__ = ("LABELS", "resume_operator", "spent_before_resume", "start_operator")
 
 LABELS = ("[map:filter] ", "[map:extract] ", "[map:join] ", "[topk] ", "[agg] ")
 """How an operator started by ``%unity`` labels its loop (its line after it): what ``%unity resume`` runs again."""
@@ -71,9 +71,35 @@ def start_operator(magics: UnityMagics, cmd: Command, *, done: dict | None = Non
     return magics.start(name or o.get("name"), launch, sub=sub, notice=notice)
 
 
-def resume_operator(magics: UnityMagics, row: dict) -> LoopHandle:
+def spent_before_resume(store: Any, row: dict, budget: float | None) -> float:
+    """What the run a dead kernel left spent (from the store: every loop under it, and what it carried from the run
+    before it), refusing a resume that its budget does not cover: resumed, it would run on with a fresh cap."""
+    from ..batch import spent_in_store
+
+    name = row["name"]
+    spent, unpriced = spent_in_store(store, row["uid"])
+    if budget is None:
+        return spent
+    if unpriced:
+        models = ", ".join(repr(m) for m in unpriced)
+        raise UsageError(
+            f"cannot resume {name!r} under a budget: its rows called {models}, whose price is unknown, so what it "
+            f"spent cannot be counted. Set the price first: u.set_price({unpriced[0]!r}, input=..., output=...) "
+            f"(dollars per million tokens), then %unity resume {name} again\n\n{HELP['resume']}"
+        )
+    if spent >= budget:
+        raise UsageError(
+            f"cannot resume {name!r}: it is paused at its budget: ${spent:,.4f} spent of ${budget:,.2f} before its "
+            f"kernel died (a resumed run counts what its earlier run spent). Lift the cap: %unity resume {name} "
+            f"--budget DOLLARS, more than {spent:,.2f}\n\n{HELP['resume']}"
+        )
+    return spent
+
+
+def resume_operator(magics: UnityMagics, row: dict, *, budget: float | None = None) -> LoopHandle:
     """An operator a dead kernel left interrupted runs again from its ``%unity`` line under its name: the rows its
-    maps finished are kept where they are asked the same (same position, label, task and model)."""
+    maps finished are kept where they are asked the same (same position, label, task and model). What its run
+    spent counts against its budget (``budget``: ``--budget`` on the resume line, in place of its line's)."""
     from ..batch import finished_rows
     from ._args import parse
     from ._magics_tasks import _missing_names as missing_names
@@ -82,6 +108,8 @@ def resume_operator(magics: UnityMagics, row: dict) -> LoopHandle:
     sub = label.removeprefix("[").removeprefix("map:")
     first, _, cell = line.partition("\n")
     cmd = parse(f"{sub} {first}", cell or None)
+    if budget is not None:
+        cmd.options["budget"] = budget
     name = row["name"]
     exprs = " ".join(e for e in (cmd.name, cmd.options.get("right")) if e)
     missing = missing_names(exprs, magics.user_ns)
@@ -92,13 +120,16 @@ def resume_operator(magics: UnityMagics, row: dict) -> LoopHandle:
             f"{name} again.\n\n{HELP['resume']}"
         )
     store = magics.store
+    spent = spent_before_resume(store, row, cmd.options.get("budget"))
     notice = (f"resumed from the store: {name!r} ({sub}) runs again; rows its kernel finished are kept where asked "
-              "the same.")
+              "the same." + (f" ${spent:,.4f} spent before counts against its budget." if spent else ""))
     if sub in ("filter", "extract", "join"):
         handle = start_operator(magics, cmd, done=finished_rows(store, row["uid"]), name=name, notice=notice)
         notice += f" Kept {handle.kept} row(s)."  # type: ignore[attr-defined]
     else:
         handle = start_operator(magics, cmd, resume_from=store, name=name, notice=notice)
+    if spent:  # before its first row starts (the operation starts at the event loop's next turn)
+        handle.carry_spent(spent, origin=row["uid"])  # type: ignore[attr-defined]
     widget = magics.widgets.get(name)
     if widget is not None:
         widget.notice = notice
