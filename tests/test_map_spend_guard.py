@@ -158,3 +158,14 @@ async def test_a_magic_refuses_a_bad_budget_as_a_usage_error(stored_shell):
         with pytest.raises(UsageError) as info:
             stored_shell.run_line_magic("unity", line)
         assert "budget" in str(info.value) or "dollars" in str(info.value), line
+
+
+async def test_an_operator_resumed_counts_what_its_earlier_run_spent_against_its_budget(bus):
+    model = u.ScriptedModel(lambda m, t: "summary", name="guard-op-carry-37")
+    u.set_price(model, input=1.0, output=1.0)
+    h = u.agg(pd.DataFrame({"text": ["a", "b"]}), "Summarise {text}", model=model, budget=1.0, bus=bus)
+    h.carry_spent(0.6, origin="an earlier run")  # what %unity resume does before the first phase starts
+    await asyncio.wait_for(h.result(), T)
+    assert h.phases[0].budget == pytest.approx(0.4)  # the first phase gets what the earlier run left
+    carried = [e for e in h.events if e.kind == "spending_carried"]
+    assert [(e.dollars, e.origin) for e in carried] == [(0.6, "an earlier run")]
