@@ -186,7 +186,10 @@ class _Writer:
     connection are never held while another process's write lock is waited for)."""
 
     def __init__(self, store: Any) -> None:
-        self.store = store
+        try:  # held weakly: the writers are kept by store (a value must not keep its key alive)
+            self._store: Any = weakref.ref(store)
+        except TypeError:
+            self._store = lambda: store
         path = getattr(store, "path", None)
         self.path = path if isinstance(path, str) and path and path != ":memory:" else None
         self._lock = threading.Lock()
@@ -204,6 +207,7 @@ class _Writer:
         self._problem_kind: str | None = None
         self.dropped = 0
         """Answers not cached because too many waited for a locked store."""
+        self._dropped_said = 0
 
     def put(self, key: str, answer: str, model: str) -> None:
         with self._lock:
@@ -212,10 +216,14 @@ class _Writer:
             while len(self._pending) > MAX_PENDING:
                 del self._pending[next(iter(self._pending))]
                 self.dropped += 1
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="unity_nb-map-cache", daemon=True)
-                self._thread.start()
+            self._start()
         self._wake.set()
+
+    def _start(self) -> None:
+        """A writer thread, if none runs (called with the lock held)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="unity_nb-map-cache", daemon=True)
+            self._thread.start()
 
     def waiting(self, keys: list[str]) -> dict[str, str]:
         with self._lock:
@@ -228,6 +236,7 @@ class _Writer:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
+                self._start()
                 self._wake.set()
                 self._hurry.set()
                 self._written.wait(min(left, 0.5))
@@ -269,6 +278,13 @@ class _Writer:
             return True
         try:
             self._transaction(batch)
+        except sqlite3.ProgrammingError as err:  # an in-memory store closed: its table is gone, nothing to retry
+            with self._lock:
+                self.dropped += len(self._pending)
+                self._pending.clear()
+                self._written.notify_all()
+            self.problem, self._problem_kind = f"map cache: the store is closed ({err}): answers not cached", "closed"
+            return True
         except Exception as err:  # noqa: BLE001 - said once and retried; the rows' answers stand
             self._trouble(err)
             return False
@@ -283,7 +299,8 @@ class _Writer:
             self._written.notify_all()
         if recovered:
             log.warning("map cache: writing again to %s; the waiting answers are cached", self._where())
-        if self.dropped and self._problem_kind is None:
+        if self.dropped > self._dropped_said:  # said once per loss, and kept: those rows are asked again
+            self._dropped_said = self.dropped
             self._problem_kind = "dropped"
             self.problem = (f"map cache: {self.dropped} answer(s) were not cached: more than {MAX_PENDING} waited "
                             f"while {self._where()} was locked by another process (those rows are asked again "
@@ -294,11 +311,14 @@ class _Writer:
     def _transaction(self, batch: list[tuple[str, tuple[str, str, float]]]) -> None:
         rows = [(k, a, m, c) for k, (a, m, c) in batch]
         if self.path is None:  # an in-memory store (no other process can lock it) or a store-like object
-            transaction = getattr(self.store, "transaction", None)
+            store = self._store()
+            if store is None:  # gone, and its in-memory table with it: nothing to keep the answers in
+                return
+            transaction = getattr(store, "transaction", None)
             if transaction is None:
                 for statement in _TABLE:
-                    self.store.execute(statement)
-                self._insert(self.store.execute, rows)
+                    store.execute(statement)
+                self._insert(store.execute, rows)
                 return
             with transaction() as store_db:  # the store's own connection, held for the transaction
                 for statement in _TABLE:
