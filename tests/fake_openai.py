@@ -39,6 +39,8 @@ class Reply:
     model: str | None = None
     stream_error_after: int | None = None  # streaming: send an in-stream error event after this many chunks
     omit_finish: bool = False  # streaming: end cleanly ([DONE]) without any finish_reason
+    omit_done: bool = False  # streaming: end the body cleanly without "data: [DONE]"
+    raw_usage: dict | None = None  # the usage object as sent, whatever it holds (in place of usage=)
     close_after: bool = False  # close the connection after this response, without saying so
     trickle: float | None = None  # streaming: send the body one byte at a time, this many seconds apart
 
@@ -216,6 +218,8 @@ class FakeOpenAIServer:
         completion = (len(reply.content or "") + sum(len(c["arguments"]) for c in reply.tool_calls)) // 4 + 1
         usage = reply.usage or (prompt, completion)
         usage_obj = {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}
+        if reply.raw_usage is not None:
+            usage_obj = reply.raw_usage
         calls = [dict(c, id=c.get("id") or f"call_{next(_ids)}") for c in reply.tool_calls]
         finish = "tool_calls" if calls else "stop"
         cid, created = f"chatcmpl-{next(_ids)}", int(time.time())
@@ -274,7 +278,8 @@ class FakeOpenAIServer:
                     self.disconnects += 1
                     await self._notify()
                     raise _Dropped
-        self._write_chunk(writer, b"data: [DONE]\n\n")
+        if not reply.omit_done:
+            self._write_chunk(writer, b"data: [DONE]\n\n")
         writer.write(b"0\r\n\r\n")
         await writer.drain()
 

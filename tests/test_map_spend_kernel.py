@@ -87,3 +87,44 @@ def test_a_batch_paused_at_its_budget_when_its_kernel_died_resumes_with_a_new_ca
             ["label a", "label b", "label c"], 10.0, False, 2]
     finally:
         k.close()
+
+
+def test_a_batch_paused_at_its_budget_when_its_kernel_died_stays_paused_until_the_cap_is_lifted(tmp_path):
+    env = {"UNITY_NB_STORE": str(tmp_path / "state.db")}
+    k = Kernel(env=env)
+    try:
+        k.run(SETUP)
+        k.run("h = %unity map items --budget 0.40 --concurrency 1 --name held Label {value}\n"
+              "await h.wait_for('budget_reached', timeout=20)\n"
+              "await h.wait_for('row_finished', timeout=20)")
+        assert k.value("[h.progress['done'], len(server.requests)]") == [1, 1]
+    finally:
+        k.kill()
+    k = Kernel(env=env)
+    try:
+        k.run(SETUP)
+        told = k.value("refused('resume held')")  # its line's cap, and what its dead kernel spent: still reached
+        assert told is not None and "paused at its budget: $0.4000 spent of $0.40" in told
+        assert "%unity resume held --budget DOLLARS" in told and k.value("len(server.requests)") == 0
+        printed = k.run("h = %unity resume held --budget 0.80\n"
+                        "await h.wait_for('budget_reached', timeout=20)\n"
+                        "await h.wait_for('row_finished', lambda e: e.position == 1, timeout=20)")
+        assert "$0.4000 spent before counts against its budget" in printed
+        # one more row: $0.40 before and $0.40 now reach the cap of $0.80
+        assert k.value(
+            "[h.progress['done'], h.rows.kept, h.spending.reached, round(h.spending.spent, 2), len(server.requests)]"
+        ) == [
+            2, 1, True, 0.8, 1]
+        assert "paused at its budget" in k.value("refused('resume held')")
+    finally:
+        k.kill()
+    k = Kernel(env=env)
+    try:
+        k.run(SETUP)
+        told = k.value("refused('resume held --budget 0.80')")  # both dead runs count
+        assert told is not None and "$0.8000 spent of $0.80" in told
+        k.run("h = %unity resume held --budget 10\nawait h")
+        assert k.value("[(await h).tolist(), h.rows.kept, len(server.requests)]") == [
+            ["label a", "label b", "label c"], 2, 1]
+    finally:
+        k.close()

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from ._store_schema import StoreFile, loop_rows
+from ._store_schema import INDEXED, StoreFile, by_index, loop_rows
 
-__all__ = ("BATCH", "batch_rows", "history_frame")
+__all__ = ("BATCH", "batch_rows", "history_frame", "tree_tokens")
 
 BATCH = "batch = 1"
 """SQL: the loop is a batch (its children are its rows: a map, or an operator's map)."""
@@ -46,3 +46,28 @@ def history_frame(store: StoreFile, rows: list[dict]):
         } for r in rows],
         columns=["name", "kind", "task", "status", "started", "steps", "rows", "uid"],
     )
+
+
+_TREE = ("WITH RECURSIVE tree(uid, model) AS (SELECT uid, model FROM loops WHERE parent_uid = :uid"
+         " UNION ALL SELECT l.uid, l.model FROM loops l JOIN tree t ON l.parent_uid = t.uid) ")
+_TOKENS = ("SELECT model, SUM(MAX(0, IFNULL(CAST(json_extract(data, '$.input_tokens') AS INTEGER), 0))) AS tokens_in,"
+           " SUM(MAX(0, IFNULL(CAST(json_extract(data, '$.output_tokens') AS INTEGER), 0))) AS tokens_out FROM ({})"
+           " GROUP BY model")
+_INDEXED_TREE = _TREE + _TOKENS.format(
+    "SELECT t.model AS model, e.data AS data FROM tree t JOIN event_index i ON i.loop_uid = t.uid"
+    f" JOIN events e ON e.seq = i.seq AND e.loop_uid = t.uid WHERE i.seq <= {INDEXED} AND e.kind = 'model_response'"
+    " UNION ALL SELECT t.model AS model, e.data AS data FROM events e JOIN tree t ON e.loop_uid = t.uid"
+    f" WHERE e.seq > {INDEXED} AND e.kind = 'model_response'"
+)
+_SCAN_TREE = _TREE + _TOKENS.format(
+    "SELECT t.model AS model, e.data AS data FROM events e JOIN tree t ON e.loop_uid = t.uid"
+    " WHERE e.kind = 'model_response'"
+)
+
+
+def tree_tokens(store: StoreFile, uid: str) -> list[tuple[str, int, int]]:
+    """Tokens every loop under the loop ``uid`` spent (its rows, the loops under them), by model:
+    ``[(model, tokens in, tokens out)]``, from their committed ``model_response`` events (one query)."""
+    store.flush()
+    rows = by_index(store, _INDEXED_TREE, {"uid": uid}, _SCAN_TREE)
+    return [(r["model"] or "", int(r["tokens_in"] or 0), int(r["tokens_out"] or 0)) for r in rows]

@@ -41,6 +41,8 @@ class StoreFile(Protocol):
 
     def query(self, sql: str, params: tuple | dict = ()) -> list[dict]: ...
 
+    def flush(self) -> None: ...
+
     def transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
 
 # events: once with AUTOINCREMENT, which made every commit write sqlite_sequence's page too (a sixth of
@@ -113,6 +115,8 @@ MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _INDEXED = "IFNULL((SELECT value FROM store_meta WHERE key = 'indexed'), 0)"  # no row: nothing indexed
+INDEXED = _INDEXED
+"""SQL: the newest event the index of events by loop lists (those after it are found by ``loop_uid``)."""
 
 INDEX_CATCH_UP = (
     f"INSERT OR IGNORE INTO event_index (loop_uid, seq) SELECT loop_uid, seq FROM events WHERE seq > {_INDEXED}"

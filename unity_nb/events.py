@@ -55,6 +55,7 @@ __all__ = (
     "ControlHandedOff",
     "RowFinished",
     "BudgetReached",
+    "SpendingCarried",
     "AnyEvent",
     "EventBus",
     "default_bus",
@@ -261,6 +262,10 @@ class ModelResponse(Event):
     """The model's reasoning, where the provider streams it."""
     refusal: str | None = None
     """The model declined: its words (or the provider's content filter said so)."""
+    truncated: bool = False
+    """The stream ended with neither a finish_reason nor ``[DONE]``: the reply may be cut off (never cached)."""
+    warnings: tuple[str, ...] = ()
+    """What the model's client noticed and set right (usage that was not a count of tokens, ...)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
@@ -543,13 +548,25 @@ class BudgetReached(Event):
     """What the person reads: how much was spent and how to lift the cap."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpendingCarried(Event):
+    """A batch continues an earlier run (``%unity resume`` after its kernel died): what that run spent counts
+    against its budget."""
+
+    kind: Literal["spending_carried"] = "spending_carried"
+    dollars: float
+    """Dollars the runs it continues spent."""
+    origin: str | None = None
+    """The store's uid of the run it continues."""
+
+
 AnyEvent = Annotated[
     (
         LoopStarted | ModelRequested | ModelDelta | ModelResponse | ModelRetry | ModelWait | ToolStarted |
         ToolFinished | ToolOutput | ToolDisplay | CodeExecuted | VariablesChanged | ApprovalRequested |
         ApprovalDecided | ChildStarted | Steering | ClarificationRequested | ClarificationAnswered | Notification |
         LoopFinished | LoopFailed | RequestSubmitted | RequestFinished | ContextCompressed | ThinkingStep |
-        EvaluationRun | ControlHandedOff | RowFinished | BudgetReached
+        EvaluationRun | ControlHandedOff | RowFinished | BudgetReached | SpendingCarried
     ),
     Field(discriminator="kind"),
 ]

@@ -41,7 +41,7 @@ import orjson
 
 from . import events as ev
 from ._errors import UserError
-from ._store_batches import BATCH, history_frame
+from ._store_batches import BATCH, history_frame, tree_tokens
 from ._store_schema import (
     INDEX_CATCH_UP,
     LAST_OF_KIND,
@@ -592,6 +592,10 @@ class Store:
         finished (kept from the run it continued among them), failed, stopped, and running (when its kernel
         died, for an interrupted batch)."""
         return history_frame(self, self.loops(limit=limit, batch_rows=False))
+
+    def tree_tokens(self, uid: str) -> list[tuple[str, int, int]]:
+        """Tokens spent under the loop ``uid`` (its children, theirs...), by model: ``[(model, in, out)]``."""
+        return tree_tokens(self, uid)
 
 
 _LOOP_ROW: dict[str, Callable[..., None]] = {  # the kinds that change their loop's row (and model_request)

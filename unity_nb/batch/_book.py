@@ -61,8 +61,7 @@ class Book:
         self.tree_usage = Usage()
         """Tokens of the ended rows' whole trees (a row's sub-loops too)."""
         self.cost = 0.0
-        """Dollars the ended rows' trees spent (meaningless once ``cost_unknown``)."""
-        self.cost_unknown = False
+        """Dollars the ended rows' trees spent at known prices (``Spending`` counts the rest by model)."""
 
     # -- written by the engine -----------------------------------------------------------------
 
@@ -82,13 +81,9 @@ class Book:
         self.tally["running"] -= 1
         self.running.pop(row.position, None)
 
-    def add_totals(self, usage: Usage, tree_usage: Usage, cost: float | None, steps: int, tool_calls: int) -> None:
+    def add_totals(self, usage: Usage, steps: int, tool_calls: int) -> None:
+        """An ended row's own tokens, model calls and tool calls (its tree's dollars: ``Spending.count``)."""
         self.usage += usage
-        self.tree_usage += tree_usage
-        if cost is None:
-            self.cost_unknown = True
-        else:
-            self.cost += cost
         self.steps += steps
         self.tool_calls += tool_calls
 
@@ -142,6 +137,12 @@ class Book:
             self._ended_at.popleft()
         span = min(_WINDOW, now - self.first_start)
         return sum(n for _s, n in self._ended_at) / max(1.0, span)
+
+    @property
+    def cache(self) -> Any:
+        """The result cache in use (``problem``, ``flush()``, ``max_rows``, ``max_chars``): ``None`` with
+        ``cache=False``, without a store, or for a model whose answers are not a function of its name."""
+        return self.plan.cache if self.plan is not None else None
 
     def handle(self, key: Any) -> Any:
         """The loop of row ``key`` while it runs (or if it failed among the first ones); else ``None``."""

@@ -23,7 +23,7 @@ from .._collector import hold_loops, release_loops
 from .._errors import Stopped, UnityError, UserError
 from ..loop import VERBS, Driver, LoopHandle, LoopOptions, Status
 from ._book import _KEEP_FAILED, Book
-from ._cache import ResultCache
+from ._cache import ResultCache, cacheable
 from ._failures import fails_every_row, is_row_id, label_of, reason_of
 from ._rows import Row, RowSource, asked_hash, parse_answer, row_id, row_key, to_json
 from ._spend import Spending
@@ -252,7 +252,7 @@ class MapEngine(Driver):
         assert cache is not None
         if row.position not in self._looked_up:
             ahead = [row, *(r for r in self.book.source.peek(_LOOKAHEAD) if r.reason is None)]
-            keys = {r.position: cache.key(r.task) for r in ahead}
+            keys = {r.position: cache.key(r.task, self._notes) for r in ahead}
             found = cache.get_many(list(keys.values()))
             self._looked_up = {p: found.get(k) for p, k in keys.items()}
         return self._looked_up.pop(row.position, None)
@@ -264,6 +264,7 @@ class MapEngine(Driver):
         config = plan.config if plan.named else plan.config.named(f"{run.name}[{label_of(row.key)}]")
         child = LoopHandle(row.task, parent=run.handle, config=config)
         row.child = child
+        row.told = len(self._notes)  # what it was told besides its task: part of its cache key
         for note in self._notes:  # interjections made before the row started
             child.run.conversation.note(note)
         try:
@@ -294,8 +295,8 @@ class MapEngine(Driver):
         if row.status == "running":  # ended some other way (a BaseException): as the event says, stopped
             row.status = "stopped"
         row.tokens = (child.usage.input_tokens, child.usage.output_tokens)
-        tree = child.tree
-        self.book.add_totals(child.usage, tree.usage, tree.cost, child.steps, child.tool_calls)
+        self.book.add_totals(child.usage, child.steps, child.tool_calls)
+        self.spending.count(child)
         keep = row.status == "failed" and self._failed_kept < _KEEP_FAILED
         self._failed_kept += keep
         if not keep:  # its transcript lives in the store (if one records the bus), not in memory
@@ -303,8 +304,8 @@ class MapEngine(Driver):
             if child in self._run.children:
                 self._run.children.remove(child)
         cache = self.plan.cache
-        if row.status == "finished" and cache is not None and not _used_tools(child):
-            cache.put(cache.key(row.task), to_json(_plain(row.answer)), self.plan.model_name)
+        if row.status == "finished" and cache is not None and not _used_tools(child) and cacheable(child):
+            cache.put(cache.key(row.task, self._notes[: row.told]), to_json(_plain(row.answer)), self.plan.model_name)
         self._settled(row, child)
         self.spending.check()
 
@@ -340,6 +341,7 @@ class MapEngine(Driver):
         if verb != "interject" or not message:
             return
         self._notes.append(VERBS["interject"].note(message, None) or message)
+        self._looked_up = {}  # rows ahead were looked up without it: asked again as they start
         await asyncio.gather(*(c.interject(message) for c in self._run.live_children()), return_exceptions=True)
 
     def inspection(self, handle: Any) -> str:

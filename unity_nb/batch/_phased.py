@@ -24,7 +24,7 @@ from .._errors import Stopped, UserError
 from ..loop import Driver, LoopHandle
 from ..models import Usage, default_model
 from ._map import MapHandle, finished_rows
-from ._spend import as_dollars
+from ._spend import carried, checked_budget
 
 __all__ = ("Phase", "PhasedEngine", "PhasedHandle")
 
@@ -48,7 +48,9 @@ class PhasedEngine(Driver):
     """Drives a phased plan (see the module's docstring): each phase a map under the operation, one after the
     other; one budget over them all; an interjection reaches the running map and every later one."""
 
-    __slots__ = ("budget", "flow", "map_options", "model", "notes", "phase_name", "phases", "resume_from")
+    __slots__ = (
+        "budget", "flow", "map_options", "model", "notes", "phase_name", "phases", "resume_from", "spent_before",
+    )
 
     def __init__(self, flow: Callable[[], Flow], model: Any, map_options: dict[str, Any], *,
                  budget: float | None, resume_from: Any) -> None:
@@ -60,6 +62,9 @@ class PhasedEngine(Driver):
         self.phases: list[MapHandle] = []
         self.phase_name = "starting"
         self.notes: list[str] = []
+        self.spent_before = 0.0
+        """Dollars the run this operation continues spent (``%unity resume`` after a dead kernel): its budget
+        counts it."""
 
     def bind(self, run: Any, source: Any) -> PhasedEngine:
         Driver.__init__(self, run, source)
@@ -108,8 +113,8 @@ class PhasedEngine(Driver):
         return m
 
     def spent(self, phases: int) -> float:
-        """Dollars the first ``phases`` phases spent."""
-        return sum(p.cost or 0.0 for p in self.phases[:phases])
+        """Dollars the run this one continues and the first ``phases`` phases spent."""
+        return self.spent_before + sum(p.cost or 0.0 for p in self.phases[:phases])
 
     async def steered(self, verb: str, message: str | None) -> None:
         if verb != "interject" or not message:
@@ -145,9 +150,7 @@ class PhasedHandle(LoopHandle):
                 hint = " (resume_from=store keeps the rows its earlier run finished)" if bad == "done" else ""
                 raise UserError(f"{self.kind} takes no {bad}=: it sets its own{hint}")
         label = map_options.pop("label", None) or title  # the magics label it with its line, to resume
-        budget = map_options.pop("budget", None)
-        if budget is not None:
-            budget = as_dollars(budget)
+        budget = checked_budget(map_options.pop("budget", None), model)
         self._phased = PhasedEngine(self.flow, model, map_options, budget=budget, resume_from=resume_from)
         super().__init__(label, model=model, name=name, bus=bus, max_steps=1, engine=self._phased.bind)
         self.run.inspection = self._phased.inspection  # what a question about the operation is answered from
@@ -199,11 +202,20 @@ class PhasedHandle(LoopHandle):
         """Change the cap on dollars for the whole operation (``None`` lifts it): the running phase gets what the
         phases before it left. A phase paused at its budget stays paused until :meth:`resume`."""
         engine = self._phased
-        engine.budget = None if dollars is None else as_dollars(dollars)
+        engine.budget = dollars = checked_budget(dollars, self.model)
         m = self.phase
         if m is not None and not m.done():
             spent = engine.spent(len(engine.phases) - 1)
             m.set_budget(None if dollars is None else max(0.0, dollars - spent))
+
+    def carry_spent(self, dollars: float, *, origin: str | None = None) -> None:
+        """Count ``dollars`` the run this one continues spent against its budget (before its first phase)."""
+        self._phased.spent_before = carried(self.run, dollars, origin)
+
+    @property
+    def spent(self) -> float:
+        """Dollars the budget counts: the run this one continues, and every phase so far."""
+        return self._phased.spent(len(self._phased.phases))
 
     @property
     def usage(self) -> Usage:

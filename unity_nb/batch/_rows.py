@@ -30,7 +30,9 @@ to_json = json.JSONEncoder(default=str, ensure_ascii=False).encode
 class Row:
     """One row: its position, its key (the index label), the values its task is filled from."""
 
-    __slots__ = ("answer", "asked", "child", "kept", "key", "position", "reason", "status", "task", "tokens", "values")
+    __slots__ = (
+        "answer", "asked", "child", "kept", "key", "position", "reason", "status", "task", "tokens", "told", "values",
+    )
 
     def __init__(self, position: int, key: Any, values: Mapping[str, Any], task: str) -> None:
         self.position = position
@@ -47,6 +49,8 @@ class Row:
         """What it is asked (:func:`asked_hash`), once the batch needed it."""
         self.kept = False
         """Finished by the run this batch continues (not run again)."""
+        self.told = 0
+        """How many of the batch's interjections the row was told as it started (they are part of its cache key)."""
 
 
 def row_key(key: Any) -> str:

@@ -1,6 +1,18 @@
 """A batch's spending: dollars so far over its rows' trees, a budget that stops new rows from starting once
 spending reaches it (rows in flight finish: a batch is never paused mid-row), and the projection before the start
-that says when a batch would clearly exceed its budget."""
+that says when a batch would clearly exceed its budget.
+
+What a budget counts, and when it refuses:
+
+- every loop under a row, at its model's price (a row's sub-loops too);
+- a loop under a row whose model has no price cannot be counted: under a budget, the batch pauses as soon as
+  a row that used one ends (no new row starts) and says which model to price; its tokens are kept by model, so
+  once ``u.set_price`` names a price they are counted and ``resume`` goes on (or ``set_budget(None)`` lifts
+  the cap). Never is the budget switched off silently;
+- a batch that continues an earlier run (``%unity resume`` after a kernel died) counts what that run spent
+  (:meth:`Spending.carry_spent`, from the store: :func:`spent_in_store`), so a resumed batch paused at its
+  budget stays paused until the cap is lifted.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
 from .._errors import UserError
-from ..models import Usage, price_of
+from ..models import Usage, cost_of, price_of
 from ._estimate import estimate_rows
 
 if TYPE_CHECKING:
     from ._book import Book
 
-__all__ = ("Spending", "as_dollars")
+__all__ = ("Spending", "as_dollars", "carried", "checked_budget", "spent_in_store")
 
 _SAMPLE = 100
 """Rows whose prompts a budget's projection is taken from before the batch starts."""
@@ -22,31 +34,47 @@ _SAMPLE = 100
 
 class Spending:
     """A batch's money (``h.spending``): ``budget`` (dollars, ``None`` for no cap), ``reached`` (no row starts
-    until the cap is lifted), ``note`` (said before the start when the estimate exceeds the budget); the dollars
-    and tokens of every row of this run and every loop under a row (:meth:`cost`, :meth:`usage`)."""
+    until the cap is lifted or the price set), ``note`` (said before the start when the estimate exceeds the
+    budget), ``spent`` (what the budget counts); the dollars and tokens of every row of this run and every loop
+    under a row (:meth:`cost`, :meth:`usage`)."""
 
     def __init__(self, book: Book, model: Any, model_name: str, budget: Any) -> None:
         self._book = book
         self._model = model
         self._model_name = model_name
         self._run: Any = None
-        self.budget: float | None = None
+        self._reached = False
+        self.unpriced: dict[str, Usage] = {}
+        """Tokens of loops under rows that ended whose model has no price, by the model's name (counted once
+        priced)."""
+        self.spent_before = 0.0
+        """Dollars the runs this batch continues spent (:meth:`carry`), counted against its budget."""
+        self.budget: float | None = checked_budget(budget, model, model_name)
         """The cap on dollars spent (``budget=``, ``h.set_budget``); ``None`` for none."""
-        self.reached = False
-        """True once spending reached the budget: no row starts until the cap is lifted."""
         self.note: str | None = None
         """Said before the batch starts when its estimate exceeds the budget (and where it will stop)."""
-        if budget is not None:
-            if price_of(model) is None:
-                raise UserError(
-                    f"budget= needs the price of {model_name!r}, which is unknown: set it first with "
-                    f"u.set_price({model_name!r}, input=..., output=...) (dollars per million tokens)"
-                )
-            self.budget = as_dollars(budget)
 
     def bind(self, run: Any) -> None:
         """The batch's run: its running rows, its gate, its events."""
         self._run = run
+
+    # -- what was spent --------------------------------------------------------------------------------
+
+    def count(self, child: Any) -> None:
+        """Count what a row's tree spent as the row ends: its tokens, dollars at known prices, and the tokens of
+        any loop of it whose model has no price, by model (under a budget, :meth:`check` holds the batch for them)."""
+        tree = child.tree
+        self._book.tree_usage += tree.usage
+        cost = tree.cost
+        self._book.cost += cost if cost is not None else _split(child, self.unpriced)
+
+    def unpriced_models(self) -> list[str]:
+        """Models under rows that ended which spent tokens and still have no price."""
+        return [m for m in self.unpriced if price_of(m) is None]
+
+    def ended_cost(self) -> float:
+        """Dollars of the rows that ended, at known prices (a model priced since its rows ended counts now)."""
+        return self._book.cost + sum(c for m, u in self.unpriced.items() if (c := cost_of(u, m)) is not None)
 
     def usage(self) -> Usage:
         """Tokens of every row and every loop under a row, of this run."""
@@ -59,9 +87,9 @@ class Spending:
     def cost(self) -> float | None:
         """Dollars spent by this run's rows (and the loops under them), at their models' prices; ``None`` when a
         price is unknown. Rows kept or answered from the cache cost nothing."""
-        if self._book.cost_unknown:
+        if self.unpriced_models():
             return None
-        total = self._book.cost
+        total = self.ended_cost()
         for c in self._run.live_children():
             part = c.tree.cost
             if part is None:
@@ -69,48 +97,78 @@ class Spending:
             total += part
         return total
 
+    @property
+    def spent(self) -> float:
+        """Dollars the budget counts: what the rows that ended spent at known prices, plus what the runs this one
+        continues spent (a model without a price is not counted: see :attr:`reached`)."""
+        return self.spent_before + self.ended_cost()
+
+    # -- the budget ------------------------------------------------------------------------------------------
+
+    @property
+    def reached(self) -> bool:
+        """True while the batch is held at its budget: spending reached it, or a model without a price spent under
+        it. No row starts until the cap is lifted (``set_budget``) or the price is set (``u.set_price``)."""
+        if not self._reached or self.budget is None:
+            return False
+        return bool(self.unpriced_models()) or self.spent >= self.budget
+
     def check(self) -> bool:
-        """True when spending has reached the budget (the first time: the batch pauses, and says so)."""
+        """True when the batch must not start a row: spending has reached the budget, or a model without a price
+        spent under it (the first time: the batch pauses, and says so)."""
         if self.budget is None:
             return False
-        if self.reached:
+        if self._reached and self.reached:
             return True
         # what the rows that ended spent (a call's tokens are known once it ends): cheap at every row's start
-        spent = None if self._book.cost_unknown else self._book.cost
-        if spent is None or spent < self.budget:
+        unpriced = self.unpriced_models()
+        spent = self.spent
+        if not unpriced and spent < self.budget:
+            self._reached = False
             return False
-        self.reached = True
+        self._reached = True
         self._run.gate.close()  # no new row starts; rows in flight finish (never paused mid-row)
         self._run.emit(ev.BudgetReached, budget=self.budget, spent=round(spent, 6), message=self.message())
         return True
 
     def message(self) -> str:
-        """What a batch paused at its budget says, and how to lift the cap."""
-        spent = self.cost() or 0.0
+        """What a batch held at its budget says, and how to go on."""
         name = self._run.name if self._run is not None else "NAME"
+        unpriced = self.unpriced_models()
+        if unpriced:
+            names = ", ".join(repr(m) for m in unpriced)
+            first = unpriced[0]
+            return (
+                f"paused under its budget of ${self.budget or 0:,.2f}: its rows called {names}, whose price is "
+                f"unknown, so the budget cannot count what {'it' if len(unpriced) == 1 else 'they'} spent (no new "
+                f"row started). Set the price: u.set_price({first!r}, input=..., output=...) (dollars per million "
+                f"tokens), then h.resume(); or lift the cap: h.set_budget(None) then h.resume()"
+            )
+        before = f" (${self.spent_before:,.4f} of it by the run it continues)" if self.spent_before else ""
         return (
-            f"paused at its budget: ${spent:,.4f} spent of ${self.budget or 0:,.2f} (rows in flight finished; no new "
-            f"row started). Lift the cap: h.set_budget(DOLLARS) then h.resume(), or %unity resume {name} "
-            "--budget DOLLARS"
+            f"paused at its budget: ${self.spent:,.4f} spent{before} of ${self.budget or 0:,.2f} (rows in flight "
+            f"finished; no new row started). Lift the cap: h.set_budget(DOLLARS) then h.resume(), or %unity resume "
+            f"{name} --budget DOLLARS"
         )
 
     def refusal(self, done: bool) -> str | None:
-        """Why a resume is refused now: spending is at the budget (``None``: it is not)."""
-        if self.reached and self.budget is not None and not done:
+        """Why a resume is refused now: the batch is held at its budget (``None``: it is not)."""
+        if not done and self.reached:
             return f"it {self.message()}"
         return None
 
     def set(self, dollars: float | None) -> None:
         """Change the cap on dollars spent (``None`` lifts it). A batch paused at its budget stays paused until
         it is resumed, which a cap above what was spent allows."""
-        if dollars is not None:
-            if price_of(self._model) is None:
-                raise UserError(f"a budget needs the price of {self._model_name!r}: u.set_price(...) first")
-            dollars = as_dollars(dollars)
-        self.budget = dollars
-        spent = self.cost() or 0.0
-        if dollars is None or spent < dollars:
-            self.reached = False
+        self.budget = checked_budget(dollars, self._model, self._model_name)
+        if self.budget is None or (not self.unpriced_models() and self.spent < self.budget):
+            self._reached = False
+
+    def carry(self, dollars: float, *, origin: str | None = None) -> None:
+        """Count ``dollars`` the runs this batch continues spent against its budget (before its first row
+        starts): a budget already reached holds the batch at once. Recorded as a ``spending_carried`` event."""
+        self.spent_before = carried(self._run, dollars, origin)
+        self.check()
 
     def project(self, source: Any, kept: int, options: dict, output: Any, expected_output_tokens: int | None) -> None:
         """Before the start: from the first rows' prompts, what the whole batch would cost against the budget."""
@@ -138,9 +196,72 @@ class Spending:
         return f"<spending: {spent} spent, {cap}{', reached' if self.reached else ''}>"
 
 
+def carried(run: Any, dollars: float, origin: str | None) -> float:
+    """``dollars`` checked, and recorded on the ``run`` as a ``spending_carried`` event (what the store sums up)."""
+    dollars = as_dollars(dollars)
+    run.emit(ev.SpendingCarried, dollars=dollars, origin=origin)
+    return dollars
+
+
+def _split(loop: Any, unpriced: dict[str, Usage]) -> float:
+    """Dollars of ``loop``'s tree at known prices; the tokens of its loops whose model has no price are added to
+    ``unpriced`` by model name."""
+    whole = loop.tree.cost
+    if whole is not None:
+        return whole
+    spending = getattr(loop, "spending", None)
+    if isinstance(spending, Spending):  # a batch under a row: its ended rows are counted in it, not in its children
+        for name, usage in spending.unpriced.items():
+            _add(unpriced, name, usage)
+        return spending.ended_cost() + sum(_split(c, unpriced) for c in loop.run.live_children())
+    own = loop.run.state.usage
+    total = 0.0
+    price = cost_of(own, loop.model)
+    if price is None:
+        _add(unpriced, str(getattr(loop.model, "name", type(loop.model).__name__)), own)
+    else:
+        total += price
+    return total + sum(_split(c, unpriced) for c in loop.children)
+
+
+def _add(unpriced: dict[str, Usage], name: str, usage: Usage) -> None:
+    held = unpriced.setdefault(name, Usage())
+    held += usage
+
+
 def as_dollars(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not (value >= 0) or value == float("inf"):
         raise UserError(f"a budget takes dollars (a number >= 0, e.g. 5.00), not {value!r}")
     return float(value)
 
 
+def checked_budget(budget: Any, model: Any, model_name: str | None = None) -> float | None:
+    """``budget`` as dollars (``None``: no cap), refused up front when it is not a number >= 0 or when ``model``
+    has no price (a budget could not count its tokens)."""
+    if budget is None:
+        return None
+    dollars = as_dollars(budget)
+    if price_of(model) is None:
+        name = model_name or str(getattr(model, "name", type(model).__name__))
+        raise UserError(
+            f"a budget needs the price of {name!r}, which is unknown: set it first with "
+            f"u.set_price({name!r}, input=..., output=...) (dollars per million tokens)"
+        )
+    return dollars
+
+
+def spent_in_store(store: Any, uid: str) -> tuple[float, list[str]]:
+    """What the run ``uid`` of a batch spent, from ``store``: dollars over every loop under it at known prices
+    (plus what it carried from the runs it continued), and the models under it that spent tokens without a
+    price. A row that was running when its kernel died counts the calls the store committed."""
+    total = 0.0
+    unpriced: list[str] = []
+    for model, tokens_in, tokens_out in store.tree_tokens(uid):  # each event's counts taken as >= 0
+        cost = cost_of(Usage(tokens_in, tokens_out), model)
+        if cost is None:
+            unpriced.append(model)
+        else:
+            total += cost
+    for event in store.events(uid, kind="spending_carried"):
+        total += event.dollars
+    return total, unpriced

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ..loop import LoopHandle
     from ._host import Host as UnityMagics
 
-__all__ = ("resume_operator", "start_operator")
+__all__ = ("carry_spent", "resume_operator", "spent_before_resume", "start_operator")
 
 _MAP_OPTIONS = ("max_steps", "rate", "tool_timeout", "budget")
 
@@ -74,9 +74,45 @@ def start_operator(magics: UnityMagics, cmd: Command, *, done: dict | None = Non
     return magics.start(name or o.get("name"), launch, sub=cmd.sub, notice=notice)
 
 
-def resume_operator(magics: UnityMagics, row: dict) -> LoopHandle:
+def spent_before_resume(store: Any, row: dict, budget: float | None) -> float:
+    """What the run a dead kernel left spent (from the store: every loop under it, and what it carried from the run
+    before it), refusing a resume that its budget does not cover: resumed, it would run on with a fresh cap."""
+    from ..batch import spent_in_store
+
+    name = row["name"]
+    spent, unpriced = spent_in_store(store, row["uid"])
+    if budget is None:
+        return spent
+    if unpriced:
+        models = ", ".join(repr(m) for m in unpriced)
+        raise UsageError(
+            f"cannot resume {name!r} under a budget: its rows called {models}, whose price is unknown, so what it "
+            f"spent cannot be counted. Set the price first: u.set_price({unpriced[0]!r}, input=..., output=...) "
+            f"(dollars per million tokens), then %unity resume {name} again\n\n{HELP['resume']}"
+        )
+    if spent >= budget:
+        raise UsageError(
+            f"cannot resume {name!r}: it is paused at its budget: ${spent:,.4f} spent of ${budget:,.2f} before its "
+            f"kernel died (a resumed run counts what its earlier run spent). Lift the cap: %unity resume {name} "
+            f"--budget DOLLARS, more than {spent:,.2f}\n\n{HELP['resume']}"
+        )
+    return spent
+
+
+def carry_spent(handle: Any, dollars: float, origin: str) -> None:
+    """Count what the run ``handle`` continues spent against its budget, before its first row starts (a batch
+    through its ``spending``, an operator of several maps itself)."""
+    spending = getattr(handle, "spending", None)
+    if spending is not None:
+        spending.carry(dollars, origin=origin)
+    else:
+        handle.carry_spent(dollars, origin=origin)
+
+
+def resume_operator(magics: UnityMagics, row: dict, *, budget: float | None = None) -> LoopHandle:
     """An operator a dead kernel left interrupted runs again from its ``%unity`` line under its name: the rows its
-    maps finished are kept where they are asked the same (same position, label, task and model)."""
+    maps finished are kept where they are asked the same (same position, label, task and model). What its run
+    spent counts against its budget (``budget``: ``--budget`` on the resume line, in place of its line's)."""
     from ..batch import finished_rows
     from ._host import missing_names
 
@@ -84,6 +120,8 @@ def resume_operator(magics: UnityMagics, row: dict) -> LoopHandle:
     op = OPERATORS[sub]
     first, _, cell = (row["task"] or "").partition("\n")
     cmd = parse(f"{sub} {first}", cell or None)
+    if budget is not None:
+        cmd.options["budget"] = budget
     name = row["name"]
     exprs = " ".join(e for e in (cmd.name, *(cmd.options.get(p.name) for p in op.params if p.kind == "items")) if e)
     missing = missing_names(exprs, magics.user_ns)
@@ -94,8 +132,9 @@ def resume_operator(magics: UnityMagics, row: dict) -> LoopHandle:
             f"{name} again.\n\n{HELP['resume']}"
         )
     store = magics.store
+    spent = spent_before_resume(store, row, cmd.options.get("budget"))
     notice = (f"resumed from the store: {name!r} ({sub}) runs again; rows its kernel finished are kept where asked "
-              "the same.")
+              "the same." + (f" ${spent:,.4f} spent before counts against its budget." if spent else ""))
     if op.phased:
         handle = start_operator(magics, cmd, resume_from=store, name=name, notice=notice)
     else:
@@ -103,6 +142,8 @@ def resume_operator(magics: UnityMagics, row: dict) -> LoopHandle:
         rows = getattr(handle, "rows", None)
         notice += f" Kept {getattr(rows, 'kept', 0)} row(s)."
     assert handle is not None
+    if spent:  # before its first row starts (the operation starts at the event loop's next turn)
+        carry_spent(handle, spent, row["uid"])
     widget = magics.widgets.get(name)
     if widget is not None:
         widget.notice = notice

@@ -269,7 +269,7 @@ def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
     from ._magics_ops import resume_operator
 
     if kind in OPERATORS:  # %unity filter|extract|topk|join|agg, or an operator registered later
-        return resume_operator(magics, row)
+        return resume_operator(magics, row, budget=cmd.options.get("budget"))
     if row.get("batch"):
         raise UsageError(
             f"{name!r} is a {kind} operation, and this kernel has no operator {kind!r}: register it (run the cell or "
@@ -319,11 +319,16 @@ def resume_map(magics: UnityMagics, row: dict, *, budget: float | None = None) -
             f"%unity resume {name} again. Rows it finished are kept only where they are asked the same.\n\n"
             f"{HELP['resume']}"
         )
+    from ._magics_ops import carry_spent, spent_before_resume
+
     store = magics.store
+    spent = spent_before_resume(store, row, cmd.options.get("budget"))  # refused while the cap is not lifted
     done = finished_rows(store, row["uid"])  # this run alone: it holds the rows it kept from the run before it
     died = store.query("SELECT COUNT(*) AS n FROM loops WHERE parent_uid = ? AND ended IS NULL", (row["uid"],))
     running = died[0]["n"] if died else 0
     handle = magics._map(cmd, done=done, name=name, notice="resumed from the store")
+    if spent:  # before its first row starts (the batch starts at the event loop's next turn)
+        carry_spent(handle, spent, row["uid"])
     kept, aside = handle.rows.kept, handle.rows.set_aside
     total = handle.rows.total or 0
     notice = (
@@ -332,6 +337,7 @@ def resume_map(magics: UnityMagics, row: dict, *, budget: float | None = None) -
         + f"; kept {kept} row(s) finished before; {total - kept} to run."
         + (f" {aside} finished row(s) not kept: they are asked something else now (the items, the task or the "
            "model changed)." if aside else "")
+        + (f" ${spent:,.4f} spent before counts against its budget." if spent else "")
     )
     widget = magics.widgets.get(name)
     if widget is not None:

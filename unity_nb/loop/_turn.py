@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from .. import events as ev
 from .._errors import UserError
 from .._secrets import ScrubStream, scrub
-from ..models import ModelRequest, Reply, rate_limit_of
+from ..models import ModelRequest, Reply, checked_usage, rate_limit_of
 from ._policies import SUMMARY_PROMPT, SUMMARY_TAG, render_for_summary, split_for_compression
 from ._policy import Offer, Step, offer_through
 from ._records import Message
@@ -325,6 +325,9 @@ class Turn:
         finally:
             self._task = None
         self._flush_streaming()
+        reply.usage, problem = checked_usage(reply.usage)  # never negative, never text: spending counts it as is
+        if problem is not None:
+            reply.warnings = [*getattr(reply, "warnings", ()), problem]
         h.state.usage += reply.usage
         self._last_tokens = reply.usage.input_tokens + reply.usage.output_tokens
         reply.content = scrub(reply.content)
@@ -342,6 +345,8 @@ class Turn:
             estimated=reply.usage.estimated,
             thinking=reply.thinking,
             refusal=reply.refusal,
+            truncated=bool(getattr(reply, "truncated", False)),
+            warnings=tuple(scrub(w) for w in getattr(reply, "warnings", ())),
         )
         if reply.refusal and not reply.content:  # a refusal is what the model said: shown and kept as such
             reply.content = f"[refused] {reply.refusal}"

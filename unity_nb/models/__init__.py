@@ -1,6 +1,17 @@
 """Models: the protocol, the OpenAI-compatible client, the scripted double, record/replay."""
 
-from ._base import Model, ModelRequest, Reply, ToolCall, Usage, call_tool, retry_hook, wait_hook
+from ._base import (
+    Model,
+    ModelRequest,
+    Reply,
+    ToolCall,
+    Usage,
+    call_tool,
+    checked_usage,
+    retry_hook,
+    token_count,
+    wait_hook,
+)
 from ._cache import CachedModel
 from ._limits import RateLimit, rate_limit_of, set_rate_limit
 from ._local import LocalModel, LocalServer, local_model
@@ -48,9 +59,11 @@ __all__ = (
     "ToolCall",
     "Usage",
     "call_tool",
+    "checked_usage",
     "default_model",
     "local_model",
     "retry_hook",
+    "token_count",
     "wait_hook",
     "set_default_model", "RateLimit", "rate_limit_of", "set_rate_limit",
     "Price", "cost_of", "price_of", "set_price",

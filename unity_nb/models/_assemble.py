@@ -14,7 +14,9 @@ format, not against any one provider's sample:
   thought signature) are kept in ``ToolCall.extra`` and sent back with the call;
 - reasoning is not sent back, except ``reasoning_content`` of a turn that called tools (``Reply.echo``),
   which DeepSeek's thinking mode requires;
-- usage comes from ``usage`` or ``x_groq.usage``, the newest one counting;
+- usage comes from ``usage`` or ``x_groq.usage``, the newest one counting; counts that are not whole numbers
+  from 0 to ``MAX_TOKENS`` (negative, text, fractions, absurd) are ignored with a warning (``Reply.warnings``),
+  and the reply's tokens are then estimated;
 - a stream may end without a ``finish_reason``: it is inferred (``tool_calls`` or ``stop``), but a stream
   that said nothing at all (no text, call, refusal or ``finish_reason``) is no reply (:meth:`Assembler.said_anything`);
 - text, reasoning and arguments past ``max_chars`` together raise :class:`ReplyTooLong`;
@@ -28,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._json import loads
-from ._base import DeltaCallback, Reply, ToolCall, Usage
+from ._base import DeltaCallback, Reply, ToolCall, Usage, token_count
 
 __all__ = ("Assembler", "ProviderError", "ReplyTooLong", "error_words", "provider_error")
 
@@ -175,6 +177,7 @@ class Assembler:
         "finish",
         "model",
         "usage",
+        "warnings",
     )
 
     def __init__(self, model: str, on_delta: DeltaCallback | None = None, *, max_chars: int | None = None) -> None:
@@ -188,6 +191,8 @@ class Assembler:
         self._calls: list[_Call] = []
         self._by_index: dict[Any, _Call] = {}
         self.usage: Usage | None = None
+        self.warnings: list[str] = []
+        """Usage ignored because it was not a count of tokens (said once each)."""
         self.finish: str | None = None
         self.chunks = 0
         self._on_text = on_delta
@@ -210,7 +215,7 @@ class Assembler:
             if isinstance(groq, dict):
                 usage = groq.get("usage")
         if isinstance(usage, dict):
-            self.usage = Usage(usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0)
+            self._usage(usage)
         model = get("model")
         if isinstance(model, str) and model:
             self.model = model
@@ -234,6 +239,17 @@ class Assembler:
                     raise ProviderError(
                         f"the provider ended the reply with finish_reason 'error': {json.dumps(choice)[:300]}")
                 self.finish = str(reason)
+
+    def _usage(self, usage: dict) -> None:
+        raw_in, raw_out = usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0
+        tokens_in, tokens_out = token_count(raw_in), token_count(raw_out)
+        if tokens_in is not None and tokens_out is not None:
+            self.usage = Usage(tokens_in, tokens_out)
+            return
+        said = (f"the provider reported usage prompt_tokens={raw_in!r:.40}, completion_tokens={raw_out!r:.40}, "
+                "which is not a count of tokens: ignored (the tokens are estimated)")
+        if said not in self.warnings:
+            self.warnings.append(said)
 
     def _delta(self, delta: dict) -> None:
         content = delta.get("content")
@@ -373,6 +389,7 @@ class Assembler:
             thinking=thinking,
             refusal=refusal,
             echo=echo,
+            warnings=list(self.warnings),
         )
 
 

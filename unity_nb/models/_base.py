@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = (
-    "DeltaCallback", "Model", "ModelRequest", "Reply", "ToolCall", "Usage", "call_tool", "retry_hook", "wait_hook",
+    "MAX_TOKENS", "DeltaCallback", "Model", "ModelRequest", "Reply", "ToolCall", "Usage", "call_tool", "checked_usage",
+    "retry_hook", "token_count", "wait_hook",
 )
 
 DeltaCallback = Callable[[str], None]
@@ -46,6 +47,37 @@ class Usage:
         self.output_tokens += other.output_tokens
         self.estimated = self.estimated or other.estimated
         return self
+
+
+MAX_TOKENS = 100_000_000
+"""The most tokens one call is believed to count, in or out: a provider's count above it is not a count."""
+
+
+def token_count(value: Any) -> int | None:
+    """``value`` as a count of tokens: a whole number from 0 to :data:`MAX_TOKENS` (``12.0`` is 12); ``None`` for
+    anything else (a negative, a fraction, text, ``True``, an absurd number)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and 0 <= value <= MAX_TOKENS:
+        return value
+    return None
+
+
+def checked_usage(usage: Any) -> tuple[Usage, str | None]:
+    """``usage`` as spending can count it, and what was wrong with it: counts that are not whole numbers from 0 to
+    :data:`MAX_TOKENS` are dropped (0, and the usage marked ``estimated``), never negative, never text."""
+    if isinstance(usage, Usage):
+        tokens_in, tokens_out = token_count(usage.input_tokens), token_count(usage.output_tokens)
+        if tokens_in is not None and tokens_out is not None:
+            return usage, None
+        raw = f"input_tokens={usage.input_tokens!r:.40}, output_tokens={usage.output_tokens!r:.40}"
+    else:
+        tokens_in = tokens_out = None
+        raw = f"{usage!r:.100}"
+    fixed = Usage(tokens_in or 0, tokens_out or 0, estimated=True)
+    return fixed, f"the model reported usage {raw}, which is not a count of tokens: the bad counts are taken as 0"
 
 
 @dataclass(slots=True)
@@ -85,6 +117,12 @@ class Reply:
     """The model declined to answer: its words, or what the provider said withheld the reply."""
     echo: dict = field(default_factory=dict)
     """Fields the provider needs back on this assistant message when the conversation goes on."""
+    truncated: bool = False
+    """The stream ended with neither a ``finish_reason`` nor ``[DONE]``: the reply may be cut off (its finish is
+    inferred). It is used, marked so in its ``model_response`` event, and never cached."""
+    warnings: list[str] = field(default_factory=list)
+    """What the client noticed about this reply and set right (usage that was not a count of tokens, a stream
+    that may be cut off): recorded in its ``model_response`` event."""
 
 
 @dataclass(slots=True)

@@ -319,12 +319,13 @@ class OpenAIModel:
                 response = await self._transport.open("/chat/completions", payload)
                 if limit is not None:
                     limit.learn(response.headers)  # x-ratelimit-limit-* when the person set no limit
+                confirmed = True  # a whole JSON body, or a stream that said it ended
                 try:
                     ctype = response.content_type
                     if ctype in ("application/json", "text/json") or ctype.endswith("+json"):
                         await self._whole(response, asm)
                     else:
-                        await self._stream(response, asm, silence.alive)
+                        confirmed = await self._stream(response, asm, silence.alive)
                 finally:
                     await response.close()
             finally:
@@ -337,6 +338,11 @@ class OpenAIModel:
         reply = asm.reply()
         if asm.usage is None:  # the provider reported none: estimated, and marked so
             reply.usage = _estimate(payload, reply)
+        if not confirmed and asm.finish is None:  # the body just ended: perhaps cut off (finish_reason inferred)
+            reply.truncated = True
+            reply.warnings.append(
+                f"the stream from {self.name!r} ended with neither a finish_reason nor [DONE]: the reply may be cut "
+                "off (it is used as it is, and never cached)")
         return reply
 
     async def _whole(self, response: Response, asm: Assembler) -> None:
@@ -359,7 +365,8 @@ class OpenAIModel:
         if not asm.chunks or not (isinstance(body, dict) and body.get("choices")):
             raise _BadStream(f"a JSON body that is neither a reply nor an error: {raw[:200]!r}")
 
-    async def _stream(self, response: Response, asm: Assembler, alive: Any) -> None:
+    async def _stream(self, response: Response, asm: Assembler, alive: Any) -> bool:
+        """Read a stream into ``asm``; True if it said it ended (``[DONE]``), False if the body just ended."""
         decoder = SSEDecoder(max_line=self.max_line_bytes)
         lines = 0
         head = b""
@@ -390,6 +397,7 @@ class OpenAIModel:
             if head.strip() and not done:
                 raise _BadStream(f"no events in {head[:200]!r}")
             raise _Incomplete(f"the stream from {self.name!r} ended before any reply")
+        return done
 
 
 def _estimate(payload: RequestBody, reply: Reply) -> Usage:

@@ -32,7 +32,8 @@ class Price:
     output: float
 
     def cost(self, usage: Usage) -> float:
-        return (usage.input_tokens * self.input + usage.output_tokens * self.output) / 1_000_000
+        # never negative: usage is checked where it enters (models.checked_usage); this is the last guard
+        return max(0.0, (usage.input_tokens * self.input + usage.output_tokens * self.output) / 1_000_000)
 
 
 _lock = threading.Lock()
