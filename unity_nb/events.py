@@ -216,6 +216,9 @@ class LoopStarted(Event):
     task: str
     model: str
     parent_id: str | None = None
+    approval: str | None = None
+    """How the loop's plans wait for the person (an actor's ``never``, ``first`` or ``always``; ``None``: it runs
+    no plans). Recorded so that ``%unity resume`` keeps it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)

@@ -145,8 +145,10 @@ class LoopHandle(Loop):
         """The tree, the events, the ending, steering notes, the request book and the state the parts write."""
         self._router = Router(run, self)
         self._engine: Driver
+        approval = None
         if issubclass(engine, Engine):  # a loop that calls the model: a turn, a tool runner, a tool source
             source = as_source(tool_source, tools)
+            approval = source.approval
             source.bind(run)
             self._turn: Turn | None = Turn(run, tools, source, self._router, self)
             self._runner: ToolRunner | None = ToolRunner(run, self._turn, self._router, source, self)
@@ -169,6 +171,7 @@ class LoopHandle(Loop):
             task=task,
             model=getattr(cfg.model, "name", type(cfg.model).__name__),
             parent_id=parent.id if parent else None,
+            approval=approval,
         )
         if cfg.multi:
             self.run.emit(ev.RequestSubmitted, request_id="r1", text=task)
