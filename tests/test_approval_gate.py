@@ -198,6 +198,27 @@ async def test_stop_while_a_plans_call_waits_means_it_never_runs(bus, _marked):
     assert RAN == [] and h.inbox.approvals == []
 
 
+async def test_stop_while_a_tools_thread_waits_means_it_never_runs(bus, _marked):
+    wipe = _marked["wipe"]
+    finished = __import__("threading").Event()
+
+    def clean(table: str) -> str:
+        """Clean a table (an unmarked tool whose code calls a marked function)."""
+        try:
+            return wipe(table)
+        finally:
+            finished.set()
+
+    model = u.ScriptedModel(lambda m, t: u.call_tool("clean", table="t9"))
+    h = u.start_loop("go", model=model, tools=[clean], bus=bus)
+    await h.wait_for("approval_requested", timeout=10)
+    await h.stop("no")
+    with pytest.raises(u.Stopped):
+        await h
+    assert await asyncio.to_thread(finished.wait, 10)  # the tool's thread left its wait
+    assert RAN == [] and h.inbox.approvals == []
+
+
 async def test_outside_any_operation_the_marked_function_runs_at_once(_marked):
     assert _marked["wipe"]("cell") == "wiped cell"
     assert await _marked["purge"]("cell") == "purged cell"

@@ -83,7 +83,8 @@ class Actor:
     functions or a list of functions, beside those registered with ``@unity_nb.primitive``.
     ``tools`` defaults to the tools registered with ``@unity_nb.tool``, taken at each
     ``act``. ``approval``: ``"never"`` runs plans at once, ``"first"`` waits for the person's
-    Run on the first plan of each run, ``"always"`` on every plan. ``code_timeout`` bounds
+    Run on each plan of a run until one is approved (a skipped plan is no approved one), ``"always"``
+    on every plan. ``code_timeout`` bounds
     a stretch of computation that does not await (``None``: no bound). ``references=False``
     turns variables by reference off (JSON tools then look like plain tools).
     """

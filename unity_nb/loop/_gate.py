@@ -200,12 +200,12 @@ class PendingCall:
         return f"<{self._hint()}>"
 
     def __del__(self) -> None:
-        write = self._write
-        if not self._awaited and write is not None and tool_output.get() is write:  # dropped in the call itself
-            try:
+        try:
+            write = self._write
+            if not self._awaited and write is not None and tool_output.get() is write:  # dropped in the call itself
                 write(f"note: {self._hint()}\n", "stderr")
-            except Exception:  # noqa: BLE001, S110 - a note, never an error of its own
-                pass
+        except Exception:  # noqa: BLE001, S110 - a note, never an error of its own
+            pass
 
 
 def gate(fn: Callable[..., Any]) -> Callable[..., Any]:
