@@ -464,7 +464,9 @@ async def test_steering_reaches_a_loop_a_primitive_started(bus):
 
 async def test_approval_first_waits_for_run_and_skip_tells_the_model(bus):
     ns: dict[str, Any] = {}
-    model = u.ScriptedModel(plans("a = 1", "b = 2", answer=lambda ms: "saw: " + tool_messages(ms)[0]["content"]))
+    model = u.ScriptedModel(
+        plans("a = 1", "b = 2", "c = 3", answer=lambda ms: "saw: " + tool_messages(ms)[0]["content"])
+    )
     h = u.act("approve", model=model, namespace=ns, approval="first", bus=bus)
     requested = await h.wait_for("approval_requested", timeout=10)
     assert isinstance(requested, ApprovalRequested)
@@ -475,9 +477,13 @@ async def test_approval_first_waits_for_run_and_skip_tells_the_model(bus):
     with pytest.raises(u.UserError, match="no plan with call_id 'nope'"):
         await h.inbox.skip("nope")
     await h.inbox.skip(reason="not that way")
+    # a skip is no approval: the next plan waits too; once one is approved, the rest run ("first")
+    await h.wait_for("approval_requested", code_has("b = "), timeout=10)
+    assert "b" not in ns
+    await h.inbox.approve()
     assert await h == "saw: [the person skipped this plan; it did not run]: not that way"
-    assert "a" not in ns and ns["b"] == 2  # only the first plan waited ("first")
-    assert [e.approved for e in h.events if isinstance(e, ApprovalDecided)] == [False]
+    assert "a" not in ns and ns["b"] == 2 and ns["c"] == 3
+    assert [e.approved for e in h.events if isinstance(e, ApprovalDecided)] == [False, True]
 
 
 async def test_approval_always_runs_each_plan_only_after_approve(bus):

@@ -10,6 +10,7 @@ from ._errors import (
     HandleStateError,
     ModelConfigError,
     ModelError,
+    NotApproved,
     Stopped,
     ToolDefinitionError,
     UnityError,
@@ -186,5 +187,6 @@ __all__ = (
     "ModelConfigError",
     "CacheMiss",
     "Stopped",
+    "NotApproved",
     "ModelError",
 )

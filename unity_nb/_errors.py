@@ -9,6 +9,8 @@
     │   ├── ModelConfigError        no model, no key, no base_url
     │   └── CacheMiss               a replay-only CachedModel met a request it never recorded
     ├── Stopped                     raised by ``result()`` of a loop that was stopped; ``.reason``
+    ├── NotApproved                 a call of a function marked needs_approval did not run (skipped by the
+    │                               person, or no one could be asked): raised where it was called
     └── ModelError                  the model could not be reached after retries (the run failed)
 
 Errors the *model* must act on (a tool raising, an unknown tool name, arguments failing
@@ -25,6 +27,7 @@ __all__ = (
     "ModelConfigError",
     "CacheMiss",
     "Stopped",
+    "NotApproved",
     "ModelError",
 )
 
@@ -67,6 +70,12 @@ class Stopped(UnityError):
     def __init__(self, reason: str | None = None) -> None:
         super().__init__(f"stopped: {reason}" if reason else "stopped")
         self.reason = reason
+
+
+class NotApproved(UnityError):
+    """A call of a function marked ``needs_approval`` did not run: the person skipped it, or no one could be
+    asked (its operation ended, or the thread it was called in carries no trace of one). Raised where the call
+    was made (a plan's code, a tool), so the model reads why."""
 
 
 class ModelError(UnityError):

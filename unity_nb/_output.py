@@ -28,7 +28,7 @@ from typing import Any
 
 from . import _secrets
 
-__all__ = ("tool_output", "display_output", "install", "uninstall", "install_display")
+__all__ = ("tool_output", "display_output", "install", "uninstall", "install_display", "started_in")
 
 tool_output: contextvars.ContextVar[Callable[[str, str], None] | None] = contextvars.ContextVar(
     "unity_nb_tool_output", default=None
@@ -39,6 +39,13 @@ display_output: contextvars.ContextVar[Callable[[dict, dict], None] | None] = co
 
 
 _HOOKS = "_unity_nb_hooks"  # (tool_output hook, display_output hook) of the context a thread was started in
+_CONTEXT = "_unity_nb_context"  # the context (copied) a thread was started in, when a hook was set there
+
+
+def started_in() -> contextvars.Context | None:
+    """The context the current thread was started in, if it was started inside a tool call or a plan (so a
+    marked function it calls is asked in the operation that started it)."""
+    return getattr(threading.current_thread(), _CONTEXT, None)
 
 
 def _out_hook() -> Callable[[str, str], None] | None:
@@ -69,6 +76,7 @@ def _start(self: threading.Thread) -> None:
     out, disp = _out_hook(), _display_hook()
     if (out is not None or disp is not None) and not self.name.startswith("asyncio_"):
         setattr(self, _HOOKS, (out, disp))
+        setattr(self, _CONTEXT, contextvars.copy_context())
     (_thread_start or _ORIGINAL_START)(self)
 
 

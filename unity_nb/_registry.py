@@ -20,7 +20,8 @@ def register_tool(
     fn: Callable[..., Any] | Tool, *, name: str | None = None, needs_approval: bool | None = None
 ) -> Tool:
     """Register ``fn`` as a tool for notebook operations; re-registering a name replaces it.
-    ``needs_approval=True``: each call waits for a person's Run or Skip (see ``unity_nb.as_tool``)."""
+    ``needs_approval=True``: each call waits for a person's Run or Skip (see ``unity_nb.as_tool``); the tool's
+    ``.fn`` is then the function's gate (bind that name where plans can see it: ``@unity_nb.tool`` does)."""
     t = as_tool(fn, name=name, needs_approval=needs_approval)
     _TOOLS[t.name] = t
     return t
@@ -34,12 +35,17 @@ def tool(fn: Any = None, /, *, name: str | None = None, needs_approval: bool | N
     """Decorator: ``@unity_nb.tool`` (or ``@unity_nb.tool(name="x", needs_approval=True)``) registers a
     function as a tool.
 
-    The function itself is returned unchanged, so it stays callable from the notebook.
+    The function itself is returned unchanged, so it stays callable from the notebook; marked
+    ``needs_approval``, what is returned is its gate: the same function, which waits for the person's
+    approval at each call an operation makes (a plan calling it by name too), and runs at once when the
+    person calls it in a cell (see ``unity_nb.loop`` ``_gate``).
     """
-    if fn is None:
-        return lambda f: (register_tool(f, name=name, needs_approval=needs_approval), f)[1]
-    register_tool(fn, name=name, needs_approval=needs_approval)
-    return fn
+
+    def register(f: Any) -> Any:
+        t = register_tool(f, name=name, needs_approval=needs_approval)
+        return t.fn if t.gated is not None else f
+
+    return register if fn is None else register(fn)
 
 
 def unregister_tool(name: str) -> None:

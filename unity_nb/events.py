@@ -222,6 +222,9 @@ class LoopStarted(Event):
     ``%unity resume`` starts the operation of that kind again (never read from the task's text)."""
     batch: bool = False
     """Its children are a batch's rows (a map, or an operator's map): history lists it as one line."""
+    approval: str | None = None
+    """How the loop's plans wait for the person (an actor's ``never``, ``first`` or ``always``; ``None``: it runs
+    no plans). Recorded so that ``%unity resume`` keeps it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)

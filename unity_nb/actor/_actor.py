@@ -21,6 +21,7 @@ from ..loop import (
     LoopHandle,
     Tool,
     as_tool,
+    gated_function,
 )
 from ..models import default_model
 from ._describe import describe_namespace, user_variables
@@ -55,6 +56,10 @@ _DONE_MULTI = """\
 
 
 _PRIMITIVES_HINT = "\n- Primitives (call them with await):\n{listing}"
+_MARKED_HINT = (
+    "\n- {names} wait for the person's approval at each call (marked needs_approval): in a plan write "
+    "`await {first}(...)`; a call the person skips raises unity_nb.NotApproved where it was made."
+)
 _TOOLS_HINT = (
     "\n- Other tools are JSON tools. Any parameter may receive a variable by reference as the "
     "string '<<var:name>>'; the optional `return` parameter names the variable that receives "
@@ -78,7 +83,8 @@ class Actor:
     functions or a list of functions, beside those registered with ``@unity_nb.primitive``.
     ``tools`` defaults to the tools registered with ``@unity_nb.tool``, taken at each
     ``act``. ``approval``: ``"never"`` runs plans at once, ``"first"`` waits for the person's
-    Run on the first plan of each run, ``"always"`` on every plan. ``code_timeout`` bounds
+    Run on each plan of a run until one is approved (a skipped plan is no approved one), ``"always"``
+    on every plan. ``code_timeout`` bounds
     a stretch of computation that does not await (``None``: no bound). ``references=False``
     turns variables by reference off (JSON tools then look like plain tools).
     """
@@ -193,6 +199,9 @@ def system_prompt(actor: Actor, json_tools: list[Tool], multi: bool) -> str:
         done_hint=_DONE_MULTI if multi else _DONE,
     )
     variables = user_variables(actor.namespace, actor.hidden)
+    marked = [n for n, v in variables.items() if callable(v) and gated_function(v) is not None]
+    if marked:
+        prompt = prompt.rstrip("\n") + _MARKED_HINT.format(names=", ".join(marked[:20]), first=marked[0]) + "\n"
     extra = f"\n{actor.instructions}\n" if actor.instructions else ""
     names = secret_names()
     if names:

@@ -190,6 +190,10 @@ class RefTool(Tool):
     def available(self) -> bool:
         return self._wire is not None
 
+    @property
+    def gated(self) -> Callable[..., Any] | None:
+        return self.inner.gated
+
     def schema(self, *, extra_properties: dict | None = None) -> dict:
         wire = self._wire or ref_schema(self.inner, {})
         if wire is None:  # only reached when called while unavailable; never offered

@@ -58,6 +58,8 @@ class ActorTools(ToolSource):
         self.namespace = actor.namespace
         self.plans = 0
         """Plans run (or skipped) so far."""
+        self.approved = 0
+        """Plans the person approved so far (``approval="first"`` asks until one is: a skip is no approval)."""
         self.displayed = 0
         """Rich outputs plans displayed so far."""
         self.json_tools = actor.tools
@@ -168,7 +170,7 @@ class ActorTools(ToolSource):
 
     def _plan_needs_approval(self) -> bool:
         mode = self.actor.approval
-        return mode == "always" or (mode == "first" and self.plans == 0)
+        return mode == "always" or (mode == "first" and not self.approved)
 
     async def _run_plan(self, code: str, intent: str, ctx: ToolContext) -> str:
         rec: ToolCallRecord | None = ctx.record
@@ -179,6 +181,7 @@ class ActorTools(ToolSource):
             if not run:
                 self.plans += 1
                 return skipped_result("execute_code", reason)
+            self.approved += 1
         self.plans += 1
 
         def on_output(text: str, _stream: str) -> None:
@@ -215,6 +218,11 @@ class ActorTools(ToolSource):
         return text
 
     # -- approval -------------------------------------------------------------------------
+
+    @property
+    def approval(self) -> str:  # type: ignore[override]
+        """The actor's approval of plans (recorded with the loop's start, so a resume keeps it)."""
+        return self.actor.approval
 
     def needs_approval(self, tool: Tool) -> bool:
         """A JSON tool waits when it is marked, or on every call with ``approval="always"`` (a plan's

@@ -279,7 +279,9 @@ def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
     missing = sum(1 for m in history if m["role"] == "tool" and "no result was recorded" in str(m["content"]))
     model = magics.current_model()
     options = magics.loop_options({})
-    actor = magics.actor(model, {})
+    started = store.events(row["uid"], kind="loop_started")
+    approval = started[0].approval if started else None  # None: recorded before it was (the kernel's default)
+    actor = magics.actor(model, {"approval": approval} if approval else {})
     resumed = _RESUMED.format(uid=row["uid"])  # the conversation itself goes as messages (history=)
     actor.instructions = "\n\n".join(p for p in (actor.instructions, resumed) if p)
     task = row["task"] or "(no task recorded)"
@@ -287,6 +289,8 @@ def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
     notice = (
         f"resumed from the store: its interrupted run rebuilt ({len(history)} messages"
         + (f"; {missing} tool call(s) without a result marked as interrupted)." if missing else ").")
+        + f" Plans: --approval {actor.approval}"
+        + (" (as it was started)." if approval else " (this kernel's default).")
     )
     uid = row["uid"]
 

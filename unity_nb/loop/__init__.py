@@ -4,6 +4,7 @@ from ._answers import Evaluation, HandOff, Reference, ToolResult, cites_referenc
 from ._approval import pending_approvals, skipped_result
 from ._context import CallInfo, current_call, current_loop, forward_call, resolve_tool_value
 from ._engine import Driver, Engine
+from ._gate import PendingCall, gated_function
 from ._handle import LoopHandle, start_ask
 from ._options import LoopOptions
 from ._policy import (
@@ -68,6 +69,8 @@ __all__ = (
     "Driver",
     "skipped_result",
     "pending_approvals",
+    "gated_function",
+    "PendingCall",
     "Run",
     "ToolSource",
     "OwnTools",

@@ -29,6 +29,13 @@ class CallInfo:
 
 _CALL: contextvars.ContextVar[CallInfo | None] = contextvars.ContextVar("unity_nb_tool_call", default=None)
 _CURRENT: contextvars.ContextVar[Loop | None] = contextvars.ContextVar("unity_nb_loop", default=None)
+_running = [0]  # tool calls running now, in every loop of the process
+
+
+def calls_running() -> int:
+    """How many tool calls run now, in every loop of the process (a marked function called from a thread
+    that carries no trace of its operation is refused while any does: see ``_gate``)."""
+    return _running[0]
 
 
 def current_call() -> CallInfo | None:
@@ -43,10 +50,12 @@ def current_loop() -> Loop | None:
 
 def enter_call(call: CallInfo) -> contextvars.Token:
     """Mark ``call`` as the running tool call (the tool runner does, around each call)."""
+    _running[0] += 1
     return _CALL.set(call)
 
 
 def leave_call(token: contextvars.Token) -> None:
+    _running[0] -= 1
     _CALL.reset(token)
 
 

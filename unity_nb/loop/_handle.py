@@ -145,8 +145,10 @@ class LoopHandle(Loop):
         """The tree, the events, the ending, steering notes, the request book and the state the parts write."""
         self._router = Router(run, self)
         self._engine: Driver
+        approval = None
         if isinstance(engine, type) and issubclass(engine, Engine):  # a loop that calls the model: a turn, ...
             source = as_source(tool_source, tools)
+            approval = source.approval
             source.bind(run)
             self._turn: Turn | None = Turn(run, tools, source, self._router, self)
             self._runner: ToolRunner | None = ToolRunner(run, self._turn, self._router, source, self)
@@ -171,6 +173,7 @@ class LoopHandle(Loop):
             parent_id=parent.id if parent else None,
             loop_kind=kind,
             batch=self._engine.batch,
+            approval=approval,
         )
         if cfg.multi:
             self.run.emit(ev.RequestSubmitted, request_id="r1", text=task)

@@ -308,6 +308,9 @@ class Run:
     def end(self, status: Status, *, answer: str | None = None, error: BaseException | None = None) -> None:
         """Mark the loop ended (its task does, once)."""
         handle = self._handle()
+        for waiting in self.approvals.values():  # a call still waiting (a thread's, a task's) never runs now
+            waiting["future"].cancel()
+        self.approvals.clear()
         for hook in self.on_end:
             hook(handle, status, error)
         for r in self.open_requests():

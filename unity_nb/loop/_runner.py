@@ -29,6 +29,7 @@ from ._answers import HandOff, Reference, ToolResult
 from ._approval import skipped_result, wait_for_approval
 from ._context import CallInfo, enter_call, leave_call, resolve_tool_value
 from ._face import Loop
+from ._gate import allow_once
 from ._policy import Step
 from ._records import Message, ToolCallRecord
 from ._tools import Tool, ToolContext, ToolFailed, render_result
@@ -260,9 +261,10 @@ class ToolRunner:
             self.call_requests[rec.id] = request_id
         if tool.ctx_param:
             kwargs[tool.ctx_param] = ToolContext(self.source, rec.id, rec.name, rec, request_id, calls=self)
+        approved = False
         if self._tools.needs_approval(tool):  # the wait is the person's, not the tool's: outside its timeout
-            run, reason = await self.wait_for_approval(rec.id, tool=rec.name, code=rec.arguments or "{}")
-            if not run:
+            approved, reason = await self.wait_for_approval(rec.id, tool=rec.name, code=rec.arguments or "{}")
+            if not approved:
                 self.finish_call(rec, skipped_result(rec.name, reason), False, time.perf_counter() - t0)
                 return
             t0 = time.perf_counter()
@@ -274,8 +276,10 @@ class ToolRunner:
         out_token = tool_output.set(write)
         cut = False
         try:
-            async with asyncio.timeout(timeout):
-                result, error = await self._call(rec, tool, kwargs), False
+            # approved here: the marked function's gate lets this call run without asking again
+            with allow_once(tool.gated if approved else None):
+                async with asyncio.timeout(timeout):
+                    result, error = await self._call(rec, tool, kwargs), False
         except asyncio.CancelledError:
             raise
         except TimeoutError:

@@ -27,6 +27,9 @@ class ToolSource:
 
     run: Run | None = None
     """The run this source serves (set by :meth:`bind` when the loop is made)."""
+    approval: str | None = None
+    """How plans wait for the person (the actor's source: ``never``, ``first``, ``always``), recorded with the
+    loop's start (``LoopStarted.approval``) so that a resume keeps it; ``None`` for a source without plans."""
 
     def bind(self, run: Run) -> None:
         """Called once, when the loop this source serves has its run."""

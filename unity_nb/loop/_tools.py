@@ -21,6 +21,7 @@ import pydantic
 
 from .._errors import ToolDefinitionError
 from ._face import Loop
+from ._gate import gate, gated_function
 
 __all__ = ("Tool", "ToolContext", "ToolFailed", "as_tool")
 
@@ -120,13 +121,20 @@ class Tool:
     """Seconds a call may run before it fails with an error the model reads (``None``: the loop's ``tool_timeout``)."""
     needs_approval: bool = False
     """Each call waits for a person's approval (``h.inbox.approve()`` / ``h.inbox.skip(reason=...)``, the widget's
-    Run / Skip, ``%unity approve``) before it runs; a skip's reason is the result the model reads."""
+    Run / Skip, ``%unity approve``) before it runs; a skip's reason is the result the model reads. ``fn`` is then
+    the function's gate: called by any other path inside an operation (a plan), it waits too (``loop._gate``)."""
     secrets: bool | None = None
     """Whether ``"<<secret:NAME>>"`` in the call's arguments is replaced by the value before the tool
     runs. ``None``: only for a tool a person wrote (its function is defined outside unity_nb); the
     loop's own tools (answers, steering, managers) get the reference as text, so a model cannot
     make a secret's value land in an answer, a store or a reply."""
     _params_schema: dict | None = None
+
+    @property
+    def gated(self) -> Callable[..., Any] | None:
+        """The marked function a call of this tool runs (``fn``'s, when ``fn`` is a gate): a call the loop
+        approved lets it run once without asking again."""
+        return gated_function(self.fn)
 
     @property
     def takes_secrets(self) -> bool:
@@ -187,13 +195,18 @@ def as_tool(
 
     ``timeout`` (seconds) bounds each call: past it the call fails with an error the model reads
     (a sync tool's thread is interrupted). ``needs_approval=True``: each call waits for a person's
-    approval before it runs (see :attr:`Tool.needs_approval`). The result is cached per function:
+    approval before it runs (see :attr:`Tool.needs_approval`), and the tool's ``fn`` is the function's gate,
+    which waits wherever an operation calls it. A gate (what ``@unity_nb.tool(needs_approval=True)`` returns)
+    stays marked: ``needs_approval=False`` does not unmark it. The result is cached per function:
     building a schema with pydantic costs milliseconds.
     """
     if needs_approval is not None:
         if not isinstance(needs_approval, bool):
             raise ToolDefinitionError(f"needs_approval is True or False, not {needs_approval!r}")
-        return dataclasses.replace(as_tool(obj, name=name, timeout=timeout), needs_approval=needs_approval)
+        base = as_tool(obj, name=name, timeout=timeout)
+        if not needs_approval or base.needs_approval:
+            return base
+        return dataclasses.replace(base, needs_approval=True, fn=gate(base.fn))
     if timeout is not None:
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < float("inf"):
             raise ToolDefinitionError(f"a tool's timeout is a number of seconds above 0, not {timeout!r}")
@@ -217,6 +230,9 @@ def as_tool(
 def _build(obj: Callable[..., Any], name: str | None) -> Tool:
     if not callable(obj):
         raise ToolDefinitionError(f"a tool must be a function, not {type(obj).__name__}")
+    raw = gated_function(obj)
+    if raw is not None:  # a marked function: described from the function, called through its gate
+        return dataclasses.replace(_build(raw, name or getattr(obj, "__name__", None)), fn=obj, needs_approval=True)
     fn = obj
     tool_name = name or getattr(fn, "__name__", None) or type(fn).__name__
     if not _NAME.match(tool_name):

@@ -74,6 +74,7 @@ class Turn:
 
     __slots__ = (
         "__weakref__",
+        "_call_ids",
         "_interrupted",
         "_last_tokens",
         "_offered",
@@ -109,6 +110,8 @@ class Turn:
         """The turn ``max_steps`` counts from (a new request of a multi-request loop restarts it)."""
         self.dynamic: dict[str, Tool] = {}
         self._schema_cache: dict[str, dict] = {}
+        self._call_ids: set[str] = set()
+        """Every tool call id this loop's model used (a repeated or empty one is renamed: :meth:`unique_ids`)."""
         self._offered: tuple[str, ...] = ()
         self._sent: tuple[list[dict] | None, int] = (None, 0)
         """The wire list the last request was made from, and its length then."""
@@ -335,6 +338,7 @@ class Turn:
         reply.refusal = scrub(getattr(reply, "refusal", None))
         for c in reply.tool_calls:  # a value the model wrote is shown as its reference (the tool gets the value)
             c.arguments = scrub(c.arguments)
+        self.unique_ids(reply)
         h.emit(
             ev.ModelResponse,
             step=step,
@@ -352,6 +356,19 @@ class Turn:
             reply.content = f"[refused] {reply.refusal}"
         self.reset_streaming()
         return reply
+
+    def unique_ids(self, reply: Reply) -> None:
+        """Give each of ``reply``'s tool calls an id no other call of this loop has: a model (a custom one, a
+        script, a server) may repeat one or send none, and an id names one call everywhere (its result, its
+        approval, its question, its child). A repeated id gets a suffix (``dup`` -> ``dup_2``), on the wire too."""
+        seen = self._call_ids
+        for c in reply.tool_calls:
+            if not c.id or c.id in seen:
+                base, n = c.id or "call", 2
+                while f"{base}_{n}" in seen:
+                    n += 1
+                c.id = f"{base}_{n}"
+            seen.add(c.id)
 
     def _messages(self) -> tuple[list[dict], int]:
         """The wire to send, and how many of its messages the previous request sent: the wire only grows

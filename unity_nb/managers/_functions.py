@@ -9,7 +9,7 @@ from typing import Any
 
 from .. import events as ev
 from .._errors import UserError
-from ..loop import LoopHandle, Tool
+from ..loop import LoopHandle, Tool, gated_function
 from ._base import Manager
 from ._util import clip, fail, words_score
 
@@ -24,8 +24,8 @@ def _signature(fn: Callable[..., Any]) -> str:
 
 
 def _source(fn: Callable[..., Any], limit: int = 2000) -> str | None:
-    try:
-        return clip(inspect.getsource(fn), limit)
+    try:  # a function marked needs_approval: its own source, not its gate's
+        return clip(inspect.getsource(gated_function(fn) or fn), limit)
     except (OSError, TypeError):
         return None
 
