@@ -59,6 +59,8 @@ class BatchServer:
     def __init__(self) -> None:
         self.durations = {"validating": 0.0, "in_progress": 0.0, "finalizing": 0.0}
         self.hold = False
+        self.hold_after: int | None = None
+        """Batches created after the first ``hold_after`` stay in_progress (as ``hold`` holds them all)."""
         self.finish_while_held = 0
         self.fail_row: Callable[[str, dict], str | None] | None = None
         self.expire = False
@@ -208,6 +210,7 @@ class BatchServer:
             "completed_at": None, "failed_at": None, "expired_at": None, "cancelling_at": None, "cancelled_at": None,
             "request_counts": {"total": len(rows), "completed": 0, "failed": 0},
             "metadata": body.get("metadata"), "_rows": rows, "_t": time.monotonic(), "_done": 0,
+            "_seq": self.creates - 1,
         }
         return web.json_response(self._public(self.batches[bid]))
 
@@ -246,7 +249,7 @@ class BatchServer:
             b["status"], b["in_progress_at"], b["_t"] = "in_progress", int(time.time()), now
             status = "in_progress"
         if status == "in_progress":
-            if self.hold:
+            if self.hold or (self.hold_after is not None and b["_seq"] >= self.hold_after):
                 b["_done"] = min(self.finish_while_held, len(b["_rows"]))
                 b["request_counts"]["completed"] = b["_done"]
                 return

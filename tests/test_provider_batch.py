@@ -82,7 +82,8 @@ async def test_rows_are_split_at_the_request_and_byte_limits(server, bus):
     h = u.map([f"r{i}" for i in range(25)], "Say {value}", model=aio(server), via="batch", batch_poll=0.01,
               batch_max_requests=10, bus=bus)
     result = await asyncio.wait_for(h.result(), 20)
-    assert server.uploads == 3 and server.creates == 3 and result.tolist() == [f"answer to: Say r{i}" for i in range(25)]
+    assert server.uploads == 3 and server.creates == 3
+    assert result.tolist() == [f"answer to: Say r{i}" for i in range(25)]
     sizes = [len(f["_content"].splitlines()) for f in server.files.values() if f["purpose"] == "batch"]
     assert sizes == [10, 10, 5]
     before = set(server.files)
