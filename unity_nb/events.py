@@ -56,6 +56,7 @@ __all__ = (
     "RowFinished",
     "BudgetReached",
     "SpendingCarried",
+    "ProviderBatch",
     "AnyEvent",
     "EventBus",
     "default_bus",
@@ -563,13 +564,38 @@ class SpendingCarried(Event):
     """The store's uid of the run it continues."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProviderBatch(Event):
+    """A batch run through a provider's Batch API (``via="batch"``) moved: its input file was uploaded (``stage``
+    ``uploaded``), the batch created (``created``), its status changed (``status``) or it ended (``ended``). The
+    store commits it at once, so a new kernel finds the provider's batch (``%unity resume``) instead of submitting
+    its rows again."""
+
+    kind: Literal["provider_batch"] = "provider_batch"
+    stage: Literal["uploaded", "created", "status", "ended"]
+    chunk: int
+    """Which of the batch's files (0, 1, ...): a batch over more rows than the provider takes at once is split."""
+    file_id: str
+    batch_id: str | None = None
+    positions: str = ""
+    """The rows in it, as ranges of positions (``0-999,1005``): set as it is uploaded."""
+    status: str | None = None
+    """The provider's status (validating, in_progress, finalizing, completed, failed, expired, cancelling,
+    cancelled)."""
+    completed: int = 0
+    failed: int = 0
+    total: int = 0
+    message: str | None = None
+    """What the provider said (a failed batch's errors), or what happened to its rows."""
+
+
 AnyEvent = Annotated[
     (
         LoopStarted | ModelRequested | ModelDelta | ModelResponse | ModelRetry | ModelWait | ToolStarted |
         ToolFinished | ToolOutput | ToolDisplay | CodeExecuted | VariablesChanged | ApprovalRequested |
         ApprovalDecided | ChildStarted | Steering | ClarificationRequested | ClarificationAnswered | Notification |
         LoopFinished | LoopFailed | RequestSubmitted | RequestFinished | ContextCompressed | ThinkingStep |
-        EvaluationRun | ControlHandedOff | RowFinished | BudgetReached | SpendingCarried
+        EvaluationRun | ControlHandedOff | RowFinished | BudgetReached | SpendingCarried | ProviderBatch
     ),
     Field(discriminator="kind"),
 ]

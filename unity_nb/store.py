@@ -63,6 +63,7 @@ _SKIP = frozenset({"model_delta"})
 _FLUSH_NOW = frozenset({
     "model_request", "loop_finished", "loop_failed", "steering", "clarification_requested",
     "approval_requested", "request_submitted", "request_finished", "control_handed_off", "row_finished",
+    "provider_batch",
 })
 _FLUSH_AFTER = 0.5
 _STEPS_EVERY = 1.0  # seconds between writes of a running loop's step count (Store.loops counts from its events)

@@ -8,6 +8,7 @@ assumed (a row that calls tools makes more). Nothing is run, and nothing is sent
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterable
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import UserError
-from ..models import Price, RateLimit, default_model, price_of, rate_limit_of
+from ..models import Price, RateLimit, batch_price, default_model, price_of, rate_limit_of
 from ._rows import Row, RowSource, answer_tool, output_model
 
 __all__ = (
@@ -52,6 +53,8 @@ class Estimate:
     """The first rows' prompts, as the model will read them."""
     basis: str = ""
     """How an operator of several phases projected its questions (empty for one map)."""
+    batch: str = ""
+    """Through the provider's Batch API (``via="batch"``): how its batch price was found (empty: live calls)."""
 
     def __str__(self) -> str:
         out = (f"{self.output_tokens:,} tokens out (assumed: {self.output_per_row} a row; expected_output_tokens= "
@@ -61,9 +64,11 @@ class Estimate:
             dollars = (f"dollars unknown: no price for {self.model!r} "
                        f"(u.set_price({self.model!r}, input=..., output=...) in dollars per million tokens)")
         else:
-            dollars = (f"${self.dollars:,.2f} at {self.model}'s price (${self.price.input:g} in, "
+            which = f"batch price ({self.batch})" if self.batch else "price"
+            dollars = (f"${self.dollars:,.2f} at {self.model}'s {which} (${self.price.input:g} in, "
                        f"${self.price.output:g} out per million tokens)")
-        minutes = (f"about {self.minutes:,.1f} minutes at {self.limit}" if self.minutes is not None
+        minutes = ("within the provider's 24h batch window, outside its rate limits" if self.batch else
+                   f"about {self.minutes:,.1f} minutes at {self.limit}" if self.minutes is not None
                    else "minutes unknown: no rate limit known (--rate 600/min, or rate=, says one)")
         return (f"Estimate for {self.rows:,} rows of {self.model} (nothing was run): ≈{self.input_tokens:,} tokens in "
                 f"(estimated: about {CHARS_PER_TOKEN} characters a token), {out}; {dollars}; {minutes}. "
@@ -141,13 +146,25 @@ def estimate_map(
     the model's price and minutes at its rate limit. Reads ``items`` once (a generator is used up)."""
     model = model if model is not None else default_model("estimate")
     fields = output_model(output, columns)
+    via = options.pop("via", None)
+    for unused in ("batch_poll", "batch_max_requests", "batch_max_bytes", "batch_stop_wait", "batches"):
+        options.pop(unused, None)
     for unused in ("concurrency", "name", "bus", "done", "label", "budget", "cache", "kind", "parent", "resume_from"):
         options.pop(unused, None)
     tools = list(options.pop("tools", ()) or ())
     if fields is not None:
         tools.append(answer_tool(fields))
-    return estimate_rows(RowSource(items, task), model=model, options={"tools": tools, **options}, output=fields,
-                         expected_output_tokens=expected_output_tokens, rate=rate)
+    est = estimate_rows(RowSource(items, task), model=model, options={"tools": tools, **options}, output=fields,
+                        expected_output_tokens=expected_output_tokens, rate=rate)
+    return at_batch_price(est, model) if via == "batch" else est
+
+
+def at_batch_price(est: Estimate, model: Any) -> Estimate:
+    """``est`` through the provider's Batch API: at the model's batch price (its batch rate, else half its live
+    price, said so), within the provider's window rather than at the rate limit."""
+    price, how = batch_price(model)
+    dollars = None if price is None else (est.input_tokens * price.input + est.output_tokens * price.output) / 1e6
+    return dataclasses.replace(est, price=price, dollars=dollars, minutes=None, limit=None, batch=how)
 
 
 def combine(parts: list[Estimate], basis: str) -> Estimate:

@@ -37,6 +37,7 @@ from ._book import Book
 from ._cache import ResultCache, model_identity, options_fingerprint
 from ._estimate import Estimate, estimate_map
 from ._map_engine import MapEngine, RowPlan
+from ._provider_batch import ProviderBatchEngine, batch_settings
 from ._rows import RowSource, answer_tool, check_text_answer, finished_rows, output_model
 from ._spend import Spending
 
@@ -86,6 +87,7 @@ class MapHandle(LoopHandle):
         model = model if model is not None else default_model("map")
         model_name = str(getattr(model, "name", type(model).__name__))
         fields = output_model(output, columns)
+        via = batch_settings(row_options)  # via="batch": the provider's Batch API (None: live calls)
         source = RowSource(items, task)
         tools = list(row_options.pop("tools", ()) or ())
         if fields is not None:
@@ -106,7 +108,8 @@ class MapHandle(LoopHandle):
         book = Book(source, fields, getattr(items, "name", None) if fields is None else None)
         spending = Spending(book, model, model_name, budget)
         plan = RowPlan(task, fields, config, "name" in row_options, model_name, concurrency, results_cache)
-        self._rows = MapEngine(plan, book, spending, items=items, done=done)
+        self._rows = (MapEngine(plan, book, spending, items=items, done=done) if via is None else
+                      ProviderBatchEngine(plan, book, spending, via, items=items, done=done))
         super().__init__(
             label or task, model=model, name=name, bus=bus, max_steps=1, parent=parent, engine=self._rows.bind,
         )
@@ -179,6 +182,7 @@ class MapHandle(LoopHandle):
             "cost": None if cost is None else round(cost, 6),
             "projected_cost": None if projected is None else round(projected, 6),
             "budget": spending.budget, "budget_reached": spending.reached,
+            **({"provider_batch": p} if (p := getattr(self._rows, "provider_progress", lambda: None)()) else {}),
         }
 
     # -- one source for the batch's totals: the rows that ended (the book), and those running ----------

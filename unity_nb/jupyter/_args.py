@@ -97,6 +97,12 @@ def _rows(value: str) -> int:
     return int(value)
 
 
+def _via(value: str) -> str:
+    if value not in ("live", "batch"):
+        raise ValueError(value)
+    return value
+
+
 def _k(value: str) -> int:
     if not re.fullmatch(r"[0-9]{1,9}", value) or int(value) < 1:
         raise ValueError(value)
@@ -115,6 +121,7 @@ FRACTION = Kind(_fraction, "a fraction of the context window between 0.1 and 1 (
 COLUMNS = Kind(_columns, "names of fields separated by commas, each with an optional type among str, int, float "
                          "and bool (e.g. method,sample_size:int,score:float)")
 DOLLARS = Kind(_dollars, "dollars (a number >= 0, e.g. 5.00)")
+ROUTE = Kind(_via, "live or batch")
 
 
 # -- the options, each declared once (a subcommand's may say more with dataclasses.replace) -------
@@ -133,7 +140,12 @@ NO_CACHE = Option("--no-cache", FLAG, "ask the model again: answers are cached i
 ROW_COLUMNS = Option("--columns", COLUMNS, "each row answers with those fields, typed (str, int, float or bool; str "
                      "by default), and the result is a DataFrame: an answer that does not validate is sent back "
                      "once, then fails.", "A,B:int")
-BATCH = (NAME, CONCURRENCY, ROW_STEPS, RATE, TOOL_TIMEOUT, BUDGET, NO_CACHE)
+VIA = Option("--via", ROUTE, "batch: the provider's Batch API (a file of requests run within "
+             "its 24h window at its batch price, outside the rate limits; one request a row, no tools); live (the "
+             "default): a call per row now.", "live|batch")
+BATCH_POLL = Option("--batch-poll", SECONDS, "with --via batch: seconds between looks at the provider's batch "
+                    "(default 30, backing off while nothing changes).", "SECONDS")
+BATCH = (NAME, CONCURRENCY, ROW_STEPS, RATE, TOOL_TIMEOUT, BUDGET, NO_CACHE, VIA, BATCH_POLL)
 """The options of the map and of every operator built on it."""
 
 OPERATION = Arg("NAME", "the name of an operation", short="a name")

@@ -36,7 +36,8 @@ class Host(Protocol):
     def start(self, name: str | None, launch: Callable[[str], LoopHandle], *, sub: str = "act",
               notice: str = "") -> LoopHandle: ...
 
-    def _map(self, cmd: Any, *, done: dict | None = None, name: str | None = None, notice: str = "") -> Any: ...
+    def _map(self, cmd: Any, *, done: dict | None = None, name: str | None = None, notice: str = "",
+             batches: list | None = None) -> Any: ...
 
 
 def missing_names(expr: str, namespace: dict) -> list[str]:

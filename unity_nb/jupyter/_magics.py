@@ -349,7 +349,8 @@ class UnityMagics(Magics):
         return self.start(cmd.options.get("name"), lambda name: actor.act(cmd.text, name=name, **options),
                           notice=notice)
 
-    def _map(self, cmd: Command, *, done: dict | None = None, name: str | None = None, notice: str = "") -> Any:
+    def _map(self, cmd: Command, *, done: dict | None = None, name: str | None = None, notice: str = "",
+             batches: list | None = None) -> Any:
         from .._registry import registered_tools
         from ..batch import map_rows
 
@@ -365,6 +366,8 @@ class UnityMagics(Magics):
             "columns": o.get("columns"), "rate": o.get("rate"), "tool_timeout": o.get("tool_timeout"),
             "expected_output_tokens": o.get("expected_output_tokens"),
         }
+        if o.get("via") == "batch":  # one request a row through the provider's Batch API: no tools
+            options.update(via="batch", tools=[], batch_poll=o.get("batch_poll"), batches=batches)
         if o.get("estimate"):  # runs nothing: what it would cost, printed (u.estimate(...) gives the object)
             print(map_rows(items, cmd.text, model=self.current_model(), estimate=True, **options))
             return None

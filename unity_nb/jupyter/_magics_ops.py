@@ -52,6 +52,8 @@ def start_operator(magics: UnityMagics, cmd: Command, *, done: dict | None = Non
         given = op.line_options(given, exprs)
     options: dict[str, Any] = {"concurrency": o.get("concurrency", 8),
                                "tools": [t for t in registered_tools() if not t.ref_only]}
+    if o.get("via") == "batch":  # each phase through the provider's Batch API: one request a row, no tools
+        options.update(via="batch", tools=[], batch_poll=o.get("batch_poll"))
     for key in _MAP_OPTIONS:
         if o.get(key) is not None:
             options[key] = o[key]

@@ -330,7 +330,10 @@ def resume_map(magics: UnityMagics, row: dict, *, budget: float | None = None) -
     done = finished_rows(store, row["uid"])  # this run alone: it holds the rows it kept from the run before it
     died = store.query("SELECT COUNT(*) AS n FROM loops WHERE parent_uid = ? AND ended IS NULL", (row["uid"],))
     running = died[0]["n"] if died else 0
-    handle = magics._map(cmd, done=done, name=name, notice="resumed from the store")
+    from ..batch import provider_batches
+
+    batches = provider_batches(store, row["uid"]) if cmd.options.get("via") == "batch" else None
+    handle = magics._map(cmd, done=done, name=name, notice="resumed from the store", batches=batches)
     if spent:  # before its first row starts (the batch starts at the event loop's next turn)
         carry_spent(handle, spent, row["uid"])
     kept, aside = handle.rows.kept, handle.rows.set_aside

@@ -12,6 +12,7 @@ from ._base import (
     token_count,
     wait_hook,
 )
+from ._batch_api import BatchAPI, NoBatchAPI, RowResult, batch_api_of, batch_price
 from ._cache import CachedModel
 from ._limits import RateLimit, rate_limit_of, set_rate_limit
 from ._local import LocalModel, LocalServer, local_model
@@ -48,6 +49,7 @@ def default_model(who: str) -> Model:
 
 
 __all__ = (
+    "BatchAPI", "NoBatchAPI", "RowResult", "batch_api_of", "batch_price",
     "CachedModel",
     "LocalModel",
     "LocalServer",

@@ -248,6 +248,16 @@ class OpenAIModel:
             body.update(request.options)
         return body
 
+    def batch_api(self) -> Any:
+        """This model's provider Batch API (``models._batch_api``): on the client's own methods for a client
+        handed in (or ``fast_path=False``), else on aiohttp; made once."""
+        api = getattr(self, "_batch", None)
+        if api is None:
+            from ._batch_api import BatchAPI
+
+            api = self._batch = BatchAPI(self, client_path=not isinstance(self._transport, AioHTTPTransport))
+        return api
+
     def forget_conversation(self, messages: list) -> None:
         """The loop that sent ``messages`` ended: what was kept to encode its next request goes."""
         self.wire_cache.forget(messages)

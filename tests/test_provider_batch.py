@@ -1,0 +1,188 @@
+"""u.map(..., via="batch") / %unity map --via batch: a map through the provider's Batch API, against a loopback
+server implementing the documented endpoints and states (tests/batch_server.py), on both request paths."""
+
+import asyncio
+import json
+
+import openai
+import pandas as pd
+import pytest
+from batch_server import BatchServer
+
+import unity_nb as u
+
+
+@pytest.fixture
+async def server():
+    async with BatchServer() as s:
+        yield s
+
+
+def model_for(server, path):
+    if path == "client":  # a client handed in: the client's own files and batches methods
+        return u.OpenAIModel("gpt-4.1-mini", client=openai.AsyncOpenAI(api_key="sk-test", base_url=server.url))
+    return u.OpenAIModel("gpt-4.1-mini", base_url=server.url, api_key="sk-test")
+
+
+async def test_the_server_speaks_the_documented_shapes_to_the_openai_package(server):
+    client = openai.AsyncOpenAI(api_key="sk-test", base_url=server.url)
+    line = {"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
+            "body": {"model": "m", "messages": [{"role": "user", "content": "hi"}]}}
+    f = await client.files.create(file=("in.jsonl", json.dumps(line).encode() + b"\n"), purpose="batch")
+    assert f.purpose == "batch" and f.status == "processed"
+    server.hold = True
+    b = await client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert b.status == "validating" and b.request_counts.total == 1
+    b = await client.batches.retrieve(b.id)
+    assert b.status == "in_progress"
+    b = await client.batches.cancel(b.id)
+    assert b.status == "cancelling"
+    server.cancel_finishes = 1
+    b = await client.batches.retrieve(b.id)
+    assert b.status == "cancelled" and b.output_file_id and b.request_counts.completed == 1
+    out = json.loads((await client.files.content(b.output_file_id)).content)
+    assert out["custom_id"] == "a" and out["response"]["body"]["choices"][0]["message"]["content"] == "answer to: hi"
+
+
+@pytest.mark.parametrize("path", ["aiohttp", "client"])
+async def test_a_thousand_rows_come_back_on_the_input_index_with_no_live_call(server, bus, path):
+    items = pd.Series([f"item {i}" for i in range(1000)], index=[f"k{i}" for i in range(1000)], name="text")
+    h = u.map(items, "Say {text}", model=model_for(server, path), via="batch", batch_poll=0.01, bus=bus)
+    result = await asyncio.wait_for(h.result(), 30)
+    assert list(result.index) == list(items.index)
+    assert result["k7"] == "answer to: Say item 7" and result["k999"] == "answer to: Say item 999"
+    assert server.live_calls == 0 and server.uploads == 1 and server.creates == 1
+    assert h.progress["done"] == 1000 and h.progress["provider_batch"]["completed"] == 1000
+    stages = [e.stage for e in h.events if e.kind == "provider_batch"]
+    assert stages[:2] == ["uploaded", "created"] and stages[-1] == "ended"
+    assert h.rows.counts["finished"] == 1000
+
+
+def aio(server):
+    return model_for(server, "aiohttp")
+
+
+async def test_rows_in_the_error_file_fail_with_the_providers_message(server, bus):
+    server.fail_row = lambda cid, body: "bad row" if cid.startswith("3:") else None
+    h = u.map([f"x{i}" for i in range(6)], "Say {value}", model=aio(server), via="batch", batch_poll=0.01, bus=bus)
+    result = await asyncio.wait_for(h.result(), 20)
+    assert result[2] == "answer to: Say x2" and pd.isna(result[3])
+    assert "bad row" in result.attrs["reasons"][3] and h.progress["failed"] == 1 and h.progress["done"] == 5
+
+
+async def test_typed_columns_come_from_the_forced_answer_tool(server, bus):
+    h = u.map(["ab", "abcd"], "Describe {value}", model=aio(server), via="batch", columns="topic,size:int",
+              batch_poll=0.01, bus=bus)
+    result = await asyncio.wait_for(h.result(), 20)
+    assert list(result.columns) == ["topic", "size"] and result.loc[0, "topic"] == "topic of Describe ab"
+    assert result.loc[1, "size"] == len("Describe abcd")
+
+
+async def test_rows_are_split_at_the_request_and_byte_limits(server, bus):
+    h = u.map([f"r{i}" for i in range(25)], "Say {value}", model=aio(server), via="batch", batch_poll=0.01,
+              batch_max_requests=10, bus=bus)
+    result = await asyncio.wait_for(h.result(), 20)
+    assert server.uploads == 3 and server.creates == 3
+    assert result.tolist() == [f"answer to: Say r{i}" for i in range(25)]
+    sizes = [len(f["_content"].splitlines()) for f in server.files.values() if f["purpose"] == "batch"]
+    assert sizes == [10, 10, 5]
+    before = set(server.files)
+    h2 = u.map([f"r{i}" for i in range(6)], "Say {value}", model=aio(server), via="batch", batch_poll=0.01,
+               batch_max_bytes=600, bus=bus)
+    result = await asyncio.wait_for(h2.result(), 20)
+    made = [f for k, f in server.files.items() if k not in before and f["purpose"] == "batch"]
+    assert len(made) > 1 and all(f["bytes"] <= 600 for f in made) and result.notna().all()
+
+
+async def test_stop_cancels_the_providers_batch_and_keeps_what_it_finished(server, bus):
+    server.hold, server.cancel_finishes = True, 3
+    h = u.map([f"r{i}" for i in range(10)], "Say {value}", model=aio(server), via="batch", batch_poll=0.01, bus=bus)
+    await h.wait_for("provider_batch", lambda e: e.stage == "created")
+    await asyncio.wait_for(h.stop("enough"), 20)
+    assert server.cancels == 1 and h.status == "stopped"
+    result = h.results()
+    assert result.notna().sum() == 3 and h.progress["stopped"] == 7
+    assert "cancelled" in next(iter(r for r in result.attrs["reasons"].values() if r))
+
+
+async def test_pause_stops_polling_and_resume_goes_on(server, bus):
+    server.hold = True
+    h = u.map([f"r{i}" for i in range(4)], "Say {value}", model=aio(server), via="batch", batch_poll=0.01, bus=bus)
+    await h.wait_for("provider_batch", lambda e: e.stage == "created")
+    await h.pause()
+    await asyncio.sleep(0.05)  # a look already on its way when the pause came ends
+    polls = server.requests.count(("GET", "/v1/batches"))
+    await asyncio.sleep(0.3)  # thirty poll intervals: none is made while paused
+    assert server.requests.count(("GET", "/v1/batches")) == polls
+    server.hold = False
+    await h.resume()
+    result = await asyncio.wait_for(h.result(), 20)
+    assert result.notna().all() and server.creates == 1
+
+
+async def test_an_expired_batch_fails_its_unfinished_rows_naming_the_expiry(server, bus):
+    server.expire, server.expire_after = True, 2
+    h = u.map([f"r{i}" for i in range(5)], "Say {value}", model=aio(server), via="batch", batch_poll=0.01, bus=bus)
+    result = await asyncio.wait_for(h.result(), 20)
+    assert result.notna().sum() == 2 and h.progress["failed"] == 3
+    assert all("expired" in why and "24h" in why for why in result.attrs["reasons"].values())
+
+
+async def test_a_batch_that_fails_validation_ends_clearly(server, bus):
+    server.fail_validation = "the model is not available for batch"
+    h = u.map(["a", "b"], "Say {value}", model=aio(server), via="batch", batch_poll=0.01, bus=bus)
+    with pytest.raises(u.UnityError, match="not available for batch"):
+        await asyncio.wait_for(h.result(), 20)
+
+
+@pytest.mark.parametrize("path", ["aiohttp", "client"])
+async def test_a_provider_without_the_batch_api_is_one_clear_error_and_no_live_call(server, bus, path):
+    server.no_batch_api = True
+    h = u.map([f"r{i}" for i in range(5)], "Say {value}", model=model_for(server, path), via="batch",
+              batch_poll=0.01, bus=bus)
+    with pytest.raises(u.ModelError, match="has no Batch API") as err:
+        await asyncio.wait_for(h.result(), 20)
+    assert "404" in str(err.value) and server.live_calls == 0 and server.uploads == 0
+
+
+async def test_a_map_with_tools_or_a_scripted_model_is_refused_before_anything_is_sent(server, bus):
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return key
+
+    with pytest.raises(u.UserError, match="one request"):
+        u.map(["a"], "Say {value}", model=aio(server), via="batch", tools=[lookup], bus=bus)
+    with pytest.raises(u.UserError, match="OpenAI-compatible"):
+        u.map(["a"], "Say {value}", model=u.ScriptedModel(lambda m, t: "x"), via="batch", bus=bus)
+    with pytest.raises(u.UserError, match="via takes"):
+        u.map(["a"], "Say {value}", model=aio(server), via="later", bus=bus)
+    assert server.requests == []
+
+
+async def test_the_estimate_is_at_the_batch_price(server):
+    live = u.map(["a" * 400] * 10, "Say {value}", model=aio(server), estimate=True)
+    batch = u.map(["a" * 400] * 10, "Say {value}", model=aio(server), via="batch", estimate=True)
+    assert batch.dollars == pytest.approx(live.dollars / 2)
+    assert "batch price" in str(batch) and "half its live price" in str(batch) and "24h" in str(batch)
+
+
+async def test_an_interjection_reaches_the_rows_not_yet_submitted_and_says_so_for_the_rest(server, bus):
+    server.hold = True
+    h = u.map([f"r{i}" for i in range(4)], "Say {value}", model=aio(server), via="batch", batch_poll=0.01,
+              batch_max_requests=2, bus=bus)
+    await h.wait_for("provider_batch", lambda e: e.stage == "created" and e.chunk == 1)
+    await h.interject("be brief")
+    note = await h.wait_for("notification", lambda e: "not yet submitted" in e.text)
+    assert "4 row(s) already with the provider" in note.text
+    server.hold = False
+    await asyncio.wait_for(h.result(), 20)
+
+
+async def test_an_operator_runs_via_batch(server, bus):
+    server.answer = lambda body: {"role": "assistant", "content": None, "tool_calls": [{
+        "id": "c", "type": "function", "function": {"name": "submit_answer", "arguments": json.dumps(
+            {"keep": "dog" not in body["messages"][-1]["content"], "reason": "looked"})}}]}
+    h = u.filter(["a cat", "a dog", "two cats"], "Is it about cats?", model=aio(server), via="batch",
+                 batch_poll=0.01, bus=bus)
+    result = await asyncio.wait_for(h.result(), 20)
+    assert list(result) == ["a cat", "two cats"] and server.live_calls == 0 and server.creates == 1

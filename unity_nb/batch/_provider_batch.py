@@ -1,0 +1,583 @@
+"""A map run through the provider's Batch API (``u.map(..., via="batch")``, ``%unity map ... --via batch``): its
+rows go as files of requests to the provider, which runs them within its 24-hour window, at its batch price and
+outside the live rate limits.
+
+:class:`ProviderBatchEngine` takes the map's :class:`RowPlan`, :class:`Book` and :class:`Spending`, like the live
+:class:`MapEngine` (whose settling it shares: rows kept from the run this one continues, answered by the result
+cache, or failing their template make no request), so the handle, its results, progress, the store's
+``row_finished`` events and the widget are the same. What differs:
+
+- **Requests.** A row is one request: the system prompt, its task and the interjections made before it was
+  submitted, with the answer tool forced for typed output (``columns=``, ``output=``). A row that would need more
+  than one step (tools other than the answer tool) is refused before anything is sent: one request has no turn in
+  which to read a tool's result; run such a map live.
+- **Files.** Rows are gathered into files of at most ``batch_max_requests`` requests (50,000) and
+  ``batch_max_bytes`` (200 MB), each uploaded and submitted as one provider batch; results are matched by
+  ``custom_id`` (the row's position and what it was asked), never by order.
+- **Durable.** Each file's and batch's id is a ``provider_batch`` event the store commits at once; a new kernel
+  (``%unity resume NAME``, or ``batches=provider_batches(store, name)``) polls those batches instead of sending
+  their rows again, and submits only the rows that were in none.
+- **Polling** every ``batch_poll`` seconds (30 by default), backing off to ten times that while nothing changes;
+  pause stops polling and submitting; stop cancels the provider's batches, follows them to their end (at most
+  ``batch_stop_wait`` seconds) and keeps the rows the provider finished before the cancel took effect.
+- **Failures.** A row in the error file fails with the provider's message; rows of an expired batch fail saying
+  the window expired; a failed batch fails its rows with the provider's errors; a provider without the Batch API
+  (404 on ``/v1/files``) ends the map at once with one error saying so (no live fallback).
+- **Spend.** Tokens are counted at the batch price (the model's batch rate, else half its live price); a budget is
+  applied before a file is submitted: a file is cut to what the budget still covers, at the estimate's
+  assumptions, and none is submitted once the budget is reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .. import events as ev
+from .._errors import UnityError, UserError
+from ..loop import VERBS, Tool
+from ..models import ModelRequest, NoBatchAPI, RowResult, Usage, batch_api_of, batch_price
+from ._estimate import CHARS_PER_TOKEN, tokens_out
+from ._failures import reason_of
+from ._map_engine import MapEngine, RowPlan
+from ._map_engine import _plain as plain_answer
+from ._rows import Row, parse_answer, to_json
+
+__all__ = ("BatchSettings", "ProviderBatchEngine", "batch_settings", "provider_batches")
+
+_FINAL = frozenset({"completed", "failed", "expired", "cancelled"})
+_MAX_BACKOFF = 10.0
+"""Polls back off to this many times ``batch_poll`` while nothing changes."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSettings:
+    """The ``batch_*`` options of a map run ``via="batch"``."""
+
+    poll: float = 30.0
+    max_requests: int = 50_000
+    max_bytes: int = 200_000_000
+    stop_wait: float = 600.0
+    resumed: tuple[Any, ...] = ()
+    """``provider_batch`` events of the run this one continues (:func:`provider_batches`)."""
+
+
+def batch_settings(options: dict[str, Any]) -> BatchSettings | None:
+    """Take ``via`` and the ``batch_*`` options out of a map's ``options``: the settings for ``via="batch"``,
+    ``None`` for a live map (which takes none of them)."""
+    via = options.pop("via", None) or "live"
+    keys = ("batch_poll", "batch_max_requests", "batch_max_bytes", "batch_stop_wait", "batches")
+    given: dict[str, Any] = {k: options.pop(k) for k in keys if k in options}
+    if via not in ("live", "batch"):
+        raise UserError(f"via takes 'live' (a call per row now) or 'batch' (the provider's Batch API), not {via!r}")
+    if via == "live":
+        if given:
+            raise UserError(f"{', '.join(sorted(given))} go with via='batch' only")
+        return None
+    for key in ("batch_poll", "batch_stop_wait"):
+        value = given.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value > 0):
+            raise UserError(f"{key} takes a number of seconds above 0, not {value!r}")
+    for key in ("batch_max_requests", "batch_max_bytes"):
+        value = given.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise UserError(f"{key} takes a whole number of at least 1, not {value!r}")
+    resumed = given.get("batches") or ()
+    if not isinstance(resumed, list | tuple):
+        raise UserError("batches takes what u.provider_batches(store, name) gives (a list of its events)")
+    return BatchSettings(
+        poll=float(given.get("batch_poll") or 30.0), max_requests=given.get("batch_max_requests") or 50_000,
+        max_bytes=given.get("batch_max_bytes") or 200_000_000, stop_wait=float(given.get("batch_stop_wait") or 600.0),
+        resumed=tuple(resumed),
+    )
+
+
+def provider_batches(store: Any, name: str) -> list[Any]:
+    """The ``provider_batch`` events of the newest run of ``name`` (or the run of that uid) in ``store``: what
+    ``batches=`` takes to continue its provider batches without sending their rows again."""
+    return list(store.events(name, kind="provider_batch"))
+
+
+def ranges(positions: list[int]) -> str:
+    """``[0, 1, 2, 5]`` as ``0-2,5``."""
+    out: list[str] = []
+    start = prev = None
+    for p in sorted(positions):
+        if prev is not None and p == prev + 1:
+            prev = p
+            continue
+        if start is not None:
+            out.append(f"{start}-{prev}" if prev != start else f"{start}")
+        start = prev = p
+    if start is not None:
+        out.append(f"{start}-{prev}" if prev != start else f"{start}")
+    return ",".join(out)
+
+
+def parse_ranges(text: str) -> set[int]:
+    out: set[int] = set()
+    for part in filter(None, text.split(",")):
+        a, _, b = part.partition("-")
+        out.update(range(int(a), int(b or a) + 1))
+    return out
+
+
+class _Chunk:
+    """One file of requests, and the provider batch running it."""
+
+    __slots__ = ("batch_id", "counts", "ended", "expires_at", "file_id", "index", "positions", "reserved", "resumed",
+                 "rows", "status")
+
+    def __init__(self, index: int, rows: dict[str, Row]) -> None:
+        self.index = index
+        self.rows = rows
+        """custom_id -> the row (its values dropped; its task kept for the cache's key)."""
+        self.positions: set[int] = set()
+        self.file_id: str | None = None
+        self.batch_id: str | None = None
+        self.status = "uploading"
+        self.counts = {"completed": 0, "failed": 0, "total": len(rows)}
+        self.expires_at: int | None = None
+        self.ended = False
+        self.resumed = False
+        self.reserved = 0.0
+        """Dollars its rows are estimated to cost (counted against the budget until it ends)."""
+
+
+class ProviderBatchEngine(MapEngine):
+    """Drives a map's rows through the provider's Batch API (see the module's docstring)."""
+
+    __slots__ = ("_api", "_bytes", "_chunks", "_claimed", "_pending", "_reserved", "_wake", "settings")
+
+    def __init__(self, plan: RowPlan, book: Any, spending: Any, settings: BatchSettings, *, items: Any = None,
+                 done: Mapping[str, Any] | None = None) -> None:
+        model = plan.config.model
+        api = batch_api_of(model)
+        if api is None:
+            raise UserError(f"via='batch' needs an OpenAI-compatible model (an OpenAIModel, whose provider has the "
+                            f"Batch API), not {type(model).__name__}: run it live (leave out via='batch')")
+        others = [getattr(t, "name", getattr(t, "__name__", "?")) for t in plan.config.tools
+                  if getattr(t, "name", None) != "submit_answer"]
+        if others:
+            raise UserError(
+                f"via='batch' sends each row as one request, with no turn to read a tool's result; the tools "
+                f"{others} would need more. Run it live (leave out via='batch'), or without tools")
+        if plan.config.multi or plan.config.dynamic_tools is not None:
+            raise UserError("via='batch' sends each row as one request: multi= and dynamic_tools= need a live loop")
+        super().__init__(plan, book, spending, items=items, done=done)
+        self.settings = settings
+        self._api = api
+        self._chunks: list[_Chunk] = []
+        self._pending: dict[str, Row] = {}  # custom_id -> row, gathered for the next file
+        self._bytes: list[bytes] = []
+        self._claimed: dict[int, _Chunk] = {}  # positions in a resumed provider batch -> it
+        self._reserved = 0.0  # dollars the submitted files are estimated to cost, until they end
+        self._wake = asyncio.Event()
+        for e in settings.resumed:
+            self._resume_chunk(e)
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def custom_id(self, row: Row) -> str:
+        return f"{row.position}:{self.asked(row)}"
+
+    def request(self, row: Row) -> ModelRequest:
+        """The one request a row makes: as a live loop's first step would send it."""
+        cfg = self.plan.config
+        messages: list[dict] = []
+        if cfg.system:
+            messages.append({"role": "system", "content": cfg.system})
+        messages.extend(dict(m) for m in cfg.history)
+        messages.append({"role": "user", "content": row.task})
+        if self._notes:
+            messages.append({"role": "user", "content": "\n".join(self._notes)})
+        tools = [t.schema() for t in cfg.tools if isinstance(t, Tool)]
+        choice: Any = "none"
+        if tools:
+            choice = {"type": "function", "function": {"name": "submit_answer"}}
+        return ModelRequest(messages, tools, choice, cfg.options)
+
+    # -- resuming what an earlier kernel submitted --------------------------------------------------
+
+    def _resume_chunk(self, event: Any) -> None:
+        chunk = next((c for c in self._chunks if c.index == event.chunk), None)
+        if chunk is None:
+            chunk = _Chunk(event.chunk, {})
+            chunk.resumed = True
+            self._chunks.append(chunk)
+        if event.positions:
+            chunk.positions = parse_ranges(event.positions)
+            for p in chunk.positions:
+                self._claimed[p] = chunk
+        chunk.file_id = event.file_id or chunk.file_id
+        chunk.batch_id = event.batch_id or chunk.batch_id
+        chunk.status = event.status or ("created" if chunk.batch_id else "uploaded")
+        chunk.counts["total"] = event.total or len(chunk.positions)
+        if event.stage == "ended":
+            chunk.ended = True  # its rows' ends are row_finished events: kept by done=, else sent again
+
+    # -- the drive ----------------------------------------------------------------------------------
+
+    async def drive(self) -> str:
+        run, book = self._run, self.book
+        book.first_start = time.monotonic()
+        idle = 0
+        try:
+            for chunk in self._chunks:
+                if chunk.ended:
+                    continue
+                if chunk.batch_id is None and chunk.file_id is not None:  # uploaded, not yet submitted
+                    await self._create(chunk)
+            while True:
+                if run.gate.paused and not self._polls_while_held():
+                    await run.gate.wait()
+                if self.fatal is not None:
+                    raise self.fatal
+                await self._gather()
+                changed = await self._poll()
+                if self.fatal is not None:
+                    raise self.fatal
+                active = [c for c in self._chunks if not c.ended]
+                if book.exhausted and not self._pending and not active:
+                    break
+                if not active and not self._pending and run.gate.paused:
+                    continue
+                idle = 0 if changed else idle + 1
+                delay = self.settings.poll * min(_MAX_BACKOFF, 1.5 ** max(0, idle - 1))
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), delay)
+                except TimeoutError:
+                    pass
+        except asyncio.CancelledError:
+            if run.state.stop_reason is not None:
+                await self._cancel_all()
+            raise
+        except NoBatchAPI:
+            raise
+        if run.state.stop_reason is not None:
+            raise asyncio.CancelledError
+        c = book.counts
+        if c["failed"] and not c["finished"] and not c["stopped"]:
+            first = book.ended_badly[0].reason if book.ended_badly else None
+            raise UnityError(f"every row of the batch failed ({c['failed']}); the first: {first}")
+        run.state.result_object = self.source.results()  # type: ignore[attr-defined]
+        total = book.total or 0
+        return f"{c['finished']} of {total} rows done, {c['failed']} failed (via the provider's Batch API)"
+
+    async def _gather(self) -> None:
+        """Take rows into the next file while the batch may submit; submit a file once full, or at the end."""
+        run, book, s = self._run, self.book, self.settings
+        settled = 0
+        while not run.gate.paused and run.state.stop_reason is None and self.fatal is None:
+            if self._over_budget():
+                break
+            row = self._next_row()
+            if row is None:
+                break
+            if row.position in self._claimed and not self._claimed[row.position].ended:
+                chunk = self._claimed[row.position]  # in a provider batch an earlier kernel submitted
+                book.started_row(row)
+                row.values = {}
+                chunk.rows[self.custom_id(row)] = row
+                continue
+            if self._settle(row):
+                settled += 1
+                if settled % 256 == 0:
+                    await asyncio.sleep(0)
+                continue
+            line = self._api.line(self.custom_id(row), self.request(row))
+            size = sum(map(len, self._bytes))
+            if self._pending and (len(self._pending) >= s.max_requests or size + len(line) > s.max_bytes):
+                await self._submit()
+            if len(line) > s.max_bytes:
+                row.status, row.reason = "failed", (
+                    f"its request is {len(line):,} bytes, more than batch_max_bytes={s.max_bytes:,}")
+                self._settled(row, None)
+                continue
+            row.told = len(self._notes)
+            book.started_row(row)
+            row.values = {}
+            self._pending[self.custom_id(row)] = row
+            self._bytes.append(line)
+            if len(self._pending) >= s.max_requests:
+                await self._submit()
+        if self._pending and (book.exhausted or self._over_budget()):
+            await self._submit()
+
+    def _polls_while_held(self) -> bool:
+        """A batch held at its budget (not paused by a person) still follows its provider batches to their end."""
+        return self.spending.budget is not None and self.spending.reached and any(not c.ended for c in self._chunks)
+
+    def _row_dollars(self, line_bytes: int) -> float:
+        price, _note = batch_price(self.plan.config.model)
+        if price is None:
+            return 0.0
+        per_out, _assumed = tokens_out(self.plan.output, None)
+        return (line_bytes / CHARS_PER_TOKEN * price.input + per_out * price.output) / 1_000_000
+
+    def _over_budget(self) -> bool:
+        """True when no more rows may be submitted: what was spent and what the files submitted are estimated to
+        cost reach the budget (said once, as a live batch at its budget says it)."""
+        spending = self.spending
+        if spending.budget is None:
+            return False
+        if spending.check():
+            return True
+        pending = self._row_dollars(sum(map(len, self._bytes)))
+        if spending.spent + self._reserved + pending < spending.budget:
+            return False
+        if self._pending or any(not c.ended for c in self._chunks):
+            return True  # the file gathered so far is submitted, the provider's batches followed; no row more
+        self._run.gate.close()
+        self._run.emit(ev.BudgetReached, budget=spending.budget, spent=round(spending.spent, 6), message=(
+            f"paused before submitting more rows: ${spending.spent:,.4f} spent and ${self._reserved:,.4f} estimated "
+            f"for the rows with the provider reach its budget of ${spending.budget:,.2f}. Lift the cap: "
+            "h.set_budget(DOLLARS) then h.resume()"))
+        return True
+
+    async def _submit(self) -> None:
+        """Upload the rows gathered as one file, and run it as a provider batch (each id an event at once)."""
+        rows, data = self._pending, b"".join(self._bytes)
+        self._pending, self._bytes = {}, []
+        chunk = _Chunk(len(self._chunks), rows)
+        chunk.positions = {r.position for r in rows.values()}
+        self._chunks.append(chunk)
+        chunk.reserved = self._row_dollars(len(data))
+        self._reserved += chunk.reserved
+        try:
+            chunk.file_id = await self._api.upload(data, f"unity_nb-{self._run.name}-{chunk.index}.jsonl")
+        except NoBatchAPI as err:
+            self.fatal = err
+            chunk.ended = True
+            self._fail_rows(chunk, rows.values(), reason_of(err))
+            return
+        except Exception as err:  # noqa: BLE001 - this file's rows fail; a later file may go
+            chunk.ended = True
+            self._fail_rows(chunk, rows.values(), f"its file could not be uploaded: {reason_of(err)}")
+            return
+        self._event(chunk, "uploaded", positions=ranges(list(chunk.positions)))
+        await self._create(chunk)
+
+    async def _create(self, chunk: _Chunk) -> None:
+        assert chunk.file_id is not None
+        try:
+            made = await self._api.create(chunk.file_id, {"unity_nb": self._run.name[:500]})
+        except NoBatchAPI as err:
+            self.fatal = err
+            chunk.ended = True
+            self._fail_rows(chunk, chunk.rows.values(), reason_of(err))
+            return
+        except Exception as err:  # noqa: BLE001
+            chunk.ended = True
+            self._fail_rows(chunk, chunk.rows.values(), f"its provider batch could not be created: {reason_of(err)}")
+            return
+        chunk.batch_id = str(made["id"])
+        self._take(chunk, made)
+        self._event(chunk, "created")
+
+    def _event(self, chunk: _Chunk, stage: str, **extra: Any) -> None:
+        self._run.emit(ev.ProviderBatch, stage=stage, chunk=chunk.index, file_id=chunk.file_id or "",
+                       batch_id=chunk.batch_id, status=chunk.status, completed=chunk.counts["completed"],
+                       failed=chunk.counts["failed"], total=chunk.counts["total"], **extra)
+
+    def _take(self, chunk: _Chunk, batch: Mapping[str, Any]) -> bool:
+        """Note a Batch object's status and counts; True if they changed."""
+        counts = batch.get("request_counts") or {}
+        new = {k: int(counts.get(k) or 0) for k in ("completed", "failed", "total")}
+        changed = batch.get("status") != chunk.status or new != chunk.counts
+        chunk.status = str(batch.get("status"))
+        chunk.counts = new if new["total"] else {**new, "total": chunk.counts["total"]}
+        chunk.expires_at = batch.get("expires_at") or chunk.expires_at
+        return changed
+
+    async def _poll(self) -> bool:
+        """Look at every provider batch not ended; read the files of those that ended. True if anything moved."""
+        changed = False
+        for chunk in self._chunks:
+            if chunk.ended or chunk.batch_id is None:
+                continue
+            if self._run.gate.paused and not self._polls_while_held():
+                break
+            if chunk.resumed and not self.book.exhausted and len(chunk.rows) < len(chunk.positions):
+                continue  # its rows are not all made yet: its results wait for them
+            try:
+                batch = await self._api.get(chunk.batch_id)
+            except Exception as err:  # noqa: BLE001 - looked at again next time
+                self._run.emit(ev.Notification, call_id=None,
+                               text=f"the provider batch {chunk.batch_id} could not be looked at: {reason_of(err)}")
+                continue
+            if self._take(chunk, batch):
+                changed = True
+                self._event(chunk, "status")
+            if chunk.status in _FINAL:
+                await self._collect(chunk, batch)
+        return changed
+
+    async def _collect(self, chunk: _Chunk, batch: Mapping[str, Any]) -> None:
+        """A provider batch ended: its output and error files, matched to rows by ``custom_id``."""
+        results: dict[str, RowResult] = {}
+        for key in ("output_file_id", "error_file_id"):
+            fid = batch.get(key)
+            if fid:
+                data = await self._api.content(str(fid))
+                for r in self._api.results(data):
+                    results[r.custom_id] = r
+        status = chunk.status
+        errors = (batch.get("errors") or {}).get("data") or []
+        said = "; ".join(str(e.get("message")) for e in errors[:3] if isinstance(e, dict)) or None
+        for cid, row in list(chunk.rows.items()):
+            found = results.pop(cid, None)
+            if found is not None:
+                self._row_result(row, found)
+            elif chunk.resumed and status == "completed":  # asked something else now: sent again, in a new file
+                self.book.left(row)
+                row.status = "waiting"
+                self._requeue(row)
+                continue
+            elif status == "cancelled":
+                self._end_row(row, "stopped", "stopped: the provider's batch was cancelled before it ran this row")
+            elif status == "expired":
+                self._end_row(row, "failed", "the provider's batch expired (its 24h completion window) before it "
+                              "ran this row")
+            elif status == "failed":
+                self._end_row(row, "failed", f"the provider's batch failed: {said or 'no reason given'}")
+            else:
+                self._end_row(row, "failed", "the provider's output has no line for this row")
+        chunk.rows = {}
+        chunk.ended = True
+        self._reserved = max(0.0, self._reserved - chunk.reserved)
+        self._event(chunk, "ended", message=said)
+        self.spending.check()
+
+    def _requeue(self, row: Row) -> None:
+        self._claimed.pop(row.position, None)
+        row.told = len(self._notes)
+        self.book.started_row(row)
+        line = self._api.line(self.custom_id(row), self.request(row))
+        self._pending[self.custom_id(row)] = row
+        self._bytes.append(line)
+
+    def _row_result(self, row: Row, found: RowResult) -> None:
+        reply = found.reply
+        if reply is None:
+            status = "failed"
+            reason = (f"the provider's batch expired (its 24h completion window) before it ran this row: {found.error}"
+                      if found.expired else f"the provider failed this row: {found.error}")
+            self._end_row(row, status, reason)
+            return
+        usage = reply.usage
+        try:
+            answer = self._answer(reply)
+        except ValueError as err:
+            self._end_row(row, "failed", str(err), usage)
+            return
+        row.answer = answer
+        self._end_row(row, "finished", None, usage)
+
+    def _answer(self, reply: Any) -> Any:
+        output = self.plan.output
+        if reply.refusal and not reply.content and not reply.tool_calls:
+            raise ValueError(f"the model refused: {reply.refusal}")
+        if output is not None:
+            for call in reply.tool_calls:
+                if call.name == "submit_answer":
+                    try:
+                        fields = json.loads(call.arguments or "{}")
+                    except ValueError:
+                        raise ValueError(f"the answer's arguments are not JSON: {call.arguments[:200]!r}") from None
+                    return parse_answer(fields, output)
+            return parse_answer(reply.content or "", output)
+        if reply.content is None:
+            raise ValueError("the reply holds no text")
+        return reply.content
+
+    def _end_row(self, row: Row, status: str, reason: str | None, usage: Usage | None = None) -> None:
+        book = self.book
+        book.left(row)
+        row.status, row.reason = status, reason
+        if usage is not None:
+            row.tokens = (usage.input_tokens, usage.output_tokens)
+            book.add_totals(usage, 1, 0)
+            book.tree_usage += usage
+            price, _note = batch_price(self.plan.config.model)
+            if price is not None:
+                book.cost += price.cost(usage)
+        cache = self.plan.cache
+        if status == "finished" and cache is not None:
+            cache.put(cache.key(row.task, self._notes[: row.told]), to_json(plain_answer(row.answer)),
+                      self.plan.model_name)
+        row.task = ""
+        self._settled(row, None)
+
+    def _fail_rows(self, chunk: _Chunk, rows: Any, reason: str) -> None:
+        for row in list(rows):
+            self._end_row(row, "failed", reason)
+        chunk.rows = {}
+
+    async def _cancel_all(self) -> None:
+        """Stop: cancel every provider batch not ended, follow each to its end (at most ``batch_stop_wait``
+        seconds) and keep the rows it finished; rows gathered but not submitted stop."""
+        for row in self._pending.values():
+            self._end_row(row, "stopped", "stopped before it was submitted")
+        self._pending, self._bytes = {}, []
+        live = [c for c in self._chunks if not c.ended and c.batch_id is not None]
+        for chunk in live:
+            try:
+                self._take(chunk, await self._api.cancel(str(chunk.batch_id)))
+            except Exception:  # noqa: BLE001, S110 - ended already (409): followed to its end below
+                pass
+        deadline = time.monotonic() + self.settings.stop_wait
+        while any(not c.ended for c in live) and time.monotonic() < deadline:
+            for chunk in live:
+                if chunk.ended:
+                    continue
+                try:
+                    batch = await self._api.get(str(chunk.batch_id))
+                except Exception:  # noqa: BLE001 - tried again until the wait is over
+                    continue
+                self._take(chunk, batch)
+                if chunk.status in _FINAL:
+                    await self._collect(chunk, batch)
+            if any(not c.ended for c in live):
+                await asyncio.sleep(min(self.settings.poll, 5.0))
+        for chunk in live:
+            if not chunk.ended:
+                self._fail_rows(chunk, chunk.rows.values(), "stopped: its provider batch was still being cancelled "
+                                f"after batch_stop_wait={self.settings.stop_wait:g} s ({chunk.batch_id})")
+                chunk.ended = True
+
+    # -- steering and progress -----------------------------------------------------------------------
+
+    async def steered(self, verb: str, message: str | None) -> None:
+        self._wake.set()
+        if verb != "interject" or not message:
+            return
+        self._notes.append(VERBS["interject"].note(message, None) or message)
+        self._looked_up = {}
+        sent = sum(len(c.rows) for c in self._chunks if not c.ended)
+        if sent:
+            self._run.emit(ev.Notification, call_id=None, text=(
+                f"the interjection applies to the rows not yet submitted; {sent} row(s) already with the provider "
+                "are not told (a provider batch cannot be changed once submitted)"))
+
+    def provider_progress(self) -> dict[str, Any] | None:
+        chunks = self._chunks
+        statuses = sorted({c.status for c in chunks if not c.ended}) or sorted({c.status for c in chunks})
+        expires = [c.expires_at for c in chunks if not c.ended and c.expires_at]
+        return {
+            "files": len(chunks), "status": ", ".join(statuses) or "gathering",
+            "completed": sum(c.counts["completed"] for c in chunks), "failed": sum(c.counts["failed"] for c in chunks),
+            "total": sum(c.counts["total"] for c in chunks), "window": "24h",
+            "expires_at": min(expires) if expires else None,
+        }
+
+    def inspection(self, handle: Any) -> str:
+        p = self.provider_progress() or {}
+        return (super().inspection(handle) + f"\n\nIt runs through the provider's Batch API ({p.get('files')} "
+                f"file(s), status {p.get('status')}, {p.get('completed')} of {p.get('total')} requests done, within "
+                "a 24h window).")

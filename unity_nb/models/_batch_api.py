@@ -1,0 +1,265 @@
+"""A provider's Batch API (the OpenAI shape), at an :class:`OpenAIModel`'s base URL, on both of its request paths.
+
+A batch is a JSONL file of ``/v1/chat/completions`` requests, one ``custom_id`` per line, uploaded to
+``POST /v1/files`` (purpose ``batch``) and run by ``POST /v1/batches`` (``completion_window`` ``24h``); it is
+polled with ``GET /v1/batches/{id}``, cancelled with ``POST /v1/batches/{id}/cancel``, and its results are the
+output and error files (``GET /v1/files/{id}/content``), in any order: a line is matched by its ``custom_id``.
+
+The request path is the model's: aiohttp with the client's base URL and auth headers (each request's own, as
+``_transport`` does), or, for a client handed in (``OpenAIModel(client=AsyncOpenAI(...))``, ``fast_path=False``),
+the client's own ``files`` and ``batches`` methods. A 404 on ``/v1/files`` or ``/v1/batches`` is
+:class:`NoBatchAPI`: the provider has no Batch API (never a silent fallback to live calls). Failures worth
+retrying (429, 5xx, 408, 409, no response) are retried ``model.max_retries`` times with backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from typing import Any
+
+from .._errors import ModelError
+from .._json import loads
+from ._assemble import Assembler, ProviderError, error_words
+from ._base import ModelRequest, Reply, Usage
+from ._prices import Price, price_of
+from ._transport import HTTPStatusError, TransportError, env_proxy, error_body_text
+
+__all__ = ("ENDPOINT", "BatchAPI", "NoBatchAPI", "RowResult", "batch_api_of", "batch_price")
+
+ENDPOINT = "/v1/chat/completions"
+WINDOW = "24h"
+_RETRY_STATUS = frozenset({408, 409, 429})
+
+
+class NoBatchAPI(ModelError):
+    """The provider answered 404 where the Batch API lives: it has none (run the batch live instead)."""
+
+
+class RowResult:
+    """One line of a batch's output or error file: its ``custom_id`` and either a ``reply`` or an ``error``."""
+
+    __slots__ = ("custom_id", "error", "expired", "reply")
+
+    def __init__(self, custom_id: str, reply: Reply | None, error: str | None, expired: bool = False) -> None:
+        self.custom_id = custom_id
+        self.reply = reply
+        self.error = error
+        self.expired = expired
+
+
+def batch_price(model: Any) -> tuple[Price | None, str]:
+    """What ``model``'s tokens cost through a Batch API, and how that was found: its batch rate where its price
+    carries one (``batch_input``, ``batch_output``), else half its live price (the usual discount); ``None``
+    when its price is unknown."""
+    price = price_of(model)
+    if price is None:
+        return None, "no price is known"
+    b_in, b_out = getattr(price, "batch_input", None), getattr(price, "batch_output", None)
+    if b_in is not None and b_out is not None:
+        return Price(float(b_in), float(b_out)), "its batch rate"
+    return Price(price.input / 2, price.output / 2), "half its live price (no batch rate is known for it)"
+
+
+def batch_api_of(model: Any) -> BatchAPI | None:
+    """The Batch API of ``model`` (an :class:`OpenAIModel`), or ``None`` for a model that is not one."""
+    make = getattr(model, "batch_api", None)
+    return make() if callable(make) else None
+
+
+class BatchAPI:
+    """The Batch API at ``model``'s base URL (see the module's docstring)."""
+
+    def __init__(self, model: Any, *, client_path: bool) -> None:
+        self.model = model
+        self.client = model.client
+        self.client_path = client_path
+        """True: through the client's ``files`` and ``batches``; False: aiohttp."""
+        self.base_url = str(self.client.base_url).rstrip("/")
+
+    def __repr__(self) -> str:
+        return f"<batch API at {self.base_url} ({'client' if self.client_path else 'aiohttp'})>"
+
+    # -- what is sent ---------------------------------------------------------------------------
+
+    def body(self, request: ModelRequest) -> dict:
+        """The request a live call would send, not streamed (a batch's results are whole replies)."""
+        body = dict(self.model._body(request))
+        body.pop("stream", None)
+        body.pop("stream_options", None)
+        return body
+
+    def line(self, custom_id: str, request: ModelRequest) -> bytes:
+        """One line of a batch's input file."""
+        row = {"custom_id": custom_id, "method": "POST", "url": ENDPOINT, "body": self.body(request)}
+        return json.dumps(row, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+    # -- the endpoints ----------------------------------------------------------------------------
+
+    async def upload(self, data: bytes, filename: str = "unity_nb_batch.jsonl") -> str:
+        """Upload a batch's input file; its id."""
+        if self.client_path:
+            found = await self._call("/files", lambda: self.client.files.create(
+                file=(filename, data, "application/jsonl"), purpose="batch"))
+            return str(found.id)
+        import aiohttp
+
+        def form() -> Any:
+            f = aiohttp.FormData()
+            f.add_field("purpose", "batch")
+            f.add_field("file", data, filename=filename, content_type="application/jsonl")
+            return f
+
+        found = await self._http("POST", "/files", form=form)
+        return str(found["id"])
+
+    async def create(self, file_id: str, metadata: dict[str, str] | None = None) -> dict:
+        """Run the file ``file_id`` as a batch; the Batch object."""
+        args: dict[str, Any] = {"input_file_id": file_id, "endpoint": ENDPOINT, "completion_window": WINDOW}
+        if metadata:
+            args["metadata"] = metadata
+        if self.client_path:
+            return _plain(await self._call("/batches", lambda: self.client.batches.create(**args)))
+        return await self._http("POST", "/batches", json_body=args)
+
+    async def get(self, batch_id: str) -> dict:
+        if self.client_path:
+            return _plain(await self._call(f"/batches/{batch_id}", lambda: self.client.batches.retrieve(batch_id)))
+        return await self._http("GET", f"/batches/{batch_id}")
+
+    async def cancel(self, batch_id: str) -> dict:
+        if self.client_path:
+            return _plain(await self._call(f"/batches/{batch_id}/cancel", lambda: self.client.batches.cancel(batch_id)))
+        return await self._http("POST", f"/batches/{batch_id}/cancel")
+
+    async def content(self, file_id: str) -> bytes:
+        """A file's bytes (an output or error file)."""
+        if self.client_path:
+            got = await self._call(f"/files/{file_id}/content", lambda: self.client.files.content(file_id))
+            return bytes(got.content)
+        return await self._http("GET", f"/files/{file_id}/content", raw=True)
+
+    # -- reading results ---------------------------------------------------------------------------
+
+    def results(self, data: bytes) -> list[RowResult]:
+        """The lines of an output or error file, each a reply or an error, by ``custom_id``."""
+        out = []
+        for raw in data.splitlines():
+            if not raw.strip():
+                continue
+            try:
+                line = loads(raw)
+                custom_id = str(line["custom_id"])
+            except (ValueError, KeyError, TypeError):
+                continue  # not a line of ours: no row can be matched to it
+            out.append(self.result(custom_id, line))
+        return out
+
+    def result(self, custom_id: str, line: dict) -> RowResult:
+        error, response = line.get("error"), line.get("response")
+        if isinstance(error, dict) and error:
+            code = error.get("code")
+            words = error.get("message") or json.dumps(error)[:500]
+            return RowResult(custom_id, None, f"{words}" + (f" ({code})" if code else ""), code == "batch_expired")
+        if not isinstance(response, dict):
+            return RowResult(custom_id, None, f"the provider gave no response for it: {json.dumps(line)[:300]}")
+        status, body = response.get("status_code"), response.get("body")
+        if status != 200:
+            words = error_words(body) if body is not None else None
+            return RowResult(custom_id, None, f"HTTP {status}: {words or json.dumps(body)[:500]}")
+        asm = Assembler(self.model.name, max_chars=self.model.max_reply_chars)
+        try:
+            asm.add(body)
+        except ProviderError as err:
+            return RowResult(custom_id, None, str(err))
+        if not asm.said_anything():
+            return RowResult(custom_id, None, f"the response holds no reply: {json.dumps(body)[:300]}")
+        reply = asm.reply()
+        if asm.usage is None:
+            said = len(reply.content or "") + sum(len(c.arguments) for c in reply.tool_calls)
+            reply.usage = Usage(0, -(-said // 4), estimated=True)
+        return RowResult(custom_id, reply, None)
+
+    # -- the two request paths ------------------------------------------------------------------------
+
+    def _no_api(self, path: str, err: Any) -> NoBatchAPI:
+        return NoBatchAPI(
+            f"the provider at {self.base_url} has no Batch API (HTTP 404 on {path}: {err}); via='batch' needs a "
+            "provider that implements the OpenAI Batch API (/v1/files and /v1/batches). Run it live instead "
+            "(leave out via='batch' / --via batch).", status=404, fails_every_call=True)
+
+    async def _retrying(self, path: str, attempt_once: Any) -> Any:
+        attempt = 0
+        while True:
+            try:
+                return await attempt_once()
+            except (HTTPStatusError, TransportError) as err:
+                status = getattr(err, "status_code", None)
+                if status == 404 and path in ("/files", "/batches"):
+                    raise self._no_api(path, err) from None
+                retryable = status is None or status in _RETRY_STATUS or status >= 500
+                if not retryable or attempt >= self.model.max_retries:
+                    what = f"HTTP {status}" if status else "no response"
+                    raise ModelError(self.model._scrub(
+                        f"the Batch API at {self.base_url} failed ({what}) on {path} after {attempt + 1} "
+                        f"attempt(s): {err}"), status=status) from None
+                delay = min(self.model.max_backoff, self.model.backoff * 2**attempt) * random.uniform(0.5, 1.0)
+                attempt += 1
+                await asyncio.sleep(delay)
+
+    async def _call(self, path: str, make: Any) -> Any:
+        """A call through the client's own methods (its errors as ours)."""
+        import openai
+
+        async def once() -> Any:
+            try:
+                return await make()
+            except openai.APIStatusError as err:
+                try:
+                    data: bytes | str = err.response.content
+                except Exception:  # noqa: BLE001 - a body not read: the client's summary
+                    data = getattr(err, "message", None) or str(err)
+                raise HTTPStatusError(err.status_code, err.response.headers, data[:65536], self.base_url) from None
+            except (openai.APIConnectionError, openai.APITimeoutError) as err:
+                raise TransportError(f"no response from {self.base_url}: {err.__cause__ or err}") from None
+
+        return await self._retrying(path, once)
+
+    async def _http(self, method: str, path: str, *, json_body: Any = None, form: Any = None,
+                    raw: bool = False) -> Any:
+        import aiohttp
+
+        headers = {k: v for k, v in self.client.default_headers.items()
+                   if isinstance(v, str) and k.lower() not in ("content-type", "accept")}
+        headers.update(self.client.auth_headers)
+        url = self.base_url + path
+        proxy = env_proxy(url)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=self.model.timeout)
+
+        async def once() -> Any:
+            try:  # a session a request: a batch makes few requests, and none is left open between polls
+                async with aiohttp.ClientSession(timeout=timeout) as session, session.request(
+                    method, url, headers=headers, json=json_body, data=form() if form is not None else None,
+                    proxy=proxy,
+                ) as resp:
+                    data = await resp.read()
+                    if resp.status >= 300:
+                        raise HTTPStatusError(resp.status, resp.headers, data[:65536], url)
+            except (TimeoutError, aiohttp.ClientError, OSError) as err:
+                raise TransportError(f"no response from {url}: {type(err).__name__}: {err}") from None
+            if raw:
+                return data
+            try:
+                return loads(data)
+            except ValueError:
+                raise ModelError(f"the Batch API at {url} answered with a body that is not JSON: "
+                                 f"{error_body_text(data)[:200]}") from None
+
+        return await self._retrying(path, once)
+
+
+def _plain(obj: Any) -> dict:
+    """An openai object as the JSON it was read from."""
+    dump = getattr(obj, "model_dump", None)
+    return dump(mode="json") if callable(dump) else dict(obj)
