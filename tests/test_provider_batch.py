@@ -186,3 +186,41 @@ async def test_an_operator_runs_via_batch(server, bus):
                  batch_poll=0.01, bus=bus)
     result = await asyncio.wait_for(h.result(), 20)
     assert list(result) == ["a cat", "two cats"] and server.live_calls == 0 and server.creates == 1
+
+
+async def test_answers_go_into_the_result_cache_and_a_later_batch_asks_only_the_rest(server, bus, tmp_path):
+    store = u.Store(tmp_path / "cache.db")
+    try:
+        first = u.map(["a", "b", "c"], "Say {value}", model=aio(server), via="batch", batch_poll=0.01, cache=store,
+                      bus=bus)
+        assert (await asyncio.wait_for(first.result(), 20)).tolist() == [f"answer to: Say {x}" for x in "abc"]
+        assert await asyncio.to_thread(first.rows.cache.flush, 10)
+        uploads = server.uploads
+        again = u.map(["a", "b", "c", "d"], "Say {value}", model=aio(server), via="batch", batch_poll=0.01,
+                      cache=store, bus=bus)
+        result = await asyncio.wait_for(again.result(), 20)
+        assert result.tolist() == [f"answer to: Say {x}" for x in "abcd"]
+        assert again.rows.cached == 3 and server.uploads == uploads + 1  # only "d" went to the provider
+        lines = [json.loads(x) for f in server.files.values() if f["purpose"] == "batch"
+                 for x in f["_content"].splitlines()]
+        assert sum(1 for x in lines if "Say d" in json.dumps(x)) == 1 and len(lines) == 4
+    finally:
+        store.close()
+
+
+async def test_a_budget_is_applied_before_submitting(server, bus):
+    model = u.OpenAIModel("batch-budgeted-35", base_url=server.url, api_key="sk-test")
+    u.set_price("batch-budgeted-35", input=1_000_000.0, output=1_000_000.0)  # a dollar a token: the budget bites
+    # each row is estimated at its prompt's tokens and 50 out, at half the price: a file is cut to what $300 covers
+    h = u.map([f"r{i}" for i in range(20)], "Say {value}", model=model, via="batch", batch_poll=0.01,
+              budget=300.0, bus=bus)
+    result = await asyncio.wait_for(h.result(), 20)
+    sizes = [len(f["_content"].splitlines()) for f in server.files.values() if f["purpose"] == "batch"]
+    assert sizes[0] < 20 and sum(sizes) == 20  # the first file cut at the estimate; the rest once it cost less
+    assert result.notna().all() and h.spending.spent <= 300 and server.live_calls == 0
+    uploads = server.uploads
+    tight = u.map([f"s{i}" for i in range(5)], "Say {value}", model=model, via="batch", batch_poll=0.01,
+                  budget=10.0, bus=bus)  # not even one row's estimate fits: nothing is sent
+    reached = await asyncio.wait_for(tight.wait_for("budget_reached", timeout=20), 25)
+    assert "budget" in reached.message and server.uploads == uploads and server.live_calls == 0
+    await asyncio.wait_for(tight.stop("enough"), 20)
