@@ -261,7 +261,11 @@ async def test_a_429_storm_on_one_row_slows_every_row_as_the_server_sees_it(bus)
         await model.close()
     assert result.tolist() == [f"ok row{i}" for i in range(8)]
     times = [t for t, _text, _status in seen]
-    assert len(seen) == 10 and min(b - a for a, b in itertools.pairwise(times)) >= 0.05 - 0.005
+    assert len(seen) == 10
+    # the shared limit (20/s) as the server sees it: any run of requests spans at least its count's share of
+    # seconds, less one allowance for when each arrives (a loaded machine delays one send, never the rate)
+    for i, j in itertools.combinations(range(len(times)), 2):
+        assert times[j] - times[i] >= (j - i) * 0.05 - 0.02, (i, j, times)
     for i, (t, _text, status) in enumerate(seen[:-1]):
         if status == 429:  # nobody (this row or another) sent anything while its Retry-After ran
             assert seen[i + 1][0] - t >= 0.3 - 0.01, seen
