@@ -176,6 +176,7 @@ async def test_the_handle_comes_back_before_any_pair_is_made_however_large_the_s
         tracemalloc.stop()
     assert peak < 2_000_000  # nothing of the 400,000 blocked pairs was built: no frame of pairs, no index yet
     assert h.pairs_asked == 0 and h.phases == [] and h.recall.status == "checking"
+    assert h.progress["right_rows"] == 2000 and h.progress["recall"]["text"].startswith("indexing the right side")
     await asyncio.wait_for(first.wait(), 60)
     phase = h.phase
     assert phase.rows.total is None  # the pairs are a stream, made as they start

@@ -169,6 +169,9 @@ class JoinHandle(PhasedHandle):
         index = self._pairs.index
         if self.blocking is not None and not index.ready:
             p.update(indexed=index.indexed, right_rows=self._pairs.right.n)
+            if not self.done():  # the widget's line says what the wait is
+                p["recall"]["text"] = (f"indexing the right side's words: {index.indexed:,} of "
+                                       f"{self._pairs.right.n:,} rows; then {p['recall']['text']}")
         return p
 
     @property
@@ -322,11 +325,14 @@ class JoinHandle(PhasedHandle):
         sampled = sum(s.sampled for s in strata)
         hits = sum(s.hits for s in strata)
         left_out = plan.pairs - self.pairs_asked
+        unanswered = self._unanswered()
         base = dict(status="checked" if plan.sample else "not checked", estimate=estimate, bound=lower,
                     missed=round(missed, 1), missed_bound=round(bound, 1), found=self._found, sampled=sampled,
-                    sample_found=hits, left_out=left_out, target=self.target, per_left=plan.k,
+                    sample_found=hits, left_out=left_out, unanswered=unanswered, target=self.target, per_left=plan.k,
                     widened=plan.rounds > 1, fallback=False, refused=None, method=METHOD)
         said = _said(self._found, missed, bound, estimate, lower, sampled, hits, left_out)
+        if unanswered:
+            said += f"; {unanswered:,} pairs asked got no answer (h.verdicts says why)"
         if not self.pairs_blocked:
             said += (" (blocking kept no pair: no row shares a word that is not common with a row of the other side; "
                      "check the task's columns)")
@@ -335,7 +341,9 @@ class JoinHandle(PhasedHandle):
             return None
         if hits == 0 or (estimate is not None and estimate >= self.target):
             widened = f"; widened to {plan.k} right rows per left row" if plan.rounds > 1 else ""
-            self._recall = Recall(**base, text=f"recall {said}{widened}")
+            loose = (f"; a larger sample= narrows the bound (its {self.target:.0%} wanted is met by the estimate)"
+                     if lower is not None and lower < self.target else "")
+            self._recall = Recall(**base, text=f"recall {said}{widened}{loose}")
             return None
         room = self.max_pairs - self._extra
         far_hits = self._tallies[0]
@@ -383,19 +391,24 @@ class JoinHandle(PhasedHandle):
                 f"blocking leaves out" if plan.sample else "recall not checked (sample=0)")
         return Recall(status="checking" if plan.sample or exact else "not checked", estimate=None, bound=None,
                       missed=0.0, missed_bound=0.0, found=0, sampled=0, sample_found=0, left_out=self.pairs_total,
+                      unanswered=0,
                       target=self.target, per_left=plan.k, widened=False, fallback=False, refused=None,
                       method=METHOD, text=text)
 
+    def _unanswered(self) -> int:
+        return sum(m.rows.counts["failed"] + m.rows.counts["stopped"] for m in self.phases)
+
     def _exact(self) -> Recall:
-        failed = sum(m.progress["failed"] + m.progress["stopped"] for m in self.phases)
+        failed = self._unanswered()
         unasked = self.pairs_total - self.pairs_asked
         text = (f"recall exact: every pair asked ({self.pairs_total:,}), {self._found:,} matched" +
-                (f"; {failed:,} could not be answered" if failed else ""))
+                (f"; {failed:,} got no answer (h.verdicts says why)" if failed else ""))
         if self.blocking is not None:
             text += f" (blocking and its sample had found {self._recall.found:,})"
         return dataclasses.replace(self._recall, status="exact", estimate=1.0 if self._found else None,
                                    bound=1.0 if self._found else None, missed=0.0, missed_bound=0.0,
-                                   found=self._found, left_out=unasked, fallback=self.blocking is not None,
+                                   found=self._found, left_out=unasked, unanswered=failed,
+                                   fallback=self.blocking is not None,
                                    refused=None, text=text)
 
 

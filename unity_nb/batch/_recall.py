@@ -143,6 +143,8 @@ class Recall:
     """Of them, matches (each one a true pair blocking had left out: it is in the result)."""
     left_out: int
     """Pairs never asked."""
+    unanswered: int
+    """Pairs asked whose answer did not come (failed or stopped: ``h.verdicts`` says why); not counted either way."""
     target: float
     """The recall wanted (``recall=``): below it the join widens its blocks or asks every pair."""
     per_left: int
