@@ -13,6 +13,7 @@ import tracemalloc
 
 import pandas as pd
 import pytest
+from conftest import settle
 
 import unity_nb as u
 
@@ -199,3 +200,16 @@ async def test_the_magics_take_the_recall_wanted_the_sample_and_the_bound(stored
     await h.stop()
     with pytest.raises(UsageError, match="recall takes the share"):
         ip.run_line_magic("unity", "join lefts rights --recall most On {lefts.t} and {rights.t}?")
+
+
+async def test_a_join_stopped_while_its_right_side_is_indexed_stops_there(bus):
+    right = pd.DataFrame({"t": [f"grant w{j}x about q{j % 997}z" for j in range(200_000)]})
+    left = pd.DataFrame({"t": ["paper w1x", "paper w2x"]})
+    model = u.ScriptedModel(oracle)
+    h = u.join(left, right, TASK, model=model, bus=bus)
+    await settle()
+    assert h.progress["phase"] == "index" and h.recall.status == "checking"  # in its worker thread
+    await h.stop("enough")
+    with pytest.raises(u.Stopped):
+        await asyncio.wait_for(h.result(), 30)
+    assert h.phases == [] and h.pairs_asked == 0 and model.requests == [] and h.status == "stopped"

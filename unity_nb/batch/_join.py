@@ -110,7 +110,7 @@ def _plan(left: Any, right: Any, task: str, names: Any, blocking: Any, per_left:
         raise UserError(f"join needs rows on both sides; {names[0] if not len(lf) else names[1]} is empty")
     lcols, rcols = sides_of(task, names, lf, rf)
     plan = PairPlan(Side(lf, lcols), Side(rf, rcols), names, per_left=per_left, common=float(common),
-                    sample=sample if blocking else 0, seed=int(seed))
+                    sample=sample if blocking else 0, seed=_whole("seed", seed, 0))
     return plan, settings
 
 
@@ -136,6 +136,7 @@ class JoinHandle(PhasedHandle):
         self._found = 0
         self._tallies = [0, 0, 0, 0]  # far hits, far answered, near hits, near answered (the last round's near)
         self._extra = 0  # pairs asked by widening and falling back (max_pairs bounds them)
+        self._near_hits: list[tuple[int, int]] = []  # the last round's near sample's matches (where to widen to)
         self._recall = self._checking()
         self._question = task
         options.setdefault("max_steps", 3)
