@@ -213,3 +213,18 @@ async def test_a_join_stopped_while_its_right_side_is_indexed_stops_there(bus):
     with pytest.raises(u.Stopped):
         await asyncio.wait_for(h.result(), 30)
     assert h.phases == [] and h.pairs_asked == 0 and model.requests == [] and h.status == "stopped"
+
+
+async def test_lists_are_joined_as_they_are_their_positions_the_labels(bus):
+    fruit = ["apple", "banana", "cherry", "date"]
+
+    def same(messages, tools):
+        text = task_of(messages)
+        pie, jam = text.split(" pie and ")[0].split()[-1], text.split(" jam:")[0].split()[-1]
+        return u.call_tool("submit_answer", match=pie == jam, reason="same fruit")
+
+    h = u.join([f"{f} pie" for f in fruit], tuple(f"{f} jam" for f in reversed(fruit)),
+               "On {left.value} and {right.value}: the same fruit?", model=u.ScriptedModel(same), bus=bus)
+    pairs = await asyncio.wait_for(h.result(), 30)
+    assert sorted(zip(pairs["left"], pairs["right"], strict=True)) == [(0, 3), (1, 2), (2, 1), (3, 0)]
+    assert h.recall.estimate == 1.0 and h.pairs_asked == 16  # 4 blocked, the 12 left out sampled

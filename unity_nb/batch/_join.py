@@ -36,7 +36,7 @@ import pydantic
 from .._errors import UserError
 from ._blocking import block_pairs, words
 from ._estimate import estimate_map
-from ._join_pairs import ASKED_AS, BLOCKED, FAR, NEAR, WIDENED, Asked, PairPlan, Side, sides_of
+from ._join_pairs import ASKED_AS, BLOCKED, FAR, NEAR, WIDENED, Asked, Listed, PairPlan, Side, sides_of
 from ._map import MapHandle
 from ._operators import as_pandas
 from ._phased import Flow, Phase, PhasedHandle, Work
@@ -59,8 +59,11 @@ _WIDENINGS = 3
 
 
 def _frame(items: Any) -> Any:
+    """A side as a DataFrame; a list or a tuple as it is (a :class:`Listed`: no copy of ten million values)."""
     import pandas as pd
 
+    if isinstance(items, list | tuple):
+        return Listed(items)
     items = as_pandas(items, "join")
     if isinstance(items, pd.Series):
         return items.to_frame(str(items.name) if items.name is not None else "value")

@@ -25,7 +25,7 @@ from ._blocking import _INT, WordIndex
 from ._recall import Reservoir, Stratum
 from ._rows import Template
 
-__all__ = ("ALL", "ASKED_AS", "BLOCKED", "FAR", "NEAR", "WIDENED", "Asked", "PairPlan", "Side")
+__all__ = ("ALL", "ASKED_AS", "BLOCKED", "FAR", "NEAR", "WIDENED", "Asked", "Listed", "PairPlan", "Side")
 
 BLOCKED, WIDENED, NEAR, FAR, ALL = range(5)
 ASKED_AS = ("blocked", "widened", "sample (near)", "sample (far)", "all pairs")
@@ -35,6 +35,20 @@ _ENUMERATE = 200_000
 and kept if they share no word."""
 _TRIES = 20
 """Draws per far pair wanted, at most (a join whose pairs nearly all share words has few far pairs to find)."""
+
+
+class Listed:
+    """A list (or a tuple) as a side: one column, ``value``, its positions the index (read as it is, not copied)."""
+
+    def __init__(self, items: list | tuple) -> None:
+        import pandas as pd
+
+        self.items = items
+        self.columns = ["value"]
+        self.index = pd.RangeIndex(len(items))
+
+    def __len__(self) -> int:
+        return len(self.items)
 
 
 class Side:
@@ -52,9 +66,12 @@ class Side:
 
     def load(self) -> None:
         """Read the columns' values into arrays (a copy only where pandas must convert: in the worker thread)."""
-        frame = self.frame.rename(columns=str)
-        for col in dict.fromkeys([*self.named, *self._text_columns]):
-            self._values[col] = frame[col].to_numpy(dtype=object)
+        if isinstance(self.frame, Listed):
+            self._values["value"] = self.frame.items
+        else:
+            frame = self.frame.rename(columns=str)
+            for col in dict.fromkeys([*self.named, *self._text_columns]):
+                self._values[col] = frame[col].to_numpy(dtype=object)
         self._texts = [self._values[c] for c in self._text_columns]
 
     def text(self, i: int) -> str:
