@@ -33,7 +33,8 @@ def oracle(messages, tools):
     if "Rate this row" in text:
         return u.call_tool("submit_answer", score=int(text.split("item ")[-1].split()[0]) % 11, reason="r")
     if "match true or false" in text:
-        return u.call_tool("submit_answer", match="experiment" in text and "sleep" in text, reason="both about sleep")
+        return u.call_tool("submit_answer", match="experiment" in text and "sleep in humans" in text,
+                           reason="both about sleep")
     return f"{text.count('abstract:')} abstracts"
 
 

@@ -38,9 +38,10 @@ MODEL = textwrap.dedent(
                 await asyncio.Event().wait()
             return u.call_tool("submit_answer", half=n // 2)
         if "match true or false" in text:
-            if DIE and "cherry" in text:
+            if DIE and sum("match true" in t for t in seen) == 3:  # two pairs committed (blocked or sampled)
                 await asyncio.Event().wait()
-            return u.call_tool("submit_answer", match=True, reason="same fruit")
+            pie, jam = text.split(" pie and ")[0].split()[-1], text.split(" jam:")[0].split()[-1]
+            return u.call_tool("submit_answer", match=pie == jam, reason="same fruit")
         if "Answer it for the group" in text:
             group = text.split("for the group ")[1].split()[0]
             if DIE and group == "c":
@@ -71,7 +72,7 @@ FIRST = "DIE = True\n" + MODEL + textwrap.dedent(
     await best.phase.wait_for("row_finished", lambda e: e.position == 2, timeout=20)
     await keep.wait_for("row_finished", lambda e: e.position == 2, timeout=20)
     await fields.wait_for("row_finished", lambda e: e.position == 2, timeout=20)
-    await pairs.wait_for("row_finished", lambda e: e.position == 1, timeout=20)
+    await pairs.phase.wait_for("row_finished", lambda e: e.position == 1, timeout=20)
     await summary.phase.wait_for("row_finished", lambda e: e.position == 1, timeout=20)
     """
 )
@@ -114,7 +115,7 @@ def test_killed_operators_resume_keeping_every_committed_row(tmp_path):
                                                               "c": "summary of c"}
         asked = second.value("seen")
         assert sorted(int(t.split("Halve ")[1].split()[0]) for t in asked if "Give the fields" in t) == [3, 4, 5]
-        assert sorted(t.split(" pie")[0].split()[-1] for t in asked if "match true" in t) == ["cherry", "date"]
+        assert sum("match true" in t for t in asked) == 16 - 2  # every pair: 4 blocked, 12 sampled; 2 committed
         assert [t.split("for the group ")[1].split()[0] for t in asked if "for the group" in t] == ["c"]
     finally:
         second.close()

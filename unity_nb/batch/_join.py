@@ -1,32 +1,49 @@
-"""Join: the pairs of a left and a right table that meet a condition, without asking about every pair.
+"""Join: the pairs of a left and a right table that meet a condition, without asking about every pair, and saying
+how many true pairs that may have missed.
 
-Blocking: each side's text (the values the template names of it) is cut into words (three letters or more,
-lower case, common English words left out). A word in more than ``common`` of the right rows (10% by
-default, at least 5) is too common to say anything and is ignored; every other shared word scores a pair
-by its rarity (log(m / rows having it)). Each left row is asked about its ``per_left`` best-scoring right
-rows (5 by default), only those sharing at least one word. So a 1,000 x 1,000 join asks at most 5,000
-questions, not 1,000,000 (bench/bench_operators.py: 2,934 asked, every true pair among them, blocking in
-0.02 s of CPU); ``h.pairs_asked`` and ``h.pairs_total`` say how many. ``blocking=None`` asks every
-pair (n x m questions: say so knowingly).
+**Blocking** (``_blocking.py``) asks each left row about its ``per_left`` (5) best right rows among those sharing a
+word that is not common, scored by cosine (so a right row stuffed with other rows' words does not crowd out the
+rows that share the rarest words). A 1,000 x 1,000 join asks a few thousand pairs, not 1,000,000.
+
+**Recall, checked on every blocked join** (``_recall.py``). Beside the blocked pairs the join asks a seeded random
+sample (``sample``, 500) of the pairs blocking left out: half among pairs sharing no word, half among the
+candidates ranked past ``per_left``. From it, the matches missed are estimated with a 95% bound (Clopper-Pearson).
+Below the recall wanted (``recall``, 0.95): if the sample's misses share words, the blocks widen (``per_left``
+raised past where the misses ranked; a fresh sample checks again, three times at most); if they share none,
+blocking cannot reach them and every pair not asked yet is asked. Widening and asking every pair ask at most
+``max_pairs`` (100,000) pairs more; past it, the result says so and how to raise it. ``h.recall`` (a
+:class:`Recall`), ``progress["recall"]`` and the result's ``.attrs["recall"]`` say what was found and missed.
+
+**Streamed.** The handle comes back at once, whatever the sides' sizes: the right side is indexed in a worker
+thread (``progress["indexed"]``), and each left row is scored as its pairs are made, so what the join holds grows
+with the pairs asked, not with the input. ``blocking=None`` asks every pair (n x m questions: say so knowingly).
+
+A join is a phased operation: its maps are ``NAME.pairs`` (the blocked pairs and the sample), ``NAME.widen1``...
+and ``NAME.all``; ``resume_from=store`` keeps what an earlier run of them finished (the samples are seeded:
+``seed``, so a resumed join asks the same pairs).
 """
 
 from __future__ import annotations
 
-import collections
+import dataclasses
+import functools
+import itertools
 import math
-import re
 from typing import Any
 
 import pydantic
 
 from .._errors import UserError
+from ._blocking import block_pairs, words
 from ._estimate import estimate_map
+from ._join_pairs import ASKED_AS, BLOCKED, FAR, NEAR, WIDENED, Asked, Listed, PairPlan, Side, sides_of
 from ._map import MapHandle
 from ._operators import as_pandas
+from ._phased import Flow, Phase, PhasedHandle, Work
+from ._recall import METHOD, Recall, estimate_recall
 from ._registry import Operator, Param, register_operator
-from ._rows import Template
 
-__all__ = ("JoinHandle", "Match", "block_pairs", "join", "words")
+__all__ = ("JoinHandle", "Match", "Recall", "block_pairs", "join", "words")
 
 
 class Match(pydantic.BaseModel):
@@ -37,117 +54,41 @@ class Match(pydantic.BaseModel):
 
 
 _DECIDE = "\n\nAnswer with submit_answer: match true or false, and a one-sentence reason."
-_WORD = re.compile(r"[^\W_]{3,}")
-_STOP = frozenset(
-    "the and for are but not you all any can had her was one our out has have this that with from they will "
-    "would there their what which when who how its into than then them these those were been being also such "
-    "only over more most other some very about after before between both each few under while where why use "
-    "used using our may might shall should could does did doing".split()
-)
-
-
-def words(text: str) -> set[str]:
-    """The words blocking compares: three letters or more, lower case, common English words left out."""
-    return {w for w in _WORD.findall(str(text).lower()) if w not in _STOP}
-
-
-def block_pairs(left: list[str], right: list[str], *, per_left: int = 5, common: float = 0.1) -> list[tuple[int, int]]:
-    """Positions ``(i, j)`` of the pairs worth asking: for each left text, the ``per_left`` right texts sharing the
-    rarest words with it (at least one word in at most ``common`` of the right texts, and at least 5 of them)."""
-    m = len(right)
-    postings: dict[str, list[int]] = collections.defaultdict(list)
-    for j, text in enumerate(right):
-        for w in words(text):
-            postings[w].append(j)
-    most = max(5, int(common * m))
-    weight = {w: math.log(m / len(js)) + 1e-6 for w, js in postings.items() if len(js) <= most}
-    pairs: list[tuple[int, int]] = []
-    for i, text in enumerate(left):
-        score: dict[int, float] = collections.defaultdict(float)
-        for w in words(text):
-            wt = weight.get(w)
-            if wt is not None:
-                for j in postings[w]:
-                    score[j] += wt
-        best = sorted(score.items(), key=lambda item: (-item[1], item[0]))[:per_left]
-        pairs.extend((i, j) for j, _s in sorted(best))
-    return pairs
-
-
-def _sides(template: str, names: tuple[str, str], left: Any, right: Any) -> tuple[list[str], list[str]]:
-    """The columns of each side the template names (``{papers.abstract}``), checked."""
-    fields = Template(template).fields
-    said: tuple[list[str], list[str]] = ([], [])
-    for field in fields:
-        side, dot, column = field.partition(".")
-        if not dot or side not in names:
-            raise UserError(f"the join's task names {{{field}}}: a join's fields name a side and a column, "
-                            f"{{{names[0]}.column}} or {{{names[1]}.column}}")
-        frame = left if side == names[0] else right
-        if column not in [str(c) for c in frame.columns]:
-            raise UserError(f"the join's task names {{{field}}}, and {side} has no column {column!r}; columns: "
-                            f"{[str(c) for c in frame.columns]}")
-        said[names.index(side)].append(column)
-    return said
+_WIDENINGS = 3
+"""Rounds of widening at most before the join asks every pair (or says it would not)."""
 
 
 def _frame(items: Any) -> Any:
+    """A side as a DataFrame; a list or a tuple as it is (a :class:`Listed`: no copy of ten million values)."""
     import pandas as pd
 
+    if isinstance(items, list | tuple):
+        return Listed(items)
     items = as_pandas(items, "join")
     if isinstance(items, pd.Series):
         return items.to_frame(str(items.name) if items.name is not None else "value")
     return items
 
 
-def _text(frame: Any, columns: list[str]) -> list[str]:
-    cols = columns or [str(c) for c in frame.columns]
-    data = frame.rename(columns=str)[cols]
-    return [" \n".join(str(v) for v in values) for values in data.itertuples(index=False, name=None)]
+def _fraction(value: Any) -> float:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        out = math.nan
+    if isinstance(value, bool) or not 0.0 < out <= 1.0:
+        raise UserError(f"recall takes the share of true pairs wanted, above 0 and at most 1 (0.95), not {value!r}")
+    return out
 
 
-class JoinHandle(MapHandle):
-    """A join as one steerable batch: a map over the pairs blocking kept (see the module's docstring), each
-    answering a :class:`Match`. ``await h`` gives the matched pairs: ``left`` and ``right`` (each side's index
-    label) and ``reason``; ``.attrs["reasons"]`` maps a pair that failed to why. ``pairs_asked``, ``pairs_total``;
-    ``verdicts`` every pair asked, indexed by (left, right)."""
-
-    kind = "join"
-
-    def __init__(self, left: Any, right: Any, task: str, *, names: tuple[str, str] = ("left", "right"),
-                 blocking: str | None = "words", per_left: int = 5, common: float = 0.1, **options: Any) -> None:
-        frame, row_task, map_options, self.pairs_total = _join_plan(left, right, task, names, blocking, per_left,
-                                                                    common, options)
-        self.pairs_asked = len(frame)
-        """Pairs the model is asked about (after blocking)."""
-        super().__init__(frame, row_task, **map_options)
-
-    @property
-    def verdicts(self) -> Any:
-        """Every pair asked: ``match`` (missing where it failed) and ``reason``, indexed by (left, right);
-        ``.attrs["reasons"]`` maps a pair that failed to why."""
-        frame = MapHandle.results(self)
-        frame["match"] = frame["match"].astype("boolean")
-        return frame
-
-    def results(self) -> Any:
-        """The pairs matched so far: ``left``, ``right``, ``reason``; ``.attrs["reasons"]`` for pairs that failed."""
-        import pandas as pd
-
-        frame = self.verdicts
-        found = frame[frame["match"].fillna(False).to_numpy(dtype=bool)]
-        out = pd.DataFrame({"left": found.index.get_level_values(0), "right": found.index.get_level_values(1),
-                            "reason": found["reason"].to_numpy()})
-        out.attrs = {"reasons": dict(frame.attrs.get("reasons", {}))}
-        return out
+def _whole(name: str, value: Any, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise UserError(f"{name} takes a whole number of at least {least}, not {value!r}")
+    return value
 
 
-def _join_plan(left: Any, right: Any, task: str, names: Any, blocking: str | None, per_left: int, common: float,
-               options: dict[str, Any]) -> tuple[Any, str, dict[str, Any], int]:
-    """A join's row plan: the pairs blocking kept (a frame indexed by (left, right)), each row's task, the map's
-    options, and the number of pairs there are."""
-    import pandas as pd
-
+def _plan(left: Any, right: Any, task: str, names: Any, blocking: Any, per_left: Any, common: Any, recall: Any,
+          sample: Any, max_pairs: Any, seed: Any, options: dict[str, Any]) -> tuple[PairPlan, dict[str, Any]]:
+    """A join's pairs, checked (no pair made yet), and its settings."""
     if not isinstance(task, str) or not task.strip():
         raise UserError("join needs a task naming both sides, e.g. "
                         "'On {papers.abstract} and {grants.aims}: is this grant funding this work?'")
@@ -157,68 +98,386 @@ def _join_plan(left: Any, right: Any, task: str, names: Any, blocking: str | Non
                         f"not {names!r}")
     if blocking not in ("words", None):
         raise UserError(f"blocking takes 'words' (pairs sharing rare words) or None (every pair), not {blocking!r}")
-    if isinstance(per_left, bool) or not isinstance(per_left, int) or per_left < 1:
-        raise UserError(f"per_left takes a whole number of at least 1, not {per_left!r}")
     if "output" in options or "columns" in options:
         raise UserError("join answers with its own fields (match, reason): it takes no output= or columns=")
+    if "done" in options:
+        raise UserError("join takes no done=: it runs several maps; resume_from=store keeps the pairs an earlier "
+                        "run of the same name finished")
+    settings = {"blocking": blocking, "recall": _fraction(recall), "max_pairs": _whole("max_pairs", max_pairs, 0)}
+    per_left, sample = _whole("per_left", per_left, 1), _whole("sample", sample, 0)
+    if isinstance(common, bool) or not isinstance(common, int | float) or not 0 < common <= 1:
+        raise UserError(f"common takes the share of right rows above which a word is too common, not {common!r}")
     names = (names[0], names[1])
     lf, rf = _frame(left), _frame(right)
-    lcols, rcols = _sides(task, names, lf, rf)
-    pairs_total = len(lf) * len(rf)
-    if blocking is None:
-        pairs = [(i, j) for i in range(len(lf)) for j in range(len(rf))]
+    if not len(lf) or not len(rf):
+        raise UserError(f"join needs rows on both sides; {names[0] if not len(lf) else names[1]} is empty")
+    lcols, rcols = sides_of(task, names, lf, rf)
+    plan = PairPlan(Side(lf, lcols), Side(rf, rcols), names, per_left=per_left, common=float(common),
+                    sample=sample if blocking else 0, seed=_whole("seed", seed, 0))
+    return plan, settings
+
+
+class JoinHandle(PhasedHandle):
+    """A join as one steerable operation (see the module's docstring). ``await h`` gives the matched pairs: ``left``
+    and ``right`` (each side's index label) and ``reason``; ``.attrs["reasons"]`` maps a pair that failed to why,
+    ``.attrs["recall"]`` what the recall check found. ``recall`` (a :class:`Recall`); ``pairs_asked``,
+    ``pairs_blocked``, ``pairs_total``; ``verdicts`` every pair asked, indexed by (left, right)."""
+
+    kind = "join"
+
+    def __init__(self, left: Any, right: Any, task: str, *, names: tuple[str, str] = ("left", "right"),
+                 blocking: str | None = "words", per_left: int = 5, common: float = 0.1, recall: float = 0.95,
+                 sample: int = 500, max_pairs: int = 100_000, seed: int = 0, **options: Any) -> None:
+        self._pairs, settings = _plan(left, right, task, names, blocking, per_left, common, recall, sample,
+                                      max_pairs, seed, options)
+        self.blocking = settings["blocking"]
+        self.target = settings["recall"]
+        self.max_pairs = settings["max_pairs"]
+        self.pairs_total = self._pairs.pairs
+        """Pairs there are (n x m)."""
+        self._asked: list[Asked] = []  # one per phase, in order: position -> pair
+        self._found = 0
+        self._tallies = [0, 0, 0, 0]  # far hits, far answered, near hits, near answered (the last round's near)
+        self._extra = 0  # pairs asked by widening and falling back (max_pairs bounds them)
+        self._near_hits: list[tuple[int, int]] = []  # the last round's near sample's matches (where to widen to)
+        self._recall = self._checking()
+        self._question = task
+        options.setdefault("max_steps", 3)
+        super().__init__(task, **options)
+
+    # -- what it says -----------------------------------------------------------------------------------
+
+    @property
+    def recall(self) -> Recall:
+        """How many of the true pairs it found: estimate and bound, the sample behind them, whether it widened or
+        asked every pair (see :class:`Recall`)."""
+        return self._recall
+
+    @property
+    def pairs_asked(self) -> int:
+        """Pairs the model was asked so far (blocked, sampled, widened and every pair)."""
+        return sum(len(a) for a in self._asked)
+
+    @property
+    def pairs_blocked(self) -> int:
+        """Pairs blocking kept (widening included)."""
+        return sum(a.count(BLOCKED, WIDENED) for a in self._asked)
+
+    @property
+    def progress(self) -> dict[str, Any]:
+        """The running map's progress (see :class:`PhasedHandle`), with ``pairs_asked``, ``pairs_total``,
+        ``recall`` (its fields, ``text`` the line the widget shows) and, while the right side is indexed,
+        ``indexed`` of ``right_rows``."""
+        p = super().progress
+        p.update(pairs_asked=self.pairs_asked, pairs_total=self.pairs_total, recall=self._recall.as_dict())
+        index = self._pairs.index
+        if self.blocking is not None and not index.ready:
+            p.update(indexed=index.indexed, right_rows=self._pairs.right.n)
+            if not self.done():  # the widget's line says what the wait is
+                p["recall"]["text"] = (f"indexing the right side's words: {index.indexed:,} of "
+                                       f"{self._pairs.right.n:,} rows; then {p['recall']['text']}")
+        return p
+
+    @property
+    def verdicts(self) -> Any:
+        """Every pair asked: ``match`` (missing where it failed), ``reason`` and ``asked`` (why: blocked, widened,
+        sample (near), sample (far), all pairs), indexed by (left, right); ``.attrs["reasons"]`` maps a pair that
+        failed to why."""
+        import numpy as np
+        import pandas as pd
+
+        frames, reasons = [], {}
+        left, right = self._pairs.left.index, self._pairs.right.index
+        for m, asked in zip(self.phases, self._asked, strict=False):
+            frame = m.results()
+            n = len(frame)
+            li = np.frombuffer(asked.left, dtype=np.int32 if asked.left.itemsize == 4 else np.int64)[:n]
+            rj = np.frombuffer(asked.right, dtype=np.int32 if asked.right.itemsize == 4 else np.int64)[:n]
+            keys = pd.MultiIndex.from_arrays([left.take(li), right.take(rj)], names=["left", "right"])
+            for pos, why in frame.attrs.get("reasons", {}).items():
+                reasons[keys[pos]] = why
+            frame = frame.set_axis(keys)
+            frame["asked"] = np.array(ASKED_AS, dtype=object)[np.frombuffer(bytes(asked.kind[:n]), dtype=np.uint8)]
+            frames.append(frame)
+        if frames:
+            out = pd.concat(frames)
+        else:
+            out = pd.DataFrame({"match": [], "reason": [], "asked": []},
+                               index=pd.MultiIndex.from_arrays([[], []], names=["left", "right"]))
+        out["match"] = out["match"].astype("boolean")
+        out.attrs = {"reasons": reasons}
+        return out
+
+    def results(self) -> Any:
+        """The pairs matched so far: ``left``, ``right``, ``reason``; ``.attrs["reasons"]`` for pairs that failed,
+        ``.attrs["recall"]`` what the recall check found."""
+        import pandas as pd
+
+        frame = self.verdicts
+        found = frame[frame["match"].fillna(False).to_numpy(dtype=bool)]
+        out = pd.DataFrame({"left": found.index.get_level_values(0), "right": found.index.get_level_values(1),
+                            "reason": found["reason"].to_numpy()})
+        out.attrs = {"reasons": dict(frame.attrs["reasons"]), "recall": self._recall.as_dict()}
+        return out
+
+    @property
+    def ended_badly(self) -> list:
+        """Pairs that failed or stopped, over every phase, each keyed by its (left, right) labels."""
+        from ._rows import Row
+
+        out = []
+        for m, asked in zip(self.phases, self._asked, strict=False):
+            for r in m.rows.ended_badly:
+                pos = r.position
+                row = Row(pos, (self._pairs.left.index[asked.left[pos]], self._pairs.right.index[asked.right[pos]]),
+                          {}, "")
+                row.status, row.reason, row.child = r.status, r.reason, r.child
+                out.append(row)
+        return out
+
+    def summary(self) -> str:
+        return (f"{self._found} pairs matched; {self.pairs_asked:,} of {self.pairs_total:,} pairs asked; "
+                f"{self._recall.text}")
+
+    # -- the plan ---------------------------------------------------------------------------------------
+
+    def _phase(self, name: str, items: Any) -> Phase:
+        return Phase(name, items, self._question + _DECIDE, {"output": Match})
+
+    def _primed(self, rows: Any) -> Any:
+        """``rows`` with its first row made (in the worker thread: it may read many left rows), or None if empty."""
+        first = next(rows, None)
+        return None if first is None else itertools.chain([first], rows)
+
+    def _every(self, asked: Asked, stop: Any) -> Any:
+        return self._primed(self._pairs.every_pair(asked))
+
+    def _widen(self, asked: Asked, before: int, stop: Any) -> Any:
+        return self._primed(self._pairs.stream(asked, before, self._pairs.k))
+
+    def _read_all(self, asked: Asked) -> Any:
+        self._pairs.left.load()
+        self._pairs.right.load()
+        return self._primed(self._pairs.every_pair(asked))
+
+    def flow(self) -> Flow:
+        plan = self._pairs
+        if self.blocking is None:
+            asked = Asked()
+            rows = yield Work("read", lambda stop: self._read_all(asked))
+            self._asked.append(asked)
+            self._take((yield self._phase("all", rows)))
+            self._recall = self._exact()
+            return self.results()
+        asked = Asked()
+        rows = yield Work("index", lambda stop: self._primed(plan.stream(asked, 0, plan.k)) if plan.prepare(stop)
+                          else None)
+        if rows is None:
+            raise UserError("no pair of rows shares a word that is not common, and sample=0 asks no other: nothing "
+                            "to ask. Check the task's columns, or ask every pair with blocking=None "
+                            "(len(left) x len(right) questions)")
+        self._asked.append(asked)
+        self._take((yield self._phase("pairs", rows)))
+        while True:
+            step = self._decide()
+            if step is None:
+                break
+            asked = Asked()
+            if step == "all":
+                name = "all"
+                rows = yield Work("all pairs", functools.partial(self._every, asked))
+            else:
+                before, plan.k = plan.k, int(step)
+                self._tallies[2:] = [0, 0]
+                name = f"widen{plan.rounds}"
+                rows = yield Work(name, functools.partial(self._widen, asked, before))
+            if rows is None:
+                break
+            self._asked.append(asked)
+            self._take((yield self._phase(name, rows)))
+            self._extra += len(asked)
+            if step == "all":
+                self._recall = self._exact()
+                break
+        return self.results()
+
+    def _take(self, m: MapHandle) -> None:
+        """Count what a finished map found: matches, and each sample's answers and matches."""
+        import numpy as np
+
+        asked = self._asked[-1]
+        frame = m.results()
+        n = len(frame)
+        kinds = np.frombuffer(bytes(asked.kind[:n]), dtype=np.uint8)
+        answers = frame["match"].to_numpy(dtype=object)
+        ok = np.array([a is not None and a == a for a in answers], dtype=bool)
+        hit = np.array([a is True for a in answers], dtype=bool)
+        self._found += int(hit.sum())
+        far, near = kinds == FAR, kinds == NEAR
+        self._tallies[0] += int((hit & far).sum())
+        self._tallies[1] += int((ok & far).sum())
+        self._tallies[2] += int((hit & near).sum())
+        self._tallies[3] += int((ok & near).sum())
+        self._near_hits = [(asked.left[p], asked.right[p]) for p in np.flatnonzero(hit & near)]
+
+    def _decide(self) -> str | int | None:
+        """After a round: done (None), widen to ``k`` (an int), or ask every pair (``"all"``); ``h.recall`` says
+        which and why."""
+        plan = self._pairs
+        strata = plan.strata(*self._tallies)
+        missed, bound, estimate, lower = estimate_recall(self._found, strata)
+        sampled = sum(s.sampled for s in strata)
+        hits = sum(s.hits for s in strata)
+        left_out = plan.pairs - self.pairs_asked
+        unanswered = self._unanswered()
+        base = dict(status="checked" if plan.sample else "not checked", estimate=estimate, bound=lower,
+                    missed=round(missed, 1), missed_bound=round(bound, 1), found=self._found, sampled=sampled,
+                    sample_found=hits, left_out=left_out, unanswered=unanswered, target=self.target, per_left=plan.k,
+                    widened=plan.rounds > 1, fallback=False, refused=None, method=METHOD)
+        said = _said(self._found, missed, bound, estimate, lower, sampled, hits, left_out)
+        if unanswered:
+            said += f"; {unanswered:,} pairs asked got no answer (h.verdicts says why)"
+        if not self.pairs_blocked:
+            said += (" (blocking kept no pair: no row shares a word that is not common with a row of the other side; "
+                     "check the task's columns)")
+        if not plan.sample:
+            self._recall = Recall(**base, text="recall not checked (sample=0): " + said)
+            return None
+        if hits == 0 or (estimate is not None and estimate >= self.target):
+            widened = f"; widened to {plan.k} right rows per left row" if plan.rounds > 1 else ""
+            loose = (f"; a larger sample= narrows the bound (its {self.target:.0%} wanted is met by the estimate)"
+                     if lower is not None and lower < self.target else "")
+            self._recall = Recall(**base, text=f"recall {said}{widened}{loose}")
+            return None
+        room = self.max_pairs - self._extra
+        far_hits = self._tallies[0]
+        step: str | int | None = None
+        if not far_hits and plan.rounds <= _WIDENINGS and plan.k < plan.widest():
+            k = self._wider(room)
+            if k is not None:
+                step = k
+                why = f"{hits} of {sampled} sampled left-out pairs matched, each sharing words: widening to {k} " \
+                      f"right rows per left row"
+        if step is None:
+            need = left_out
+            if need <= room:
+                step = "all"
+                why = (f"{hits} of {sampled} sampled left-out pairs matched" +
+                       (", some sharing no word with each other (blocking cannot reach them)" if far_hits else "") +
+                       f": asking the {need:,} pairs never asked")
+            else:
+                why = (f"below the {self.target:.0%} wanted, and asking the {need:,} pairs never asked would pass "
+                       f"max_pairs={self.max_pairs:,} ({self._extra:,} asked beyond blocking so far): raise it "
+                       f"(max_pairs=, --max-pairs) to ask them, or lower recall=")
+                base["refused"] = why
+        self._recall = Recall(**base, text=f"recall {said}; {why}")
+        return step
+
+    def _wider(self, room: int) -> int | None:
+        """How far to widen: past the furthest rank a sampled miss had (half as far again, at least twice as
+        wide), as far as ``room`` pairs allow; None if not one more."""
+        plan = self._pairs
+        furthest = max(plan.rank(i, j) for i, j in self._near_hits) + 1 if self._near_hits else plan.k
+        k = min(plan.widest(), max(2 * plan.k, math.ceil(1.5 * furthest)))
+        if plan.added(k) > room:
+            lo, hi = plan.k, k  # the widest that fits
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                lo, hi = (mid, hi) if plan.added(mid) <= room else (lo, mid - 1)
+            k = lo
+        return k if k > plan.k else None
+
+    def _checking(self) -> Recall:
+        plan = self._pairs
+        exact = self.blocking is None
+        text = ("recall exact once every pair is asked" if exact else
+                f"recall: checked once the blocked pairs are asked, on a sample of up to {plan.sample} pairs "
+                f"blocking leaves out" if plan.sample else "recall not checked (sample=0)")
+        return Recall(status="checking" if plan.sample or exact else "not checked", estimate=None, bound=None,
+                      missed=0.0, missed_bound=0.0, found=0, sampled=0, sample_found=0, left_out=self.pairs_total,
+                      unanswered=0,
+                      target=self.target, per_left=plan.k, widened=False, fallback=False, refused=None,
+                      method=METHOD, text=text)
+
+    def _unanswered(self) -> int:
+        return sum(m.rows.counts["failed"] + m.rows.counts["stopped"] for m in self.phases)
+
+    def _exact(self) -> Recall:
+        failed = self._unanswered()
+        unasked = self.pairs_total - self.pairs_asked
+        text = (f"recall exact: every pair asked ({self.pairs_total:,}), {self._found:,} matched" +
+                (f"; {failed:,} got no answer (h.verdicts says why)" if failed else ""))
+        if self.blocking is not None:
+            text += f" (blocking and its sample had found {self._recall.found:,})"
+        return dataclasses.replace(self._recall, status="exact", estimate=1.0 if self._found else None,
+                                   bound=1.0 if self._found else None, missed=0.0, missed_bound=0.0,
+                                   found=self._found, left_out=unasked, unanswered=failed,
+                                   fallback=self.blocking is not None,
+                                   refused=None, text=text)
+
+
+def _said(found: int, missed: float, bound: float, estimate: float | None, lower: float | None, sampled: int,
+          hits: int, left_out: int) -> str:
+    """What the sample says, in a line."""
+    if estimate is None:
+        head = "unknown: nothing matched"
     else:
-        pairs = block_pairs(_text(lf, lcols), _text(rf, rcols), per_left=per_left, common=common)
-    if not pairs:
-        raise UserError("no pair of rows shares a word that is not common: nothing to ask. Check the task's "
-                        "columns, or ask every pair with blocking=None (len(left) x len(right) questions)")
-    lrows = lf.rename(columns=str)
-    rrows = rf.rename(columns=str)
-    data: dict[str, list] = {}
-    for col in dict.fromkeys(lcols):
-        values = lrows[col].to_numpy(dtype=object)
-        data[f"{names[0]}.{col}"] = [values[i] for i, _ in pairs]
-    for col in dict.fromkeys(rcols):
-        values = rrows[col].to_numpy(dtype=object)
-        data[f"{names[1]}.{col}"] = [values[j] for _, j in pairs]
-    index = pd.MultiIndex.from_arrays(
-        [[lf.index[i] for i, _ in pairs], [rf.index[j] for _, j in pairs]], names=["left", "right"])
-    frame = pd.DataFrame(data, index=index)
-    if not data:  # the task names no column: each side's values follow it
-        ltext, rtext = _text(lf, []), _text(rf, [])
-        frame = pd.DataFrame({names[0]: [ltext[i] for i, _ in pairs], names[1]: [rtext[j] for _, j in pairs]},
-                             index=index)
-    options.setdefault("label", task)
-    options.setdefault("max_steps", 3)
-    return frame, task + _DECIDE, {**options, "output": Match}, pairs_total
+        head = f"≈{estimate:.1%}" + (f" (at least {lower:.1%} at 95%)" if lower is not None else "")
+    return (f"{head}: {found:,} pairs matched; {hits} of {sampled:,} sampled left-out pairs matched; "
+            f"≈{missed:,.0f} missed (at most {math.ceil(bound):,} at 95%) among {left_out:,} pairs never asked")
 
 
-def join(left: Any, right: Any, task: str, *, names: tuple[str, str] = ("left", "right"),
-         blocking: str | None = "words", per_left: int = 5, common: float = 0.1, estimate: bool = False,
-         **options: Any) -> Any:
-    """The pairs of ``left`` and ``right`` (DataFrames, Series or lists) that meet ``task``, as one steerable batch.
+def estimate_join(left: Any, right: Any, task: str, *, names: tuple[str, str] = ("left", "right"),
+                  blocking: str | None = "words", per_left: int = 5, common: float = 0.1, recall: float = 0.95,
+                  sample: int = 500, max_pairs: int = 100_000, seed: int = 0, **options: Any) -> Any:
+    """What :func:`join` would cost, without running anything: the blocked pairs and the sample exactly (every left
+    row is scored: this reads both sides), and what widening or asking every pair could add, said."""
+    plan, settings = _plan(left, right, task, names, blocking, per_left, common, recall, sample, max_pairs, seed,
+                           options)
+    options.pop("max_steps", None)
+    asked = Asked()
+    if blocking is None:
+        plan.left.load()
+        plan.right.load()
+        rows = plan.every_pair(asked)
+        basis = "Every pair asked (blocking=None)."
+    else:
+        plan.prepare(None)
+        rows = plan.stream(asked, 0, plan.k)
+        basis = (f"The pairs blocking keeps ({per_left} per left row at most) and a recall sample of up to {sample} "
+                 f"of those it leaves out; if the sample finds true pairs missed, the join widens its blocks or asks "
+                 f"every pair: at most {settings['max_pairs']:,} more questions (max_pairs).")
+    est = estimate_map(rows, task + _DECIDE, output=Match, **options)
+    return dataclasses.replace(est, basis=basis)
+
+
+def join(left: Any, right: Any, task: str, *, estimate: bool = False, **options: Any) -> Any:
+    """The pairs of ``left`` and ``right`` (DataFrames, Series or lists) that meet ``task``, as one steerable
+    operation; the handle comes back at once, whatever their sizes.
 
     ``task`` names each side's columns as ``{left.column}`` and ``{right.column}`` (or by ``names=('papers',
-    'grants')``: ``{papers.abstract}``). Blocking asks only pairs that share rare words, at most ``per_left`` (5)
-    right rows per left row; ``h.pairs_asked`` and ``h.pairs_total`` say how many of the n x m were asked
+    'grants')``: ``{papers.abstract}``). Blocking asks only pairs that share rare words, ``per_left`` (5) right rows
+    per left row; then a seeded sample of ``sample`` (500) pairs it left out checks its recall, and below
+    ``recall`` (0.95) the join widens its blocks or asks every pair, at most ``max_pairs`` (100,000) more
+    (``h.recall`` says what it found). ``h.pairs_asked`` and ``h.pairs_total`` say how many of the n x m were asked
     (``blocking=None`` asks all). ``await h`` gives a DataFrame of matched pairs: ``left``, ``right`` (index
     labels) and ``reason``. Other options are the map's; ``estimate=True`` runs nothing and returns what the pairs
-    blocking keeps would cost."""
+    blocking keeps and the sample would cost."""
     if estimate:
-        frame, row_task, map_options, _total = _join_plan(left, right, task, names, blocking, per_left, common,
-                                                          options)
-        return estimate_map(frame, row_task, **map_options)
-    return JoinHandle(left, right, task, names=names, blocking=blocking, per_left=per_left, common=common, **options)
+        return estimate_join(left, right, task, **options)
+    return JoinHandle(left, right, task, **options)
 
 
 def _line_options(given: dict[str, Any], exprs: dict[str, str]) -> dict[str, Any]:
     """``%unity join LEFT RIGHT ...``: the sides are named after the expressions when both are names (the task
-    writes ``{papers.abstract}``), and ``--all-pairs`` asks every pair."""
+    writes ``{papers.abstract}``), ``--all-pairs`` asks every pair, ``--recall 0.99`` is a share."""
     left, right = exprs.get("items", ""), exprs.get("right", "")
     out = {k: v for k, v in given.items() if k != "all_pairs"}
     named = left.isidentifier() and right.isidentifier() and left != right
     out["names"] = (left, right) if named else ("left", "right")
     out["blocking"] = None if given.get("all_pairs") else "words"
+    if "recall" in out:
+        out["recall"] = _fraction(out["recall"])
     return out
 
 
@@ -230,12 +489,19 @@ def _start(left: Any, task: str, *, right: Any, **options: Any) -> Any:
 register_operator(Operator(
     "join", _start,
     "The pairs of LEFT and RIGHT rows that meet TASK, which names columns as {LEFT.column} and {RIGHT.column} (On "
-    "{papers.abstract} and {grants.aims}: is this grant funding this work?). Only pairs sharing rare words are asked; "
-    "h.pairs_asked and h.pairs_total say how many. Await it for a DataFrame of left, right, reason.",
+    "{papers.abstract} and {grants.aims}: is this grant funding this work?). Only pairs sharing rare words are asked, "
+    "then a sample of the others checks the recall (h.recall); below --recall the blocks widen or every pair is "
+    "asked. Await it for a DataFrame of left, right, reason.",
+    phased=True,
     params=(
         Param("right", "items", "the right items after the left ones (e.g. %unity join papers grants ...)", "RIGHT",
               positional=True, required=True),
         Param("per_left", "count", "pairs asked at most per left row, those sharing the rarest words (default 5)."),
+        Param("recall", "text", "the share of true pairs wanted (default 0.95): below it, as the sample of left-out "
+              "pairs estimates, the blocks widen or every pair is asked.", "SHARE"),
+        Param("sample", "count", "left-out pairs asked to check the recall (default 500)."),
+        Param("max_pairs", "count", "pairs asked at most beyond blocking, to widen or ask every pair (default "
+              "100000)."),
         Param("all_pairs", "flag", "ask every pair."),
     ),
     line_options=_line_options,

@@ -4,7 +4,9 @@ operator's result. The :class:`PhasedEngine` drives the generator the way httpx'
 the plan says what to ask, the engine runs each phase as a child map of the operation (so pause, resume and stop
 reach the running one) and hands an interjection to the running map and to every later one.
 
-A plan is plain code over results: it awaits nothing, so top-k's and agg's algorithms read top to bottom::
+A plan is plain code over results: it awaits nothing, so top-k's and agg's algorithms read top to bottom. Work a
+plan must do without the model that would hold the event loop (a join's index of words) it yields as :class:`Work`:
+the engine runs it in a worker thread and sends back its result::
 
     def flow(self):
         scored = yield Phase("score", items, question + SCORE, {"output": Score})
@@ -15,6 +17,7 @@ A plan is plain code over results: it awaits nothing, so top-k's and agg's algor
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +29,7 @@ from ..models import Usage, default_model
 from ._map import MapHandle, finished_rows
 from ._spend import carried, checked_budget
 
-__all__ = ("Phase", "PhasedEngine", "PhasedHandle")
+__all__ = ("Phase", "PhasedEngine", "PhasedHandle", "Work")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +43,19 @@ class Phase:
     options: dict[str, Any] = field(default_factory=dict)
 
 
-Flow = Generator[Phase, MapHandle, Any]
-"""A phased plan: yields phases, is sent each finished map, returns the operator's result."""
+@dataclass(frozen=True, slots=True)
+class Work:
+    """A step of a phased plan done without the model: ``fn(stop)`` runs in a worker thread (so a long one, such as
+    indexing millions of rows, never holds the event loop) and its result is sent back to the plan. ``stop`` (a
+    :class:`threading.Event`) is set once the operation stops: a long ``fn`` checks it now and then."""
+
+    name: str
+    fn: Callable[[threading.Event], Any]
+
+
+Flow = Generator[Phase | Work, Any, Any]
+"""A phased plan: yields phases (and work), is sent each finished map (or the work's result), returns the
+operator's result."""
 
 
 class PhasedEngine(Driver):
@@ -76,7 +90,7 @@ class PhasedEngine(Driver):
         try:
             phase = next(flow)
             while True:
-                m = await self._phase(phase)
+                m = await (self._work(phase) if isinstance(phase, Work) else self._phase(phase))
                 phase = flow.send(m)
         except StopIteration as end:
             value = end.value
@@ -86,6 +100,16 @@ class PhasedEngine(Driver):
             raise
         run.state.result_object = value
         return self.source.summary()  # type: ignore[attr-defined]
+
+    async def _work(self, work: Work) -> Any:
+        """Run one step of work in a worker thread; a stop of the operation tells it to stop (``stop`` set)."""
+        await self._run.gate.wait()
+        self.phase_name = work.name
+        stop = threading.Event()
+        try:
+            return await asyncio.to_thread(work.fn, stop)
+        finally:
+            stop.set()
 
     async def _phase(self, phase: Phase) -> MapHandle:
         """Run one phase: a map under this operation, to its end (its rows' failures are its result's missing
