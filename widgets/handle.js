@@ -245,6 +245,8 @@ function render({ model, el }) {
       h("div", { class: "unb-bar-text" },
         `${p.done}/${p.total == null ? "?" : p.total} done${kept} (${pct}%) · ${p.running} running · ${p.failed} failed · ${waiting} · ` +
         `${p.rows_per_second} rows/s${eta} · ${p.tokens_estimated ? "≈" : ""}${p.input_tokens}/${p.output_tokens} tokens${p.tokens_estimated ? " (estimated)" : ""}${money}${spend}`));
+    // top-k: the model's comparisons contradict each other (A over B, B over C, C over A): said, never hidden
+    if (p.inconsistent) v.batch.append(h("div", { class: "unb-bar-text unb-inconsistent" }, `${p.inconsistent} inconsistent comparison cycle(s): the order is not exact`));
     if (node.failures && node.failures.length) {
       const list = h("details", { class: "unb-failures" }, h("summary", {}, `${node.failures.length} row(s) failed or stopped`));
       for (const f of node.failures) {
