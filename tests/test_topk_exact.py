@@ -6,6 +6,7 @@ import asyncio
 import random
 import statistics
 
+import numpy as np
 import pandas as pd
 
 import unity_nb as u
@@ -52,14 +53,15 @@ def truthful(a, b):
 def lotus_quickselect(worth, k, seed):
     """LOTUS 1.2.4's ``llm_quicksort`` (lotus/sem_ops/sem_topk.py, its default ``sem_topk`` method), counting
     its comparisons: a random pivot meets every row of the range; the left part is recursed into for the top k,
-    sorted whole when the pivot falls inside it. (bench/bench_topk.py runs LOTUS's own code over HTTP.)"""
-    rng = random.Random(seed)
+    sorted whole when the pivot falls inside it. Its pivots drawn as LOTUS draws them after ``np.random.seed(seed)``
+    (bench/bench_topk.py runs LOTUS's own code over HTTP: the same counts)."""
+    rng = np.random.RandomState(seed)
     asked = 0
     indexes = list(range(len(worth)))
 
     def partition(low, high):
         nonlocal asked
-        pivot_index = rng.randint(low, high)
+        pivot_index = int(rng.randint(low, high + 1))
         pivot = indexes[pivot_index]
         indexes[pivot_index], indexes[high] = indexes[high], indexes[pivot_index]
         i = low - 1
