@@ -85,7 +85,7 @@ def test_killed_operators_resume_keeping_every_committed_row(tmp_path):
     try:
         first.run("%load_ext unity_nb")
         first.run(FIRST)
-        assert first.value("[p.name for p in best.phases]") == ["best.score", "best.compare1", "best.compare2"]
+        assert first.value("[p.name for p in best.phases]") == ["best.score", "best.compare", "best.compare2"]
     finally:
         first.kill()
     second = Kernel(env={"UNITY_NB_STORE": store})

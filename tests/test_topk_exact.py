@@ -114,12 +114,13 @@ async def test_coarse_ties_give_exactly_the_true_top_k_in_order_with_fewer_reque
     assert h.questions <= statistics.median(lotus)  # LOTUS's quickselect on the same data: ~2,000 (it scores nothing)
     assert h.questions <= 1400 and h.questions - N == best.attrs["comparisons"] == len(h.comparisons)
     assert h.ranking["rank"].dropna().tolist() == list(range(1, K + 1))
-    assert [p.name.rsplit(".", 1)[1] for p in h.phases] == ["score"] + [f"compare{i}" for i in
-                                                                        range(1, len(h.phases))]
+    rounds = [p.name.rsplit(".", 1)[1] for p in h.phases]
+    assert rounds == ["score", "compare"] + [f"compare{i}" for i in range(2, len(rounds))]
 
 
 async def test_the_same_answers_ask_the_same_comparisons_in_the_same_rounds(bus):
-    """What a resumed run relies on: each round's map (NAME.compareN) holds the same pairs, in the same order."""
+    """What a resumed run relies on: each round's map (NAME.compare, NAME.compare2, ...) holds the same pairs, in
+    the same order."""
     items, _ = coarse_rows(300, seed=3)
     runs = []
     for _ in range(2):
@@ -191,3 +192,22 @@ async def test_past_its_bound_top_k_stops_and_says_the_order_is_not_exact(bus):
     assert len(best) == 5 and h.questions <= h.bound == 200 + 20 and len(model.requests) == h.questions
     assert h.exact is False and "stopped at its bound of 20 comparisons" in best.attrs["stopped"]
     assert "NOT exact" in h.summary() and "stopped at its bound" in h.summary()
+
+
+async def test_a_comparison_without_an_answer_is_said_not_hidden(bus):
+    items, worth = coarse_rows(100, seed=2)
+    best_row = worth.index(99)
+
+    def script(messages, tools):
+        text = task_of(messages)
+        if "\nA:\n" in text:
+            if f"doc {best_row} worth" in text:
+                return "I cannot compare these"  # not an answer: sent back once, then the row fails
+            return u.call_tool("submit_answer", better=truthful(worth_of(text, "A"), worth_of(text, "B")), reason="r")
+        return u.call_tool("submit_answer", score=worth_of(text) * 11 // 100, reason="r")
+
+    h = u.topk(items, 3, "Which document is worth most?", model=u.ScriptedModel(script), concurrency=16, bus=bus)
+    best = await asyncio.wait_for(h.result(), 60)
+    assert f"d{best_row}" not in best.index and len(best) == 3
+    assert "got no answer" in best.attrs["reasons"][f"d{best_row}"] and h.exact is False
+    assert "NOT exact" in h.summary() and "comparison(s) got no answer" in h.summary()

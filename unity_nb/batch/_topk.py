@@ -167,7 +167,7 @@ class TopKHandle(PhasedHandle):
         sel = self.selection = Selection(ranked, [values[i] for i in ranked], self.k, candidates=self.candidates,
                                          margin=self.margin, max_comparisons=self.max_comparisons)
         while pairs := sel.next_round():
-            compare = yield Phase(f"compare{sel.rounds}", self._pair_frame(pairs), _template(self.question),
+            compare = yield Phase(_round_name(sel.rounds), self._pair_frame(pairs), _template(self.question),
                                   {"output": Choice})
             answers = compare.results()
             reasons = answers.attrs.get("reasons", {})
@@ -234,6 +234,11 @@ class TopKHandle(PhasedHandle):
         return f"{out}; exact: its {sel.asked} comparisons were consistent"
 
 
+def _round_name(n: int) -> str:
+    """The ``n``-th round of comparisons' phase: ``compare``, then ``compare2``, ``compare3``, ..."""
+    return "compare" if n == 1 else f"compare{n}"
+
+
 def _template(question: str) -> str:
     return _COMPARE.replace("{question}", field_free(question))
 
@@ -288,7 +293,7 @@ def topk(items: Any, k: int, question: str, *, estimate: bool = False, **options
     so. ``h.questions`` counts the questions asked, at most ``h.bound`` (n + ``max_comparisons``, by default
     3n + k(k-1)/2); ``h.calls`` the model calls they took. Rows whose scoring failed are left out, with
     ``.attrs["reasons"]``. ``resume_from=store`` keeps the rows an earlier run of the same ``name`` finished (each
-    round's map, ``NAME.score``, ``NAME.compare1``, ``NAME.compare2``, ...: the same answers plan the same rounds).
+    round's map, ``NAME.score``, ``NAME.compare``, ``NAME.compare2``, ...: the same answers plan the same rounds).
     Other options are the map's (``model``, ``concurrency``, ``rate``, ``max_steps``, ...), for every phase.
     ``estimate=True`` runs nothing and returns what it would cost."""
     if estimate:
