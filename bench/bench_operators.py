@@ -5,7 +5,8 @@ A ScriptedModel answers (no HTTP: what is counted is questions, not time). The d
   A. ``u.topk`` of 1,000 rows, k = 10. Each row has a hidden relevance (a float); the model scores a row 0-10
      as round(relevance) with noise (so the scores tie and err, as a model's do) and answers a comparison by
      the true relevance. Reported: model calls made (``h.calls``) and the bound (``h.bound``), beside every pair
-     (n(n-1)/2) and a comparison sort (n log2 n); how many of the true top 10 it returned.
+     (n(n-1)/2) and a comparison sort (n log2 n); how many of the true top 10 it returned, and whether in order.
+     (bench_topk.py sets it beside LOTUS's top-k on coarse, noiseless scores.)
   B. ``u.join`` of 1,000 x 1,000 rows. Left row i and right row i share two of three rare topic words (a true
      pair); every row also holds 20 words drawn from 150 common ones, and its topic words come from a vocabulary
      of 3,000, so rows share rare words by chance too. The model says "match" for true pairs. Reported: pairs
@@ -54,10 +55,11 @@ async def bench_topk(n: int, k: int) -> dict:
     h = u.topk(items, k, "Which document is most relevant?", model=model, concurrency=100)
     best = await h
     wall = time.perf_counter() - start
-    truth = set(sorted(range(n), key=lambda i: -relevance[i])[:k])
+    truth = sorted(range(n), key=lambda i: -relevance[i])[:k]
+    found = [int(t.split()[1]) for t in best]
     return {"n": n, "k": k, "calls": h.calls, "questions": h.questions, "requests": len(model.requests),
             "bound": h.bound, "all_pairs": math.comb(n, 2), "n_log2_n": round(n * math.log2(n)),
-            "true_top_found": len(truth & {int(t.split()[1]) for t in best}), "wall_s": round(wall, 2)}
+            "true_top_found": len(set(truth) & set(found)), "in_order": found == truth, "wall_s": round(wall, 2)}
 
 
 async def bench_join(n: int) -> dict:
@@ -101,7 +103,8 @@ def main() -> None:
           f"{top['calls']} model calls")
     print(f"  every pair: {top['all_pairs']:,} ({top['all_pairs'] / top['calls']:.0f}x more); "
           f"n log2 n: {top['n_log2_n']:,} ({top['n_log2_n'] / top['calls']:.1f}x more)")
-    print(f"  true top {top['k']} returned: {top['true_top_found']} of {top['k']}; wall {top['wall_s']} s")
+    print(f"  true top {top['k']} returned: {top['true_top_found']} of {top['k']} (in order: {top['in_order']}); "
+          f"wall {top['wall_s']} s")
     join = asyncio.run(bench_join(args.n))
     print("B. join")
     print(f"  {join['n']} x {join['m']}: {join['pairs_asked']:,} pairs asked of {join['pairs_total']:,} "

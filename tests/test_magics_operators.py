@@ -53,7 +53,7 @@ async def test_each_operator_subcommand_starts_a_named_operation_on_the_notebook
     assert (await asyncio.wait_for(fields.result(), 10))["method"].tolist() == ["experiment", "other", "other"]
     best = ip.run_line_magic("unity", "topk items 2 --candidates 4 Which item is biggest?")
     assert (await asyncio.wait_for(best.result(), 10)).tolist() == ["item 8", "item 7"]
-    assert best.calls == 9 + 10 + 6  # scored; items 4-8 screened for 4 places; those 4 in a round robin
+    assert best.calls == 9 + 10  # scored; items 4-8 (within a point of the 4th best score) in a round robin
     pairs = ip.run_line_magic("unity", "join papers grants On {papers.abstract} and {grants.aims}: funded?")
     found = await asyncio.wait_for(pairs.result(), 10)
     assert list(zip(found["left"], found["right"])) == [("p1", "g1")] and pairs.pairs_total == 6

@@ -22,7 +22,7 @@ MODEL = textwrap.dedent(
         text = task_of(messages)
         seen.append(text)
         if "\\nA:\\n" in text:
-            if DIE and sum("\\nA:\\n" in t for t in seen) == 4:
+            if DIE and sum("\\nA:\\n" in t for t in seen) == 27:
                 hung.set()
                 await asyncio.Event().wait()  # the kernel dies while this comparison runs
             a, b = (int(text.split(f"\\n{s}:\\n")[1].split()[1]) for s in "AB")
@@ -47,12 +47,12 @@ MODEL = textwrap.dedent(
             if DIE and group == "c":
                 await asyncio.Event().wait()
             return f"summary of {group}"
-        return u.call_tool("submit_answer", score=int(text.split("item ")[-1].split()[0]) % 11, reason="r")
+        return u.call_tool("submit_answer", score=int(text.split("item ")[-1].split()[0]) // 12, reason="r")
 
 
     m = u.ScriptedModel(answer)
     %unity model --var m
-    items = [f"item {i} ." for i in range(12)]
+    items = [f"item {i} ." for i in range(36)]
     numbers = pd.Series(range(6), index=[f"n{i}" for i in range(6)], name="n")
     fruit = ["apple", "banana", "cherry", "date"]
     lefts = pd.DataFrame({"w": [f"{f} pie" for f in fruit]}, index=[f"l{i}" for i in range(4)])
@@ -86,7 +86,7 @@ def test_killed_operators_resume_keeping_every_committed_row(tmp_path):
     try:
         first.run("%load_ext unity_nb")
         first.run(FIRST)
-        assert first.value("[p.name for p in best.phases]") == ["best.score", "best.screen"]
+        assert first.value("[p.name for p in best.phases]") == ["best.score", "best.compare", "best.compare2"]
     finally:
         first.kill()
     second = Kernel(env={"UNITY_NB_STORE": store})
@@ -98,15 +98,16 @@ def test_killed_operators_resume_keeping_every_committed_row(tmp_path):
         assert ["best", "interrupted"] in history and ["keep", "interrupted"] in history
         out = second.run("best = %unity resume best\nkeep = %unity resume keep")
         assert "resumed from the store: 'best' (topk)" in out and "Kept 3 row(s)" in out
-        assert second.value("(await best).tolist()") == ["item 10 .", "item 9 ."]
+        assert second.value("(await best).tolist()") == ["item 35 .", "item 34 ."]
         assert second.value("list((await keep).index)") == ["n0", "n2", "n4"]
         asked = second.value("seen")
         assert not any("Rate this row" in t for t in asked)  # every score was committed: none asked again
-        screen = [t for t in asked if "\nA:\n" in t]
-        # items 6-10 screened (10 pairs, 3 committed), then the 4 best in a round robin (6 pairs)
-        assert len(screen) == 10 - 3 + 6
+        compared = [t for t in asked if "\nA:\n" in t]
+        # items 12-35 (scored 1 or 2) met a pivot (23 pairs, all committed), then the 4 above it a round robin (6
+        # pairs, 3 committed): the same rounds planned again from the same answers, only the 3 left asked
+        assert len(compared) == 3 and second.value("best.exact") is True
         assert sorted(int(t.split("Is ")[1].split()[0]) for t in asked if "Decide" in t) == [3, 4, 5]
-        assert second.value("best.kept") == 12 + 3 and second.value("keep.rows.kept") == 3
+        assert second.value("best.kept") == 36 + 23 + 3 and second.value("keep.rows.kept") == 3
         second.run("fields = %unity resume fields\npairs = %unity resume pairs\nsummary = %unity resume summary")
         assert second.value("(await fields)['half'].tolist()") == [0, 0, 1, 1, 2, 2]
         found = second.value("list(zip((await pairs)['left'], (await pairs)['right']))")

@@ -247,6 +247,8 @@ function render({ model, el }) {
         `${p.rows_per_second} rows/s${eta} · ${p.tokens_estimated ? "≈" : ""}${p.input_tokens}/${p.output_tokens} tokens${p.tokens_estimated ? " (estimated)" : ""}${money}${spend}`));
     // an operator's own line (a join's recall: estimated, bounded, widened or every pair asked)
     if (p.recall && p.recall.text) v.batch.append(h("div", { class: "unb-bar-text unb-recall" }, p.recall.text));
+    // top-k: the model's comparisons contradict each other (A over B, B over C, C over A): said, never hidden
+    if (p.inconsistent) v.batch.append(h("div", { class: "unb-bar-text unb-inconsistent" }, `${p.inconsistent} inconsistent comparison cycle(s): the order is not exact`));
     if (node.failures && node.failures.length) {
       const list = h("details", { class: "unb-failures" }, h("summary", {}, `${node.failures.length} row(s) failed or stopped`));
       for (const f of node.failures) {

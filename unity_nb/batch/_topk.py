@@ -1,28 +1,30 @@
-"""Top-k: the k rows that best fit a question, with a bounded number of model calls.
+"""Top-k: the k best rows for a question, exact whenever the model's comparisons are consistent.
 
-The scheme, and why. Ranking by comparing every pair costs n(n-1)/2 calls (499,500 at n = 1,000); a
-comparison sort n log2 n (about 10,000), in log n rounds that wait on each other, and a model's inconsistent
-judgments (A over B, B over C, C over A) break a sort's assumptions. Instead, three rounds, each one map whose
-questions are independent (so each runs at full concurrency):
+Two steps, each round of questions one map (so it runs at full concurrency, pauses, resumes from a store):
 
-1. **Score** every row once, 0 to 10, with a reason: n calls.
-2. **Screen.** A score is coarse and noisy: many rows tie at the top, and a good row may be scored a point low.
-   So the rows scored at least the ``candidates``-th best score minus one (at most ``screen``, 200, best scored
-   first) meet head to head: every pair when that is at most ``max_comparisons`` (1,000), else each meets its
-   nearest ``max_comparisons // rows`` on each side of a circle, so each plays as many games. The
-   ``candidates`` (2k) with the best share of wins go on. Skipped when no row ties at the edge.
-3. **Round robin** among the candidates: every pair (at most ``max_comparisons``). They are ranked by their
-   share of wins, then by score. An inconsistent judgment moves one win, never the whole order.
+1. **Score** every row once, 0 to 10, with a reason: n questions. Scores are coarse (a model gives many rows the
+   same score: about 90 of 1,000 tie at the top), so they cannot rank the top; they cut. Rows scored below the
+   edge (the ``candidates``-th best score, k by default) minus ``margin`` (1) are out.
+2. **Compare** the rest head to head, as a quickselect planned in rounds (``_select.py``): a pivot meets every
+   row of its task in one round; the rows above it hold the top; a task of at most 10 rows is settled by a round
+   robin; rows scored at the margin that reach the top make the next score's rows meet the k-th row. The k
+   found come out in order.
 
-So questions are at most n + min(C(screen, 2), max_comparisons) + min(C(2k, 2), max_comparisons): 2,190 at
-n = 1,000, k = 10 (bench/bench_operators.py measured 2,078, with 9 of the true top 10 found from noisy
-scores). ``h.questions`` counts the questions asked and ``h.bound`` is that bound; ``h.calls`` counts the
-model calls they took (one each, unless an answer did not validate and was sent back).
+So at n = 1,000 and k = 10 with ~90 rows tied at the top: about 1,300 questions (1,000 scores, ~300 comparisons)
+where LOTUS's quickselect (which scores nothing) asks about 2,000 on average, and every pair 499,500
+(bench/bench_topk.py). A comparison is never asked twice. ``h.questions`` counts the questions asked;
+``h.bound`` is the most it will ask (n scores and ``max_comparisons``, by default 3n + k(k-1)/2 and at most every
+pair): past it the plan stops, and says so. ``h.calls`` counts the model calls they took (one each, unless an
+answer did not validate and was sent back).
+
+**Inconsistency is said, never hidden.** The order is exact when the comparisons are consistent (a total order).
+A model's may not be (A over B, B over C, C over A): ``h.inconsistent`` counts the 3-cycles among the comparisons
+made (the round robins ask every pair, so cycles among the rows at the top show), and the result's ``.attrs``,
+the summary and the progress say so, with ``h.exact`` false.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from typing import Any, Literal
 
 import pydantic
@@ -32,8 +34,9 @@ from ._estimate import Estimate, combine, estimate_map
 from ._operators import as_pandas, field_free, row_texts
 from ._phased import Flow, Phase, PhasedHandle
 from ._registry import Operator, Param, register_operator
+from ._select import Selection, expected_comparisons
 
-__all__ = ("Choice", "Score", "TopKHandle", "comparison_pairs", "estimate_topk", "round_bound", "topk")
+__all__ = ("Choice", "Score", "TopKHandle", "default_comparisons", "estimate_topk", "topk")
 
 
 class Score(pydantic.BaseModel):
@@ -56,170 +59,216 @@ _COMPARE = ("{question}\n\nWhich of these two fits the question better? Answer w
             "and a reason.\n\nA:\n{a}\n\nB:\n{b}")
 
 
-def comparison_pairs(n: int, max_comparisons: int) -> list[tuple[int, int]]:
-    """The head-to-head pairs among ``n`` candidates: all of them if that is at most ``max_comparisons``, else
-    each candidate against its nearest ``max(1, max_comparisons // n)`` on each side of a circle."""
-    if n < 2:
-        return []
-    full = n * (n - 1) // 2
-    reach = n // 2 if full <= max_comparisons else max(1, min(n // 2, max_comparisons // n))
-    seen: set[tuple[int, int]] = set()
-    pairs = []
-    for d in range(1, reach + 1):
-        for i in range(n):
-            j = (i + d) % n
-            key = (min(i, j), max(i, j))
-            if key not in seen:
-                seen.add(key)
-                pairs.append((i, j) if (i + d) % 2 else (j, i))  # who is shown first alternates
-    return pairs
+def default_comparisons(n: int, k: int) -> int:
+    """The most comparisons top-k asks unless told (``max_comparisons``): 3 a row and k(k-1)/2, at most every
+    pair. Consistent comparisons take far fewer (about 1.4 a row when every score ties)."""
+    return min(n * (n - 1) // 2, 3 * n + k * (k - 1) // 2)
 
 
-def round_bound(n: int, max_comparisons: int) -> int:
-    """The most pairs :func:`comparison_pairs` gives for at most ``n`` candidates."""
-    return min(n * (n - 1) // 2, max(max_comparisons, n))
+def _count(value: Any, what: str, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise UserError(f"{what} takes a whole number of at least {least}, not {value!r}")
+
+
+def _checked(items: Any, k: Any, question: Any, candidates: Any, margin: Any, max_comparisons: Any) -> Any:
+    """The items as pandas, once the options are known good (a mistake said now, not in a phase)."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise UserError(f"topk takes k, a whole number of at least 1, not {k!r}")
+    if not isinstance(question, str) or not question.strip():
+        raise UserError("topk needs a question each row is rated against, e.g. "
+                        "'Which abstract is most relevant to sleep and memory?'")
+    if candidates is not None:
+        _count(candidates, f"candidates (rows compared head to head at least; k is {k})", k)
+    _count(margin, "margin (score points below the edge whose rows are compared)", 0)
+    if max_comparisons is not None:
+        _count(max_comparisons, "max_comparisons", 0)
+    field_free(question)
+    return as_pandas(items, "topk")
 
 
 class TopKHandle(PhasedHandle):
-    """Top-k as one steerable operation: a scoring map, a screening round, then a round robin among the
-    candidates (see the module's docstring). ``await h`` gives the k best rows of the input, best first, with
-    their index; ``h.scores`` every row's score and reason; ``h.ranking`` the candidates' wins; ``h.calls`` model
-    calls."""
+    """Top-k as one steerable operation: a scoring map, then rounds of comparisons (see the module's docstring).
+    ``await h`` gives the k best rows of the input, best first, with their index; ``h.scores`` every row's score
+    and reason; ``h.ranking`` the rows compared; ``h.comparisons`` every comparison; ``h.inconsistent`` the
+    cycles among them; ``h.exact`` whether the order is exact; ``h.calls`` model calls."""
 
     kind = "topk"
 
-    def __init__(self, items: Any, k: int, question: str, *, candidates: int | None = None,
-                 max_comparisons: int = 1000, screen: int = 200, **options: Any) -> None:
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise UserError(f"topk takes k, a whole number of at least 1, not {k!r}")
-        if not isinstance(question, str) or not question.strip():
-            raise UserError("topk needs a question each row is rated against, e.g. "
-                            "'Which abstract is most relevant to sleep and memory?'")
-        if candidates is not None and (isinstance(candidates, bool) or not isinstance(candidates, int)
-                                       or candidates < k):
-            raise UserError(f"candidates takes a whole number of at least k ({k}), not {candidates!r}")
-        if isinstance(max_comparisons, bool) or not isinstance(max_comparisons, int) or max_comparisons < 1:
-            raise UserError(f"max_comparisons takes a whole number of at least 1, not {max_comparisons!r}")
-        self.items = as_pandas(items, "topk")
+    def __init__(self, items: Any, k: int, question: str, *, candidates: int | None = None, margin: int = 1,
+                 max_comparisons: int | None = None, **options: Any) -> None:
+        self.items = _checked(items, k, question, candidates, margin, max_comparisons)
         self.k = k
         self.question = question
-        field_free(question)  # a template mistake said now, not in a phase
-        self.pool = min(len(self.items), candidates if candidates is not None else 2 * k)
-        self.max_comparisons = max_comparisons
-        if isinstance(screen, bool) or not isinstance(screen, int) or screen < 1:
-            raise UserError(f"screen takes a whole number of at least 1, not {screen!r}")
-        self.screen = screen
-        """At most this many rows tied at the candidates' edge are screened head to head for their places."""
+        self.candidates = candidates
+        """At least this many rows are compared head to head: the edge is the candidates-th best score (k)."""
+        self.margin = margin
+        """Rows scored up to this many points below the edge are compared too (1); 0 trusts the scores."""
+        n = len(self.items)
+        self.max_comparisons = default_comparisons(n, k) if max_comparisons is None else max_comparisons
+        """The most comparisons asked: past it the plan stops, fills the places left from the scores, says so."""
         self.scores: Any = None
         """Every row's ``score`` and ``reason`` (missing where its row failed), once scored."""
         self.ranking: Any = None
-        """The candidates: ``score``, ``wins``, ``games``, ``share`` and ``rank``, best first."""
+        """The rows compared: ``score``, ``wins``, ``games`` and ``rank`` (1 = best, for the k kept), best
+        first."""
+        self.selection: Selection | None = None
+        """The comparisons' plan and what they found (``_select.py``), once scored."""
+        self._compared: list[tuple[int, int, int, Any]] = []
+        self._texts: dict[int, str] = {}
         options.setdefault("max_steps", 3)
         super().__init__(question, **options)
 
     @property
     def bound(self) -> int:
-        """The most questions this top-k asks (``h.questions``): one per row, the screening round's and the final
-        round robin's pairs."""
-        n = len(self.items)
-        screen = round_bound(min(n, self.screen), self.max_comparisons) if self.screen > self.pool else 0
-        return n + screen + round_bound(self.pool, self.max_comparisons)
+        """The most questions this top-k asks (``h.questions``): one per row, and ``max_comparisons``."""
+        return len(self.items) + self.max_comparisons
 
-    def _round(self, phase: str, keys: list) -> Generator[Phase, Any, tuple[dict, dict]]:
-        """One round of head-to-head comparisons among ``keys``: each one's wins and games decided."""
-        wins, games = dict.fromkeys(keys, 0), dict.fromkeys(keys, 0)
-        pairs = comparison_pairs(len(keys), self.max_comparisons)
-        if not pairs:
-            return wins, games
-        compare = yield Phase(phase, _pair_frame(self.items, self.question, keys, pairs), _template(self.question),
-                              {"output": Choice})
-        for (i, j), better in zip(pairs, compare.results()["better"]):
-            if better in ("A", "B"):
-                wins[keys[i] if better == "A" else keys[j]] += 1
-                games[keys[i]] += 1
-                games[keys[j]] += 1
-        return wins, games
+    @property
+    def inconsistent(self) -> int:
+        """The cycles (A over B, B over C, C over A) among the comparisons made so far: 0 when consistent."""
+        return self.selection.inconsistent if self.selection is not None else 0
 
-    def _ranked(self, keys: list, wins: dict, games: dict) -> Any:
+    @property
+    def exact(self) -> bool | None:
+        """Whether the order is exact: every comparison it needed answered, consistently, within the bound
+        (``None`` until the comparisons end)."""
+        sel = self.selection
+        if sel is None or not (sel.done or sel.stopped):
+            return None
+        return sel.exact
+
+    @property
+    def comparisons(self) -> Any:
+        """Every comparison made: ``round``, ``first`` and ``second`` (shown as A and B: the input's index),
+        ``better`` ("A", "B", or missing where it got no answer)."""
         import pandas as pd
 
-        ranking = pd.DataFrame(
-            {"score": [int(self.scores.loc[key, "score"]) for key in keys], "wins": [wins[key] for key in keys],
-             "games": [games[key] for key in keys]},
-            index=pd.Index(keys, name=self.items.index.name),
-        )
-        ranking["share"] = (ranking["wins"] / ranking["games"].where(ranking["games"] > 0)).fillna(0.0)
-        ranking["order"] = range(len(ranking))
-        ranking = ranking.sort_values(["share", "score", "order"], ascending=[False, False, True]).drop(
-            columns="order")
-        ranking["rank"] = range(1, len(ranking) + 1)
-        return ranking
+        labels = self.items.index
+        return pd.DataFrame({
+            "round": [r for r, _, _, _ in self._compared], "first": [labels[a] for _, a, _, _ in self._compared],
+            "second": [labels[b] for _, _, b, _ in self._compared],
+            "better": [x if x in ("A", "B") else None for _, _, _, x in self._compared],
+        })
+
+    @property
+    def progress(self) -> dict[str, Any]:
+        """The phased progress, with ``inconsistent`` (cycles among the comparisons so far)."""
+        p = super().progress
+        p["inconsistent"] = self.inconsistent
+        return p
 
     def flow(self) -> Flow:
         scoring = yield Phase("score", self.items, self.question + _SCORE, {"output": Score})
         self.scores = scoring.results()
-        scored = self.scores.dropna(subset=["score"])
-        values = [int(v) for v in scored["score"]]
-        order = sorted(range(len(scored)), key=lambda i: (-values[i], i))
-        pool = [scored.index[i] for i in order[: self.pool]]
-        if pool and self.screen > self.pool:
-            # a score is a coarse, noisy judgment: rows tied with the pool's last score, or one point below it,
-            # compete head to head for its places (at most ``screen`` of them, the best scored first)
-            edge = values[order[len(pool) - 1]] - 1
-            wide = [scored.index[i] for i in order if values[i] >= edge][: self.screen]
-            if len(wide) > len(pool):
-                wins, games = yield from self._round("screen", wide)
-                pool = list(self._ranked(wide, wins, games).index[: self.pool])
-        wins, games = yield from self._round("compare", pool)
-        self.ranking = self._ranked(pool, wins, games)
-        best = self.items.loc[list(self.ranking.index[: self.k])].copy()
-        best.attrs = {"reasons": dict(self.scores.attrs.get("reasons", {}))}
+        import pandas as pd
+
+        values = {i: int(v) for i, v in enumerate(self.scores["score"].to_numpy()) if not pd.isna(v)}
+        ranked = sorted(values, key=lambda i: (-values[i], i))  # by score, ties in input order
+        sel = self.selection = Selection(ranked, [values[i] for i in ranked], self.k, candidates=self.candidates,
+                                         margin=self.margin, max_comparisons=self.max_comparisons)
+        while pairs := sel.next_round():
+            compare = yield Phase(_round_name(sel.rounds), self._pair_frame(pairs), _template(self.question),
+                                  {"output": Choice})
+            answers = compare.results()
+            reasons = answers.attrs.get("reasons", {})
+            better = list(answers["better"])
+            sel.record(pairs, better, [reasons.get(i) for i in range(len(pairs))])
+            self._compared.extend((sel.rounds, a, b, x) for (a, b), x in zip(pairs, better))
+        best_rows = sel.order()
+        self.ranking = self._ranked(best_rows)
+        best = self.items.iloc[best_rows].copy()
+        labels = self.items.index
+        why = dict(self.scores.attrs.get("reasons", {}))
+        why.update({labels[row]: f"failed: {reason}" for row, reason in sel.failed.items()})
+        best.attrs = {"reasons": why, "exact": sel.exact, "inconsistent": sel.inconsistent,
+                      "cycles": [tuple(labels[r] for r in trio) for trio in sel.cycles()],
+                      "comparisons": sel.asked}
+        if sel.stopped:
+            best.attrs["stopped"] = sel.stopped
         return best
 
+    def _pair_frame(self, pairs: list[tuple[int, int]]) -> Any:
+        """A round's rows: each pair's two texts (``a`` shown first, ``b``)."""
+        import pandas as pd
+
+        new = sorted({row for pair in pairs for row in pair} - self._texts.keys())
+        if new:
+            texts = row_texts(self.items.iloc[new], self.question)
+            self._texts.update(zip(new, (text for _, text in texts)))
+        return pd.DataFrame({"a": [self._texts[a] for a, _ in pairs], "b": [self._texts[b] for _, b in pairs]})
+
+    def _ranked(self, best: list[int]) -> Any:
+        import pandas as pd
+
+        sel = self.selection
+        assert sel is not None
+        games: dict[int, int] = {}
+        for a, _ in sel.won:
+            games[a] = games.get(a, 0) + 1
+        rank = {row: i + 1 for i, row in enumerate(best)}
+        rows = sorted(set(games) | set(best), key=lambda r: (rank.get(r, len(best) + 1), sel.pos[r]))
+        labels = self.items.index
+        return pd.DataFrame(
+            {"score": [sel.score[r] for r in rows], "wins": [len(sel.beats.get(r, ())) for r in rows],
+             "games": [games.get(r, 0) for r in rows],
+             "rank": pd.array([rank.get(r) for r in rows], dtype="Int64")},
+            index=pd.Index([labels[r] for r in rows], name=labels.name),
+        )
+
     def summary(self) -> str:
-        return (f"top {self.k} of {len(self.items)} rows: {self.questions} questions (at most {self.bound}), "
-                f"{self.calls} model calls")
+        out = (f"top {self.k} of {len(self.items)} rows: {self.questions} questions (at most {self.bound}), "
+               f"{self.calls} model calls")
+        sel = self.selection
+        if sel is None:
+            return out
+        said = []
+        if sel.inconsistent:
+            said.append(f"{sel.inconsistent} inconsistent comparison cycle(s) (A over B, B over C, C over A), e.g. "
+                        f"rows {', '.join(repr(self.items.index[r]) for r in sel.cycles(1)[0])}")
+        if sel.no_answer:
+            said.append(f"{sel.no_answer} comparison(s) got no answer")
+        if sel.stopped:
+            said.append(sel.stopped)
+        if said:
+            return f"{out}; NOT exact: {'; '.join(said)}"
+        return f"{out}; exact: its {sel.asked} comparisons were consistent"
+
+
+def _round_name(n: int) -> str:
+    """The ``n``-th round of comparisons' phase: ``compare``, then ``compare2``, ``compare3``, ..."""
+    return "compare" if n == 1 else f"compare{n}"
 
 
 def _template(question: str) -> str:
     return _COMPARE.replace("{question}", field_free(question))
 
 
-def _pair_frame(items: Any, question: str, keys: list, pairs: list[tuple[int, int]]) -> Any:
-    """The rows of a round: each pair's two texts (``a`` and ``b``)."""
-    import pandas as pd
-
-    texts = dict(row_texts(items.loc[keys], question))
-    return pd.DataFrame({"a": [texts[keys[i]] for i, _ in pairs], "b": [texts[keys[j]] for _, j in pairs]})
-
-
 _SAMPLE_PAIRS = 50
-"""Pairs of the first rows an estimate reads for the comparison rounds' prompts (scaled to their number)."""
+"""Pairs of the first rows an estimate reads for the comparisons' prompts (scaled to their number)."""
 
 
-def estimate_topk(items: Any, k: int, question: str, *, candidates: int | None = None,
-                  max_comparisons: int = 1000, screen: int = 200, **options: Any) -> Estimate:
+def estimate_topk(items: Any, k: int, question: str, *, candidates: int | None = None, margin: int = 1,
+                  max_comparisons: int | None = None, **options: Any) -> Estimate:
     """What :func:`topk` would cost, without running anything: the scoring map exactly (one question a row), and
-    the comparison rounds at their bound (the screening round's and the final round robin's pairs), their prompts
-    from pairs of the first rows."""
-    frame = as_pandas(items, "topk")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise UserError(f"topk takes k, a whole number of at least 1, not {k!r}")
-    field_free(question)
+    the comparisons its plan makes on rows like these whose scores spread evenly over 0-10 and whose comparisons
+    are consistent (simulated; their prompts from pairs of the first rows). Its bound is said beside."""
+    frame = _checked(items, k, question, candidates, margin, max_comparisons)
     n = len(frame)
-    pool = min(n, candidates if candidates is not None else 2 * k)
-    screened = round_bound(min(n, screen), max_comparisons) if screen > pool else 0
-    final = round_bound(pool, max_comparisons)
+    bound = default_comparisons(n, k) if max_comparisons is None else max_comparisons
+    projected = min(bound, expected_comparisons(n, k, candidates=candidates, margin=margin))
     options.pop("max_steps", None)
     parts = [estimate_map(frame, question + _SCORE, output=Score, **options)]
-    keys = list(frame.index[: min(n, 11)])
-    pairs = comparison_pairs(len(keys), _SAMPLE_PAIRS)[:_SAMPLE_PAIRS]
-    if pairs and screened + final:
-        sample = estimate_map(_pair_frame(frame, question, keys, pairs), _template(question), output=Choice,
-                              **options)
-        parts.append(_scaled(sample, screened + final))
-    return combine(parts, f"Top-k projected at its bound: {n:,} scores, then at most {screened:,} screening and "
-                          f"{final:,} final comparisons (their prompts from pairs of the first rows).")
+    firsts = list(range(min(n, 11)))
+    pairs = [(a, b) for i, a in enumerate(firsts) for b in firsts[i + 1:]][:_SAMPLE_PAIRS]
+    if pairs and projected:
+        import pandas as pd
+
+        texts = [text for _, text in row_texts(frame.iloc[firsts], question)]
+        sample = pd.DataFrame({"a": [texts[a] for a, _ in pairs], "b": [texts[b] for _, b in pairs]})
+        parts.append(_scaled(estimate_map(sample, _template(question), output=Choice, **options), projected))
+    return combine(parts, f"Top-k projected: {n:,} scores, then about {projected:,} comparisons (its plan simulated "
+                          f"on {n:,} rows scored evenly over 0-10 with consistent comparisons; at most {bound:,}); "
+                          "their prompts from pairs of the first rows.")
 
 
 def _scaled(est: Estimate, rows: int) -> Estimate:
@@ -237,14 +286,16 @@ def topk(items: Any, k: int, question: str, *, estimate: bool = False, **options
     """The ``k`` rows of ``items`` (a DataFrame, a Series or a list) that best fit ``question``, as one steerable
     operation; ``await h`` gives them best first, with the input's index.
 
-    Bounded: every row is scored once (0-10); the rows near the top score (at most ``screen``, 200) are screened
-    head to head for the ``candidates`` places (2k by default); the candidates meet in a round robin, ranked by
-    wins, then score. Each round asks at most ``max_comparisons`` pairs (1,000). ``h.questions`` counts the
-    questions asked, at most ``h.bound`` (n + 1,190 at k = 10); ``h.calls`` the model calls they took. Rows whose
-    scoring failed are left out, with ``.attrs["reasons"]``. ``resume_from=store`` keeps the rows an earlier run
-    of the same ``name`` finished (each phase's map, ``NAME.score``, ``NAME.screen``, ``NAME.compare``, where asked
-    the same). Other options are the map's (``model``, ``concurrency``, ``rate``, ``max_steps``, ...), for every
-    phase. ``estimate=True`` runs nothing and returns what it would cost, projected at its bound."""
+    Every row is scored once (0-10); rows scored below the ``candidates``-th best score (k) minus ``margin`` (1)
+    are out; the rest are compared head to head in rounds (a quickselect whose pivots meet many rows at once, round
+    robins among at most 10), and the k found are ordered. Exact whenever the model's comparisons are consistent;
+    where they are not (cycles), ``h.inconsistent`` counts them and ``h.exact``, ``.attrs`` and the summary say
+    so. ``h.questions`` counts the questions asked, at most ``h.bound`` (n + ``max_comparisons``, by default
+    3n + k(k-1)/2); ``h.calls`` the model calls they took. Rows whose scoring failed are left out, with
+    ``.attrs["reasons"]``. ``resume_from=store`` keeps the rows an earlier run of the same ``name`` finished (each
+    round's map, ``NAME.score``, ``NAME.compare``, ``NAME.compare2``, ...: the same answers plan the same rounds).
+    Other options are the map's (``model``, ``concurrency``, ``rate``, ``max_steps``, ...), for every phase.
+    ``estimate=True`` runs nothing and returns what it would cost."""
     if estimate:
         return estimate_topk(items, k, question, **options)
     return TopKHandle(items, k, question, **options)
@@ -257,13 +308,15 @@ def _start(items: Any, question: str, *, k: int, **options: Any) -> Any:
 
 register_operator(Operator(
     "topk", _start,
-    "The K rows that best fit QUESTION, best first: every row scored once (0-10), then the best compared head to "
-    "head. h.calls counts model calls.",
+    "The K rows that best fit QUESTION, best first: every row scored once (0-10), then the rows the scores cannot "
+    "separate compared head to head (exact when the model's comparisons are consistent; h.inconsistent counts "
+    "cycles). h.calls counts model calls.",
     text="QUESTION", phased=True,
     params=(
         Param("k", "count", "K, the number of rows to keep (a whole number of at least 1), after the items", "K",
               positional=True, required=True),
-        Param("candidates", "count", "rows compared head to head (default 2K)."),
-        Param("max_comparisons", "count", "pairs compared at most (default 1000)."),
+        Param("candidates", "count", "rows compared head to head at least (default K)."),
+        Param("margin", "count", "score points below the K-th best score whose rows are compared too (default 1)."),
+        Param("max_comparisons", "count", "comparisons at most (default 3 a row and K(K-1)/2)."),
     ),
 ))
