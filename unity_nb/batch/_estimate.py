@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import UserError
-from ..models import Price, RateLimit, default_model, price_of, rate_limit_of
+from ..models import Price, RateLimit, default_model, format_dollars, price_of, rate_limit_of
 from ._rows import Row, RowSource, answer_tool, output_model
 
 __all__ = (
@@ -61,7 +61,7 @@ class Estimate:
             dollars = (f"dollars unknown: no price for {self.model!r} "
                        f"(u.set_price({self.model!r}, input=..., output=...) in dollars per million tokens)")
         else:
-            dollars = (f"${self.dollars:,.2f} at {self.model}'s price (${self.price.input:g} in, "
+            dollars = (f"{format_dollars(self.dollars or 0.0)} at {self.model}'s price (${self.price.input:g} in, "
                        f"${self.price.output:g} out per million tokens)")
         minutes = (f"about {self.minutes:,.1f} minutes at {self.limit}" if self.minutes is not None
                    else "minutes unknown: no rate limit known (--rate 600/min, or rate=, says one)")

@@ -33,7 +33,8 @@ class Row:
     """One row: its position, its key (the index label), the values its task is filled from."""
 
     __slots__ = (
-        "answer", "asked", "child", "kept", "key", "position", "reason", "status", "task", "tokens", "told", "values",
+        "answer", "asked", "child", "kept", "key", "position", "queued", "reason", "status", "task", "tokens", "told",
+        "values",
     )
 
     def __init__(self, position: int, key: Any, values: Mapping[str, Any], task: str) -> None:
@@ -53,6 +54,13 @@ class Row:
         """Finished by the run this batch continues (not run again)."""
         self.told = 0
         """How many of the batch's interjections the row was told as it started (they are part of its cache key)."""
+        self.queued = 0
+        """Requests of the running row waiting for their turn at the model (its rate limit, a server's one slot):
+        while above 0 the row counts as queued, not running (``models.turn_hook``)."""
+
+    def waits(self, waiting: bool) -> None:
+        """``models.turn_hook`` of the row's loops: a request of it starts or stops waiting for its turn."""
+        self.queued += 1 if waiting else -1
 
 
 def row_key(key: Any) -> str:
