@@ -180,3 +180,23 @@ async def scenario(n, concurrency, actions, end_by_stop):
        end_by_stop=st.booleans())
 def test_the_counts_add_up_to_the_total_after_any_stops_and_failures(n, concurrency, actions, end_by_stop):
     asyncio.run(scenario(n, concurrency, actions, end_by_stop))
+
+
+async def test_an_operator_of_several_phases_says_when_rows_of_its_phases_failed(bus):
+    """A top-k whose scoring failed a row said only "finished, phase compare, N calls"."""
+
+    def script(messages, tools):
+        text = " ".join(str(m["content"]) for m in messages if m["role"] == "user")
+        if "tool" in {m["role"] for m in messages}:
+            return "done"
+        if "bad row" in text:
+            raise RuntimeError("no score for this one")
+        fields = next(t["function"]["parameters"]["properties"] for t in tools
+                      if t["function"]["name"] == "submit_answer")
+        return u.call_tool("submit_answer", **({"score": len(text) % 10} if "score" in fields else {"better": "A"}),
+                           reason="because")
+
+    h = u.topk(["one", "two", "bad row", "three"], 2, "Which is best?", model=u.ScriptedModel(script), bus=bus)
+    await asyncio.wait_for(h.result(), T)
+    assert "1 row(s) of its phases failed" in repr(h)
+    assert any("1 failed" in repr(phase) for phase in h.phases)

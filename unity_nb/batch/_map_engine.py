@@ -23,7 +23,7 @@ from .._collector import hold_loops, release_loops
 from .._errors import Stopped, UnityError, UserError
 from ..loop import VERBS, Driver, LoopHandle, LoopOptions, Status
 from ..models import turn_hook
-from ._book import _KEEP_FAILED, Book, counts_text
+from ._book import _KEEP_FAILED, NOT_STARTED, Book, counts_text
 from ._cache import ResultCache, cacheable
 from ._failures import fails_every_row, is_row_id, label_of, reason_of
 from ._rows import Row, RowSource, asked_hash, parse_answer, row_id, row_key, to_json
@@ -328,8 +328,8 @@ class MapEngine(Driver):
         release_loops(held)
         self.book.over = True
         if status is not Status.FINISHED:  # rows never started say so (not None)
-            self.book.not_started = ("not started: the batch was stopped" if status is Status.STOPPED
-                                     else f"not started: the batch failed ({reason_of(error)})")
+            self.book.not_started = (f"{NOT_STARTED}: the batch was stopped" if status is Status.STOPPED
+                                     else f"{NOT_STARTED}: the batch failed ({reason_of(error)})")
 
     # -- what the batch adds to the loop's verbs --------------------------------------------------------
 

@@ -247,5 +247,7 @@ class PhasedHandle(LoopHandle):
 
     def __repr__(self) -> str:
         status = self.status.value
-        return f"<unity {self.kind} {self.name!r}: {status}, phase {self._phased.phase_name}, {self.calls} calls>"
+        failed = sum(m.rows.counts["failed"] for m in self._phased.phases)  # a phase's failed rows are not hidden
+        rows = f", {failed} row(s) of its phases failed" if failed else ""
+        return f"<unity {self.kind} {self.name!r}: {status}, phase {self._phased.phase_name}, {self.calls} calls{rows}>"
 
