@@ -127,10 +127,10 @@ async def test_rows_and_spending_say_what_the_batch_holds(bus):
     u.set_price("scripted:shape-priced", input=1.0, output=2.0)
     h = u.map(["a", "b"], "Label {value}", model=u.ScriptedModel(_answer, name="shape-priced"), bus=bus, budget=5)
     assert (await asyncio.wait_for(h.result(), T)).tolist() == ["label of a", "label of b"]
-    assert h.rows.counts == {"waiting": 0, "running": 0, "finished": 2, "failed": 0, "stopped": 0}
+    assert h.rows.counts == {"finished": 2, "running": 0, "queued": 0, "failed": 0, "stopped": 0, "not_started": 0}
     assert h.rows.started == 2 and h.rows.total == 2 and h.rows.kept == 0
     assert h.spending.budget == 5 and not h.spending.reached and h.spending.cost() == h.cost > 0
-    assert "budget $5.00" in repr(h.spending) and "2/2 finished" in repr(h.rows)
+    assert "budget $5.00" in repr(h.spending) and "2 of 2 rows ended" in repr(h.rows)
 
 
 # -- estimate= for every operator ---------------------------------------------------------------------

@@ -902,7 +902,8 @@ async def test_a_fragment_cut_off_by_stop_is_marked(harness):
 
 
 async def test_a_batch_shows_its_progress_bar_and_its_failures(harness):
-    """u.map: the widget shows done, running, failed and waiting rows, and lists the failures."""
+    """u.map: the widget shows done, running, queued and failed rows (the batch's progress text: one source), and
+    lists the failures."""
     import asyncio
 
     from playwright.async_api import expect
@@ -926,12 +927,12 @@ async def test_a_batch_shows_its_progress_bar_and_its_failures(harness):
     await h.wait_for("row_finished", lambda e: e.row == "4", timeout=20)  # "c", started once "b" was done
     widget = await harness.show(w)
     text = widget.locator(".unb-bar-text").first
-    await expect(text).to_contain_text("3/5 done (80%) · 1 running · 1 failed · 0 waiting")
+    await expect(text).to_contain_text("3 done · 1 running · 0 queued · 1 failed — 4 of 5 rows ended (80%)")
     await expect(widget.locator(".unb-failures summary")).to_have_text("1 row(s) failed or stopped")
     await widget.locator(".unb-failures summary").click()
     await expect(widget.locator(".unb-failure")).to_contain_text("1 failed: RuntimeError: no label for this one")
     gate.set()
     await asyncio.wait_for(h.result(), 20)
     await harness.show(w)
-    await expect(text).to_contain_text("4/5 done (100%) · 0 running · 1 failed · 0 not started")
+    await expect(text).to_contain_text("4 done · 1 failed — 5 of 5 rows ended (100%)")
     await expect(widget.locator(".unb-badge").first).to_have_text("finished with failures")

@@ -192,6 +192,27 @@ async def test_a_retry_backoff_does_not_hold_the_servers_one_slot(bus):
         await _close(model)
 
 
+async def test_rows_waiting_for_the_servers_one_slot_are_queued_not_running(bus):
+    """Issue 34: "8 running" while the one-slot server served one request at a time."""
+    model = await _start(1280)
+    h = u.map([f"item {i}" for i in range(6)], "Say one word about:", model=model, concurrency=4, bus=bus)
+
+    def one_served():
+        p = h.progress
+        return h.rows.started == 4 and p["done"] == 0 and p["running"] == 1 and p["queued"] == 5
+
+    async def spin():
+        while not one_served():  # noqa: ASYNC110 - the rows' state changes without one event to wait on
+            await asyncio.sleep(0)
+
+    try:
+        await asyncio.wait_for(spin(), 120)  # one row served, three waiting for the slot, two not started
+        assert "0 done · 1 running · 5 queued — 0 of 6 rows ended (0%)" in h.progress["text"]
+    finally:
+        await h.stop("the test ended")
+        await _close(model)
+
+
 async def test_a_server_started_from_a_thread_lives_on_after_the_thread_ends(bus):
     started: list[u.LocalModel] = []
     thread = threading.Thread(target=lambda: started.append(u.local_model(n_ctx=1300, quiet=True, options=_OPTIONS)))

@@ -198,7 +198,7 @@ async def test_stop_ends_the_batch_its_rows_and_their_children_with_partial_resu
         await h
     partial = h.results()
     assert partial.isna().all() and set(partial.attrs["reasons"]) == {0, 1, 2, 3}
-    assert h.progress["stopped"] == 2 and h.progress["waiting"] == 2
+    assert h.progress["stopped"] == 2 and h.progress["not_started"] == 2
 
 
 async def test_ask_answers_about_the_batch_so_far(bus):
@@ -213,7 +213,7 @@ async def test_ask_answers_about_the_batch_so_far(bus):
 
     answer = await (await h.ask("how far along?", model=u.ScriptedModel(inspector))).result()
     assert answer == "two rows are running"
-    assert "of 4 rows" in seen[0] and "2 running" in seen[0] and "2 waiting" in seen[0]
+    assert "of 4 rows" in seen[0] and "2 running" in seen[0] and "2 queued" in seen[0]
     f.gate.set()
     await asyncio.wait_for(h.result(), 10)
 

@@ -126,7 +126,7 @@ async def test_rows_never_started_say_why_and_a_stopped_batch_shows_no_time_left
     assert partial.tolist()[:3] == ["ok"] * 3 and reasons[3] == "no longer needed"
     assert all(reasons[i] == "not started: the batch was stopped" for i in range(4, 10))
     p = h.progress
-    assert p["eta_seconds"] is None and p["waiting"] == 6 and p["outcome"] == "stopped"
+    assert p["eta_seconds"] is None and p["not_started"] == 6 and p["queued"] == 0 and p["outcome"] == "stopped"
 
 
 async def test_the_rate_is_over_a_window_that_means_something_and_totals_have_one_source(bus):

@@ -231,7 +231,7 @@ async def test_rows_are_made_as_they_start_from_a_generator_of_ten_million(bus):
         return "ok"
 
     h = u.map(rows(), "Label {value}", model=u.ScriptedModel(script), concurrency=4, bus=bus)
-    assert h.progress["total"] is None and h.progress["waiting"] is None  # its length is not known
+    assert h.progress["total"] is None and h.progress["queued"] is None  # its length is not known
     await asyncio.wait_for(ended.wait(), T)
     await h.stop("enough")
     read = next(made)

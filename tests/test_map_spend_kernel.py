@@ -104,12 +104,12 @@ def test_a_batch_paused_at_its_budget_when_its_kernel_died_stays_paused_until_th
     try:
         k.run(SETUP)
         told = k.value("refused('resume held')")  # its line's cap, and what its dead kernel spent: still reached
-        assert told is not None and "paused at its budget: $0.4000 spent of $0.40" in told
+        assert told is not None and "paused at its budget: $0.40 spent of $0.40" in told
         assert "%unity resume held --budget DOLLARS" in told and k.value("len(server.requests)") == 0
         printed = k.run("h = %unity resume held --budget 0.80\n"
                         "await h.wait_for('budget_reached', timeout=20)\n"
                         "await h.wait_for('row_finished', lambda e: e.position == 1, timeout=20)")
-        assert "$0.4000 spent before counts against its budget" in printed
+        assert "$0.40 spent before counts against its budget" in printed
         # one more row: $0.40 before and $0.40 now reach the cap of $0.80
         assert k.value(
             "[h.progress['done'], h.rows.kept, h.spending.reached, round(h.spending.spent, 2), len(server.requests)]"
@@ -122,7 +122,7 @@ def test_a_batch_paused_at_its_budget_when_its_kernel_died_stays_paused_until_th
     try:
         k.run(SETUP)
         told = k.value("refused('resume held --budget 0.80')")  # both dead runs count
-        assert told is not None and "$0.8000 spent of $0.80" in told
+        assert told is not None and "$0.80 spent of $0.80" in told
         k.run("h = %unity resume held --budget 10\nawait h")
         assert k.value("[(await h).tolist(), h.rows.kept, len(server.requests)]") == [
             ["label a", "label b", "label c"], 2, 1]

@@ -230,21 +230,13 @@ function render({ model, el }) {
     const p = node.progress;
     v.batch.innerHTML = "";
     if (!p) return;
-    const pct = p.total ? Math.round((100 * (p.done + p.failed + p.stopped)) / p.total) : 0;
-    const eta = p.eta_seconds == null ? "" : ` · about ${Math.ceil(p.eta_seconds)} s left`;
-    // once the batch has ended, rows still waiting never started; rows kept from the run it continued are said
-    const waiting = p.waiting == null ? "more to come" : ENDED.has(node.status) ? `${p.waiting} not started` : `${p.waiting} waiting`;
-    // spending (u.map's cost, budget and cache): dollars so far and projected; rows answered from the cache
-    const money = p.cost != null ? ` · $${p.cost.toFixed(4)} so far${p.projected_cost != null ? `, ≈$${p.projected_cost.toFixed(2)} projected` : ""}` : ("cost" in p && p.input_tokens ? " · $ unknown (no price for this model)" : "");
-    const spend = (p.cached ? ` · ${p.cached} rows from cache` : "") + (p.budget_reached ? ` · paused at its budget of $${p.budget.toFixed(2)}` : p.budget != null ? ` · budget $${p.budget.toFixed(2)}` : "");
-    const kept = p.kept ? ` (${p.kept} kept from before)` : "";
+    // every count, the percentage and the money come written from one source (the batch's progress["text"]):
+    // done + running + queued + failed + stopped + not started = total, dollars to two significant digits
     v.batch.append(
       h("div", { class: "unb-bar" },
         h("div", { class: "unb-bar-done", style: `width: ${p.total ? (100 * p.done) / p.total : 0}%` }),
         h("div", { class: "unb-bar-failed", style: `width: ${p.total ? (100 * (p.failed + p.stopped)) / p.total : 0}%` })),
-      h("div", { class: "unb-bar-text" },
-        `${p.done}/${p.total == null ? "?" : p.total} done${kept} (${pct}%) · ${p.running} running · ${p.failed} failed · ${waiting} · ` +
-        `${p.rows_per_second} rows/s${eta} · ${p.tokens_estimated ? "≈" : ""}${p.input_tokens}/${p.output_tokens} tokens${p.tokens_estimated ? " (estimated)" : ""}${money}${spend}`));
+      h("div", { class: "unb-bar-text" }, p.text || ""));
     // an operator's own line (a join's recall: estimated, bounded, widened or every pair asked)
     if (p.recall && p.recall.text) v.batch.append(h("div", { class: "unb-bar-text unb-recall" }, p.recall.text));
     // top-k: the model's comparisons contradict each other (A over B, B over C, C over A): said, never hidden

@@ -11,7 +11,10 @@ from typing import Any
 from ..models import Usage
 from ._rows import Row, RowSource, assemble
 
-__all__ = ("Book",)
+__all__ = ("NOT_STARTED", "Book", "counts_text")
+
+NOT_STARTED = "not started"
+"""The status (and the start of the reason) of a row the batch ended before it started: neither failed nor stopped."""
 
 _KEEP_FAILED = 50
 """Failed and stopped rows kept to be listed (and the first failed ones' loops, to be opened)."""
@@ -43,7 +46,9 @@ class Book:
         self.ended_badly: list[Row] = []
         """The first rows that failed or stopped, in the order they ended (what the widget lists)."""
         self.not_started: str | None = None
-        """Why rows never started (the batch was stopped, or failed), once it ended that way."""
+        """Why rows never started (``"not started: the batch was stopped"``, or failed), once it ended that way."""
+        self.over = False
+        """True once the batch ended (finished, stopped or failed)."""
         self.first_start: float | None = None
         """When the first row started (``time.monotonic()``): what the first window's rate is taken from."""
         self.tally: collections.Counter[str] = collections.Counter()
@@ -116,14 +121,26 @@ class Book:
 
     @property
     def counts(self) -> Mapping[str, Any]:
-        """Rows by status: ``waiting`` (``None`` while a generator's length is unknown), ``running``,
-        ``finished``, ``failed``, ``stopped``."""
+        """Rows by status, the one source every count shown is read from; they add up to ``total``:
+
+        - ``finished`` (kept and cached ones too), ``failed``, ``stopped``: rows that ended;
+        - ``running``: started, and not waiting for the model;
+        - ``queued``: to come: not started yet while the batch goes on, or started and waiting for their turn at
+          the model (its rate limit, a one-slot server);
+        - ``not_started``: the batch ended (stopped, or failed) before they started.
+
+        ``queued`` (or ``not_started``, once ended) is ``None`` while a generator's length is unknown."""
         c = self.tally
         total = self.total
         ended = c["finished"] + c["failed"] + c["stopped"]
-        waiting = total - ended - c["running"] if total is not None else None
-        return {"waiting": waiting, "running": c["running"], "finished": c["finished"], "failed": c["failed"],
-                "stopped": c["stopped"]}
+        waiting_turn = sum(1 for r in self.running.values() if r.queued > 0)
+        rest = total - ended - c["running"] if total is not None else None
+        over = self.not_started is not None  # the batch ended before these rows started
+        return {
+            "finished": c["finished"], "running": c["running"] - waiting_turn,
+            "queued": waiting_turn if over else (None if rest is None else rest + waiting_turn),
+            "failed": c["failed"], "stopped": c["stopped"], "not_started": rest if over else 0,
+        }
 
     def rate(self, ended: bool = False) -> float:
         """Rows ended a second: over the last ``_WINDOW`` seconds (from the first row's start until then), at
@@ -174,7 +191,25 @@ class Book:
                              "reason": [r for _, (_s, r) in bad]})
 
     def __repr__(self) -> str:
-        c = self.counts
-        total = self.total if self.total is not None else "?"
-        return (f"<rows: {c['finished']}/{total} finished, {c['running']} running, {c['failed']} failed, "
-                f"{c['stopped']} stopped>")
+        return f"<rows: {counts_text(self.counts, self.total, ended=self.over)}>"
+
+
+def counts_text(counts: Mapping[str, Any], total: int | None, *, ended: bool, kept: int = 0, cached: int = 0) -> str:
+    """The rows as a person reads them, from :attr:`Book.counts`: ``"21 done · 7 failed — 28 of 28 rows ended
+    (100%)"``. Rows done always; running and queued while the batch goes on; failed, stopped and not started when
+    there are any; the percentage is of the rows that ended (done, failed or stopped) among all of them."""
+    done = f"{counts['finished']} done"
+    extra = [f"{n} {what}" for n, what in ((kept, "kept from before"), (cached, "from the cache")) if n]
+    if extra:
+        done += f" ({', '.join(extra)})"
+    parts = [done]
+    for key, what in (("running", "running"), ("queued", "queued"), ("failed", "failed"), ("stopped", "stopped"),
+                      ("not_started", NOT_STARTED)):
+        n = counts[key]
+        if (key in ("running", "queued") and not ended) or n:
+            parts.append(f"{'?' if n is None else n} {what}")
+    finished = counts["finished"] + counts["failed"] + counts["stopped"]
+    if total is None:
+        return " · ".join(parts) + f" — {finished} rows ended, more to come"
+    share = 100 * finished // total if total else 100
+    return " · ".join(parts) + f" — {finished} of {total} rows ended ({share}%)"

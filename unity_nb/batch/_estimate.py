@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import UserError
-from ..models import Price, RateLimit, batch_price, default_model, price_of, rate_limit_of
+from ..models import Price, RateLimit, batch_price, default_model, format_dollars, price_of, rate_limit_of
 from ._rows import Row, RowSource, answer_tool, output_model
 
 __all__ = (
@@ -65,7 +65,7 @@ class Estimate:
                        f"(u.set_price({self.model!r}, input=..., output=...) in dollars per million tokens)")
         else:
             which = f"batch price ({self.batch})" if self.batch else "price"
-            dollars = (f"${self.dollars:,.2f} at {self.model}'s {which} (${self.price.input:g} in, "
+            dollars = (f"{format_dollars(self.dollars or 0.0)} at {self.model}'s {which} (${self.price.input:g} in, "
                        f"${self.price.output:g} out per million tokens)")
         minutes = ("within the provider's 24h batch window, outside its rate limits" if self.batch else
                    f"about {self.minutes:,.1f} minutes at {self.limit}" if self.minutes is not None

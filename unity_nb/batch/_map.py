@@ -24,6 +24,7 @@ for the whole batch, ``budget=`` (no new row starts once spending reaches it), `
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -32,8 +33,8 @@ import pydantic
 from .. import events as ev
 from .._errors import UserError
 from ..loop import LoopHandle, LoopOptions, Tree
-from ..models import Usage, default_model, set_rate_limit
-from ._book import Book
+from ..models import Usage, default_model, format_dollars, set_rate_limit
+from ._book import Book, counts_text
 from ._cache import ResultCache, model_identity, options_fingerprint
 from ._estimate import Estimate, estimate_map
 from ._map_engine import MapEngine, RowPlan
@@ -149,17 +150,21 @@ class MapHandle(LoopHandle):
 
     @property
     def progress(self) -> dict[str, Any]:
-        """Done (``kept`` of them from the run this one continues, ``cached`` from the result cache), running,
-        failed, stopped and waiting rows (``waiting`` once ended: never started; ``None`` while a generator's length
-        is unknown); rows a second lately; seconds left while it runs; tokens and dollars so far (``cost``, ``None``
-        when the price is unknown) and ``projected_cost`` for the whole batch from the rows ended so far; the
-        ``budget`` and whether it was reached; ``outcome``, the status as a person reads it."""
+        """The batch's rows and money, read from one source (``rows.counts``): ``done`` (``kept`` of them from the
+        run this one continues, ``cached`` from the result cache), ``running``, ``queued`` (to come, or waiting for
+        their turn at the model), ``failed``, ``stopped`` and ``not_started`` (the batch ended first) add up to
+        ``total`` (``queued`` is ``None`` while a generator's length is unknown); ``ended`` (done, failed or stopped)
+        and ``percent``, the share of ``total`` that ended; rows a second lately; seconds left while it runs; tokens
+        and dollars so far (``cost``, ``None`` when the price is unknown) and ``projected_cost`` for the whole batch
+        from the rows ended so far (never below ``cost``); the ``budget`` and whether it was reached; ``outcome``,
+        the status as a person reads it; ``rows_text``, the rows as a person reads them, and ``text``, all of it
+        as the widget shows it."""
         book, spending = self._rows.book, self._rows.spending
         counts = book.counts
         ended_batch = self.done()
         rate = book.rate(ended_batch)
-        waiting = counts["waiting"]
-        left = None if waiting is None else waiting + counts["running"]
+        queued = counts["queued"]
+        left = None if queued is None else queued + counts["running"]
         moving = not ended_batch and not self.run.gate.paused and self.run.state.stop_reason is None
         usage = self.usage
         cost = spending.cost()
@@ -169,13 +174,19 @@ class MapHandle(LoopHandle):
             projected = cost + (book.cost / ended * left if ended else 0.0) if left else cost
             if left and not ended:
                 projected = None
+        if projected is not None and cost is not None:
+            projected = max(projected, cost)  # what is spent is spent: running rows count before they end
         outcome = self.status.value
         if outcome == "finished" and (counts["failed"] or counts["stopped"]):
             outcome = "finished with failures"
-        return {
-            "total": book.total, "done": counts["finished"], "kept": book.kept, "cached": book.cached,
-            "running": counts["running"], "failed": counts["failed"], "stopped": counts["stopped"],
-            "waiting": waiting, "rows_per_second": round(rate, 2),
+        total = book.total
+        finished = counts["finished"] + counts["failed"] + counts["stopped"]
+        p = {
+            "total": total, "done": counts["finished"], "kept": book.kept, "cached": book.cached,
+            "running": counts["running"], "queued": queued, "failed": counts["failed"], "stopped": counts["stopped"],
+            "not_started": counts["not_started"], "ended": finished,
+            "percent": (100 * finished // total if total else 100) if total is not None else None,
+            "rows_per_second": round(rate, 2),
             "eta_seconds": round(left / rate, 1) if rate and left and moving else None,
             "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
             "tokens_estimated": usage.estimated, "outcome": outcome,
@@ -184,6 +195,9 @@ class MapHandle(LoopHandle):
             "budget": spending.budget, "budget_reached": spending.reached,
             **({"provider_batch": p} if (p := getattr(self._rows, "provider_progress", lambda: None)()) else {}),
         }
+        p["rows_text"] = counts_text(counts, total, ended=book.over, kept=book.kept, cached=book.cached)
+        p["text"] = progress_text(p)
+        return p
 
     # -- one source for the batch's totals: the rows that ended (the book), and those running ----------
 
@@ -219,10 +233,34 @@ class MapHandle(LoopHandle):
         return self._rows.spending.cost()
 
     def __repr__(self) -> str:
-        c = self._rows.book.counts
-        total = self._rows.book.total
-        rows = f"{c['finished']}/{total if total is not None else '?'} rows done, {c['failed']} failed"
-        return f"<unity batch {self.name!r}: {self.progress['outcome']}, {rows}>"
+        book = self._rows.book
+        rows = counts_text(book.counts, book.total, ended=book.over, kept=book.kept, cached=book.cached)
+        return f"<unity {self.kind} {self.name!r}: {self.progress['outcome']}, {rows}>"
+
+
+def progress_text(p: Mapping[str, Any]) -> str:
+    """A batch's progress as a person reads it (the widget's line): its rows (``rows_text``), rows a second and
+    time left while it runs, tokens, and money (:func:`format_dollars`: two significant digits at least)."""
+    parts = [p["rows_text"]]
+    ended = p["outcome"] not in ("running", "paused", "waiting")
+    if not ended:
+        parts.append(f"{p['rows_per_second']:g} rows/s")
+    if p["eta_seconds"] is not None:
+        parts.append(f"about {math.ceil(p['eta_seconds'])} s left")
+    approx = "≈" if p["tokens_estimated"] else ""
+    parts.append(f"{approx}{p['input_tokens']:,}/{p['output_tokens']:,} tokens{' (estimated)' if approx else ''}")
+    if p["cost"] is not None and (p["input_tokens"] or p["output_tokens"] or p["budget"] is not None):
+        money = f"{format_dollars(p['cost'])} so far"
+        if p["projected_cost"] is not None and not ended:
+            money += f", ≈{format_dollars(p['projected_cost'])} projected"
+        parts.append(money)
+    elif p["input_tokens"]:
+        parts.append("$ unknown (no price for this model)")
+    if p["budget_reached"]:
+        parts.append(f"paused at its budget of {format_dollars(p['budget'])}")
+    elif p["budget"] is not None:
+        parts.append(f"budget {format_dollars(p['budget'])}")
+    return " · ".join(parts)
 
 
 def map_rows(items: Any, task: str, *, estimate: bool = False, **options: Any) -> Any:

@@ -22,7 +22,8 @@ from .. import events as ev
 from .._collector import hold_loops, release_loops
 from .._errors import Stopped, UnityError, UserError
 from ..loop import VERBS, Driver, LoopHandle, LoopOptions, Status
-from ._book import _KEEP_FAILED, Book
+from ..models import turn_hook
+from ._book import _KEEP_FAILED, NOT_STARTED, Book, counts_text
 from ._cache import ResultCache, cacheable
 from ._failures import fails_every_row, is_row_id, label_of, reason_of
 from ._rows import Row, RowSource, asked_hash, parse_answer, row_id, row_key, to_json
@@ -197,9 +198,7 @@ class MapEngine(Driver):
             first = book.ended_badly[0].reason if book.ended_badly else None
             raise UnityError(f"every row of the batch failed ({c['failed']}); the first: {first}")
         run.state.result_object = self.source.results()  # type: ignore[attr-defined]
-        done = book.counts
-        total = book.total or 0
-        return f"{done['finished']} of {total} rows done, {done['failed']} failed"
+        return counts_text(book.counts, book.total, ended=True, kept=book.kept, cached=book.cached)
 
     def _next_row(self) -> Row | None:
         """The next row of the input (made now), or ``None`` once there is none."""
@@ -261,6 +260,7 @@ class MapEngine(Driver):
         """Run one row's loop to its end and record how it ended (never raises for the row's own failure)."""
         book, plan, run = self.book, self.plan, self._run
         book.started_row(row)
+        turn_hook.set(row.waits)  # this task's: its loops' requests waiting for their turn make the row queued
         config = plan.config if plan.named else plan.config.named(f"{run.name}[{label_of(row.key)}]")
         child = LoopHandle(row.task, parent=run.handle, config=config)
         row.child = child
@@ -326,9 +326,10 @@ class MapEngine(Driver):
         """As the batch ends (``Run.on_end``): its rows stop counting as live loops, and rows never started say why."""
         held, self._held = self._held, 0
         release_loops(held)
+        self.book.over = True
         if status is not Status.FINISHED:  # rows never started say so (not None)
-            self.book.not_started = ("not started: the batch was stopped" if status is Status.STOPPED
-                                     else f"not started: the batch failed ({reason_of(error)})")
+            self.book.not_started = (f"{NOT_STARTED}: the batch was stopped" if status is Status.STOPPED
+                                     else f"{NOT_STARTED}: the batch failed ({reason_of(error)})")
 
     # -- what the batch adds to the loop's verbs --------------------------------------------------------
 
@@ -347,14 +348,13 @@ class MapEngine(Driver):
     def inspection(self, handle: Any) -> str:
         """What a question about the batch is answered from (``ask``)."""
         book = self.book
-        c = book.counts
         lines = [f"- {label_of(k)}: {str(a)[:300]}" for k, a in book.recent]
         bad = [f"- {label_of(r.key)}: {r.status}: {r.reason}" for r in book.ended_badly[:20]]
         total = book.total if book.total is not None else "an unknown number of"
         return (
             f"You are inspecting a batch (the operation {handle.name!r}, status {handle.status.value}): the task "
-            f"{self.plan.template!r} run for each of {total} rows. So far: {c['finished']} done, {c['running']} "
-            f"running, {c['failed']} failed, {c['waiting']} waiting. Answer the user's question about it "
+            f"{self.plan.template!r} run for each of {total} rows. So far: "
+            f"{counts_text(book.counts, book.total, ended=book.over)}. Answer the user's question about it "
             "concisely and truthfully; you cannot change it.\n\nLatest answers:\n" + ("\n".join(lines) or "(none)")
             + "\n\nRows that failed or stopped:\n" + ("\n".join(bad) or "(none)")
         )

@@ -75,17 +75,22 @@ class FilterHandle(MapHandle):
         return frame
 
     def results(self) -> Any:
-        """The rows kept so far; ``.attrs["reasons"]`` maps each row not decided to why."""
+        """The rows kept so far; ``.attrs["reasons"]`` maps each row not decided to why: ``"undecided: ..."``,
+        ``"failed: ..."``, ``"stopped: ..."``, ``"not started: ..."`` (the filter ended before it), ``None`` (still to
+        come)."""
         import pandas as pd
 
         frame = self.verdicts
         failed = frame.attrs["failed"]
+        ended_badly = self.rows.bad  # position -> (status, reason): how a row without a verdict ended
         keep = frame["keep"].fillna(False).to_numpy(dtype=bool)
         kept = self._items[keep].copy()
         reasons = {}
-        for key, verdict, why in zip(frame.index, frame["keep"], frame["reason"]):
-            if key in failed:
-                reasons[key] = f"failed: {why}"
+        for position, (key, verdict, why) in enumerate(zip(frame.index, frame["keep"], frame["reason"])):
+            if position in ended_badly:
+                reasons[key] = f"{ended_badly[position][0]}: {why}"
+            elif key in failed:  # not started (the filter ended first), or still to come
+                reasons[key] = failed[key]
             elif verdict is None or verdict is pd.NA:
                 reasons[key] = f"undecided: {why}"
         kept.attrs = {"reasons": reasons}

@@ -261,13 +261,17 @@ class PhasedHandle(LoopHandle):
         if m is not None:
             p = dict(m.progress)
         else:
-            p = {"total": 0, "done": 0, "kept": 0, "running": 0, "failed": 0, "stopped": 0, "waiting": 0,
-                 "rows_per_second": 0.0, "eta_seconds": None, "input_tokens": 0, "output_tokens": 0,
-                 "tokens_estimated": False}
-        p.update(phase=self._phased.phase_name, calls=self.calls, outcome=self.status.value)
+            p = {"total": 0, "done": 0, "kept": 0, "cached": 0, "running": 0, "queued": 0, "failed": 0, "stopped": 0,
+                 "not_started": 0, "ended": 0, "percent": None, "rows_per_second": 0.0, "eta_seconds": None,
+                 "input_tokens": 0, "output_tokens": 0, "tokens_estimated": False, "rows_text": "", "text": ""}
+        name = self._phased.phase_name
+        p.update(phase=name, calls=self.calls, outcome=self.status.value,
+                 text=f"phase {name}: {p['text']}" if p["text"] else f"phase {name}")
         return p
 
     def __repr__(self) -> str:
         status = self.status.value
-        return f"<unity {self.kind} {self.name!r}: {status}, phase {self._phased.phase_name}, {self.calls} calls>"
+        failed = sum(m.rows.counts["failed"] for m in self._phased.phases)  # a phase's failed rows are not hidden
+        rows = f", {failed} row(s) of its phases failed" if failed else ""
+        return f"<unity {self.kind} {self.name!r}: {status}, phase {self._phased.phase_name}, {self.calls} calls{rows}>"
 

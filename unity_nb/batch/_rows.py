@@ -7,6 +7,8 @@ import hashlib
 import itertools
 import json
 import string
+import types
+import typing
 import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sized
 from typing import Annotated, Any
@@ -31,7 +33,8 @@ class Row:
     """One row: its position, its key (the index label), the values its task is filled from."""
 
     __slots__ = (
-        "answer", "asked", "child", "kept", "key", "position", "reason", "status", "task", "tokens", "told", "values",
+        "answer", "asked", "child", "kept", "key", "position", "queued", "reason", "status", "task", "tokens", "told",
+        "values",
     )
 
     def __init__(self, position: int, key: Any, values: Mapping[str, Any], task: str) -> None:
@@ -51,6 +54,13 @@ class Row:
         """Finished by the run this batch continues (not run again)."""
         self.told = 0
         """How many of the batch's interjections the row was told as it started (they are part of its cache key)."""
+        self.queued = 0
+        """Requests of the running row waiting for their turn at the model (its rate limit, a server's one slot):
+        while above 0 the row counts as queued, not running (``models.turn_hook``)."""
+
+    def waits(self, waiting: bool) -> None:
+        """``models.turn_hook`` of the row's loops: a request of it starts or stops waiting for its turn."""
+        self.queued += 1 if waiting else -1
 
 
 def row_key(key: Any) -> str:
@@ -421,19 +431,53 @@ def assemble(
     output: type[pydantic.BaseModel] | None, name: str | None,
 ) -> Any:
     """The batch's result aligned to ``index`` (position ``i`` is ``index[i]``): a Series of answers, or a DataFrame
-    of ``output``'s fields; a row without an answer is missing, and ``.attrs["reasons"]`` maps its key to why."""
+    of ``output``'s fields; a row without an answer is missing, and ``.attrs["reasons"]`` maps its key to why.
+
+    A field typed ``int``, ``float``, ``bool`` or ``str`` (``Optional`` too) is a column of pandas' nullable dtype
+    (``Int64``, ``Float64``, ``boolean``, ``string``): a missing row is ``<NA>`` and every other value is exact (an
+    ``int`` column with a gap is not turned into floats). Other fields keep the values as they are (``object``)."""
     import pandas as pd
 
     n = len(index)
     if output is None:
         result: Any = pd.Series([answers.get(i) for i in range(n)], index=index, dtype=object, name=name)
     else:
-        columns = list(output.model_fields)
-        empty = dict.fromkeys(columns)
-        data = [a.model_dump() if (a := answers.get(i)) is not None else empty for i in range(n)]
-        result = pd.DataFrame(data, index=index, columns=columns)
+        fields = output.model_fields
+        rows = [a.model_dump() if (a := answers.get(i)) is not None else None for i in range(n)]
+        result = pd.DataFrame(
+            {c: _column([r[c] if r is not None else None for r in rows], f.annotation) for c, f in fields.items()},
+            columns=list(fields),
+        )
+        result.index = index
     result.attrs["reasons"] = {index[i]: why for i, why in reasons.items() if i < n}
     return result
+
+
+_NULLABLE = {bool: "boolean", int: "Int64", float: "Float64", str: "string"}
+"""A field's type and the nullable pandas dtype its column takes (a gap is ``<NA>``, never a float's NaN)."""
+
+
+def _column(values: list[Any], annotation: Any) -> Any:
+    """One field's values as a column: in its nullable dtype when the field is typed ``int``, ``float``, ``bool`` or
+    ``str`` (``X | None`` too); as they are (``object``) otherwise, or when a value does not fit (an ``int`` past
+    64 bits)."""
+    import pandas as pd
+
+    dtype = _NULLABLE.get(_bare(annotation))
+    if dtype is not None:
+        try:
+            return pd.Series(pd.array(values, dtype=dtype))
+        except (OverflowError, TypeError, ValueError):
+            pass
+    return pd.Series(values, dtype=object)  # a Series: an object array would be read as text
+
+
+def _bare(annotation: Any) -> Any:
+    """``X`` for ``X``, ``X | None`` and ``Optional[X]``; else the annotation itself."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
+        return args[0]
+    return annotation
 
 
 def finished_rows(store: Any, name: str) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
 from .._errors import UserError
-from ..models import Usage, cost_of, price_of
+from ..models import Usage, cost_of, format_dollars, price_of
 from ._estimate import estimate_rows
 
 if TYPE_CHECKING:
@@ -139,14 +139,15 @@ class Spending:
             names = ", ".join(repr(m) for m in unpriced)
             first = unpriced[0]
             return (
-                f"paused under its budget of ${self.budget or 0:,.2f}: its rows called {names}, whose price is "
-                f"unknown, so the budget cannot count what {'it' if len(unpriced) == 1 else 'they'} spent (no new "
-                f"row started). Set the price: u.set_price({first!r}, input=..., output=...) (dollars per million "
-                f"tokens), then h.resume(); or lift the cap: h.set_budget(None) then h.resume()"
+                f"paused under its budget of {format_dollars(self.budget or 0)}: its rows called {names}, whose "
+                f"price is unknown, so the budget cannot count what {'it' if len(unpriced) == 1 else 'they'} spent "
+                f"(no new row started). Set the price: u.set_price({first!r}, input=..., output=...) (dollars per "
+                f"million tokens), then h.resume(); or lift the cap: h.set_budget(None) then h.resume()"
             )
-        before = f" (${self.spent_before:,.4f} of it by the run it continues)" if self.spent_before else ""
+        before = f" ({format_dollars(self.spent_before)} of it by the run it continues)" if self.spent_before else ""
         return (
-            f"paused at its budget: ${self.spent:,.4f} spent{before} of ${self.budget or 0:,.2f} (rows in flight "
+            f"paused at its budget: {format_dollars(self.spent)} spent{before} of {format_dollars(self.budget or 0)} "
+            "(rows in flight "
             f"finished; no new row started). Lift the cap: h.set_budget(DOLLARS) then h.resume(), or %unity resume "
             f"{name} --budget DOLLARS"
         )
@@ -184,15 +185,16 @@ class Spending:
         if projected > self.budget:
             rows = int(self.budget / (est.dollars / est.rows)) if est.dollars else total
             self.note = (
-                f"The estimate for this batch (${projected:,.2f} for {total - kept:,} rows, tokens estimated "
-                f"from the first {est.rows} prompts) exceeds its budget of ${self.budget:,.2f}: it will pause after "
-                f"about {rows:,} rows. h.set_budget(DOLLARS) or --budget on %unity resume lifts the cap."
+                f"The estimate for this batch ({format_dollars(projected)} for {total - kept:,} rows, tokens "
+                f"estimated from the first {est.rows} prompts) exceeds its budget of {format_dollars(self.budget)}: it "
+                f"will pause after about {rows:,} rows. h.set_budget(DOLLARS) or --budget on %unity resume lifts the "
+                "cap."
             )
 
     def __repr__(self) -> str:
         cost = self.cost() if self._run is not None else None
-        spent = "unknown" if cost is None else f"${cost:,.4f}"
-        cap = "no budget" if self.budget is None else f"budget ${self.budget:,.2f}"
+        spent = "unknown" if cost is None else format_dollars(cost)
+        cap = "no budget" if self.budget is None else f"budget {format_dollars(self.budget)}"
         return f"<spending: {spent} spent, {cap}{', reached' if self.reached else ''}>"
 
 

@@ -329,6 +329,11 @@ class UnityMagics(Magics):
         if old is not None:
             notice = f"{notice} " if notice else ""
             notice += f"This {name!r} replaced an earlier operation of that name ({old.status.value})."
+        note = getattr(getattr(handle, "spending", None), "note", None)
+        if note:  # it would clearly exceed its budget: said once, before it gets there (the widget's, else printed)
+            notice = f"{notice} {note}" if notice else note
+            if not self.show_widgets:
+                print(note)
         self._show_widget(handle, name, notice=notice)
         return handle
 
@@ -373,20 +378,12 @@ class UnityMagics(Magics):
             return None
         options["budget"] = o.get("budget")
         options["cache"] = False if o.get("no_cache") else (self.store or False)
-        handle = self.start(
+        return self.start(
             name or o.get("name"),
             lambda key: map_rows(items, cmd.text, model=self.current_model(), name=key, done=done, label=cmd.line,
                                  **options),
             sub="map", notice=notice,
         )
-        spending = getattr(handle, "spending", None)
-        note = spending.note if spending is not None else None
-        if note:  # it would clearly exceed its budget: said before it gets there
-            print(note)
-            widget = self.widgets.get(handle.name)
-            if widget is not None:
-                widget.notice = " ".join(t for t in (widget.notice, note) if t)
-        return handle
 
     def _operator(self, cmd: Command) -> Any:
         """``%unity filter|extract|topk|join|agg`` (any operator of the registry): ``_magics_ops``."""

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 
 from ..batch import OPERATORS
+from ..models import format_dollars
 from ._args import HELP, Command, parse
 
 if TYPE_CHECKING:
@@ -94,9 +95,10 @@ def spent_before_resume(store: Any, row: dict, budget: float | None) -> float:
         )
     if spent >= budget:
         raise UsageError(
-            f"cannot resume {name!r}: it is paused at its budget: ${spent:,.4f} spent of ${budget:,.2f} before its "
+            f"cannot resume {name!r}: it is paused at its budget: {format_dollars(spent)} spent of "
+            f"{format_dollars(budget)} before its "
             f"kernel died (a resumed run counts what its earlier run spent). Lift the cap: %unity resume {name} "
-            f"--budget DOLLARS, more than {spent:,.2f}\n\n{HELP['resume']}"
+            f"--budget DOLLARS, more than {format_dollars(spent).lstrip('$')}\n\n{HELP['resume']}"
         )
     return spent
 
@@ -136,7 +138,7 @@ def resume_operator(magics: UnityMagics, row: dict, *, budget: float | None = No
     store = magics.store
     spent = spent_before_resume(store, row, cmd.options.get("budget"))
     notice = (f"resumed from the store: {name!r} ({sub}) runs again; rows its kernel finished are kept where asked "
-              "the same." + (f" ${spent:,.4f} spent before counts against its budget." if spent else ""))
+              "the same." + (f" {format_dollars(spent)} spent before counts against its budget." if spent else ""))
     if op.phased:
         handle = start_operator(magics, cmd, resume_from=store, name=name, notice=notice)
     else:

@@ -12,6 +12,7 @@ from IPython.core.error import UsageError
 
 from .._errors import UserError
 from ..loop import LoopHandle, Message
+from ..models import format_dollars
 from ._args import HELP, Command, parse
 from ._host import missing_names
 
@@ -344,7 +345,7 @@ def resume_map(magics: UnityMagics, row: dict, *, budget: float | None = None) -
         + f"; kept {kept} row(s) finished before; {total - kept} to run."
         + (f" {aside} finished row(s) not kept: they are asked something else now (the items, the task or the "
            "model changed)." if aside else "")
-        + (f" ${spent:,.4f} spent before counts against its budget." if spent else "")
+        + (f" {format_dollars(spent)} spent before counts against its budget." if spent else "")
     )
     widget = magics.widgets.get(name)
     if widget is not None:

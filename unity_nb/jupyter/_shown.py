@@ -20,8 +20,8 @@ __all__ = ("show_with_snapshot",)
 _ENDS = ("loop_finished", "loop_failed")
 
 
-def _snapshot(handle: LoopHandle) -> dict[str, str]:
-    return {"text/html": render_html(handle)}
+def _snapshot(handle: LoopHandle, widget: Any) -> dict[str, str]:
+    return {"text/html": render_html(handle, notice=getattr(widget, "notice", "") or "")}
 
 
 def show_with_snapshot(widget: Any, handle: LoopHandle) -> None:
@@ -30,7 +30,7 @@ def show_with_snapshot(widget: Any, handle: LoopHandle) -> None:
     from IPython.display import display
 
     shown = display(widget, display_id=True)
-    beside = display(_snapshot(handle), raw=True, display_id=True)
+    beside = display(_snapshot(handle, widget), raw=True, display_id=True)
     if shown is None and beside is None:  # no shell to display in
         return
 
@@ -39,6 +39,6 @@ def show_with_snapshot(widget: Any, handle: LoopHandle) -> None:
             if shown is not None:
                 shown.update(widget)
             if beside is not None:
-                beside.update(_snapshot(handle), raw=True)
+                beside.update(_snapshot(handle, widget), raw=True)
 
     handle.run.add_listener(refresh)

@@ -43,9 +43,21 @@ _CAPTION = (  # where the widget cannot load (no kernel, no anywidget front end)
 )
 
 
-def render_html(root: LoopHandle) -> str:
-    """A static snapshot of the handle tree and its transcripts (no scripts, no kernel needed)."""
+def _rows(h: LoopHandle) -> str:
+    """A batch's rows as its progress counts them (``rows_text``: one source for every count shown), else ``""``."""
+    progress = getattr(h, "progress", None)
+    if not isinstance(progress, dict) or not progress.get("rows_text"):
+        return ""
+    phase = f"phase {progress['phase']}: " if "phase" in progress else ""
+    return f'<div style="color:#374151">{html.escape(phase + progress["rows_text"])}</div>'
+
+
+def render_html(root: LoopHandle, *, notice: str = "") -> str:
+    """A static snapshot of the handle tree and its transcripts (no scripts, no kernel needed), under the widget's
+    ``notice`` (what the live widget says above it: shown once, in whichever of the two is seen)."""
     parts = ['<div class="unity-nb-snapshot" style="font-family:sans-serif;font-size:13px">', _CAPTION]
+    if notice:
+        parts.append(f'<div style="color:#92400e;margin-bottom:4px">{html.escape(notice)}</div>')
     for h, depth in tree(root):
         status = getattr(h, "outcome", h.status.value)  # a batch with failed rows: "finished with failures"
         parts.append(
@@ -54,6 +66,7 @@ def render_html(root: LoopHandle) -> str:
             f"<b>{html.escape(h.name)}</b> "
             f'<span style="background:{_BADGE[status]};color:white;border-radius:8px;padding:0 6px">{status}</span> '
             f"{h.steps} steps, {'≈' if h.usage.estimated else ''}{h.usage.input_tokens}/{h.usage.output_tokens} tokens"
+            f"{_rows(h)}"
         )
         for m in h.transcript:
             if m.kind in ("system", "context"):

@@ -10,6 +10,7 @@ from ._base import (
     checked_usage,
     retry_hook,
     token_count,
+    turn_hook,
     wait_hook,
 )
 from ._batch_api import BatchAPI, NoBatchAPI, RowResult, batch_api_of, batch_price
@@ -17,7 +18,7 @@ from ._cache import CachedModel
 from ._limits import RateLimit, rate_limit_of, set_rate_limit
 from ._local import LocalModel, LocalServer, local_model
 from ._openai import OpenAIModel
-from ._prices import Price, cost_of, price_of, set_price
+from ._prices import Price, cost_of, format_dollars, price_of, set_price
 from ._scripted import ScriptedModel
 
 _DEFAULT: list[Model] = []
@@ -66,7 +67,8 @@ __all__ = (
     "local_model",
     "retry_hook",
     "token_count",
+    "turn_hook",
     "wait_hook",
     "set_default_model", "RateLimit", "rate_limit_of", "set_rate_limit",
-    "Price", "cost_of", "price_of", "set_price",
+    "Price", "cost_of", "format_dollars", "price_of", "set_price",
 )

@@ -7,15 +7,17 @@ sends them untouched and every other model reads one well-known shape.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import contextvars
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = (
     "MAX_TOKENS", "DeltaCallback", "Model", "ModelRequest", "Reply", "ToolCall", "Usage", "call_tool", "checked_usage",
-    "retry_hook", "token_count", "wait_hook",
+    "queued", "retry_hook", "take_turn", "token_count", "turn_hook", "wait_hook",
 )
 
 DeltaCallback = Callable[[str], None]
@@ -33,6 +35,39 @@ wait_hook: contextvars.ContextVar[Callable[[float, str], None] | None] = context
 )
 """Set by whoever runs a model (the loop): a rate limit calls ``hook(seconds, reason)`` before a wait of
 more than a few seconds, so a long wait is shown, not silent. Any model may use it."""
+
+turn_hook: contextvars.ContextVar[Callable[[bool], None] | None] = contextvars.ContextVar(
+    "unity_nb_turn_hook", default=None
+)
+"""Set by whoever runs a model (a batch, for each row): a request that waits for its turn (a rate limit, a server's
+one slot) calls ``hook(True)`` as it starts waiting and ``hook(False)`` once its turn came or it gave up
+(:func:`queued`), so a row waiting for the model reads *queued*, not *running*. Any model may use it."""
+
+
+@contextlib.contextmanager
+def queued() -> Iterator[None]:
+    """Around a wait for a request's turn: the caller's :data:`turn_hook` hears when it starts and ends (a wait
+    that does not block costs two calls)."""
+    hook = turn_hook.get()
+    if hook is None:
+        yield
+        return
+    hook(True)
+    try:
+        yield
+    finally:
+        hook(False)
+
+
+@contextlib.asynccontextmanager
+async def take_turn(lock: asyncio.Lock) -> AsyncIterator[None]:
+    """Hold ``lock`` (a server's one slot), the wait for it :func:`queued`."""
+    with queued():
+        await lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 @dataclass(slots=True)

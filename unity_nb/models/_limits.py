@@ -22,7 +22,7 @@ import weakref
 from typing import Any
 
 from .._errors import UserError
-from ._base import wait_hook
+from ._base import queued, wait_hook
 
 __all__ = ("MAX_PAUSE", "MIN_LEARNED_TPM", "WAIT_NOTICE", "RateLimit", "rate_limit_of", "set_rate_limit")
 
@@ -128,6 +128,11 @@ class RateLimit:
             return  # no limit and no cool-down: nothing to wait for or count
         if self._lock is None:
             self._lock = asyncio.Lock()
+        with queued():  # a row waiting here is queued, not running
+            await self._turn(tokens)
+
+    async def _turn(self, tokens: int) -> None:
+        assert self._lock is not None
         async with self._lock:  # first come, first served
             while True:
                 now = time.monotonic()

@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ModelConfigError, ModelError
-from ._base import DeltaCallback, ModelRequest, Reply
+from ._base import DeltaCallback, ModelRequest, Reply, take_turn
 from ._limits import RateLimit
 from ._openai import OpenAIModel, _Incomplete
 from ._transport import RequestBody, TransportError
@@ -319,7 +319,8 @@ class LocalModel(OpenAIModel):
         """One attempt, holding the server's one slot (released for the retry's backoff); one that ends with the
         server raises at once, not retried, and nothing is sent to a server that has ended."""
         server = self.server
-        async with server.turn():  # the server has one slot: the next request waits here, not shed by the server
+        # the server has one slot: the next request waits here (queued), not shed by the server
+        async with take_turn(server.turn()):
             if not server.running():
                 raise self._ended()
             attempt = asyncio.ensure_future(super()._attempt(payload, on_delta, limit))

@@ -19,7 +19,7 @@ from typing import Any
 from .._errors import UserError
 from ._base import Usage
 
-__all__ = ("Price", "cost_of", "price_of", "set_price")
+__all__ = ("Price", "cost_of", "format_dollars", "price_of", "set_price")
 
 _DATED = re.compile(r"-\d{4}-\d{2}-\d{2}$")
 
@@ -90,3 +90,17 @@ def cost_of(usage: Usage, model: Any) -> float | None:
         return 0.0
     price = price_of(model)
     return None if price is None else price.cost(usage)
+
+
+def format_dollars(amount: float) -> str:
+    """Dollars as a person reads them, to at least two significant digits: ``$0.0026`` (never ``$0.00`` for an
+    amount above zero), ``$0.50``, ``$12.35``, ``$1,234.50``; ``$0.00`` only for nothing. Every message that
+    shows money uses it (a budget, what was spent, a projection, an estimate)."""
+    if not math.isfinite(amount):
+        return f"${amount}"
+    sign, amount = ("-", -amount) if amount < 0 else ("", amount)
+    rounded = float(f"{amount:.2g}")  # two significant digits decide how many decimals
+    if rounded == 0 or rounded >= 1:
+        return f"{sign}${amount:,.2f}"
+    decimals = max(2, 1 - math.floor(math.log10(rounded)))
+    return f"{sign}${amount:,.{decimals}f}"
