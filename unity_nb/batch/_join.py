@@ -309,9 +309,9 @@ class JoinHandle(PhasedHandle):
         frame = m.results()
         n = len(frame)
         kinds = np.frombuffer(bytes(asked.kind[:n]), dtype=np.uint8)
-        answers = frame["match"].to_numpy(dtype=object)
-        ok = np.array([a is not None and a == a for a in answers], dtype=bool)
-        hit = np.array([a is True for a in answers], dtype=bool)
+        match = frame["match"]  # nullable (``boolean``): missing where the pair got no answer
+        ok = match.notna().to_numpy(dtype=bool)
+        hit = ok & match.fillna(False).to_numpy(dtype=bool)
         self._found += int(hit.sum())
         far, near = kinds == FAR, kinds == NEAR
         self._tallies[0] += int((hit & far).sum())
