@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ModelConfigError, ModelError
-from ._base import DeltaCallback, ModelRequest, Reply
+from ._base import DeltaCallback, ModelRequest, Reply, wait_hook
 from ._limits import RateLimit
 from ._openai import OpenAIModel, _Incomplete
 from ._transport import RequestBody, TransportError
@@ -106,6 +106,10 @@ class LocalServer:
         """The key every request to it must carry (a LocalModel sends it): made here, known to no one else."""
         self.stopped = False
         """True once :meth:`stop` was called."""
+        self.serving: dict[str, Any] | None = None
+        """The request holding the server's one slot (``since``, ``tools``, ``max_tokens``), or ``None``."""
+        self.queued = 0
+        """Requests from this kernel waiting for the slot."""
         self._turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # no SO_REUSEADDR: no one binds it beside us
         listener.bind(("127.0.0.1", 0))
@@ -192,6 +196,24 @@ class LocalServer:
             f"it answered {found}. It was refused (nothing was sent to it) and the server started was stopped; "
             "run u.local_model() again"
         )
+
+    @property
+    def busy(self) -> bool:
+        """True while a request from this kernel holds the server's one slot."""
+        return self.serving is not None
+
+    def activity(self) -> str | None:
+        """What the server is doing for this kernel, in words (``None`` when it is idle)."""
+        serving = self.serving
+        if serving is None:
+            return None
+        how = ("a reply with tools, sent whole at its end" if serving["tools"] else "a streamed reply")
+        bound = serving.get("max_tokens")
+        text = (f"generating {how} for {time.monotonic() - serving['since']:.0f} s"
+                + (f" (at most {bound} tokens)" if isinstance(bound, int) else ""))
+        if self.queued:
+            text += f"; {self.queued} more request(s) wait their turn"
+        return text
 
     def turn(self) -> asyncio.Lock:
         """The server's one slot, for requests from the running event loop: held for one request at a time."""
@@ -289,6 +311,16 @@ class LocalModel(OpenAIModel):
     def __repr__(self) -> str:
         return f"LocalModel({self.server.gguf.name!r}, base_url={self.server.base_url!r})"
 
+    @property
+    def busy(self) -> bool:
+        """True while the server's one slot answers a request from this kernel (the next waits its turn)."""
+        return self.server.busy
+
+    def activity(self) -> str | None:
+        """What the server is doing, in words (``None`` when idle): a queued request says the same in its
+        ``model_wait`` event (``seconds`` 0: how long it waits is not known)."""
+        return self.server.activity()
+
     def _body(self, request: ModelRequest) -> dict:
         body = super()._body(request)
         messages = body["messages"]
@@ -319,9 +351,22 @@ class LocalModel(OpenAIModel):
         """One attempt, holding the server's one slot (released for the retry's backoff); one that ends with the
         server raises at once, not retried, and nothing is sent to a server that has ended."""
         server = self.server
-        async with server.turn():  # the server has one slot: the next request waits here, not shed by the server
+        turn = server.turn()
+        if turn.locked():  # said at once: a queued request is not a silent one
+            hook = wait_hook.get()
+            if hook is not None:
+                hook(0.0, f"queued: the local model answers one request at a time; it is {server.activity()}")
+        server.queued += 1
+        try:
+            await turn.acquire()
+        finally:
+            server.queued -= 1
+        try:  # the server has one slot: the next request waits above, not shed by the server
             if not server.running():
                 raise self._ended()
+            body = payload.data
+            server.serving = {"since": time.monotonic(), "tools": bool(body.get("tools")),
+                              "max_tokens": body.get("max_tokens")}
             attempt = asyncio.ensure_future(super()._attempt(payload, on_delta, limit))
             attempt.add_done_callback(_retrieved)
             ended = asyncio.ensure_future(server.ended())
@@ -339,6 +384,9 @@ class LocalModel(OpenAIModel):
                 return attempt.result()
             except (TransportError, _Incomplete, TimeoutError) as err:  # broken off: by the server's end?
                 broken = err
+        finally:
+            server.serving = None
+            turn.release()
         try:  # (the slot is free meanwhile)
             await asyncio.wait_for(server.ended(), _GRACE)
         except TimeoutError:
