@@ -106,6 +106,7 @@ def test_a_kernel_restarted_mid_reply_takes_its_server_with_it(tmp_path):
               "m = u.local_model(quiet=True, options={'max_tokens': 3000})  # the server the magic started\n"
               f"h = u.start_loop({_LONG!r}, model=m, tools=[record, shout])", timeout=60)
         assert k.value("(await h.wait_for('model_request', timeout=120)) is not None", timeout=150)
+        k.kc.execute("await h")  # a cell waits on the reply (not awaited here): the kernel is busy
         kernel = k.km.provisioner.process  # a LocalProvisioner's
         asked = time.monotonic()
         k.km.restart_kernel(now=False)  # what JupyterLab's Restart does: the kernel is asked to shut down
