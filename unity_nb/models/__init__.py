@@ -13,6 +13,7 @@ from ._base import (
     wait_hook,
 )
 from ._cache import CachedModel
+from ._endpoint import Endpoint, endpoint_of
 from ._limits import RateLimit, rate_limit_of, set_rate_limit
 from ._local import LocalModel, LocalServer, local_model
 from ._openai import OpenAIModel
@@ -66,5 +67,5 @@ __all__ = (
     "token_count",
     "wait_hook",
     "set_default_model", "RateLimit", "rate_limit_of", "set_rate_limit",
-    "Price", "cost_of", "price_of", "set_price",
+    "Price", "cost_of", "price_of", "set_price", "Endpoint", "endpoint_of",
 )

@@ -123,6 +123,8 @@ class Reply:
     warnings: list[str] = field(default_factory=list)
     """What the client noticed about this reply and set right (usage that was not a count of tokens, a stream
     that may be cut off): recorded in its ``model_response`` event."""
+    id: str | None = None
+    """The provider's id of the reply (``chatcmpl-...``), where it gives one."""
 
 
 @dataclass(slots=True)

@@ -304,6 +304,9 @@ class LocalModel(OpenAIModel):
     """An :class:`OpenAIModel` for a llama-cpp-python server this kernel started: one request at a time, tools
     unstreamed, and nothing sent once the server has ended."""
 
+    provider = "llama_cpp"
+    """What traces name its provider (``gen_ai.provider.name``)."""
+
     def __init__(self, server: LocalServer, *, options: dict | None = None, **kwargs: Any) -> None:
         super().__init__(server.alias, base_url=server.base_url, api_key=server.api_key, options=options, **kwargs)
         self.server = server
