@@ -39,8 +39,12 @@ What the server needs from a client, and :class:`LocalModel` does:
 - **tools without streaming.** Its ``chatml-function-calling`` format refuses tools with a streamed
   reply ("Automatic streaming tool choice is not supported") and ``tool_choice="required"``: a request
   that offers tools is sent unstreamed, and "required" names the tool when one is offered (else "auto").
-  In that automatic mode the server ignores ``max_tokens``: a call's arguments may run on to the end of the
-  context (``n_ctx``), and arrive only then; ``timeout`` (seconds of silence) bounds such a wait.
+  In that automatic mode llama-cpp-python's server ignores ``max_tokens``; the one started here
+  (``_llama_serve``) keeps every reply to it, stops generating for a client that went away (a stopped
+  request frees the slot at once), and sends keep-alive comments while an unstreamed reply is generated.
+- **a word while it waits.** A request that finds the slot taken says so at once through ``wait_hook`` (a
+  ``model_wait`` event with ``seconds`` 0 and a reason starting "queued:"); ``busy`` and ``activity()`` say
+  what the server is doing for this kernel.
 """
 
 from __future__ import annotations
