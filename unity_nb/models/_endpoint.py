@@ -67,7 +67,7 @@ def endpoint_of(model: Any) -> Endpoint:
     inner = getattr(model, "inner", None)  # a CachedModel: the model it records
     if not isinstance(said, str) and inner is not None and inner is not model:
         return endpoint_of(inner)
-    base = getattr(getattr(model, "client", None), "base_url", None) or getattr(model, "base_url", None)
+    base = getattr(model, "base_url", None) or getattr(getattr(model, "client", None), "base_url", None)
     if base is None:
         return Endpoint(said if isinstance(said, str) and said else _OTHER)
     found = _of_base(str(base))

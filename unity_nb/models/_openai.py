@@ -203,7 +203,6 @@ class OpenAIModel:
             )
         else:
             self._transport = ClientTransport(client)
-        prefetch_prices(str(client.base_url))  # a provider's model: its price is read before it is needed
 
     def __repr__(self) -> str:
         return f"OpenAIModel({self.name!r}, base_url={str(self.client.base_url)!r})"
@@ -264,6 +263,7 @@ class OpenAIModel:
         self.wire_cache.forget(messages)
 
     async def complete(self, request: ModelRequest, on_delta: DeltaCallback | None = None) -> Reply:
+        prefetch_prices(self)  # a provider's model: its price is read (in a thread) while the reply comes
         body = self._body(request)
         cache = self.wire_cache
         payload = RequestBody(body, lambda: cache.body(body, request.messages, request.continues))

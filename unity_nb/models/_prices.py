@@ -90,7 +90,7 @@ def _server(model: Any) -> str | None:
     """The base URL a model object sends to (``None`` for a name, or a model without one)."""
     if isinstance(model, str):
         return None
-    base = getattr(getattr(model, "client", None), "base_url", None) or getattr(model, "base_url", None)
+    base = getattr(model, "base_url", None) or getattr(getattr(model, "client", None), "base_url", None)
     return None if base is None else str(base)
 
 
@@ -156,11 +156,14 @@ def _library() -> Any:
     return _LIBRARY[0]
 
 
-def prefetch(base_url: str) -> None:
+def prefetch(model: Any) -> None:
     """Import ``genai-prices`` in a thread of its own (once), so the first price asked for (on the event loop,
-    say) does not wait for it: called when a model is made for a server not on this machine."""
+    say) does not wait for it: called as a model for a server not on this machine sends a request."""
     global _prefetching
-    if not _remote(base_url):
+    if _LIBRARY or _prefetching:
+        return
+    base = _server(model)
+    if base is None or not _remote(base):
         return
     with _lock:
         if _LIBRARY or _prefetching:
