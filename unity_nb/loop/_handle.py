@@ -43,7 +43,7 @@ from typing import Any, cast
 from .. import events as ev
 from .._collector import loop_started
 from .._errors import HandleStateError, Stopped, UserError
-from ..models import Model, Usage, cost_of
+from ..models import Model, Usage, cost_of, endpoint_of
 from ._context import current_call
 from ._engine import Driver, Engine
 from ._face import Loop
@@ -165,6 +165,7 @@ class LoopHandle(Loop):
 
         if parent is not None:
             parent.run.adopt(self, adopt_call)
+        endpoint = endpoint_of(cfg.model)
         self.run.emit(
             ev.LoopStarted,
             name=self.name,
@@ -174,6 +175,9 @@ class LoopHandle(Loop):
             loop_kind=kind,
             batch=self._engine.batch,
             approval=approval,
+            provider=endpoint.provider,
+            server_address=endpoint.address,
+            server_port=endpoint.port,
         )
         if cfg.multi:
             self.run.emit(ev.RequestSubmitted, request_id="r1", text=task)

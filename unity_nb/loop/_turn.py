@@ -351,6 +351,9 @@ class Turn:
             refusal=reply.refusal,
             truncated=bool(getattr(reply, "truncated", False)),
             warnings=tuple(scrub(w) for w in getattr(reply, "warnings", ())),
+            response_model=getattr(reply, "model", None) or None,
+            response_id=getattr(reply, "id", None),
+            finish_reason=getattr(reply, "finish_reason", None),
         )
         if reply.refusal and not reply.content:  # a refusal is what the model said: shown and kept as such
             reply.content = f"[refused] {reply.refusal}"

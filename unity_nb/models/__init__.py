@@ -15,6 +15,7 @@ from ._base import (
 )
 from ._batch_api import BatchAPI, NoBatchAPI, RowResult, batch_api_of, batch_price
 from ._cache import CachedModel
+from ._endpoint import Endpoint, endpoint_of
 from ._limits import RateLimit, rate_limit_of, set_rate_limit
 from ._local import LocalModel, LocalServer, local_model
 from ._openai import OpenAIModel
@@ -70,5 +71,5 @@ __all__ = (
     "turn_hook",
     "wait_hook",
     "set_default_model", "RateLimit", "rate_limit_of", "set_rate_limit",
-    "Price", "cost_of", "format_dollars", "price_of", "set_price",
+    "Price", "cost_of", "format_dollars", "price_of", "set_price", "Endpoint", "endpoint_of",
 )

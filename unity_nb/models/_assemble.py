@@ -175,6 +175,7 @@ class Assembler:
         "_thinking_field",
         "chunks",
         "finish",
+        "id",
         "model",
         "usage",
         "warnings",
@@ -194,6 +195,8 @@ class Assembler:
         self.warnings: list[str] = []
         """Usage ignored because it was not a count of tokens (said once each)."""
         self.finish: str | None = None
+        self.id: str | None = None
+        """The provider's id of the reply (the first a chunk gives)."""
         self.chunks = 0
         self._on_text = on_delta
         self._on_thinking: Callable[[str], None] | None = getattr(on_delta, "thinking", None)
@@ -219,6 +222,10 @@ class Assembler:
         model = get("model")
         if isinstance(model, str) and model:
             self.model = model
+        if self.id is None:
+            rid = get("id")
+            if isinstance(rid, str) and rid:
+                self.id = rid
         for choice in get("choices") or ():
             if not isinstance(choice, dict) or choice.get("index", 0) not in (0, None):
                 continue  # only the first choice is the reply
@@ -390,6 +397,7 @@ class Assembler:
             refusal=refusal,
             echo=echo,
             warnings=list(self.warnings),
+            id=self.id,
         )
 
 

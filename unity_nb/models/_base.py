@@ -7,17 +7,16 @@ sends them untouched and every other model reads one well-known shape.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = (
     "MAX_TOKENS", "DeltaCallback", "Model", "ModelRequest", "Reply", "ToolCall", "Usage", "call_tool", "checked_usage",
-    "queued", "retry_hook", "take_turn", "token_count", "turn_hook", "wait_hook",
+    "queued", "retry_hook", "token_count", "turn_hook", "wait_hook",
 )
 
 DeltaCallback = Callable[[str], None]
@@ -57,17 +56,6 @@ def queued() -> Iterator[None]:
         yield
     finally:
         hook(False)
-
-
-@contextlib.asynccontextmanager
-async def take_turn(lock: asyncio.Lock) -> AsyncIterator[None]:
-    """Hold ``lock`` (a server's one slot), the wait for it :func:`queued`."""
-    with queued():
-        await lock.acquire()
-    try:
-        yield
-    finally:
-        lock.release()
 
 
 @dataclass(slots=True)
@@ -158,6 +146,8 @@ class Reply:
     warnings: list[str] = field(default_factory=list)
     """What the client noticed about this reply and set right (usage that was not a count of tokens, a stream
     that may be cut off): recorded in its ``model_response`` event."""
+    id: str | None = None
+    """The provider's id of the reply (``chatcmpl-...``), where it gives one."""
 
 
 @dataclass(slots=True)

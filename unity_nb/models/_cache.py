@@ -184,6 +184,7 @@ class CachedModel:
                 thinking=entry.get("thinking"),
                 refusal=entry.get("refusal"),
                 echo=entry.get("echo") or {},
+                id=entry.get("id"),
             )
             thinking = getattr(on_delta, "thinking", None)
             if reply.thinking and thinking is not None:
@@ -209,7 +210,7 @@ class CachedModel:
             "model": reply.model,
             "finish_reason": reply.finish_reason,
         }
-        for optional in ("thinking", "refusal", "echo"):  # only when present
+        for optional in ("thinking", "refusal", "echo", "id"):  # only when present
             if getattr(reply, optional):
                 entry[optional] = getattr(reply, optional)
         self._entries[key] = entry

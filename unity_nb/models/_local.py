@@ -39,8 +39,12 @@ What the server needs from a client, and :class:`LocalModel` does:
 - **tools without streaming.** Its ``chatml-function-calling`` format refuses tools with a streamed
   reply ("Automatic streaming tool choice is not supported") and ``tool_choice="required"``: a request
   that offers tools is sent unstreamed, and "required" names the tool when one is offered (else "auto").
-  In that automatic mode the server ignores ``max_tokens``: a call's arguments may run on to the end of the
-  context (``n_ctx``), and arrive only then; ``timeout`` (seconds of silence) bounds such a wait.
+  In that automatic mode llama-cpp-python's server ignores ``max_tokens``; the one started here
+  (``_llama_serve``) keeps every reply to it, stops generating for a client that went away (a stopped
+  request frees the slot at once), and sends keep-alive comments while an unstreamed reply is generated.
+- **a word while it waits.** A request that finds the slot taken says so at once through ``wait_hook`` (a
+  ``model_wait`` event with ``seconds`` 0 and a reason starting "queued:"); ``busy`` and ``activity()`` say
+  what the server is doing for this kernel.
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ModelConfigError, ModelError
-from ._base import DeltaCallback, ModelRequest, Reply, take_turn
+from ._base import DeltaCallback, ModelRequest, Reply, queued, wait_hook
 from ._limits import RateLimit
 from ._openai import OpenAIModel, _Incomplete
 from ._transport import RequestBody, TransportError
@@ -106,6 +110,10 @@ class LocalServer:
         """The key every request to it must carry (a LocalModel sends it): made here, known to no one else."""
         self.stopped = False
         """True once :meth:`stop` was called."""
+        self.serving: dict[str, Any] | None = None
+        """The request holding the server's one slot (``since``, ``tools``, ``max_tokens``), or ``None``."""
+        self.queued = 0
+        """Requests from this kernel waiting for the slot."""
         self._turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # no SO_REUSEADDR: no one binds it beside us
         listener.bind(("127.0.0.1", 0))
@@ -192,6 +200,24 @@ class LocalServer:
             f"it answered {found}. It was refused (nothing was sent to it) and the server started was stopped; "
             "run u.local_model() again"
         )
+
+    @property
+    def busy(self) -> bool:
+        """True while a request from this kernel holds the server's one slot."""
+        return self.serving is not None
+
+    def activity(self) -> str | None:
+        """What the server is doing for this kernel, in words (``None`` when it is idle)."""
+        serving = self.serving
+        if serving is None:
+            return None
+        how = ("a reply with tools, sent whole at its end" if serving["tools"] else "a streamed reply")
+        bound = serving.get("max_tokens")
+        text = (f"generating {how} for {time.monotonic() - serving['since']:.0f} s"
+                + (f" (at most {bound} tokens)" if isinstance(bound, int) else ""))
+        if self.queued:
+            text += f"; {self.queued} more request(s) wait their turn"
+        return text
 
     def turn(self) -> asyncio.Lock:
         """The server's one slot, for requests from the running event loop: held for one request at a time."""
@@ -282,12 +308,25 @@ class LocalModel(OpenAIModel):
     """An :class:`OpenAIModel` for a llama-cpp-python server this kernel started: one request at a time, tools
     unstreamed, and nothing sent once the server has ended."""
 
+    provider = "llama_cpp"
+    """What traces name its provider (``gen_ai.provider.name``)."""
+
     def __init__(self, server: LocalServer, *, options: dict | None = None, **kwargs: Any) -> None:
         super().__init__(server.alias, base_url=server.base_url, api_key=server.api_key, options=options, **kwargs)
         self.server = server
 
     def __repr__(self) -> str:
         return f"LocalModel({self.server.gguf.name!r}, base_url={self.server.base_url!r})"
+
+    @property
+    def busy(self) -> bool:
+        """True while the server's one slot answers a request from this kernel (the next waits its turn)."""
+        return self.server.busy
+
+    def activity(self) -> str | None:
+        """What the server is doing, in words (``None`` when idle): a queued request says the same in its
+        ``model_wait`` event (``seconds`` 0: how long it waits is not known)."""
+        return self.server.activity()
 
     def _body(self, request: ModelRequest) -> dict:
         body = super()._body(request)
@@ -319,10 +358,23 @@ class LocalModel(OpenAIModel):
         """One attempt, holding the server's one slot (released for the retry's backoff); one that ends with the
         server raises at once, not retried, and nothing is sent to a server that has ended."""
         server = self.server
-        # the server has one slot: the next request waits here (queued), not shed by the server
-        async with take_turn(server.turn()):
+        turn = server.turn()
+        if turn.locked():  # said at once: a queued request is not a silent one
+            hook = wait_hook.get()
+            if hook is not None:
+                hook(0.0, f"queued: the local model answers one request at a time; it is {server.activity()}")
+        server.queued += 1
+        try:
+            with queued():  # the row waiting here counts as queued, not running (batch progress)
+                await turn.acquire()
+        finally:
+            server.queued -= 1
+        try:  # the server has one slot: the next request waits above, not shed by the server
             if not server.running():
                 raise self._ended()
+            body = payload.data
+            server.serving = {"since": time.monotonic(), "tools": bool(body.get("tools")),
+                              "max_tokens": body.get("max_tokens")}
             attempt = asyncio.ensure_future(super()._attempt(payload, on_delta, limit))
             attempt.add_done_callback(_retrieved)
             ended = asyncio.ensure_future(server.ended())
@@ -340,6 +392,9 @@ class LocalModel(OpenAIModel):
                 return attempt.result()
             except (TransportError, _Incomplete, TimeoutError) as err:  # broken off: by the server's end?
                 broken = err
+        finally:
+            server.serving = None
+            turn.release()
         try:  # (the slot is free meanwhile)
             await asyncio.wait_for(server.ended(), _GRACE)
         except TimeoutError:

@@ -26,6 +26,7 @@ from .._json import loads
 from ._assemble import Assembler, ProviderError, ReplyTooLong, provider_error
 from ._base import DeltaCallback, ModelRequest, Reply, Usage, retry_hook
 from ._limits import RateLimit, rate_limit_of
+from ._prices import prefetch as prefetch_prices
 from ._sse import LineTooLong, SSEDecoder
 from ._transport import (
     AioHTTPTransport,
@@ -224,6 +225,15 @@ class OpenAIModel:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    def available_models(self, timeout: float = 5.0) -> list[str]:
+        """The model names this model's server lists (``GET {base_url}/models``, with this model's key): blocking,
+        at most ``timeout`` seconds. A :class:`ModelError` says why when the server gives no list."""
+        from ._listing import listed_models
+
+        headers = {k: v for k, v in self.client.default_headers.items() if isinstance(v, str)}
+        headers.update(self.client.auth_headers)
+        return listed_models(str(self.client.base_url), headers, timeout=timeout, scrub=self._scrub)
+
     # -- requests -----------------------------------------------------------------------------
 
     def _scrub(self, text: str) -> str:
@@ -263,6 +273,7 @@ class OpenAIModel:
         self.wire_cache.forget(messages)
 
     async def complete(self, request: ModelRequest, on_delta: DeltaCallback | None = None) -> Reply:
+        prefetch_prices(self)  # a provider's model: its price is read (in a thread) while the reply comes
         body = self._body(request)
         cache = self.wire_cache
         payload = RequestBody(body, lambda: cache.body(body, request.messages, request.continues))

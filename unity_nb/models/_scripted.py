@@ -41,6 +41,9 @@ class ScriptedModel:
     wherever a model name is shown.
     """
 
+    provider = "unity_nb.scripted"
+    """What traces name its provider (``gen_ai.provider.name``): no provider's server is called."""
+
     def __init__(
         self,
         script: Script | Iterable[ScriptOutput],
