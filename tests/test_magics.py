@@ -236,7 +236,7 @@ async def test_repr_and_static_snapshot():
     h = u.start_loop("say <hi>", model=u.ScriptedModel(["hello & bye"]), name="snap")
     await h
     w = HandleWidget(h)
-    bundle = w._repr_mimebundle_()
+    bundle, _metadata = w._repr_mimebundle_()
     assert bundle["text/plain"] == "<unity handle 'snap': finished, 1 steps>"
     assert "application/vnd.jupyter.widget-view+json" in bundle
     assert "say &lt;hi&gt;" in bundle["text/html"] and "hello &amp; bye" in bundle["text/html"]

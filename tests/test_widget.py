@@ -295,6 +295,6 @@ async def test_the_saved_snapshot_says_it_is_a_snapshot_not_a_live_view():
     html_now = render_html(h)
     assert "a snapshot of this operation" in html_now and "not updated since" in html_now
     assert html_now.index("a snapshot of this operation") < html_now.index("<b>snap</b>")  # said first
-    bundle = HandleWidget(h)._repr_mimebundle_()
+    bundle, _metadata = HandleWidget(h)._repr_mimebundle_()
     assert "a snapshot of this operation" in bundle["text/html"]
     await h

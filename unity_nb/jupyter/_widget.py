@@ -534,14 +534,15 @@ class HandleWidget(anywidget.AnyWidget):
 
     # -- without a kernel ----------------------------------------------------------------
 
-    def _repr_mimebundle_(self, **kwargs: Any) -> dict:  # type: ignore[override]
-        bundle: Any = super()._repr_mimebundle_(**kwargs) or {}
-        if isinstance(bundle, tuple):
-            bundle = bundle[0]
-        bundle = dict(bundle)
-        bundle["text/plain"] = repr(self.handle)
-        bundle["text/html"] = render_html(self.handle)
-        return bundle
+    def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict, dict]:
+        """The widget's bundle whole: its data (with the snapshot as ``text/html`` and the handle's repr), and the
+        metadata anywidget adds, which Colab's custom widget manager needs to render the view (anywidget#63)."""
+        shown: Any = super()._repr_mimebundle_(**kwargs) or {}
+        data, metadata = shown if isinstance(shown, tuple) else (shown, {})
+        data = dict(data)
+        data["text/plain"] = repr(self.handle)
+        data["text/html"] = render_html(self.handle)
+        return data, dict(metadata or {})
 
 
 _INTERRUPTS: weakref.WeakKeyDictionary[Any, weakref.WeakSet[HandleWidget]] = weakref.WeakKeyDictionary()
