@@ -428,9 +428,14 @@ function render({ model, el }) {
   // is there a kernel behind this view? A ping it answers with a pong (widget state saved in a notebook
   // brings the view back without one); any state it sends proves it too
   let dead = false, waiting = null;
+  // this view, while live, hides its operation's snapshot output (placeSnapshots, below); the operation is the root
+  const operation = ((model.get("nodes") || [])[0] || {}).id;
+  let counted = false;
+  const countLive = (flag) => { if (flag !== counted) { counted = flag; liveView(operation, flag); } };
   function setDead(flag) {
     if (flag === dead) return;
     dead = flag;
+    countLive(!dead);
     root.classList.toggle("unb-dead", dead);
     deadNote.textContent = dead ? DEAD_NOTE : "";
     if (!dead) { // alive again (a busy kernel answered late): rebuild what was disabled
@@ -462,17 +467,23 @@ function render({ model, el }) {
   model.on("change:cell_running", () => update());
   model.on("change:_anywidget_id", () => root.setAttribute("data-unb-style", model.get("_anywidget_id") || ""));
   update();
+  countLive(true);
   ping();
-  return () => { clearInterval(ticker); if (waiting) clearTimeout(waiting); views.clear(); };
+  return () => { clearInterval(ticker); if (waiting) clearTimeout(waiting); views.clear(); countLive(false); };
 }
 
 export default { render };
 
 // Beside each widget %unity shows, a second output holds the operation's snapshot as plain HTML (see
 // unity_nb/jupyter/_shown.py): what a notebook reopened without widget state shows, where JupyterLab cannot
-// find the widget's model. While this widget is rendered and live, that output is hidden: one global rule,
-// added once per page (the widget's own stylesheet is scoped under its root, so it cannot reach a sibling).
-// A dead widget (its kernel gone) lets the snapshot show again.
+// find the widget's model. While a view of the operation is rendered and live, that output is hidden; a dead
+// widget (its kernel gone) lets the snapshot show again. Two ways, both added once per page:
+// - in JupyterLab, Notebook 7 and the classic Notebook, one global rule hides the whole output (its prompt too);
+// - anywhere else the two outputs share the page (VS Code's notebook webview, a Colab cell's output frame), the
+//   snapshot names its operation (data-unb-for) and the live views hide it, and what holds nothing else around it
+//   (the front end's wrapper of that output), wherever the front end puts it, also when it arrives or is replaced
+//   after the view rendered (a mutation observer). The count of live views per operation is kept on the page
+//   (globalThis), not in this module: a front end may load the module once per widget.
 const SNAPSHOT_RULE_ID = "unity-nb-snapshot-beside";
 if (typeof document !== "undefined" && !document.getElementById(SNAPSHOT_RULE_ID)) {
   const live = ":has(.unb-root:not(.unb-dead))";
@@ -483,4 +494,52 @@ if (typeof document !== "undefined" && !document.getElementById(SNAPSHOT_RULE_ID
     `.output_area${live} + .output_area:has(.unity-nb-snapshot)`, // the classic Notebook
   ].map((selector) => `${selector} { display: none; }`).join("\n");
   document.head.append(rule);
+}
+
+const SNAPSHOT = ".unity-nb-snapshot[data-unb-for]";
+const HIDDEN = "data-unb-hidden"; // on what a live view hid: the display it had
+function snapshots() {
+  let s = globalThis.__unityNbSnapshots;
+  if (!s) {
+    s = globalThis.__unityNbSnapshots = { live: new Map(), observer: null };
+    if (typeof MutationObserver !== "undefined" && typeof document !== "undefined") {
+      s.observer = new MutationObserver((records) => {
+        const arrived = records.some((r) => [...r.addedNodes].some((n) => n.nodeType === 1 &&
+          (n.matches(SNAPSHOT) || n.querySelector(SNAPSHOT))));
+        if (arrived) placeSnapshots();
+      });
+      s.observer.observe(document.body, { childList: true, subtree: true });
+    }
+  }
+  return s;
+}
+// the snapshot's output: it, or the nearest ancestor holding nothing else (never the page's body)
+function outputOf(snap) {
+  let box = snap;
+  while (box.parentElement && box.parentElement !== document.body && box.parentElement.childElementCount === 1) {
+    box = box.parentElement;
+  }
+  return box;
+}
+function placeSnapshots() {
+  if (typeof document === "undefined") return;
+  const live = snapshots().live;
+  for (const snap of document.querySelectorAll(SNAPSHOT)) {
+    const box = outputOf(snap);
+    const hide = (live.get(snap.getAttribute("data-unb-for")) || 0) > 0;
+    if (hide && !box.hasAttribute(HIDDEN)) {
+      box.setAttribute(HIDDEN, box.style.display);
+      box.style.display = "none";
+    } else if (!hide && box.hasAttribute(HIDDEN)) {
+      box.style.display = box.getAttribute(HIDDEN);
+      box.removeAttribute(HIDDEN);
+    }
+  }
+}
+// a view of operation `id` is live (true) or no longer (false: dead, or taken out of the page)
+function liveView(id, flag) {
+  if (!id) return;
+  const live = snapshots().live;
+  live.set(id, Math.max(0, (live.get(id) || 0) + (flag ? 1 : -1)));
+  placeSnapshots();
 }

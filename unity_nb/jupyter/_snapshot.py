@@ -36,8 +36,15 @@ _BADGE = {
 }
 
 
+# Colours: the theme's where the page has JupyterLab's variables (Light, Dark, any theme), else the page's own text
+# colour (``inherit``: GitHub, nbconvert, VS Code in light or dark); a red for errors mixed toward that text colour,
+# so it reads on a dark page as on a light one (``color-mix``; a plain red where a browser lacks it)
+_TEXT = "color:var(--jp-content-font-color1, inherit)"
+_MUTED = "color:var(--jp-content-font-color2, inherit)"
+_ERROR = "color:#dc2626;color:var(--jp-error-color1, color-mix(in srgb, #dc2626 75%, currentColor))"
+
 _CAPTION = (  # where the widget cannot load (no kernel, no anywidget front end), the snapshot says what it is
-    '<div style="color:#6b7280;font-size:12px;margin-bottom:4px">unity_nb: a snapshot of this operation taken '
+    f'<div style="{_MUTED};font-size:12px;margin-bottom:4px">unity_nb: a snapshot of this operation taken '
     "when this output was made, not updated since; the live view is a widget, shown where its front end loads "
     "and its kernel runs</div>"
 )
@@ -45,7 +52,13 @@ _CAPTION = (  # where the widget cannot load (no kernel, no anywidget front end)
 
 def render_html(root: LoopHandle) -> str:
     """A static snapshot of the handle tree and its transcripts (no scripts, no kernel needed)."""
-    parts = ['<div class="unity-nb-snapshot" style="font-family:sans-serif;font-size:13px">', _CAPTION]
+    # data-unb-for: the operation it shows, so that operation's live widget, wherever the front end puts the two
+    # outputs in the page, can hide it while it is live (widgets/handle.js)
+    parts = [
+        f'<div class="unity-nb-snapshot" data-unb-for="{html.escape(root.id)}" '
+        f'style="font-family:sans-serif;font-size:13px;{_TEXT}">',
+        _CAPTION,
+    ]
     for h, depth in tree(root):
         status = getattr(h, "outcome", h.status.value)  # a batch with failed rows: "finished with failures"
         parts.append(
@@ -64,9 +77,8 @@ def render_html(root: LoopHandle) -> str:
                 f"<div><code>{html.escape(c.name)}({html.escape(clip(c.arguments, 300))})</code></div>"
                 for c in m.tool_calls
             )
-            color = "#dc2626" if m.error else "#374151"
             parts.append(
-                f'<div style="color:{color}"><i>{html.escape(label)}</i>: '
+                f'<div style="{_ERROR if m.error else _TEXT}"><i>{html.escape(label)}</i>: '
                 f'<span style="white-space:pre-wrap">{text}</span>{calls}</div>'
             )
         parts.append("</div>")
