@@ -104,9 +104,10 @@ function renderEntry(entry, isOpen, waiting) {
     el.append(body);
   }
   for (const call of entry.calls || []) {
-    const details = h("details", { class: `unb-call${call.error ? " unb-error" : ""}${codeOf(call) ? " unb-plan" : ""}`, "data-call": call.id });
+    const details = h("details", { class: `unb-call${call.error ? " unb-error" : ""}${call.skipped ? " unb-skipped" : ""}${codeOf(call) ? " unb-plan" : ""}`, "data-call": call.id });
     if (isOpen(call.id)) details.open = true;
-    const state = call.result === null ? (waiting.has(call.id) ? "waiting for approval" : "running...") : call.error ? "error" : "done";
+    // a call the person skipped did not run: it says so, not "done"
+    const state = call.result === null ? (waiting.has(call.id) ? "waiting for approval" : "running...") : call.skipped ? "skipped" : call.error ? "error" : "done";
     details.append(h("summary", {}, h("code", {}, call.name), ` ${state}`, call.child ? ` (sub-operation below)` : ""));
     const code = codeOf(call);
     if (code) {
@@ -333,11 +334,16 @@ function render({ model, el }) {
             const reason = h("input", { class: "unb-input", type: "text", placeholder: "Why skip? (optional; Enter skips)" });
             const skip = () => send("skip", node.id, reason.value, a.call_id);
             onEnter(reason, skip);
+            // a tool's call (not a plan: each plan is read on its own) may be allowed for the rest of the operation
+            const allow = a.tool ? h("button", { class: "unb-btn unb-allow", title: `Run it, and every later call of ${a.tool} in this operation without asking`,
+              onclick: () => send("allow", node.id, null, a.call_id) }, `Always allow ${a.tool}`) : null;
             row = h("div", { class: "unb-approval", "data-call": a.call_id },
               h("b", {}, a.tool ? "Tool call waiting for your approval: " : "Plan waiting for your approval: "), a.intent, pre,
-              h("button", { class: "unb-btn unb-run", onclick: () => send("approve", node.id, null, a.call_id) }, "Run"),
-              h("button", { class: "unb-btn unb-skip", onclick: skip }, "Skip"),
-              reason);
+              h("div", { class: "unb-approval-actions" },
+                h("button", { class: "unb-btn unb-run", onclick: () => send("approve", node.id, null, a.call_id) }, "Run"),
+                allow,
+                h("button", { class: "unb-btn unb-skip", onclick: skip }, "Skip"),
+                reason));
           }
           waitingNow.set(a.call_id, row);
         }

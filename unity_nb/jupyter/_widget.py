@@ -32,7 +32,7 @@ from typing import Any
 import anywidget
 import traitlets
 
-from ..loop import VERBS, LoopHandle, Message, pending_approvals
+from ..loop import VERBS, LoopHandle, Message, pending_approvals, was_skipped
 from ._buttons import verb_buttons
 from ._clicks import Clicks, watch_cells
 from ._snapshot import LIMIT as _LIMIT
@@ -149,6 +149,7 @@ def _entry(m: Message) -> dict:
                 "arguments": _clip(c.arguments),
                 "result": None if c.result is None else _clip(c.result),
                 "error": c.error,
+                "skipped": was_skipped(c.result),  # the person skipped it: it did not run
                 "child": c.child.id if c.child is not None else None,
                 "output": _clip_output(c.output, c.output_cut),
                 "displays": [_display(d) for d in c.displays[-_MAX_DISPLAYS:]],
@@ -297,6 +298,10 @@ COMMANDS: dict[str, Command] = {
     # a plan, or a call of a tool marked needs_approval, waiting for the person
     "approve": Command(lambda w, h, c: h.inbox.approve(c.get("call_id")), "run a waiting plan or tool call"),
     "skip": Command(lambda w, h, c: h.inbox.skip(c.get("call_id"), _text(c) or None), "skip it, with a reason"),
+    "allow": Command(
+        lambda w, h, c: h.inbox.approve(c.get("call_id"), always=True),
+        "run a waiting tool call, and that tool's later calls in this operation without asking",
+    ),
 }
 """What the widget's clicks do, by the action name the browser sends. A steering verb needs no entry:
 the front end makes its button from the widget's ``verbs`` (:func:`verb_buttons`, from :data:`VERBS`),
