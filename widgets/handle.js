@@ -246,6 +246,16 @@ function render({ model, el }) {
       h("div", { class: "unb-bar-text" },
         `${p.done}/${p.total == null ? "?" : p.total} done${kept} (${pct}%) · ${p.running} running · ${p.failed} failed · ${waiting} · ` +
         `${p.rows_per_second} rows/s${eta} · ${p.tokens_estimated ? "≈" : ""}${p.input_tokens}/${p.output_tokens} tokens${p.tokens_estimated ? " (estimated)" : ""}${money}${spend}`));
+    // once it has ended: the first rows of its result (what awaiting it gives)
+    const pv = node.preview;
+    if (pv && pv.rows.length) {
+      const table = h("table", { class: "unb-preview-table" },
+        h("tr", {}, h("th", {}, ""), ...pv.columns.map((c) => h("th", {}, c))),
+        ...pv.rows.map((r) => h("tr", {}, ...r.map((c, i) => h(i ? "td" : "th", {}, c)))));
+      const more = pv.answered > pv.rows.length ? ` of ${pv.answered} answered` : "";
+      v.batch.append(h("div", { class: "unb-preview" },
+        h("div", { class: "unb-label" }, `first rows${more} · await ${node.name} for all, or %unity show ${node.name}`), table));
+    }
     if (node.failures && node.failures.length) {
       const list = h("details", { class: "unb-failures" }, h("summary", {}, `${node.failures.length} row(s) failed or stopped`));
       for (const f of node.failures) {

@@ -442,7 +442,10 @@ class UnityMagics(Magics):
         return store.history(limit=cmd.options.get("limit"))
 
     def _show(self, cmd: Command) -> Any:
-        return show_transcript(self, cmd.name or "")
+        from ._batch_view import batch_table
+
+        rows = batch_table(self, cmd.name or "")  # a batch: its rows and answers
+        return rows if rows is not None else show_transcript(self, cmd.name or "")
 
     def _tasks(self, cmd: Command) -> Any:
         return tasks_table(self)

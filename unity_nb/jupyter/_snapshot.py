@@ -50,6 +50,25 @@ _CAPTION = (  # where the widget cannot load (no kernel, no anywidget front end)
 )
 
 
+def _preview_html(h: LoopHandle) -> str:
+    """An ended batch's first rows (as its widget shows them), as a table; else nothing."""
+    from ._batch_view import preview
+
+    shown = preview(h)
+    if shown is None:
+        return ""
+    cell = 'style="text-align:left;padding:1px 8px 1px 0;vertical-align:top;white-space:pre-wrap"'
+    head = "".join(f"<th {cell}>{html.escape(c)}</th>" for c in ["", *shown["columns"]])
+    body = "".join(
+        "<tr>" + "".join(f"<{'td' if i else 'th'} {cell}>{html.escape(str(c))}</{'td' if i else 'th'}>"
+                         for i, c in enumerate(r)) + "</tr>"
+        for r in shown["rows"]
+    )
+    more = f" of {shown['answered']} answered" if shown["answered"] > len(shown["rows"]) else ""
+    return (f'<div style="margin:4px 0"><i>first rows{more}</i><table style="border-collapse:collapse;font-size:12px">'
+            f"<tr>{head}</tr>{body}</table></div>")
+
+
 def render_html(root: LoopHandle) -> str:
     """A static snapshot of the handle tree and its transcripts (no scripts, no kernel needed)."""
     # data-unb-for: the operation it shows, so that operation's live widget, wherever the front end puts the two
@@ -68,6 +87,7 @@ def render_html(root: LoopHandle) -> str:
             f'<span style="background:{_BADGE[status]};color:white;border-radius:8px;padding:0 6px">{status}</span> '
             f"{h.steps} steps, {'≈' if h.usage.estimated else ''}{h.usage.input_tokens}/{h.usage.output_tokens} tokens"
         )
+        parts.append(_preview_html(h))
         for m in h.transcript:
             if m.kind in ("system", "context"):
                 continue

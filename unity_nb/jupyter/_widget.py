@@ -33,6 +33,7 @@ import anywidget
 import traitlets
 
 from ..loop import VERBS, LoopHandle, Message, pending_approvals, was_skipped
+from ._batch_view import preview
 from ._buttons import verb_buttons
 from ._clicks import Clicks, watch_cells
 from ._snapshot import LIMIT as _LIMIT
@@ -234,6 +235,7 @@ def _batch(h: LoopHandle) -> dict:
     failed = (rows.ended_badly if rows is not None else getattr(h, "ended_badly", []))[:20]
     return {
         "progress": progress,
+        "preview": preview(h),  # the first rows of its result, once it has ended
         "failures": [
             {"key": _clip(str(r.key), 80), "status": r.status, "reason": _clip(r.reason or "", 300),
              "node": r.child.id if r.child is not None else None}
