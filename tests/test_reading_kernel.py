@@ -1,5 +1,9 @@
 """What a person reads in a notebook, in real kernels (jupyter_client; every wait has a timeout):
 
+- ``await h`` on a failed operation shows the one line of its error and a hint, not its traceback through
+  unity_nb's frames; ``%tb`` shows that traceback. A usage error is its one line and where the subcommand's help
+  is (``%unity help SUB``), not the whole usage under it. Other errors are IPython's as ever, and unloading the
+  extension puts back what was there.
 - ``%unity show NAME`` for a batch gives its rows and answers: in the kernel that ran it, its result with each
   missing row's reason; in a later kernel, the rows the store recorded. The snapshot saved beside the widget holds
   the first rows too.
@@ -7,6 +11,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 from _kernel import Kernel, running
@@ -46,3 +51,73 @@ def test_show_gives_a_batchs_rows_and_answers_here_and_in_a_later_kernel(tmp_pat
         assert later.value("t['status'].tolist()") == ["finished", "finished", "failed", "finished"]
     finally:
         later.close()
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _cell(k, code, timeout=60):
+    """Run a cell as a front end does: its reply's status, the error tracebacks it showed (lines, colours
+    removed), and what it wrote to stderr."""
+    errors: list[list[str]] = []
+    stderr: list[str] = []
+
+    def hook(msg):
+        t, c = msg["msg_type"], msg["content"]
+        if t == "error":
+            errors.append([line for tb in c["traceback"] for line in ANSI.sub("", tb).splitlines()])
+        elif t == "stream" and c["name"] == "stderr":
+            stderr.append(c["text"])
+
+    reply = k.kc.execute_interactive(code, timeout=timeout, output_hook=hook)
+    return reply["content"]["status"], errors, "".join(stderr)
+
+
+FAILING = textwrap.dedent(
+    """
+    %load_ext unity_nb
+    import unity_nb as u
+
+    def down(messages, tools):
+        raise u.ModelError("the server answered 401: the API key was refused", status=401)
+
+    m = u.ScriptedModel(down)
+    %unity model --var m
+    """
+)
+
+
+def test_a_failed_operation_is_one_line_in_the_cell_and_its_traceback_is_on_request():
+    with running(FAILING) as k:
+        k.run("h = %unity act --name north Which region?")
+        status, errors, _ = _cell(k, "await h")
+        assert status == "error"
+        (shown,) = errors
+        assert shown == [
+            "ModelError: the server answered 401: the API key was refused", "(%tb shows where it was raised)",
+        ]
+        status, errors, _ = _cell(k, "%tb")  # asked for: every frame
+        (whole,) = errors
+        assert len(whole) > 10 and any("unity_nb" in line for line in whole)
+        assert whole[-1].startswith("ModelError: the server answered 401")
+        # an error of another kind keeps IPython's traceback
+        status, errors, _ = _cell(k, "def f():\n    raise ValueError('mine')\nf()")
+        assert any("raise ValueError('mine')" in line for line in errors[0])
+        # unloading the extension puts back the shell's own handling
+        k.run("%unload_ext unity_nb")
+        status, errors, _ = _cell(k, "await h")
+        assert len(errors[0]) > 10
+
+
+def test_a_usage_error_is_its_line_and_where_the_help_is():
+    with running(FAILING) as k:
+        status, _errors, stderr = _cell(k, "%unity stop nosuch")
+        assert status == "error"
+        assert stderr.strip().splitlines() == [
+            "UsageError: no operation named 'nosuch' (known: none yet)", "(%unity help stop shows its usage)",
+        ]
+        _status, _errors, stderr = _cell(k, "%unity map items --concurrency many Label {value}")
+        assert stderr.strip().splitlines() == [
+            "UsageError: option --concurrency takes a whole number of at least 1, not 'many'",
+            "(%unity help map shows its usage)",
+        ]

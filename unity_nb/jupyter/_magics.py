@@ -17,7 +17,8 @@ from .._errors import HandleStateError, ModelConfigError, UserError
 from ..batch import OPERATORS
 from ..loop import VERBS, LoopHandle, start_ask
 from ..models import set_default_model
-from ._args import HELP, SETTINGS, SUBCOMMANDS, Command, check_setting, overview, parse
+from ._args import HELP, SETTINGS, SUBCOMMANDS, Command, check_setting, overview, parse, short_usage
+from ._commands import usage_hint
 from ._magics_tasks import resume_from_store, show_transcript, task_command, tasks_table
 
 __all__ = ("UnityMagics",)
@@ -191,7 +192,9 @@ class UnityMagics(Magics):
                 run = self._operator if cmd.sub in OPERATORS else self._verb
             return run(cmd)
         except UserError as err:
-            raise UsageError(f"{err}\n\n{HELP[cmd.sub]}") from None
+            raise UsageError(f"{err}\n{usage_hint(cmd.sub)}") from None
+        except UsageError as err:  # its line and where the help is, never the subcommand's whole usage under it
+            raise UsageError(short_usage(str(err), cmd.sub)) from None
 
     unity.__doc__ = "Start and steer steerable LLM operations.\n\n" + overview()
 
