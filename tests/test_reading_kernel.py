@@ -121,3 +121,43 @@ def test_a_usage_error_is_its_line_and_where_the_help_is():
             "UsageError: option --concurrency takes a whole number of at least 1, not 'many'",
             "(%unity help map shows its usage)",
         ]
+
+
+NAMED = textwrap.dedent(
+    """
+    %load_ext unity_nb
+    import asyncio
+    import unity_nb as u
+
+    go = asyncio.Event()
+
+    async def wait(messages, tools):
+        await go.wait()
+        return "done"
+
+    m = u.ScriptedModel(wait)
+    %unity model --var m
+    items = ["alpha", "beta"]
+    """
+)
+
+
+def test_an_operation_is_named_after_the_variable_it_is_assigned_to():
+    with running(NAMED) as k:
+        k.run("labels = %unity map items Label {value}")
+        assert k.value("labels.name") == "labels"
+        k.run("first = %unity act One?\nsecond = %unity act Two?")
+        assert k.value("[first.name, second.name]") == ["first", "second"]
+        k.run("%unity act Three?")  # assigned to nothing: the next hN
+        k.run("plain = %unity act --name chosen Four?")  # --name wins
+        assert k.value("plain.name") == "chosen"
+        k.run("labels = %unity map items Label {value}")  # labels runs still: a free name beside it
+        assert k.value("labels.name") == "labels-2"
+        k.run("for i in range(2):\n    looped = %unity act Five?")
+        assert k.value("looped.name") == "looped-2"  # (the first looped still runs)
+        names = k.value("list(get_ipython().magics_manager.registry['UnityMagics'].handles)")
+        assert names == ["labels", "first", "second", "h1", "chosen", "labels-2", "looped", "looped-2"]
+        k.run("go.set()\n_ = [await h for h in (labels, first, second, plain, looped)]")
+        k.run("labels = %unity map items Label {value}")  # the one named labels has finished: its name is reused
+        assert k.value("labels.name") == "labels"
+        k.run("go.set()")

@@ -119,8 +119,8 @@ DOLLARS = Kind(_dollars, "dollars (a number >= 0, e.g. 5.00)")
 
 # -- the options, each declared once (a subcommand's may say more with dataclasses.replace) -------
 
-NAME = Option("--name", TEXT, "the operation's name (else h1, h2, ...): a name in use by a live operation is refused; "
-              "a finished one's is reused.", "NAME")
+NAME = Option("--name", TEXT, "the operation's name (else the variable the line is assigned to, else h1, h2, ...): a "
+              "name in use by a live operation is refused; a finished one's is reused.", "NAME")
 CONCURRENCY = Option("--concurrency", POSITIVE, "rows at a time (default 8).", "N")
 ROW_STEPS = Option("--max-steps", POSITIVE, "model calls a row may make (default: UnityMagics.max_steps).", "N")
 RATE = Option("--rate", TEXT, "requests to the model, e.g. 600/min or 10/s, shared by every operation using it.",
