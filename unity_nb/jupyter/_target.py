@@ -34,7 +34,7 @@ def _is_call_of(node: ast.AST, line: str) -> bool:
 
 def _caller() -> FrameType | None:
     """The frame that called IPython's ``run_line_magic`` for the magic running now."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_name == "run_line_magic" and frame.f_globals.get("__name__", "").startswith("IPython."):
             return frame.f_back
