@@ -9,7 +9,6 @@ import weakref
 from typing import Any
 
 from ..loop import LoopHandle
-from ._snapshot import clip
 
 __all__ = ("PREVIEW_ROWS", "batch_table", "preview")
 
@@ -24,10 +23,11 @@ _PREVIEWS: weakref.WeakKeyDictionary[LoopHandle, dict | None] = weakref.WeakKeyD
 """Each ended batch's preview, made once (its result no longer changes)."""
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, limit: int = 200) -> str:
     if hasattr(value, "model_dump"):
         value = value.model_dump()
-    return clip(value if isinstance(value, str) else repr(value), 200)
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more characters]"
 
 
 def _table(columns: list[str], rows: list[list[Any]], total: int) -> dict:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 
 from ..loop import LoopHandle
+from ._batch_view import preview
 
 __all__ = ("LIMIT", "clip", "render_html", "tree")
 
@@ -52,8 +53,6 @@ _CAPTION = (  # where the widget cannot load (no kernel, no anywidget front end)
 
 def _preview_html(h: LoopHandle) -> str:
     """An ended batch's first rows (as its widget shows them), as a table; else nothing."""
-    from ._batch_view import preview
-
     shown = preview(h)
     if shown is None:
         return ""
