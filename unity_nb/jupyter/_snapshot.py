@@ -77,6 +77,12 @@ def render_html(root: LoopHandle) -> str:
         f'style="font-family:sans-serif;font-size:13px;{_TEXT}">',
         _CAPTION,
     ]
+    if not root.done():  # what a notebook saved while it ran shows once its kernel is gone: how to go on
+        parts.append(
+            f'<div style="{_MUTED};font-size:12px;margin-bottom:4px">If its kernel stopped before it ended: in a new '
+            f"kernel, <code>%load_ext unity_nb</code> then <code>%unity resume {html.escape(root.name)}</code>, "
+            "which says whatever else it needs.</div>"
+        )
     for h, depth in tree(root):
         status = getattr(h, "outcome", h.status.value)  # a batch with failed rows: "finished with failures"
         parts.append(
