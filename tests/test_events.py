@@ -45,7 +45,7 @@ def sample(cls: type) -> ev.Event:
             values[f.name] = True
         elif hint is int or int in args:
             values[f.name] = 3
-        elif hint is float:
+        elif hint is float or float in args:
             values[f.name] = 0.5
         else:
             values[f.name] = f"{f.name} é ☕"

@@ -12,6 +12,8 @@ after the widget, a second output: the operation's snapshot as plain HTML, updat
   but hidden: the person sees the widget once, not twice.
 - **Dead.** A notebook reopened with widget state saved mid-run: once the widget says its kernel is gone,
   the snapshot beside it shows again.
+- **Dark.** The snapshot follows JupyterLab's theme: in JupyterLab Dark its text (an error's too) reads on the
+  dark page (contrast at least 4.5, WCAG's AA level). Its picture goes to ``tests/artifacts/snapshot-dark.png``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,17 @@ import re
 import nbformat
 from nbclient import NotebookClient
 from test_browser import lab  # noqa: F401 (the fixture)
-from test_widget_browser import PICTURES, _node, _notebook, _open, _run_all, _saved_mid_run, browser  # noqa: F401
+from test_widget_browser import (  # noqa: F401
+    CONTRAST,
+    PICTURES,
+    _node,
+    _notebook,
+    _open,
+    _run_all,
+    _saved_mid_run,
+    _theme,
+    browser,
+)
 
 ANSWER = "The north sold most (ANSWER-7f3)."
 CELLS = [
@@ -35,15 +47,13 @@ def _outputs_of(cell) -> list[dict]:
     return [dict(o.get("data", {})) for o in cell.outputs if o.output_type == "display_data"]
 
 
-def test_a_notebook_reopened_without_widget_state_shows_the_operations_snapshot(lab, browser, tmp_path, monkeypatch):  # noqa: F811
+def _saved_without_widget_state(lab, tmp_path, name, cells):  # noqa: F811
+    """A notebook run as a person's is run and saved (outputs kept, widget state not: JupyterLab's default), trusted
+    as its author's own notebook is, in the lab's root."""
     from nbformat.sign import NotebookNotary
-    from playwright.sync_api import expect
 
-    # run as a person's notebook is run and saved: outputs kept, widget state not (JupyterLab's default)
-    monkeypatch.setenv("UNITY_NB_STORE", str(tmp_path / "state.db"))
-    run = "h = %unity act --name north Which region?\n_ = await h"  # (no Out[]: the answer is the snapshot's)
     nb = nbformat.v4.new_notebook(
-        cells=[nbformat.v4.new_code_cell(c) for c in [*CELLS, run]],
+        cells=[nbformat.v4.new_code_cell(c) for c in cells],
         metadata={"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
     )
     resources = {"metadata": {"path": str(tmp_path)}}
@@ -51,8 +61,16 @@ def test_a_notebook_reopened_without_widget_state_shows_the_operations_snapshot(
     assert "widgets" not in nb.metadata
     shown = _outputs_of(nb.cells[-1])
     assert "application/vnd.jupyter.widget-view+json" in shown[0]  # the widget's output, with no state saved
-    NotebookNotary(data_dir=str(lab.data_dir)).sign(nb)  # trusted, as its author's own notebook is
-    nbformat.write(nb, lab.root / "no_state.ipynb")
+    NotebookNotary(data_dir=str(lab.data_dir)).sign(nb)
+    nbformat.write(nb, lab.root / name)
+
+
+def test_a_notebook_reopened_without_widget_state_shows_the_operations_snapshot(lab, browser, tmp_path, monkeypatch):  # noqa: F811
+    from playwright.sync_api import expect
+
+    monkeypatch.setenv("UNITY_NB_STORE", str(tmp_path / "state.db"))
+    run = "h = %unity act --name north Which region?\n_ = await h"  # (no Out[]: the answer is the snapshot's)
+    _saved_without_widget_state(lab, tmp_path, "no_state.ipynb", [*CELLS, run])
 
     page = browser.page
     panel = _open(page, lab, "no-state", "no_state.ipynb")  # a new kernel: no model for the widget's view
@@ -105,4 +123,43 @@ def test_a_dead_widget_lets_its_snapshot_show(lab, browser):  # noqa: F811
     snapshot = panel.locator(SNAPSHOT)
     expect(snapshot).to_be_visible()  # ... and the snapshot beside it shows
     expect(snapshot).to_contain_text("saved_run")
+    assert browser.outside == [], "the page requested something beyond the local server"
+
+
+def test_the_snapshot_reads_in_jupyterlab_dark(lab, browser, tmp_path, monkeypatch):  # noqa: F811
+    from playwright.sync_api import expect
+
+    monkeypatch.setenv("UNITY_NB_STORE", str(tmp_path / "state.db"))
+    cells = [
+        CELLS[0],
+        f"""def script(messages, tools):
+    if not [m for m in messages if m["role"] == "tool"]:
+        return u.call_tool("execute_code", code="1/0", intent="fail once")  # an error entry, red in the snapshot
+    return {ANSWER!r}
+
+answers = u.ScriptedModel(script)
+%unity model --var answers""",
+        "h = %unity act --name north Which region?\n_ = await h",
+    ]
+    _saved_without_widget_state(lab, tmp_path, "dark.ipynb", cells)
+    page = browser.page
+    panel = _open(page, lab, "dark", "dark.ipynb")
+    snapshot = panel.locator(".jp-Cell").last.locator(SNAPSHOT)
+    expect(snapshot).to_contain_text(ANSWER)
+    try:
+        _theme(page, "JupyterLab Dark")
+        entries = snapshot.locator("div[style*='color']")
+        expect(entries.first).to_be_visible()
+        assert entries.count() >= 5  # the caption, the task, the call, its error, the answer
+        errors = 0
+        for i in range(entries.count()):
+            measured = entries.nth(i).evaluate(CONTRAST)
+            assert measured["background"] < 0.2, (i, measured)  # the dark theme's page ...
+            assert measured["ratio"] >= 4.5, (entries.nth(i).inner_text(), measured)  # ... and the text reads on it
+            errors += "ZeroDivisionError" in entries.nth(i).inner_text()
+        assert errors, "the failed call's entry was measured"
+        PICTURES.mkdir(parents=True, exist_ok=True)
+        (PICTURES / "snapshot-dark.png").write_bytes(snapshot.screenshot())
+    finally:
+        _theme(page, "JupyterLab Light")  # the server's other tests see the default theme
     assert browser.outside == [], "the page requested something beyond the local server"

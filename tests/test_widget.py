@@ -179,7 +179,7 @@ async def test_a_whole_reply_is_not_a_cut_off_fragment():
 def test_every_button_of_the_front_end_is_an_entry_of_the_command_table():
     js = installed("handle.js")
     sent = set(re.findall(r'send\("(\w+)"', js))  # the buttons the front end names (not the steering verbs')
-    assert sent == {"answer", "approve", "skip"} and sent <= set(COMMANDS)
+    assert sent == {"answer", "approve", "skip", "allow"} and sent <= set(COMMANDS)
     # the steering verbs' buttons are made from the widget's table of them, the Pause button "resume" when paused
     buttons = verb_buttons()
     steering = {b["name"] for b in buttons} | {b["undo"]["name"] for b in buttons if "undo" in b}
@@ -295,6 +295,6 @@ async def test_the_saved_snapshot_says_it_is_a_snapshot_not_a_live_view():
     html_now = render_html(h)
     assert "a snapshot of this operation" in html_now and "not updated since" in html_now
     assert html_now.index("a snapshot of this operation") < html_now.index("<b>snap</b>")  # said first
-    bundle = HandleWidget(h)._repr_mimebundle_()
+    bundle, _metadata = HandleWidget(h)._repr_mimebundle_()
     assert "a snapshot of this operation" in bundle["text/html"]
     await h

@@ -231,6 +231,14 @@ class LoopStarted(Event):
     server_address: str | None = None
     """The host its model's server is at (``None``: a model with no server, a ``ScriptedModel``)."""
     server_port: int | None = None
+    base_url: str | None = None
+    """The server its model answered from (an operation's top loop; never a key: no credentials, no query), so
+    that ``%unity resume`` in a new kernel can say how to configure that model again."""
+    price_input: float | None = None
+    """Its model's price for input tokens when it started (dollars per million; an operation's top loop; ``None``:
+    unknown), for the same reason."""
+    price_output: float | None = None
+    """And for output tokens."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)

@@ -104,9 +104,10 @@ function renderEntry(entry, isOpen, waiting) {
     el.append(body);
   }
   for (const call of entry.calls || []) {
-    const details = h("details", { class: `unb-call${call.error ? " unb-error" : ""}${codeOf(call) ? " unb-plan" : ""}`, "data-call": call.id });
+    const details = h("details", { class: `unb-call${call.error ? " unb-error" : ""}${call.skipped ? " unb-skipped" : ""}${codeOf(call) ? " unb-plan" : ""}`, "data-call": call.id });
     if (isOpen(call.id)) details.open = true;
-    const state = call.result === null ? (waiting.has(call.id) ? "waiting for approval" : "running...") : call.error ? "error" : "done";
+    // a call the person skipped did not run: it says so, not "done"
+    const state = call.result === null ? (waiting.has(call.id) ? "waiting for approval" : "running...") : call.skipped ? "skipped" : call.error ? "error" : "done";
     details.append(h("summary", {}, h("code", {}, call.name), ` ${state}`, call.child ? ` (sub-operation below)` : ""));
     const code = codeOf(call);
     if (code) {
@@ -241,6 +242,16 @@ function render({ model, el }) {
     if (p.recall && p.recall.text) v.batch.append(h("div", { class: "unb-bar-text unb-recall" }, p.recall.text));
     // top-k: the model's comparisons contradict each other (A over B, B over C, C over A): said, never hidden
     if (p.inconsistent) v.batch.append(h("div", { class: "unb-bar-text unb-inconsistent" }, `${p.inconsistent} inconsistent comparison cycle(s): the order is not exact`));
+    // once it has ended: the first rows of its result (what awaiting it gives)
+    const pv = node.preview;
+    if (pv && pv.rows.length) {
+      const table = h("table", { class: "unb-preview-table" },
+        h("tr", {}, h("th", {}, ""), ...pv.columns.map((c) => h("th", {}, c))),
+        ...pv.rows.map((r) => h("tr", {}, ...r.map((c, i) => h(i ? "td" : "th", {}, c)))));
+      const more = pv.answered > pv.rows.length ? ` of ${pv.answered} answered` : "";
+      v.batch.append(h("div", { class: "unb-preview" },
+        h("div", { class: "unb-label" }, `first rows${more} · await ${node.name} for all, or %unity show ${node.name}`), table));
+    }
     if (node.failures && node.failures.length) {
       const list = h("details", { class: "unb-failures" }, h("summary", {}, `${node.failures.length} row(s) failed or stopped`));
       for (const f of node.failures) {
@@ -329,11 +340,16 @@ function render({ model, el }) {
             const reason = h("input", { class: "unb-input", type: "text", placeholder: "Why skip? (optional; Enter skips)" });
             const skip = () => send("skip", node.id, reason.value, a.call_id);
             onEnter(reason, skip);
+            // a tool's call (not a plan: each plan is read on its own) may be allowed for the rest of the operation
+            const allow = a.tool ? h("button", { class: "unb-btn unb-allow", title: `Run it, and every later call of ${a.tool} in this operation without asking`,
+              onclick: () => send("allow", node.id, null, a.call_id) }, `Always allow ${a.tool}`) : null;
             row = h("div", { class: "unb-approval", "data-call": a.call_id },
               h("b", {}, a.tool ? "Tool call waiting for your approval: " : "Plan waiting for your approval: "), a.intent, pre,
-              h("button", { class: "unb-btn unb-run", onclick: () => send("approve", node.id, null, a.call_id) }, "Run"),
-              h("button", { class: "unb-btn unb-skip", onclick: skip }, "Skip"),
-              reason);
+              h("div", { class: "unb-approval-actions" },
+                h("button", { class: "unb-btn unb-run", onclick: () => send("approve", node.id, null, a.call_id) }, "Run"),
+                allow,
+                h("button", { class: "unb-btn unb-skip", onclick: skip }, "Skip"),
+                reason));
           }
           waitingNow.set(a.call_id, row);
         }
@@ -424,9 +440,14 @@ function render({ model, el }) {
   // is there a kernel behind this view? A ping it answers with a pong (widget state saved in a notebook
   // brings the view back without one); any state it sends proves it too
   let dead = false, waiting = null;
+  // this view, while live, hides its operation's snapshot output (placeSnapshots, below); the operation is the root
+  const operation = ((model.get("nodes") || [])[0] || {}).id;
+  let counted = false;
+  const countLive = (flag) => { if (flag !== counted) { counted = flag; liveView(operation, flag); } };
   function setDead(flag) {
     if (flag === dead) return;
     dead = flag;
+    countLive(!dead);
     root.classList.toggle("unb-dead", dead);
     deadNote.textContent = dead ? DEAD_NOTE : "";
     if (!dead) { // alive again (a busy kernel answered late): rebuild what was disabled
@@ -458,17 +479,23 @@ function render({ model, el }) {
   model.on("change:cell_running", () => update());
   model.on("change:_anywidget_id", () => root.setAttribute("data-unb-style", model.get("_anywidget_id") || ""));
   update();
+  countLive(true);
   ping();
-  return () => { clearInterval(ticker); if (waiting) clearTimeout(waiting); views.clear(); };
+  return () => { clearInterval(ticker); if (waiting) clearTimeout(waiting); views.clear(); countLive(false); };
 }
 
 export default { render };
 
 // Beside each widget %unity shows, a second output holds the operation's snapshot as plain HTML (see
 // unity_nb/jupyter/_shown.py): what a notebook reopened without widget state shows, where JupyterLab cannot
-// find the widget's model. While this widget is rendered and live, that output is hidden: one global rule,
-// added once per page (the widget's own stylesheet is scoped under its root, so it cannot reach a sibling).
-// A dead widget (its kernel gone) lets the snapshot show again.
+// find the widget's model. While a view of the operation is rendered and live, that output is hidden; a dead
+// widget (its kernel gone) lets the snapshot show again. Two ways, both added once per page:
+// - in JupyterLab, Notebook 7 and the classic Notebook, one global rule hides the whole output (its prompt too);
+// - anywhere else the two outputs share the page (VS Code's notebook webview, a Colab cell's output frame), the
+//   snapshot names its operation (data-unb-for) and the live views hide it, and what holds nothing else around it
+//   (the front end's wrapper of that output), wherever the front end puts it, also when it arrives or is replaced
+//   after the view rendered (a mutation observer). The count of live views per operation is kept on the page
+//   (globalThis), not in this module: a front end may load the module once per widget.
 const SNAPSHOT_RULE_ID = "unity-nb-snapshot-beside";
 if (typeof document !== "undefined" && !document.getElementById(SNAPSHOT_RULE_ID)) {
   const live = ":has(.unb-root:not(.unb-dead))";
@@ -479,4 +506,52 @@ if (typeof document !== "undefined" && !document.getElementById(SNAPSHOT_RULE_ID
     `.output_area${live} + .output_area:has(.unity-nb-snapshot)`, // the classic Notebook
   ].map((selector) => `${selector} { display: none; }`).join("\n");
   document.head.append(rule);
+}
+
+const SNAPSHOT = ".unity-nb-snapshot[data-unb-for]";
+const HIDDEN = "data-unb-hidden"; // on what a live view hid: the display it had
+function snapshots() {
+  let s = globalThis.__unityNbSnapshots;
+  if (!s) {
+    s = globalThis.__unityNbSnapshots = { live: new Map(), observer: null };
+    if (typeof MutationObserver !== "undefined" && typeof document !== "undefined") {
+      s.observer = new MutationObserver((records) => {
+        const arrived = records.some((r) => [...r.addedNodes].some((n) => n.nodeType === 1 &&
+          (n.matches(SNAPSHOT) || n.querySelector(SNAPSHOT))));
+        if (arrived) placeSnapshots();
+      });
+      s.observer.observe(document.body, { childList: true, subtree: true });
+    }
+  }
+  return s;
+}
+// the snapshot's output: it, or the nearest ancestor holding nothing else (never the page's body)
+function outputOf(snap) {
+  let box = snap;
+  while (box.parentElement && box.parentElement !== document.body && box.parentElement.childElementCount === 1) {
+    box = box.parentElement;
+  }
+  return box;
+}
+function placeSnapshots() {
+  if (typeof document === "undefined") return;
+  const live = snapshots().live;
+  for (const snap of document.querySelectorAll(SNAPSHOT)) {
+    const box = outputOf(snap);
+    const hide = (live.get(snap.getAttribute("data-unb-for")) || 0) > 0;
+    if (hide && !box.hasAttribute(HIDDEN)) {
+      box.setAttribute(HIDDEN, box.style.display);
+      box.style.display = "none";
+    } else if (!hide && box.hasAttribute(HIDDEN)) {
+      box.style.display = box.getAttribute(HIDDEN);
+      box.removeAttribute(HIDDEN);
+    }
+  }
+}
+// a view of operation `id` is live (true) or no longer (false: dead, or taken out of the page)
+function liveView(id, flag) {
+  if (!id) return;
+  const live = snapshots().live;
+  live.set(id, Math.max(0, (live.get(id) || 0) + (flag ? 1 : -1)));
+  placeSnapshots();
 }

@@ -37,6 +37,7 @@ from typing import Any
 
 from .. import _output
 from ._describe import describe_value, snapshot
+from ._meanwhile import Cells, bound_names, theirs
 from ._watch import Watch
 
 __all__ = ("Executor", "PlanResult", "FinalAnswer", "PlanTimeout", "final_answer")
@@ -86,6 +87,12 @@ class PlanResult:
     changed: dict[str, str] = field(default_factory=dict)
     deleted: list[str] = field(default_factory=list)
     restored: list[str] = field(default_factory=list)
+    by_cells: list[str] = field(default_factory=list)
+    """Names that changed while the plan ran because of cells the person ran meanwhile (not the plan's doing: in
+    none of ``created``, ``changed`` and ``deleted``; see :mod:`._meanwhile`)."""
+    seen: dict[str, tuple] | None = None
+    """The namespace as the plan left it for the person's next changes to be told against: :attr:`Executor.last`
+    with the names of :attr:`by_cells` as they were before the plan (so they are told as the person's)."""
     displays: list[dict] = field(default_factory=list)
     final: bool = False
     final_value: Any = None
@@ -279,6 +286,8 @@ class Executor:
         Cancellation (a stop) propagates, after the namespace changes so far are recorded.
         """
         filename = f"<{self.label} #{next(_counter)}>"
+        cells = Cells(self.shell)
+        cells_at = cells.mark()  # cells the person starts while the plan runs are theirs, not the plan's
         try:
             tree = ast.parse(code, filename=filename)
         except SyntaxError as err:
@@ -374,7 +383,31 @@ class Executor:
             if on_display is not None:
                 on_display(bundle)
         result.displays = displays
-        return self.diff(before, result)
+        self.diff(before, result)
+        person = cells.bound_since(cells_at)
+        if person:
+            self._set_apart(result, before, theirs(
+                [*result.created, *result.changed, *result.deleted], bound_names(tree), person,
+            ))
+        return result
+
+    def _set_apart(self, result: PlanResult, before: dict[str, tuple], names: list[str]) -> None:
+        """``names`` changed because of the person's cells, not the plan: out of what the plan made, into
+        :attr:`PlanResult.by_cells`, and as they were before the plan in :attr:`PlanResult.seen`."""
+        if not names:
+            return
+        result.by_cells = names
+        seen = dict(self.last)
+        for name in names:
+            result.created.pop(name, None)
+            result.changed.pop(name, None)
+            if name in result.deleted:
+                result.deleted.remove(name)
+            if name in before:
+                seen[name] = before[name]
+            else:
+                seen.pop(name, None)
+        result.seen = seen
 
     def _restore(self, before: dict[str, Any]) -> list[str]:
         restored = []

@@ -196,7 +196,8 @@ class ActorTools(ToolSource):
             ctx.emit(ev.ToolDisplay, call_id=ctx.call_id, mime_types=tuple(bundle.get("data", {})))
 
         result = await self.executor.run(code, on_output=on_output, on_display=on_display, before=before)
-        self._known = self.executor.last
+        # what the person's cells changed meanwhile is told at the next step as theirs (``result.seen``)
+        self._known = result.seen if result.seen is not None else self.executor.last
         ctx.emit(
             ev.CodeExecuted, call_id=ctx.call_id, intent=intent, code=scrub(code),
             success=result.success, error=scrub(result.error), stdout_chars=len(result.stdout),

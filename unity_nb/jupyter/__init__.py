@@ -27,7 +27,7 @@ def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext unity_nb``: register the ``%unity`` magics (and keep ``?`` in ``%unity`` lines), and
     open the store that records every loop (``.unity_nb/state.db`` beside the notebook by default)."""
     from ..loop import LoopHandle
-    from . import _output
+    from . import _output, _shown_errors
     from ._magics import UnityMagics
 
     ipython.register_magics(UnityMagics)
@@ -36,6 +36,7 @@ def load_ipython_extension(ipython: Any) -> None:
     # a handle displays as its live widget; none under the widget %unity act already showed in the cell
     ipython.display_formatter.ipython_display_formatter.for_type(LoopHandle, magics.display_handle)
     _output.install()
+    _shown_errors.install(ipython)  # unity_nb's own errors: one line and a hint in a cell; %tb for the traceback
     if _keep_question_marks not in ipython.input_transformers_cleanup:
         ipython.input_transformers_cleanup.append(_keep_question_marks)
 
@@ -43,9 +44,10 @@ def load_ipython_extension(ipython: Any) -> None:
 def unload_ipython_extension(ipython: Any) -> None:
     """Remove the magics (and the output routing); operations already started keep running."""
     from ..loop import LoopHandle
-    from . import _output
+    from . import _output, _shown_errors
 
     _output.uninstall()
+    _shown_errors.uninstall(ipython)
     registered = ipython.magics_manager.registry.get("UnityMagics")
     if registered is not None:
         registered.close()

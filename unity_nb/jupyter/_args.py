@@ -15,11 +15,11 @@ from IPython.core.error import UsageError
 
 from ..batch import OPERATORS, Operator
 from ..loop import VERBS, Verb
-from ._commands import FLAG, Arg, Command, Kind, Option, Subcommand, Text, parse_declared, render, unknown
+from ._commands import FLAG, Arg, Command, Kind, Option, Subcommand, Text, parse_declared, render, unknown, usage_hint
 
 __all__ = (
     "Command", "parse", "HELP", "SETTINGS", "TASK_ACTIONS", "SUBCOMMANDS", "VERB_EXTRAS", "Extra",
-    "check_setting", "declaration", "operator_declaration", "operators", "overview", "subcommands",
+    "check_setting", "declaration", "operator_declaration", "operators", "overview", "short_usage", "subcommands",
     "verb_declaration",
 )
 
@@ -126,8 +126,8 @@ ROUTE = Kind(_via, "live or batch")
 
 # -- the options, each declared once (a subcommand's may say more with dataclasses.replace) -------
 
-NAME = Option("--name", TEXT, "the operation's name (else h1, h2, ...): a name in use by a live operation is refused; "
-              "a finished one's is reused.", "NAME")
+NAME = Option("--name", TEXT, "the operation's name (else the variable the line is assigned to, else h1, h2, ...): a "
+              "name in use by a live operation is refused; a finished one's is reused.", "NAME")
 CONCURRENCY = Option("--concurrency", POSITIVE, "rows at a time (default 8).", "N")
 ROW_STEPS = Option("--max-steps", POSITIVE, "model calls a row may make (default: UnityMagics.max_steps).", "N")
 RATE = Option("--rate", TEXT, "requests to the model, e.g. 600/min or 10/s, shared by every operation using it.",
@@ -376,6 +376,19 @@ class _Help(Mapping[str, str]):
 
 
 HELP: Mapping[str, str] = _Help()
+
+
+def short_usage(message: str, sub: str) -> str:
+    """A usage error's message as a person reads it: its problem, then where the help is (``%unity help SUB``), not
+    the whole help of a subcommand appended to it (``f"{problem}\\n\\n{HELP[sub]}"``, as the magics write them)."""
+    for name in (sub, *subcommands()):
+        try:
+            whole = HELP[name]
+        except KeyError:
+            continue
+        if "\n\n" + whole in message:
+            return message.replace("\n\n" + whole, "\n" + usage_hint(name))
+    return message
 
 
 def overview() -> str:

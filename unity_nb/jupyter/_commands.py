@@ -4,7 +4,8 @@ A :class:`Subcommand` lists its positional arguments (:class:`Arg`), its options
 with the :class:`Kind` of value it takes and a description), the free text that follows (:class:`Text`,
 required or not; ``None``: none), a paragraph saying what it does, and (``%unity task``) its actions.
 :func:`render` writes its help from that, :func:`parse_declared` reads a line by it, and every mistake
-is a UsageError saying the problem in the declaration's words, followed by the subcommand's help.
+is a UsageError saying the problem in the declaration's words in one line, then where the subcommand's help is
+(``%unity help SUB``: its whole usage would bury the line).
 
 The grammar of every subcommand is the same: ``[OPTIONS] ARG... [OPTIONS] TEXT``, options standing
 before the arguments, or after them when the subcommand has any (the text is taken verbatim: a verb's
@@ -183,6 +184,11 @@ def render(spec: Subcommand, *, brief: bool = False) -> str:
 # -- parsing ----------------------------------------------------------------------------------
 
 
+def usage_hint(sub: str) -> str:
+    """What follows a usage error's one line: where the subcommand's whole usage is (not the usage itself)."""
+    return f"(%unity help {sub} shows its usage)"
+
+
 def unknown(what: str, choices: list[str], see: str) -> UsageError:
     """A mistyped subcommand or option: a short error, with the nearest name if one is close (not the help)."""
     close = difflib.get_close_matches(what.split()[-1], choices, n=1, cutoff=0.6)
@@ -194,14 +200,14 @@ _OPTION = re.compile(r"""^--([A-Za-z][\w-]*)(?:=|\s+)("[^"]*"|'[^']*'|\S+)\s*"""
 
 
 class _Reader:
-    """Reading one line by the declaration ``spec`` of the subcommand ``sub``; ``help()`` follows every error."""
+    """Reading one line by the declaration ``spec`` of the subcommand ``sub``; every error names where ``help()`` is."""
 
     def __init__(self, spec: Subcommand, sub: str, help: Callable[[], str]) -> None:
         self.spec, self.sub, self.help = spec, sub, help
         self.path = f"%unity {spec.name}"
 
     def error(self, problem: str) -> UsageError:
-        return UsageError(f"{problem}\n\n{self.help()}")
+        return UsageError(f"{problem}\n{usage_hint(self.sub)}")
 
     def convert(self, key: str, value: str, options: dict) -> None:
         flag = f"--{key}"
@@ -283,7 +289,7 @@ class _Reader:
 
 
 def parse_declared(spec: Subcommand, rest: str, cell: str | None, *, help: Callable[[], str]) -> Command:
-    """What follows ``%unity <spec.name>`` (and the cell), read by ``spec``; ``help()`` follows each error."""
+    """What follows ``%unity <spec.name>`` (and the cell), read by ``spec``; each error names where ``help()`` is."""
     if not spec.actions:
         return _Reader(spec, spec.name, help).read(rest, cell)
     action, _, rest = rest.strip().partition(" ")
@@ -292,7 +298,8 @@ def parse_declared(spec: Subcommand, rest: str, cell: str | None, *, help: Calla
     chosen = next((a for a, n in zip(spec.actions, spec.action_names) if n == action), None)
     if chosen is None:
         got = f", not {action!r}" if action else ""
-        raise UsageError(f"%unity {spec.name} takes an action: {', '.join(spec.action_names)}{got}\n\n{help()}")
+        raise UsageError(f"%unity {spec.name} takes an action: {', '.join(spec.action_names)}{got}\n"
+                         f"{usage_hint(spec.name)}")
     cmd = _Reader(chosen, spec.name, help).read(rest, cell)
     cmd.action = action
     return cmd

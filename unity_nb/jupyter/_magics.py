@@ -17,9 +17,11 @@ from .._errors import HandleStateError, ModelConfigError, ModelError, UserError
 from ..batch import OPERATORS
 from ..loop import VERBS, LoopHandle, start_ask
 from ..models import set_default_model
-from ._args import HELP, SETTINGS, SUBCOMMANDS, Command, check_setting, overview, parse
+from ._args import HELP, SETTINGS, SUBCOMMANDS, Command, check_setting, overview, parse, short_usage
+from ._commands import usage_hint
 from ._magics_tasks import resume_from_store, show_transcript, task_command, tasks_table
 from ._model_names import listing, unlisted
+from ._target import assigned_name
 
 __all__ = ("UnityMagics",)
 
@@ -90,6 +92,7 @@ class UnityMagics(Magics):
         self.model: Any = None
         self._made_model = False
         self._count = 0
+        self._line: str | None = None  # the %unity line running now
         self._store: Any = None
         self._registry: Any = None
         self._tasks_manager: Any = None
@@ -184,6 +187,7 @@ class UnityMagics(Magics):
     @no_var_expand  # what the person typed: `{title}` is a template, `$x` text, not the notebook's variables
     def unity(self, line: str, cell: str | None = None) -> Any:
         cmd = parse(line, cell)
+        self._line = line if cell is None else None  # (a line magic may be assigned: its target names the operation)
         try:
             # a declared subcommand, or a steering verb (VERBS) with a method of its own here, else any verb
             if cmd.sub in SUBCOMMANDS or cmd.sub in _VERB_METHODS:
@@ -192,7 +196,11 @@ class UnityMagics(Magics):
                 run = self._operator if cmd.sub in OPERATORS else self._verb
             return run(cmd)
         except UserError as err:
-            raise UsageError(f"{err}\n\n{HELP[cmd.sub]}") from None
+            raise UsageError(f"{err}\n{usage_hint(cmd.sub)}") from None
+        except UsageError as err:  # its line and where the help is, never the subcommand's whole usage under it
+            raise UsageError(short_usage(str(err), cmd.sub)) from None
+        finally:
+            self._line = None
 
     unity.__doc__ = "Start and steer steerable LLM operations.\n\n" + overview()
 
@@ -282,7 +290,18 @@ class UnityMagics(Magics):
 
     def _new_name(self, name: str | None, sub: str = "act") -> tuple[str, LoopHandle | None]:
         """A name for a new operation, and the finished operation it replaces (if any); a live
-        operation's name is refused with a free one suggested."""
+        operation's name is refused with a free one suggested. Without one, the variable the line is assigned
+        to (``labels = %unity map ...``: ``labels``; ``labels-2`` while a live ``labels`` runs), else ``hN``."""
+        if name is None and self._line is not None:
+            assigned = assigned_name(self._line)
+            old = self.handles.get(assigned or "")
+            if assigned is not None and (old is None or old.done()):
+                return assigned, old
+            if assigned is not None:
+                n = 2
+                while f"{assigned}-{n}" in self.handles:
+                    n += 1
+                return f"{assigned}-{n}", None
         if name is None:
             self._count += 1
             while f"h{self._count}" in self.handles:
@@ -468,7 +487,10 @@ class UnityMagics(Magics):
         return store.history(limit=cmd.options.get("limit"))
 
     def _show(self, cmd: Command) -> Any:
-        return show_transcript(self, cmd.name or "")
+        from ._batch_view import batch_table
+
+        rows = batch_table(self, cmd.name or "")  # a batch: its rows and answers
+        return rows if rows is not None else show_transcript(self, cmd.name or "")
 
     def _tasks(self, cmd: Command) -> Any:
         return tasks_table(self)

@@ -263,6 +263,9 @@ def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
             f"{name!r} ran inside {parent['name']!r}: resume that one (%unity resume {parent['name']})"
             f"\n\n{HELP['resume']}"
         )
+    from ._resume_needs import check_resumable
+
+    check_resumable(magics, row, budget=cmd.options.get("budget"))  # everything missing, said at once
     kind = row.get("kind") or "loop"
     if kind == "map":
         return resume_map(magics, row, budget=cmd.options.get("budget"))

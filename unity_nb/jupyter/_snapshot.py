@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 
 from ..loop import LoopHandle
+from ._batch_view import preview
 
 __all__ = ("LIMIT", "clip", "render_html", "tree")
 
@@ -36,8 +37,15 @@ _BADGE = {
 }
 
 
+# Colours: the theme's where the page has JupyterLab's variables (Light, Dark, any theme), else the page's own text
+# colour (``inherit``: GitHub, nbconvert, VS Code in light or dark); a red for errors mixed toward that text colour,
+# so it reads on a dark page as on a light one (``color-mix``; a plain red where a browser lacks it)
+_TEXT = "color:var(--jp-content-font-color1, inherit)"
+_MUTED = "color:var(--jp-content-font-color2, inherit)"
+_ERROR = "color:#dc2626;color:var(--jp-error-color1, color-mix(in srgb, #dc2626 75%, currentColor))"
+
 _CAPTION = (  # where the widget cannot load (no kernel, no anywidget front end), the snapshot says what it is
-    '<div style="color:#6b7280;font-size:12px;margin-bottom:4px">unity_nb: a snapshot of this operation taken '
+    f'<div style="{_MUTED};font-size:12px;margin-bottom:4px">unity_nb: a snapshot of this operation taken '
     "when this output was made, not updated since; the live view is a widget, shown where its front end loads "
     "and its kernel runs</div>"
 )
@@ -49,15 +57,44 @@ def _rows(h: LoopHandle) -> str:
     if not isinstance(progress, dict) or not progress.get("rows_text"):
         return ""
     phase = f"phase {progress['phase']}: " if "phase" in progress else ""
-    return f'<div style="color:#374151">{html.escape(phase + progress["rows_text"])}</div>'
+    return f'<div style="{_MUTED}">{html.escape(phase + progress["rows_text"])}</div>'
+
+
+def _preview_html(h: LoopHandle) -> str:
+    """An ended batch's first rows (as its widget shows them), as a table; else nothing."""
+    shown = preview(h)
+    if shown is None:
+        return ""
+    cell = 'style="text-align:left;padding:1px 8px 1px 0;vertical-align:top;white-space:pre-wrap"'
+    head = "".join(f"<th {cell}>{html.escape(c)}</th>" for c in ["", *shown["columns"]])
+    body = "".join(
+        "<tr>" + "".join(f"<{'td' if i else 'th'} {cell}>{html.escape(str(c))}</{'td' if i else 'th'}>"
+                         for i, c in enumerate(r)) + "</tr>"
+        for r in shown["rows"]
+    )
+    more = f" of {shown['answered']} answered" if shown["answered"] > len(shown["rows"]) else ""
+    return (f'<div style="margin:4px 0"><i>first rows{more}</i><table style="border-collapse:collapse;font-size:12px">'
+            f"<tr>{head}</tr>{body}</table></div>")
 
 
 def render_html(root: LoopHandle, *, notice: str = "") -> str:
     """A static snapshot of the handle tree and its transcripts (no scripts, no kernel needed), under the widget's
     ``notice`` (what the live widget says above it: shown once, in whichever of the two is seen)."""
-    parts = ['<div class="unity-nb-snapshot" style="font-family:sans-serif;font-size:13px">', _CAPTION]
+    # data-unb-for: the operation it shows, so that operation's live widget, wherever the front end puts the two
+    # outputs in the page, can hide it while it is live (widgets/handle.js)
+    parts = [
+        f'<div class="unity-nb-snapshot" data-unb-for="{html.escape(root.id)}" '
+        f'style="font-family:sans-serif;font-size:13px;{_TEXT}">',
+        _CAPTION,
+    ]
     if notice:
-        parts.append(f'<div style="color:#92400e;margin-bottom:4px">{html.escape(notice)}</div>')
+        parts.append(f'<div style="{_MUTED};margin-bottom:4px">{html.escape(notice)}</div>')
+    if not root.done():  # what a notebook saved while it ran shows once its kernel is gone: how to go on
+        parts.append(
+            f'<div style="{_MUTED};font-size:12px;margin-bottom:4px">If its kernel stopped before it ended: in a new '
+            f"kernel, <code>%load_ext unity_nb</code> then <code>%unity resume {html.escape(root.name)}</code>, "
+            "which says whatever else it needs.</div>"
+        )
     for h, depth in tree(root):
         status = getattr(h, "outcome", h.status.value)  # a batch with failed rows: "finished with failures"
         parts.append(
@@ -68,6 +105,7 @@ def render_html(root: LoopHandle, *, notice: str = "") -> str:
             f"{h.steps} steps, {'≈' if h.usage.estimated else ''}{h.usage.input_tokens}/{h.usage.output_tokens} tokens"
             f"{_rows(h)}"
         )
+        parts.append(_preview_html(h))
         for m in h.transcript:
             if m.kind in ("system", "context"):
                 continue
@@ -77,9 +115,8 @@ def render_html(root: LoopHandle, *, notice: str = "") -> str:
                 f"<div><code>{html.escape(c.name)}({html.escape(clip(c.arguments, 300))})</code></div>"
                 for c in m.tool_calls
             )
-            color = "#dc2626" if m.error else "#374151"
             parts.append(
-                f'<div style="color:{color}"><i>{html.escape(label)}</i>: '
+                f'<div style="{_ERROR if m.error else _TEXT}"><i>{html.escape(label)}</i>: '
                 f'<span style="white-space:pre-wrap">{text}</span>{calls}</div>'
             )
         parts.append("</div>")

@@ -32,7 +32,8 @@ from typing import Any
 import anywidget
 import traitlets
 
-from ..loop import VERBS, LoopHandle, Message, pending_approvals
+from ..loop import VERBS, LoopHandle, Message, pending_approvals, was_skipped
+from ._batch_view import preview
 from ._buttons import verb_buttons
 from ._clicks import Clicks, watch_cells
 from ._snapshot import LIMIT as _LIMIT
@@ -149,6 +150,7 @@ def _entry(m: Message) -> dict:
                 "arguments": _clip(c.arguments),
                 "result": None if c.result is None else _clip(c.result),
                 "error": c.error,
+                "skipped": was_skipped(c.result),  # the person skipped it: it did not run
                 "child": c.child.id if c.child is not None else None,
                 "output": _clip_output(c.output, c.output_cut),
                 "displays": [_display(d) for d in c.displays[-_MAX_DISPLAYS:]],
@@ -233,6 +235,7 @@ def _batch(h: LoopHandle) -> dict:
     failed = (rows.ended_badly if rows is not None else getattr(h, "ended_badly", []))[:20]
     return {
         "progress": progress,
+        "preview": preview(h),  # the first rows of its result, once it has ended
         "failures": [
             {"key": _clip(str(r.key), 80), "status": r.status, "reason": _clip(r.reason or "", 300),
              "node": r.child.id if r.child is not None else None}
@@ -297,6 +300,10 @@ COMMANDS: dict[str, Command] = {
     # a plan, or a call of a tool marked needs_approval, waiting for the person
     "approve": Command(lambda w, h, c: h.inbox.approve(c.get("call_id")), "run a waiting plan or tool call"),
     "skip": Command(lambda w, h, c: h.inbox.skip(c.get("call_id"), _text(c) or None), "skip it, with a reason"),
+    "allow": Command(
+        lambda w, h, c: h.inbox.approve(c.get("call_id"), always=True),
+        "run a waiting tool call, and that tool's later calls in this operation without asking",
+    ),
 }
 """What the widget's clicks do, by the action name the browser sends. A steering verb needs no entry:
 the front end makes its button from the widget's ``verbs`` (:func:`verb_buttons`, from :data:`VERBS`),
@@ -534,14 +541,15 @@ class HandleWidget(anywidget.AnyWidget):
 
     # -- without a kernel ----------------------------------------------------------------
 
-    def _repr_mimebundle_(self, **kwargs: Any) -> dict:  # type: ignore[override]
-        bundle: Any = super()._repr_mimebundle_(**kwargs) or {}
-        if isinstance(bundle, tuple):
-            bundle = bundle[0]
-        bundle = dict(bundle)
-        bundle["text/plain"] = repr(self.handle)
-        bundle["text/html"] = render_html(self.handle)
-        return bundle
+    def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict, dict]:
+        """The widget's bundle whole: its data (with the snapshot as ``text/html`` and the handle's repr), and the
+        metadata anywidget adds, which Colab's custom widget manager needs to render the view (anywidget#63)."""
+        shown: Any = super()._repr_mimebundle_(**kwargs) or {}
+        data, metadata = shown if isinstance(shown, tuple) else (shown, {})
+        data = dict(data)
+        data["text/plain"] = repr(self.handle)
+        data["text/html"] = render_html(self.handle)
+        return data, dict(metadata or {})
 
 
 _INTERRUPTS: weakref.WeakKeyDictionary[Any, weakref.WeakSet[HandleWidget]] = weakref.WeakKeyDictionary()

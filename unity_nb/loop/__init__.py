@@ -1,7 +1,7 @@
 """The tool loop: handles, nesting, steering, tools, policies and answer hooks."""
 
 from ._answers import Evaluation, HandOff, Reference, ToolResult, cites_references, handoff
-from ._approval import pending_approvals, skipped_result
+from ._approval import pending_approvals, skipped_result, was_skipped
 from ._context import CallInfo, current_call, current_loop, forward_call, resolve_tool_value
 from ._engine import Driver, Engine
 from ._gate import PendingCall, gated_function
@@ -68,6 +68,7 @@ __all__ = (
     "Engine",
     "Driver",
     "skipped_result",
+    "was_skipped",
     "pending_approvals",
     "gated_function",
     "PendingCall",

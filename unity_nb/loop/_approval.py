@@ -3,8 +3,10 @@
 A call that needs approval waits, the loop's status says ``waiting``, and the call is listed in
 ``h.inbox.approvals`` (of the loop and of every ancestor). ``await h.inbox.approve(call_id)`` lets it
 run; ``await h.inbox.skip(call_id, reason=...)`` does not, and the model reads the reason as the call's
-result. A stop while a call waits cancels the wait: the call's result says it was cancelled. The
-widget's Run / Skip and ``%unity approve`` / ``%unity skip`` call these methods.
+result. ``approve(call_id, always=True)`` also lets every later call of that tool in the operation (the loop
+at the top of the tree and every loop under it) run unasked, and the calls of it waiting now. A stop while a
+call waits cancels the wait: the call's result says it was cancelled. The widget's Run / Skip / Always allow
+and ``%unity approve`` / ``%unity skip`` call these methods.
 """
 
 from __future__ import annotations
@@ -22,10 +24,31 @@ from ._records import Message
 if TYPE_CHECKING:
     from ._conversation import Conversation
 
-__all__ = ("PLAN", "decide", "pending_approvals", "skipped_result", "wait_for_approval")
+__all__ = ("PLAN", "decide", "pending_approvals", "skipped_result", "wait_for_approval", "was_skipped")
 
 PLAN = "execute_code"
 """The actor's tool: what waits is a plan (its code is shown), not a JSON call."""
+_ALWAYS = "always_allowed"
+"""The tag of an operation's top run holding the tools the person allowed for the rest of it."""
+
+
+def _top(run: Any) -> Any:
+    """The run at the top of ``run``'s operation (a row's loop: its batch's; a child loop: its root's)."""
+    while getattr(run, "parent", None) is not None:
+        run = run.parent.run
+    return run
+
+
+def _runs(run: Any) -> Any:
+    """``run`` and the runs of every loop under it."""
+    yield run
+    for child in run.children:
+        yield from _runs(child.run)
+
+
+def _allowed(run: Any) -> set[str]:
+    tags = getattr(_top(run), "tags", None)
+    return tags.setdefault(_ALWAYS, set()) if tags is not None else set()
 
 
 class _Run(Protocol):
@@ -55,6 +78,9 @@ async def wait_for_approval(
 ) -> tuple[bool, str | None]:
     """Wait until the person approves or skips call ``call_id`` of ``run``'s loop: ``(run, reason)``
     (the loop's status says ``waiting`` meanwhile, through ``awaiting_person``)."""
+    if tool != PLAN and tool in _allowed(run):  # the person allowed this tool for the rest of the operation
+        run.emit(ev.ApprovalDecided, call_id=call_id, approved=True, reason=f"{tool} is allowed in this operation")
+        return True, None
     code = scrub(code)
     intent = scrub(intent) if intent is not None else f"call {tool}"
     fut: asyncio.Future = run.event_loop.create_future()
@@ -68,6 +94,8 @@ async def wait_for_approval(
     reason = scrub(reason)
     what = "plan" if tool == PLAN else f"call to {tool}"
     why = f": {reason}" if reason else ""
+    if approved and tool != PLAN and tool in _allowed(run):
+        why += f"; {tool} is allowed for the rest of this operation"
     run.conversation.record(
         Message("user", f"[{what} {'approved' if approved else 'skipped'} by the user{why}]", kind="steering")
     )
@@ -86,8 +114,13 @@ def pending_approvals(tree: Iterable[_Node]) -> list[dict]:
     ]
 
 
-def decide(root: _Run, tree: Iterable[_Node], call_id: str | None, approved: bool, reason: str | None) -> None:
-    """Approve or skip the call ``call_id`` waiting in ``tree`` (the only one waiting when ``None``)."""
+def decide(
+    root: _Run, tree: Iterable[_Node], call_id: str | None, approved: bool, reason: str | None, *,
+    always: bool = False,
+) -> None:
+    """Approve or skip the call ``call_id`` waiting in ``tree`` (the only one waiting when ``None``). With
+    ``always`` (an approval of a tool's call, not of a plan), that tool runs unasked for the rest of the operation:
+    its calls waiting anywhere in the operation now are approved too."""
     root.require_live("approve" if approved else "skip")
     pending = [(h.run, cid) for h in tree for cid in h.run.approvals]
     if call_id is None:
@@ -103,14 +136,30 @@ def decide(root: _Run, tree: Iterable[_Node], call_id: str | None, approved: boo
             waiting = [c for _r, c in pending] or "none"
             raise UserError(f"no plan with call_id {call_id!r} waits for approval, nor a tool call; waiting: {waiting}")
         owner = found
-    fut = owner.approvals[call_id]["future"]
-    if not fut.done():
-        fut.set_result((approved, reason))
+    waiting = owner.approvals[call_id]
+    decided = [waiting]
+    if always and approved:
+        tool = waiting["tool"]
+        if tool == PLAN:
+            raise UserError("a plan is approved one at a time: `always` is for a tool's calls")
+        _allowed(owner).add(tool)
+        decided += [a for r in _runs(_top(owner)) for a in r.approvals.values() if a["tool"] == tool]
+    for a in decided:
+        if not a["future"].done():
+            a["future"].set_result((approved, reason))
+
+
+_SKIPPED = "[the person skipped this "
 
 
 def skipped_result(tool: str, reason: str | None) -> str:
     """What the model reads for a call the person skipped."""
     what = "plan" if tool == PLAN else "call"
     did = "it" if tool == PLAN else tool
-    return f"[the person skipped this {what}; {did} did not run]{': ' + reason if reason else ''}"
+    return f"{_SKIPPED}{what}; {did} did not run]{': ' + reason if reason else ''}"
+
+
+def was_skipped(result: str | None) -> bool:
+    """Whether a call's result is :func:`skipped_result`'s: the person skipped the call, which did not run."""
+    return result is not None and result.startswith(_SKIPPED)
 

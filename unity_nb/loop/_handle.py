@@ -43,7 +43,7 @@ from typing import Any, cast
 from .. import events as ev
 from .._collector import loop_started
 from .._errors import HandleStateError, Stopped, UserError
-from ..models import Model, Usage, cost_of, endpoint_of
+from ..models import Model, Usage, cost_of, endpoint_of, price_of
 from ._context import current_call
 from ._engine import Driver, Engine
 from ._face import Loop
@@ -178,6 +178,7 @@ class LoopHandle(Loop):
             provider=endpoint.provider,
             server_address=endpoint.address,
             server_port=endpoint.port,
+            **(_remembered(cfg.model) if parent is None else {}),
         )
         if cfg.multi:
             self.run.emit(ev.RequestSubmitted, request_id="r1", text=task)
@@ -416,3 +417,26 @@ def start_ask(loop: LoopHandle, question: str, **options: Any) -> LoopHandle:
         question, model=model, tools=tools, system=snapshot, name=f"ask-{loop.name}", bus=run.bus,
         _kind="ask", _lineage=loop.run.lineage, detached=True, max_steps=max_steps, **options,
     )
+
+
+def _remembered(model: Any) -> dict[str, Any]:
+    """What a new kernel needs to make an operation's model again, beside its name (``LoopStarted`` carries it):
+    the server it answers from, without credentials or query (never a key), and its price now."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    out: dict[str, Any] = {}
+    url = getattr(getattr(model, "client", None), "base_url", None)
+    if url:
+        parts = urlsplit(str(url))
+        host = parts.hostname or ""
+        netloc = f"[{host}]" if ":" in host else host
+        if parts.port:
+            netloc += f":{parts.port}"
+        out["base_url"] = urlunsplit((parts.scheme, netloc, parts.path, "", "")).rstrip("/")
+    try:
+        price = price_of(model)
+    except Exception:  # noqa: BLE001 - a remembered price is a convenience, never a failure to start
+        price = None
+    if price is not None:
+        out.update(price_input=price.input, price_output=price.output)
+    return out

@@ -125,10 +125,11 @@ class Inbox:
         return pending_approvals(self._loop.tree)
 
     @on_own_loop
-    async def approve(self, call_id: str | None = None) -> None:
+    async def approve(self, call_id: str | None = None, *, always: bool = False) -> None:
         """Let the call (a plan, or a tool marked ``needs_approval``) waiting for approval run
-        (``call_id`` chooses when several wait, here or below)."""
-        decide(self._loop.run, self._loop.tree, call_id, True, None)
+        (``call_id`` chooses when several wait, here or below). ``always=True`` (a tool's call): that tool's
+        later calls in this operation run unasked, and its calls waiting now run too."""
+        decide(self._loop.run, self._loop.tree, call_id, True, None, always=always)
 
     @on_own_loop
     async def skip(self, call_id: str | None = None, reason: str | None = None) -> None:
