@@ -18,6 +18,7 @@ from ._local import LocalModel, LocalServer, local_model
 from ._openai import OpenAIModel
 from ._prices import Price, cost_of, price_of, set_price
 from ._scripted import ScriptedModel
+from ._windows import context_window_of
 
 _DEFAULT: list[Model] = []
 
@@ -66,5 +67,5 @@ __all__ = (
     "token_count",
     "wait_hook",
     "set_default_model", "RateLimit", "rate_limit_of", "set_rate_limit",
-    "Price", "cost_of", "price_of", "set_price",
+    "Price", "cost_of", "price_of", "set_price", "context_window_of",
 )
