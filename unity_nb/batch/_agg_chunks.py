@@ -124,6 +124,7 @@ class Groups:
         self.missing = 0
         self._order: Any = None
         self._starts: Any = None
+        self._ids: Any = None  # the groups' numbers among the column's categories, when some have no row
         if isinstance(items, pd.DataFrame | pd.Series):
             if by is not None:
                 if not isinstance(items, pd.DataFrame) or by not in items.columns:
@@ -160,27 +161,24 @@ class Groups:
         if self.by is None:
             self.keys = pd.Index(["all"])
             return
-        column = self.items[self.by]
-        try:
-            codes, uniques = pd.factorize(column, sort=True)
-        except TypeError:  # values that do not sort among themselves: in the order they first come
-            codes, uniques = pd.factorize(column, sort=False)
-        codes = codes.astype(np.int32 if len(uniques) < 2**31 else np.int64, copy=False)
-        order = np.argsort(codes, kind="stable")  # rows without a group (code -1) sort first
-        counts = np.bincount(codes + 1, minlength=len(uniques) + 1)
+        codes, keys = _codes(self.items[self.by])
+        self._order, starts, self.missing = _grouped(codes, len(keys))
         del codes
-        self.missing = int(counts[0])
-        counts = counts[1:]
-        positions = order[self.missing:]
-        self._order = positions.astype(np.int32) if len(self.items) < 2**31 else positions
-        self._starts = np.concatenate([[0], np.cumsum(counts)])
-        self.keys = pd.Index(uniques, name=self.by)
+        present = np.flatnonzero(np.diff(starts))  # a category no row has is no group
+        self._starts = starts
+        self._ids = present if len(present) < len(keys) else None
+        self.keys = pd.Index(keys[present] if self._ids is not None else keys, name=self.by)
 
     def __len__(self) -> int:
         return 0 if self.keys is None else len(self.keys)
 
     def name(self, group: int) -> Any:
         return self.keys[group]
+
+    @property
+    def rows_held(self) -> int:
+        """Rows whose positions the groups hold (4 bytes each): every row with a group."""
+        return 0 if self._order is None else len(self._order)
 
     def rows(self, group: int) -> Iterator[tuple[Any, str]]:
         """Group ``group``'s rows, in the input's order: ``(key, text)``, each text the values the template names
@@ -193,7 +191,8 @@ class Groups:
                 yield from _frame_texts(items, self.fields, (slice(i, i + _SLICE) for i in range(0, len(items),
                                                                                              _SLICE)))
                 return
-            positions = self._order[self._starts[group]:self._starts[group + 1]]
+            at = group if self._ids is None else int(self._ids[group])
+            positions = self._order[self._starts[at]:self._starts[at + 1]]
             yield from _frame_texts(items, self.fields, (positions[i:i + _SLICE] for i in range(0, len(positions),
                                                                                                  _SLICE)))
         elif isinstance(items, pd.Series):
@@ -210,6 +209,88 @@ class Groups:
 
 
 _NONE = object()
+_BLOCK = 1 << 18
+"""Rows of the ``by`` column handled at a time while the groups are found (what is held beside the codes)."""
+
+
+def _codes(column: Any) -> tuple[Any, Any]:
+    """Each row's group number (-1: no value) as int32, and the groups' keys, sorted when they sort: a categorical's
+    own codes and categories; else factorized a block at a time into one table (pandas' factorize of the whole
+    column would hold 8 bytes a row and its hash table at once)."""
+    import numpy as np
+    import pandas as pd
+
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column.cat.codes.to_numpy(), column.cat.categories
+    n = len(column)
+    codes = np.empty(n, dtype=np.int32)
+    table: dict[Any, int] = {}
+    for b in range(0, n, _BLOCK):
+        local, uniques = pd.factorize(column.iloc[b:b + _BLOCK])
+        if not len(uniques):
+            codes[b:b + _BLOCK] = -1
+            continue
+        ids = np.fromiter((table.setdefault(v, len(table)) for v in uniques), dtype=np.int64, count=len(uniques))
+        codes[b:b + _BLOCK] = np.where(local >= 0, ids[local], -1)
+    keys = pd.Index(list(table), tupleize_cols=False)
+    del table
+    try:
+        perm = keys.argsort()
+    except TypeError:  # keys that do not sort among themselves: in the order they first come
+        return codes, keys
+    rank = np.empty(len(keys), dtype=np.int32)
+    rank[perm] = np.arange(len(keys), dtype=np.int32)
+    for b in range(0, n, _BLOCK):
+        block = codes[b:b + _BLOCK]
+        valid = block >= 0
+        block[valid] = rank[block[valid]]
+    return codes, keys[perm]
+
+
+def _runs(ordered: Any) -> tuple[Any, Any, Any]:
+    """The runs of equal values of a sorted array: each run's value, start and length."""
+    import numpy as np
+
+    if not len(ordered):
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    starts = np.concatenate([[0], np.flatnonzero(np.diff(ordered)) + 1])
+    lengths = np.diff(np.append(starts, len(ordered)))
+    return ordered[starts], starts, lengths
+
+
+def _grouped(codes: Any, groups: int) -> tuple[Any, Any, int]:
+    """A counting sort of the rows by group, a block at a time: every row's position in group order (stable: a
+    group's rows in the input's order; int32 when they fit), where each group starts in it, and how many rows have
+    no group (left out)."""
+    import numpy as np
+
+    n = len(codes)
+    counts = np.zeros(groups, dtype=np.int64)
+    missing = 0
+    for b in range(0, n, _BLOCK):
+        block = codes[b:b + _BLOCK]
+        valid = block[block >= 0]
+        missing += len(block) - len(valid)
+        if groups <= 4 * _BLOCK:
+            counts += np.bincount(valid, minlength=groups)
+        else:
+            ids, _s, lengths = _runs(np.sort(valid))
+            counts[ids] += lengths
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    order = np.empty(n - missing, dtype=np.int32 if n < 2**31 else np.int64)
+    following = starts[:-1].copy()
+    for b in range(0, n, _BLOCK):
+        block = codes[b:b + _BLOCK]
+        rows = np.flatnonzero(block >= 0)
+        values = block[rows]
+        by_group = np.argsort(values.astype(np.uint16) if groups <= 1 << 16 else values, kind="stable")  # radix
+        ordered = values[by_group]
+        ids, run_starts, lengths = _runs(ordered)
+        rank = np.arange(len(ordered)) - np.repeat(run_starts, lengths)
+        order[following[ordered] + rank] = rows[by_group] + b
+        following[ids] += lengths
+    return order, starts, missing
 
 
 def _frame_texts(frame: Any, fields: list[str], slices: Iterator[Any]) -> Iterator[tuple[Any, str]]:
