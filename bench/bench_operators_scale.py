@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-OPERATORS = ("build", "one pass", "filter", "extract", "topk", "map", "agg", "join")
+OPERATORS = ("build", "one pass", "filter", "extract", "topk", "map", "agg", "agg all", "join")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -100,6 +100,7 @@ def child(op: str, rows: int, right_rows: int, wait: float) -> None:
             "topk": lambda: u.topk(frame, 10, "Which {text} is most about sleep?", model=model, bus=bus),
             "map": lambda: u.map(frame, "Label {text}", model=model, bus=bus),
             "agg": lambda: u.agg(frame, "Summarise {text}", by="g", model=model, bus=bus),
+            "agg all": lambda: u.agg(frame, "Summarise {text}", model=model, bus=bus),  # one group: no sort
             "join": lambda: u.join(frame, right, "On {left.text} and {right.aims}: same topic?", model=model,
                                    bus=bus),
         }
