@@ -4,9 +4,10 @@ operator's result. The :class:`PhasedEngine` drives the generator the way httpx'
 the plan says what to ask, the engine runs each phase as a child map of the operation (so pause, resume and stop
 reach the running one) and hands an interjection to the running map and to every later one.
 
-A plan is plain code over results: it awaits nothing, so top-k's and agg's algorithms read top to bottom. Work a
-plan must do without the model that would hold the event loop (a join's index of words) it yields as :class:`Work`:
-the engine runs it in a worker thread and sends back its result::
+A plan is plain code over results: it awaits nothing, so top-k's and agg's algorithms read top to bottom. Each
+step, from one yield to the next, runs in a worker thread (a step over millions of rows never blocks the event
+loop); work a plan must do without the model that would hold the event loop for long (a join's index of words) it
+yields as :class:`Work`, which the engine runs in a worker thread and stops when the operation stops::
 
     def flow(self):
         scored = yield Phase("score", items, question + SCORE, {"output": Score})
@@ -88,12 +89,10 @@ class PhasedEngine(Driver):
         run = self._run
         flow = self.flow()
         try:
-            phase = next(flow)
-            while True:
-                m = await (self._work(phase) if isinstance(phase, Work) else self._phase(phase))
-                phase = flow.send(m)
-        except StopIteration as end:
-            value = end.value
+            ended, value = await asyncio.to_thread(_step, flow, None)  # a plan's step may be long: off the loop
+            while not ended:
+                m = await (self._work(value) if isinstance(value, Work) else self._phase(value))
+                ended, value = await asyncio.to_thread(_step, flow, m)
         except Stopped:
             if run.state.stop_reason is not None:  # its phase was stopped by this operation's stop: a stop
                 raise asyncio.CancelledError from None
@@ -156,6 +155,15 @@ class PhasedEngine(Driver):
         return (f"You are inspecting the {handle.kind} operation {handle.name!r} ({handle.task!r}), status "
                 f"{handle.status.value}, now in its phase {self.phase_name!r}; phases so far: {done}; "
                 f"{calls} model calls. The running phase:\n\n{inner}")
+
+
+def _step(flow: Flow, sent: Any) -> tuple[bool, Any]:
+    """One step of a plan: ``(False, the next Phase)`` or ``(True, its result)`` (a StopIteration cannot cross a
+    thread's future)."""
+    try:
+        return False, flow.send(sent)
+    except StopIteration as end:
+        return True, end.value
 
 
 class PhasedHandle(LoopHandle):

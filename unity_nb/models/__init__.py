@@ -21,6 +21,7 @@ from ._local import LocalModel, LocalServer, local_model
 from ._openai import OpenAIModel
 from ._prices import Price, cost_of, format_dollars, price_of, set_price
 from ._scripted import ScriptedModel
+from ._windows import context_window_of
 
 _DEFAULT: list[Model] = []
 
@@ -71,5 +72,5 @@ __all__ = (
     "turn_hook",
     "wait_hook",
     "set_default_model", "RateLimit", "rate_limit_of", "set_rate_limit",
-    "Price", "cost_of", "format_dollars", "price_of", "set_price", "Endpoint", "endpoint_of",
+    "Price", "cost_of", "format_dollars", "price_of", "set_price", "Endpoint", "endpoint_of", "context_window_of",
 )

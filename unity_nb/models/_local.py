@@ -106,6 +106,8 @@ class LocalServer:
             raise ModelConfigError(f"the local model needs llama-cpp-python's server: {INSTALL_LOCAL}")
         self.gguf = gguf
         self.alias = alias
+        self.n_ctx = n_ctx
+        """Tokens the server reads in one request (its model's context window)."""
         self.api_key = secrets.token_urlsafe(24)
         """The key every request to it must carry (a LocalModel sends it): made here, known to no one else."""
         self.stopped = False
@@ -314,6 +316,8 @@ class LocalModel(OpenAIModel):
     def __init__(self, server: LocalServer, *, options: dict | None = None, **kwargs: Any) -> None:
         super().__init__(server.alias, base_url=server.base_url, api_key=server.api_key, options=options, **kwargs)
         self.server = server
+        self.context_window = server.n_ctx
+        """Tokens one request may hold: the server's ``n_ctx`` (what an aggregate sizes its chunks by)."""
 
     def __repr__(self) -> str:
         return f"LocalModel({self.server.gguf.name!r}, base_url={self.server.base_url!r})"
