@@ -123,7 +123,7 @@ async def test_bad_option_values_say_what_the_option_takes(ip, options, message)
     use(ip, u.ScriptedModel(["ok"]))
     with pytest.raises(UsageError) as info:
         ip.run_line_magic("unity", f"act {options} go")
-    assert message in str(info.value) and "%unity act" in str(info.value)
+    assert message in str(info.value) and "%unity help act" in str(info.value)  # the line, and where the help is
 
 
 async def test_managers_become_the_actor_s_primitives(ip):
