@@ -70,7 +70,7 @@ async def test_each_operator_ends_clearly_against_a_weak_real_model(model, bus):
     h = u.extract(PAPERS, "From {abstract}", columns="method,sample_size:int", model=model, concurrency=2, bus=bus)
     if (frame := await ended(h)) is not None:
         every_row_said(PAPERS.index, set(frame.dropna().index), frame.attrs["reasons"])
-        assert all(isinstance(x, int | float) for x in frame["sample_size"].dropna())
+        assert str(frame["sample_size"].dtype) == "Int64"  # typed, exact with gaps (pandas' nullable integers)
     h = u.topk(PAPERS, 1, "Which abstract is most about sleep?", model=model, concurrency=2, bus=bus)
     if (best := await ended(h)) is not None:
         assert len(best) <= 1 and h.questions <= h.bound
@@ -80,7 +80,7 @@ async def test_each_operator_ends_clearly_against_a_weak_real_model(model, bus):
     if (pairs := await ended(h)) is not None:
         v = h.verdicts
         every_row_said(v.index, set(v.index[v["match"].notna()]), pairs.attrs["reasons"])
-        assert h.pairs_asked < h.pairs_total
+        assert h.pairs_asked <= h.pairs_total and h.recall.text  # a small join may ask every pair; it says so
     h = u.agg(PAPERS, "Summarise the main findings in one sentence.", by="field", model=model, concurrency=2,
               bus=bus)
     if (summary := await ended(h)) is not None:
