@@ -66,11 +66,6 @@ def _safe_repr(obj: Any, limit: int) -> str:
     return _clip(_ADDRESS.sub(" at 0x…", text), limit)
 
 
-def _is(obj: Any, module: str, *names: str) -> bool:
-    t = type(obj)
-    return any(c.__module__.split(".", 1)[0] == module and c.__name__ in names for c in t.__mro__)
-
-
 def _frame(df: Any, limit: int) -> str:
     fp = fingerprint(df)
     entry = _CACHE.get(id(df))
@@ -135,11 +130,12 @@ def describe_value(obj: Any, limit: int = _VALUE_LIMIT) -> str:
 
 def _describe(obj: Any, limit: int) -> str:
     try:
-        if _is(obj, "pandas", "DataFrame"):
+        kind = _KINDS.get(type(obj)) or _kind_of(type(obj))  # pandas' and numpy's types known by their MRO, kept
+        if kind == "frame":
             return _frame(obj, limit)
-        if _is(obj, "pandas", "Series"):
+        if kind == "series":
             return _series(obj, limit)
-        if _is(obj, "numpy", "ndarray"):
+        if kind == "array":
             return _clip(f"np.ndarray, shape {obj.shape}, dtype {obj.dtype}", limit)
         if isinstance(obj, str | bytes | bytearray | int | float | complex | bool) or obj is None:
             return f"{_short_type(obj)}: {_safe_repr(obj, limit - 12)}"

@@ -73,10 +73,16 @@ def _immutable(t: type) -> bool:
     return t in _IMMUTABLE or (t.__module__.split(".", 1)[0], t.__name__) in _IMMUTABLE_NAMES
 
 
+_NDARRAY: list[Any] = []
+"""numpy's ndarray type, once one was seen (numpy is not imported here)."""
+
+
 def _ndarray(values: Any) -> Any:
     """The numpy array under a block's values (itself, or an extension array's backing array), or None."""
     t = type(values)
     if t.__name__ == "ndarray" and t.__module__ == "numpy":
+        if not _NDARRAY:
+            _NDARRAY.append(t)
         return values
     inner = getattr(values, "_ndarray", None)  # Categorical (codes), DatetimeArray, TimedeltaArray, StringArray
     if inner is not None and type(inner).__name__ == "ndarray":
@@ -87,6 +93,8 @@ def _ndarray(values: Any) -> Any:
 def _block_key(values: Any, held: list) -> tuple | None:
     """What the head reads from one block's ``values`` (see the module's docstring), the objects it names by
     identity added to ``held``; None when it cannot be compared."""
+    if _NDARRAY and type(values) is _NDARRAY[0] and not values.dtype.hasobject:  # the usual block: numbers
+        return (values.dtype.str, values[..., :ROWS].tobytes())
     arr = _ndarray(values)
     if arr is not None:
         parts = [arr]
@@ -113,16 +121,18 @@ def _block_key(values: Any, held: list) -> tuple | None:
     return tuple(key)
 
 
-def head_probe(df: Any) -> tuple[tuple, tuple, list] | None:
+def head_probe(df: Any, shown: list[int] | None = None) -> tuple[tuple, tuple, list] | None:
     """``(key, blocks, held)``: what the description's head reads from ``df`` (see the module's docstring):
     the names, the row index and the blocks' count in ``key``, ``(block number, its key)`` for each block
     holding a shown column in ``blocks``, and the objects they name by identity in ``held``. None when
-    ``df``'s layout cannot be compared (it is described anew each time)."""
+    ``df``'s layout cannot be compared (it is described anew each time). ``shown``: the numbers of the blocks
+    holding the first columns, when known (they are while the fingerprint is the same)."""
     try:
         mgr = df._mgr
         blocks = mgr.blocks
         columns, index = mgr.axes[0], mgr.axes[1]
-        shown = sorted(set(mgr.blknos[:COLUMNS].tolist()))
+        if shown is None:
+            shown = sorted(set(mgr.blknos[:COLUMNS].tolist()))
         if type(columns).__name__ == "MultiIndex" or type(index).__name__ == "MultiIndex":
             return None  # their level names are theirs to change: not compared, described anew
         names = (index.name, columns.name)
@@ -330,11 +340,12 @@ def _clip(text: str, limit: int) -> str:
 def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
     """``df`` described: type, shape, dtypes and its first rows, at most ``limit`` characters. ``fp`` is its
     fingerprint when :func:`._describe.fingerprint` holds it in its cache (only then is the description kept)."""
-    probe = head_probe(df) if fp is not None else None
     key = id(df)
-    kept = _DESCRIBED.get(key) if probe is not None else None
+    kept = _DESCRIBED.get(key) if fp is not None else None
     if kept is not None and (kept[0] is not fp or kept[1] != limit):
         kept = None
+    # the same fingerprint: the same blocks hold the first columns
+    probe = head_probe(df, [n for n, _k in kept[3]] if kept is not None else None) if fp is not None else None
     if kept is not None and probe is not None and kept[2] == probe[0]:
         if kept[3] == probe[1]:
             return kept[4]  # nothing it says could differ
