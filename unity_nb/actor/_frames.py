@@ -24,7 +24,7 @@ How a kept description is never stale:
   compared: the frame is described anew every time.
 
 So a hit costs a fingerprint lookup and a slice of each shown block, a few microseconds a frame. When only some
-blocks' heads read differently (a cell written), the other blocks' cells are kept and only the layout is redone.
+blocks' heads read differently (a cell written), the other blocks' columns of the head are kept as they were.
 """
 
 from __future__ import annotations
@@ -281,8 +281,9 @@ def labels(index: Any, n: int) -> list:
 
 def frame_head(df: Any, shown: list, reuse: dict[int, dict[int, list[str]]] | None = None) -> tuple[str, dict]:
     """``df.iloc[:3, :12].to_string(max_colwidth=24, show_dimensions=False)``, laid out from the blocks (``shown``:
-    the labels of the first 12 columns, :func:`labels`), and the cells made, ``{block number: {place in the
-    block: cells}}``. ``reuse`` gives such cells of blocks whose head reads as when they were made."""
+    the labels of the first 12 columns, :func:`labels`), and the columns made (title and cells, aligned),
+    ``{block number: {place in the block: column}}``. ``reuse`` gives such columns of blocks whose head reads
+    as when they were made (a column's title is the fingerprint's, and its alignment its own)."""
     mgr = df._mgr
     columns, index = mgr.axes[0], mgr.axes[1]
     if (
@@ -307,15 +308,16 @@ def frame_head(df: Any, shown: list, reuse: dict[int, dict[int, list[str]]] | No
     made: dict[int, dict[int, list[str]]] = {}
     for label, no, loc in zip(shown, blknos, blklocs):
         old = reuse.get(no) if reuse else None
-        cells = old.get(loc) if old else None
-        if cells is None:
+        col = old.get(loc) if old else None
+        if col is None:  # the column's title and cells, right-aligned to the widest of them
             cells = _cells(*_column(blocks[no].values, loc))
-        made.setdefault(no, {})[loc] = cells
-        title = _text(label)
-        width = max(len(title), *map(len, cells))
-        cols.append([title.rjust(width), *(c.rjust(width) for c in cells)])
+            title = _text(label)
+            width = max(len(title), *map(len, cells))
+            col = [title.rjust(width), *(c.rjust(width) for c in cells)]
+        made.setdefault(no, {})[loc] = col
+        cols.append(col)
         if named is not None:
-            named.append(" " * width)
+            named.append(" " * len(col[0]))
     lines = ["  ".join(line) for line in zip(*cols)]
     if named is not None:
         lines.insert(1, "  ".join(named))
@@ -324,7 +326,7 @@ def frame_head(df: Any, shown: list, reuse: dict[int, dict[int, list[str]]] | No
 
 _DESCRIBED: dict[int, tuple] = {}
 """``id(frame) -> (fingerprint, limit, key, blocks' keys, description, objects the keys name, column text,
-cells by block)``: a frame's description (see the module's docstring). It goes with the frame's fingerprint
+columns of the head by block)``: a frame's description (see the module's docstring). It goes with the frame's fingerprint
 cache entry (:func:`forget`)."""
 
 
@@ -349,7 +351,7 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
     if kept is not None and probe is not None and kept[2] == probe[0]:
         if kept[3] == probe[1]:
             return kept[4]  # nothing it says could differ
-        # the same shape, labels, dtypes and index: blocks whose head reads the same keep their cells
+        # the same shape, labels, dtypes and index: blocks whose head reads the same keep their columns
         reuse = {n: kept[7][n] for (n, k), (n2, k2) in zip(probe[1], kept[3]) if n == n2 and k == k2 and n in kept[7]}
     else:
         reuse = None
