@@ -326,8 +326,8 @@ def frame_head(df: Any, shown: list, reuse: dict[int, dict[int, list[str]]] | No
 
 _DESCRIBED: dict[int, tuple] = {}
 """``id(frame) -> (fingerprint, limit, key, blocks' keys, description, objects the keys name, column text,
-columns of the head by block)``: a frame's description (see the module's docstring). It goes with the frame's fingerprint
-cache entry (:func:`forget`)."""
+columns of the head by block)``: a frame's description (see the module's docstring). It goes with the frame's
+fingerprint cache entry (:func:`forget`)."""
 
 
 def forget(key: int) -> None:
