@@ -68,7 +68,10 @@ def _submit(job: Callable[[], bool]) -> None:
         inbox.put(job)
         return
     inbox = queue.SimpleQueue()
-    threading.Thread(target=_serve, args=(pool, inbox, job), name="unity_nb-tool", daemon=True).start()
+    worker = threading.Thread(target=_serve, args=(pool, inbox, job), name="unity_nb-tool", daemon=True)
+    # started outside the call's context: a worker serves many calls, so it must not keep the output hooks of
+    # the first (unity_nb._output gives a thread those of the context it was started in); each call runs in its own
+    contextvars.Context().run(worker.start)
 
 
 def _serve(pool: _Pool, inbox: queue.SimpleQueue, job: Callable[[], bool] | None) -> None:
