@@ -14,8 +14,7 @@ import inspect
 import json
 import time
 import weakref
-from collections.abc import Callable, Sequence
-from functools import partial
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
@@ -45,10 +44,6 @@ def _secret_value(name: str) -> str:
         return get_secret(name)
     except KeyError as err:
         raise ValueError(err.args[0]) from None
-
-
-def _call_ended(finished: Callable[[], None], _task: asyncio.Task) -> None:
-    finished()
 
 
 class ToolRunner:
@@ -115,25 +110,18 @@ class ToolRunner:
         does not run: its result tells the model which tools it may call now."""
         h = self._run
         names = None if offered is None else frozenset(t.name for t in offered)
+        tasks = [h.event_loop.create_task(self.run_one(rec, names)) for rec in records]
         deferred: list[dict] = []
         wake = h.wake  # set by each finished call, and by an interjection to route
-        remaining = len(records)
-        ended = [False] * len(records)
+        remaining = len(tasks)
 
-        def finished(i: int) -> None:
+        def finished(_task: asyncio.Task) -> None:
             nonlocal remaining
-            if not ended[i]:
-                ended[i] = True
-                remaining -= 1
-                wake.set()
+            remaining -= 1
+            wake.set()
 
-        # a call says it ended as its own last step, so this wakes in the loop's next turn (a done callback
-        # is a turn later, and with many loops every turn goes round all of them); the done callback stays
-        # for a call cancelled before it started
-        tasks = [h.event_loop.create_task(self.run_one(rec, names, partial(finished, i)))
-                 for i, rec in enumerate(records)]
-        for i, t in enumerate(tasks):
-            t.add_done_callback(partial(_call_ended, partial(finished, i)))
+        for t in tasks:
+            t.add_done_callback(finished)
         try:
             while True:
                 wake.clear()
@@ -157,9 +145,7 @@ class ToolRunner:
                 if note:
                     h.conversation.add({"role": "user", "content": note})
 
-    async def run_one(
-        self, rec: ToolCallRecord, offered: frozenset[str] | None = None, ended: Callable[[], None] | None = None
-    ) -> None:
+    async def run_one(self, rec: ToolCallRecord, offered: frozenset[str] | None = None) -> None:
         h = self._run
         try:
             async with self._sem:
@@ -171,8 +157,6 @@ class ToolRunner:
         finally:
             if rec.result is None:  # cancelled before or while running: still exactly one result
                 self.finish_call(rec, f"cancelled: {h.state.stop_reason or 'the loop was cancelled'}", True, 0.0)
-            if ended is not None:
-                ended()
 
     def _refuse(self, rec: ToolCallRecord, offered: frozenset[str]) -> None:
         """A call of a tool this step did not offer: it does not run, and the model is told what it may call."""
