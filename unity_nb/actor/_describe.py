@@ -17,6 +17,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .._secrets import scrub
+from ._frames import ROWS as _ROWS
+from ._frames import forget as _forget_description
+from ._frames import frame_dtypes, frame_text, labels
 
 __all__ = ("describe_value", "describe_namespace", "user_variables", "fingerprint", "snapshot", "HIDDEN_NAMES")
 
@@ -27,8 +30,6 @@ HIDDEN_NAMES = frozenset(
 
 _VALUE_LIMIT = 600
 _ADDRESS = re.compile(r" at 0x[0-9A-Fa-f]+")
-_ROWS = 3
-_COLUMNS = 12
 
 
 def _kind(obj: Any) -> str:
@@ -65,29 +66,11 @@ def _safe_repr(obj: Any, limit: int) -> str:
     return _clip(_ADDRESS.sub(" at 0x…", text), limit)
 
 
-def _is(obj: Any, module: str, *names: str) -> bool:
-    t = type(obj)
-    return any(c.__module__.split(".", 1)[0] == module and c.__name__ in names for c in t.__mro__)
-
-
 def _frame(df: Any, limit: int) -> str:
-    rows, cols = df.shape
-    dtypes = df.dtypes
-    shown = list(df.columns[:_COLUMNS])
-    col_text = ", ".join(f"{c!s}: {dtypes.iloc[i]}" for i, c in enumerate(shown))
-    if cols > len(shown):
-        col_text += f", ... ({cols - len(shown)} more columns)"
-    head = ""
-    if rows:
-        try:
-            sample = df.iloc[:_ROWS, : len(shown)]
-            head = sample.to_string(max_colwidth=24, show_dimensions=False)
-        except Exception:
-            head = ""
-    text = f"pd.DataFrame, shape ({rows:,}, {cols}); columns: {col_text}"
-    if head:
-        text += f"\nfirst {min(rows, _ROWS)} rows:\n{head}"
-    return _clip(text, limit)
+    fp = fingerprint(df)
+    entry = _CACHE.get(id(df))
+    # its description is kept only while this fingerprint is the one the cache holds (see ._frames)
+    return frame_text(df, limit, fp if entry is not None and entry[0] is fp else None)
 
 
 def _series(s: Any, limit: int) -> str:
@@ -147,11 +130,12 @@ def describe_value(obj: Any, limit: int = _VALUE_LIMIT) -> str:
 
 def _describe(obj: Any, limit: int) -> str:
     try:
-        if _is(obj, "pandas", "DataFrame"):
+        kind = _KINDS.get(type(obj)) or _kind_of(type(obj))  # pandas' and numpy's types known by their MRO, kept
+        if kind == "frame":
             return _frame(obj, limit)
-        if _is(obj, "pandas", "Series"):
+        if kind == "series":
             return _series(obj, limit)
-        if _is(obj, "numpy", "ndarray"):
+        if kind == "array":
             return _clip(f"np.ndarray, shape {obj.shape}, dtype {obj.dtype}", limit)
         if isinstance(obj, str | bytes | bytearray | int | float | complex | bool) or obj is None:
             return f"{_short_type(obj)}: {_safe_repr(obj, limit - 12)}"
@@ -235,6 +219,7 @@ _CACHE: dict[int, tuple] = {}
 """``id(obj) -> (fingerprint, ids of what pins it, weak references to those)`` for pandas objects. An entry
 goes as soon as its object or any object pinning it is collected, so an id in it always names the object it
 named when cached. Only weak references: the cache keeps no old version of a frame's data alive."""
+
 _CHURN = [0]
 """How many times an entry of ``_CACHE`` was added, replaced or dropped: while it stays the same, every entry seen
 before is still there (so :mod:`._watch` checks its entries again only when it moved)."""
@@ -265,6 +250,7 @@ def _forget(key: int, ids: tuple) -> Any:
         entry = _CACHE.get(key)
         if entry is not None and entry[1] is ids:
             _CACHE.pop(key, None)
+            _forget_description(key)  # a frame's description is kept only with its entry's fingerprint
             _CHURN[0] += 1
 
     return forget
@@ -301,8 +287,8 @@ def fingerprint(obj: Any) -> tuple:
         return entry[0]
     fp = _fingerprint(obj, kind)
     try:
-        refs = [weakref.ref(obj, _forget(key, ids)), weakref.ref(mgr, _forget(key, ids))]
-        refs += [weakref.ref(p, _forget(key, ids)) for p in (*mgr.axes, *mgr.blocks)]
+        forget = _forget(key, ids)
+        refs = [weakref.ref(p, forget) for p in (obj, mgr, *mgr.axes, *mgr.blocks)]
     except TypeError:  # something there takes no weak reference: no cache
         return fp
     _CACHE[key] = (fp, ids, refs)
@@ -314,7 +300,7 @@ def _fingerprint(obj: Any, kind: str) -> tuple:
     parts: list[Any] = [id(obj), type(obj)]
     try:
         if kind == "frame":
-            parts += [obj.shape, tuple(map(str, obj.columns[:200])), tuple(map(str, obj.dtypes[:200]))]
+            parts += [obj.shape, tuple(map(str, labels(obj.columns, 200))), tuple(frame_dtypes(obj, 200))]
         elif kind in ("series", "array"):
             parts += [obj.shape, str(obj.dtype)]
         elif kind == "value":

@@ -242,10 +242,11 @@ class Executor:
         ns = self.namespace
         return tuple(ns), tuple(map(id, ns.values()))
 
-    def snapshot(self) -> dict[str, tuple]:
+    def snapshot(self, hint: dict[str, tuple] | None = None) -> dict[str, tuple]:
         """Fingerprints of the user's variables (to diff before and after). One pass over the namespace;
-        a DataFrame that did not change costs a few identity checks (see :func:`fingerprint`)."""
-        return self.watch.take()[0]
+        a DataFrame that did not change costs a few identity checks (see :func:`fingerprint`). Given the
+        last snapshot as ``hint``, only what could differ from it is looked at again (see :class:`Watch`)."""
+        return self.watch.take(hint)[0]
 
     def diff(self, before: dict[str, tuple], result: PlanResult | None = None) -> PlanResult:
         """What changed since ``before``, in one pass that also leaves the snapshot it took in :attr:`last`.

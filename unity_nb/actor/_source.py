@@ -130,7 +130,7 @@ class ActorTools(ToolSource):
         run = self.run
         assert run is not None  # bound when the loop was made
         if run.state.steps == 0:  # what the cell that started the run bound meanwhile (``h = %unity act``) is not news
-            self._known = self.executor.snapshot()
+            self._known = self.executor.snapshot(hint=self._known)
             return
         outside = self.executor.diff(self._known)
         self._known = self.executor.last

@@ -271,7 +271,7 @@ class UnityMagics(Magics):
         if model is None:
             name = self.default_model or os.environ.get("UNITY_NB_MODEL")
             return f"model: {name} (default, not yet used)" if name else f"model: none. {_NO_MODEL}"
-        base = getattr(getattr(model, "client", None), "base_url", None)
+        base = getattr(model, "base_url", None) or getattr(getattr(model, "client", None), "base_url", None)
         return f"model: {model.name}" + (f" at {base}" if base else "")
 
     def current_model(self) -> Any:

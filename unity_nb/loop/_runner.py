@@ -9,15 +9,12 @@ accumulates. A tool that outlives its timeout fails with an error the model sees
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import ctypes
 import dataclasses
 import inspect
 import json
-import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
@@ -33,6 +30,7 @@ from ._gate import allow_once
 from ._policy import Step
 from ._records import Message, ToolCallRecord
 from ._tools import Tool, ToolContext, ToolFailed, render_result
+from ._workers import in_worker
 
 if TYPE_CHECKING:
     from ._routing import Router
@@ -43,52 +41,11 @@ if TYPE_CHECKING:
 __all__ = ("ToolRunner",)
 
 
-class ToolTimeout(Exception):
-    """Raised inside a sync tool's thread when its time is up."""
-
-
 def _secret_value(name: str) -> str:
     try:
         return get_secret(name)
     except KeyError as err:
         raise ValueError(err.args[0]) from None
-
-
-async def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
-    """Run a sync tool in a thread of its own (with the call's context). If the call is cancelled
-    (a stop, a timeout), the thread gets :class:`ToolTimeout` raised at its next Python instruction
-    instead of running on unseen."""
-    loop = asyncio.get_running_loop()
-    fut: asyncio.Future = loop.create_future()
-    ctx = contextvars.copy_context()
-    lock = threading.Lock()
-    finished = [False]
-
-    def deliver(ok: bool, value: Any) -> None:
-        if not fut.done():
-            fut.set_result(value) if ok else fut.set_exception(value)
-
-    def run() -> None:
-        try:
-            try:
-                value, ok = ctx.run(fn, **kwargs), True
-            except BaseException as err:  # noqa: BLE001 - handed to the awaiting call
-                value, ok = err, False
-            with lock:
-                finished[0] = True
-            loop.call_soon_threadsafe(deliver, ok, value)
-        except BaseException:  # noqa: BLE001, S110 - a late ToolTimeout, or the loop closed: nobody waits
-            pass
-
-    thread = threading.Thread(target=run, name=f"unity_nb-tool-{getattr(fn, '__name__', 'tool')}", daemon=True)
-    thread.start()
-    try:
-        return await fut
-    except asyncio.CancelledError:
-        with lock:
-            if not finished[0] and thread.ident is not None:
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(ToolTimeout))
-        raise
 
 
 class ToolRunner:
@@ -302,7 +259,7 @@ class ToolRunner:
         self.finish_call(rec, result, error, time.perf_counter() - t0, cut=cut)
 
     async def _call(self, rec: ToolCallRecord, tool: Tool, kwargs: dict[str, Any]) -> str:
-        value = await tool.fn(**kwargs) if tool.is_async else await _in_thread(tool.fn, kwargs)
+        value = await tool.fn(**kwargs) if tool.is_async else await in_worker(tool.fn, kwargs)
         if inspect.isawaitable(value) and not isinstance(value, Loop):
             value = await value
         if isinstance(value, HandOff):

@@ -1,9 +1,11 @@
 """The OpenAI-compatible model: OpenAI, Azure, and any server speaking the Chat Completions API.
 
-It always uses ``openai.AsyncOpenAI`` for its configuration (base URL, auth, default headers) and
-never a synchronous client (that would freeze the kernel's event loop and every widget button with
-it). The request body is built here as a plain dict: the per-call parameter transform of
-``chat.completions.create`` is most of its CPU cost and grows with the transcript. It is sent by
+It is configured as ``openai.AsyncOpenAI`` would be (key, base URL, the headers its environment sets),
+without importing openai unless its own request path is asked for (a client handed in,
+``fast_path=False``, or ``model.client``), and it never takes a synchronous client (that would freeze
+the kernel's event loop and every widget button with it). The request body is built here as a plain
+dict: the per-call parameter transform of ``chat.completions.create`` is most of its CPU cost and
+grows with the transcript. It is sent by
 ``aiohttp`` (``_transport``), or by the client's own documented ``post`` for a client handed in.
 Both paths hand raw bytes to one SSE decoder (``_sse``) and one assembler (``_assemble``), so every
 provider's dialect is read the same way on both. Streaming is always on. Retries are ours, so a
@@ -87,6 +89,24 @@ def _retry_after(err: Exception) -> float | None:
     return max(0.0, parsed.timestamp() - time.time())
 
 
+def _headers(key: str) -> dict[str, str]:
+    """The headers the openai client would send from its configuration: the key, and what its environment sets
+    (``OPENAI_ORG_ID``, ``OPENAI_PROJECT_ID``, ``OPENAI_CUSTOM_HEADERS``: one ``Name: value`` a line)."""
+    from .. import __version__
+
+    headers = {"User-Agent": f"unity_nb/{__version__}", "Authorization": f"Bearer {key}"}
+    for name, env in (("OpenAI-Organization", "OPENAI_ORG_ID"), ("OpenAI-Project", "OPENAI_PROJECT_ID")):
+        value = os.environ.get(env)
+        if value is not None:
+            headers[name] = value
+    custom = os.environ.get("OPENAI_CUSTOM_HEADERS")
+    for line in (custom or "").split("\n"):
+        name, colon, value = line.partition(":")
+        if colon and name.strip():
+            headers[name.strip()] = value.strip()
+    return headers
+
+
 class OpenAIModel:
     """A model served over the OpenAI Chat Completions API.
 
@@ -135,8 +155,6 @@ class OpenAIModel:
         max_line_bytes: int = 8 * 1024 * 1024,
         max_reply_chars: int = 4_000_000,
     ) -> None:
-        import openai  # imported here: the rest of the package works without a network client
-
         model = model or os.environ.get("UNITY_NB_MODEL")
         if not model:
             raise ModelConfigError(
@@ -151,6 +169,8 @@ class OpenAIModel:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1024:
                 raise ModelConfigError(f"OpenAIModel({name}=...) takes a whole number >= 1024, not {value!r}")
         self._owns_client = client is None
+        self._client: Any = None
+        self._connect_timeout = float(connect_timeout)
         if client is None:
             key = api_key or os.environ.get("OPENAI_API_KEY")
             base = base_url or os.environ.get("OPENAI_BASE_URL")
@@ -165,20 +185,22 @@ class OpenAIModel:
                     check_base_url(base)
                 except ValueError as err:
                     raise ModelConfigError(f"OpenAIModel: {err}") from None
-            # a local server needs no key, but the client insists on one
-            client = openai.AsyncOpenAI(
-                api_key=key or "no-key", base_url=base, max_retries=0,
-                timeout=openai.Timeout(timeout, connect=connect_timeout),
-            )
-        elif not isinstance(client, openai.AsyncOpenAI):
-            raise ModelConfigError(
-                f"OpenAIModel(client=...) needs an openai.AsyncOpenAI (or AsyncAzureOpenAI), not "
-                f"{type(client).__name__}: a synchronous client would block the event loop"
-            )
+            self._key: str | None = key or "no-key"  # a local server needs no key; the openai client insists on one
+            base = base or "https://api.openai.com/v1"
+            self.base_url = base if base.endswith("/") else base + "/"
+            """The server's base URL (with a trailing slash, as the openai client writes it)."""
         else:
-            client = client.with_options(max_retries=0)
+            import openai
+
+            if not isinstance(client, openai.AsyncOpenAI):
+                raise ModelConfigError(
+                    f"OpenAIModel(client=...) needs an openai.AsyncOpenAI (or AsyncAzureOpenAI), not "
+                    f"{type(client).__name__}: a synchronous client would block the event loop"
+                )
+            self._client = client.with_options(max_retries=0)
+            self._key = getattr(client, "api_key", None)
+            self.base_url = str(client.base_url)
         self.name = model
-        self.client = client
         self.max_retries = max_retries
         self.backoff = backoff
         self.max_backoff = max_backoff
@@ -196,24 +218,38 @@ class OpenAIModel:
         (its ``hits`` and ``misses`` count requests); used on the aiohttp path."""
         self._transport: Transport
         if fast_path and self._owns_client:
-            headers = {k: v for k, v in client.default_headers.items() if isinstance(v, str)}
-            headers.update(client.auth_headers)
+            # configured as the openai client would be (its key, base URL and the headers its environment sets),
+            # without importing it: the SDK is imported only when its own path is asked for
             self._transport = AioHTTPTransport(
-                str(client.base_url), headers=headers, connect_timeout=connect_timeout, read_timeout=timeout
+                self.base_url, headers=_headers(self._key or "no-key"), connect_timeout=connect_timeout,
+                read_timeout=timeout,
             )
         else:
-            self._transport = ClientTransport(client)
+            self._transport = ClientTransport(self.client)
+
+    @property
+    def client(self) -> Any:
+        """The ``openai.AsyncOpenAI`` behind this model: the one handed in, else one made (and openai imported)
+        when first asked for, configured as the model is. The default request path does not use it."""
+        if self._client is None:
+            import openai
+
+            self._client = openai.AsyncOpenAI(
+                api_key=self._key, base_url=self.base_url, max_retries=0,
+                timeout=openai.Timeout(self.timeout, connect=self._connect_timeout),
+            )
+        return self._client
 
     def __repr__(self) -> str:
-        return f"OpenAIModel({self.name!r}, base_url={str(self.client.base_url)!r})"
+        return f"OpenAIModel({self.name!r}, base_url={self.base_url!r})"
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def close(self) -> None:
         """Close this model's connections (and its client, if it made it). It can be used again after."""
         await self._transport.close()
-        if self._owns_client:
-            await self.client.close()
+        if self._owns_client and self._client is not None:
+            await self._client.close()
 
     def close_now(self) -> None:
         """Close the connection pool without awaiting: for exit hooks, where no event loop may run."""
@@ -237,7 +273,7 @@ class OpenAIModel:
     # -- requests -----------------------------------------------------------------------------
 
     def _scrub(self, text: str) -> str:
-        key = getattr(self.client, "api_key", None)
+        key = self._key
         if isinstance(key, str) and len(key) >= 8:
             text = text.replace(key, "***")
         return text

@@ -1,0 +1,253 @@
+"""Cost at the floor (issue 38, not a test): four figures, each a ratio against its baseline measured in the same run.
+
+  A. The actor with a big namespace: CPU of one actor run (ScriptedModel, no HTTP: the system prompt, one plan
+     ``i = 1``, the answer) with 100 DataFrames of 100,000 rows x 6 columns (int64, float64, category, str) in
+     the namespace, against the same run in an empty namespace. Three ways, taken in turn in the same process:
+     warm (the frames as the last run saw them), changed (one cell of the first rows of every frame rewritten
+     before each run, so every description shown must be made anew; the run checks that the new value is in
+     the system prompt), new (every frame replaced by a new object over the same data before each run, as
+     after loading them: nothing known about any of them). Median of ``--runs`` runs each.
+  B. A sync tool: CPU per model round trip of a K=20 tool loop over HTTP (tests/fake_openai.py in its own
+     process, zero latency) whose tool is a plain ``def``, against the same loop with the tool as
+     ``async def``; in turn, ``--rounds`` rounds of 5 loops each, the median of the rounds' ratios. Also the
+     engine alone (ScriptedModel, no HTTP, 100 tool steps), CPU per tool step, sync against async.
+  C. The first model: in a fresh interpreter, ``import unity_nb`` and ``unity_nb.OpenAIModel(...)``, against
+     ``import openai`` and ``openai.AsyncOpenAI(...)``: the time of those statements inside the process, and
+     the wall time of the whole process (start to exit); the two alternated, ``--procs`` processes each.
+  D. 50 agents: 50 concurrent loops at 50 ms server latency (K=20), wall time against the ideal (K+1) x 50 ms,
+     beside 50 bare aiohttp loops; each run in a fresh process (``bench_scale.py --child``), alternated. Also
+     the CPU of the run against the bare loops', and the collector's share of it (less moved by other load
+     on the machine than the wall time).
+
+Run: .venv/bin/python bench/bench_cost.py [--only A|B|C|D] [--repeat 3]   (about two minutes on 2 cores)
+Before and after: PYTHONPATH=<an older checkout> .venv/bin/python bench/bench_cost.py (the first line names
+the unity_nb imported; children inherit PYTHONPATH).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+FRAMES, ROWS = 100, 100_000
+K = 20
+
+
+# ------------------------------------------------------------------------------------ A. namespace
+
+
+def make_frames(k: int, seed: int = 3) -> dict:
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    n = np.arange(ROWS)
+    return {
+        f"frame{i:03d}": pd.DataFrame({
+            "id": n, "value": rng.random(ROWS), "kind": pd.Categorical(np.array(["a", "b", "c"])[n % 3]),
+            "name": np.array(["x", "yy", "zzz"])[n % 3], "n2": n * 2, "f2": rng.random(ROWS),
+        })
+        for i in range(k)
+    }
+
+
+async def namespace_costs(runs: int) -> dict[str, list[float]]:
+    """CPU ms of a one-plan actor run per arm; the arms in turn, the first round a warm-up."""
+    import unity_nb as u
+
+    frames = make_frames(FRAMES)
+    # warm runs right after changed, over the same frames (as that run left them); new has frames of its own
+    # (a frame whose data another shares is copied when a cell is written, which would change more than a cell)
+    spaces = {"empty": {}, "changed": dict(frames), "warm": dict(frames), "new": make_frames(FRAMES, seed=4)}
+    seen: list[str] = []
+
+    def script(messages: list, tools: list) -> object:
+        if not any(m["role"] == "tool" for m in messages):
+            seen.append(messages[0]["content"])
+            return u.call_tool("execute_code", code="i = 1", intent="step")
+        return "done"
+
+    out: dict[str, list[float]] = {arm: [] for arm in spaces}
+    for rep in range(runs + 1):
+        for arm, ns in spaces.items():
+            mark = None
+            if arm == "changed":  # a cell of the first rows of every frame rewritten: each description is stale
+                for j, df in enumerate(frames.values()):
+                    df.iat[1, 1] = 1000 + rep + j / 1000
+                mark = 1000 + rep
+            elif arm == "new":  # new objects over the same data: nothing about them known
+                for name in frames:
+                    ns[name] = ns[name].copy(deep=False)
+            t = time.process_time()
+            await u.act("task", model=u.ScriptedModel(script), namespace=ns)
+            cpu = (time.process_time() - t) * 1000
+            if mark is not None:  # the first frame's description shows its new value
+                assert f"{mark:.6f}".rstrip("0") in seen[-1], "a changed frame's description is stale"
+            if rep:
+                out[arm].append(cpu)
+    return out
+
+
+# ------------------------------------------------------------------------------------ B. sync tool
+
+
+def step_sync(i: int) -> str:
+    """One unit of work."""
+    return "ok"
+
+
+async def step_async(i: int) -> str:
+    """One unit of work."""
+    return "ok"
+
+
+async def tool_costs(rounds: int, loops: int = 5) -> dict[str, list[float]]:
+    """CPU ms per round trip (HTTP) and per tool step (ScriptedModel) in each round, sync and async in turn."""
+    from bench_loop import Server
+
+    import unity_nb as u
+
+    tools = {"sync": u.as_tool(step_sync, name="step"), "async": u.as_tool(step_async, name="step")}
+    srv = Server(0.0, steps=K)
+
+    def scripted(messages: list, tools: list) -> object:
+        done = sum(1 for m in messages if m["role"] == "tool")
+        return u.call_tool("step", i=done) if done < 100 else "done"
+
+    out: dict[str, list[float]] = {}
+    try:
+        model = u.OpenAIModel("m", base_url=srv.base_url, api_key="x")
+        bus = u.EventBus()
+        for tool in tools.values():  # warm-up: connections, caches, threads
+            await u.start_loop("go", model=model, tools=[tool], max_steps=K + 5, bus=bus)
+        for _ in range(rounds):
+            for kind, tool in tools.items():
+                t = time.process_time()
+                for _ in range(loops):
+                    await u.start_loop("go", model=model, tools=[tool], max_steps=K + 5, bus=bus)
+                out.setdefault(f"http {kind}", []).append((time.process_time() - t) / (loops * (K + 1)) * 1000)
+                bus.clear()
+                t = time.process_time()
+                await u.start_loop("go", model=u.ScriptedModel(scripted), tools=[tool], max_steps=105, bus=bus)
+                out.setdefault(f"engine {kind}", []).append((time.process_time() - t) / 100 * 1000)
+                bus.clear()
+        await model.close()
+    finally:
+        srv.close()
+    return out
+
+
+# ------------------------------------------------------------------------------------ C. first model
+
+FIRST = {
+    "unity_nb": "import unity_nb\nm = unity_nb.OpenAIModel('m', base_url='http://127.0.0.1:9/v1', api_key='x')",
+    "openai": "import openai\nc = openai.AsyncOpenAI(base_url='http://127.0.0.1:9/v1', api_key='x')",
+}
+
+
+def first_model(kind: str) -> tuple[float, float, bool]:
+    """(ms of the statements inside the process, ms of the whole process, openai imported) in a fresh interpreter."""
+    code = (f"import sys, time\nt = time.perf_counter()\n{FIRST[kind]}\n"
+            "print((time.perf_counter() - t) * 1000, 'openai' in sys.modules)")
+    t = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
+    wall = (time.perf_counter() - t) * 1000
+    inner, imported = out.stdout.split()
+    return float(inner), wall, imported == "True"
+
+
+# ------------------------------------------------------------------------------------ main
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--only", choices=("A", "B", "C", "D"))
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each arm in D")
+    ap.add_argument("--rounds", type=int, default=15, help="rounds of B")
+    ap.add_argument("--runs", type=int, default=15, help="runs of each arm in A")
+    ap.add_argument("--procs", type=int, default=12, help="fresh processes of each kind in C")
+    args = ap.parse_args()
+    import unity_nb as u
+
+    med = statistics.median
+    lines = [
+        f"unity_nb cost benchmark, {time.strftime('%Y-%m-%d %H:%M')}: {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}, unity_nb from {Path(u.__file__).parent.parent}; "
+        f"command: bench/bench_cost.py{' --only ' + args.only if args.only else ''} --repeat {args.repeat}",
+    ]
+    if args.only in (None, "A"):
+        got = asyncio.run(namespace_costs(args.runs))
+        base = med(got["empty"])
+        lines += ["", f"| A. one actor run, {FRAMES} DataFrames of {ROWS:,} x 6 | CPU ms (median of {args.runs}) "
+                  "| vs empty namespace | spread (quartiles) |", "| --- | --- | --- | --- |"]
+        for arm, label in (("empty", "empty namespace (baseline)"),
+                           ("warm", "warm: frames unchanged since the last run"),
+                           ("changed", "changed: a cell of each frame's first rows rewritten before the run"),
+                           ("new", "new: each frame a new object (nothing cached)")):
+            q = statistics.quantiles(got[arm], n=4)
+            lines.append(f"| {label} | {med(got[arm]):.3f} | {med(got[arm]) / base:.2f}x | "
+                         f"{q[0] / base:.2f}x-{q[2] / base:.2f}x |")
+        print("\n".join(lines[-6:]), file=sys.stderr)
+    if args.only in (None, "B"):
+        got_b = asyncio.run(tool_costs(args.rounds))
+        lines += ["", f"| B. a sync tool against the same tool as async def ({args.rounds} rounds, in turn) | sync ms "
+                  "| async ms | sync / async (median of the rounds' ratios) | spread (quartiles) |",
+                  "| --- | --- | --- | --- | --- |"]
+        for kind, label in (("http", f"CPU per round trip, HTTP loop K={K}"),
+                            ("engine", "CPU per tool step, ScriptedModel")):
+            sync, asy = got_b[f"{kind} sync"], got_b[f"{kind} async"]
+            ratios = [a / b for a, b in zip(sync, asy)]
+            q = statistics.quantiles(ratios, n=4)
+            lines.append(f"| {label} | {med(sync):.3f} | {med(asy):.3f} | {med(ratios):.2f}x "
+                         f"| {q[0]:.2f}x-{q[2]:.2f}x |")
+        print("\n".join(lines[-4:]), file=sys.stderr)
+    if args.only in (None, "C"):
+        res: dict[str, list[tuple[float, float, bool]]] = {k: [] for k in FIRST}
+        for _ in range(args.procs):
+            for kind in FIRST:
+                res[kind].append(first_model(kind))
+        inner = {k: [r[0] for r in v] for k, v in res.items()}
+        wall = {k: [r[1] for r in v] for k, v in res.items()}
+        ratios = sorted(a / b for a, b in zip(inner["unity_nb"], inner["openai"]))
+        lines += ["", f"| C. first model, fresh interpreter ({args.procs} each, alternated) | statements ms (median) "
+                  "| whole process ms (median) | openai imported |", "| --- | --- | --- | --- |"]
+        for kind, label in (("unity_nb", "`import unity_nb` + `OpenAIModel(...)`"),
+                            ("openai", "`import openai` + `AsyncOpenAI(...)` (baseline)")):
+            lines.append(f"| {label} | {med(inner[kind]):.1f} | {med(wall[kind]):.1f} | "
+                         f"{'yes' if res[kind][0][2] else 'no'} |")
+        lines.append(f"| ratio unity_nb / openai | {med(inner['unity_nb']) / med(inner['openai']):.2f}x "
+                     f"(pairs {ratios[0]:.2f}-{ratios[-1]:.2f}) | "
+                     f"{med(wall['unity_nb']) / med(wall['openai']):.2f}x | |")
+        print("\n".join(lines[-5:]), file=sys.stderr)
+    if args.only in (None, "D"):
+        from bench_scale import concurrency
+
+        runs: dict[str, list[dict]] = {"bare aiohttp": [], "unity_nb": []}
+        for _ in range(args.repeat):
+            for kind in runs:
+                runs[kind].append(concurrency(kind, 50))
+        lines += ["", f"| D. 50 loops, 50 ms latency, K={K} (each a fresh process, in turn) | wall / ideal (median) "
+                  "| runs | CPU s (median) | CPU / bare aiohttp | GC share of CPU |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        bare_cpu = med(r["cpu_s"] for r in runs["bare aiohttp"])
+        for kind, got_d in runs.items():
+            walls = [r["wall_s"] / r["ideal_s"] for r in got_d]
+            cpu = med(r["cpu_s"] for r in got_d)
+            lines.append(f"| {kind} | {med(walls):.3f}x | {', '.join(f'{x:.3f}' for x in walls)} | {cpu:.3f} | "
+                         f"{cpu / bare_cpu:.2f}x | {med(r['gc_share'] for r in got_d) * 100:.1f}% |")
+        print("\n".join(lines[-4:]), file=sys.stderr)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""What the model is told about a DataFrame: a frame's description is kept between runs, and never stale.
+
+Each run's system prompt describes the namespace's frames (type, shape, dtypes, first rows). A frame's
+description is kept and given again while nothing it says could differ; these tests change what it says in
+every way a person can without making a new object, and look at the next description."""
+
+import datetime
+import decimal
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import unity_nb as u
+
+
+def first_prompt(ns, task="look"):
+    """The system prompt of a one-plan actor run over ``ns`` (what the model saw first)."""
+    seen = []
+
+    def script(messages, tools):
+        if not any(m["role"] == "tool" for m in messages):
+            seen.append(messages[0]["content"])
+            return u.call_tool("execute_code", code="pass", intent="nothing")
+        return "done"
+
+    return seen, script
+
+
+async def run_and_read(ns):
+    seen, script = first_prompt(ns)
+    await u.act("look", model=u.ScriptedModel(script), namespace=ns)
+    return seen[0]
+
+
+def frame():
+    n = np.arange(50_000)
+    return pd.DataFrame({
+        "id": n, "value": n / 8, "kind": pd.Categorical(np.array(["a", "b", "c"])[n % 3]),
+        "name": np.array(["ann", "bob", "cy"])[n % 3], "obj": pd.Series(["p", "q", "r"] * 16_666 + ["p", "q"],
+                                                                         dtype=object),
+    })
+
+
+async def test_a_cell_written_in_place_shows_in_the_next_run_s_description():
+    ns = {"sales": frame()}
+    before = await run_and_read(ns)
+    assert "0.125" in before and "7777.5" not in before
+    assert before == await run_and_read(ns)  # nothing changed: the same words
+    ns["sales"].iat[1, 1] = 7777.5  # the frame, its blocks and its shape all stay
+    after = await run_and_read(ns)
+    assert "7777.5" in after and "0.125" not in after
+
+
+def described(df):
+    """The description, each line's runs of spaces made one (the layout's widths are not what is tested)."""
+    return "\n".join(" ".join(line.split()) for line in u.actor.describe_value(df).splitlines())
+
+
+@pytest.mark.parametrize(
+    ("change", "shows"),
+    [
+        (lambda df: df.iat.__setitem__((0, 0), 424242), "424242"),  # int64 block, written in place
+        (lambda df: df.iat.__setitem__((2, 1), -31.5), "-31.5"),  # float64
+        (lambda df: df.iat.__setitem__((1, 2), "c"), "1 1 0.125 c bob"),  # a category's code
+        (lambda df: df.iat.__setitem__((0, 3), "zelda"), "zelda"),  # str (an object array under it)
+        (lambda df: df.iat.__setitem__((1, 4), "wxyz"), "wxyz"),  # object dtype
+        (lambda df: setattr(df.index, "name", "row_no"), "row_no"),  # the index's name: set on the Index itself
+        (lambda df: setattr(df.columns, "name", "fields"), "fields"),
+    ],
+    ids=["int", "float", "category", "str", "object", "index-name", "columns-name"],
+)
+def test_any_change_to_what_the_description_shows_is_seen(change, shows):
+    df = frame()
+    first = described(df)
+    assert described(df) == first
+    assert shows not in first
+    change(df)
+    assert shows in described(df)
+
+
+def test_a_mutable_object_changed_in_place_in_a_shown_cell_is_seen():
+    df = pd.DataFrame({"tags": pd.Series([["a"], ["b"], ["c"], ["d"]], dtype=object), "n": [1, 2, 3, 4]})
+    assert "0 ['a'] 1" in described(df)
+    df.iat[0, 0].append("zz")  # the same list object, longer
+    assert "0 ['a', 'zz'] 1" in described(df)
+
+
+def test_a_frame_seen_only_through_a_copy_s_change_is_seen():
+    df = frame()
+    first = described(df)
+    view = df.copy(deep=False)  # shares the data: writing a cell of df now copies its block (pandas' copy on write)
+    df.iat[0, 1] = 0.5e-3
+    assert described(df) != first and "0.0005" in described(df)
+    assert described(view) == first
+
+
+def test_the_head_keeps_what_pandas_shows():
+    """The head is laid out from the blocks: the same values, dtypes and precision as ``to_string``."""
+    df = pd.DataFrame({
+        "when": pd.to_datetime(["2024-01-01", "2024-01-02", None, "2024-01-04"]),
+        "amount": [0.5, 1.25, np.nan, 3.0],
+        "big": [1e20, 2.0, 3.0, 4.0],
+        "flag": [True, False, True, False],
+        "n": pd.array([1, None, 3, 4], dtype="Int64"),
+        "price": [decimal.Decimal("1.10"), decimal.Decimal("2"), None, decimal.Decimal("4")],
+        "note": ["a" * 40, "line\nbreak", "", "x"],
+        "day": [datetime.date(2024, 1, d) for d in (1, 2, 3, 4)],
+    }, index=pd.Index([10, 20, 30, 40], name="row"))
+    text = described(df)
+    assert "pd.DataFrame, shape (4, 8); columns: when: datetime64[us], amount: float64, big: float64" in text
+    head = text.split("first 3 rows:\n", 1)[1].splitlines()
+    assert len(head) == 5
+    assert head[1].split() == ["row"]
+    assert head[2].split() == ["10", "2024-01-01", "0.50", "1.000000e+20", "True", "1", "1.10",
+                               "aaaaaaaaaaaaaaaaaaaa...", "2024-01-01"]
+    assert head[3].split()[:6] == ["20", "2024-01-02", "1.25", "2.000000e+00", "False", "<NA>"]
+    assert "line\\nbreak" in head[3]  # a cell is one line
+    assert head[4].split()[:3] == ["30", "NaT", "NaN"]

@@ -1,0 +1,78 @@
+"""The first model: ``OpenAIModel(...)`` is configured as the openai client would be, without importing openai.
+
+The default request path is aiohttp's; openai is imported only when its own path is asked for (a client handed
+in, ``fast_path=False``, or ``model.client``)."""
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from fake_openai import FakeOpenAIServer
+from fake_openai import Reply as R
+
+import unity_nb as u
+from unity_nb.models import ModelRequest
+
+KEY = "sk-test-123456789"
+T = 10.0
+TESTS = Path(__file__).resolve().parent
+
+
+def test_a_model_made_and_asked_over_the_default_path_never_imports_openai():
+    script = textwrap.dedent(f"""
+        import asyncio, sys
+        sys.path.insert(0, {str(TESTS)!r})
+        from fake_openai import FakeOpenAIServer
+        import unity_nb as u
+        from unity_nb.models import ModelRequest
+
+        srv = FakeOpenAIServer(lambda body: "hello").start_in_thread()
+        m = u.OpenAIModel("m", base_url=srv.base_url, api_key="sk-x")
+        print("after the model:", "openai" in sys.modules)
+
+        async def main():
+            async with m:
+                reply = await m.complete(ModelRequest([{{"role": "user", "content": "hi"}}]))
+            print("reply:", reply.content)
+
+        asyncio.run(main())
+        srv.stop_thread()
+        print("after a request:", "openai" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["after the model: False", "reply: hello", "after a request: False"]
+
+
+async def test_the_environment_s_headers_reach_the_server_as_the_openai_client_would_send_them(monkeypatch):
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-42")
+    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj-7")
+    monkeypatch.setenv("OPENAI_CUSTOM_HEADERS", "X-Gateway: east\nX-Team:  data ")
+    async with FakeOpenAIServer() as srv:
+        srv.script([R("one"), R("two")])
+        async with u.OpenAIModel("m", base_url=srv.base_url, api_key=KEY) as lean, \
+                u.OpenAIModel("m", base_url=srv.base_url, api_key=KEY, fast_path=False) as sdk:
+            for m in (lean, sdk):
+                await asyncio.wait_for(m.complete(ModelRequest([{"role": "user", "content": "hi"}])), T)
+        for headers in srv.request_headers:
+            assert headers["authorization"] == f"Bearer {KEY}"
+            assert headers["openai-organization"] == "org-42" and headers["openai-project"] == "proj-7"
+            assert headers["x-gateway"] == "east" and headers["x-team"] == "data"
+
+
+async def test_model_client_is_an_async_openai_client_configured_as_the_model(monkeypatch):
+    import openai
+
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    m = u.OpenAIModel("m")
+    assert m.base_url == "https://api.openai.com/v1/" and KEY not in repr(m)
+    client = m.client
+    assert isinstance(client, openai.AsyncOpenAI) and m.client is client
+    assert str(client.base_url) == m.base_url and client.api_key == KEY and client.max_retries == 0
+    await m.close()
+    local = u.OpenAIModel("m", base_url="http://127.0.0.1:9/v1")
+    assert str(local.client.base_url) == local.base_url == "http://127.0.0.1:9/v1/"
+    await local.close()

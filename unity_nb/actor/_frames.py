@@ -1,0 +1,396 @@
+"""A DataFrame's head as text, formatted from its blocks, and each frame's description kept until it could differ.
+
+The system prompt describes up to about twenty frames at each run's start, and the description's rows
+(``df.iloc[:3, :12].to_string()``) cost pandas about a millisecond a frame. Here the head is read from the
+block manager (a slice of each block's array) and laid out as ``to_string`` lays it out (index left, columns
+right-aligned two spaces apart, floats to six decimals with the common trailing zeros cut, the scientific form
+past 1e6 or under 1e-6, cells past 23 characters cut): a few tens of microseconds a frame. A layout this does
+not know (a MultiIndex, a named columns index, no columns) goes through ``to_string`` as before.
+
+A frame's description is kept (:func:`frame_text`) and given again while nothing it says could have changed.
+How a kept description is never stale:
+
+- shape, column labels, dtypes and the row index: the description is kept with the frame's fingerprint, which
+  :func:`._describe.fingerprint` reuses only while the frame, its block manager, the manager's axes and blocks
+  are the very objects it was made from (weak references drop it when any of them goes); pandas replaces one of
+  them for every change of shape, labels or dtypes. The axes are Index objects, immutable but for their names:
+  the index's and the columns' names are compared on every use;
+- the values shown: what the head reads from each block (the first three values of every column of a block
+  that holds a shown column, and of the row index) is compared on every use with what it read when the
+  description was made: as bytes for numbers, dates and categories' codes (a cell written in place differs
+  there); as the identities of the very objects for cells held as Python objects, which the kept entry holds
+  so no other object can take their identity, and only when every one is of an immutable type (str, int,
+  float, ...). A block of any other kind (pyarrow's arrays, a mutable object in a shown cell) is not
+  compared: the frame is described anew every time.
+
+So a hit costs a fingerprint lookup and a slice of each shown block, a few microseconds a frame. When only some
+blocks' heads read differently (a cell written), the other blocks' columns of the head are kept as they were.
+"""
+
+from __future__ import annotations
+
+import decimal
+import fractions
+from typing import Any
+
+__all__ = ("dtype_text", "forget", "frame_dtypes", "frame_head", "frame_text", "head_probe", "labels")
+
+ROWS = 3
+"""Rows shown."""
+COLUMNS = 12
+"""Columns shown."""
+_CELL = 23
+"""A cell's text past this many characters is cut (pandas' ``max_colwidth=24`` with its leading space)."""
+
+_IMMUTABLE = frozenset({str, int, float, bool, bytes, complex, type(None), decimal.Decimal, fractions.Fraction})
+"""Cell types whose objects cannot change: the same object always reads the same."""
+_IMMUTABLE_NAMES = frozenset({
+    ("pandas", "Timestamp"), ("pandas", "Timedelta"), ("pandas", "NaTType"), ("pandas", "NAType"),
+    ("pandas", "Period"), ("datetime", "datetime"), ("datetime", "date"), ("datetime", "timedelta"),
+    ("numpy", "float64"), ("numpy", "int64"), ("numpy", "bool_"), ("numpy", "str_"),
+})
+
+
+_DTYPE_TEXT: dict[int, tuple[Any, str]] = {}
+"""``id(dtype) -> (dtype, str(dtype))``: the dtype held, so an equal id is the very dtype (dtypes do not change)."""
+
+
+def dtype_text(dtype: Any) -> str:
+    """``str(dtype)``, kept (naming one costs a microsecond or two; a frame's columns share a few dtypes)."""
+    kept = _DTYPE_TEXT.get(id(dtype))
+    if kept is not None and kept[0] is dtype:
+        return kept[1]
+    if type(dtype).__name__ == "CategoricalDtype":  # its own per column, and it holds the categories: not kept
+        return "category"
+    if len(_DTYPE_TEXT) >= 256:
+        _DTYPE_TEXT.clear()
+    text = str(dtype)
+    _DTYPE_TEXT[id(dtype)] = (dtype, text)
+    return text
+
+
+def _immutable(t: type) -> bool:
+    return t in _IMMUTABLE or (t.__module__.split(".", 1)[0], t.__name__) in _IMMUTABLE_NAMES
+
+
+_NDARRAY: list[Any] = []
+"""numpy's ndarray type, once one was seen (numpy is not imported here)."""
+
+
+def _ndarray(values: Any) -> Any:
+    """The numpy array under a block's values (itself, or an extension array's backing array), or None."""
+    t = type(values)
+    if t.__name__ == "ndarray" and t.__module__ == "numpy":
+        if not _NDARRAY:
+            _NDARRAY.append(t)
+        return values
+    inner = getattr(values, "_ndarray", None)  # Categorical (codes), DatetimeArray, TimedeltaArray, StringArray
+    if inner is not None and type(inner).__name__ == "ndarray":
+        return inner
+    return None
+
+
+def _block_key(values: Any, held: list) -> tuple | None:
+    """What the head reads from one block's ``values`` (see the module's docstring), the objects it names by
+    identity added to ``held``; None when it cannot be compared."""
+    if _NDARRAY and type(values) is _NDARRAY[0] and not values.dtype.hasobject:  # the usual block: numbers
+        return (values.dtype.str, values[..., :ROWS].tobytes())
+    arr = _ndarray(values)
+    if arr is not None:
+        parts = [arr]
+    else:
+        data, mask = getattr(values, "_data", None), getattr(values, "_mask", None)  # masked: Int64, boolean
+        if data is None or mask is None or _ndarray(data) is None or _ndarray(mask) is None:
+            return None
+        parts = [data, mask]
+    key: list = []
+    if values is not arr:
+        held.append(values.dtype)  # an extension dtype (categories, a time zone): compared by identity
+        key.append(id(values.dtype))
+    for part in parts:
+        head = part[..., :ROWS]
+        if part.dtype.hasobject:
+            cells = head.ravel().tolist()
+            if not all(map(_immutable, map(type, cells))):
+                return None
+            held.extend(cells)  # kept alive by the entry: an equal id is the very same object
+            key.extend(map(id, cells))
+        else:
+            key.append(part.dtype.str)
+            key.append(head.tobytes())
+    return tuple(key)
+
+
+def head_probe(df: Any, shown: list[int] | None = None) -> tuple[tuple, tuple, list] | None:
+    """``(key, blocks, held)``: what the description's head reads from ``df`` (see the module's docstring):
+    the names, the row index and the blocks' count in ``key``, ``(block number, its key)`` for each block
+    holding a shown column in ``blocks``, and the objects they name by identity in ``held``. None when
+    ``df``'s layout cannot be compared (it is described anew each time). ``shown``: the numbers of the blocks
+    holding the first columns, when known (they are while the fingerprint is the same)."""
+    try:
+        mgr = df._mgr
+        blocks = mgr.blocks
+        columns, index = mgr.axes[0], mgr.axes[1]
+        if shown is None:
+            shown = sorted(set(mgr.blknos[:COLUMNS].tolist()))
+        if type(columns).__name__ == "MultiIndex" or type(index).__name__ == "MultiIndex":
+            return None  # their level names are theirs to change: not compared, described anew
+        names = (index.name, columns.name)
+    except (AttributeError, IndexError, TypeError):
+        return None
+    held: list = [*names]
+    key: list = [id(names[0]), id(names[1]), len(blocks)]
+    if type(index).__name__ != "RangeIndex":  # a RangeIndex is its start, stop and step: immutable
+        index_key = _block_key(getattr(index, "_values", None), held)
+        if index_key is None:
+            return None
+        key.append(index_key)
+    keys = []
+    for n in shown:
+        block_key = _block_key(blocks[n].values, held)
+        if block_key is None:
+            return None
+        keys.append((n, block_key))
+    return tuple(key), tuple(keys), held
+
+
+# -- formatting -------------------------------------------------------------------------------------
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return "None"
+    if type(value) is float:
+        return "NaN" if value != value else repr(value)
+    text = str(value)
+    if "\n" in text or "\t" in text or "\r" in text:
+        text = text.replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    return text
+
+
+_FLOAT_TYPES: set[type] = {float}
+
+
+def _is_float(value: Any) -> bool:
+    t = type(value)
+    if t in _FLOAT_TYPES:
+        return True
+    if t.__module__ == "numpy" and t.__name__.startswith("float"):
+        _FLOAT_TYPES.add(t)
+        return True
+    return False
+
+
+def _floats(values: list) -> list[str]:
+    """A column of floats as pandas shows them: six decimals with the common trailing zeros cut; the
+    scientific form when one is past 1e6 or under 1e-6. What is not a float (a missing value) shows as itself."""
+    finite = [v for v in values if _is_float(v) and v - v == 0]  # v - v is nan for nan and the infinities
+    if any(abs(v) > 1e6 or 0 < abs(v) < 1e-6 for v in finite):
+        return [f"{v:.6e}" if _is_float(v) and v - v == 0 else _special(v) for v in values]
+    if len(finite) == len(values):
+        texts = fixed = [f"{v:.6f}" for v in values]
+    else:
+        texts = [f"{v:.6f}" if _is_float(v) and v - v == 0 else _special(v) for v in values]
+        fixed = [t for t in texts if t[-1:].isdigit()]
+        if not fixed:
+            return texts
+    # the trailing zeros all of them have, but one decimal stays
+    cut = min(min(len(t) - len(t.rstrip("0")) for t in fixed), min(len(t) - t.index(".") for t in fixed) - 2)
+    if cut <= 0:
+        return texts
+    return [t[:-cut] if t[-1:].isdigit() else t for t in texts]
+
+
+def _special(value: Any) -> str:
+    """A float that is not finite, or what stands for a missing one."""
+    if not _is_float(value):
+        return _text(value)
+    if value != value:
+        return "NaN"
+    return "inf" if value > 0 else "-inf"
+
+
+def _dates(values: list) -> list[str] | None:
+    """Timestamps as pandas shows a column of them: the date alone when every one is at midnight."""
+    stamps = [v for v in values if type(v).__name__ == "Timestamp"]
+    if not stamps or any(type(v).__name__ not in ("Timestamp", "NaTType") for v in values):
+        return None
+    if all(s.tz is None and s.hour == s.minute == s.second == s.microsecond == s.nanosecond == 0 for s in stamps):
+        return [str(v)[:10] if type(v).__name__ == "Timestamp" else "NaT" for v in values]
+    return None
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (type(value).__name__ in ("NAType", "NaTType"))
+
+
+def _clipped(text: str) -> str:
+    return text if len(text) <= _CELL else text[: _CELL - 3] + "..."
+
+
+def _cells(values: list, kind: str = "") -> list[str]:
+    """One column's cells as text; ``kind`` is its numpy dtype's kind when known (``f``: floats)."""
+    if kind == "f":
+        if all(v - v == 0 and (v == 0 or 1e-6 <= abs(v) <= 1e6) for v in values):  # the usual: six decimals
+            texts = [f"{v:.6f}" for v in values]
+            cut = min(min(len(t) - len(t.rstrip("0")) for t in texts), min(len(t) - t.index(".") for t in texts) - 2)
+            return [t[:-cut] for t in texts] if cut > 0 else texts
+        return _floats(values)
+    if kind in ("i", "u", "b"):
+        return list(map(str, values))
+    if all(type(v) is str for v in values):
+        return [_clipped(_text(v)) for v in values]
+    present = [v for v in values if not _missing(v)]
+    if present and all(map(_is_float, present)):
+        return _floats(values)
+    dates = _dates(values)
+    if dates is not None:
+        return dates
+    return [_clipped(_text(v)) for v in values]
+
+
+def _column(values: Any, row: int) -> tuple[list, str]:
+    """The first rows of one column of a block's values (a 2-D array or a 1-D extension array), and the
+    kind of numpy array they came from ('' for anything else)."""
+    arr = _ndarray(values)
+    if arr is values or (arr is not None and type(values).__name__ == "StringArray"):
+        kind = arr.dtype.kind
+        if kind not in "mM":  # numpy's datetimes are pandas' Timestamps below
+            head = arr[row, :ROWS] if arr.ndim == 2 else arr[:ROWS]
+            return head.tolist(), kind if kind in "fiub" else ""
+    elif arr is not None and type(values).__name__ == "Categorical":
+        categories = _ndarray(values.categories._values)
+        if categories is not None and categories.dtype.kind not in "mM":
+            nan = float("nan")
+            return [categories[c] if c >= 0 else nan for c in arr[:ROWS].tolist()], ""
+    if getattr(values, "ndim", 1) == 2:
+        values = values[row]
+    return list(values[:ROWS]), ""
+
+
+def labels(index: Any, n: int) -> list:
+    """``index[:n].tolist()``, from the array under the index when it is a plain one (the Index costs more)."""
+    values = index._values
+    arr = _ndarray(values)
+    if arr is not None and arr.ndim == 1 and arr.dtype.kind not in "mM" and (
+        arr is values or type(values).__name__ == "StringArray"
+    ):
+        return arr[:n].tolist()
+    return index[:n].tolist()
+
+
+def frame_head(df: Any, shown: list, reuse: dict[int, dict[int, list[str]]] | None = None) -> tuple[str, dict]:
+    """``df.iloc[:3, :12].to_string(max_colwidth=24, show_dimensions=False)``, laid out from the blocks (``shown``:
+    the labels of the first 12 columns, :func:`labels`), and the columns made (title and cells, aligned),
+    ``{block number: {place in the block: column}}``. ``reuse`` gives such columns of blocks whose head reads
+    as when they were made (a column's title is the fingerprint's, and its alignment its own)."""
+    mgr = df._mgr
+    columns, index = mgr.axes[0], mgr.axes[1]
+    if (
+        type(columns).__name__ == "MultiIndex" or type(index).__name__ == "MultiIndex"
+        or columns.name is not None or not len(columns)
+    ):
+        sample = df.iloc[:ROWS, :COLUMNS]
+        return str(sample.to_string(max_colwidth=24, show_dimensions=False)), {}
+    n = len(shown)
+    blocks, blknos, blklocs = mgr.blocks, mgr.blknos[:n].tolist(), mgr.blklocs[:n].tolist()
+    if type(index).__name__ == "RangeIndex":
+        start, step = index.start, index.step
+        rows = list(map(str, range(start, start + step * min(ROWS, len(index)), step)))
+    else:
+        rows = _cells(*_column(index._values, 0))
+    name = index.name
+    first = [_text(name) if name is not None else "", *rows]
+    width = max(map(len, first))
+    blank = " " * width
+    cols = [[blank, *(r.ljust(width) for r in rows)]]
+    named = [first[0].ljust(width)] if name is not None else None
+    made: dict[int, dict[int, list[str]]] = {}
+    for label, no, loc in zip(shown, blknos, blklocs):
+        old = reuse.get(no) if reuse else None
+        col = old.get(loc) if old else None
+        if col is None:  # the column's title and cells, right-aligned to the widest of them
+            cells = _cells(*_column(blocks[no].values, loc))
+            title = _text(label)
+            width = max(len(title), *map(len, cells))
+            col = [title.rjust(width), *(c.rjust(width) for c in cells)]
+        made.setdefault(no, {})[loc] = col
+        cols.append(col)
+        if named is not None:
+            named.append(" " * len(col[0]))
+    lines = ["  ".join(line) for line in zip(*cols)]
+    if named is not None:
+        lines.insert(1, "  ".join(named))
+    return "\n".join(lines), made
+
+
+_DESCRIBED: dict[int, tuple] = {}
+"""``id(frame) -> (fingerprint, limit, key, blocks' keys, description, objects the keys name, column text,
+columns of the head by block)``: a frame's description (see the module's docstring). It goes with the frame's
+fingerprint cache entry (:func:`forget`)."""
+
+
+def forget(key: int) -> None:
+    """The frame ``key`` names is gone, or its fingerprint changed: its description goes too."""
+    _DESCRIBED.pop(key, None)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
+    """``df`` described: type, shape, dtypes and its first rows, at most ``limit`` characters. ``fp`` is its
+    fingerprint when :func:`._describe.fingerprint` holds it in its cache (only then is the description kept)."""
+    key = id(df)
+    kept = _DESCRIBED.get(key) if fp is not None else None
+    if kept is not None and (kept[0] is not fp or kept[1] != limit):
+        kept = None
+    # the same fingerprint: the same blocks hold the first columns
+    probe = head_probe(df, [n for n, _k in kept[3]] if kept is not None else None) if fp is not None else None
+    if kept is not None and probe is not None and kept[2] == probe[0]:
+        if kept[3] == probe[1]:
+            return kept[4]  # nothing it says could differ
+        # the same shape, labels, dtypes and index: blocks whose head reads the same keep their columns
+        reuse = {n: kept[7][n] for (n, k), (n2, k2) in zip(probe[1], kept[3]) if n == n2 and k == k2 and n in kept[7]}
+    else:
+        reuse = None
+    # the probe is taken before the text is made: a change in between (another thread) makes the key differ
+    rows, cols = df.shape
+    shown = labels(df.columns, COLUMNS)
+    if kept is not None:
+        col_text = kept[6]  # shape, labels and dtypes: the fingerprint's, unchanged
+    else:
+        dtypes = frame_dtypes(df, COLUMNS)
+        col_text = ", ".join(f"{c!s}: {dtypes[i]}" for i, c in enumerate(shown))
+        if cols > len(shown):
+            col_text += f", ... ({cols - len(shown)} more columns)"
+    head = ""
+    made: dict[int, dict[int, list[str]]] = {}
+    if rows:
+        try:
+            head, made = frame_head(df, shown, reuse)
+        except Exception:  # a layout this module does not know: pandas' own, uncached
+            probe = None
+            try:
+                head = df.iloc[:ROWS, : len(shown)].to_string(max_colwidth=24, show_dimensions=False)
+            except Exception:
+                head = ""
+    text = f"pd.DataFrame, shape ({rows:,}, {cols}); columns: {col_text}"
+    if head:
+        text += f"\nfirst {min(rows, ROWS)} rows:\n{head}"
+    text = _clip(text, limit)
+    if probe is not None:
+        _DESCRIBED[key] = (fp, limit, probe[0], probe[1], text, probe[2], col_text, made)
+    return text
+
+
+def frame_dtypes(df: Any, n: int) -> list[str]:
+    """The first ``n`` of ``df.dtypes`` as text (a Series of them costs tens of microseconds; the blocks
+    have them at hand)."""
+    try:
+        mgr = df._mgr
+        texts = [dtype_text(b.dtype) for b in mgr.blocks]
+        return [texts[b] for b in mgr.blknos[:n].tolist()]
+    except AttributeError:  # another pandas layout
+        return list(map(dtype_text, df.dtypes.iloc[:n]))
