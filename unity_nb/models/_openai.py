@@ -92,7 +92,7 @@ def _retry_after(err: Exception) -> float | None:
 def _headers(key: str) -> dict[str, str]:
     """The headers the openai client would send from its configuration: the key, and what its environment sets
     (``OPENAI_ORG_ID``, ``OPENAI_PROJECT_ID``, ``OPENAI_CUSTOM_HEADERS``: one ``Name: value`` a line)."""
-    from .. import __version__
+    from .._version import __version__
 
     headers = {"User-Agent": f"unity_nb/{__version__}", "Authorization": f"Bearer {key}"}
     for name, env in (("OpenAI-Organization", "OPENAI_ORG_ID"), ("OpenAI-Project", "OPENAI_PROJECT_ID")):
