@@ -53,6 +53,8 @@ async def test_a_thousand_rows_come_back_on_the_input_index_with_no_live_call(se
     assert result["k7"] == "answer to: Say item 7" and result["k999"] == "answer to: Say item 999"
     assert server.live_calls == 0 and server.uploads == 1 and server.creates == 1
     assert h.progress["done"] == 1000 and h.progress["provider_batch"]["completed"] == 1000
+    assert "provider batch (1 file(s)): completed, 1,000 of 1,000 requests done" in h.progress["text"]
+    assert "within its 24h window" in h.progress["text"]  # the line the widget shows
     stages = [e.stage for e in h.events if e.kind == "provider_batch"]
     assert stages[:2] == ["uploaded", "created"] and stages[-1] == "ended"
     assert h.rows.counts["finished"] == 1000

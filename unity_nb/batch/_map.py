@@ -242,6 +242,10 @@ def progress_text(p: Mapping[str, Any]) -> str:
     """A batch's progress as a person reads it (the widget's line): its rows (``rows_text``), rows a second and
     time left while it runs, tokens, and money (:func:`format_dollars`: two significant digits at least)."""
     parts = [p["rows_text"]]
+    pb = p.get("provider_batch")
+    if pb:  # through the provider's Batch API: its status and window, as the provider counts its requests
+        parts.append(f"provider batch ({pb['files']} file(s)): {pb['status']}, {pb['completed']:,} of {pb['total']:,} "
+                     f"requests done, {pb['failed']:,} failed, within its {pb['window']} window")
     ended = p["outcome"] not in ("running", "paused", "waiting")
     if not ended:
         parts.append(f"{p['rows_per_second']:g} rows/s")
