@@ -19,6 +19,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from _procs import alive
 
 import unity_nb as u
 
@@ -249,26 +250,15 @@ def test_the_server_of_a_process_killed_outright_does_not_outlive_it():
         line = owner.stdout.readline().split()
         assert len(line) == 2 and line[1] == "True", line  # started from a thread that ended, it answered
         pid = int(line[0])
-        assert _alive(pid)
+        assert alive(pid)
     finally:
         owner.kill()  # SIGKILL: nothing runs in it
         owner.wait(30)
     deadline = time.monotonic() + 30
-    while _alive(pid) and time.monotonic() < deadline:
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _alive(pid), "the local model server outlived the process that started it"
+    assert not alive(pid), "the local model server outlived the process that started it"
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is gone too
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_interrupting_the_kernel_leaves_its_local_server_running(tmp_path):

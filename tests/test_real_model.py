@@ -17,6 +17,7 @@ import os
 import time
 
 import pytest
+from _procs import alive
 
 import unity_nb as u
 from unity_nb.store import Store
@@ -175,9 +176,9 @@ def test_the_magic_starts_a_local_model_and_the_server_stops_with_the_kernel(tmp
     finally:
         k.close()
     deadline = time.monotonic() + 30
-    while _alive(pid) and time.monotonic() < deadline:
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not _alive(pid), "the local model server outlived its kernel"
+    assert not alive(pid), "the local model server outlived its kernel"
 
 
 def test_without_the_extra_the_error_says_the_one_command_to_install_it(monkeypatch):
@@ -191,14 +192,3 @@ def test_a_gguf_path_that_is_not_a_file_is_refused_clearly(tmp_path):
     with pytest.raises(u.UserError, match="no GGUF file"):
         u.local_model(tmp_path / "nope.gguf")
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is gone too
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False

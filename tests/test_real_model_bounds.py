@@ -14,6 +14,7 @@ import time
 from typing import Annotated
 
 import pytest
+from _procs import alive
 from pydantic import Field
 
 import unity_nb as u
@@ -111,20 +112,9 @@ def test_a_kernel_restarted_mid_reply_takes_its_server_with_it(tmp_path):
         asked = time.monotonic()
         k.km.restart_kernel(now=False)  # what JupyterLab's Restart does: the kernel is asked to shut down
         assert kernel.poll() is not None
-        while _alive(pid) and time.monotonic() - asked < 30:
+        while alive(pid) and time.monotonic() - asked < 30:
             time.sleep(0.1)
-        assert not _alive(pid), "the local model server outlived its kernel's restart"
+        assert not alive(pid), "the local model server outlived its kernel's restart"
     finally:
         k.close()
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is gone too
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
