@@ -343,7 +343,7 @@ async def test_approval_through_the_widget_and_the_magics(ip):
     assert "ran_two" not in ip.user_ns
     skipped = tool_messages(ip.user_ns["m"].requests[-1].messages)[1]["content"]
     assert "[the person skipped this plan; it did not run]: not now" in skipped
-    with pytest.raises(UsageError, match=r"has no plan waiting for approval|is finished"):
+    with pytest.raises(UsageError, match=r"has no plan or tool call waiting for approval|is finished"):
         ip.run_line_magic("unity", "approve careful")
 
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import signal
 import time
 from typing import Annotated
 
 import pytest
-from _procs import alive
+from _procs import alive, cpu_seconds
 from pydantic import Field
 
 import unity_nb as u
@@ -93,10 +94,14 @@ async def test_a_request_queued_behind_a_long_reply_says_why_and_is_answered_at_
         await short.close()
 
 
-def test_a_kernel_restarted_mid_reply_takes_its_server_with_it(tmp_path):
+@pytest.mark.parametrize("when", ["a cell awaits the reply", "the reply was stopped"])
+def test_a_kernel_restarted_mid_reply_takes_its_server_with_it(tmp_path, when):
+    # issue 39, item 2, on 16fedac: a reply with tools stopped (its client gone, llama-cpp-python's server generated
+    # on), then the kernel restarted: the server said "Waiting for background tasks to complete" and lived 376 s more
     from _kernel import Kernel
 
     k = Kernel(env={"UNITY_NB_STORE": str(tmp_path / "s.db")})
+    pid = None
     try:
         out = k.run("%load_ext unity_nb\n%unity model local", timeout=180)
         pid = int(out.split("(pid ")[1].split(",")[0])
@@ -104,17 +109,27 @@ def test_a_kernel_restarted_mid_reply_takes_its_server_with_it(tmp_path):
               "def record(values: Annotated[list[int], Field(min_length=1000)]) -> str:\n"
               "    '''Record numbers.'''\n    return 'ok'\n"
               "def shout(word: str) -> str:\n    '''Shout a word.'''\n    return word\n"
-              "m = u.local_model(quiet=True, options={'max_tokens': 3000})  # the server the magic started\n"
+              "m = u.local_model(quiet=True, options={'max_tokens': 3000, 'temperature': 0})  # the magic's server\n"
               f"h = u.start_loop({_LONG!r}, model=m, tools=[record, shout])", timeout=60)
+        start = cpu_seconds(pid)
         assert k.value("(await h.wait_for('model_request', timeout=120)) is not None", timeout=150)
-        k.kc.execute("await h")  # a cell waits on the reply (not awaited here): the kernel is busy
+        asked = time.monotonic()  # the server is at work on the reply once it has spent a CPU second more
+        while cpu_seconds(pid) - start < 1 and time.monotonic() - asked < 120:
+            time.sleep(0.1)
+        assert cpu_seconds(pid) - start >= 1, "the server did not start on the reply"
+        if when == "a cell awaits the reply":
+            k.kc.execute("await h")  # (not awaited here): the kernel is busy
+        else:
+            k.run("await h.stop('enough')")  # the kernel is idle, and the request's client gone
         kernel = k.km.provisioner.process  # a LocalProvisioner's
         asked = time.monotonic()
         k.km.restart_kernel(now=False)  # what JupyterLab's Restart does: the kernel is asked to shut down
         assert kernel.poll() is not None
-        while alive(pid) and time.monotonic() - asked < 30:
+        while alive(pid) and time.monotonic() - asked < 20:
             time.sleep(0.1)
-        assert not alive(pid), "the local model server outlived its kernel's restart"
+        assert not alive(pid), f"the local model server outlived its kernel's restart by 20 s ({when})"
     finally:
         k.close()
+        if pid is not None and alive(pid):  # (a failure here leaves no server generating on for minutes)
+            os.kill(pid, signal.SIGKILL)
 

@@ -245,6 +245,10 @@ _DECLARED = (
     Subcommand(
         "approve", "Run the plan (or the call of a tool marked needs_approval) of NAME that waits for approval.",
         args=(OPERATION,),
+        options=(Option("--always", FLAG, "run the waiting call of TOOL (of the one tool waiting when TOOL is not "
+                        "given), and every later call of that tool in this operation without asking (the widget's "
+                        "Always allow); a plan is approved one at a time."),),
+        text=Text("TOOL", "a tool's name", required=False),
     ),
     Subcommand(
         "skip", "Do not run the plan or tool call of NAME that waits for approval; the model is told why.",

@@ -17,6 +17,7 @@ from .._errors import HandleStateError, ModelConfigError, ModelError, UserError
 from ..batch import OPERATORS
 from ..loop import VERBS, LoopHandle, start_ask
 from ..models import set_default_model
+from ._approvals import always_call
 from ._args import HELP, SETTINGS, SUBCOMMANDS, Command, check_setting, overview, parse, short_usage
 from ._commands import usage_hint
 from ._magics_tasks import resume_from_store, show_transcript, task_command, tasks_table
@@ -582,11 +583,18 @@ class UnityMagics(Magics):
     def _waiting_plan(self, cmd: Command) -> Any:
         handle = self._live(cmd)
         if not handle.inbox.approvals:
-            raise UsageError(f"{handle.name!r} has no plan waiting for approval\n\n{HELP[cmd.sub]}")
+            raise UsageError(f"{handle.name!r} has no plan or tool call waiting for approval\n\n{HELP[cmd.sub]}")
         return handle
 
     def _approve(self, cmd: Command) -> None:
-        self._steer(cmd, self._waiting_plan(cmd).inbox.approve())
+        handle = self._waiting_plan(cmd)
+        if cmd.options.get("always"):
+            self._steer(cmd, handle.inbox.approve(always_call(handle, cmd.text), always=True))
+        elif cmd.text:
+            raise UsageError(f"a tool's name goes after --always: %unity approve {handle.name} --always "
+                             f"{cmd.text.split()[0]}\n\n{HELP['approve']}")
+        else:
+            self._steer(cmd, handle.inbox.approve())
 
     def _skip(self, cmd: Command) -> None:
         self._steer(cmd, self._waiting_plan(cmd).inbox.skip(reason=cmd.text or None))
