@@ -117,3 +117,45 @@ def test_the_head_keeps_what_pandas_shows():
     assert head[3].split()[:6] == ["20", "2024-01-02", "1.25", "2.000000e+00", "False", "<NA>"]
     assert "line\\nbreak" in head[3]  # a cell is one line
     assert head[4].split()[:3] == ["30", "NaT", "NaN"]
+
+
+def test_strings_kept_in_pyarrow_show_as_pandas_shows_them():
+    """pandas 3 keeps ``str`` columns, labels and categories in pyarrow: the head reads them from there."""
+    df = pd.DataFrame({
+        "name": pd.array(["ann", None, "cy", "dee"], dtype="str"),
+        "kind": pd.Categorical(["a", None, "b", "a"]),
+        "label": pd.array(["x", None, "z", "w"], dtype="string"),
+        "tag": pd.Categorical(["p", None, "q", "p"], categories=pd.array(["p", "q"], dtype="string")),
+    }, index=pd.Index(["r1", "r2", "r3", "r4"], dtype="str"))
+    expected = df.iloc[:3].to_string(max_colwidth=24, show_dimensions=False).splitlines()
+    head = described(df).split("first 3 rows:\n", 1)[1].splitlines()
+    assert head == [" ".join(line.split()) for line in expected]
+    assert head[2].split() == ["r2", "NaN", "NaN", "<NA>", "<NA>"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [lambda df: df.iat.__setitem__((1, 0), "zelda"), lambda df: df.iat.__setitem__((1, 0), None)],
+    ids=["value", "missing"],
+)
+def test_a_string_kept_in_pyarrow_written_in_place_is_seen(change):
+    df = pd.DataFrame({"name": pd.array(["ann", "bob", "cy", "dee"], dtype="str"), "n": [1, 2, 3, 4]})
+    first = described(df)
+    assert described(df) == first
+    blocks = [id(b) for b in df._mgr.blocks]
+    change(df)
+    assert [id(b) for b in df._mgr.blocks] == blocks  # the same frame, the same blocks: only a value differs
+    assert described(df) != first
+    assert described(df).split("first 3 rows:\n", 1)[1] == "\n".join(
+        " ".join(line.split()) for line in df.iloc[:3].to_string().splitlines()
+    )
+
+
+async def test_a_new_frame_bound_to_the_same_name_is_described_anew():
+    n = np.arange(1000)
+    ns = {"sales": pd.DataFrame({"id": n, "name": np.array(["ann", "bob", "cy"])[n % 3]})}
+    before = await run_and_read(ns)
+    assert "ann" in before
+    ns["sales"] = pd.DataFrame({"id": n + 5, "name": np.array(["zed", "yan", "xi"])[n % 3]})
+    after = await run_and_read(ns)
+    assert "zed" in after and "ann" not in after and "5" in after

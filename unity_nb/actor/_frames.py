@@ -20,8 +20,9 @@ How a kept description is never stale:
   description was made: as bytes for numbers, dates and categories' codes (a cell written in place differs
   there); as the identities of the very objects for cells held as Python objects, which the kept entry holds
   so no other object can take their identity, and only when every one is of an immutable type (str, int,
-  float, ...). A block of any other kind (pyarrow's arrays, a mutable object in a shown cell) is not
-  compared: the frame is described anew every time.
+  float, ...); as the values themselves for strings kept in pyarrow (pandas 3's ``str``: each read makes new
+  ``str`` objects, and a string is what it reads). A block of any other kind (other pyarrow arrays, a mutable
+  object in a shown cell) is not compared: the frame is described anew every time.
 
 So a hit costs a fingerprint lookup and a slice of each shown block, a few microseconds a frame. When only some
 blocks' heads read differently (a cell written), the other blocks' columns of the head are kept as they were.
@@ -90,11 +91,32 @@ def _ndarray(values: Any) -> Any:
     return None
 
 
+_ARROW_STRINGS = frozenset({"ArrowStringArray", "ArrowStringArrayNumpySemantics"})
+
+
+def _arrow_strings(values: Any) -> Any:
+    """The pyarrow array under an array of strings pandas keeps in pyarrow (pandas 3's ``str``), or None."""
+    if type(values).__name__ in _ARROW_STRINGS:
+        return getattr(values, "_pa_array", None)
+    return None
+
+
+def _arrow_head(values: Any, chunked: Any, n: int) -> list:
+    """``list(values[:n])`` for an array of strings in pyarrow (``chunked``): read from pyarrow, a missing one as
+    the dtype's missing value (pandas' ``__iter__`` costs several times more)."""
+    na = values.dtype.na_value
+    return [na if v is None else v for v in chunked.slice(0, n).to_pylist()]
+
+
 def _block_key(values: Any, held: list) -> tuple | None:
     """What the head reads from one block's ``values`` (see the module's docstring), the objects it names by
     identity added to ``held``; None when it cannot be compared."""
     if _NDARRAY and type(values) is _NDARRAY[0] and not values.dtype.hasobject:  # the usual block: numbers
         return (values.dtype.str, values[..., :ROWS].tobytes())
+    chunked = _arrow_strings(values)
+    if chunked is not None:  # strings in pyarrow: compared by value (fresh str objects each time, immutable)
+        held.append(values.dtype)
+        return (id(values.dtype), *chunked.slice(0, ROWS).to_pylist())
     arr = _ndarray(values)
     if arr is not None:
         parts = [arr]
@@ -252,6 +274,9 @@ def _cells(values: list, kind: str = "") -> list[str]:
 def _column(values: Any, row: int) -> tuple[list, str]:
     """The first rows of one column of a block's values (a 2-D array or a 1-D extension array), and the
     kind of numpy array they came from ('' for anything else)."""
+    chunked = _arrow_strings(values)
+    if chunked is not None:
+        return _arrow_head(values, chunked, ROWS), ""
     arr = _ndarray(values)
     if arr is values or (arr is not None and type(values).__name__ == "StringArray"):
         kind = arr.dtype.kind
@@ -259,7 +284,13 @@ def _column(values: Any, row: int) -> tuple[list, str]:
             head = arr[row, :ROWS] if arr.ndim == 2 else arr[:ROWS]
             return head.tolist(), kind if kind in "fiub" else ""
     elif arr is not None and type(values).__name__ == "Categorical":
-        categories = _ndarray(values.categories._values)
+        held_values = values.categories._values
+        chunked = _arrow_strings(held_values)
+        if chunked is not None:  # pandas 3's str categories
+            na = held_values.dtype.na_value
+            cells = [chunked[c].as_py() if c >= 0 else None for c in arr[:ROWS].tolist()]
+            return [na if v is None else v for v in cells], ""
+        categories = _ndarray(held_values)
         if categories is not None and categories.dtype.kind not in "mM":
             nan = float("nan")
             return [categories[c] if c >= 0 else nan for c in arr[:ROWS].tolist()], ""
@@ -271,6 +302,9 @@ def _column(values: Any, row: int) -> tuple[list, str]:
 def labels(index: Any, n: int) -> list:
     """``index[:n].tolist()``, from the array under the index when it is a plain one (the Index costs more)."""
     values = index._values
+    chunked = _arrow_strings(values)
+    if chunked is not None:
+        return _arrow_head(values, chunked, n)
     arr = _ndarray(values)
     if arr is not None and arr.ndim == 1 and arr.dtype.kind not in "mM" and (
         arr is values or type(values).__name__ == "StringArray"
