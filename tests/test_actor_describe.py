@@ -159,3 +159,34 @@ async def test_a_new_frame_bound_to_the_same_name_is_described_anew():
     ns["sales"] = pd.DataFrame({"id": n + 5, "name": np.array(["zed", "yan", "xi"])[n % 3]})
     after = await run_and_read(ns)
     assert "zed" in after and "ann" not in after and "5" in after
+
+
+def pair(base, change):
+    """A frame and another over the same data made to differ from it in one thing the description shows."""
+    other = base.copy(deep=False)
+    change(other)
+    return base, other
+
+
+@pytest.mark.parametrize(
+    ("change", "shows"),
+    [
+        (lambda df: df.iat.__setitem__((1, 1), 0.00042), "0.00042"),  # a value
+        (lambda df: setattr(df, "columns", [1.0, 2.0, 3.0]), "1.0"),  # labels equal to 1, 2, 3, shown otherwise
+        (lambda df: setattr(df, "index", pd.RangeIndex(5, 9)), "5 7 0.500 a"),  # the rows' labels
+        (lambda df: df.index.rename("row", inplace=True), "row"),  # a name
+        (lambda df: df.__setitem__(3, pd.Categorical(["b", "b", "a", "a"], categories=["b", "a"])), "0 7 0.500 b"),
+    ],
+    ids=["value", "label-type", "range-start", "index-name", "categories"],
+)
+def test_a_new_frame_like_one_described_before_is_described_as_it_is(change, shows):
+    base = pd.DataFrame({1: [7, 8, 9, 10], 2: [0.5, 0.25, 0.125, 1.0], 3: pd.Categorical(["a", "a", "b", "b"])})
+    first, other = pair(base, change)
+    before = described(first)
+    assert shows not in before.split("first 3 rows:\n", 1)[1]
+    after = described(other)
+    assert shows in after
+    assert after.split("first 3 rows:\n", 1)[1] == "\n".join(
+        " ".join(line.split()) for line in other.iloc[:3].to_string().splitlines()
+    )
+    assert described(first) == before

@@ -19,7 +19,7 @@ from typing import Any
 from .._secrets import scrub
 from ._frames import ROWS as _ROWS
 from ._frames import forget as _forget_description
-from ._frames import frame_dtypes, frame_text, labels
+from ._frames import frame_parts, frame_text
 
 __all__ = ("describe_value", "describe_namespace", "user_variables", "fingerprint", "snapshot", "HIDDEN_NAMES")
 
@@ -300,7 +300,7 @@ def _fingerprint(obj: Any, kind: str) -> tuple:
     parts: list[Any] = [id(obj), type(obj)]
     try:
         if kind == "frame":
-            parts += [obj.shape, tuple(map(str, labels(obj.columns, 200))), tuple(frame_dtypes(obj, 200))]
+            parts += frame_parts(obj, 200)
         elif kind in ("series", "array"):
             parts += [obj.shape, str(obj.dtype)]
         elif kind == "value":

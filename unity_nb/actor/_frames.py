@@ -26,6 +26,11 @@ How a kept description is never stale:
 
 So a hit costs a fingerprint lookup and a slice of each shown block, a few microseconds a frame. When only some
 blocks' heads read differently (a cell written), the other blocks' columns of the head are kept as they were.
+
+A new object (a frame loaded again, a copy) has nothing kept under its identity, but it may show what another
+showed: descriptions are also kept by everything they read, as values (:func:`_content_key`: shape, labels
+and their types, dtypes, where each shown column is, the row index and every shown block's first rows as
+compared above), a bounded number of them; a new frame whose key is one of them is given that description.
 """
 
 from __future__ import annotations
@@ -34,7 +39,9 @@ import decimal
 import fractions
 from typing import Any
 
-__all__ = ("dtype_text", "forget", "frame_dtypes", "frame_head", "frame_text", "head_probe", "labels")
+__all__ = (
+    "dtype_text", "forget", "frame_dtypes", "frame_head", "frame_parts", "frame_text", "head_probe", "labels",
+)
 
 ROWS = 3
 """Rows shown."""
@@ -364,6 +371,32 @@ columns of the head by block)``: a frame's description (see the module's docstri
 fingerprint cache entry (:func:`forget`)."""
 
 
+_SEEN: dict[tuple, tuple] = {}
+"""``content key -> (description, column text, columns of the head by block, objects the key names)``: the
+descriptions of frames by what they show (:func:`_content_key`), so a new object over data described before
+(a frame loaded again, a copy) is not laid out anew. At most :data:`_SEEN_MAX`, the oldest dropped first; an
+entry holds the few objects its key names by identity (the cells of the shown rows held as Python objects, an
+extension dtype), never a frame or its data."""
+_SEEN_MAX = 256
+
+
+def _content_key(df: Any, fp: tuple, shown: list, probe: tuple, limit: int) -> tuple | None:
+    """Everything a description made by :func:`frame_text` reads, as values (``fp``: the frame's fingerprint,
+    its shape, labels and dtypes; ``probe``: :func:`head_probe`'s, the shown rows of every shown block and of a
+    row index, its names, the objects named by identity held in the probe), with where each shown column
+    is (block and place) and a RangeIndex's start and step. Two frames with equal keys are described alike."""
+    try:
+        mgr = df._mgr
+        index = mgr.axes[1]
+        n = len(shown)
+        rng = (index.start, index.step) if type(index).__name__ == "RangeIndex" else None
+        layout = (tuple(mgr.blknos[:n].tolist()), tuple(mgr.blklocs[:n].tolist()))
+    except (AttributeError, IndexError, TypeError):
+        return None
+    # the labels with their types: 1, 1.0 and True are equal, and shown as "1", "1.0" and "True"
+    return (limit, fp[2], fp[4][:n], tuple(shown), tuple(map(type, shown)), rng, layout, probe[0], probe[1])
+
+
 def forget(key: int) -> None:
     """The frame ``key`` names is gone, or its fingerprint changed: its description goes too."""
     _DESCRIBED.pop(key, None)
@@ -390,13 +423,22 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
     else:
         reuse = None
     # the probe is taken before the text is made: a change in between (another thread) makes the key differ
-    rows, cols = df.shape
     shown = labels(df.columns, COLUMNS)
+    if fp is not None and len(fp) == 5:  # (id, type, shape, labels and dtypes as text): see frame_parts
+        (rows, cols), names, dtypes = fp[2], fp[3], fp[4]
+    else:
+        (rows, cols), names, dtypes = df.shape, tuple(map(str, shown)), frame_dtypes(df, COLUMNS)
+    seen = None
+    if kept is None and probe is not None and fp is not None and len(fp) == 5:
+        seen = _content_key(df, fp, shown, probe, limit)
+        hit = _SEEN.get(seen) if seen is not None else None
+        if hit is not None:  # another frame showed all this: its description, kept for this one too
+            _DESCRIBED[key] = (fp, limit, probe[0], probe[1], hit[0], probe[2], hit[1], hit[2])
+            return hit[0]
     if kept is not None:
         col_text = kept[6]  # shape, labels and dtypes: the fingerprint's, unchanged
     else:
-        dtypes = frame_dtypes(df, COLUMNS)
-        col_text = ", ".join(f"{c!s}: {dtypes[i]}" for i, c in enumerate(shown))
+        col_text = ", ".join(f"{names[i]}: {dtypes[i]}" for i in range(len(shown)))
         if cols > len(shown):
             col_text += f", ... ({cols - len(shown)} more columns)"
     head = ""
@@ -416,7 +458,32 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
     text = _clip(text, limit)
     if probe is not None:
         _DESCRIBED[key] = (fp, limit, probe[0], probe[1], text, probe[2], col_text, made)
+        if seen is not None:
+            if len(_SEEN) >= _SEEN_MAX:
+                del _SEEN[next(iter(_SEEN))]
+            _SEEN[seen] = (text, col_text, made, probe[2])
     return text
+
+
+def frame_parts(df: Any, n: int) -> tuple[tuple[int, int], tuple[str, ...], tuple[str, ...]]:
+    """``df``'s shape, and its first ``n`` column labels and dtypes as text, read from the block manager (a
+    frame's fingerprint: every frame in the namespace is fingerprinted at each run's start, where pandas'
+    ``shape``, ``columns`` and ``dtypes`` cost several times more)."""
+    try:
+        mgr = df._mgr
+        axes = mgr.axes
+        columns = axes[0]
+        width = len(columns)
+        shape = (len(axes[1]), width)
+        blocks = mgr.blocks
+        if len(blocks) == 1:  # one dtype: no need to place the columns
+            dtypes = (dtype_text(blocks[0].values.dtype),) * min(width, n)
+        else:
+            texts = [dtype_text(b.values.dtype) for b in blocks]
+            dtypes = tuple([texts[b] for b in mgr.blknos[:n].tolist()])
+    except (AttributeError, IndexError):  # another pandas layout
+        return df.shape, tuple(map(str, labels(df.columns, n))), tuple(frame_dtypes(df, n))
+    return shape, tuple(map(str, labels(columns, n))), dtypes
 
 
 def frame_dtypes(df: Any, n: int) -> list[str]:
