@@ -260,10 +260,16 @@ def _clipped(text: str) -> str:
 def _cells(values: list, kind: str = "") -> list[str]:
     """One column's cells as text; ``kind`` is its numpy dtype's kind when known (``f``: floats)."""
     if kind == "f":
-        if all(v - v == 0 and (v == 0 or 1e-6 <= abs(v) <= 1e6) for v in values):  # the usual: six decimals
+        if all([v - v == 0 and (v == 0 or 1e-6 <= abs(v) <= 1e6) for v in values]):  # the usual: six decimals
             texts = [f"{v:.6f}" for v in values]
-            cut = min(min(len(t) - len(t.rstrip("0")) for t in texts), min(len(t) - t.index(".") for t in texts) - 2)
-            return [t[:-cut] for t in texts] if cut > 0 else texts
+            cut = 5  # the trailing zeros all of them have, but one decimal stays (each has six)
+            for t in texts:
+                zeros = len(t) - len(t.rstrip("0"))
+                if zeros < cut:
+                    cut = zeros
+                    if not cut:
+                        return texts
+            return [t[:-cut] for t in texts]
         return _floats(values)
     if kind in ("i", "u", "b"):
         return list(map(str, values))
@@ -352,9 +358,9 @@ def frame_head(df: Any, shown: list, reuse: dict[int, dict[int, list[str]]] | No
         col = old.get(loc) if old else None
         if col is None:  # the column's title and cells, right-aligned to the widest of them
             cells = _cells(*_column(blocks[no].values, loc))
-            title = _text(label)
-            width = max(len(title), *map(len, cells))
-            col = [title.rjust(width), *(c.rjust(width) for c in cells)]
+            cells.insert(0, label if type(label) is str and label.isprintable() else _text(label))  # the title
+            width = max(map(len, cells))
+            col = [c.rjust(width) for c in cells]
         made.setdefault(no, {})[loc] = col
         cols.append(col)
         if named is not None:
@@ -367,8 +373,8 @@ def frame_head(df: Any, shown: list, reuse: dict[int, dict[int, list[str]]] | No
 
 _DESCRIBED: dict[int, tuple] = {}
 """``id(frame) -> (fingerprint, limit, key, blocks' keys, description, objects the keys name, column text,
-columns of the head by block)``: a frame's description (see the module's docstring). It goes with the frame's
-fingerprint cache entry (:func:`forget`)."""
+columns of the head by block, labels shown)``: a frame's description (see the module's docstring). It goes with
+the frame's fingerprint cache entry (:func:`forget`)."""
 
 
 _SEEN: dict[tuple, tuple] = {}
@@ -423,7 +429,7 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
     else:
         reuse = None
     # the probe is taken before the text is made: a change in between (another thread) makes the key differ
-    shown = labels(df.columns, COLUMNS)
+    shown = kept[8] if kept is not None else labels(df.columns, COLUMNS)  # kept: the very same columns Index
     if fp is not None and len(fp) == 5:  # (id, type, shape, labels and dtypes as text): see frame_parts
         (rows, cols), names, dtypes = fp[2], fp[3], fp[4]
     else:
@@ -433,7 +439,7 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
         seen = _content_key(df, fp, shown, probe, limit)
         hit = _SEEN.get(seen) if seen is not None else None
         if hit is not None:  # another frame showed all this: its description, kept for this one too
-            _DESCRIBED[key] = (fp, limit, probe[0], probe[1], hit[0], probe[2], hit[1], hit[2])
+            _DESCRIBED[key] = (fp, limit, probe[0], probe[1], hit[0], probe[2], hit[1], hit[2], shown)
             return hit[0]
     if kept is not None:
         col_text = kept[6]  # shape, labels and dtypes: the fingerprint's, unchanged
@@ -457,7 +463,7 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
         text += f"\nfirst {min(rows, ROWS)} rows:\n{head}"
     text = _clip(text, limit)
     if probe is not None:
-        _DESCRIBED[key] = (fp, limit, probe[0], probe[1], text, probe[2], col_text, made)
+        _DESCRIBED[key] = (fp, limit, probe[0], probe[1], text, probe[2], col_text, made, shown)
         if seen is not None:
             if len(_SEEN) >= _SEEN_MAX:
                 del _SEEN[next(iter(_SEEN))]
