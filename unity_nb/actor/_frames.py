@@ -111,8 +111,11 @@ def _arrow_strings(values: Any) -> Any:
 def _arrow_head(values: Any, chunked: Any, n: int) -> list:
     """``list(values[:n])`` for an array of strings in pyarrow (``chunked``): read from pyarrow, a missing one as
     the dtype's missing value (pandas' ``__iter__`` costs several times more)."""
-    na = values.dtype.na_value
-    return [na if v is None else v for v in chunked.slice(0, n).to_pylist()]
+    cells = (chunked if len(chunked) <= n else chunked.slice(0, n)).to_pylist()
+    if None in cells:
+        na = values.dtype.na_value
+        return [na if v is None else v for v in cells]
+    return cells
 
 
 def _block_key(values: Any, held: list) -> tuple | None:
