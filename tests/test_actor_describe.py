@@ -126,11 +126,12 @@ def test_strings_kept_in_pyarrow_show_as_pandas_shows_them():
         "kind": pd.Categorical(["a", None, "b", "a"]),
         "label": pd.array(["x", None, "z", "w"], dtype="string"),
         "tag": pd.Categorical(["p", None, "q", "p"], categories=pd.array(["p", "q"], dtype="string")),
+        "many": pd.Categorical(["c7", None, "c99", "c0"], categories=[f"c{i}" for i in range(100)]),
     }, index=pd.Index(["r1", "r2", "r3", "r4"], dtype="str"))
     expected = df.iloc[:3].to_string(max_colwidth=24, show_dimensions=False).splitlines()
     head = described(df).split("first 3 rows:\n", 1)[1].splitlines()
     assert head == [" ".join(line.split()) for line in expected]
-    assert head[2].split() == ["r2", "NaN", "NaN", "<NA>", "<NA>"]
+    assert head[2].split() == ["r2", "NaN", "NaN", "<NA>", "<NA>", "NaN"]
 
 
 @pytest.mark.parametrize(

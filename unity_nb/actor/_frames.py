@@ -303,9 +303,16 @@ def _column(values: Any, row: int) -> tuple[list, str]:
         held_values = values.categories._values
         chunked = _arrow_strings(held_values)
         if chunked is not None:  # pandas 3's str categories
-            na = held_values.dtype.na_value
-            cells = [chunked[c].as_py() if c >= 0 else None for c in arr[:ROWS].tolist()]
-            return [na if v is None else v for v in cells], ""
+            codes = arr[:ROWS].tolist()
+            if len(chunked) <= 64:  # a few categories: all of them read at once costs less than three
+                names = chunked.to_pylist()
+                cells = [names[c] if c >= 0 else None for c in codes]
+            else:
+                cells = [chunked[c].as_py() if c >= 0 else None for c in codes]
+            if None in cells:
+                na = held_values.dtype.na_value
+                return [na if v is None else v for v in cells], ""
+            return cells, ""
         categories = _ndarray(held_values)
         if categories is not None and categories.dtype.kind not in "mM":
             nan = float("nan")
@@ -353,7 +360,7 @@ def frame_head(df: Any, shown: list, reuse: dict[int, dict[int, list[str]]] | No
     first = [_text(name) if name is not None else "", *rows]
     width = max(map(len, first))
     blank = " " * width
-    cols = [[blank, *(r.ljust(width) for r in rows)]]
+    cols = [[blank] + [r.ljust(width) for r in rows]]
     named = [first[0].ljust(width)] if name is not None else None
     made: dict[int, dict[int, list[str]]] = {}
     for label, no, loc in zip(shown, blknos, blklocs):
