@@ -191,3 +191,19 @@ def test_a_new_frame_like_one_described_before_is_described_as_it_is(change, sho
         " ".join(line.split()) for line in other.iloc[:3].to_string().splitlines()
     )
     assert described(first) == before
+
+
+def test_a_fingerprint_names_the_frame_as_it_was_when_taken():
+    """A frame's fingerprint reads its labels and dtypes only when compared or described: what it names is
+    still the frame as it was, whatever pandas changed in place since."""
+    df = pd.DataFrame({"a": [1, 2], "b": [0.5, 1.5], "c": [3, 4]})
+    first = u.actor.fingerprint(df)  # nothing read from it yet
+    df.insert(0, "z", ["p", "q"])  # the blocks after it move one place up
+    df["a"] = df["a"].astype(float)
+    changed = u.actor.fingerprint(df)
+    del df["z"]
+    df["a"] = df["a"].astype("int64")
+    back = u.actor.fingerprint(df)  # new blocks and labels, saying what the first said
+    assert first != changed and changed != back
+    assert first == back and hash(first) == hash(back)
+    assert "a: int64, b: float64, c: int64" in described(df)

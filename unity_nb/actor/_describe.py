@@ -17,9 +17,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .._secrets import scrub
+from ._frames import FP_COLUMNS, frame_fingerprint, frame_parts, frame_text
 from ._frames import ROWS as _ROWS
 from ._frames import forget as _forget_description
-from ._frames import frame_parts, frame_text
 
 __all__ = ("describe_value", "describe_namespace", "user_variables", "fingerprint", "snapshot", "HIDDEN_NAMES")
 
@@ -218,7 +218,8 @@ _KINDS: dict[type, str] = {}
 _CACHE: dict[int, tuple] = {}
 """``id(obj) -> (fingerprint, ids of what pins it, weak references to those)`` for pandas objects. An entry
 goes as soon as its object or any object pinning it is collected, so an id in it always names the object it
-named when cached. Only weak references: the cache keeps no old version of a frame's data alive."""
+named when cached. Only weak references: the cache keeps no old version of a frame's data alive (a frame's
+fingerprint holds its columns Index and its blocks' dtypes and placements, never a block: see FrameParts)."""
 
 _CHURN = [0]
 """How many times an entry of ``_CACHE`` was added, replaced or dropped: while it stays the same, every entry seen
@@ -267,6 +268,10 @@ def fingerprint(obj: Any) -> tuple:
     objects: every in-place change pandas makes to shape, labels or dtypes replaces one of them
     (``df['new'] = ...``, ``df.columns = ...``, a dtype change, ``inplace=True`` methods). Checking
     that costs a tuple of ids, where building ``df.dtypes`` costs tens of microseconds.
+
+    A DataFrame's is ``(id, type, shape, parts)``: ``parts`` (:class:`._frames.FrameParts`) names its first
+    labels and dtypes, read only when compared with another or described (a new frame costs a few
+    microseconds), and always as they were when the fingerprint was taken.
     """
     kind = _KINDS.get(type(obj)) or _kind_of(type(obj))
     if kind != "frame" and kind != "series":
@@ -285,9 +290,9 @@ def fingerprint(obj: Any) -> tuple:
     # which drops the entry.
     if entry is not None and entry[1] == ids:
         return entry[0]
-    if kind == "frame":  # every frame in the namespace, at each run's start: the parts read straight
+    if kind == "frame":  # every frame in the namespace, at each run's start: labels and dtypes read when needed
         try:
-            fp = (key, type(obj), *frame_parts(obj, 200))
+            fp = frame_fingerprint(obj)
         except Exception:
             fp = _fingerprint(obj, kind)
     else:
@@ -306,7 +311,7 @@ def _fingerprint(obj: Any, kind: str) -> tuple:
     parts: list[Any] = [id(obj), type(obj)]
     try:
         if kind == "frame":
-            parts += frame_parts(obj, 200)
+            parts += frame_parts(obj, FP_COLUMNS)
         elif kind in ("series", "array"):
             parts += [obj.shape, str(obj.dtype)]
         elif kind == "value":

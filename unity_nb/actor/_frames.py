@@ -40,7 +40,8 @@ import fractions
 from typing import Any
 
 __all__ = (
-    "dtype_text", "forget", "frame_dtypes", "frame_head", "frame_parts", "frame_text", "head_probe", "labels",
+    "FP_COLUMNS", "FrameParts", "dtype_text", "fingerprint_text", "forget", "frame_dtypes", "frame_fingerprint",
+    "frame_head", "frame_parts", "frame_text", "head_probe", "labels",
 )
 
 ROWS = 3
@@ -396,11 +397,11 @@ extension dtype), never a frame or its data."""
 _SEEN_MAX = 256
 
 
-def _content_key(df: Any, fp: tuple, shown: list, probe: tuple, limit: int) -> tuple | None:
-    """Everything a description made by :func:`frame_text` reads, as values (``fp``: the frame's fingerprint,
-    its shape, labels and dtypes; ``probe``: :func:`head_probe`'s, the shown rows of every shown block and of a
-    row index, its names, the objects named by identity held in the probe), with where each shown column
-    is (block and place) and a RangeIndex's start and step. Two frames with equal keys are described alike."""
+def _content_key(df: Any, named: tuple, shown: list, probe: tuple, limit: int) -> tuple | None:
+    """Everything a description made by :func:`frame_text` reads, as values (``named``: the shape, labels and
+    dtypes the frame's fingerprint names; ``probe``: :func:`head_probe`'s, the shown rows of every shown block
+    and of a row index, its names, the objects named by identity held in the probe), with where each shown
+    column is (block and place) and a RangeIndex's start and step. Two frames with equal keys read alike."""
     try:
         mgr = df._mgr
         index = mgr.axes[1]
@@ -410,7 +411,7 @@ def _content_key(df: Any, fp: tuple, shown: list, probe: tuple, limit: int) -> t
     except (AttributeError, IndexError, TypeError):
         return None
     # the labels with their types: 1, 1.0 and True are equal, and shown as "1", "1.0" and "True"
-    return (limit, fp[2], fp[4][:n], tuple(shown), tuple(map(type, shown)), rng, layout, probe[0], probe[1])
+    return (limit, named[0], named[2][:n], tuple(shown), tuple(map(type, shown)), rng, layout, probe[0], probe[1])
 
 
 def forget(key: int) -> None:
@@ -440,13 +441,14 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
         reuse = None
     # the probe is taken before the text is made: a change in between (another thread) makes the key differ
     shown = kept[8] if kept is not None else labels(df.columns, COLUMNS)  # kept: the very same columns Index
-    if fp is not None and len(fp) == 5:  # (id, type, shape, labels and dtypes as text): see frame_parts
-        (rows, cols), names, dtypes = fp[2], fp[3], fp[4]
+    named = fingerprint_text(fp)
+    if named is not None:  # shape, labels and dtypes as text, as the fingerprint names them
+        (rows, cols), names, dtypes = named
     else:
-        (rows, cols), names, dtypes = df.shape, tuple(map(str, shown)), frame_dtypes(df, COLUMNS)
+        (rows, cols), names, dtypes = df.shape, tuple(map(str, shown)), tuple(frame_dtypes(df, COLUMNS))
     seen = None
-    if kept is None and probe is not None and fp is not None and len(fp) == 5:
-        seen = _content_key(df, fp, shown, probe, limit)
+    if kept is None and probe is not None and named is not None:
+        seen = _content_key(df, named, shown, probe, limit)
         hit = _SEEN.get(seen) if seen is not None else None
         if hit is not None:  # another frame showed all this: its description, kept for this one too
             _DESCRIBED[key] = (fp, limit, probe[0], probe[1], hit[0], probe[2], hit[1], hit[2], shown)
@@ -479,6 +481,82 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
                 del _SEEN[next(iter(_SEEN))]
             _SEEN[seen] = (text, col_text, made, probe[2])
     return text
+
+
+FP_COLUMNS = 200
+"""Columns a frame's fingerprint names (labels and dtypes)."""
+
+
+class FrameParts:
+    """A frame's first :data:`FP_COLUMNS` column labels and dtypes, as text, read only when first needed.
+
+    Every frame in the namespace is fingerprinted at each run's start, and most fingerprints are only ever
+    compared with themselves. This holds what the text is read from, all of it immutable: the columns Index
+    (pandas replaces it for any change of labels; its name is not read) and each block's dtype and placement
+    (pandas gives a block a new placement object, never changes one). So the text, read when a description
+    needs it or when another frame's parts are compared with these, is what it was when the fingerprint was
+    taken. It holds labels and dtypes only, never a block or its data.
+    """
+
+    __slots__ = ("_text", "blocks", "columns")
+
+    def __init__(self, columns: Any, blocks: tuple) -> None:
+        self.columns = columns
+        self.blocks = blocks
+        """``((dtype, placement), ...)``, one per block."""
+        self._text: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+
+    def text(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """``(labels, dtypes)``: the first columns' labels (``str``) and dtypes (:func:`dtype_text`)."""
+        text = self._text
+        if text is None:
+            n = min(len(self.columns), FP_COLUMNS)
+            dtypes = [""] * n
+            for dtype, placement in self.blocks:
+                name = dtype_text(dtype)
+                locs = placement.indexer
+                for loc in range(*locs.indices(n)) if type(locs) is slice else locs[locs < n].tolist():
+                    dtypes[loc] = name
+            text = self._text = (tuple(map(str, labels(self.columns, n))), tuple(dtypes))
+        return text
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if type(other) is not FrameParts:
+            return NotImplemented
+        if self.columns is other.columns and len(self.blocks) == len(other.blocks) and all(
+            a is c and b is d for (a, b), (c, d) in zip(self.blocks, other.blocks)
+        ):
+            return True  # the very same objects (held: no other can have their identity)
+        return self.text() == other.text()
+
+    def __hash__(self) -> int:
+        return hash(self.text())
+
+    def __repr__(self) -> str:
+        return f"FrameParts{self.text()!r}"
+
+
+def frame_fingerprint(df: Any) -> tuple:
+    """``(id, type, shape, FrameParts)``: a frame's fingerprint, from its block manager, its labels and dtypes
+    to be read when needed (:class:`FrameParts`). Raises AttributeError for another pandas layout."""
+    mgr = df._mgr
+    axes = mgr.axes
+    columns = axes[0]
+    parts = FrameParts(columns, tuple([(b.values.dtype, b.mgr_locs) for b in mgr.blocks]))
+    return (id(df), type(df), (len(axes[1]), len(columns)), parts)
+
+
+def fingerprint_text(fp: tuple | None) -> tuple[tuple[int, int], tuple[str, ...], tuple[str, ...]] | None:
+    """``(shape, labels, dtypes)`` a frame's fingerprint names, or None when it is not one."""
+    if fp is None:
+        return None
+    if len(fp) == 4 and type(fp[3]) is FrameParts:
+        return (fp[2], *fp[3].text())
+    if len(fp) == 5:
+        return fp[2], fp[3], fp[4]
+    return None
 
 
 def frame_parts(df: Any, n: int) -> tuple[tuple[int, int], tuple[str, ...], tuple[str, ...]]:
