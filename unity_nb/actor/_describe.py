@@ -17,9 +17,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .._secrets import scrub
-from ._frames import FP_COLUMNS, frame_fingerprint, frame_parts, frame_text
 from ._frames import ROWS as _ROWS
 from ._frames import forget as _forget_description
+from ._frames import frame_text
+from ._parts import FP_COLUMNS, frame_fingerprint, frame_parts
 
 __all__ = ("describe_value", "describe_namespace", "user_variables", "fingerprint", "snapshot", "HIDDEN_NAMES")
 
@@ -269,7 +270,7 @@ def fingerprint(obj: Any) -> tuple:
     (``df['new'] = ...``, ``df.columns = ...``, a dtype change, ``inplace=True`` methods). Checking
     that costs a tuple of ids, where building ``df.dtypes`` costs tens of microseconds.
 
-    A DataFrame's is ``(id, type, shape, parts)``: ``parts`` (:class:`._frames.FrameParts`) names its first
+    A DataFrame's is ``(id, type, shape, parts)``: ``parts`` (:class:`._parts.FrameParts`) names its first
     labels and dtypes, read only when compared with another or described (a new frame costs a few
     microseconds), and always as they were when the fingerprint was taken.
     """
