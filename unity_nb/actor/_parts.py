@@ -83,7 +83,7 @@ def frame_fingerprint(df: Any) -> tuple:
     mgr = df._mgr
     axes = mgr.axes
     columns = axes[0]
-    parts = FrameParts(columns, tuple([(b.values.dtype, b.mgr_locs) for b in mgr.blocks]))
+    parts = FrameParts(columns, tuple([(b.values.dtype, b._mgr_locs) for b in mgr.blocks]))  # the placement itself
     return (id(df), type(df), (len(axes[1]), len(columns)), parts)
 
 
