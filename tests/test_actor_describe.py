@@ -207,3 +207,11 @@ def test_a_fingerprint_names_the_frame_as_it_was_when_taken():
     assert first != changed and changed != back
     assert first == back and hash(first) == hash(back)
     assert "a: int64, b: float64, c: int64" in described(df)
+
+
+def test_a_wide_frame_names_each_column_s_dtype():
+    df = pd.DataFrame({f"c{i}": (np.arange(3) if i % 2 else np.arange(3) / 2) for i in range(300)})
+    expected = ", ".join(f"c{i}: {'int64' if i % 2 else 'float64'}" for i in range(12))
+    assert f"columns: {expected}, ... (288 more columns)" in described(df)
+    df.insert(0, "first", ["a", "b", "c"])
+    assert "columns: first: str, c0: float64, c1: int64" in described(df)

@@ -8,6 +8,7 @@ them). :func:`frame_fingerprint` takes what the labels and dtypes are read from,
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from ._frames import dtype_text, frame_dtypes, labels
@@ -53,7 +54,14 @@ class FrameParts:
             for dtype, placement in self.blocks:
                 name = dtype_text(dtype)
                 locs = placement.indexer
-                for loc in range(*locs.indices(n)) if type(locs) is slice else locs[locs < n].tolist():
+                places: Iterable[int]
+                if type(locs) is slice:
+                    places = range(*locs.indices(n))
+                elif len(locs) <= 64:  # a few places: read as a list (numpy's mask costs more)
+                    places = [loc for loc in locs.tolist() if loc < n]
+                else:
+                    places = locs[locs < n].tolist()
+                for loc in places:
                     dtypes[loc] = name
             self._labels = labels(self.columns, n)
             text = self._text = (tuple(map(str, self._labels)), tuple(dtypes))
