@@ -215,3 +215,8 @@ def test_a_wide_frame_names_each_column_s_dtype():
     assert f"columns: {expected}, ... (288 more columns)" in described(df)
     df.insert(0, "first", ["a", "b", "c"])
     assert "columns: first: str, c0: float64, c1: int64" in described(df)
+
+
+def test_a_frame_whose_labels_are_lists_is_described():
+    df = pd.DataFrame([[1, 2]], columns=pd.Index([[1], [2]], dtype=object, tupleize_cols=False))
+    assert described(df).startswith("pd.DataFrame, shape (1, 2); columns: [1]: int64, [2]: int64\nfirst 1 rows:")

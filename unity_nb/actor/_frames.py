@@ -410,7 +410,12 @@ def _content_key(df: Any, named: tuple, shown: list, probe: tuple, limit: int) -
     except (AttributeError, IndexError, TypeError):
         return None
     # the labels with their types: 1, 1.0 and True are equal, and shown as "1", "1.0" and "True"
-    return (limit, named[0], named[2][:n], tuple(shown), tuple(map(type, shown)), rng, layout, probe[0], probe[1])
+    key = (limit, named[0], named[2][:n], tuple(shown), tuple(map(type, shown)), rng, layout, probe[0], probe[1])
+    try:
+        hash(key)
+    except TypeError:  # a label that is no key (a list): such a frame is not kept by what it shows
+        return None
+    return key
 
 
 def forget(key: int) -> None:
