@@ -220,3 +220,15 @@ def test_a_wide_frame_names_each_column_s_dtype():
 def test_a_frame_whose_labels_are_lists_is_described():
     df = pd.DataFrame([[1, 2]], columns=pd.Index([[1], [2]], dtype=object, tupleize_cols=False))
     assert described(df).startswith("pd.DataFrame, shape (1, 2); columns: [1]: int64, [2]: int64\nfirst 1 rows:")
+
+
+def test_a_large_category_list_is_not_kept_once_its_frame_is_gone():
+    import gc
+    import weakref
+
+    df = pd.DataFrame({"c": pd.Categorical(["v1", "v2"], categories=[f"v{i}" for i in range(5000)])})
+    assert "v1" in described(df)
+    categories = weakref.ref(df["c"].dtype.categories)
+    del df
+    gc.collect()
+    assert categories() is None

@@ -392,8 +392,22 @@ _SEEN: dict[tuple, tuple] = {}
 descriptions of frames by what they show (:func:`_content_key`), so a new object over data described before
 (a frame loaded again, a copy) is not laid out anew. At most :data:`_SEEN_MAX`, the oldest dropped first; an
 entry holds the few objects its key names by identity (the cells of the shown rows held as Python objects, an
-extension dtype), never a frame or its data."""
+extension dtype), only when they are small (:func:`_light`), never a frame or its data."""
 _SEEN_MAX = 256
+_SEEN_HELD = 1000
+"""A description is kept by what it shows only when the objects its key holds are small: no category list nor
+string longer than this (an entry outlives its frame)."""
+
+
+def _light(held: list) -> bool:
+    """Whether the objects a content key names by identity are small enough to outlive their frame."""
+    for obj in held:
+        if type(obj) is str or type(obj) is bytes:
+            if len(obj) > _SEEN_HELD:
+                return False
+        elif type(obj).__name__ == "CategoricalDtype" and len(obj.categories) > _SEEN_HELD:
+            return False
+    return True
 
 
 def _content_key(df: Any, named: tuple, shown: list, probe: tuple, limit: int) -> tuple | None:
@@ -485,7 +499,7 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
     text = _clip(text, limit)
     if probe is not None:
         _DESCRIBED[key] = (fp, limit, probe[0], probe[1], text, probe[2], col_text, made, shown)
-        if seen is not None:
+        if seen is not None and _light(probe[2]):
             if len(_SEEN) >= _SEEN_MAX:
                 del _SEEN[next(iter(_SEEN))]
             _SEEN[seen] = (text, col_text, made, probe[2])
