@@ -351,18 +351,21 @@ def frame_head(df: Any, shown: list, reuse: dict[int, dict[int, list[str]]] | No
         return str(sample.to_string(max_colwidth=24, show_dimensions=False)), {}
     n = len(shown)
     blocks, blknos, blklocs = mgr.blocks, mgr.blknos[:n].tolist(), mgr.blklocs[:n].tolist()
-    if type(index).__name__ == "RangeIndex":
-        start, step = index.start, index.step
-        rows = list(map(str, range(start, start + step * min(ROWS, len(index)), step)))
-    else:
-        rows = _cells(*_column(index._values, 0))
     name = index.name
-    first = [_text(name) if name is not None else "", *rows]
-    width = max(map(len, first))
-    blank = " " * width
-    cols = [[blank] + [r.ljust(width) for r in rows]]
-    named = [first[0].ljust(width)] if name is not None else None
-    made: dict[int, dict[int, list[str]]] = {}
+    kept = reuse.get(-1) if reuse and name is None else None  # the rows' labels, as the index is the same
+    if kept is not None:
+        cols = [kept[0]]
+    else:
+        if type(index).__name__ == "RangeIndex":
+            start, step = index.start, index.step
+            rows = list(map(str, range(start, start + step * min(ROWS, len(index)), step)))
+        else:
+            rows = _cells(*_column(index._values, 0))
+        first = [_text(name) if name is not None else "", *rows]
+        width = max(map(len, first))
+        cols = [[" " * width] + [r.ljust(width) for r in rows]]
+    named = [_text(name).ljust(len(cols[0][0]))] if name is not None else None
+    made: dict[int, dict[int, list[str]]] = {-1: {0: cols[0]}}
     for label, no, loc in zip(shown, blknos, blklocs):
         old = reuse.get(no) if reuse else None
         col = old.get(loc) if old else None
@@ -455,6 +458,8 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
             return kept[4]  # nothing it says could differ
         # the same shape, labels, dtypes and index: blocks whose head reads the same keep their columns
         reuse = {n: kept[7][n] for (n, k), (n2, k2) in zip(probe[1], kept[3]) if n == n2 and k == k2 and n in kept[7]}
+        if -1 in kept[7]:
+            reuse[-1] = kept[7][-1]  # the row labels' column: the same index
     else:
         reuse = None
     # the probe is taken before the text is made: a change in between (another thread) makes the key differ
