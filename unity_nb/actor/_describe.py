@@ -14,13 +14,14 @@ import re
 import types
 import weakref
 from collections.abc import Iterable, Mapping
+from functools import partial
 from typing import Any
 
 from .._secrets import scrub
 from ._frames import ROWS as _ROWS
 from ._frames import forget as _forget_description
 from ._frames import frame_text
-from ._parts import FP_COLUMNS, frame_fingerprint, frame_parts
+from ._parts import FP_COLUMNS, FrameParts, frame_fingerprint, frame_parts
 
 __all__ = ("describe_value", "describe_namespace", "user_variables", "fingerprint", "snapshot", "HIDDEN_NAMES")
 
@@ -217,7 +218,7 @@ def snapshot(
 
 _KINDS: dict[type, str] = {}
 _CACHE: dict[int, tuple] = {}
-"""``id(obj) -> (fingerprint, ids of what pins it, weak references to those)`` for pandas objects. An entry
+"""``id(obj) -> (fingerprint, ids of what pins it, *weak references to those)`` for pandas objects. An entry
 goes as soon as its object or any object pinning it is collected, so an id in it always names the object it
 named when cached. Only weak references: the cache keeps no old version of a frame's data alive (a frame's
 fingerprint holds its columns Index and its blocks' dtypes and placements, never a block: see FrameParts)."""
@@ -247,15 +248,13 @@ def _kind_of(t: type) -> str:
     return kind
 
 
-def _forget(key: int, ids: tuple) -> Any:
-    def forget(_ref: Any) -> None:
-        entry = _CACHE.get(key)
-        if entry is not None and entry[1] is ids:
-            _CACHE.pop(key, None)
-            _forget_description(key)  # a frame's description is kept only with its entry's fingerprint
-            _CHURN[0] += 1
-
-    return forget
+def _drop(key: int, ids: tuple, _ref: Any) -> None:
+    """An object pinning ``_CACHE[key]`` (made with ``ids``) was collected: the entry goes."""
+    entry = _CACHE.get(key)
+    if entry is not None and entry[1] is ids:
+        _CACHE.pop(key, None)
+        _forget_description(key)  # a frame's description is kept only with its entry's fingerprint
+        _CHURN[0] += 1
 
 
 def fingerprint(obj: Any) -> tuple:
@@ -299,11 +298,12 @@ def fingerprint(obj: Any) -> tuple:
     else:
         fp = _fingerprint(obj, kind)
     try:
-        forget = _forget(key, ids)
-        refs = [weakref.ref(p, forget) for p in (obj, mgr, *axes, *mgr.blocks)]
+        forget = partial(_drop, key, ids)
+        # a frame's fingerprint holds its columns Index (see FrameParts): no other object can take its identity
+        pins = (obj, mgr, axes[-1], *mgr.blocks) if type(fp[-1]) is FrameParts else (obj, mgr, *axes, *mgr.blocks)
+        _CACHE[key] = (fp, ids, *[weakref.ref(p, forget) for p in pins])
     except TypeError:  # something there takes no weak reference: no cache
         return fp
-    _CACHE[key] = (fp, ids, refs)
     _CHURN[0] += 1
     return fp
 

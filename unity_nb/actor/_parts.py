@@ -9,6 +9,7 @@ them). :func:`frame_fingerprint` takes what the labels and dtypes are read from,
 from __future__ import annotations
 
 from collections.abc import Iterable
+from operator import is_
 from typing import Any
 
 from ._frames import dtype_text, frame_dtypes, labels
@@ -30,12 +31,14 @@ class FrameParts:
     taken. It holds labels and dtypes only, never a block or its data.
     """
 
-    __slots__ = ("_labels", "_text", "blocks", "columns")
+    __slots__ = ("_labels", "_text", "columns", "dtypes", "places")
 
-    def __init__(self, columns: Any, blocks: tuple) -> None:
+    def __init__(self, columns: Any, dtypes: tuple, places: tuple) -> None:
         self.columns = columns
-        self.blocks = blocks
-        """``((dtype, placement), ...)``, one per block."""
+        self.dtypes = dtypes
+        """Each block's dtype."""
+        self.places = places
+        """Each block's placement (its columns)."""
         self._text: tuple[tuple[str, ...], tuple[str, ...]] | None = None
         self._labels: list = []
 
@@ -51,7 +54,7 @@ class FrameParts:
         if text is None:
             n = min(len(self.columns), FP_COLUMNS)
             dtypes = [""] * n
-            for dtype, placement in self.blocks:
+            for dtype, placement in zip(self.dtypes, self.places):
                 name = dtype_text(dtype)
                 locs = placement.indexer
                 places: Iterable[int]
@@ -72,8 +75,9 @@ class FrameParts:
             return True
         if type(other) is not FrameParts:
             return NotImplemented
-        if self.columns is other.columns and len(self.blocks) == len(other.blocks) and all(
-            a is c and b is d for (a, b), (c, d) in zip(self.blocks, other.blocks)
+        if (
+            self.columns is other.columns and len(self.dtypes) == len(other.dtypes)
+            and all(map(is_, self.dtypes, other.dtypes)) and all(map(is_, self.places, other.places))
         ):
             return True  # the very same objects (held: no other can have their identity)
         return self.text() == other.text()
@@ -91,7 +95,9 @@ def frame_fingerprint(df: Any) -> tuple:
     mgr = df._mgr
     axes = mgr.axes
     columns = axes[0]
-    parts = FrameParts(columns, tuple([(b.values.dtype, b._mgr_locs) for b in mgr.blocks]))  # the placement itself
+    blocks = mgr.blocks
+    # two tuples, not one a block: every frame of the namespace has one, and fewer objects wake the collector less
+    parts = FrameParts(columns, tuple([b.values.dtype for b in blocks]), tuple([b._mgr_locs for b in blocks]))
     return (id(df), type(df), (len(axes[1]), len(columns)), parts)
 
 
