@@ -6,7 +6,9 @@
      warm (the frames as the last run saw them), changed (one cell of the first rows of every frame rewritten
      before each run, so every description shown must be made anew; the run checks that the new value is in
      the system prompt), new (every frame replaced by a new object over the same data before each run, as
-     after loading them: nothing known about any of them). Median of ``--runs`` runs each.
+     after loading them again: nothing known about any of these objects), unseen (the same, and each frame's rows
+     labelled anew: no frame described before showed what they show). Median of ``--runs`` runs
+     each.
   B. A sync tool: CPU per model round trip of a K=20 tool loop over HTTP (tests/fake_openai.py in its own
      process, zero latency) whose tool is a plain ``def``, against the same loop with the tool as
      ``async def``; in turn, ``--rounds`` rounds of 5 loops each, the median of the rounds' ratios. Also the
@@ -63,12 +65,15 @@ def make_frames(k: int, seed: int = 3) -> dict:
 
 async def namespace_costs(runs: int) -> dict[str, list[float]]:
     """CPU ms of a one-plan actor run per arm; the arms in turn, the first round a warm-up."""
+    import pandas as pd
+
     import unity_nb as u
 
     frames = make_frames(FRAMES)
     # warm runs right after changed, over the same frames (as that run left them); new has frames of its own
     # (a frame whose data another shares is copied when a cell is written, which would change more than a cell)
-    spaces = {"empty": {}, "changed": dict(frames), "warm": dict(frames), "new": make_frames(FRAMES, seed=4)}
+    spaces = {"empty": {}, "changed": dict(frames), "warm": dict(frames), "new": make_frames(FRAMES, seed=4),
+              "unseen": make_frames(FRAMES, seed=5)}
     seen: list[str] = []
 
     def script(messages: list, tools: list) -> object:
@@ -80,7 +85,7 @@ async def namespace_costs(runs: int) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {arm: [] for arm in spaces}
     for rep in range(runs + 1):
         for arm, ns in spaces.items():
-            mark = None
+            mark: float | str | None = None
             if arm == "changed":  # a cell of the first rows of every frame rewritten: each description is stale
                 for j, df in enumerate(frames.values()):
                     df.iat[1, 1] = 1000 + rep + j / 1000
@@ -88,11 +93,18 @@ async def namespace_costs(runs: int) -> dict[str, list[float]]:
             elif arm == "new":  # new objects over the same data: nothing about them known
                 for name in frames:
                     ns[name] = ns[name].copy(deep=False)
+            elif arm == "unseen":  # new objects, each showing what no frame showed before: rows labelled anew
+                for j, name in enumerate(frames):  # (not a cell written: that copies a block, 160 MB a round)
+                    df = ns[name].copy(deep=False)
+                    df.index = pd.RangeIndex(ROWS * (rep * FRAMES + j + 1), ROWS * (rep * FRAMES + j + 2))
+                    ns[name] = df
+                mark = f"\n{ROWS * (rep * FRAMES + 1)}  "
             t = time.process_time()
             await u.act("task", model=u.ScriptedModel(script), namespace=ns)
             cpu = (time.process_time() - t) * 1000
-            if mark is not None:  # the first frame's description shows its new value
-                assert f"{mark:.6f}".rstrip("0") in seen[-1], "a changed frame's description is stale"
+            if mark is not None:  # the first frame's description shows its new value, or its new rows
+                shows = mark if isinstance(mark, str) else f"{mark:.6f}".rstrip("0")
+                assert shows in seen[-1], "a changed frame's description is stale"
             if rep:
                 out[arm].append(cpu)
     return out
@@ -193,11 +205,12 @@ def main() -> None:
         for arm, label in (("empty", "empty namespace (baseline)"),
                            ("warm", "warm: frames unchanged since the last run"),
                            ("changed", "changed: a cell of each frame's first rows rewritten before the run"),
-                           ("new", "new: each frame a new object (nothing cached)")):
+                           ("new", "new: each frame a new object over the same data"),
+                           ("unseen", "unseen: each frame a new object, its rows labelled anew")):
             q = statistics.quantiles(got[arm], n=4)
             lines.append(f"| {label} | {med(got[arm]):.3f} | {med(got[arm]) / base:.2f}x | "
                          f"{q[0] / base:.2f}x-{q[2] / base:.2f}x |")
-        print("\n".join(lines[-6:]), file=sys.stderr)
+        print("\n".join(lines[-7:]), file=sys.stderr)
     if args.only in (None, "B"):
         got_b = asyncio.run(tool_costs(args.rounds))
         lines += ["", f"| B. a sync tool against the same tool as async def ({args.rounds} rounds, in turn) | sync ms "

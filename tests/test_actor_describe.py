@@ -117,3 +117,118 @@ def test_the_head_keeps_what_pandas_shows():
     assert head[3].split()[:6] == ["20", "2024-01-02", "1.25", "2.000000e+00", "False", "<NA>"]
     assert "line\\nbreak" in head[3]  # a cell is one line
     assert head[4].split()[:3] == ["30", "NaT", "NaN"]
+
+
+def test_strings_kept_in_pyarrow_show_as_pandas_shows_them():
+    """pandas 3 keeps ``str`` columns, labels and categories in pyarrow: the head reads them from there."""
+    df = pd.DataFrame({
+        "name": pd.array(["ann", None, "cy", "dee"], dtype="str"),
+        "kind": pd.Categorical(["a", None, "b", "a"]),
+        "label": pd.array(["x", None, "z", "w"], dtype="string"),
+        "tag": pd.Categorical(["p", None, "q", "p"], categories=pd.array(["p", "q"], dtype="string")),
+        "many": pd.Categorical(["c7", None, "c99", "c0"], categories=[f"c{i}" for i in range(100)]),
+    }, index=pd.Index(["r1", "r2", "r3", "r4"], dtype="str"))
+    expected = df.iloc[:3].to_string(max_colwidth=24, show_dimensions=False).splitlines()
+    head = described(df).split("first 3 rows:\n", 1)[1].splitlines()
+    assert head == [" ".join(line.split()) for line in expected]
+    assert head[2].split() == ["r2", "NaN", "NaN", "<NA>", "<NA>", "NaN"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [lambda df: df.iat.__setitem__((1, 0), "zelda"), lambda df: df.iat.__setitem__((1, 0), None)],
+    ids=["value", "missing"],
+)
+def test_a_string_kept_in_pyarrow_written_in_place_is_seen(change):
+    df = pd.DataFrame({"name": pd.array(["ann", "bob", "cy", "dee"], dtype="str"), "n": [1, 2, 3, 4]})
+    first = described(df)
+    assert described(df) == first
+    blocks = [id(b) for b in df._mgr.blocks]
+    change(df)
+    assert [id(b) for b in df._mgr.blocks] == blocks  # the same frame, the same blocks: only a value differs
+    assert described(df) != first
+    assert described(df).split("first 3 rows:\n", 1)[1] == "\n".join(
+        " ".join(line.split()) for line in df.iloc[:3].to_string().splitlines()
+    )
+
+
+async def test_a_new_frame_bound_to_the_same_name_is_described_anew():
+    n = np.arange(1000)
+    ns = {"sales": pd.DataFrame({"id": n, "name": np.array(["ann", "bob", "cy"])[n % 3]})}
+    before = await run_and_read(ns)
+    assert "ann" in before
+    ns["sales"] = pd.DataFrame({"id": n + 5, "name": np.array(["zed", "yan", "xi"])[n % 3]})
+    after = await run_and_read(ns)
+    assert "zed" in after and "ann" not in after and "5" in after
+
+
+def pair(base, change):
+    """A frame and another over the same data made to differ from it in one thing the description shows."""
+    other = base.copy(deep=False)
+    change(other)
+    return base, other
+
+
+@pytest.mark.parametrize(
+    ("change", "shows"),
+    [
+        (lambda df: df.iat.__setitem__((1, 1), 0.00042), "0.00042"),  # a value
+        (lambda df: setattr(df, "columns", [1.0, 2.0, 3.0]), "1.0"),  # labels equal to 1, 2, 3, shown otherwise
+        (lambda df: setattr(df, "index", pd.RangeIndex(5, 9)), "5 7 0.500 a"),  # the rows' labels
+        (lambda df: df.index.rename("row", inplace=True), "row"),  # a name
+        (lambda df: df.__setitem__(3, pd.Categorical(["b", "b", "a", "a"], categories=["b", "a"])), "0 7 0.500 b"),
+    ],
+    ids=["value", "label-type", "range-start", "index-name", "categories"],
+)
+def test_a_new_frame_like_one_described_before_is_described_as_it_is(change, shows):
+    base = pd.DataFrame({1: [7, 8, 9, 10], 2: [0.5, 0.25, 0.125, 1.0], 3: pd.Categorical(["a", "a", "b", "b"])})
+    first, other = pair(base, change)
+    before = described(first)
+    assert shows not in before.split("first 3 rows:\n", 1)[1]
+    after = described(other)
+    assert shows in after
+    assert after.split("first 3 rows:\n", 1)[1] == "\n".join(
+        " ".join(line.split()) for line in other.iloc[:3].to_string().splitlines()
+    )
+    assert described(first) == before
+
+
+def test_a_fingerprint_names_the_frame_as_it_was_when_taken():
+    """A frame's fingerprint reads its labels and dtypes only when compared or described: what it names is
+    still the frame as it was, whatever pandas changed in place since."""
+    df = pd.DataFrame({"a": [1, 2], "b": [0.5, 1.5], "c": [3, 4]})
+    first = u.actor.fingerprint(df)  # nothing read from it yet
+    df.insert(0, "z", ["p", "q"])  # the blocks after it move one place up
+    df["a"] = df["a"].astype(float)
+    changed = u.actor.fingerprint(df)
+    del df["z"]
+    df["a"] = df["a"].astype("int64")
+    back = u.actor.fingerprint(df)  # new blocks and labels, saying what the first said
+    assert first != changed and changed != back
+    assert first == back and hash(first) == hash(back)
+    assert "a: int64, b: float64, c: int64" in described(df)
+
+
+def test_a_wide_frame_names_each_column_s_dtype():
+    df = pd.DataFrame({f"c{i}": (np.arange(3) if i % 2 else np.arange(3) / 2) for i in range(300)})
+    expected = ", ".join(f"c{i}: {'int64' if i % 2 else 'float64'}" for i in range(12))
+    assert f"columns: {expected}, ... (288 more columns)" in described(df)
+    df.insert(0, "first", ["a", "b", "c"])
+    assert "columns: first: str, c0: float64, c1: int64" in described(df)
+
+
+def test_a_frame_whose_labels_are_lists_is_described():
+    df = pd.DataFrame([[1, 2]], columns=pd.Index([[1], [2]], dtype=object, tupleize_cols=False))
+    assert described(df).startswith("pd.DataFrame, shape (1, 2); columns: [1]: int64, [2]: int64\nfirst 1 rows:")
+
+
+def test_a_large_category_list_is_not_kept_once_its_frame_is_gone():
+    import gc
+    import weakref
+
+    df = pd.DataFrame({"c": pd.Categorical(["v1", "v2"], categories=[f"v{i}" for i in range(5000)])})
+    assert "v1" in described(df)
+    categories = weakref.ref(df["c"].dtype.categories)
+    del df
+    gc.collect()
+    assert categories() is None

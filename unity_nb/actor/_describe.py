@@ -14,12 +14,14 @@ import re
 import types
 import weakref
 from collections.abc import Iterable, Mapping
+from functools import partial
 from typing import Any
 
 from .._secrets import scrub
 from ._frames import ROWS as _ROWS
 from ._frames import forget as _forget_description
-from ._frames import frame_dtypes, frame_text, labels
+from ._frames import frame_text
+from ._parts import FP_COLUMNS, FrameParts, frame_fingerprint, frame_parts
 
 __all__ = ("describe_value", "describe_namespace", "user_variables", "fingerprint", "snapshot", "HIDDEN_NAMES")
 
@@ -216,9 +218,10 @@ def snapshot(
 
 _KINDS: dict[type, str] = {}
 _CACHE: dict[int, tuple] = {}
-"""``id(obj) -> (fingerprint, ids of what pins it, weak references to those)`` for pandas objects. An entry
+"""``id(obj) -> (fingerprint, ids of what pins it, *weak references to those)`` for pandas objects. An entry
 goes as soon as its object or any object pinning it is collected, so an id in it always names the object it
-named when cached. Only weak references: the cache keeps no old version of a frame's data alive."""
+named when cached. Only weak references: the cache keeps no old version of a frame's data alive (a frame's
+fingerprint holds its columns Index and its blocks' dtypes and placements, never a block: see FrameParts)."""
 
 _CHURN = [0]
 """How many times an entry of ``_CACHE`` was added, replaced or dropped: while it stays the same, every entry seen
@@ -245,15 +248,13 @@ def _kind_of(t: type) -> str:
     return kind
 
 
-def _forget(key: int, ids: tuple) -> Any:
-    def forget(_ref: Any) -> None:
-        entry = _CACHE.get(key)
-        if entry is not None and entry[1] is ids:
-            _CACHE.pop(key, None)
-            _forget_description(key)  # a frame's description is kept only with its entry's fingerprint
-            _CHURN[0] += 1
-
-    return forget
+def _drop(key: int, ids: tuple, _ref: Any) -> None:
+    """An object pinning ``_CACHE[key]`` (made with ``ids``) was collected: the entry goes."""
+    entry = _CACHE.get(key)
+    if entry is not None and entry[1] is ids:
+        _CACHE.pop(key, None)
+        _forget_description(key)  # a frame's description is kept only with its entry's fingerprint
+        _CHURN[0] += 1
 
 
 def fingerprint(obj: Any) -> tuple:
@@ -267,6 +268,10 @@ def fingerprint(obj: Any) -> tuple:
     objects: every in-place change pandas makes to shape, labels or dtypes replaces one of them
     (``df['new'] = ...``, ``df.columns = ...``, a dtype change, ``inplace=True`` methods). Checking
     that costs a tuple of ids, where building ``df.dtypes`` costs tens of microseconds.
+
+    A DataFrame's is ``(id, type, shape, parts)``: ``parts`` (:class:`._parts.FrameParts`) names its first
+    labels and dtypes, read only when compared with another or described (a new frame costs a few
+    microseconds), and always as they were when the fingerprint was taken.
     """
     kind = _KINDS.get(type(obj)) or _kind_of(type(obj))
     if kind != "frame" and kind != "series":
@@ -285,13 +290,20 @@ def fingerprint(obj: Any) -> tuple:
     # which drops the entry.
     if entry is not None and entry[1] == ids:
         return entry[0]
-    fp = _fingerprint(obj, kind)
+    if kind == "frame":  # every frame in the namespace, at each run's start: labels and dtypes read when needed
+        try:
+            fp = frame_fingerprint(obj)
+        except Exception:
+            fp = _fingerprint(obj, kind)
+    else:
+        fp = _fingerprint(obj, kind)
     try:
-        forget = _forget(key, ids)
-        refs = [weakref.ref(p, forget) for p in (obj, mgr, *mgr.axes, *mgr.blocks)]
+        forget = partial(_drop, key, ids)
+        # a frame's fingerprint holds its columns Index (see FrameParts): no other object can take its identity
+        pins = (obj, mgr, axes[-1], *mgr.blocks) if type(fp[-1]) is FrameParts else (obj, mgr, *axes, *mgr.blocks)
+        _CACHE[key] = (fp, ids, *[weakref.ref(p, forget) for p in pins])
     except TypeError:  # something there takes no weak reference: no cache
         return fp
-    _CACHE[key] = (fp, ids, refs)
     _CHURN[0] += 1
     return fp
 
@@ -300,7 +312,7 @@ def _fingerprint(obj: Any, kind: str) -> tuple:
     parts: list[Any] = [id(obj), type(obj)]
     try:
         if kind == "frame":
-            parts += [obj.shape, tuple(map(str, labels(obj.columns, 200))), tuple(frame_dtypes(obj, 200))]
+            parts += frame_parts(obj, FP_COLUMNS)
         elif kind in ("series", "array"):
             parts += [obj.shape, str(obj.dtype)]
         elif kind == "value":

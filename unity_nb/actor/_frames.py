@@ -20,11 +20,17 @@ How a kept description is never stale:
   description was made: as bytes for numbers, dates and categories' codes (a cell written in place differs
   there); as the identities of the very objects for cells held as Python objects, which the kept entry holds
   so no other object can take their identity, and only when every one is of an immutable type (str, int,
-  float, ...). A block of any other kind (pyarrow's arrays, a mutable object in a shown cell) is not
-  compared: the frame is described anew every time.
+  float, ...); as the values themselves for strings kept in pyarrow (pandas 3's ``str``: each read makes new
+  ``str`` objects, and a string is what it reads). A block of any other kind (other pyarrow arrays, a mutable
+  object in a shown cell) is not compared: the frame is described anew every time.
 
 So a hit costs a fingerprint lookup and a slice of each shown block, a few microseconds a frame. When only some
 blocks' heads read differently (a cell written), the other blocks' columns of the head are kept as they were.
+
+A new object (a frame loaded again, a copy) has nothing kept under its identity, but it may show what another
+showed: descriptions are also kept by everything they read, as values (:func:`_content_key`: shape, labels
+and their types, dtypes, where each shown column is, the row index and every shown block's first rows as
+compared above), a bounded number of them; a new frame whose key is one of them is given that description.
 """
 
 from __future__ import annotations
@@ -33,7 +39,9 @@ import decimal
 import fractions
 from typing import Any
 
-__all__ = ("dtype_text", "forget", "frame_dtypes", "frame_head", "frame_text", "head_probe", "labels")
+__all__ = (
+    "dtype_text", "fingerprint_text", "forget", "frame_dtypes", "frame_head", "frame_text", "head_probe", "labels",
+)
 
 ROWS = 3
 """Rows shown."""
@@ -90,11 +98,35 @@ def _ndarray(values: Any) -> Any:
     return None
 
 
+_ARROW_STRINGS = frozenset({"ArrowStringArray", "ArrowStringArrayNumpySemantics"})
+
+
+def _arrow_strings(values: Any) -> Any:
+    """The pyarrow array under an array of strings pandas keeps in pyarrow (pandas 3's ``str``), or None."""
+    if type(values).__name__ in _ARROW_STRINGS:
+        return getattr(values, "_pa_array", None)
+    return None
+
+
+def _arrow_head(values: Any, chunked: Any, n: int) -> list:
+    """``list(values[:n])`` for an array of strings in pyarrow (``chunked``): read from pyarrow, a missing one as
+    the dtype's missing value (pandas' ``__iter__`` costs several times more)."""
+    cells = (chunked if len(chunked) <= n else chunked.slice(0, n)).to_pylist()
+    if None in cells:
+        na = values.dtype.na_value
+        return [na if v is None else v for v in cells]
+    return cells
+
+
 def _block_key(values: Any, held: list) -> tuple | None:
     """What the head reads from one block's ``values`` (see the module's docstring), the objects it names by
     identity added to ``held``; None when it cannot be compared."""
     if _NDARRAY and type(values) is _NDARRAY[0] and not values.dtype.hasobject:  # the usual block: numbers
         return (values.dtype.str, values[..., :ROWS].tobytes())
+    chunked = _arrow_strings(values)
+    if chunked is not None:  # strings in pyarrow: compared by value (fresh str objects each time, immutable)
+        held.append(values.dtype)
+        return (id(values.dtype), *chunked.slice(0, ROWS).to_pylist())
     arr = _ndarray(values)
     if arr is not None:
         parts = [arr]
@@ -231,10 +263,16 @@ def _clipped(text: str) -> str:
 def _cells(values: list, kind: str = "") -> list[str]:
     """One column's cells as text; ``kind`` is its numpy dtype's kind when known (``f``: floats)."""
     if kind == "f":
-        if all(v - v == 0 and (v == 0 or 1e-6 <= abs(v) <= 1e6) for v in values):  # the usual: six decimals
+        if all([v - v == 0 and (v == 0 or 1e-6 <= abs(v) <= 1e6) for v in values]):  # the usual: six decimals
             texts = [f"{v:.6f}" for v in values]
-            cut = min(min(len(t) - len(t.rstrip("0")) for t in texts), min(len(t) - t.index(".") for t in texts) - 2)
-            return [t[:-cut] for t in texts] if cut > 0 else texts
+            cut = 5  # the trailing zeros all of them have, but one decimal stays (each has six)
+            for t in texts:
+                zeros = len(t) - len(t.rstrip("0"))
+                if zeros < cut:
+                    cut = zeros
+                    if not cut:
+                        return texts
+            return [t[:-cut] for t in texts]
         return _floats(values)
     if kind in ("i", "u", "b"):
         return list(map(str, values))
@@ -252,6 +290,9 @@ def _cells(values: list, kind: str = "") -> list[str]:
 def _column(values: Any, row: int) -> tuple[list, str]:
     """The first rows of one column of a block's values (a 2-D array or a 1-D extension array), and the
     kind of numpy array they came from ('' for anything else)."""
+    chunked = _arrow_strings(values)
+    if chunked is not None:
+        return _arrow_head(values, chunked, ROWS), ""
     arr = _ndarray(values)
     if arr is values or (arr is not None and type(values).__name__ == "StringArray"):
         kind = arr.dtype.kind
@@ -259,7 +300,20 @@ def _column(values: Any, row: int) -> tuple[list, str]:
             head = arr[row, :ROWS] if arr.ndim == 2 else arr[:ROWS]
             return head.tolist(), kind if kind in "fiub" else ""
     elif arr is not None and type(values).__name__ == "Categorical":
-        categories = _ndarray(values.categories._values)
+        held_values = values.categories._values
+        chunked = _arrow_strings(held_values)
+        if chunked is not None:  # pandas 3's str categories
+            codes = arr[:ROWS].tolist()
+            if len(chunked) <= 64:  # a few categories: all of them read at once costs less than three
+                names = chunked.to_pylist()
+                cells = [names[c] if c >= 0 else None for c in codes]
+            else:
+                cells = [chunked[c].as_py() if c >= 0 else None for c in codes]
+            if None in cells:
+                na = held_values.dtype.na_value
+                return [na if v is None else v for v in cells], ""
+            return cells, ""
+        categories = _ndarray(held_values)
         if categories is not None and categories.dtype.kind not in "mM":
             nan = float("nan")
             return [categories[c] if c >= 0 else nan for c in arr[:ROWS].tolist()], ""
@@ -271,6 +325,9 @@ def _column(values: Any, row: int) -> tuple[list, str]:
 def labels(index: Any, n: int) -> list:
     """``index[:n].tolist()``, from the array under the index when it is a plain one (the Index costs more)."""
     values = index._values
+    chunked = _arrow_strings(values)
+    if chunked is not None:
+        return _arrow_head(values, chunked, n)
     arr = _ndarray(values)
     if arr is not None and arr.ndim == 1 and arr.dtype.kind not in "mM" and (
         arr is values or type(values).__name__ == "StringArray"
@@ -294,26 +351,29 @@ def frame_head(df: Any, shown: list, reuse: dict[int, dict[int, list[str]]] | No
         return str(sample.to_string(max_colwidth=24, show_dimensions=False)), {}
     n = len(shown)
     blocks, blknos, blklocs = mgr.blocks, mgr.blknos[:n].tolist(), mgr.blklocs[:n].tolist()
-    if type(index).__name__ == "RangeIndex":
-        start, step = index.start, index.step
-        rows = list(map(str, range(start, start + step * min(ROWS, len(index)), step)))
-    else:
-        rows = _cells(*_column(index._values, 0))
     name = index.name
-    first = [_text(name) if name is not None else "", *rows]
-    width = max(map(len, first))
-    blank = " " * width
-    cols = [[blank, *(r.ljust(width) for r in rows)]]
-    named = [first[0].ljust(width)] if name is not None else None
-    made: dict[int, dict[int, list[str]]] = {}
+    kept = reuse.get(-1) if reuse and name is None else None  # the rows' labels, as the index is the same
+    if kept is not None:
+        cols = [kept[0]]
+    else:
+        if type(index).__name__ == "RangeIndex":
+            start, step = index.start, index.step
+            rows = list(map(str, range(start, start + step * min(ROWS, len(index)), step)))
+        else:
+            rows = _cells(*_column(index._values, 0))
+        first = [_text(name) if name is not None else "", *rows]
+        width = max(map(len, first))
+        cols = [[" " * width] + [r.ljust(width) for r in rows]]
+    named = [_text(name).ljust(len(cols[0][0]))] if name is not None else None
+    made: dict[int, dict[int, list[str]]] = {-1: {0: cols[0]}}
     for label, no, loc in zip(shown, blknos, blklocs):
         old = reuse.get(no) if reuse else None
         col = old.get(loc) if old else None
         if col is None:  # the column's title and cells, right-aligned to the widest of them
             cells = _cells(*_column(blocks[no].values, loc))
-            title = _text(label)
-            width = max(len(title), *map(len, cells))
-            col = [title.rjust(width), *(c.rjust(width) for c in cells)]
+            cells.insert(0, label if type(label) is str and label.isprintable() else _text(label))  # the title
+            width = max(map(len, cells))
+            col = [c.rjust(width) for c in cells]
         made.setdefault(no, {})[loc] = col
         cols.append(col)
         if named is not None:
@@ -326,8 +386,53 @@ def frame_head(df: Any, shown: list, reuse: dict[int, dict[int, list[str]]] | No
 
 _DESCRIBED: dict[int, tuple] = {}
 """``id(frame) -> (fingerprint, limit, key, blocks' keys, description, objects the keys name, column text,
-columns of the head by block)``: a frame's description (see the module's docstring). It goes with the frame's
-fingerprint cache entry (:func:`forget`)."""
+columns of the head by block, labels shown)``: a frame's description (see the module's docstring). It goes with
+the frame's fingerprint cache entry (:func:`forget`)."""
+
+
+_SEEN: dict[tuple, tuple] = {}
+"""``content key -> (description, column text, columns of the head by block, objects the key names)``: the
+descriptions of frames by what they show (:func:`_content_key`), so a new object over data described before
+(a frame loaded again, a copy) is not laid out anew. At most :data:`_SEEN_MAX`, the oldest dropped first; an
+entry holds the few objects its key names by identity (the cells of the shown rows held as Python objects, an
+extension dtype), only when they are small (:func:`_light`), never a frame or its data."""
+_SEEN_MAX = 256
+_SEEN_HELD = 1000
+"""A description is kept by what it shows only when the objects its key holds are small: no category list nor
+string longer than this (an entry outlives its frame)."""
+
+
+def _light(held: list) -> bool:
+    """Whether the objects a content key names by identity are small enough to outlive their frame."""
+    for obj in held:
+        if type(obj) is str or type(obj) is bytes:
+            if len(obj) > _SEEN_HELD:
+                return False
+        elif type(obj).__name__ == "CategoricalDtype" and len(obj.categories) > _SEEN_HELD:
+            return False
+    return True
+
+
+def _content_key(df: Any, named: tuple, shown: list, probe: tuple, limit: int) -> tuple | None:
+    """Everything a description made by :func:`frame_text` reads, as values (``named``: the shape, labels and
+    dtypes the frame's fingerprint names; ``probe``: :func:`head_probe`'s, the shown rows of every shown block
+    and of a row index, its names, the objects named by identity held in the probe), with where each shown
+    column is (block and place) and a RangeIndex's start and step. Two frames with equal keys read alike."""
+    try:
+        mgr = df._mgr
+        index = mgr.axes[1]
+        n = len(shown)
+        rng = (index.start, index.step) if type(index).__name__ == "RangeIndex" else None
+        layout = (tuple(mgr.blknos[:n].tolist()), tuple(mgr.blklocs[:n].tolist()))
+    except (AttributeError, IndexError, TypeError):
+        return None
+    # the labels with their types: 1, 1.0 and True are equal, and shown as "1", "1.0" and "True"
+    key = (limit, named[0], named[2][:n], tuple(shown), tuple(map(type, shown)), rng, layout, probe[0], probe[1])
+    try:
+        hash(key)
+    except TypeError:  # a label that is no key (a list): such a frame is not kept by what it shows
+        return None
+    return key
 
 
 def forget(key: int) -> None:
@@ -353,16 +458,33 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
             return kept[4]  # nothing it says could differ
         # the same shape, labels, dtypes and index: blocks whose head reads the same keep their columns
         reuse = {n: kept[7][n] for (n, k), (n2, k2) in zip(probe[1], kept[3]) if n == n2 and k == k2 and n in kept[7]}
+        if -1 in kept[7]:
+            reuse[-1] = kept[7][-1]  # the row labels' column: the same index
     else:
         reuse = None
     # the probe is taken before the text is made: a change in between (another thread) makes the key differ
-    rows, cols = df.shape
-    shown = labels(df.columns, COLUMNS)
+    named = fingerprint_text(fp)
+    if kept is not None:
+        shown = kept[8]  # the very same columns Index
+    elif named is not None and fp is not None and len(fp) == 4:  # the current fingerprint: the same columns
+        shown = fp[3].labels()[:COLUMNS]
+    else:
+        shown = labels(df.columns, COLUMNS)
+    if named is not None:  # shape, labels and dtypes as text, as the fingerprint names them
+        (rows, cols), names, dtypes = named
+    else:
+        (rows, cols), names, dtypes = df.shape, tuple(map(str, shown)), tuple(frame_dtypes(df, COLUMNS))
+    seen = None
+    if kept is None and probe is not None and named is not None:
+        seen = _content_key(df, named, shown, probe, limit)
+        hit = _SEEN.get(seen) if seen is not None else None
+        if hit is not None:  # another frame showed all this: its description, kept for this one too
+            _DESCRIBED[key] = (fp, limit, probe[0], probe[1], hit[0], probe[2], hit[1], hit[2], shown)
+            return hit[0]
     if kept is not None:
         col_text = kept[6]  # shape, labels and dtypes: the fingerprint's, unchanged
     else:
-        dtypes = frame_dtypes(df, COLUMNS)
-        col_text = ", ".join(f"{c!s}: {dtypes[i]}" for i, c in enumerate(shown))
+        col_text = ", ".join(f"{names[i]}: {dtypes[i]}" for i in range(len(shown)))
         if cols > len(shown):
             col_text += f", ... ({cols - len(shown)} more columns)"
     head = ""
@@ -381,8 +503,23 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
         text += f"\nfirst {min(rows, ROWS)} rows:\n{head}"
     text = _clip(text, limit)
     if probe is not None:
-        _DESCRIBED[key] = (fp, limit, probe[0], probe[1], text, probe[2], col_text, made)
+        _DESCRIBED[key] = (fp, limit, probe[0], probe[1], text, probe[2], col_text, made, shown)
+        if seen is not None and _light(probe[2]):
+            if len(_SEEN) >= _SEEN_MAX:
+                del _SEEN[next(iter(_SEEN))]
+            _SEEN[seen] = (text, col_text, made, probe[2])
     return text
+
+
+def fingerprint_text(fp: tuple | None) -> tuple[tuple[int, int], tuple[str, ...], tuple[str, ...]] | None:
+    """``(shape, labels, dtypes)`` a frame's fingerprint names, or None when it is not one."""
+    if fp is None:
+        return None
+    if len(fp) == 4 and type(fp[3]).__name__ == "FrameParts":  # see ._parts
+        return (fp[2], *fp[3].text())
+    if len(fp) == 5:
+        return fp[2], fp[3], fp[4]
+    return None
 
 
 def frame_dtypes(df: Any, n: int) -> list[str]:

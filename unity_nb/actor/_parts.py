@@ -1,0 +1,122 @@
+"""A DataFrame's fingerprint: its shape, and its first column labels and dtypes read only when needed.
+
+Every frame in the namespace is fingerprinted at each run's start (:func:`._describe.fingerprint`), and most
+fingerprints are only ever compared with themselves (the frame was not changed) or described (about twenty of
+them). :func:`frame_fingerprint` takes what the labels and dtypes are read from, all of it immutable, and
+:class:`FrameParts` reads them when first asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from operator import is_
+from typing import Any
+
+from ._frames import dtype_text, frame_dtypes, labels
+
+__all__ = ("FP_COLUMNS", "FrameParts", "frame_fingerprint", "frame_parts")
+
+FP_COLUMNS = 200
+"""Columns a frame's fingerprint names (labels and dtypes)."""
+
+
+class FrameParts:
+    """A frame's first :data:`FP_COLUMNS` column labels and dtypes, as text, read only when first needed.
+
+    Every frame in the namespace is fingerprinted at each run's start, and most fingerprints are only ever
+    compared with themselves. This holds what the text is read from, all of it immutable: the columns Index
+    (pandas replaces it for any change of labels; its name is not read) and each block's dtype and placement
+    (pandas gives a block a new placement object, never changes one). So the text, read when a description
+    needs it or when another frame's parts are compared with these, is what it was when the fingerprint was
+    taken. It holds labels and dtypes only, never a block or its data.
+    """
+
+    __slots__ = ("_labels", "_text", "columns", "dtypes", "places")
+
+    def __init__(self, columns: Any, dtypes: tuple, places: tuple) -> None:
+        self.columns = columns
+        self.dtypes = dtypes
+        """Each block's dtype."""
+        self.places = places
+        """Each block's placement (its columns)."""
+        self._text: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+        self._labels: list = []
+
+    def labels(self) -> list:
+        """The first columns' labels themselves (:func:`labels`)."""
+        if self._text is None:
+            self.text()
+        return self._labels
+
+    def text(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """``(labels, dtypes)``: the first columns' labels (``str``) and dtypes (:func:`dtype_text`)."""
+        text = self._text
+        if text is None:
+            n = min(len(self.columns), FP_COLUMNS)
+            dtypes = [""] * n
+            for dtype, placement in zip(self.dtypes, self.places):
+                name = dtype_text(dtype)
+                locs = placement.indexer
+                places: Iterable[int]
+                if type(locs) is slice:
+                    places = range(*locs.indices(n))
+                elif len(locs) <= 64:  # a few places: read as a list (numpy's mask costs more)
+                    places = [loc for loc in locs.tolist() if loc < n]
+                else:
+                    places = locs[locs < n].tolist()
+                for loc in places:
+                    dtypes[loc] = name
+            self._labels = labels(self.columns, n)
+            text = self._text = (tuple(map(str, self._labels)), tuple(dtypes))
+        return text
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if type(other) is not FrameParts:
+            return NotImplemented
+        if (
+            self.columns is other.columns and len(self.dtypes) == len(other.dtypes)
+            and all(map(is_, self.dtypes, other.dtypes)) and all(map(is_, self.places, other.places))
+        ):
+            return True  # the very same objects (held: no other can have their identity)
+        return self.text() == other.text()
+
+    def __hash__(self) -> int:
+        return hash(self.text())
+
+    def __repr__(self) -> str:
+        return f"FrameParts{self.text()!r}"
+
+
+def frame_fingerprint(df: Any) -> tuple:
+    """``(id, type, shape, FrameParts)``: a frame's fingerprint, from its block manager, its labels and dtypes
+    to be read when needed (:class:`FrameParts`). Raises AttributeError for another pandas layout."""
+    mgr = df._mgr
+    axes = mgr.axes
+    columns = axes[0]
+    blocks = mgr.blocks
+    # two tuples, not one a block: every frame of the namespace has one, and fewer objects wake the collector less
+    parts = FrameParts(columns, tuple([b.values.dtype for b in blocks]), tuple([b._mgr_locs for b in blocks]))
+    return (id(df), type(df), (len(axes[1]), len(columns)), parts)
+
+
+def frame_parts(df: Any, n: int) -> tuple[tuple[int, int], tuple[str, ...], tuple[str, ...]]:
+    """``df``'s shape, and its first ``n`` column labels and dtypes as text, read from the block manager (a
+    frame's fingerprint: every frame in the namespace is fingerprinted at each run's start, where pandas'
+    ``shape``, ``columns`` and ``dtypes`` cost several times more)."""
+    try:
+        mgr = df._mgr
+        axes = mgr.axes
+        columns = axes[0]
+        width = len(columns)
+        shape = (len(axes[1]), width)
+        blocks = mgr.blocks
+        if len(blocks) == 1:  # one dtype: no need to place the columns
+            dtypes = (dtype_text(blocks[0].values.dtype),) * min(width, n)
+        else:
+            texts = [dtype_text(b.values.dtype) for b in blocks]
+            dtypes = tuple([texts[b] for b in mgr.blknos[:n].tolist()])
+    except (AttributeError, IndexError):  # another pandas layout
+        return df.shape, tuple(map(str, labels(df.columns, n))), tuple(frame_dtypes(df, n))
+    return shape, tuple(map(str, labels(columns, n))), dtypes
