@@ -209,8 +209,9 @@ async def bare_row(session, url: str, text: str) -> str:
     return "".join(out)
 
 
-async def child_row_cost(kind: str, n: int, concurrency: int) -> dict:
-    """In a fresh process: n rows of ``kind`` at ``concurrency``; the client's CPU and the collector's share."""
+async def child_row_cost(kind: str, n: int, concurrency: int, base_url: str) -> dict:
+    """In a fresh process: n rows of ``kind`` at ``concurrency`` against the server at ``base_url``; the client's
+    CPU and the collector's share."""
     import gc
 
     import aiohttp
@@ -225,60 +226,50 @@ async def child_row_cost(kind: str, n: int, concurrency: int) -> dict:
         else:
             gc_s[0] += time.process_time() - gc_s[1]
 
-    srv = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_openai.py"), "--latency", "0"],
-                           stdout=subprocess.PIPE, text=True)
-    try:
-        assert srv.stdout is not None
-        ready = srv.stdout.readline().split()
-        assert ready and ready[0] == "READY", ready
-        base_url = ready[1]
-        model = u.OpenAIModel("m", base_url=base_url, api_key="x")
-        bus = u.EventBus()
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-            url = base_url + "/chat/completions"
+    model = u.OpenAIModel("m", base_url=base_url, api_key="x")
+    bus = u.EventBus()
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        url = base_url + "/chat/completions"
 
-            async def bare(texts: list[str]) -> list[str]:
-                # a semaphore admits each row as a slot frees: a task per running row (as u.map makes them,
-                # not one per row waiting from the start), and only the answers kept
-                gate = asyncio.Semaphore(concurrency)
-                answers = [""] * len(texts)
-                running: set[asyncio.Task] = set()
+        async def bare(texts: list[str]) -> list[str]:
+            # a semaphore admits each row as a slot frees: a task per running row (as u.map makes them,
+            # not one per row waiting from the start), and only the answers kept
+            gate = asyncio.Semaphore(concurrency)
+            answers = [""] * len(texts)
+            running: set[asyncio.Task] = set()
 
-                async def one(i: int, text: str) -> None:
-                    try:
-                        answers[i] = await bare_row(session, url, text)
-                    finally:
-                        gate.release()
+            async def one(i: int, text: str) -> None:
+                try:
+                    answers[i] = await bare_row(session, url, text)
+                finally:
+                    gate.release()
 
-                for i, text in enumerate(texts):
-                    await gate.acquire()
-                    task = asyncio.ensure_future(one(i, text))
-                    running.add(task)
-                    task.add_done_callback(running.discard)
-                for _ in range(concurrency):  # every slot free again: every row ended
-                    await gate.acquire()
-                return answers
+            for i, text in enumerate(texts):
+                await gate.acquire()
+                task = asyncio.ensure_future(one(i, text))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            for _ in range(concurrency):  # every slot free again: every row ended
+                await gate.acquire()
+            return answers
 
-            def run(texts: list[str]):
-                if kind == "bare aiohttp":
-                    return bare(texts)
-                return u.map(texts, E_TASK, model=model, concurrency=concurrency, bus=bus)
+        def run(texts: list[str]):
+            if kind == "bare aiohttp":
+                return bare(texts)
+            return u.map(texts, E_TASK, model=model, concurrency=concurrency, bus=bus)
 
-            await run(e_items(concurrency))  # warm-up: imports, the first connections
-            bus.clear()
-            gc.collect()
-            gc.callbacks.append(on_gc)
-            cpu, wall = time.process_time(), time.perf_counter()
-            result = await run(e_items(n))
-            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-            gc.callbacks.remove(on_gc)
-            answers = list(result)
-        await model.close()
-        assert answers == ["ok"] * n, f"{sum(a == 'ok' for a in answers)} of {n} rows answered 'ok'"
-        return {"unity_nb": u.__file__, "cpu_s": cpu, "wall_s": wall, "gc_s": gc_s[0]}
-    finally:
-        srv.kill()
-        srv.wait()
+        await run(e_items(concurrency))  # warm-up: imports, the first connections
+        bus.clear()
+        gc.collect()
+        gc.callbacks.append(on_gc)
+        cpu, wall = time.process_time(), time.perf_counter()
+        result = await run(e_items(n))
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        gc.callbacks.remove(on_gc)
+        answers = list(result)
+    await model.close()
+    assert answers == ["ok"] * n, f"{sum(a == 'ok' for a in answers)} of {n} rows answered 'ok'"
+    return {"unity_nb": u.__file__, "cpu_s": cpu, "wall_s": wall, "gc_s": gc_s[0]}
 
 
 def row_cost(kind: str, n: int, concurrency: int) -> dict:
@@ -309,7 +300,16 @@ def main() -> None:
         import json
 
         kind, n, conc = args.child_e
-        print(json.dumps(asyncio.run(child_row_cost(kind, int(n), int(conc)))))
+        srv = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_openai.py"), "--latency", "0"],
+                               stdout=subprocess.PIPE, text=True)
+        try:
+            assert srv.stdout is not None
+            ready = srv.stdout.readline().split()
+            assert ready and ready[0] == "READY", ready
+            print(json.dumps(asyncio.run(child_row_cost(kind, int(n), int(conc), ready[1]))))
+        finally:
+            srv.kill()
+            srv.wait()
         return
     import unity_nb as u
 
