@@ -188,13 +188,15 @@ class MapEngine(Driver):
                 if self.fatal is not None:  # it would fail every row: the rows running stop, no other starts
                     raise self.fatal
         finally:
-            # rows still running (the batch stopped or failed) stop with the batch's reason; rows that ended
-            # meanwhile are settled as they ended
-            while ended:
-                child = ended.pop(0)
-                self._row_ended(running.pop(child), child)
-            if running:
-                await self._stop_rows(running)
+            # rows that ended meanwhile are settled as they ended; rows still running (the batch stopped or
+            # failed) stop with the batch's reason, whatever settling the others raised
+            try:
+                while ended:
+                    child = ended.pop(0)
+                    self._row_ended(running.pop(child), child)
+            finally:
+                if running:
+                    await self._stop_rows(running)
         if run.state.stop_reason is not None:  # stopped while its last rows ended: a stop, not an answer
             raise asyncio.CancelledError
         c = book.counts
