@@ -20,8 +20,16 @@
      beside 50 bare aiohttp loops; each run in a fresh process (``bench_scale.py --child``), alternated. Also
      the CPU of the run against the bare loops', and the collector's share of it (less moved by other load
      on the machine than the wall time).
+  E. A map row: client CPU per row (``time.process_time``: the server, tests/fake_openai.py, runs in its own
+     process, zero latency, a streamed "ok") of ``u.map`` over ``--rows`` rows (5,000) with ``OpenAIModel``,
+     against a bare aiohttp client sending the same requests at the same concurrency (a semaphore, one pooled
+     session, the body unity_nb sends, the stream read as it arrives with ``readany`` and decoded event by
+     event, as unity_nb's default path does), at concurrency 8, 64, 100 and 200. Each measurement in a fresh
+     process, the two kinds in turn, ``--repeat`` rounds: per concurrency the median of the rounds' paired
+     ratios, and for each kind a row's cost at 8 over its cost at 64.
 
-Run: .venv/bin/python bench/bench_cost.py [--only A|B|C|D] [--repeat 3]   (about two minutes on 2 cores)
+Run: .venv/bin/python bench/bench_cost.py [--only A|B|C|D|E] [--repeat 3] [--rows 10000]   (A-D: about two
+minutes on 2 cores; E: about three)
 Before and after: PYTHONPATH=<an older checkout> .venv/bin/python bench/bench_cost.py (the first line names
 the unity_nb imported; children inherit PYTHONPATH).
 """
@@ -178,24 +186,151 @@ def first_model(kind: str) -> tuple[float, float, bool]:
     return float(inner), wall, imported == "True"
 
 
+# ------------------------------------------------------------------------------------ E. a map row
+
+E_CONCURRENCY = (8, 64, 100, 200)
+E_TASK = "Label the method used: one of survey, experiment, theory."
+E_HEADERS = {"Authorization": "Bearer x", "Content-Type": "application/json", "Accept": "text/event-stream"}
+
+
+def e_items(n: int) -> list[str]:
+    return [f"abstract {i}: we measured something about topic {i % 97}" for i in range(n)]
+
+
+async def bare_row(session, url: str, text: str) -> str:
+    """One row with the least work around it: the body unity_nb sends, the stream read as it comes and its
+    events decoded one by one (the default path reads with ``readany`` too)."""
+    import json
+
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": f"{E_TASK}\n\n{text}"}],
+                       "stream": True, "stream_options": {"include_usage": True}})
+    out: list[str] = []
+    buf = b""
+    async with session.post(url, data=body, headers=E_HEADERS) as r:
+        read = r.content.readany
+        while True:
+            piece = await read()
+            if not piece:
+                break
+            buf += piece
+            *events, buf = buf.split(b"\n\n")
+            for event in events:
+                if event.startswith(b"data: {"):
+                    for choice in json.loads(event[6:])["choices"]:
+                        out.append(choice["delta"].get("content") or "")
+    return "".join(out)
+
+
+async def child_row_cost(kind: str, n: int, concurrency: int, base_url: str) -> dict:
+    """In a fresh process: n rows of ``kind`` at ``concurrency`` against the server at ``base_url``; the client's
+    CPU and the collector's share."""
+    import gc
+
+    import aiohttp
+
+    import unity_nb as u
+
+    gc_s = [0.0, 0.0]
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            gc_s[1] = time.process_time()
+        else:
+            gc_s[0] += time.process_time() - gc_s[1]
+
+    model = u.OpenAIModel("m", base_url=base_url, api_key="x")
+    bus = u.EventBus()
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        url = base_url + "/chat/completions"
+
+        async def bare(texts: list[str]) -> list[str]:
+            # a semaphore admits each row as a slot frees: a task per running row (as u.map makes them,
+            # not one per row waiting from the start), and only the answers kept
+            gate = asyncio.Semaphore(concurrency)
+            answers = [""] * len(texts)
+            running: set[asyncio.Task] = set()
+
+            async def one(i: int, text: str) -> None:
+                try:
+                    answers[i] = await bare_row(session, url, text)
+                finally:
+                    gate.release()
+
+            for i, text in enumerate(texts):
+                await gate.acquire()
+                task = asyncio.ensure_future(one(i, text))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            for _ in range(concurrency):  # every slot free again: every row ended
+                await gate.acquire()
+            return answers
+
+        def run(texts: list[str]):
+            if kind == "bare aiohttp":
+                return bare(texts)
+            return u.map(texts, E_TASK, model=model, concurrency=concurrency, bus=bus)
+
+        await run(e_items(concurrency))  # warm-up: imports, the first connections
+        bus.clear()
+        gc.collect()
+        gc.callbacks.append(on_gc)
+        cpu, wall = time.process_time(), time.perf_counter()
+        result = await run(e_items(n))
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        gc.callbacks.remove(on_gc)
+        answers = list(result)
+    await model.close()
+    assert answers == ["ok"] * n, f"{sum(a == 'ok' for a in answers)} of {n} rows answered 'ok'"
+    return {"unity_nb": u.__file__, "cpu_s": cpu, "wall_s": wall, "gc_s": gc_s[0]}
+
+
+def row_cost(kind: str, n: int, concurrency: int) -> dict:
+    """One measurement of E in a fresh process (PYTHONPATH inherited: the unity_nb this run imports)."""
+    import json
+
+    out = subprocess.run([sys.executable, __file__, "--child-e", kind, str(n), str(concurrency)],
+                         capture_output=True, text=True, cwd="/")
+    if out.returncode:
+        raise RuntimeError(f"child {kind} {n} {concurrency} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 # ------------------------------------------------------------------------------------ main
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--only", choices=("A", "B", "C", "D"))
+    ap.add_argument("--only", choices=("A", "B", "C", "D", "E"))
     ap.add_argument("--repeat", type=int, default=3, help="runs of each arm in D")
     ap.add_argument("--rounds", type=int, default=15, help="rounds of B")
     ap.add_argument("--runs", type=int, default=15, help="runs of each arm in A")
     ap.add_argument("--procs", type=int, default=12, help="fresh processes of each kind in C")
+    ap.add_argument("--rows", type=int, default=5000, help="rows of each measurement in E")
+    ap.add_argument("--child-e", nargs=3, metavar=("KIND", "ROWS", "CONCURRENCY"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child_e:
+        import json
+
+        kind, n, conc = args.child_e
+        srv = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_openai.py"), "--latency", "0"],
+                               stdout=subprocess.PIPE, text=True)
+        try:
+            assert srv.stdout is not None
+            ready = srv.stdout.readline().split()
+            assert ready and ready[0] == "READY", ready
+            print(json.dumps(asyncio.run(child_row_cost(kind, int(n), int(conc), ready[1]))))
+        finally:
+            srv.kill()
+            srv.wait()
+        return
     import unity_nb as u
 
     med = statistics.median
     lines = [
         f"unity_nb cost benchmark, {time.strftime('%Y-%m-%d %H:%M')}: {os.cpu_count()} cores, Python "
         f"{platform.python_version()}, unity_nb from {Path(u.__file__).parent.parent}; "
-        f"command: bench/bench_cost.py{' --only ' + args.only if args.only else ''} --repeat {args.repeat}",
+        f"command: bench/bench_cost.py{' --only ' + args.only if args.only else ''} --repeat {args.repeat}"
+        + (f" --rows {args.rows}" if args.only in (None, "E") else "") + f"; load average {os.getloadavg()[0]:.2f}",
     ]
     if args.only in (None, "A"):
         got = asyncio.run(namespace_costs(args.runs))
@@ -259,6 +394,33 @@ def main() -> None:
             lines.append(f"| {kind} | {med(walls):.3f}x | {', '.join(f'{x:.3f}' for x in walls)} | {cpu:.3f} | "
                          f"{cpu / bare_cpu:.2f}x | {med(r['gc_share'] for r in got_d) * 100:.1f}% |")
         print("\n".join(lines[-4:]), file=sys.stderr)
+    if args.only in (None, "E"):
+        kinds = ("bare aiohttp", "unity_nb")
+        got_e: dict[tuple[str, int], list[dict]] = {(k, c): [] for k in kinds for c in E_CONCURRENCY}
+        for _ in range(args.repeat):
+            for conc in E_CONCURRENCY:
+                for kind in kinds:
+                    got_e[kind, conc].append(row_cost(kind, args.rows, conc))
+        assert all(r["unity_nb"].startswith(str(Path(u.__file__).parent)) for r in got_e["unity_nb", 8])
+
+        def per_row(kind: str, conc: int) -> list[float]:
+            return [r["cpu_s"] / args.rows * 1e6 for r in got_e[kind, conc]]
+
+        lines += ["", f"| E. a map row, {args.rows:,} rows, zero latency (fresh processes, in turn, {args.repeat} "
+                  "rounds) | bare aiohttp µs CPU/row | u.map µs CPU/row | u.map / bare (median of the rounds' "
+                  "ratios; runs) | GC share bare, u.map | u.map rows/s |", "| --- | --- | --- | --- | --- | --- |"]
+        for conc in E_CONCURRENCY:
+            bare, uni = per_row("bare aiohttp", conc), per_row("unity_nb", conc)
+            ratios = [a / b for a, b in zip(uni, bare)]
+            gcs = [med(r["gc_s"] / r["cpu_s"] for r in got_e[k, conc]) * 100 for k in kinds]
+            rate = med(args.rows / r["wall_s"] for r in got_e["unity_nb", conc])
+            lines.append(f"| concurrency {conc} | {med(bare):.0f} | {med(uni):.0f} | {med(ratios):.2f}x "
+                         f"({', '.join(f'{x:.2f}' for x in ratios)}) | {gcs[0]:.0f}%, {gcs[1]:.0f}% | {rate:,.0f} |")
+        for kind in kinds:
+            eights = [a / b for a, b in zip(per_row(kind, 8), per_row(kind, 64))]
+            lines.append(f"| {kind}: a row's cost at 8 / at 64 | | | {med(eights):.2f}x "
+                         f"({', '.join(f'{x:.2f}' for x in eights)}) | | |")
+        print("\n".join(lines[-(len(E_CONCURRENCY) + 4):]), file=sys.stderr)
     print("\n".join(lines))
 
 

@@ -149,3 +149,17 @@ async def test_a_batch_keeps_the_threshold_raised_between_waves_of_its_rows(tuni
     assert min(seen[6:]) >= 1000 * 6  # from the first wave on
     assert gc.get_threshold() == (700, 10, 10)
     assert u.tune_collector()["threshold_set"] is None
+
+
+async def test_a_small_batch_raises_the_threshold_too_and_it_is_put_back_when_it_ends(tuning):
+    """Fewer rows at once than ``start_at`` loops: the batch still raises the threshold (its rows end and start
+    all the time), for as long as it runs."""
+    bus = u.EventBus()
+    seen: list[int] = []
+    bus.subscribe(lambda e: seen.append(gc.get_threshold()[0]), kinds=["row_finished"])
+    h = u.map([f"item {i}" for i in range(10)], "Label {value}", model=u.ScriptedModel(lambda m, t: "ok"),
+              concurrency=2, bus=bus)
+    assert (await asyncio.wait_for(h, 10)).tolist() == ["ok"] * 10
+    assert len(seen) == 10 and min(seen) >= 1000 * 2
+    assert gc.get_threshold() == (700, 10, 10)
+    assert u.tune_collector()["threshold_set"] is None

@@ -235,7 +235,8 @@ async def test_rows_are_made_as_they_start_from_a_generator_of_ten_million(bus):
     await asyncio.wait_for(ended.wait(), T)
     await h.stop("enough")
     read = next(made)
-    assert read <= 20 + 4 + 2  # read only as far as rows started (plus one row made ahead)
+    # read only as far as rows started (a wave more of 4 may start while the test wakes; plus one made ahead)
+    assert read <= 20 + 2 * 4 + 2
     assert h.progress["done"] >= 19 and len(h.results().dropna()) == h.progress["done"]
     finite = await asyncio.wait_for(u.map((x for x in "abc"), "Echo {value}", model=u.ScriptedModel(
         lambda m, t: last_user(m)[-1]), bus=bus), T)

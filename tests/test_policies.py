@@ -181,6 +181,7 @@ async def test_a_request_has_its_own_clarifications_interjections_and_stop(bus):
         return await ctx.clarify(f"confirm {what}?")
 
     release = asyncio.Event()
+    submitted = asyncio.Event()  # the first call is in flight when r2 comes (and is re-issued with it)
 
     async def script(messages, tools):
         done = tool_messages(messages)
@@ -190,6 +191,7 @@ async def test_a_request_has_its_own_clarifications_interjections_and_stop(bus):
         if len(done) == 1:
             await release.wait()
             return u.call_tool("final_answer", request_id="r2", answer="r2: " + done[0]["content"])
+        await submitted.wait()
         return "..."
 
     model = u.ScriptedModel(script)
@@ -197,6 +199,7 @@ async def test_a_request_has_its_own_clarifications_interjections_and_stop(bus):
     r1 = h.requests[0]
     await h.wait_for("model_request", timeout=10)
     r2 = h.requests.submit("beta")
+    submitted.set()
     question = await asyncio.wait_for(r2.inbox.next_question(), 10)
     assert question["question"] == "confirm beta?" and question["request_id"] == "r2"
     assert r2.status == "waiting" and r1.status == "running"

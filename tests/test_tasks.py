@@ -446,9 +446,11 @@ def summary_request(messages):
 async def test_with_summaries_model_the_model_writes_each_turns_summary(store):
     long_answer = "The weekly report: " + "sales rose in every region. " * 12
     asked = []
+    release = asyncio.Event()  # the model's summaries come once the test has seen the truncated one
 
-    def script(messages, tools):
+    async def script(messages, tools):
         if summary_request(messages):
+            await release.wait()
             asked.append(messages[-1]["content"])
             return f"  Wrote the weekly report (summary {len(asked)}).  "
         return long_answer if len(users(messages)) == 1 else "Shortened it."
@@ -458,6 +460,7 @@ async def test_with_summaries_model_the_model_writes_each_turns_summary(store):
     assert tm.summary_loop(t.id) is None
     assert await tm.execute(t.id) == long_answer
     assert tm.turns(t.id)[0]["summary"] == long_answer[:200]  # the truncated one stands until the model's
+    release.set()
     assert await tm.summary_loop(t.id) == "  Wrote the weekly report (summary 1).  "
     assert tm.turns(t.id)[0]["summary"] == "Wrote the weekly report (summary 1)."
     assert "task_user: Task 'report': Write the weekly report." in asked[0] and long_answer.strip() in asked[0]

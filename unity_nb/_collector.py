@@ -19,6 +19,11 @@ that walked every live loop's objects and found no garbage (7% of a 1,000-row ba
 ``start_at`` is 16: at 50 loops with 50 ms latency, the defaults' young collections were 7-8% of the
 CPU (a bare aiohttp loop's: 2-3%); from 16 loops the threshold is 3,200, and they were 1.5-2%.
 
+A batch raises it whatever its concurrency, as if at least :data:`BATCH_FLOOR` (64) loops were live, for as
+long as it runs: its rows end and start all the time, each leaving its objects to the collector, so at
+concurrency 8 the defaults' collections were 16-20% of a map's CPU (a row cost 1.3x what it cost at 64;
+``bench/bench_cost.py`` E), at 1,600 (8 loops' worth) 10%, at 3,200 6%, at 12,800 (64 loops') 2%.
+
 Thresholds a person sets are theirs: if ``gc.get_threshold()`` is not what unity_nb last set, it
 leaves them alone until the loops have all ended. A first threshold already above what unity_nb
 would set is left as it is. ``tune_collector(False)`` (or ``UNITY_NB_TUNE_GC=0`` in the environment)
@@ -39,9 +44,12 @@ from typing import Any
 
 from ._errors import UserError
 
-__all__ = ("hold_loops", "loop_ended", "loop_started", "release_loops", "tune_collector")
+__all__ = ("BATCH_FLOOR", "hold_loops", "loop_ended", "loop_started", "release_loops", "tune_collector")
 
 _lock = threading.Lock()
+
+BATCH_FLOOR = 64
+"""While a batch runs (:func:`hold_loops`), the threshold is set as if at least this many loops were live."""
 
 
 class _State:
@@ -100,6 +108,11 @@ def _prune(s: _State) -> bool:
     return bool(closed)
 
 
+def _tuned(s: _State) -> bool:
+    """Whether the threshold is to be raised now: a batch runs, or at least ``start_at`` loops are live."""
+    return s.enabled and not s.yielded and (s.held > 0 or max(s.live, s.held) >= s.start_at)
+
+
 def loop_started(event_loop: Any = None) -> None:
     """A loop began on ``event_loop`` (the running one if not given): its handle exists and its task is
     scheduled."""
@@ -107,7 +120,7 @@ def loop_started(event_loop: Any = None) -> None:
     with _lock:
         _count(s, _on(event_loop), 1, 0)
         _prune(s)
-        if s.enabled and not s.yielded and max(s.live, s.held) >= s.start_at:
+        if _tuned(s):
             _raise(s)
 
 
@@ -122,12 +135,13 @@ def loop_ended(event_loop: Any = None) -> None:
 
 def hold_loops(n: int) -> None:
     """A batch starts that keeps up to ``n`` loops running until :func:`release_loops`: until then, at least
-    ``n`` loops count as live, also between one wave of its rows ending and the next starting."""
+    ``n`` loops count as live, also between one wave of its rows ending and the next starting, and the
+    threshold is raised whatever ``n`` is (as for :data:`BATCH_FLOOR` loops at least)."""
     s = _state
     with _lock:
         _count(s, _on(None), 0, n)
         _prune(s)
-        if s.enabled and not s.yielded and max(s.live, s.held) >= s.start_at:
+        if _tuned(s):
             _raise(s)
 
 
@@ -153,14 +167,15 @@ def _on_collection(phase: str, info: dict) -> None:
 
 
 def _ended(s: _State) -> None:
-    if s.ours is not None and max(s.live, s.held) < s.start_at // 2:
+    if s.ours is not None and not s.held and s.live < s.start_at // 2:
         _restore(s)
     if s.live == 0 and s.held == 0:
         s.yielded = False
 
 
 def _raise(s: _State) -> None:
-    want = min(s.ceiling, max(s.live, s.held) * s.per_loop)
+    live = max(s.live, s.held)
+    want = min(s.ceiling, (max(live, BATCH_FLOOR) if s.held else live) * s.per_loop)
     current = gc.get_threshold()
     if s.ours is None:
         if want <= current[0]:
@@ -208,7 +223,8 @@ def tune_collector(
 
     While at least ``start_at`` loops (16) are live, the collector's first threshold is raised to
     ``per_loop`` (200) per live loop, at most ``ceiling`` (100,000); the thresholds found are put back
-    once fewer than half of ``start_at`` are live. Called with no argument, it changes nothing. The
+    once fewer than half of ``start_at`` are live. While a batch runs, it is raised whatever its
+    concurrency (as for 64 live loops at least). Called with no argument, it changes nothing. The
     returned dict also says how many loops are live and what threshold unity_nb set (``None``: none).
     """
     s = _state
@@ -224,9 +240,9 @@ def tune_collector(
             s.per_loop = _positive("per_loop", per_loop)
         if ceiling is not None:
             s.ceiling = _positive("ceiling", ceiling)
-        if s.ours is not None and (not s.enabled or max(s.live, s.held) < s.start_at // 2):
+        if s.ours is not None and (not s.enabled or (not s.held and s.live < s.start_at // 2)):
             _restore(s)
-        elif s.enabled and not s.yielded and max(s.live, s.held) >= s.start_at:
+        elif _tuned(s):
             _raise(s)
         return {
             "enabled": s.enabled,

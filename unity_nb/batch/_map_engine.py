@@ -10,6 +10,7 @@ refused while spending is at the budget (:meth:`MapEngine.refusal`)."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import time
 from collections.abc import Mapping
@@ -148,15 +149,14 @@ class MapEngine(Driver):
 
     async def drive(self) -> str:
         run, book, plan = self._run, self.book, self.plan
-        running: set[asyncio.Task] = set()
-        # each row's task says when it ends (asyncio.wait(FIRST_COMPLETED) would add and remove a callback
-        # on every running row at each wake-up: concurrency x wake-ups)
-        ended: list[asyncio.Task] = []
+        # each row is its loop's task alone (no task of its own around it): the loop says when it ends
+        # (``Run.on_end``), and the row is settled here, in the batch's task
+        running: dict[LoopHandle, Row] = {}
+        ended: list[LoopHandle] = []
         wake = asyncio.Event()
 
-        def row_ended(task: asyncio.Task) -> None:
-            running.discard(task)
-            ended.append(task)
+        def row_ended(child: Any, _status: Status, _error: BaseException | None) -> None:
+            ended.append(child)
             wake.set()
 
         book.first_start = time.monotonic()
@@ -174,23 +174,29 @@ class MapEngine(Driver):
                         if settled % _SETTLED_YIELD == 0:
                             await asyncio.sleep(0)  # a long run of them leaves the event loop its turns
                         continue
-                    task = run.event_loop.create_task(self._run_row(row))
-                    running.add(task)
-                    task.add_done_callback(row_ended)
+                    child = self._start_row(row)
+                    running[child] = row
+                    child.run.on_end.append(row_ended)
                 if not running and not ended and (book.exhausted or run.state.stop_reason is not None):
                     break
                 if not ended and running:
                     wake.clear()
                     await wake.wait()
                 while ended:
-                    ended.pop(0).result()  # a row's own failure is recorded on the row; this raises only the batch's
+                    child = ended.pop(0)
+                    self._row_ended(running.pop(child), child)
                 if self.fatal is not None:  # it would fail every row: the rows running stop, no other starts
                     raise self.fatal
         finally:
-            for t in running:
-                t.cancel()
-            if running:
-                await asyncio.wait(running)
+            # rows that ended meanwhile are settled as they ended; rows still running (the batch stopped or
+            # failed) stop with the batch's reason, whatever settling the others raised
+            try:
+                while ended:
+                    child = ended.pop(0)
+                    self._row_ended(running.pop(child), child)
+            finally:
+                if running:
+                    await self._stop_rows(running)
         if run.state.stop_reason is not None:  # stopped while its last rows ended: a stop, not an answer
             raise asyncio.CancelledError
         c = book.counts
@@ -256,38 +262,57 @@ class MapEngine(Driver):
             self._looked_up = {p: found.get(k) for p, k in keys.items()}
         return self._looked_up.pop(row.position, None)
 
-    async def _run_row(self, row: Row) -> None:
-        """Run one row's loop to its end and record how it ended (never raises for the row's own failure)."""
+    def _start_row(self, row: Row) -> LoopHandle:
+        """Start ``row``'s loop (its task runs it); the batch hears when it ends (:meth:`_row_ended`)."""
         book, plan, run = self.book, self.plan, self._run
         book.started_row(row)
-        turn_hook.set(row.waits)  # this task's: its loops' requests waiting for their turn make the row queued
         config = plan.config if plan.named else plan.config.named(f"{run.name}[{label_of(row.key)}]")
-        child = LoopHandle(row.task, parent=run.handle, config=config)
+        # the loop's task runs in a context of its own where its requests waiting for their turn make the row
+        # queued (``turn_hook``): the batch's own context is left as it is
+        context = contextvars.copy_context()
+        context.run(turn_hook.set, row.waits)
+        child: LoopHandle = context.run(LoopHandle, row.task, parent=run.handle, config=config)
         row.child = child
         row.told = len(self._notes)  # what it was told besides its task: part of its cache key
-        for note in self._notes:  # interjections made before the row started
+        for note in self._notes:  # interjections made before the row started (heard before its first call)
             child.run.conversation.note(note)
+        return child
+
+    def _row_ended(self, row: Row, child: LoopHandle) -> None:
+        """Record how ``row``'s loop ended (it has): its answer, or why it stopped or failed."""
+        book = self.book
         try:
-            value = await child.result()
-            row.answer, row.status = parse_answer(value, plan.output), "finished"
-        except Stopped as err:
-            row.status, row.reason = "stopped", err.reason
-        except asyncio.CancelledError:
-            if self.fatal is not None:
-                row.reason = f"stopped: the batch failed ({reason_of(self.fatal)})"
-            else:
-                row.reason = run.state.stop_reason or "the batch was stopped"
-            row.status = "stopped"
-            if not child.done():
-                await child.stop(row.reason)
-            raise
-        except Exception as err:  # noqa: BLE001 - the row failed; the batch goes on (unless every row would)
-            row.status, row.reason = "failed", reason_of(err)
-            if self.fatal is None and fails_every_row(err, book.tally["finished"] > book.kept + book.cached):
-                self.fatal = err
+            try:
+                value = child.run.outcome()
+                row.answer, row.status = parse_answer(value, self.plan.output), "finished"
+            except Stopped as err:
+                row.status, row.reason = "stopped", err.reason
+            except asyncio.CancelledError:  # its task cancelled from outside: stopped with the batch
+                row.status, row.reason = "stopped", self._stop_reason()
+            except Exception as err:  # noqa: BLE001 - the row failed; the batch goes on (unless every row would)
+                row.status, row.reason = "failed", reason_of(err)
+                if self.fatal is None and fails_every_row(err, book.tally["finished"] > book.kept + book.cached):
+                    self.fatal = err
         finally:
             book.left(row)
             self._release(row, child)
+
+    def _stop_reason(self) -> str:
+        if self.fatal is not None:
+            return f"stopped: the batch failed ({reason_of(self.fatal)})"
+        return self._run.state.stop_reason or "the batch was stopped"
+
+    async def _stop_rows(self, running: dict[LoopHandle, Row]) -> None:
+        """The batch ends with rows running: each stops with the batch's reason, and is settled as stopped."""
+        reason = self._stop_reason()
+        try:
+            await asyncio.gather(*(c.stop(reason) for c in running if not c.done()), return_exceptions=True)
+        finally:
+            for child, row in running.items():
+                if child.done() and row.status == "running":
+                    row.status, row.reason = "stopped", reason
+                    self.book.left(row)
+                    self._release(row, child)
 
     def _release(self, row: Row, child: LoopHandle) -> None:
         """Count an ended row's tokens and dollars, drop its loop (the store keeps its transcript), cache its

@@ -63,6 +63,15 @@ class Spending:
     def count(self, child: Any) -> None:
         """Count what a row's tree spent as the row ends: its tokens, dollars at known prices, and the tokens of
         any loop of it whose model has no price, by model (under a budget, :meth:`check` holds the batch for them)."""
+        if not child.children and not isinstance(getattr(child, "spending", None), Spending):
+            # the usual row: its own loop alone, its tokens at its model's price (as ``tree`` and ``_split`` count)
+            own = child.usage
+            self._book.tree_usage += own
+            cost = cost_of(own, child.model)
+            if cost is None:
+                _add(self.unpriced, str(getattr(child.model, "name", type(child.model).__name__)), own)
+            self._book.cost += cost or 0.0
+            return
         tree = child.tree
         self._book.tree_usage += tree.usage
         cost = tree.cost

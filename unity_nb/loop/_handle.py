@@ -54,7 +54,7 @@ from ._routing import Router
 from ._run import Run
 from ._runner import ToolRunner
 from ._source import ToolSource, as_source
-from ._state import UNSET, LoopState
+from ._state import LoopState
 from ._status import Signal, Status
 from ._steering import VERBS, on_own_loop
 from ._turn import Turn, own_tools
@@ -285,12 +285,7 @@ class LoopHandle(Loop):
             raise HandleStateError(f"cannot wait for {self.name!r}: the event loop it runs on is {state}", state=state)
         else:  # from another thread's event loop: wait on the loop's own, the end handed over
             await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._ended.wait(), own))
-        out = self.run.state
-        if out.error is not None:
-            raise out.error
-        if out.result_object is not UNSET:
-            return out.result_object
-        return out.answer or ""
+        return self.run.outcome()
 
     def __await__(self):
         return self.result().__await__()

@@ -25,7 +25,7 @@ from ._context import forward_call
 from ._conversation import Conversation
 from ._options import LoopOptions
 from ._records import Message
-from ._state import LoopState
+from ._state import UNSET, LoopState
 from ._status import PauseGate, Signal, Status
 from ._steering import VERBS, inspection_prompt, quiet
 from ._tools import render_result
@@ -304,6 +304,16 @@ class Run:
         """From inside a tool of this loop: end the loop with ``value`` as its result once the current tool
         calls have their results (``text``: what the transcript shows)."""
         self.state.finishing = (value, scrub(text if text is not None else render_result(value)))
+
+    def outcome(self) -> Any:
+        """Once the loop has ended, what its handle's ``result()`` gives: raises the loop's error, else returns the
+        value a tool handed it (``finish_with``), else its answer's text."""
+        out = self.state
+        if out.error is not None:
+            raise out.error
+        if out.result_object is not UNSET:
+            return out.result_object
+        return out.answer or ""
 
     def end(self, status: Status, *, answer: str | None = None, error: BaseException | None = None) -> None:
         """Mark the loop ended (its task does, once)."""

@@ -138,7 +138,7 @@ class ToolRunner:
             for t in tasks:
                 if not t.done():
                     t.cancel()
-            if remaining:
+            if remaining and not h.event_loop.is_closed():  # (a closed event loop is closing this coroutine)
                 await asyncio.wait(tasks)  # each records its own result, also when cancelled
             h.conversation.add_results(records, deferred)
             for policy in h.config.chain:

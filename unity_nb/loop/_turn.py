@@ -263,9 +263,13 @@ class Turn:
     # -- the call ----------------------------------------------------------------------------
 
     def interrupt(self) -> None:
-        """Cancel the model call in flight (an interjection arrived); :meth:`call` returns ``None``."""
+        """Cancel the model call in flight (an interjection arrived); :meth:`call` returns ``None``.
+
+        The call runs in the loop's own task (a task of its own per call cost a task per step): the task is
+        cancelled once, and :meth:`call` takes that one cancellation back (``uncancel``) as it returns ``None``;
+        a stop that comes too is a second one, and stays."""
         task = self._task
-        if task is not None and not task.done():
+        if task is not None and not task.done() and not self._interrupted:
             self._interrupted = True
             task.cancel()
 
@@ -280,6 +284,8 @@ class Turn:
         """One model call; ``None`` when an interjection interrupted it (the caller re-issues).
         ``continues``: how many of ``messages`` are the previous request's, unchanged (:class:`ModelRequest`)."""
         h = self.run
+        if h.state.stop_reason is not None:  # a stop was asked (it stops the children first): no new call starts
+            raise asyncio.CancelledError
         h.state.steps += 1
         step = h.state.steps
         request = ModelRequest(
@@ -308,10 +314,9 @@ class Turn:
             await limit.acquire(self._last_tokens)  # shared by every loop calling this model
         self.reset_streaming()
         self._interrupted = False
-        task = h.event_loop.create_task(h.model.complete(request, _Sink(self._on_delta, self._on_thinking)))
-        self._task = task
+        me = self._task = asyncio.current_task()
         try:
-            reply = await task
+            reply = await h.model.complete(request, _Sink(self._on_delta, self._on_thinking))
         except asyncio.CancelledError:
             # stopped, or interrupted by an interjection: what streamed so far is kept, marked as cut off
             # (the transcript and, through the event, the store), as a chat interface keeps a stopped reply;
@@ -321,12 +326,15 @@ class Turn:
             h.emit(ev.ModelResponse, step=step, content=partial, interrupted=True)
             if partial:
                 h.conversation.record(Message("assistant", partial, kind="interrupted"))
-            me = asyncio.current_task()
-            if self._interrupted and me is not None and not me.cancelling():
+            if self._interrupted and me is not None and not me.uncancel():  # only the interrupt cancelled it
+                self._interrupted = False
                 return None
             raise
         finally:
             self._task = None
+        if self._interrupted and me is not None:  # the model swallowed the interrupt's cancellation: taken back
+            self._interrupted = False
+            me.uncancel()
         self._flush_streaming()
         reply.usage, problem = checked_usage(reply.usage)  # never negative, never text: spending counts it as is
         if problem is not None:
