@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import UnityError, UserError
+from ..loop import Tool, as_tool
 from ..models import Usage, cost_of, price_of, rate_limit_of
 from ._book import counts_text
 from ._map_engine import MapEngine, RowPlan
@@ -101,14 +102,27 @@ def ray_settings(options: dict[str, Any]) -> RaySettings | None:
 
 
 def _needs_kernel(tools: Any) -> str | None:
-    """The name of a tool that needs this kernel (the CodeAct actor's), or ``None``."""
-    for tool in tools or ():
+    """Why a row with these tools needs this kernel (the CodeAct actor's tools, variables by reference, a person's
+    approval), or ``None``."""
+    for given in tools or ():
+        tool = given
+        if callable(given) and not isinstance(given, Tool):
+            try:
+                tool = as_tool(given)
+            except Exception:  # noqa: BLE001 - not a tool the loop takes: its own error comes at the start
+                tool = given
         fn = getattr(tool, "fn", tool)
         owner = getattr(fn, "__self__", None)
         module = type(owner).__module__ if owner is not None else getattr(fn, "__module__", "") or ""
-        name = getattr(tool, "name", getattr(tool, "__name__", "?"))
-        if name == "execute_code" or module.startswith("unity_nb.actor") or type(tool).__name__ == "Actor":
-            return name
+        name = getattr(tool, "name", getattr(tool, "__name__", type(tool).__name__))
+        if name == "execute_code" or module.startswith("unity_nb.actor") or type(tool).__module__.startswith(
+                "unity_nb.actor"):
+            return f"the tool {name!r} is the CodeAct actor's: its plans run in this notebook's namespace"
+        if getattr(tool, "ref_only", ()):
+            return (f"the tool {name!r} takes {', '.join(tool.ref_only)} by reference (a variable of this notebook, "
+                    "which only the CodeAct actor can pass)")
+        if getattr(tool, "needs_approval", False):
+            return f"the tool {name!r} waits for a person's approval in this notebook"
     return None
 
 
@@ -140,11 +154,10 @@ class RayEngine(MapEngine):
 
     def __init__(self, plan: RowPlan, book: Any, spending: Any, settings: RaySettings, recipe: RowRecipe, *,
                  items: Any = None, done: Mapping[str, Any] | None = None) -> None:
-        tool = _needs_kernel(recipe.options.get("tools"))
-        if tool is not None:
-            raise UserError(f"backend='ray' runs rows in other processes; the tool {tool!r} needs this kernel (the "
-                            "CodeAct actor reads the notebook's variables by reference): run it with the local "
-                            "backend (leave out backend='ray')")
+        why = _needs_kernel(recipe.options.get("tools"))
+        if why is not None:
+            raise UserError(f"backend='ray' runs rows in other processes, and these rows need this kernel: {why}. "
+                            "Run it with the local backend (leave out backend='ray')")
         if plan.config.dynamic_tools is not None:
             raise UserError("backend='ray' runs rows in other processes: dynamic_tools= needs this kernel; run it "
                             "with the local backend")
@@ -175,6 +188,7 @@ class RayEngine(MapEngine):
         if self._workers or self._pids:
             text = f"on Ray: {len(self._workers)} worker(s) live, {len(self._pids)} process(es) ran rows"
         return {"stage": self._stage, "workers": len(self._workers), "processes": len(self._pids),
+                "pids": sorted(self._pids),
                 "cluster": self._joined, "text": text}
 
     # -- the drive ------------------------------------------------------------------------------------------

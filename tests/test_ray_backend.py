@@ -1,0 +1,260 @@
+"""``backend="ray"``: the map and every operator on a local Ray cluster of two worker processes, against a loopback
+OpenAI-compatible server: the local backend's results, rows run in two processes, pause, interjection, stop, a
+429's cool-down and a budget across workers, a worker killed mid-batch, and the errors a person gets."""
+
+import asyncio
+import os
+import signal
+import sys
+
+import pandas as pd
+import pytest
+from _ray_cluster import ray_cluster, serve, task_of  # noqa: F401 - fixtures
+from fake_openai import Reply
+from test_operators import GRANTS, PAPERS, filter_oracle, join_oracle, rank_oracle, served
+
+import unity_nb as u
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def model_of(served_, name="ray-m"):
+    return u.OpenAIModel(name, base_url=served_.url, max_retries=6)
+
+
+def pid_rows(n):
+    """A map whose rows each ask the tool ``whoami`` (the pid of the process running the row), then answer with
+    their task, the pid, and whether they were told the interjection ``NOTE-42``."""
+
+    def answer(body):
+        messages = body["messages"]
+        results = [m["content"] for m in messages if m["role"] == "tool"]
+        if not results:
+            return Reply(tool_calls=[{"name": "whoami", "arguments": "{}"}], first_byte_delay=0.1)
+        told = any("NOTE-42" in str(m.get("content")) for m in messages)
+        return Reply(content=f"{task_of(body)}|{results[-1]}|{told}", first_byte_delay=0.1)
+
+    def whoami() -> int:
+        """The process running this row."""
+        import os as os_
+
+        return os_.getpid()
+
+    return answer, whoami, pd.Series([f"row {i}" for i in range(n)], index=[f"r{i}" for i in range(n)])
+
+
+async def test_a_map_on_ray_gives_the_local_result_with_rows_run_in_two_processes(ray_cluster, serve):  # noqa: F811
+    answer, whoami, items = pid_rows(24)
+    s = serve(answer)
+    model = model_of(s)
+    h = u.map(items, "Echo {value}", model=model, tools=[whoami], backend="ray", concurrency=6)
+    assert not h.done()  # the handle comes back at once: the cluster is joined in the background
+    assert "Ray" in h.progress["text"]
+    got = await asyncio.wait_for(h.result(), 120)
+    local = await asyncio.wait_for(u.map(items, "Echo {value}", model=model, tools=[whoami]).result(), 60)
+    assert list(got.index) == list(items.index) and got.notna().all()
+    assert [a.split("|")[0] for a in got] == [a.split("|")[0] for a in local]
+    pids = {int(a.split("|")[1]) for a in got}
+    assert len(pids) >= 2 and os.getpid() not in pids  # the rows ran in two or more other processes
+    assert {int(a.split("|")[1]) for a in local} == {os.getpid()}
+    ray = h.progress["ray"]
+    assert set(ray["pids"]) == pids and ray["processes"] >= 2
+    assert h.progress["done"] == 24 and h.rows.counts["finished"] == 24
+    await model.close()
+
+
+async def test_each_operator_on_ray_gives_the_local_result(ray_cluster, serve):  # noqa: F811
+    async def both(oracle, start):
+        s = serve(served(oracle))
+        model = model_of(s)
+        local = await asyncio.wait_for(start(model, {}).result(), 60)
+        h = start(model, {"backend": "ray"})
+        on_ray = await asyncio.wait_for(h.result(), 180)
+        maps = getattr(h, "phases", None) or [h]
+        assert all("ray" in m.progress for m in maps)  # every map of it ran on the cluster
+        assert sum(m.progress["ray"]["processes"] for m in maps) >= 1
+        await model.close()
+        return local, on_ray
+
+    q = "Does {abstract} report an experiment on humans?"
+    local, on_ray = await both(filter_oracle, lambda m, o: u.filter(PAPERS, q, model=m, **o))
+    pd.testing.assert_frame_equal(local, on_ray)
+    assert list(on_ray.index) == ["p1"] and on_ray.attrs["reasons"].keys() == local.attrs["reasons"].keys()
+    local, on_ray = await both(lambda t: {"method": t[-12:], "venue": "v"},
+                               lambda m, o: u.extract(PAPERS, "From {abstract}", columns=["method", "venue"],
+                                                      model=m, **o))
+    pd.testing.assert_frame_equal(local, on_ray)
+    local, on_ray = await both(rank_oracle, lambda m, o: u.topk([f"item {i}" for i in range(30)], 3, "Biggest?",
+                                                                model=m, candidates=10, **o))
+    assert on_ray.tolist() == local.tolist() == ["item 29", "item 28", "item 27"]
+    local, on_ray = await both(join_oracle, lambda m, o: u.join(PAPERS, GRANTS, "On {left.abstract} and "
+                                                                "{right.aims}: funded?", model=m, **o))
+    assert sorted(zip(on_ray["left"], on_ray["right"])) == sorted(zip(local["left"], local["right"])) == [
+        ("p1", "g1"), ("p4", "g4"), ("p5", "g2")]
+    local, on_ray = await both(lambda t: f"{t.count('abstract:')} rows",
+                               lambda m, o: u.agg(PAPERS, "Summarise", by="field", model=m, **o))
+    assert on_ray.to_dict() == local.to_dict() == {"neuro": "3 rows", "physics": "1 rows", "psych": "1 rows"}
+
+
+def slow(delay):
+    return lambda body: Reply(content="ok " + task_of(body)[-6:], first_byte_delay=delay)
+
+
+async def test_pause_holds_every_worker_and_resume_restarts_them(ray_cluster, serve):  # noqa: F811
+    s = serve(slow(0.2))
+    model = model_of(s)
+    h = u.map([f"row {i}" for i in range(400)], "Say {value}", model=model, backend="ray", concurrency=8)
+    await s.reach(12)
+    await h.pause()
+    await asyncio.sleep(1.0)  # the grace: requests already sent, and workers' next poll
+    held = s.count
+    await asyncio.sleep(2.0)  # no request reaches the server for 2 s
+    assert s.count == held, f"{s.count - held} request(s) reached the server while the batch was paused"
+    assert not h.done()
+    await h.resume()
+    await s.reach(held + 8, timeout=60)  # every worker goes on
+    await asyncio.wait_for(h.stop(), 10)
+    await model.close()
+
+
+async def test_an_interjection_reaches_the_later_requests_of_every_worker(ray_cluster, serve):  # noqa: F811
+    answer, whoami, items = pid_rows(40)
+    s = serve(answer)
+    model = model_of(s)
+    h = u.map(items, "Echo {value}", model=model, tools=[whoami], backend="ray", concurrency=4)
+    await s.reach(8)
+    await h.interject("NOTE-42: answer in French")
+    got = await asyncio.wait_for(h.result(), 180)
+    told = {p: [] for p in {a.split("|")[1] for a in got}}
+    for a in got:
+        _task, pid, heard = a.split("|")
+        told[pid].append(heard == "True")
+    assert len(told) >= 2
+    assert all(any(v) for v in told.values()), told  # every worker's later requests carried it
+    assert all(a.endswith("|True") for a in got.iloc[-8:])  # the rows started after it were all told
+    await model.close()
+
+
+async def test_stop_ends_a_batch_on_ray_at_once(ray_cluster, serve):  # noqa: F811
+    s = serve(slow(30.0))  # every reply would take 30 s
+    model = model_of(s)
+    h = u.map([f"row {i}" for i in range(50)], "Say {value}", model=model, backend="ray", concurrency=6)
+    await s.reach(4)
+    await asyncio.wait_for(h.stop("enough"), 2.0)
+    assert h.done() and h.status.value == "stopped"
+    c = h.rows.counts
+    assert c["finished"] == 0 and c["stopped"] >= 1 and c["running"] == 0
+    assert c["stopped"] + c["not_started"] == 50
+    with pytest.raises(u.Stopped):
+        await h.result()
+    await model.close()
+
+
+async def test_one_429_pauses_every_worker_until_its_retry_after_passes(ray_cluster, serve):  # noqa: F811
+    seen = []
+
+    def answer(body):
+        seen.append(1)
+        if len(seen) == 16:
+            return Reply(status=429, headers={"retry-after": "4"})
+        return Reply(content="ok", first_byte_delay=0.05)
+
+    s = serve(answer)
+    model = model_of(s)
+    h = u.map([f"row {i}" for i in range(120)], "Say {value}", model=model, backend="ray", concurrency=8)
+    got = await asyncio.wait_for(h.result(), 180)
+    assert got.notna().all()  # the row answered 429 was sent again, after its wait
+    t429 = s.times[15]
+    during = [t - t429 for t in s.times[16:] if t429 + 1.0 < t < t429 + 3.8]
+    assert not during, f"requests {during} s after the 429, before its Retry-After (4 s) passed"
+    assert any(t > t429 + 3.8 for t in s.times)
+    await model.close()
+
+
+async def test_a_budget_across_workers_overshoots_by_no_more_than_the_rows_in_flight(ray_cluster, serve):  # noqa: F811
+    u.set_price("ray-priced", input=1.0, output=1.0)  # $ per million tokens: a row of 1,000 + 1,000 is $0.002
+    s = serve(lambda body: Reply(content="ok", usage=(1000, 1000), first_byte_delay=0.1))
+    model = model_of(s, "ray-priced")
+    h = u.map([f"row {i}" for i in range(200)], "Say {value}", model=model, backend="ray", concurrency=8,
+              budget=0.02)
+    event = await h.wait_for("budget_reached", timeout=120)
+    assert event.budget == 0.02
+    # the rows in flight end (each a row_finished event, counted out of the running ones as it is emitted)
+    await h.wait_for("row_finished", lambda e: h.rows.counts["running"] == 0, timeout=60)
+    done = h.rows.counts["finished"]
+    assert 10 <= done <= 10 + 8, done  # at most the rows in flight (concurrency 8) past the 10 the budget pays
+    assert h.cost <= 0.02 + 8 * 0.002 + 1e-9
+    assert h.spending.reached and not h.done()
+    await asyncio.wait_for(h.stop(), 10)
+    await model.close()
+
+
+async def test_a_worker_killed_mid_batch_loses_nothing(ray_cluster, serve, bus):  # noqa: F811
+    answer, whoami, items = pid_rows(60)
+    s = serve(answer)
+    model = model_of(s)
+    h = u.map(items, "Echo {value}", model=model, tools=[whoami], backend="ray", concurrency=8, bus=bus)
+    await h.wait_for("row_finished", timeout=120)  # its workers have leased rows: their pids are known
+    victim = h.progress["ray"]["pids"][0]
+    os.kill(victim, signal.SIGKILL)
+    got = await asyncio.wait_for(h.result(), 180)
+    assert got.notna().all() and len(got) == 60
+    assert [a.split("|")[0] for a in got] == [f"Echo row {i}" for i in range(60)]
+    ends = [e.position for e in h.events if e.kind == "row_finished"]
+    assert sorted(ends) == list(range(60))  # each row ended once
+    assert h.progress["ray"]["processes"] >= 2 and victim in h.progress["ray"]["pids"]
+    await model.close()
+
+
+def test_errors_say_what_to_do(monkeypatch, serve):  # noqa: F811
+    s = serve(slow(0.0))
+    model = model_of(s)
+
+    async def main():
+        items = ["a", "b"]
+        with pytest.raises(u.UserError, match="ray_address takes"):
+            u.map(items, "Say {value}", model=model, backend="ray", ray_address="not an address")
+        with pytest.raises(u.UserError, match="backend takes 'local'"):
+            u.map(items, "Say {value}", model=model, backend="spark")
+        with pytest.raises(u.UserError, match="ray_address go with backend='ray' only"):
+            u.map(items, "Say {value}", model=model, ray_address="ray://127.0.0.1:10001")
+
+        def frame_tool(frame: pd.DataFrame) -> int:
+            """Count the rows."""
+            return len(frame)
+
+        with pytest.raises(u.UserError, match=r"need this kernel.*by reference"):
+            u.map(items, "Say {value}", model=model, backend="ray", tools=[frame_tool])
+        def send() -> str:
+            """Send it."""
+            return "sent"
+
+        approve = u.as_tool(send, needs_approval=True)
+        with pytest.raises(u.UserError, match=r"need this kernel.*approval"):
+            u.map(items, "Say {value}", model=model, backend="ray", tools=[approve])
+        monkeypatch.setitem(sys.modules, "ray", None)  # Ray not installed
+        with pytest.raises(u.UserError, match=r"pip install 'unity_nb\[ray\]'"):
+            u.map(items, "Say {value}", model=model, backend="ray")
+
+    asyncio.run(main())
+
+
+async def test_a_model_with_a_key_in_code_or_a_second_cluster_is_refused_clearly(ray_cluster, serve):  # noqa: F811
+    s = serve(slow(0.0))
+    keyed = u.OpenAIModel("ray-m", base_url=s.url, api_key="sk-in-code-123456")
+    h = u.map(["a", "b"], "Say {value}", model=keyed, backend="ray")
+    with pytest.raises(u.UserError, match="OPENAI_API_KEY") as err:
+        await asyncio.wait_for(h.result(), 120)
+    assert "sk-in-code" not in str(err.value)
+    h = u.map(["a", "b"], "Say {value}", model=model_of(s), backend="ray", ray_address="127.0.0.1:1")
+    with pytest.raises(u.UserError, match="already joined to the Ray cluster"):
+        await asyncio.wait_for(h.result(), 60)
+    assert h.rows.counts["finished"] == 0
+
+
+def test_the_magics_take_backend_ray_for_the_map_and_every_operator():
+    from unity_nb.batch import OPERATORS
+    from unity_nb.jupyter._args import HELP
+
+    for sub in ("map", *OPERATORS):
+        assert "--backend local|ray" in HELP[sub] and "--ray-address" in HELP[sub], sub
