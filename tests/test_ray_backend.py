@@ -258,3 +258,17 @@ def test_the_magics_take_backend_ray_for_the_map_and_every_operator():
 
     for sub in ("map", *OPERATORS):
         assert "--backend local|ray" in HELP[sub] and "--ray-address" in HELP[sub], sub
+
+
+async def test_a_lost_cluster_ends_the_batch_clearly_with_the_finished_rows_kept(ray_cluster, serve):  # noqa: F811
+    s = serve(slow(0.3))
+    model = model_of(s)
+    h = u.map([f"row {i}" for i in range(100)], "Say {value}", model=model, backend="ray", concurrency=4)
+    await h.wait_for("row_finished", lambda e: h.rows.counts["finished"] >= 3, timeout=120)
+    ray_cluster.kill(ray_cluster.get_actor(f"unity_nb-{h.id}"))  # the batch's control actor: gone
+    with pytest.raises(u.UnityError, match="the Ray cluster was lost") as err:
+        await asyncio.wait_for(h.result(), 90)
+    finished = h.rows.counts["finished"]
+    assert finished >= 3 and f"{finished} row(s) finished and are kept" in str(err.value)
+    assert h.results().notna().sum() == finished
+    await model.close()
