@@ -272,3 +272,32 @@ async def test_a_lost_cluster_ends_the_batch_clearly_with_the_finished_rows_kept
     assert finished >= 3 and f"{finished} row(s) finished and are kept" in str(err.value)
     assert h.results().notna().sum() == finished
     await model.close()
+
+
+async def test_a_dataset_or_parquet_input_is_read_on_the_cluster_and_resumes_from_done(
+        ray_cluster, serve, bus, tmp_path):  # noqa: F811
+    s = serve(lambda body: Reply(content="label " + task_of(body).split()[-1]))
+    model = model_of(s)
+    frame = pd.DataFrame({"title": [f"paper{i}" for i in range(30)], "year": list(range(1990, 2020))})
+    local = await asyncio.wait_for(u.map(frame, "Label {title} of {year}", model=model).result(), 60)
+    local.index = pd.RangeIndex(30)  # a Dataset's rows are 0..n-1, in its order
+    dataset = ray_cluster.data.from_pandas(frame).repartition(3)
+    h = u.map(dataset, "Label {title} of {year}", model=model, backend="ray", concurrency=4)
+    pd.testing.assert_series_equal(await asyncio.wait_for(h.result(), 180), local)
+    assert h.rows.total == 30 and h.progress["ray"]["processes"] >= 1
+    path = tmp_path / "papers.parquet"
+    frame.to_parquet(path)
+    store = u.Store(str(tmp_path / "s.db"))
+    store.attach(bus)
+    first = u.map(str(path), "Label {title} of {year}", model=model, backend="ray", name="papers", bus=bus)
+    pd.testing.assert_series_equal(await asyncio.wait_for(first.result(), 180), local)
+    done = u.finished_rows(store, "papers")
+    assert len(done) == 30
+    half = dict(list(done.items())[:12])  # as if the run before had finished 12 rows
+    asked = s.count
+    second = u.map(str(path), "Label {title} of {year}", model=model, backend="ray", done=half, bus=bus)
+    pd.testing.assert_series_equal(await asyncio.wait_for(second.result(), 180), local)
+    assert second.rows.kept == 12 and s.count - asked == 18  # only the rows it did not have were asked
+    with pytest.raises(u.UserError, match=r"names \{author\}"):
+        await asyncio.wait_for(u.map(dataset, "Label {author}", model=model, backend="ray").result(), 120)
+    await model.close()

@@ -41,6 +41,7 @@ from ._map_engine import MapEngine, RowPlan
 from ._provider_batch import ProviderBatchEngine, batch_settings
 from ._ray_actors import RowRecipe
 from ._ray_engine import RayEngine, ray_settings
+from ._ray_source import RemoteRows, is_remote
 from ._rows import RowSource, answer_tool, check_text_answer, finished_rows, output_model
 from ._spend import Spending
 
@@ -96,7 +97,8 @@ class MapHandle(LoopHandle):
             raise UserError("backend='ray' runs live rows on a cluster; via='batch' sends them to the provider's "
                             "Batch API: give one of them")
         sent_options = dict(row_options)  # what a Ray worker makes each row's loop from
-        source = RowSource(items, task)
+        remote = on_ray is not None and is_remote(items)  # a Ray Dataset or a Parquet path: read on the cluster
+        source: Any = RemoteRows(items, task) if remote else RowSource(items, task)
         tools = list(row_options.pop("tools", ()) or ())
         if fields is not None:
             tools.append(answer_tool(fields))
@@ -113,7 +115,7 @@ class MapHandle(LoopHandle):
             raise UserError(f"cache takes True, False or a store (u.Store), not {cache!r}")
         results_cache = (ResultCache(cache, identity, fingerprint)
                          if identity is not None and cache not in (True, False, None) else None)
-        book = Book(source, fields, getattr(items, "name", None) if fields is None else None)
+        book = Book(source, fields, getattr(items, "name", None) if fields is None and not remote else None)
         spending = Spending(book, model, model_name, budget)
         plan = RowPlan(task, fields, config, "name" in row_options, model_name, concurrency, results_cache)
         self._rows: MapEngine

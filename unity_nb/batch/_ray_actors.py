@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ("POLL", "Control", "Ended", "GatedModel", "RowRecipe", "Worker")
+__all__ = ("POLL", "Control", "Ended", "GatedModel", "RowRecipe", "Worker", "rows_in")
 
 POLL = 0.2
 """Seconds between a worker's exchanges with the control actor (at most): pause, stop, interjections and the
@@ -51,7 +52,17 @@ class RowRecipe:
 
 Ended = tuple
 """A row that ended, as a worker reports it: ``(position, status, answer JSON or None, reason, input tokens, output
-tokens, steps, tool calls, tree input tokens, tree output tokens, told, cacheable, pid, fatal)``."""
+tokens, steps, tool calls, tree input tokens, tree output tokens, told, cacheable, pid, fatal, asked, kept)``
+(``kept``: finished by the run this one continues, said by the control actor without a call)."""
+
+
+def rows_in(frame: Any) -> int:
+    """A block's rows (run on the cluster, so the block never comes to the kernel)."""
+    return len(frame)
+
+
+def _fields_key(output: Any) -> str:
+    return ",".join(output.model_fields) if output is not None else ""
 
 
 class Control:
@@ -72,6 +83,9 @@ class Control:
         self.fed_all = False
         self.pids: dict[int, int] = {}
         self.exchanges = 0
+        self.blocks: collections.deque[tuple[Any, int, int]] = collections.deque()
+        self.block_plan: tuple[str, str, str, dict[str, Any]] | None = None  # template, model, fields, done
+        self._expanding: asyncio.Lock | None = None
 
     # -- the kernel's side -----------------------------------------------------------------------------
 
@@ -80,6 +94,45 @@ class Control:
         self.queue.extend(rows)
         self.fed_all = self.fed_all or last
         return len(self.queue)
+
+    async def feed_blocks(self, blocks: list[tuple[Any, int, int]], template: str, model_name: str, fields: str,
+                          done: dict[str, Any]) -> int:
+        """Rows read on the cluster: blocks (an object ref of a DataFrame, its first position, its rows), made into
+        rows one block at a time as the queue runs low. A row ``done`` holds (asked the same) is kept, no call."""
+        self.blocks.extend(blocks)
+        self.block_plan = (template, model_name, fields, done)
+        self.fed_all = True
+        return sum(n for _r, _s, n in blocks)
+
+    async def _expand(self, want: int) -> None:
+        """Make the next blocks' rows while fewer than ``want`` wait (one block in this actor's memory at a time)."""
+        if self._expanding is None:
+            self._expanding = asyncio.Lock()
+        async with self._expanding:
+            while self.blocks and len(self.queue) < want and self.block_plan is not None:
+                ref, start, _n = self.blocks.popleft()
+                frame = await ref
+                self._rows_of(frame, start)
+
+    def _rows_of(self, frame: Any, start: int) -> None:
+        from ._rows import RowSource, asked_hash, row_id, row_key
+
+        assert self.block_plan is not None
+        template, model_name, fields, done = self.block_plan
+        for row in RowSource(frame, template):
+            position = start + row.position
+            if row.reason is not None:  # its values do not fit the template: it fails, no call
+                self.outbox.append((position, "failed", None, row.reason, 0, 0, 0, 0, 0, 0, 0, False, 0, False,
+                                    None, False))
+                continue
+            asked = asked_hash(row.task, model_name, fields)
+            if done:
+                answer = done.get(row_id(position, row_key(position), asked))
+                if answer is not None:
+                    self.outbox.append((position, "finished", json.dumps(answer), None, 0, 0, 0, 0, 0, 0, 0, False,
+                                        0, False, asked, True))
+                    continue
+            self.queue.append((position, row.task, str(position)))
 
     async def interject(self, text: str) -> int:
         self.notes.append(text)
@@ -126,6 +179,8 @@ class Control:
         if cooldown_until > self.cooldown_until:
             self.cooldown_until = cooldown_until
         rows: list[tuple[int, str, str]] = []
+        if self.blocks and len(self.queue) < 4 * max(want, 1) and self.stopped is None:
+            await self._expand(4 * max(want, 1))
         if not self.paused and self.stopped is None and not self._over_budget():
             while self.queue and len(rows) < want:
                 row = self.queue.popleft()
@@ -134,7 +189,7 @@ class Control:
             self.leased_new.extend(r[0] for r in rows)
         return {"paused": self.paused, "stopped": self.stopped, "notes": self.notes[heard:],
                 "cooldown_until": self.cooldown_until, "rows": rows,
-                "done": self.stopped is not None or (self.fed_all and not self.queue)}
+                "done": self.stopped is not None or (self.fed_all and not self.queue and not self.blocks)}
 
 
 class GatedModel:
@@ -175,7 +230,7 @@ class Worker:
         from ..loop import VERBS, LoopHandle, LoopOptions
         from ..models import RateLimit, rate_limit_of, set_rate_limit
         from ._failures import fails_every_row, label_of, reason_of
-        from ._rows import answer_tool, check_text_answer, output_model, parse_answer, to_json
+        from ._rows import answer_tool, asked_hash, check_text_answer, output_model, parse_answer, to_json
 
         recipe: RowRecipe = cloudpickle.loads(self.recipe_bytes)
         fields = output_model(recipe.output, recipe.columns)
@@ -192,6 +247,7 @@ class Worker:
             tools.append(answer_tool(fields))
             options["evaluations"] = [*options.get("evaluations", ()), check_text_answer(fields)]
         config = LoopOptions.make(model=GatedModel(model, gate), tools=tools, **options)
+        model_name, fields_key = str(getattr(model, "name", type(model).__name__)), _fields_key(fields)
         notes: list[str] = []  # the interjections as a row not started yet is told them
         running: dict[int, tuple[asyncio.Task, list]] = {}
         ended: list[Ended] = []
@@ -228,7 +284,7 @@ class Worker:
             used_tools = any(c.name != "submit_answer" for m in child.transcript for c in m.tool_calls)
             ended.append((position, status, answer, reason, usage.input_tokens, usage.output_tokens, child.steps,
                           child.tool_calls, tree.input_tokens, tree.output_tokens, told, not used_tools, self.pid,
-                          fatal))
+                          fatal, asked_hash(task, model_name, fields_key), False))
             wake.set()
 
         def row_done(position: int) -> Any:

@@ -42,6 +42,7 @@ from ..models import Usage, cost_of, price_of, rate_limit_of
 from ._book import counts_text
 from ._map_engine import MapEngine, RowPlan
 from ._ray_actors import Control, RowRecipe, Worker
+from ._ray_source import RemoteRows, remote_blocks
 from ._rows import Row, parse_answer
 
 __all__ = ("RayEngine", "RaySettings", "ray_settings")
@@ -149,8 +150,8 @@ def _connect(settings: RaySettings) -> str:
 class RayEngine(MapEngine):
     """Drives a map's rows on a Ray cluster (see the module's docstring)."""
 
-    __slots__ = ("_control", "_fed_last", "_joined", "_leased", "_pending_notes", "_pids", "_queued", "_ray",
-                 "_recipe", "_sent", "_stage", "_worker_args", "_workers", "settings")
+    __slots__ = ("_blocks", "_control", "_fed_last", "_joined", "_leased", "_pending_notes", "_pids", "_queued",
+                 "_ray", "_recipe", "_remote", "_sent", "_stage", "_worker_args", "_workers", "settings")
 
     def __init__(self, plan: RowPlan, book: Any, spending: Any, settings: RaySettings, recipe: RowRecipe, *,
                  items: Any = None, done: Mapping[str, Any] | None = None) -> None:
@@ -180,6 +181,12 @@ class RayEngine(MapEngine):
         self._stage = f"joining {where}" if where else "starting a local Ray cluster (or joining this machine's)"
         self._joined = ""
         self._ray: Any = None
+        self._remote = isinstance(book.source, RemoteRows)  # a Dataset or Parquet: rows made on the cluster
+        self._blocks: list[tuple[Any, int, int]] = []  # their refs, held while the batch runs
+        if self._remote and plan.cache is not None:
+            self.plan = RowPlan(plan.template, plan.output, plan.config, plan.named, plan.model_name,
+                                plan.concurrency, None)  # the cache keys on a row's task, which stays on the cluster
+            book.plan = self.plan
 
     # -- what the progress line says ----------------------------------------------------------------------
 
@@ -209,7 +216,7 @@ class RayEngine(MapEngine):
                 await self._poll()
                 if self.fatal is not None:
                     raise self.fatal
-                if book.exhausted and self._fed_last and not self._sent:
+                if book.exhausted and self._fed_last and not self._sent and self._all_ended():
                     break
                 await asyncio.sleep(_POLL)
         except asyncio.CancelledError:
@@ -248,6 +255,8 @@ class RayEngine(MapEngine):
             budget, 0.0, (price.input, price.output) if price is not None else None)
         for note in self._pending_notes:
             self._control.interject.remote(note)
+        if self._remote:  # read before the workers take the CPUs Ray Data's tasks need
+            self._feed_blocks()
         cpus = float(ray.cluster_resources().get("CPU", 1.0))
         n = self.settings.workers or max(1, int(cpus))
         share = min(1.0, cpus / n) if cpus else 1.0
@@ -256,6 +265,26 @@ class RayEngine(MapEngine):
         for wid in range(n):
             self._new_worker(wid)
         self._stage = f"{n} worker(s) on {self._joined}"
+
+    def _all_ended(self) -> bool:
+        """Every row ended: those sent from here (none left out), or, for rows made on the cluster, all of them."""
+        if not self._remote:
+            return True
+        tally, total = self.book.tally, self.book.source.total or 0
+        return tally["finished"] + tally["failed"] + tally["stopped"] >= total
+
+    def _feed_blocks(self) -> None:
+        """A Dataset's or a Parquet path's blocks to the control actor (counted on the cluster: only refs and
+        counts pass through here)."""
+        source, book, plan = self.book.source, self.book, self.plan
+        assert isinstance(source, RemoteRows)
+        self._stage = f"reading the rows' blocks on {self._joined}"
+        self._blocks, source.total = remote_blocks(self._ray, source.items, source.parsed)
+        fields = ",".join(plan.output.model_fields) if plan.output is not None else ""
+        done, self._done_lazy = dict(self._done_lazy or {}), None
+        self._call(self._control.feed_blocks.remote(self._blocks, source.template, plan.model_name, fields, done))
+        book.exhausted = True
+        self._fed_last = True
 
     def _new_worker(self, wid: int) -> None:
         cls, blob, per, share = self._worker_args
@@ -329,7 +358,10 @@ class RayEngine(MapEngine):
     def _take_state(self, state: dict[str, Any]) -> None:
         for position in state["leased"]:
             row = self._sent.get(position)
-            if row is not None and row.queued:
+            if row is None and self._remote and position not in self.book.answers:  # made on the cluster
+                row = self._sent[position] = Row(position, position, {}, "")
+                self.book.started_row(row)
+            elif row is not None and row.queued:
                 row.queued = 0
                 self._queued -= 1
         for position in state.get("requeued") or ():  # a dead worker's rows: queued until leased anew
@@ -347,12 +379,26 @@ class RayEngine(MapEngine):
     def _ended(self, ended: tuple) -> None:
         """Settle one row a worker ended (once: a position not sent, or settled already, is ignored)."""
         (position, status, answer, reason, tin, tout, steps, tool_calls, tree_in, tree_out, told, cacheable, pid,
-         fatal) = ended
+         fatal, asked, kept) = ended
+        book, plan = self.book, self.plan
         row = self._sent.pop(position, None)
         if row is None:
-            return
-        self._pids.add(pid)
-        book, plan = self.book, self.plan
+            if not self._remote or position in book.answers or position in book.bad:
+                return  # settled already: each row once
+            row = Row(position, position, {}, "")  # made on the cluster, ended without a worker (kept, or failed)
+            row.asked = asked
+            if kept:
+                row.status, row.answer, row.kept = "finished", parse_answer(json.loads(answer), plan.output), True
+                book.finished_without_call(row, row.answer)
+                book.kept += 1
+                book.tally["finished"] += 1
+                self._emit_row(row, None, kept=True)
+                return
+            book.started_row(row)
+        if asked is not None and row.asked is None:
+            row.asked = asked
+        if pid:
+            self._pids.add(pid)
         if row.queued:
             self._queued -= 1
             row.queued = 0
