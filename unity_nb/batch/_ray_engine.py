@@ -49,8 +49,10 @@ __all__ = ("RayEngine", "RaySettings", "ray_settings")
 
 _POLL = 0.15
 """Seconds between the kernel's looks at the control actor's outbox."""
-_CHUNK = 256
+_CHUNK = 1024
 """Rows sent to the control actor in one call."""
+_REPLACEMENTS = 3
+"""Workers started in place of dead ones, per worker of the batch, before the batch fails (they keep dying)."""
 _CALL_TIMEOUT = 30.0
 """Seconds a call to the control actor may take before the cluster counts as lost."""
 _STOP_WAIT = 1.2
@@ -305,29 +307,34 @@ class RayEngine(MapEngine):
                 "others)") from None
 
     async def _feed(self) -> None:
-        """Send the next rows to the control actor while fewer than a few leases' worth wait there."""
+        """Send the next rows to the control actor while fewer than a few leases' worth wait there (in chunks of
+        at most ``_CHUNK`` rows a call)."""
         book = self.book
         target = max(64, 4 * self.plan.concurrency)
-        chunk: list[tuple[int, str, str]] = []
         settled = 0
-        while self._queued + len(chunk) < target and len(chunk) < _CHUNK:
-            row = self._next_row()
-            if row is None:
-                break
-            if self._settle(row):  # kept, from the cache, or a template it cannot fill: never sent
-                settled += 1
-                if settled % 256 == 0:
-                    await asyncio.sleep(0)
-                continue
-            book.started_row(row)
-            row.queued = 1  # queued until a worker leases it
-            self._sent[row.position] = row
-            chunk.append((row.position, row.task, str(row.key)))
-        last = book.exhausted
-        if chunk or (last and not self._fed_last):
+        while True:
+            chunk: list[tuple[int, str, str]] = []
+            while self._queued + len(chunk) < target and len(chunk) < _CHUNK:
+                row = self._next_row()
+                if row is None:
+                    break
+                if self._settle(row):  # kept, from the cache, or a template it cannot fill: never sent
+                    settled += 1
+                    if settled % 256 == 0:
+                        await asyncio.sleep(0)
+                    continue
+                book.started_row(row)
+                row.queued = 1  # queued until a worker leases it
+                self._sent[row.position] = row
+                chunk.append((row.position, row.task, str(row.key)))
+            last = book.exhausted
+            if not chunk and (not last or self._fed_last):
+                return
             await asyncio.to_thread(self._call, self._control.feed.remote(chunk, last))
             self._queued += len(chunk)
             self._fed_last = last
+            if last or self._queued >= target:
+                return
 
     async def _poll(self) -> None:
         run, spending = self._run, self.spending
@@ -347,8 +354,12 @@ class RayEngine(MapEngine):
                 wid = refs[ref]
                 try:
                     ray.get(ref)
-                except ray.exceptions.RayActorError:  # its process died: its rows go to the others
+                except ray.exceptions.RayActorError as err:  # its process died: its rows go to the others
                     state.setdefault("requeued", []).extend(self._call(self._control.requeue.remote(wid)))
+                    n = len(self._workers)
+                    if max(self._workers) + 1 >= n * (1 + _REPLACEMENTS):
+                        raise UnityError(f"the batch's Ray workers keep dying ({max(self._workers) + 1 - n} "
+                                         f"replaced; the last: {err}); the rows that finished are kept") from None
                     self._new_worker(max(self._workers) + 1)
                 except ray.exceptions.RayTaskError as err:
                     raise UnityError(f"a Ray worker of the batch failed: {err}") from None
