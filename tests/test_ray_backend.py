@@ -5,7 +5,9 @@ OpenAI-compatible server: the local backend's results, rows run in two processes
 import asyncio
 import os
 import signal
+import subprocess
 import sys
+import textwrap
 
 import pandas as pd
 import pytest
@@ -250,6 +252,26 @@ async def test_a_model_with_a_key_in_code_or_a_second_cluster_is_refused_clearly
     with pytest.raises(u.UserError, match="already joined to the Ray cluster"):
         await asyncio.wait_for(h.result(), 60)
     assert h.rows.counts["finished"] == 0
+
+
+def test_an_address_nothing_answers_at_fails_the_batch_at_once_saying_so(tmp_path):
+    """In a process not joined to any cluster (this one is, by the other tests)."""
+    code = textwrap.dedent("""
+        import asyncio, unity_nb as u
+
+        async def main():
+            h = u.map(["a"], "Say {value}", model=u.OpenAIModel("m", base_url="http://127.0.0.1:9/v1"),
+                      backend="ray", ray_address="127.0.0.1:9")
+            assert "joining 127.0.0.1:9" in h.progress["text"]
+            try:
+                await asyncio.wait_for(h.result(), 60)
+            except u.UserError as err:
+                print("REFUSED", err)
+
+        asyncio.run(main())
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "REFUSED nothing answers at the Ray cluster's address '127.0.0.1:9'" in out.stdout, out.stderr[-2000:]
 
 
 def test_the_magics_take_backend_ray_for_the_map_and_every_operator():

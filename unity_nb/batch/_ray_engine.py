@@ -31,6 +31,7 @@ import json
 import math
 import os
 import re
+import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -140,6 +141,9 @@ def _connect(settings: RaySettings) -> str:
             raise UserError(f"this kernel is already joined to the Ray cluster at {current}; ray_address={wanted!r} "
                             "cannot be joined beside it (ray.shutdown() first, or leave out ray_address)")
         return f"the Ray cluster at {current}"
+    where = settings.address or os.environ.get("RAY_ADDRESS")
+    if where:
+        _reachable(where)
     try:
         ray.init(address=settings.address, include_dashboard=False, log_to_driver=False,
                  ignore_reinit_error=True)
@@ -147,6 +151,19 @@ def _connect(settings: RaySettings) -> str:
         where = settings.address or os.environ.get("RAY_ADDRESS")
         raise UserError(f"the Ray cluster at {where!r} could not be joined: {err}") from None
     return f"the Ray cluster at {ray.get_runtime_context().gcs_address}"
+
+
+def _reachable(address: str) -> None:
+    """A UserError at once when nothing listens at ``address`` (``ray.init`` would retry for minutes)."""
+    if address in ("auto", "local"):
+        return
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=5.0):
+            pass
+    except (OSError, ValueError) as err:
+        raise UserError(f"nothing answers at the Ray cluster's address {address!r} ({err}): start the cluster "
+                        "(ray start --head), or fix ray_address= (or RAY_ADDRESS)") from None
 
 
 class RayEngine(MapEngine):
