@@ -293,6 +293,9 @@ async def test_a_lost_cluster_ends_the_batch_clearly_with_the_finished_rows_kept
     finished = h.rows.counts["finished"]
     assert finished >= 3 and f"{finished} row(s) finished and are kept" in str(err.value)
     assert h.results().notna().sum() == finished
+    c = h.rows.counts
+    assert c["running"] == 0 and c["finished"] + c["stopped"] + c["not_started"] == 100  # none left "running"
+    assert all("the Ray cluster was lost" in r for _k, s_, r in h.failures.itertuples(index=False) if s_ == "stopped")
     await model.close()
 
 

@@ -41,6 +41,7 @@ from .._errors import UnityError, UserError
 from ..loop import Tool, as_tool
 from ..models import Usage, cost_of, price_of, rate_limit_of
 from ._book import counts_text
+from ._failures import reason_of
 from ._map_engine import MapEngine, RowPlan
 from ._ray_actors import Control, RowRecipe, Worker
 from ._ray_source import RemoteRows, remote_blocks
@@ -241,6 +242,9 @@ class RayEngine(MapEngine):
         except asyncio.CancelledError:
             if run.state.stop_reason is not None and self._control is not None:
                 await self._stopping(run.state.stop_reason)
+            raise
+        except BaseException as err:  # the batch fails: its rows still out stop with it
+            self._abandon(f"stopped: the batch failed ({reason_of(err)})")
             raise
         finally:
             if self._control is not None:
@@ -460,9 +464,14 @@ class RayEngine(MapEngine):
                 await asyncio.sleep(0.05)
         except UnityError:
             pass
+        self._abandon(reason)
+
+    def _abandon(self, reason: str) -> None:
+        """The rows still out as the batch ends otherwise than finished: a leased one stopped, the others not
+        started."""
+        book = self.book
         for row in list(self._sent.values()):
             self._sent.pop(row.position)
-            book = self.book
             book.left(row)
             if row.queued:  # never leased: not started
                 book.started -= 1
@@ -472,9 +481,11 @@ class RayEngine(MapEngine):
 
     def _end_actors(self) -> None:
         ray = self._ray
-        for actor, _ref in self._workers.values():
-            ray.kill(actor, no_restart=True)
-        ray.kill(self._control, no_restart=True)
+        for actor in [a for a, _ref in self._workers.values()] + [self._control]:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001, S110 - gone already (a lost cluster)
+                pass
 
     # -- steering -----------------------------------------------------------------------------------------
 
