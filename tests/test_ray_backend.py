@@ -66,15 +66,23 @@ async def test_a_map_on_ray_gives_the_local_result_with_rows_run_in_two_processe
 
 
 async def test_each_operator_on_ray_gives_the_local_result(ray_cluster, serve):  # noqa: F811
-    async def both(oracle, start):
-        s = serve(served(oracle))
+    async def both(oracle, start, processes=1):
+        answer = served(oracle)
+
+        def paced(body):  # a reply takes 0.2 s: a worker busy with one row leaves the next to the other
+            reply = answer(body)
+            reply.first_byte_delay = 0.2
+            return reply
+
+        s = serve(paced)
         model = model_of(s)
         local = await asyncio.wait_for(start(model, {}).result(), 60)
-        h = start(model, {"backend": "ray"})
+        h = start(model, {"backend": "ray", "concurrency": 2})
         on_ray = await asyncio.wait_for(h.result(), 180)
         maps = getattr(h, "phases", None) or [h]
         assert all("ray" in m.progress for m in maps)  # every map of it ran on the cluster
-        assert sum(m.progress["ray"]["processes"] for m in maps) >= 1
+        pids = {p for m in maps for p in m.progress["ray"]["pids"]}
+        assert len(pids) >= processes and os.getpid() not in pids, pids
         await model.close()
         return local, on_ray
 
@@ -87,10 +95,11 @@ async def test_each_operator_on_ray_gives_the_local_result(ray_cluster, serve): 
                                                       model=m, **o))
     pd.testing.assert_frame_equal(local, on_ray)
     local, on_ray = await both(rank_oracle, lambda m, o: u.topk([f"item {i}" for i in range(30)], 3, "Biggest?",
-                                                                model=m, candidates=10, **o))
+                                                                model=m, candidates=10, **o), processes=2)
     assert on_ray.tolist() == local.tolist() == ["item 29", "item 28", "item 27"]
     local, on_ray = await both(join_oracle, lambda m, o: u.join(PAPERS, GRANTS, "On {left.abstract} and "
-                                                                "{right.aims}: funded?", model=m, **o))
+                                                                "{right.aims}: funded?", model=m, **o),
+                               processes=2)
     assert sorted(zip(on_ray["left"], on_ray["right"])) == sorted(zip(local["left"], local["right"])) == [
         ("p1", "g1"), ("p4", "g4"), ("p5", "g2")]
     local, on_ray = await both(lambda t: f"{t.count('abstract:')} rows",
