@@ -263,6 +263,23 @@ async def test_a_model_with_a_key_in_code_or_a_second_cluster_is_refused_clearly
     assert h.rows.counts["finished"] == 0
 
 
+async def test_rows_on_ray_reach_the_store_and_the_result_cache_as_local_rows(ray_cluster, serve, bus, tmp_path):  # noqa: F811
+    s = serve(lambda body: Reply(content="hello " + task_of(body).split()[-1]))
+    model = u.OpenAIModel("gpt-4.1-mini", base_url=s.url)  # a provider's model: its answers are cached
+    store = u.Store(str(tmp_path / "s.db"))
+    store.attach(bus)
+    items = [f"w{i}" for i in range(12)]
+    first = u.map(items, "Greet {value}", model=model, backend="ray", cache=store, name="greet", bus=bus)
+    assert (await asyncio.wait_for(first.result(), 180)).tolist() == [f"hello w{i}" for i in range(12)]
+    assert len(u.finished_rows(store, "greet")) == 12 and s.count == 12
+    assert first.rows.cache.flush()
+    again = u.map(items, "Greet {value}", model=model, backend="ray", cache=store, bus=u.EventBus())
+    assert (await asyncio.wait_for(again.result(), 180)).tolist() == [f"hello w{i}" for i in range(12)]
+    assert again.rows.cached == 12 and s.count == 12  # every row from the cache: none sent to the cluster
+    await model.close()
+    store.close()
+
+
 def test_an_address_nothing_answers_at_fails_the_batch_at_once_saying_so(tmp_path):
     """In a process not joined to any cluster (this one is, by the other tests)."""
     code = textwrap.dedent("""

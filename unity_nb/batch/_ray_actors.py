@@ -229,6 +229,7 @@ class Worker:
         from .._errors import Stopped
         from ..loop import VERBS, LoopHandle, LoopOptions
         from ..models import RateLimit, rate_limit_of, set_rate_limit
+        from ._cache import cacheable
         from ._failures import fails_every_row, label_of, reason_of
         from ._rows import answer_tool, asked_hash, check_text_answer, output_model, parse_answer, to_json
 
@@ -282,8 +283,9 @@ class Worker:
                 fatal = fails_every_row(err, succeeded)
             usage, tree = child.usage, child.tree.usage
             used_tools = any(c.name != "submit_answer" for m in child.transcript for c in m.tool_calls)
+            kept_by_cache = status == "finished" and not used_tools and cacheable(child)
             ended.append((position, status, answer, reason, usage.input_tokens, usage.output_tokens, child.steps,
-                          child.tool_calls, tree.input_tokens, tree.output_tokens, told, not used_tools, self.pid,
+                          child.tool_calls, tree.input_tokens, tree.output_tokens, told, kept_by_cache, self.pid,
                           fatal, asked_hash(task, model_name, fields_key), False))
             wake.set()
 
