@@ -170,7 +170,7 @@ def _reachable(address: str) -> None:
 class RayEngine(MapEngine):
     """Drives a map's rows on a Ray cluster (see the module's docstring)."""
 
-    __slots__ = ("_blocks", "_control", "_fed_last", "_joined", "_leased", "_pending_notes", "_pids", "_queued",
+    __slots__ = ("_blocks", "_control", "_fed_last", "_joined", "_pending_notes", "_pids", "_queued",
                  "_ray", "_recipe", "_remote", "_sent", "_stage", "_worker_args", "_workers", "settings")
 
     def __init__(self, plan: RowPlan, book: Any, spending: Any, settings: RaySettings, recipe: RowRecipe, *,
@@ -190,7 +190,6 @@ class RayEngine(MapEngine):
         self._recipe = recipe
         self._sent: dict[int, Row] = {}  # rows sent to the cluster and not ended, by position
         self._queued = 0  # of those, rows not leased yet
-        self._leased = 0
         self._fed_last = False
         self._control: Any = None
         self._workers: dict[int, tuple[Any, Any]] = {}  # worker id -> (actor, its run's ref)
@@ -486,6 +485,7 @@ class RayEngine(MapEngine):
                 ray.kill(actor, no_restart=True)
             except Exception:  # noqa: BLE001, S110 - gone already (a lost cluster)
                 pass
+        self._workers = {}
 
     # -- steering -----------------------------------------------------------------------------------------
 
