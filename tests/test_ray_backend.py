@@ -352,3 +352,19 @@ async def test_a_dataset_or_parquet_input_is_read_on_the_cluster_and_resumes_fro
     with pytest.raises(u.UserError, match=r"names \{author\}"):
         await asyncio.wait_for(u.map(dataset, "Label {author}", model=model, backend="ray").result(), 120)
     await model.close()
+
+
+async def test_the_magics_start_a_map_and_an_operator_on_ray(ray_cluster, serve, stored_shell):  # noqa: F811
+    ip = stored_shell
+    verdicts = served(filter_oracle)
+    s = serve(lambda body: verdicts(body) if body.get("tools") else Reply(content="said " + task_of(body)))
+    ip.user_ns.update(papers=PAPERS, items=["a", "b", "c"])
+    ip.run_line_magic("unity", f"model ray-m --base-url {s.url}")
+    keep = ip.run_line_magic("unity", "filter papers --backend ray --ray-workers 1 --name keep Does {abstract} "
+                                      "report an experiment on humans?")
+    assert isinstance(keep, u.FilterHandle) and keep.name == "keep" and "Ray" in keep.progress["text"]
+    assert list((await asyncio.wait_for(keep.result(), 180)).index) == ["p1"]
+    assert keep.progress["ray"]["processes"] == 1  # --ray-workers 1: one worker process ran its rows
+    labels = ip.run_line_magic("unity", "map items --backend ray --concurrency 2 Say {value}")
+    assert (await asyncio.wait_for(labels.result(), 180)).notna().all()
+    assert labels.progress["ray"]["processes"] >= 1 and os.getpid() not in labels.progress["ray"]["pids"]
