@@ -368,3 +368,15 @@ async def test_the_magics_start_a_map_and_an_operator_on_ray(ray_cluster, serve,
     labels = ip.run_line_magic("unity", "map items --backend ray --concurrency 2 Say {value}")
     assert (await asyncio.wait_for(labels.result(), 180)).notna().all()
     assert labels.progress["ray"]["processes"] >= 1 and os.getpid() not in labels.progress["ray"]["pids"]
+
+
+async def test_each_worker_takes_its_share_of_the_rate_limit(ray_cluster, serve):  # noqa: F811
+    s = serve(lambda body: Reply(content="ok"))
+    model = model_of(s, "ray-rated")
+    # 60 requests a minute for the batch: 30 for each of its two workers, one every 2 s (each at its full rate,
+    # one a second; unlimited, all at once)
+    h = u.map([f"row {i}" for i in range(6)], "Say {value}", model=model, backend="ray", concurrency=6,
+              rate="60/min")
+    await asyncio.wait_for(h.result(), 180)
+    assert h.progress["ray"]["processes"] == 2  # both workers ran rows: three each
+    assert s.times[-1] - s.times[0] >= 3.5, [round(t - s.times[0], 2) for t in s.times]

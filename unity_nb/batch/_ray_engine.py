@@ -9,17 +9,19 @@ cache, or failing their template make no request and never leave the kernel). Wh
 - **The cluster.** ``drive`` starts or joins it in a worker thread (``ray_address=``, else ``RAY_ADDRESS``, else a
   local cluster, or the one this kernel already joined); the progress line says so meanwhile, then how many workers.
 - **The rows** go to the batch's control actor (``_ray_actors.Control``) in chunks, as the workers lease them:
-  the kernel never holds more than a few hundred rows not ended. Every ``_POLL`` seconds the kernel tells the
-  control actor pause, stop and the budget, and takes its outbox: each row that ended is settled into the book once
-  (its position is its key), so ``row_finished`` events, the store, the cache, ``await`` and the widget are the
-  local backend's.
+  the kernel holds at most ``4 x concurrency`` rows (at least 64) not yet leased, and the rows in flight. A Ray
+  Dataset or a Parquet path never passes through the kernel (``_ray_source``): it learns block refs and counts.
+  Every ``_POLL`` seconds the kernel tells the control actor pause, stop and the budget, and takes its outbox:
+  each row that ended is settled into the book once (its position is its key), so ``row_finished`` events, the
+  store, the cache, ``await`` and the widget are the local backend's.
 - **Workers** (``ray_workers=``, else one per CPU of the cluster) each run their share of ``concurrency`` and of
   the rate limit. A worker that dies (its process killed) has its leased rows put back in the queue and a new
   worker started; each row's answer is kept once.
 - **A lost cluster** (the control actor unreachable) ends the batch with an error saying so; the rows that
   finished are kept (``h.results()``, the store: ``%unity resume NAME`` asks only the others).
-- **Refused up front**: rows that need this kernel (the CodeAct actor's tools, which read the notebook's
-  variables by reference), a model or tool that cannot be sent to another process, ``via="batch"``.
+- **Refused**: rows that need this kernel (the CodeAct actor's tools, tools taking variables by reference, tools
+  waiting for a person's approval, ``dynamic_tools=``) and ``via="batch"`` up front; a model or a tool that cannot
+  be sent to another process (a key given in code is never sent) as the batch starts.
 """
 
 from __future__ import annotations
