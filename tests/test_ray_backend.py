@@ -196,7 +196,11 @@ async def test_a_budget_across_workers_overshoots_by_no_more_than_the_rows_in_fl
     assert 10 <= done <= 10 + 8, done  # at most the rows in flight (concurrency 8) past the 10 the budget pays
     assert h.cost <= 0.02 + 8 * 0.002 + 1e-9
     assert h.spending.reached and not h.done()
-    await asyncio.wait_for(h.stop(), 10)
+    with pytest.raises(u.UserError, match="budget"):
+        await h.resume()  # refused while held at its budget
+    h.set_budget(1.0)  # a cap the rest fits under: every worker leases again
+    await h.resume()
+    assert (await asyncio.wait_for(h.result(), 180)).notna().all() and h.rows.counts["finished"] == 200
     await model.close()
 
 
