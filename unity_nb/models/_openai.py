@@ -256,7 +256,7 @@ class OpenAIModel:
         if self._key not in (None, "no-key", env):
             raise UserError(f"{self!r} holds a key given in code (api_key=...), which is never sent to other "
                             "processes: set OPENAI_API_KEY in the environment of the kernel and of every worker "
-                            "instead (Ray: runtime_env={'env_vars': ...} or the nodes' environment)")
+                            "instead (on Ray: the environment its nodes start with)")
         settings = {
             "base_url": self.base_url, "max_retries": self.max_retries, "backoff": self.backoff,
             "max_backoff": self.max_backoff, "timeout": self.timeout, "connect_timeout": self._connect_timeout,
