@@ -120,7 +120,7 @@ def test_resume_extends_its_verb_without_restating_it():
 SAMPLES = {
     _args.TEXT: "v", _args.WHOLE: "3", _args.POSITIVE: "2", _args.COUNT: "0", _args.TIMEOUT: "1.5",
     _args.SECONDS: "2.5", _args.APPROVAL: "first", _args.TOKENS: "100", _args.FRACTION: "0.5",
-    _args.COLUMNS: "a,b:int", _args.DOLLARS: "5", _args.ROUTE: "batch",
+    _args.COLUMNS: "a,b:int", _args.DOLLARS: "5", _args.ROUTE: "batch", _args.BACKEND_KIND: "ray",
 }
 """A valid value of each kind of option (a new kind without one fails the test below)."""
 

@@ -39,6 +39,9 @@ from ._cache import ResultCache, model_identity, options_fingerprint
 from ._estimate import Estimate, estimate_map
 from ._map_engine import MapEngine, RowPlan
 from ._provider_batch import ProviderBatchEngine, batch_settings
+from ._ray_actors import RowRecipe
+from ._ray_engine import RayEngine, ray_settings
+from ._ray_source import RemoteRows, is_remote
 from ._rows import RowSource, answer_tool, check_text_answer, finished_rows, output_model
 from ._spend import Spending
 
@@ -89,7 +92,13 @@ class MapHandle(LoopHandle):
         model_name = str(getattr(model, "name", type(model).__name__))
         fields = output_model(output, columns)
         via = batch_settings(row_options)  # via="batch": the provider's Batch API (None: live calls)
-        source = RowSource(items, task)
+        on_ray = ray_settings(row_options)  # backend="ray": rows on a Ray cluster (None: in this kernel)
+        if on_ray is not None and via is not None:
+            raise UserError("backend='ray' runs live rows on a cluster; via='batch' sends them to the provider's "
+                            "Batch API: give one of them")
+        sent_options = dict(row_options)  # what a Ray worker makes each row's loop from
+        remote = on_ray is not None and is_remote(items)  # a Ray Dataset or a Parquet path: read on the cluster
+        source: Any = RemoteRows(items, task) if remote else RowSource(items, task)
         tools = list(row_options.pop("tools", ()) or ())
         if fields is not None:
             tools.append(answer_tool(fields))
@@ -106,11 +115,18 @@ class MapHandle(LoopHandle):
             raise UserError(f"cache takes True, False or a store (u.Store), not {cache!r}")
         results_cache = (ResultCache(cache, identity, fingerprint)
                          if identity is not None and cache not in (True, False, None) else None)
-        book = Book(source, fields, getattr(items, "name", None) if fields is None else None)
+        book = Book(source, fields, getattr(items, "name", None) if fields is None and not remote else None)
         spending = Spending(book, model, model_name, budget)
         plan = RowPlan(task, fields, config, "name" in row_options, model_name, concurrency, results_cache)
-        self._rows = (MapEngine(plan, book, spending, items=items, done=done) if via is None else
-                      ProviderBatchEngine(plan, book, spending, via, items=items, done=done))
+        self._rows: MapEngine
+        if on_ray is not None:
+            recipe = RowRecipe(model, sent_options, columns if output is None else None, output, name or "map",
+                               "name" in row_options)
+            self._rows = RayEngine(plan, book, spending, on_ray, recipe, items=items, done=done)
+        elif via is not None:
+            self._rows = ProviderBatchEngine(plan, book, spending, via, items=items, done=done)
+        else:
+            self._rows = MapEngine(plan, book, spending, items=items, done=done)
         super().__init__(
             label or task, model=model, name=name, bus=bus, max_steps=1, parent=parent, engine=self._rows.bind,
         )
@@ -194,6 +210,7 @@ class MapHandle(LoopHandle):
             "projected_cost": None if projected is None else round(projected, 6),
             "budget": spending.budget, "budget_reached": spending.reached,
             **({"provider_batch": p} if (p := getattr(self._rows, "provider_progress", lambda: None)()) else {}),
+            **({"ray": r} if (r := getattr(self._rows, "ray_progress", lambda: None)()) else {}),
         }
         p["rows_text"] = counts_text(counts, total, ended=book.over, kept=book.kept, cached=book.cached)
         p["text"] = progress_text(p)
@@ -246,6 +263,8 @@ def progress_text(p: Mapping[str, Any]) -> str:
     if pb:  # through the provider's Batch API: its status and window, as the provider counts its requests
         parts.append(f"provider batch ({pb['files']} file(s)): {pb['status']}, {pb['completed']:,} of {pb['total']:,} "
                      f"requests done, {pb['failed']:,} failed, within its {pb['window']} window")
+    if p.get("ray"):  # on a Ray cluster: starting or joining it, then its workers
+        parts.append(p["ray"]["text"])
     ended = p["outcome"] not in ("running", "paused", "waiting")
     if not ended:
         parts.append(f"{p['rows_per_second']:g} rows/s")

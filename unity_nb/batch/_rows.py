@@ -239,8 +239,9 @@ class RowSource:
 
 
 def asked_hash(task: str, model: str, output: Any) -> str:
-    """What a row was asked, as the store keeps it: its task, the model's name and the answer's fields."""
-    fields = ",".join(output.model_fields) if output is not None else ""
+    """What a row was asked, as the store keeps it: its task, the model's name and the answer's fields (a pydantic
+    model, or its fields' names joined by commas)."""
+    fields = output if isinstance(output, str) else ",".join(output.model_fields) if output is not None else ""
     return hashlib.blake2b(f"{model}\0{fields}\0{task}".encode(errors="surrogatepass"), digest_size=12).hexdigest()
 
 

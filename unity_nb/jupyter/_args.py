@@ -103,6 +103,12 @@ def _via(value: str) -> str:
     return value
 
 
+def _backend(value: str) -> str:
+    if value not in ("local", "ray"):
+        raise ValueError(value)
+    return value
+
+
 def _k(value: str) -> int:
     if not re.fullmatch(r"[0-9]{1,9}", value) or int(value) < 1:
         raise ValueError(value)
@@ -122,6 +128,7 @@ COLUMNS = Kind(_columns, "names of fields separated by commas, each with an opti
                          "and bool (e.g. method,sample_size:int,score:float)")
 DOLLARS = Kind(_dollars, "dollars (a number >= 0, e.g. 5.00)")
 ROUTE = Kind(_via, "live or batch")
+BACKEND_KIND = Kind(_backend, "local or ray")
 
 
 # -- the options, each declared once (a subcommand's may say more with dataclasses.replace) -------
@@ -145,7 +152,15 @@ VIA = Option("--via", ROUTE, "batch: the provider's Batch API (a file of request
              "default): a call per row now.", "live|batch")
 BATCH_POLL = Option("--batch-poll", SECONDS, "with --via batch: seconds between looks at the provider's batch "
                     "(default 30, backing off while nothing changes).", "SECONDS")
-BATCH = (NAME, CONCURRENCY, ROW_STEPS, RATE, TOOL_TIMEOUT, BUDGET, NO_CACHE, VIA, BATCH_POLL)
+BACKEND = Option("--backend", BACKEND_KIND, "ray: the rows run on a Ray cluster (RAY_ADDRESS or --ray-address, else a "
+                 "local one), steered from here; local (the default): in this kernel. Needs: pip install "
+                 "'unity_nb[ray]'.", "local|ray")
+RAY_ADDRESS = Option("--ray-address", TEXT, "with --backend ray: the cluster to join (ray://HOST:10001, HOST:6379 or "
+                     "auto).", "ADDRESS")
+RAY_WORKERS = Option("--ray-workers", POSITIVE, "with --backend ray: worker processes (default: one per CPU of the "
+                     "cluster).", "N")
+BATCH = (NAME, CONCURRENCY, ROW_STEPS, RATE, TOOL_TIMEOUT, BUDGET, NO_CACHE, VIA, BATCH_POLL, BACKEND, RAY_ADDRESS,
+         RAY_WORKERS)
 """The options of the map and of every operator built on it."""
 
 OPERATION = Arg("NAME", "the name of an operation", short="a name")

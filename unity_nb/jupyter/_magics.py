@@ -424,6 +424,8 @@ class UnityMagics(Magics):
             return None
         options["budget"] = o.get("budget")
         options["cache"] = False if o.get("no_cache") else (self.store or False)
+        if o.get("backend") == "ray":  # the rows on a Ray cluster
+            options.update(backend="ray", ray_address=o.get("ray_address"), ray_workers=o.get("ray_workers"))
         return self.start(
             name or o.get("name"),
             lambda key: map_rows(items, cmd.text, model=self.current_model(), name=key, done=done, label=cmd.line,

@@ -65,6 +65,8 @@ def start_operator(magics: UnityMagics, cmd: Command, *, done: dict | None = Non
         print(op.start(items, cmd.text, model=magics.current_model(), estimate=True, **given, **options))
         return None
     options["cache"] = False if o.get("no_cache") else (magics.store or False)  # as %unity map: the store's cache
+    if o.get("backend") == "ray":  # every map of it on a Ray cluster
+        options.update(backend="ray", ray_address=o.get("ray_address"), ray_workers=o.get("ray_workers"))
     options["label"] = cmd.line  # what a resume runs again (the store keeps the operator's kind beside it)
     if op.phased:  # several maps, each keeping the rows its earlier run finished
         options["resume_from"] = resume_from

@@ -159,6 +159,11 @@ class RateLimit:
         how = "learned from the provider's x-ratelimit-limit-* headers" if self.learned else "set for this model"
         return f"the rate limit {how}: {self!r}"
 
+    @property
+    def resume_at(self) -> float:
+        """When the cool-down every caller waits out ends (``time.monotonic()``; in the past when there is none)."""
+        return self._resume_at
+
     def cooldown(self, seconds: float, reason: str = "") -> None:
         """A 429 (or a retry-after): no caller sends anything for ``seconds`` (at most :data:`MAX_PAUSE`)."""
         if seconds > 0:  # nan is not

@@ -243,6 +243,28 @@ class OpenAIModel:
     def __repr__(self) -> str:
         return f"OpenAIModel({self.name!r}, base_url={self.base_url!r})"
 
+    def __reduce__(self) -> tuple:
+        """Pickled (for another process: a Ray worker) as its settings, never its connections nor its key: the
+        other process reads ``OPENAI_API_KEY`` from its own environment. A key given in code (``api_key=``), or a
+        client handed in, is refused: neither is sent elsewhere."""
+        from .._errors import UserError
+
+        env = os.environ.get("OPENAI_API_KEY")
+        if not self._owns_client:
+            raise UserError(f"{self!r} was made with client=...: a client is not sent to other processes; make it "
+                            "with base_url= (and OPENAI_API_KEY in every process's environment)")
+        if self._key not in (None, "no-key", env):
+            raise UserError(f"{self!r} holds a key given in code (api_key=...), which is never sent to other "
+                            "processes: set OPENAI_API_KEY in the environment of the kernel and of every worker "
+                            "instead (on Ray: the environment its nodes start with)")
+        settings = {
+            "base_url": self.base_url, "max_retries": self.max_retries, "backoff": self.backoff,
+            "max_backoff": self.max_backoff, "timeout": self.timeout, "connect_timeout": self._connect_timeout,
+            "options": dict(self.options), "max_line_bytes": self.max_line_bytes,
+            "max_reply_chars": self.max_reply_chars,
+        }
+        return _rebuilt, (self.name, settings, self._key == env and env is not None)
+
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def close(self) -> None:
@@ -531,3 +553,8 @@ def _event(kind: str, data: bytes, asm: Assembler) -> bool:
         return False
     asm.add(payload)
     return False
+
+
+def _rebuilt(name: str, settings: dict[str, Any], key_from_env: bool) -> OpenAIModel:
+    """An :class:`OpenAIModel` made again from what ``__reduce__`` sent (its key from this process's environment)."""
+    return OpenAIModel(name, api_key=None if key_from_env else "no-key", **settings)
