@@ -3,6 +3,7 @@ OpenAI-compatible server: the local backend's results, rows run in two processes
 429's cool-down and a budget across workers, a worker killed mid-batch, and the errors a person gets."""
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -384,3 +385,33 @@ async def test_each_worker_takes_its_share_of_the_rate_limit(ray_cluster, serve)
     await asyncio.wait_for(h.result(), 180)
     assert h.progress["ray"]["processes"] == 2  # both workers ran rows: three each
     assert s.times[-1] - s.times[0] >= 3.5, [round(t - s.times[0], 2) for t in s.times]
+
+
+async def test_a_tool_from_the_person_s_own_module_file_runs_on_the_workers(ray_cluster, serve, tmp_path, monkeypatch):  # noqa: F811
+    """A tool imported from a .py file beside the notebook (not installed on the cluster) travels by value: the
+    workers cannot import its module, and the rows still run it."""
+    import importlib
+
+    (tmp_path / "nb_own_tools_36.py").write_text(textwrap.dedent('''
+        SUFFIX = "-seen"
+
+        def shout(word: str) -> str:
+            """The word in capitals."""
+            return word.upper() + SUFFIX
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    shout = importlib.import_module("nb_own_tools_36").shout
+
+    def answer(body):
+        results = [m["content"] for m in body["messages"] if m["role"] == "tool"]
+        if not results:
+            return Reply(tool_calls=[{"name": "shout", "arguments": json.dumps({"word": task_of(body)})}])
+        return Reply(content=results[-1])
+
+    s = serve(answer)
+    model = model_of(s)
+    items = pd.Series(["a", "b", "c"])
+    h = u.map(items, "{value}", model=model, tools=[shout], backend="ray", concurrency=2)
+    got = await asyncio.wait_for(h.result(), 120)
+    assert list(got) == ["A-seen", "B-seen", "C-seen"], list(got)
+    await model.close()

@@ -233,7 +233,11 @@ class Worker:
         from ._failures import fails_every_row, label_of, reason_of
         from ._rows import answer_tool, asked_hash, check_text_answer, output_model, parse_answer, to_json
 
-        recipe: RowRecipe = cloudpickle.loads(self.recipe_bytes)
+        try:
+            recipe: RowRecipe = cloudpickle.loads(self.recipe_bytes)
+        except Exception as err:  # noqa: BLE001 - said so a person can act
+            raise RuntimeError(f"the rows' model, tools or options could not be loaded in a Ray worker ({err}): a "
+                               "tool from a package the workers lack must be installed on every node") from None
         fields = output_model(recipe.output, recipe.columns)
         model = recipe.model
         rpm, tpm = recipe.limit

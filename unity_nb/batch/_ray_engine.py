@@ -264,7 +264,7 @@ class RayEngine(MapEngine):
         ray = self._ray
         self._recipe.batch = self._run.name
         try:
-            blob = ray.cloudpickle.dumps(self._recipe)
+            blob = _pickled(ray.cloudpickle, self._recipe)
         except UserError:
             raise
         except Exception as err:  # noqa: BLE001 - what cannot be pickled, said so a person can act
@@ -383,8 +383,9 @@ class RayEngine(MapEngine):
                         raise UnityError(f"the batch's Ray workers keep dying ({max(self._workers) + 1 - n} "
                                          f"replaced; the last: {err}); the rows that finished are kept") from None
                     self._new_worker(max(self._workers) + 1)
-                except ray.exceptions.RayTaskError as err:
-                    raise UnityError(f"a Ray worker of the batch failed: {err}") from None
+                except ray.exceptions.RayTaskError as err:  # its cause in one line, not Ray's traceback
+                    cause = getattr(err, "cause", None) or err
+                    raise UnityError(f"a Ray worker of the batch failed: {type(cause).__name__}: {cause}") from None
                 del self._workers[wid]
         return state
 
@@ -502,3 +503,43 @@ class RayEngine(MapEngine):
 
     def inspection(self, handle: Any) -> str:
         return super().inspection(handle) + f"\n\nIts rows run on Ray ({self.ray_progress()['text']})."
+
+
+def _user_modules(options: Mapping[str, Any]) -> list[Any]:
+    """The modules of the rows' functions (tools, hooks, evaluations) that are the person's own files, not installed
+    packages: a worker could not import them, so they travel by value (a notebook's own functions always do)."""
+    import sys
+    import sysconfig
+
+    installed = {os.path.realpath(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    found: dict[str, Any] = {}
+    todo: list[Any] = list(options.values())
+    while todo:
+        value = todo.pop()
+        if isinstance(value, list | tuple | set):
+            todo.extend(value)
+            continue
+        fn = getattr(value, "fn", value)
+        name = getattr(fn, "__module__", None)
+        if not isinstance(name, str) or name in found or name.split(".")[0] == "unity_nb":
+            continue
+        module = sys.modules.get(name)
+        path = getattr(module, "__file__", None)
+        if module is None or not path:
+            continue
+        real = os.path.realpath(path)
+        if not any(real.startswith(root + os.sep) for root in installed):
+            found[name] = module
+    return list(found.values())
+
+
+def _pickled(cloudpickle: Any, recipe: RowRecipe) -> bytes:
+    """The recipe as the workers load it, with the person's own modules (see :func:`_user_modules`) by value."""
+    modules = _user_modules(recipe.options)
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        return bytes(cloudpickle.dumps(recipe))
+    finally:
+        for module in modules:
+            cloudpickle.unregister_pickle_by_value(module)
