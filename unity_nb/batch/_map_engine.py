@@ -197,14 +197,20 @@ class MapEngine(Driver):
             finally:
                 if running:
                     await self._stop_rows(running)
-        if run.state.stop_reason is not None:  # stopped while its last rows ended: a stop, not an answer
+        self.conclude()
+        return counts_text(book.counts, book.total, ended=True, kept=book.kept, cached=book.cached)
+
+    def conclude(self) -> None:
+        """A batch whose rows all ended: a stop (stopped while its last rows ended) is a stop, not an answer; a
+        batch of which every row failed raises the first row's reason; else the result is its rows'."""
+        run, book = self._run, self.book
+        if run.state.stop_reason is not None:
             raise asyncio.CancelledError
         c = book.counts
         if c["failed"] and not c["finished"] and not c["stopped"]:  # nothing came of it: not a success
             first = book.ended_badly[0].reason if book.ended_badly else None
             raise UnityError(f"every row of the batch failed ({c['failed']}); the first: {first}")
         run.state.result_object = self.source.results()  # type: ignore[attr-defined]
-        return counts_text(book.counts, book.total, ended=True, kept=book.kept, cached=book.cached)
 
     def _next_row(self) -> Row | None:
         """The next row of the input (made now), or ``None`` once there is none."""

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import events as ev
-from .._errors import UnityError, UserError
+from .._errors import UserError
 from ..loop import VERBS, Tool
 from ..models import ModelRequest, NoBatchAPI, RowResult, Usage, batch_api_of, batch_price
 from ._estimate import CHARS_PER_TOKEN, tokens_out
@@ -259,13 +259,8 @@ class ProviderBatchEngine(MapEngine):
             raise
         except NoBatchAPI:
             raise
-        if run.state.stop_reason is not None:
-            raise asyncio.CancelledError
+        self.conclude()
         c = book.counts
-        if c["failed"] and not c["finished"] and not c["stopped"]:
-            first = book.ended_badly[0].reason if book.ended_badly else None
-            raise UnityError(f"every row of the batch failed ({c['failed']}); the first: {first}")
-        run.state.result_object = self.source.results()  # type: ignore[attr-defined]
         total = book.total or 0
         return f"{c['finished']} of {total} rows done, {c['failed']} failed (via the provider's Batch API)"
 

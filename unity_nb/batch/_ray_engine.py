@@ -250,13 +250,7 @@ class RayEngine(MapEngine):
         finally:
             if self._control is not None:
                 await asyncio.to_thread(self._end_actors)
-        if run.state.stop_reason is not None:
-            raise asyncio.CancelledError
-        c = book.counts
-        if c["failed"] and not c["finished"] and not c["stopped"]:
-            first = book.ended_badly[0].reason if book.ended_badly else None
-            raise UnityError(f"every row of the batch failed ({c['failed']}); the first: {first}")
-        run.state.result_object = self.source.results()  # type: ignore[attr-defined]
+        self.conclude()
         return counts_text(book.counts, book.total, ended=True, kept=book.kept, cached=book.cached)
 
     def _start(self) -> None:
