@@ -39,6 +39,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
+from .. import events as ev
 from .._errors import UnityError, UserError
 from ..loop import Tool, as_tool
 from ..models import Usage, cost_of, price_of, rate_limit_of
@@ -263,6 +266,7 @@ class RayEngine(MapEngine):
         """Make the control actor and the workers (in a thread: Ray's calls block)."""
         ray = self._ray
         self._recipe.batch = self._run.name
+        self._recipe.parent = (self._run.id, self._run.lineage)  # each row's loop is the batch's child
         try:
             blob = ray.cloudpickle.dumps(self._recipe)
         except UserError:
@@ -412,7 +416,7 @@ class RayEngine(MapEngine):
     def _ended(self, ended: tuple) -> None:
         """Settle one row a worker ended (once: a position not sent, or settled already, is ignored)."""
         (position, status, answer, reason, tin, tout, steps, tool_calls, tree_in, tree_out, told, cacheable, pid,
-         fatal, asked, kept) = ended
+         fatal, asked, kept, events) = ended
         book, plan = self.book, self.plan
         row = self._sent.pop(position, None)
         if row is None:
@@ -449,9 +453,31 @@ class RayEngine(MapEngine):
         cache = plan.cache
         if row.status == "finished" and cache is not None and cacheable:
             cache.put(cache.key(row.task, self._notes[:told]), answer, plan.model_name)
-        self._settled(row, None)
+        loop_id = self._publish(events) if events else None
+        self._settled(row, None, child_id=loop_id)
         if fatal and self.fatal is None:
             self.fatal = UnityError(reason or "a row failed in a way every row would")
+
+    def _publish(self, blob: bytes) -> str | None:
+        """Publish a row's events (:func:`row_events`: its loop's, a child of the batch, and those under it) on the
+        batch's bus, in order, as a local row's loop publishes them: the batch says the row's loop started (capped
+        in ``h.events`` with the rows' other events), then each of them. The row's loop id, or ``None``."""
+        run = self._run
+        bus, parent, loop_id = run.bus, run.id, None
+        try:
+            items = orjson.loads(blob)
+        except orjson.JSONDecodeError:
+            return None
+        for data in items:
+            try:
+                event = ev.Event.model_validate(data)
+            except ValueError:  # a kind this kernel does not know (a worker of another version): left out
+                continue
+            if loop_id is None and isinstance(event, ev.LoopStarted) and event.parent_id == parent:
+                loop_id = event.loop_id
+                run.emit(ev.ChildStarted, child_id=loop_id, child_name=event.name, ts=event.ts)
+            bus.publish(event)
+        return loop_id
 
     async def _stopping(self, reason: str) -> None:
         """Stop: every worker stops its rows (each reported stopped); rows never leased are not started."""
