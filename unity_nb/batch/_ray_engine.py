@@ -13,7 +13,9 @@ cache, or failing their template make no request and never leave the kernel). Wh
   Dataset or a Parquet path never passes through the kernel (``_ray_source``): it learns block refs and counts.
   Every ``_POLL`` seconds the kernel tells the control actor pause, stop and the budget, and takes its outbox:
   each row that ended is settled into the book once (its position is its key), so ``row_finished`` events, the
-  store, the cache, ``await`` and the widget are the local backend's.
+  store, the cache, ``await`` and the widget are the local backend's. A row's loop's events (``model_delta`` left
+  out, as the store leaves it out) come back with it and are published on the batch's bus before its
+  ``row_finished``, the loop a child of the batch: the store keeps its transcript as a local row's.
 - **Workers** (``ray_workers=``, else one per CPU of the cluster) each run their share of ``concurrency`` and of
   the rate limit. A worker that dies (its process killed) has its leased rows put back in the queue and a new
   worker started; each row's answer is kept once.
