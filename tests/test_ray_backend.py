@@ -285,6 +285,59 @@ async def test_rows_on_ray_reach_the_store_and_the_result_cache_as_local_rows(ra
     store.close()
 
 
+async def test_a_row_on_ray_leaves_in_the_store_the_transcript_it_leaves_when_run_locally(ray_cluster, serve, bus,  # noqa: F811
+                                                                                           tmp_path):
+    """Each row calls the tool ``shout`` on its word, then answers with the tool's result: its loop's events come
+    back from its worker, so the store holds its transcript, its loop a child of the batch, as for a local row."""
+
+    def shout(text: str) -> str:
+        """The text in capitals."""
+        return text.upper()
+
+    def answer(body):
+        results = [m["content"] for m in body["messages"] if m["role"] == "tool"]
+        if not results:
+            word = task_of(body).split()[-1]
+            return Reply(tool_calls=[{"name": "shout", "arguments": json.dumps({"text": word})}])
+        return Reply(content=f"it is {results[-1]}")
+
+    s = serve(answer)
+    model = model_of(s)
+    store = u.Store(str(tmp_path / "s.db"))
+    store.attach(bus)
+    items = [f"w{i}" for i in range(6)]
+    on_ray = u.map(items, "Shout {value}", model=model, tools=[shout], backend="ray", name="far", bus=bus,
+                   concurrency=3)
+    local = u.map(items, "Shout {value}", model=model, tools=[shout], name="near", bus=bus, concurrency=3)
+    assert (await asyncio.wait_for(on_ray.result(), 180)).tolist() == [f"it is W{i}" for i in range(6)]
+    assert (await asyncio.wait_for(local.result(), 60)).tolist() == [f"it is W{i}" for i in range(6)]
+
+    def seen(entry):
+        return (entry.role, entry.kind, entry.content, entry.name, entry.error,
+                [(c.name, c.arguments, c.result) for c in entry.tool_calls])
+
+    for i in range(6):
+        far, near = store.transcript(f"far[{i}]"), store.transcript(f"near[{i}]")
+        assert [seen(m) for m in far] == [seen(m) for m in near]
+        assert [seen(m) for m in far] == [
+            ("user", "task", f"Shout w{i}", None, False, []),
+            ("assistant", "text", None, None, False, [("shout", json.dumps({"text": f"w{i}"}), f"W{i}")]),
+            ("tool", "tool_result", f"W{i}", "shout", False, []),
+            ("assistant", "answer", f"it is W{i}", None, False, []),
+        ]
+        kinds = [[e.kind for e in store.events(f"{name}[{i}]")] for name in ("far", "near")]
+        assert kinds[0] == kinds[1] and kinds[0][-1] == "loop_finished"
+        row, batch = store.find(f"far[{i}]"), store.find("far")
+        assert row["parent_uid"] == batch["uid"] and row["status"] == "finished" and row["steps"] == 2
+    ended = store.events("far", kind="row_finished")
+    assert sorted(e.child_id for e in ended) == sorted(store.find(f"far[{i}]")["loop_id"] for i in range(6))
+    started = [e for e in on_ray.events if e.kind == "child_started"]
+    assert sorted(e.child_id for e in started) == sorted(e.child_id for e in ended)
+    assert all(e.loop_id == on_ray.id for e in on_ray.events)  # the rows' own events are theirs, not the batch's
+    await model.close()
+    store.close()
+
+
 def test_an_address_nothing_answers_at_fails_the_batch_at_once_saying_so(tmp_path):
     """In a process not joined to any cluster (this one is, by the other tests)."""
     code = textwrap.dedent("""

@@ -340,16 +340,19 @@ class MapEngine(Driver):
         self._settled(row, child)
         self.spending.check()
 
-    def _settled(self, row: Row, child: LoopHandle | None, *, cached: bool = False) -> None:
+    def _settled(self, row: Row, child: LoopHandle | None, *, cached: bool = False,
+                 child_id: str | None = None) -> None:
+        """``child_id``: the row's loop when it ran elsewhere (a Ray worker), its events published here."""
         self.book.settled(row)
-        self._emit_row(row, child, cached=cached)
+        self._emit_row(row, child, cached=cached, child_id=child_id)
         row.values = {}  # what the row was filled from is not kept once it ended
 
-    def _emit_row(self, row: Row, child: LoopHandle | None, *, kept: bool = False, cached: bool = False) -> None:
+    def _emit_row(self, row: Row, child: LoopHandle | None, *, kept: bool = False, cached: bool = False,
+                  child_id: str | None = None) -> None:
         answer = to_json(_plain(row.answer)) if row.status == "finished" else None
         self._run.emit(
             ev.RowFinished, row=row_key(row.key), position=row.position, status=row.status, answer=answer,
-            reason=row.reason, child_id=child.id if child is not None else None, input_tokens=row.tokens[0],
+            reason=row.reason, child_id=child.id if child is not None else child_id, input_tokens=row.tokens[0],
             output_tokens=row.tokens[1], asked=self.asked(row), kept=kept, cached=cached,
         )
 

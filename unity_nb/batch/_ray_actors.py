@@ -47,13 +47,41 @@ class RowRecipe:
     named: bool
     limit: tuple[float | None, float | None] = (None, None)
     """The rate limit's requests and tokens a minute, for the whole batch (each worker takes its share)."""
+    parent: tuple[str, tuple[str, ...]] = ("", ())
+    """The batch's loop id and lineage: each row's loop is its child (its events are sent back as such)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 Ended = tuple
 """A row that ended, as a worker reports it: ``(position, status, answer JSON or None, reason, input tokens, output
-tokens, steps, tool calls, tree input tokens, tree output tokens, told, cacheable, pid, fatal, asked, kept)``
-(``kept``: finished by the run this one continues, said by the control actor without a call)."""
+tokens, steps, tool calls, tree input tokens, tree output tokens, told, cacheable, pid, fatal, asked, kept, events)``
+(``kept``: finished by the run this one continues, said by the control actor without a call; ``events``: the row's
+loop's events and its descendants', as :func:`row_events` makes them, or ``None``)."""
+
+_SKIP = frozenset({"model_delta"})
+"""What a row's events leave out (as the store does: the streamed pieces of a reply, whole in its response)."""
+
+
+def row_events(events: list[Any], parent: tuple[str, tuple[str, ...]]) -> bytes:
+    """A row's events, oldest first, as the kernel publishes them: a JSON array of each event's fields (the store's
+    JSON), each under the batch's lineage, the row's loop a child of the batch (``parent``: its id and lineage), and
+    without ``seq`` (the kernel numbers them as it publishes them)."""
+    import orjson
+
+    parent_id, lineage = parent
+    parts = []
+    for event in events:
+        data = event.model_dump()
+        del data["seq"]
+        data["lineage"] = (*lineage, *event.lineage)
+        if event.kind == "loop_started" and event.parent_id is None:  # the row's loop: the batch's child
+            data["parent_id"] = parent_id
+            data.update(base_url=None, price_input=None, price_output=None)  # said by the batch's own start
+        try:
+            parts.append(orjson.dumps(data))
+        except TypeError:  # a value orjson does not take: the standard way (ASCII; what JSON cannot hold as repr)
+            parts.append(json.dumps(data, separators=(",", ":"), default=repr).encode())
+    return b"[" + b",".join(parts) + b"]"
 
 
 def rows_in(frame: Any) -> int:
@@ -123,14 +151,14 @@ class Control:
             position = start + row.position
             if row.reason is not None:  # its values do not fit the template: it fails, no call
                 self.outbox.append((position, "failed", None, row.reason, 0, 0, 0, 0, 0, 0, 0, False, 0, False,
-                                    None, False))
+                                    None, False, None))
                 continue
             asked = asked_hash(row.task, model_name, fields)
             if done:
                 answer = done.get(row_id(position, row_key(position), asked))
                 if answer is not None:
                     self.outbox.append((position, "finished", json.dumps(answer), None, 0, 0, 0, 0, 0, 0, 0, False,
-                                        0, False, asked, True))
+                                        0, False, asked, True, None))
                     continue
             self.queue.append((position, row.task, str(position)))
 
@@ -226,6 +254,7 @@ class Worker:
         """Lease and run rows until the batch is done or stopped; the number of rows this worker ran."""
         from ray import cloudpickle
 
+        from .. import events as ev
         from .._errors import Stopped
         from ..loop import VERBS, LoopHandle, LoopOptions
         from ..models import RateLimit, rate_limit_of, set_rate_limit
@@ -251,7 +280,17 @@ class Worker:
         if fields is not None:
             tools.append(answer_tool(fields))
             options["evaluations"] = [*options.get("evaluations", ()), check_text_answer(fields)]
-        config = LoopOptions.make(model=GatedModel(model, gate), tools=tools, **options)
+        # the rows' loops publish on a bus of their own: each row's events (its loop's and those under it, by the
+        # first name of their lineage) are kept until it ends, then sent back with it
+        bus = ev.EventBus(history=1)
+        kept_events: dict[str, list[Any]] = {}
+
+        def keep(event: Any) -> None:
+            if event.kind not in _SKIP:
+                kept_events.setdefault(event.lineage[0], []).append(event)
+
+        bus.subscribe(keep)
+        config = LoopOptions.make(model=GatedModel(model, gate), tools=tools, bus=bus, **options)
         model_name, fields_key = str(getattr(model, "name", type(model).__name__)), _fields_key(fields)
         notes: list[str] = []  # the interjections as a row not started yet is told them
         running: dict[int, tuple[asyncio.Task, list]] = {}
@@ -266,6 +305,7 @@ class Worker:
             cfg = config if recipe.named else config.named(f"{recipe.batch}[{label_of(label)}]")
             child = LoopHandle(task, config=cfg)
             holder.append(child)
+            root = child.run.lineage[0]
             told = len(notes)
             for note in notes:
                 child.run.conversation.note(note)
@@ -288,9 +328,10 @@ class Worker:
             usage, tree = child.usage, child.tree.usage
             used_tools = any(c.name != "submit_answer" for m in child.transcript for c in m.tool_calls)
             kept_by_cache = status == "finished" and not used_tools and cacheable(child)
+            events = row_events(kept_events.pop(root, []), recipe.parent)
             ended.append((position, status, answer, reason, usage.input_tokens, usage.output_tokens, child.steps,
                           child.tool_calls, tree.input_tokens, tree.output_tokens, told, kept_by_cache, self.pid,
-                          fatal, asked_hash(task, model_name, fields_key), False))
+                          fatal, asked_hash(task, model_name, fields_key), False, events))
             wake.set()
 
         def row_done(position: int) -> Any:

@@ -13,7 +13,9 @@ cache, or failing their template make no request and never leave the kernel). Wh
   Dataset or a Parquet path never passes through the kernel (``_ray_source``): it learns block refs and counts.
   Every ``_POLL`` seconds the kernel tells the control actor pause, stop and the budget, and takes its outbox:
   each row that ended is settled into the book once (its position is its key), so ``row_finished`` events, the
-  store, the cache, ``await`` and the widget are the local backend's.
+  store, the cache, ``await`` and the widget are the local backend's. A row's loop's events (``model_delta`` left
+  out, as the store leaves it out) come back with it and are published on the batch's bus before its
+  ``row_finished``, the loop a child of the batch: the store keeps its transcript as a local row's.
 - **Workers** (``ray_workers=``, else one per CPU of the cluster) each run their share of ``concurrency`` and of
   the rate limit. A worker that dies (its process killed) has its leased rows put back in the queue and a new
   worker started; each row's answer is kept once.
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import importlib.util
 import json
 import math
@@ -35,10 +38,14 @@ import os
 import re
 import socket
 import time
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
+from .. import events as ev
 from .._errors import UnityError, UserError
 from ..loop import Tool, as_tool
 from ..models import Usage, cost_of, price_of, rate_limit_of
@@ -169,6 +176,18 @@ def _reachable(address: str) -> None:
                         "(ray start --head), or fix ray_address= (or RAY_ADDRESS)") from None
 
 
+_CLASSES: dict[str, type[ev.Event]] = {}
+
+
+def _event_classes() -> dict[str, type[ev.Event]]:
+    """Each event class by its kind (made once)."""
+    if not _CLASSES:
+        for cls in typing.get_args(typing.get_args(ev.AnyEvent)[0]):
+            kind = next(f.default for f in dataclasses.fields(cls) if f.name == "kind")
+            _CLASSES[str(kind)] = cls
+    return _CLASSES
+
+
 class RayEngine(MapEngine):
     """Drives a map's rows on a Ray cluster (see the module's docstring)."""
 
@@ -257,6 +276,7 @@ class RayEngine(MapEngine):
         """Make the control actor and the workers (in a thread: Ray's calls block)."""
         ray = self._ray
         self._recipe.batch = self._run.name
+        self._recipe.parent = (self._run.id, self._run.lineage)  # each row's loop is the batch's child
         try:
             blob = _pickled(ray.cloudpickle, self._recipe)
         except UserError:
@@ -407,7 +427,7 @@ class RayEngine(MapEngine):
     def _ended(self, ended: tuple) -> None:
         """Settle one row a worker ended (once: a position not sent, or settled already, is ignored)."""
         (position, status, answer, reason, tin, tout, steps, tool_calls, tree_in, tree_out, told, cacheable, pid,
-         fatal, asked, kept) = ended
+         fatal, asked, kept, events) = ended
         book, plan = self.book, self.plan
         row = self._sent.pop(position, None)
         if row is None:
@@ -444,9 +464,36 @@ class RayEngine(MapEngine):
         cache = plan.cache
         if row.status == "finished" and cache is not None and cacheable:
             cache.put(cache.key(row.task, self._notes[:told]), answer, plan.model_name)
-        self._settled(row, None)
+        loop_id = self._publish(events) if events else None
+        self._settled(row, None, child_id=loop_id)
         if fatal and self.fatal is None:
             self.fatal = UnityError(reason or "a row failed in a way every row would")
+
+    def _publish(self, blob: bytes) -> str | None:
+        """Publish a row's events (:func:`row_events`: its loop's, a child of the batch, and those under it) on the
+        batch's bus, in order, as a local row's loop publishes them: the batch says the row's loop started (capped
+        in ``h.events`` with the rows' other events), then each of them. The row's loop id, or ``None``."""
+        run = self._run
+        bus, parent, loop_id = run.bus, run.id, None
+        try:
+            items = orjson.loads(blob)
+        except orjson.JSONDecodeError:
+            return None
+        classes = _event_classes()
+        for data in items:
+            cls = classes.get(data.get("kind"))
+            try:  # the fields a worker of this version sent: the class at once (half of model_validate's time)
+                event = cls(**data) if cls is not None else ev.Event.model_validate(data)
+            except (TypeError, ValueError):
+                try:  # fields this version does not have (a worker of another version): the others kept
+                    event = ev.Event.model_validate(data)
+                except ValueError:  # a kind this kernel does not know: left out
+                    continue
+            if loop_id is None and isinstance(event, ev.LoopStarted) and event.parent_id == parent:
+                loop_id = event.loop_id
+                run.emit(ev.ChildStarted, child_id=loop_id, child_name=event.name, ts=event.ts)
+            bus.publish(event)
+        return loop_id
 
     async def _stopping(self, reason: str) -> None:
         """Stop: every worker stops its rows (each reported stopped); rows never leased are not started."""
