@@ -280,8 +280,8 @@ def test_the_first_columns_of_a_frame_of_interleaved_dtypes_are_shown_in_order()
 
 
 def test_a_copy_whose_labels_or_dtypes_change_in_place_is_read_anew():
-    """A copy shares its frame's columns Index, placements and dtypes (what was read from them is kept): changed
-    in place, the copy's description says what it has now, and the frame's what it had."""
+    """A copy shares its frame's data, placements and dtypes: changed in place, the copy's description says what
+    it has now, and the frame's what it had."""
     base = pd.DataFrame({"a": [1, 2, 3], "b": [0.5, 1.5, 2.5], "c": ["x", "y", "z"]})
     first = described(base)
     copy = base.copy(deep=False)

@@ -20,21 +20,6 @@ FP_COLUMNS = 200
 """Columns a frame's fingerprint names (labels and dtypes)."""
 
 
-_READ: dict[tuple, tuple] = {}
-"""``(ids of a columns Index, of placements, of dtypes) -> (those objects, text, labels, where)``: what
-:meth:`FrameParts.text` read from them, for parts made of the very same objects (pandas shares them between a
-frame and its copies, views and filters). An entry holds the objects its key names (labels and dtypes, never
-data), for frames of at most :data:`_READ_WIDTH` columns and categories; at most :data:`_READ_MAX` entries
-(emptied when full)."""
-_READ_MAX = 256
-_READ_WIDTH = 1000
-
-
-def _small(dtype: Any) -> bool:
-    """Whether a dtype may outlive its frame in :data:`_READ` (not one holding a long category list)."""
-    return type(dtype).__name__ != "CategoricalDtype" or len(dtype.categories) <= _READ_WIDTH
-
-
 class FrameParts:
     """A frame's first :data:`FP_COLUMNS` column labels and dtypes, as text, read only when first needed.
 
@@ -75,12 +60,6 @@ class FrameParts:
         """``(labels, dtypes)``: the first columns' labels (``str``) and dtypes (:func:`dtype_text`)."""
         text = self._text
         if text is None:
-            key = (id(self.columns), *map(id, self.places), *map(id, self.dtypes))
-            kept = _READ.get(key)
-            if kept is not None:  # another frame's parts were these very objects (a copy, a view, a filter)
-                text = self._text = kept[1]
-                self._labels, self._where = kept[2], kept[3]
-                return text
             n = min(len(self.columns), FP_COLUMNS)
             dtypes = [""] * n
             blknos, blklocs = [-1] * n, [-1] * n
@@ -105,11 +84,6 @@ class FrameParts:
             self._where = (blknos, blklocs)
             self._labels = labels(self.columns, n)
             text = self._text = (tuple(map(str, self._labels)), tuple(dtypes))
-            if len(self.columns) <= _READ_WIDTH and all(map(_small, self.dtypes)):
-                if len(_READ) >= _READ_MAX:
-                    _READ.clear()
-                # held with the text: no other object can take their identity while the entry is there
-                _READ[key] = ((self.columns, self.places, self.dtypes), text, self._labels, self._where)
         return text
 
     def __eq__(self, other: object) -> bool:
