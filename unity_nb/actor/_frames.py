@@ -11,7 +11,7 @@ A frame's description is kept (:func:`frame_text`) and given again while nothing
 How a kept description is never stale:
 
 - shape, column labels, dtypes and the row index: the description is kept with the frame's fingerprint, which
-  :func:`._describe.fingerprint` reuses only while the frame, its block manager, the manager's axes and blocks
+  :func:`._describe.fingerprint` reuses only while the frame, its block manager's axes, blocks tuple and blocks
   are the very objects it was made from (weak references drop it when any of them goes); pandas replaces one of
   them for every change of shape, labels or dtypes. The axes are Index objects, immutable but for their names:
   the index's and the columns' names are compared on every use;
