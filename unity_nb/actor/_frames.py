@@ -399,7 +399,7 @@ def frame_head(
                 cells.insert(0, title)
                 width = max(map(len, cells))
                 col = [c.rjust(width) for c in cells]
-                if known is not None and _light(known[1]):
+                if known is not None and _light(known[1]) and _narrow(known[0]):
                     if len(_LAID) >= _LAID_MAX:
                         _LAID.clear()
                     _LAID[(known[0], loc, title)] = (col, known[1])
@@ -420,6 +420,14 @@ frame whose blocks show what another's showed (a copy, a frame indexed or its co
 only what differs. At most :data:`_LAID_MAX` (emptied when full); an entry holds the objects its key names
 by identity, only when small (:func:`_light`)."""
 _LAID_MAX = 2048
+_LAID_BYTES = 4096
+"""A column is kept by what its block reads only when that reads at most this many bytes (a block as wide as
+a few hundred columns): the key outlives the frame."""
+
+
+def _narrow(key: tuple) -> bool:
+    """Whether a block's key (:func:`_block_key`) is small enough to be kept in :data:`_LAID`."""
+    return sum([len(part) for part in key if type(part) is bytes]) <= _LAID_BYTES
 
 
 _DESCRIBED: dict[int, tuple] = {}
