@@ -353,8 +353,8 @@ def frame_head(
     ``{block number: {place in the block: column}}``. ``reuse`` gives such columns of blocks whose head reads
     as when they were made (a column's title is the fingerprint's, and its alignment its own). ``where``: the
     first columns' block numbers and places in their blocks, when known (pandas builds them for every column).
-    ``probe``: :func:`head_probe`'s, taken just before: a column laid out before from a block whose head read
-    the same (:data:`_LAID`) is taken as it was."""
+    ``probe``: :func:`head_probe`'s, taken just before: for a frame described for the first time (no ``reuse``),
+    a column laid out before from a block whose head read the same (:data:`_LAID`) is taken as it was."""
     mgr = df._mgr
     columns, index = mgr.axes[0], mgr.axes[1]
     if (
@@ -384,7 +384,9 @@ def frame_head(
         cols = [[" " * width] + [r.ljust(width) for r in rows]]
     named = [_text(name).ljust(len(cols[0][0]))] if name is not None else None
     made: dict[int, dict[int, list[str]]] = {-1: {0: cols[0]}}
-    keys = {n: (k, h) for (n, k), h in zip(probe[1], probe[3])} if probe is not None else None
+    # a frame described before (``reuse``) shows new rows in the blocks it lays out again: only a frame described
+    # for the first time looks for, and leaves, columns by what their block reads
+    keys = {n: (k, h) for (n, k), h in zip(probe[1], probe[3])} if probe is not None and reuse is None else None
     for label, no, loc in zip(shown, blknos, blklocs):
         old = reuse.get(no) if reuse else None
         col = old.get(loc) if old else None
