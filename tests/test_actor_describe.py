@@ -292,3 +292,24 @@ def test_a_copy_whose_labels_or_dtypes_change_in_place_is_read_anew():
     assert "columns: p: float64, q: float64, r: str" in described(copy)
     assert head_of(copy) == pandas_head(copy)
     assert described(base) == first
+
+
+@pytest.mark.parametrize(
+    ("change", "shows"),
+    [
+        (lambda df: df.replace({"a": {2: "two"}}, inplace=True), "a: object"),  # a new manager: a's dtype changes
+        (lambda df: df.fillna({"b": 0.25}, inplace=True), "b: float64"),
+        (lambda df: df.update(pd.DataFrame({"b": [9.5, 8.5, 7.5, 6.5]})), "9.5"),
+        (lambda df: df.__delitem__("c"), "a: int64, b: float64\n"),
+    ],
+    ids=["replace", "fillna", "update", "del"],
+)
+def test_a_frame_whose_manager_is_replaced_in_place_is_described_as_it_is(change, shows):
+    """pandas' in-place methods give the frame a new block manager or new blocks under the same axes: the
+    description says what the frame is now."""
+    df = pd.DataFrame({"a": [1, 2, 3, 4], "b": [0.5, np.nan, 2.5, 3.5], "c": ["x", "y", "z", "w"]})
+    first = described(df)
+    change(df)
+    after = described(df)
+    assert after != first and shows in after
+    assert head_of(df) == pandas_head(df)
