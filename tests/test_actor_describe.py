@@ -232,3 +232,84 @@ def test_a_large_category_list_is_not_kept_once_its_frame_is_gone():
     del df
     gc.collect()
     assert categories() is None
+
+
+def pandas_head(df):
+    """pandas' own first rows, each line's runs of spaces made one."""
+    return "\n".join(" ".join(line.split()) for line in df.iloc[:3, :12].to_string(max_colwidth=24).splitlines())
+
+
+def head_of(df):
+    return described(df).split("first 3 rows:\n", 1)[1]
+
+
+def test_columns_another_frame_showed_are_shown_under_this_frame_s_labels_dtypes_and_values():
+    """Columns laid out before are kept by what their block's first rows read: a frame over the same rows shows
+    its own labels, its own dtype's reading of the same bytes, its own categories and its own written cells."""
+    n = np.arange(6)
+    base = pd.DataFrame({"a": n * 86_400_000_000, "b": n / 4, "k": pd.Categorical(np.array(["x", "y"])[n % 2])})
+    described(base)
+    renamed = base.copy(deep=False)
+    renamed.columns = ["when", "ratio", "kind"]
+    as_dates = pd.DataFrame({"a": base["a"].to_numpy().view("datetime64[us]"), "b": base["b"], "k": base["k"]})
+    as_floats = pd.DataFrame({"a": base["a"].to_numpy().view("float64"), "b": base["b"], "k": base["k"]})
+    recoded = base.copy(deep=False)
+    recoded["k"] = pd.Categorical.from_codes(base["k"].cat.codes, categories=["p", "q"])
+    written = base.copy(deep=False)
+    written.iat[1, 1] = 99.5
+    for other in (renamed, as_dates, as_floats, recoded, written):
+        assert head_of(other) == pandas_head(other)
+    assert "99.5" in head_of(written) and "99.5" not in head_of(base)
+    assert head_of(base) == pandas_head(base)
+
+
+def test_the_first_columns_of_a_frame_of_interleaved_dtypes_are_shown_in_order():
+    """Which block holds each shown column, and where in it, is read from the fingerprint's parts: blocks whose
+    columns are scattered (placements kept as arrays, long ones too) and moved by an insert."""
+    kinds = [(i * i) % 7 for i in range(240)]  # 0 or 1: int, 2: float, 4: str, in no regular pattern
+    df = pd.DataFrame({
+        f"c{i}": np.arange(5) * i if k < 2 else np.arange(5) / (i + 1) if k == 2 else [f"s{i}"] * 5
+        for i, k in enumerate(kinds)
+    })
+    assert sum(len(b.mgr_locs) > 64 and type(b.mgr_locs.indexer) is not slice for b in df._mgr.blocks) == 2
+    assert head_of(df) == pandas_head(df)
+    df.insert(0, "first", ["a", "b", "c", "d", "e"])
+    df.insert(5, "middle", np.arange(5) * 1.5)
+    assert head_of(df) == pandas_head(df)
+    assert "columns: first: str, c0: int64, c1: int64, c2: str, c3: float64, middle: float64" in described(df)
+
+
+def test_a_copy_whose_labels_or_dtypes_change_in_place_is_read_anew():
+    """A copy shares its frame's data, placements and dtypes: changed in place, the copy's description says what
+    it has now, and the frame's what it had."""
+    base = pd.DataFrame({"a": [1, 2, 3], "b": [0.5, 1.5, 2.5], "c": ["x", "y", "z"]})
+    first = described(base)
+    copy = base.copy(deep=False)
+    assert described(copy) == first
+    copy["a"] = copy["a"].astype("float64")
+    assert "columns: a: float64, b: float64, c: str" in described(copy)
+    copy.columns = ["p", "q", "r"]
+    assert "columns: p: float64, q: float64, r: str" in described(copy)
+    assert head_of(copy) == pandas_head(copy)
+    assert described(base) == first
+
+
+@pytest.mark.parametrize(
+    ("change", "shows"),
+    [
+        (lambda df: df.replace({"a": {2: "two"}}, inplace=True), "a: object"),  # a new manager: a's dtype changes
+        (lambda df: df.fillna({"b": 0.25}, inplace=True), "b: float64"),
+        (lambda df: df.update(pd.DataFrame({"b": [9.5, 8.5, 7.5, 6.5]})), "9.5"),
+        (lambda df: df.__delitem__("c"), "a: int64, b: float64\n"),
+    ],
+    ids=["replace", "fillna", "update", "del"],
+)
+def test_a_frame_whose_manager_is_replaced_in_place_is_described_as_it_is(change, shows):
+    """pandas' in-place methods give the frame a new block manager or new blocks under the same axes: the
+    description says what the frame is now."""
+    df = pd.DataFrame({"a": [1, 2, 3, 4], "b": [0.5, np.nan, 2.5, 3.5], "c": ["x", "y", "z", "w"]})
+    first = described(df)
+    change(df)
+    after = described(df)
+    assert after != first and shows in after
+    assert head_of(df) == pandas_head(df)

@@ -165,7 +165,11 @@ class ActorHandle(LoopHandle):
         multi = bool(options.get("multi"))
         self.tools = tools = ActorTools(actor, multi=multi, label=f"plan {options.get('name') or 'actor'}")
         """What the actor adds to the loop: its plans, namespace and JSON tools by reference."""
-        system = options.pop("system", None) or actor.system or system_prompt(actor, tools.json_tools, multi)
+        system = (
+            options.pop("system", None) or actor.system
+            # the user variables are the snapshot the tool source just took: no second pass over the namespace
+            or system_prompt(actor, tools.json_tools, multi, names=tools.executor.last)
+        )
         super().__init__(task, model=model, tools=[tools.exec_tool], system=system, tool_source=tools, **options)
         self.run.tags["actor"] = actor
 
@@ -190,22 +194,27 @@ class ActorHandle(LoopHandle):
         return f"<unity handle {self.name!r}: {self.status.value}, {self.steps} steps{extra}>"
 
 
-def system_prompt(actor: Actor, json_tools: list[Tool], multi: bool) -> str:
-    """The actor's system prompt: how to act, its primitives and tools, secrets by name, the namespace now."""
+def system_prompt(actor: Actor, json_tools: list[Tool], multi: bool, names: Iterable[str] | None = None) -> str:
+    """The actor's system prompt: how to act, its primitives and tools, secrets by name, the namespace now.
+    ``names``: the user variables' names, when a snapshot of the namespace just named them (in its order)."""
     prims = actor.primitives
     prompt = SYSTEM.format(
         primitives_hint=_PRIMITIVES_HINT.format(listing=prims.describe()) if prims else "",
         tools_hint=_TOOLS_HINT if json_tools and actor.references else "",
         done_hint=_DONE_MULTI if multi else _DONE,
     )
-    variables = user_variables(actor.namespace, actor.hidden)
+    ns = actor.namespace
+    if names is not None:
+        variables = {n: ns[n] for n in names if n in ns}
+    else:
+        variables = user_variables(ns, actor.hidden)
     marked = [n for n, v in variables.items() if callable(v) and gated_function(v) is not None]
     if marked:
         prompt = prompt.rstrip("\n") + _MARKED_HINT.format(names=", ".join(marked[:20]), first=marked[0]) + "\n"
     extra = f"\n{actor.instructions}\n" if actor.instructions else ""
-    names = secret_names()
-    if names:
-        listing = ", ".join(f"{n} ({d})" if d else n for n, d in names.items())
+    secrets = secret_names()
+    if secrets:
+        listing = ", ".join(f"{n} ({d})" if d else n for n, d in secrets.items())
         extra += (
             f"\nSecrets (you never see their values): {listing}. In a plan, get_secret('NAME') gives one; "
             "in a JSON tool argument write '<<secret:NAME>>'. Never print, return or store a secret's value.\n"

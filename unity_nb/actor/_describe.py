@@ -14,7 +14,6 @@ import re
 import types
 import weakref
 from collections.abc import Iterable, Mapping
-from functools import partial
 from typing import Any
 
 from .._secrets import scrub
@@ -209,7 +208,7 @@ def snapshot(
         if entry is not None:  # fingerprint()'s cache hit, inlined: this loop runs for every variable, every step
             mgr = value._mgr
             axes = mgr.axes
-            if entry[1] == (id(mgr), id(mgr.blocks), id(axes[0]), id(axes[-1])):
+            if entry[1] == (id(mgr.blocks), id(axes[0]), id(axes[-1])):
                 out[name] = entry[0]
                 continue
         out[name] = fingerprint(value)
@@ -248,13 +247,19 @@ def _kind_of(t: type) -> str:
     return kind
 
 
-def _drop(key: int, ids: tuple, _ref: Any) -> None:
-    """An object pinning ``_CACHE[key]`` (made with ``ids``) was collected: the entry goes."""
-    entry = _CACHE.get(key)
-    if entry is not None and entry[1] is ids:
-        _CACHE.pop(key, None)
-        _forget_description(key)  # a frame's description is kept only with its entry's fingerprint
-        _CHURN[0] += 1
+class _Drop(tuple):
+    """``(key, ids)``: called when an object pinning ``_CACHE[key]`` (made with ``ids``) is collected, drops the
+    entry. One object per entry (a ``functools.partial`` makes three), and every new frame has an entry."""
+
+    __slots__ = ()
+
+    def __call__(self, _ref: Any) -> None:
+        key, ids = self
+        entry = _CACHE.get(key)
+        if entry is not None and entry[1] is ids:
+            _CACHE.pop(key, None)
+            _forget_description(key)  # a frame's description is kept only with its entry's fingerprint
+            _CHURN[0] += 1
 
 
 def fingerprint(obj: Any) -> tuple:
@@ -263,11 +268,13 @@ def fingerprint(obj: Any) -> tuple:
     Mutations that keep all of these (one cell of a big DataFrame rewritten) go unnoticed:
     hashing the data would cost as much as reading it.
 
-    A DataFrame's or Series' fingerprint is cached, and reused while its block manager, the
-    manager's axes (Index objects, immutable) and its blocks (one dtype each) are the very same
-    objects: every in-place change pandas makes to shape, labels or dtypes replaces one of them
-    (``df['new'] = ...``, ``df.columns = ...``, a dtype change, ``inplace=True`` methods). Checking
-    that costs a tuple of ids, where building ``df.dtypes`` costs tens of microseconds.
+    A DataFrame's or Series' fingerprint is cached, and reused while its block manager's axes (Index
+    objects, immutable), its blocks tuple and blocks (one dtype each) are the very same objects: every
+    in-place change pandas makes to shape, labels or dtypes replaces one of them (``df['new'] = ...``,
+    ``df.columns = ...``, a dtype change, ``inplace=True`` methods, a new manager). Checking that costs a
+    tuple of ids, where building ``df.dtypes`` costs tens of microseconds. The manager itself is not
+    compared: shape, labels and dtypes are read from its axes and blocks only, so a manager made anew over the
+    very same ones says the same (and a description is checked against the rows it shows on every use).
 
     A DataFrame's is ``(id, type, shape, parts)``: ``parts`` (:class:`._parts.FrameParts`) names its first
     labels and dtypes, read only when compared with another or described (a new frame costs a few
@@ -279,13 +286,13 @@ def fingerprint(obj: Any) -> tuple:
     try:
         mgr = obj._mgr
         axes = mgr.axes
-        ids = (id(mgr), id(mgr.blocks), id(axes[0]), id(axes[-1]))
+        ids = (id(mgr.blocks), id(axes[0]), id(axes[-1]))
     except (AttributeError, IndexError, TypeError):  # another pandas layout: no cache
         return _fingerprint(obj, kind)
     key = id(obj)
     entry = _CACHE.get(key)
-    # The entry exists only while the object, its manager, axes and every block it was cached with are
-    # alive, so equal ids mean the very same manager and axes. The blocks tuple is compared by id: pandas
+    # The entry exists only while the object, its axes and every block it was cached with are alive, so
+    # equal ids mean the very same axes. The blocks tuple is compared by id: pandas
     # replaces it when it replaces a block, and the block replaced (pinned by a weak reference) dies with it,
     # which drops the entry.
     if entry is not None and entry[1] == ids:
@@ -298,9 +305,9 @@ def fingerprint(obj: Any) -> tuple:
     else:
         fp = _fingerprint(obj, kind)
     try:
-        forget = partial(_drop, key, ids)
+        forget = _Drop((key, ids))
         # a frame's fingerprint holds its columns Index (see FrameParts): no other object can take its identity
-        pins = (obj, mgr, axes[-1], *mgr.blocks) if type(fp[-1]) is FrameParts else (obj, mgr, *axes, *mgr.blocks)
+        pins = (obj, axes[-1], *mgr.blocks) if type(fp[-1]) is FrameParts else (obj, *axes, *mgr.blocks)
         _CACHE[key] = (fp, ids, *[weakref.ref(p, forget) for p in pins])
     except TypeError:  # something there takes no weak reference: no cache
         return fp

@@ -11,7 +11,7 @@ A frame's description is kept (:func:`frame_text`) and given again while nothing
 How a kept description is never stale:
 
 - shape, column labels, dtypes and the row index: the description is kept with the frame's fingerprint, which
-  :func:`._describe.fingerprint` reuses only while the frame, its block manager, the manager's axes and blocks
+  :func:`._describe.fingerprint` reuses only while the frame, its block manager's axes, blocks tuple and blocks
   are the very objects it was made from (weak references drop it when any of them goes); pandas replaces one of
   them for every change of shape, labels or dtypes. The axes are Index objects, immutable but for their names:
   the index's and the columns' names are compared on every use;
@@ -153,18 +153,22 @@ def _block_key(values: Any, held: list) -> tuple | None:
     return tuple(key)
 
 
-def head_probe(df: Any, shown: list[int] | None = None) -> tuple[tuple, tuple, list] | None:
-    """``(key, blocks, held)``: what the description's head reads from ``df`` (see the module's docstring):
-    the names, the row index and the blocks' count in ``key``, ``(block number, its key)`` for each block
-    holding a shown column in ``blocks``, and the objects they name by identity in ``held``. None when
+def head_probe(
+    df: Any, shown: list[int] | None = None, where: list[int] | None = None
+) -> tuple[tuple, tuple, list, tuple] | None:
+    """``(key, blocks, held, by block)``: what the description's head reads from ``df`` (see the module's
+    docstring): the names, the row index and the blocks' count in ``key``, ``(block number, its key)`` for each
+    block holding a shown column in ``blocks``, the objects they name by identity in ``held``, and those each
+    block's key names (in the order of ``blocks``) in ``by block``. None when
     ``df``'s layout cannot be compared (it is described anew each time). ``shown``: the numbers of the blocks
-    holding the first columns, when known (they are while the fingerprint is the same)."""
+    holding the first columns, when known (they are while the fingerprint is the same); ``where``: the numbers of
+    the blocks holding the first columns in order (``blknos``), when known."""
     try:
         mgr = df._mgr
         blocks = mgr.blocks
         columns, index = mgr.axes[0], mgr.axes[1]
         if shown is None:
-            shown = sorted(set(mgr.blknos[:COLUMNS].tolist()))
+            shown = sorted(set(where[:COLUMNS] if where is not None else mgr.blknos[:COLUMNS].tolist()))
         if type(columns).__name__ == "MultiIndex" or type(index).__name__ == "MultiIndex":
             return None  # their level names are theirs to change: not compared, described anew
         names = (index.name, columns.name)
@@ -178,12 +182,16 @@ def head_probe(df: Any, shown: list[int] | None = None) -> tuple[tuple, tuple, l
             return None
         key.append(index_key)
     keys = []
+    helds = []
     for n in shown:
-        block_key = _block_key(blocks[n].values, held)
+        own: list = []
+        block_key = _block_key(blocks[n].values, own)
         if block_key is None:
             return None
         keys.append((n, block_key))
-    return tuple(key), tuple(keys), held
+        helds.append(own)
+        held += own
+    return tuple(key), tuple(keys), held, tuple(helds)
 
 
 # -- formatting -------------------------------------------------------------------------------------
@@ -336,11 +344,17 @@ def labels(index: Any, n: int) -> list:
     return index[:n].tolist()
 
 
-def frame_head(df: Any, shown: list, reuse: dict[int, dict[int, list[str]]] | None = None) -> tuple[str, dict]:
+def frame_head(
+    df: Any, shown: list, reuse: dict[int, dict[int, list[str]]] | None = None,
+    where: tuple[list[int], list[int]] | None = None, probe: tuple | None = None,
+) -> tuple[str, dict]:
     """``df.iloc[:3, :12].to_string(max_colwidth=24, show_dimensions=False)``, laid out from the blocks (``shown``:
     the labels of the first 12 columns, :func:`labels`), and the columns made (title and cells, aligned),
     ``{block number: {place in the block: column}}``. ``reuse`` gives such columns of blocks whose head reads
-    as when they were made (a column's title is the fingerprint's, and its alignment its own)."""
+    as when they were made (a column's title is the fingerprint's, and its alignment its own). ``where``: the
+    first columns' block numbers and places in their blocks, when known (pandas builds them for every column).
+    ``probe``: :func:`head_probe`'s, taken just before: for a frame described for the first time (no ``reuse``),
+    a column laid out before from a block whose head read the same (:data:`_LAID`) is taken as it was."""
     mgr = df._mgr
     columns, index = mgr.axes[0], mgr.axes[1]
     if (
@@ -350,7 +364,11 @@ def frame_head(df: Any, shown: list, reuse: dict[int, dict[int, list[str]]] | No
         sample = df.iloc[:ROWS, :COLUMNS]
         return str(sample.to_string(max_colwidth=24, show_dimensions=False)), {}
     n = len(shown)
-    blocks, blknos, blklocs = mgr.blocks, mgr.blknos[:n].tolist(), mgr.blklocs[:n].tolist()
+    blocks = mgr.blocks
+    if where is not None:
+        blknos, blklocs = where[0][:n], where[1][:n]
+    else:
+        blknos, blklocs = mgr.blknos[:n].tolist(), mgr.blklocs[:n].tolist()
     name = index.name
     kept = reuse.get(-1) if reuse and name is None else None  # the rows' labels, as the index is the same
     if kept is not None:
@@ -366,14 +384,27 @@ def frame_head(df: Any, shown: list, reuse: dict[int, dict[int, list[str]]] | No
         cols = [[" " * width] + [r.ljust(width) for r in rows]]
     named = [_text(name).ljust(len(cols[0][0]))] if name is not None else None
     made: dict[int, dict[int, list[str]]] = {-1: {0: cols[0]}}
+    # a frame described before (``reuse``) shows new rows in the blocks it lays out again: only a frame described
+    # for the first time looks for, and leaves, columns by what their block reads
+    keys = {n: (k, h) for (n, k), h in zip(probe[1], probe[3])} if probe is not None and reuse is None else None
     for label, no, loc in zip(shown, blknos, blklocs):
         old = reuse.get(no) if reuse else None
         col = old.get(loc) if old else None
         if col is None:  # the column's title and cells, right-aligned to the widest of them
-            cells = _cells(*_column(blocks[no].values, loc))
-            cells.insert(0, label if type(label) is str and label.isprintable() else _text(label))  # the title
-            width = max(map(len, cells))
-            col = [c.rjust(width) for c in cells]
+            title = label if type(label) is str and label.isprintable() else _text(label)
+            known = keys.get(no) if keys is not None else None
+            seen = _LAID.get((known[0], loc, title)) if known is not None else None
+            if seen is not None:
+                col = seen[0]
+            else:
+                cells = _cells(*_column(blocks[no].values, loc))
+                cells.insert(0, title)
+                width = max(map(len, cells))
+                col = [c.rjust(width) for c in cells]
+                if known is not None and _light(known[1]) and _narrow(known[0]):
+                    if len(_LAID) >= _LAID_MAX:
+                        _LAID.clear()
+                    _LAID[(known[0], loc, title)] = (col, known[1])
         made.setdefault(no, {})[loc] = col
         cols.append(col)
         if named is not None:
@@ -382,6 +413,23 @@ def frame_head(df: Any, shown: list, reuse: dict[int, dict[int, list[str]]] | No
     if named is not None:
         lines.insert(1, "  ".join(named))
     return "\n".join(lines), made
+
+
+_LAID: dict[tuple, tuple[list[str], list]] = {}
+"""``(block key, place in the block, title) -> (column, objects the key names)``: columns of heads laid out, by
+what they read (:func:`_block_key`: the first rows of the block holding them, as in :func:`head_probe`), so a
+frame whose blocks show what another's showed (a copy, a frame indexed or its columns renamed anew) lays out
+only what differs. At most :data:`_LAID_MAX` (emptied when full); an entry holds the objects its key names
+by identity, only when small (:func:`_light`)."""
+_LAID_MAX = 2048
+_LAID_BYTES = 4096
+"""A column is kept by what its block reads only when that reads at most this many bytes (a block as wide as
+a few hundred columns): the key outlives the frame."""
+
+
+def _narrow(key: tuple) -> bool:
+    """Whether a block's key (:func:`_block_key`) is small enough to be kept in :data:`_LAID`."""
+    return sum([len(part) for part in key if type(part) is bytes]) <= _LAID_BYTES
 
 
 _DESCRIBED: dict[int, tuple] = {}
@@ -413,7 +461,9 @@ def _light(held: list) -> bool:
     return True
 
 
-def _content_key(df: Any, named: tuple, shown: list, probe: tuple, limit: int) -> tuple | None:
+def _content_key(
+    df: Any, named: tuple, shown: list, probe: tuple, limit: int, where: tuple[list[int], list[int]] | None
+) -> tuple | None:
     """Everything a description made by :func:`frame_text` reads, as values (``named``: the shape, labels and
     dtypes the frame's fingerprint names; ``probe``: :func:`head_probe`'s, the shown rows of every shown block
     and of a row index, its names, the objects named by identity held in the probe), with where each shown
@@ -423,7 +473,10 @@ def _content_key(df: Any, named: tuple, shown: list, probe: tuple, limit: int) -
         index = mgr.axes[1]
         n = len(shown)
         rng = (index.start, index.step) if type(index).__name__ == "RangeIndex" else None
-        layout = (tuple(mgr.blknos[:n].tolist()), tuple(mgr.blklocs[:n].tolist()))
+        if where is not None:
+            layout = (tuple(where[0][:n]), tuple(where[1][:n]))
+        else:
+            layout = (tuple(mgr.blknos[:n].tolist()), tuple(mgr.blklocs[:n].tolist()))
     except (AttributeError, IndexError, TypeError):
         return None
     # the labels with their types: 1, 1.0 and True are equal, and shown as "1", "1.0" and "True"
@@ -451,8 +504,14 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
     kept = _DESCRIBED.get(key) if fp is not None else None
     if kept is not None and (kept[0] is not fp or kept[1] != limit):
         kept = None
+    # the current fingerprint: its parts tell which blocks hold the first columns (pandas builds that for all)
+    parts = fp[3] if fp is not None and len(fp) == 4 and type(fp[3]).__name__ == "FrameParts" else None
+    where = parts.where() if parts is not None else None
     # the same fingerprint: the same blocks hold the first columns
-    probe = head_probe(df, [n for n, _k in kept[3]] if kept is not None else None) if fp is not None else None
+    probe = (
+        head_probe(df, [n for n, _k in kept[3]] if kept is not None else None, where[0] if where else None)
+        if fp is not None else None
+    )
     if kept is not None and probe is not None and kept[2] == probe[0]:
         if kept[3] == probe[1]:
             return kept[4]  # nothing it says could differ
@@ -476,7 +535,7 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
         (rows, cols), names, dtypes = df.shape, tuple(map(str, shown)), tuple(frame_dtypes(df, COLUMNS))
     seen = None
     if kept is None and probe is not None and named is not None:
-        seen = _content_key(df, named, shown, probe, limit)
+        seen = _content_key(df, named, shown, probe, limit, where)
         hit = _SEEN.get(seen) if seen is not None else None
         if hit is not None:  # another frame showed all this: its description, kept for this one too
             _DESCRIBED[key] = (fp, limit, probe[0], probe[1], hit[0], probe[2], hit[1], hit[2], shown)
@@ -491,7 +550,7 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
     made: dict[int, dict[int, list[str]]] = {}
     if rows:
         try:
-            head, made = frame_head(df, shown, reuse)
+            head, made = frame_head(df, shown, reuse, where, probe)
         except Exception:  # a layout this module does not know: pandas' own, uncached
             probe = None
             try:

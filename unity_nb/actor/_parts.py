@@ -31,7 +31,7 @@ class FrameParts:
     taken. It holds labels and dtypes only, never a block or its data.
     """
 
-    __slots__ = ("_labels", "_text", "columns", "dtypes", "places")
+    __slots__ = ("_labels", "_text", "_where", "columns", "dtypes", "places")
 
     def __init__(self, columns: Any, dtypes: tuple, places: tuple) -> None:
         self.columns = columns
@@ -41,6 +41,14 @@ class FrameParts:
         """Each block's placement (its columns)."""
         self._text: tuple[tuple[str, ...], tuple[str, ...]] | None = None
         self._labels: list = []
+        self._where: tuple[list[int], list[int]] = ([], [])
+
+    def where(self) -> tuple[list[int], list[int]]:
+        """For each of the first columns, the number of the block holding it and its place in that block (pandas'
+        ``blknos`` and ``blklocs``, which a new block manager builds for all its columns when first asked)."""
+        if self._text is None:
+            self.text()
+        return self._where
 
     def labels(self) -> list:
         """The first columns' labels themselves (:func:`labels`)."""
@@ -54,18 +62,26 @@ class FrameParts:
         if text is None:
             n = min(len(self.columns), FP_COLUMNS)
             dtypes = [""] * n
-            for dtype, placement in zip(self.dtypes, self.places):
+            blknos, blklocs = [-1] * n, [-1] * n
+            for no, (dtype, placement) in enumerate(zip(self.dtypes, self.places)):
                 name = dtype_text(dtype)
                 locs = placement.indexer
                 places: Iterable[int]
+                at: Iterable[int]
                 if type(locs) is slice:
                     places = range(*locs.indices(n))
+                    at = range(len(places))
                 elif len(locs) <= 64:  # a few places: read as a list (numpy's mask costs more)
-                    places = [loc for loc in locs.tolist() if loc < n]
+                    both = [(loc, i) for i, loc in enumerate(locs.tolist()) if loc < n]
+                    places, at = [loc for loc, _i in both], [i for _loc, i in both]
                 else:
-                    places = locs[locs < n].tolist()
-                for loc in places:
+                    mask = locs < n
+                    places, at = locs[mask].tolist(), mask.nonzero()[0].tolist()
+                for loc, i in zip(places, at):
                     dtypes[loc] = name
+                    blknos[loc] = no
+                    blklocs[loc] = i
+            self._where = (blknos, blklocs)
             self._labels = labels(self.columns, n)
             text = self._text = (tuple(map(str, self._labels)), tuple(dtypes))
         return text

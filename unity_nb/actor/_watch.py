@@ -9,9 +9,9 @@ would, and the few names whose fingerprints may differ:
   only a name bound to another object since is looked at again;
 - a value whose fingerprint holds the value itself (a number, a short string, a tuple) cannot change while its
   name is bound to the same object: the last snapshot keeps it alive, so no other object can have its identity;
-- pandas objects are checked all at once: the identities of each one's block manager, blocks tuple, first and
-  last axis, read by attribute getters mapped over all of them (C loops, no Python code per object), against
-  those read last time. They are what :func:`._describe.fingerprint` compares before reusing a cached
+- pandas objects are checked all at once: the identities of each one's blocks tuple, first and last axis, read
+  by attribute getters mapped over all of them (C loops, no Python code per object), against those read last
+  time. They are what :func:`._describe.fingerprint` compares before reusing a cached
   fingerprint, and they are valid for the same reason: the cache entry each was read from is still there
   (checked when the cache changed at all since, ``_CHURN``), so every object it pins by a weak reference is
   alive, and an equal identity is the very same object;
@@ -44,10 +44,10 @@ anything else (looked at on every pass)."""
 
 
 def _signature(frames: Iterable[Any]) -> tuple:
-    """The identities of the pandas objects' managers, then of their blocks tuples, first and last axes."""
+    """The identities of the pandas objects' blocks tuples, then of their first and last axes."""
     mgrs = list(map(_MGR, frames))
     axes = list(map(_AXES, mgrs))
-    return tuple(map(id, chain(mgrs, map(_BLOCKS, mgrs), map(_FIRST, axes), map(_LAST, axes))))
+    return tuple(map(id, chain(map(_BLOCKS, mgrs), map(_FIRST, axes), map(_LAST, axes))))
 
 
 def _never(name: str) -> bool:
@@ -196,7 +196,7 @@ class Watch:
             if entry is not None:  # fingerprint()'s cache hit, inlined: this loop runs for every variable
                 mgr = value._mgr
                 axes = mgr.axes
-                pins = (id(mgr), id(mgr.blocks), id(axes[0]), id(axes[-1]))
+                pins = (id(mgr.blocks), id(axes[0]), id(axes[-1]))
                 if entry[1] == pins:
                     out[name] = entry[0]
                     frames.append(p)
