@@ -634,7 +634,7 @@ def _register() -> None:
         )
         _CHECKS[cls] = (kind, tuples, choices)
         if cls.__post_init__ is Event.__post_init__:  # a kind that checks more (Steering) keeps its own
-            cls.__init__ = _fast_init(cls, kind, tuples, choices)  # type: ignore[misc]
+            cls.__init__ = _fast_init(cls, kind, tuples, choices)
 
 
 def _fast_init(cls: type, kind: str, tuples: tuple[str, ...], choices: tuple[tuple[str, frozenset], ...]) -> Any:
@@ -669,10 +669,10 @@ def _fast_init(cls: type, kind: str, tuples: tuple[str, ...], choices: tuple[tup
         checks.append(f"    if {n} not in _choices[{n!r}]: _bad_choice(_cls, {n!r}, {n}, _choices[{n!r}])")
     env["_bad_choice"], env["_bad_kind"] = _bad_choice, _bad_kind
     src = f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(body + checks) + "\n"
-    exec(src, env)  # noqa: S102 - made from the class's own field names, as dataclasses makes its __init__
+    exec(src, env)  # made from the class's own field names, as dataclasses makes its __init__
     init = env["__init__"]
     init.__qualname__ = f"{cls.__name__}.__init__"
-    init.__doc__ = cls.__init__.__doc__
+    init.__doc__ = cls.__dict__["__init__"].__doc__
     return init
 
 

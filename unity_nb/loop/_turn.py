@@ -201,6 +201,7 @@ class Turn:
                 request.tool_choice,
                 {**request.options, "prompt_cache_key": f"unity_nb-{root.id}"},
                 request.continues,
+                request.once,
             )
         messages = list(request.messages)
         marks = [0] if messages and messages[0].get("role") == "system" else []  # the system prompt opens the wire
@@ -211,7 +212,8 @@ class Turn:
             if isinstance(m.get("content"), str):
                 content = [{"type": "text", "text": m["content"], "cache_control": {"type": "ephemeral"}}]
                 messages[i] = {**m, "content": content}
-        return ModelRequest(messages, request.tools, request.tool_choice, request.options)  # marked: new dicts
+        return ModelRequest(messages, request.tools, request.tool_choice, request.options,  # marked: new dicts
+                            once=request.once)
 
     # -- streaming ---------------------------------------------------------------------------
 
@@ -294,6 +296,7 @@ class Turn:
             tool_choice=choice if tools else "none",
             options=h.config.options,
             continues=continues,
+            once=step == 1 and not tools,  # a first call offering no tools: its answer is expected to end the loop
         )
         if h.config.prompt_cache:
             request = self.cache_hints(request)

@@ -334,7 +334,8 @@ class OpenAIModel:
         prefetch_prices(self)  # a provider's model: its price is read (in a thread) while the reply comes
         body = self._body(request)
         cache = self.wire_cache
-        payload = RequestBody(body, lambda: cache.body(body, request.messages, request.continues))
+        keep = not request.once  # a request nothing is expected to continue (a map row's): its encoding is not kept
+        payload = RequestBody(body, lambda: cache.body(body, request.messages, request.continues, keep=keep))
         attempt = 0
         limit = rate_limit_of(self, create=True)  # shared by every loop calling this model
         assert limit is not None
