@@ -272,12 +272,12 @@ class MapEngine(Driver):
         """Start ``row``'s loop (its task runs it); the batch hears when it ends (:meth:`_row_ended`)."""
         book, plan, run = self.book, self.plan, self._run
         book.started_row(row)
-        config = plan.config if plan.named else plan.config.named(f"{run.name}[{label_of(row.key)}]")
+        name = None if plan.named else f"{run.name}[{label_of(row.key)}]"  # the options shared, not copied per row
         # the loop's task runs in a context of its own where its requests waiting for their turn make the row
         # queued (``turn_hook``): the batch's own context is left as it is
         context = contextvars.copy_context()
         context.run(turn_hook.set, row.waits)
-        child: LoopHandle = context.run(LoopHandle, row.task, parent=run.handle, config=config)
+        child: LoopHandle = context.run(LoopHandle, row.task, parent=run.handle, config=plan.config, _name=name)
         row.child = child
         row.told = len(self._notes)  # what it was told besides its task: part of its cache key
         for note in self._notes:  # interjections made before the row started (heard before its first call)

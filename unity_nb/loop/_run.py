@@ -61,6 +61,7 @@ class Run:
         "children",
         "config",
         "conversation",
+        "counted",
         "ended",
         "event_loop",
         "events",
@@ -106,6 +107,9 @@ class Run:
         self.listeners: list[Listener] = []
         self.waiters: ev.Waiters = []
         self.ended = Signal()
+        self.counted = True
+        """It counts as a live loop for the collector (``unity_nb._collector``); a batch's row counts through its
+        batch."""
         self.model: Model = config.model
         self.state = LoopState()
         """What the loop's parts write as it runs (counters, references, status, outcome)."""
@@ -346,6 +350,6 @@ class Run:
                 Message("assistant", f"[failed] {type(error).__name__}: {error}", kind="error", error=True)
             )
             self.emit(ev.LoopFailed, error=f"{type(error).__name__}: {error}", steps=state.steps)
-        if not self.ended.is_set():
+        if not self.ended.is_set() and self.counted:
             loop_ended(self.event_loop)
         self.ended.set()
