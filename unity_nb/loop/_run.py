@@ -159,11 +159,14 @@ class Run:
                 self.late.append(event)
         if self.waiters:
             ev.resolve_waiters(self.waiters, event)
-        source = self._handle()
+        source = None
         run: Run | None = self  # here and above (a plain walk: this runs for every event)
         while run is not None:
-            for fn in run.listeners:
-                fn(source, event)
+            if run.listeners:
+                if source is None:
+                    source = self._handle()
+                for fn in run.listeners:
+                    fn(source, event)
             parent: _Node | None = run.parent
             run = parent.run if parent is not None else None
         self.bus.publish(event)
