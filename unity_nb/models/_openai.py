@@ -33,6 +33,7 @@ from ._sse import LineTooLong, SSEDecoder
 from ._transport import (
     AioHTTPTransport,
     ClientTransport,
+    Deadline,
     HTTPStatusError,
     RequestBody,
     Response,
@@ -393,7 +394,7 @@ class OpenAIModel:
     ) -> Reply:
         """One request, bounded by ``timeout`` of silence (each complete line of the stream resets it)."""
         asm = Assembler(self.name, on_delta, max_chars=self.max_reply_chars)
-        async with asyncio.timeout(None) as deadline:
+        with Deadline() as deadline:
             silence = Silence(self.timeout, deadline)
             try:
                 response = await self._transport.open("/chat/completions", payload)

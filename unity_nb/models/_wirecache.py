@@ -166,6 +166,8 @@ class WireCache:
 
     def forget(self, messages: list) -> None:
         """A conversation that will not be sent again (its loop ended): drop what was kept for it."""
+        if not self._by_anchor:  # nothing kept (a batch's rows, whose requests are ``once``): no lock to take
+            return
         with self._lock:
             for anchor in messages[:2]:
                 conv = self._by_anchor.get(id(anchor))
