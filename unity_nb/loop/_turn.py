@@ -51,6 +51,11 @@ def own_tools(cfg: LoopOptions, kind: str, final_answer: Tool | None) -> dict[st
     return tools
 
 
+_NOTHING = TextBuffer()
+"""A turn's buffers while nothing streams (never appended to: the first piece makes its own)."""
+_NO_SCRUB = ScrubStream()
+
+
 class _Sink:
     """What a model streams into: answer text by calling it, reasoning through ``.thinking``."""
 
@@ -120,8 +125,9 @@ class Turn:
         self._interrupted = False
         self._summary_failed_at = -1
         self._last_tokens = 0
-        self._streamed = True
-        self.reset_streaming()
+        self._streamed = False
+        self.text = self.thinking = _NOTHING  # made as the first piece of a call streams in (:meth:`_open`)
+        self._text_scrub = self._thinking_scrub = _NO_SCRUB
 
     @property
     def source(self) -> Loop:
@@ -218,23 +224,32 @@ class Turn:
     # -- streaming ---------------------------------------------------------------------------
 
     def reset_streaming(self) -> None:
-        # pieces joined when read (appending to a str is quadratic), scrubbed as they accumulate; new ones
-        # only if anything was streamed into these (a step resets before and after its call)
+        """Nothing is in flight (a step resets before and after its call): what streamed is dropped, and the
+        buffers are made again only when something streams (a call that streams nothing makes none)."""
         if self._streamed:
             self._streamed = False
-            self.text, self._text_scrub = TextBuffer(), ScrubStream()
-            self.thinking, self._thinking_scrub = TextBuffer(), ScrubStream()
-            self.run.state.streams = (self.text, self.thinking)  # what h.state.streaming_text reads
+            self.text = self.thinking = _NOTHING
+            self._text_scrub = self._thinking_scrub = _NO_SCRUB
+            self.run.state.streams = None  # h.state.streaming_text reads ""
+
+    def _open(self) -> None:
+        # pieces joined when read (appending to a str is quadratic), scrubbed as they accumulate
+        self._streamed = True
+        self.text, self._text_scrub = TextBuffer(), ScrubStream()
+        self.thinking, self._thinking_scrub = TextBuffer(), ScrubStream()
+        self.run.state.streams = (self.text, self.thinking)  # what h.state.streaming_text reads
 
     def _on_delta(self, text: str) -> None:
-        self._streamed = True
+        if not self._streamed:
+            self._open()
         text = self._text_scrub.feed(text)
         if text:
             self.text.append(text)
             self.run.emit(ev.ModelDelta, step=self.run.state.steps, text=text)
 
     def _on_thinking(self, text: str) -> None:
-        self._streamed = True
+        if not self._streamed:
+            self._open()
         text = self._thinking_scrub.feed(text)
         if text:
             self.thinking.append(text)
@@ -243,6 +258,8 @@ class Turn:
     def _flush_streaming(self, *, cut: bool = False) -> None:
         """The model call ended: publish what the scrubbers held back (an unfinished start of a value). ``cut``:
         it was cut off (a stop, an interjection), so what they hold could be part of a value: it is dropped."""
+        if not self._streamed:  # nothing streamed in: nothing held back
+            return
         for scrubber, buffer, thinking in (
             (self._text_scrub, self.text, False),
             (self._thinking_scrub, self.thinking, True),
