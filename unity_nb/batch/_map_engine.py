@@ -332,8 +332,10 @@ class MapEngine(Driver):
         self._failed_kept += keep
         if not keep:  # its transcript lives in the store (if one records the bus), not in memory
             row.child = None
-            if child in self._run.children:
+            try:  # rows end about in the order they started: found near the front, in one pass
                 self._run.children.remove(child)
+            except ValueError:
+                pass
         cache = self.plan.cache
         if row.status == "finished" and cache is not None and not _used_tools(child) and cacheable(child):
             cache.put(cache.key(row.task, self._notes[: row.told]), to_json(_plain(row.answer)), self.plan.model_name)

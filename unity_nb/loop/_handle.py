@@ -172,7 +172,7 @@ class LoopHandle(Loop):
             run.requests.append(RequestHandle(self, "r1", task))
 
         if parent is not None:
-            parent.run.adopt(self, adopt_call)
+            parent.run.adopt(self, adopt_call, new=True)
         endpoint = endpoint_of(cfg.model)
         self.run.emit(
             ev.LoopStarted,

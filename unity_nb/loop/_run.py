@@ -211,9 +211,10 @@ class Run:
         """The children that have not ended."""
         return [c for c in self.children if not c.run.ended.is_set()]
 
-    def adopt(self, child: Any, call_id: str | None) -> None:
-        """Make ``child`` (a handle) a child of this loop, started by tool call ``call_id``: steering reaches it."""
-        if child in self.children:
+    def adopt(self, child: Any, call_id: str | None, *, new: bool = False) -> None:
+        """Make ``child`` (a handle) a child of this loop, started by tool call ``call_id``: steering reaches it.
+        ``new``: a loop being made, which cannot be a child yet (not looked for among a batch's hundred rows)."""
+        if not new and child in self.children:
             return
         child.run.parent, child.run.parent_call = self._handle(), call_id
         self.children.append(child)
