@@ -24,6 +24,10 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field  # for AnyEvent's discriminator: pydantic.TypeAdapter(AnyEvent) parses any event
 
+from ._event_checks import CHECKS as _CHECKS
+from ._event_checks import check as _check
+from ._event_checks import fast_init as _fast_init
+
 __all__ = (
     "Event",
     "LoopStarted",
@@ -79,9 +83,6 @@ _NAMES: dict[type, tuple[str, ...]] = {}
 _KINDS: dict[str, type] = {}
 _CONTAINERS: dict[type, tuple[str, ...]] = {}
 """Per class: the tuple fields that hold dicts (copied by ``model_dump``)."""
-_CHECKS: dict[type, tuple[str, tuple[str, ...], tuple[tuple[str, frozenset], ...]]] = {}
-"""Per class: its kind, its fields typed ``tuple[...]`` (a list given for one is kept as a tuple),
-and its fields typed ``Literal[...]`` with their choices."""
 
 
 def _names(cls: type) -> tuple[str, ...]:
@@ -93,27 +94,6 @@ def _names(cls: type) -> tuple[str, ...]:
 
 def _kind_of(cls: type) -> str:
     return next(f.default for f in dataclasses.fields(cls) if f.name == "kind")  # type: ignore[return-value]
-
-
-def _check(event: Event) -> None:
-    """Tuples for tuple fields, literal fields within their choices: the validation that matters."""
-    cls = type(event)
-    checks = _CHECKS.get(cls)
-    if checks is None:
-        return
-    kind, tuples, choices = checks
-    if event.kind != kind:
-        raise ValueError(f"{cls.__name__}.kind is {kind!r}, not {event.kind!r}")
-    for name in tuples:
-        value = getattr(event, name)
-        if type(value) is not tuple:
-            if isinstance(value, (str, bytes, dict)) or not isinstance(value, Iterable):
-                raise ValueError(f"{cls.__name__}.{name} takes a tuple, not {type(value).__name__}")
-            _set(event, name, tuple(value))
-    for name, allowed in choices:
-        value = getattr(event, name)
-        if value not in allowed:
-            raise ValueError(f"{cls.__name__}.{name} takes one of {sorted(allowed)}, not {value!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
@@ -634,60 +614,7 @@ def _register() -> None:
         )
         _CHECKS[cls] = (kind, tuples, choices)
         if cls.__post_init__ is Event.__post_init__:  # a kind that checks more (Steering) keeps its own
-            cls.__init__ = _fast_init(cls, kind, tuples, choices)
-
-
-def _fast_init(cls: type, kind: str, tuples: tuple[str, ...], choices: tuple[tuple[str, frozenset], ...]) -> Any:
-    """The ``__init__`` of a built-in event kind: what the dataclass's does (the same keywords, defaults and
-    errors, then :func:`_check`'s checks), each field set through its slot directly. A loop publishes several
-    events per model call, a batch several per row: the generated one (``object.__setattr__`` per field, then
-    ``__post_init__``) cost twice as much. Kinds defined elsewhere keep the dataclass's."""
-    env: dict[str, Any] = {"_time": time.time, "_next": _seq.__next__, "_MISSING": dataclasses.MISSING,
-                           "_tuple_of": _tuple_of, "_cls": cls, "_choices": dict(choices)}
-    params, body = [], []
-    for f in dataclasses.fields(cls):
-        n = f.name
-        env[f"_s_{n}"] = next(k.__dict__[n] for k in cls.__mro__ if n in k.__dict__).__set__  # its slot's setter
-        if n in ("ts", "seq"):
-            params.append(f"{n}=_MISSING")
-            maker = "_time()" if n == "ts" else "_next()"
-            body.append(f"    _s_{n}(self, {maker} if {n} is _MISSING else {n})")
-            continue
-        if f.default is not dataclasses.MISSING:
-            env[f"_d_{n}"] = f.default
-            params.append(f"{n}=_d_{n}")
-        else:
-            params.append(n)
-        if n == "lineage":
-            body.append("    if type(lineage) is not tuple: lineage = tuple(lineage)")
-        body.append(f"    _s_{n}(self, {n})")
-    env["_kind"] = kind
-    checks = ["    if kind != _kind: _bad_kind(_cls, kind)"]
-    for n in tuples:
-        checks.append(f"    if type({n}) is not tuple: _s_{n}(self, _tuple_of(_cls, {n!r}, {n}))")
-    for n, _allowed in choices:
-        checks.append(f"    if {n} not in _choices[{n!r}]: _bad_choice(_cls, {n!r}, {n}, _choices[{n!r}])")
-    env["_bad_choice"], env["_bad_kind"] = _bad_choice, _bad_kind
-    src = f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(body + checks) + "\n"
-    exec(src, env)  # made from the class's own field names, as dataclasses makes its __init__
-    init = env["__init__"]
-    init.__qualname__ = f"{cls.__name__}.__init__"
-    init.__doc__ = cls.__dict__["__init__"].__doc__
-    return init
-
-
-def _tuple_of(cls: type, name: str, value: Any) -> tuple:
-    if isinstance(value, (str, bytes, dict)) or not isinstance(value, Iterable):
-        raise ValueError(f"{cls.__name__}.{name} takes a tuple, not {type(value).__name__}")
-    return tuple(value)
-
-
-def _bad_kind(cls: type, kind: Any) -> None:
-    raise ValueError(f"{cls.__name__}.kind is {_CHECKS[cls][0]!r}, not {kind!r}")
-
-
-def _bad_choice(cls: type, name: str, value: Any, allowed: frozenset) -> None:
-    raise ValueError(f"{cls.__name__}.{name} takes one of {sorted(allowed)}, not {value!r}")
+            cls.__init__ = _fast_init(cls, _seq.__next__)
 
 
 _register()
