@@ -317,7 +317,7 @@ class Turn:
         )
         if h.config.prompt_cache:
             request = self.cache_hints(request)
-        names = tuple(t.name for t in tools)
+        names = tuple(t.name for t in tools) if tools else ()
         if names == self._offered:
             names = self._offered  # a step's event keeps the last step's tuple when the offer is the same
         self._offered = names
@@ -329,8 +329,8 @@ class Turn:
             tool_choice=choice if isinstance(choice, str) else "function",
             last_user=last_user,
         )
-        limit = rate_limit_of(h.model)
-        if limit is not None and not getattr(h.model, "limits_itself", False):
+        limit = None if getattr(h.model, "limits_itself", False) else rate_limit_of(h.model)
+        if limit is not None:
             await limit.acquire(self._last_tokens)  # shared by every loop calling this model
         self.reset_streaming()
         self._interrupted = False
@@ -371,14 +371,15 @@ class Turn:
             ev.ModelResponse,
             step=step,
             content=reply.content,
-            tool_calls=tuple({"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls),
+            tool_calls=tuple({"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls)
+            if reply.tool_calls else (),
             input_tokens=reply.usage.input_tokens,
             output_tokens=reply.usage.output_tokens,
             estimated=reply.usage.estimated,
             thinking=reply.thinking,
             refusal=reply.refusal,
             truncated=bool(getattr(reply, "truncated", False)),
-            warnings=tuple(scrub(w) for w in getattr(reply, "warnings", ())),
+            warnings=tuple(scrub(w) for w in warned) if (warned := getattr(reply, "warnings", ())) else (),
             response_model=getattr(reply, "model", None) or None,
             response_id=getattr(reply, "id", None),
             finish_reason=getattr(reply, "finish_reason", None),
