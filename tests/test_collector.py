@@ -163,3 +163,34 @@ async def test_a_small_batch_raises_the_threshold_too_and_it_is_put_back_when_it
     assert len(seen) == 10 and min(seen) >= 1000 * 2
     assert gc.get_threshold() == (700, 10, 10)
     assert u.tune_collector()["threshold_set"] is None
+
+
+async def test_a_batch_counts_as_its_concurrency_of_live_loops_while_it_runs_and_none_after(tuning):
+    """A batch's rows count as live loops through the batch (its concurrency), however many of them are running,
+    and the count is back where it was once the batch ends, stopped rows included."""
+    gate = asyncio.Event()
+
+    async def wait_for_gate() -> str:
+        """Wait until the test lets go."""
+        await gate.wait()
+        return "released"
+
+    bus = u.EventBus()
+    waiting: list[object] = []
+    three = asyncio.Event()
+    bus.subscribe(lambda e: (waiting.append(e), len(waiting) == 3 and three.set()), kinds=["tool_started"])
+    h = u.map([f"item {i}" for i in range(12)], "Label {value}", tools=[wait_for_gate], concurrency=3, bus=bus,
+              model=u.ScriptedModel(lambda m, t: u.call_tool("wait_for_gate") if len(m) < 3 else "ok"))
+    await asyncio.wait_for(three.wait(), 10)
+    assert u.tune_collector()["live_loops"] == tuning + 1 + 3  # the batch's loop, and its 3 rows
+    gate.set()
+    assert (await asyncio.wait_for(h, 10)).tolist() == ["ok"] * 12
+    assert u.tune_collector()["live_loops"] == tuning
+    h = u.map([f"item {i}" for i in range(12)], "Label {value}", tools=[wait_for_gate], concurrency=3, bus=bus,
+              model=u.ScriptedModel(lambda m, t: u.call_tool("wait_for_gate")))
+    gate.clear()
+    waiting.clear()
+    three.clear()
+    await asyncio.wait_for(three.wait(), 10)
+    await asyncio.wait_for(h.stop(), 10)
+    assert u.tune_collector()["live_loops"] == tuning

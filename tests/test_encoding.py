@@ -191,6 +191,26 @@ async def test_a_tool_loop_sends_exactly_the_json_of_its_requests(server, model)
     assert model.wire_cache.vouched == 4  # on the loop's word (ModelRequest.continues): nothing marshalled
 
 
+async def test_a_loop_offering_no_tools_keeps_no_encoding_and_is_sent_the_same_when_it_goes_on(server, model):
+    """A loop's first call offering no tools (a map row's) is expected to end the loop: its encoding is not kept
+    (``ModelRequest.once``). When the loop goes on after all (an empty reply asked again), every request is still
+    the exact JSON of the conversation."""
+    server.serve(Serve.of(TEXT))
+    h = u.start_loop("Say hi.", model=model, bus=u.EventBus())
+    assert await asyncio.wait_for(h.result(), T)
+    assert (model.wire_cache.hits, model.wire_cache.misses, len(model.wire_cache)) == (0, 0, 0)
+    empty = {"choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": "stop"}]}
+    server.serve(Serve(events=[ps.data(empty), ps.DONE]))  # an empty reply: the loop asks once more
+    server.serve(Serve.of(TEXT))
+    h = u.start_loop("Say hi again.", model=model, bus=u.EventBus())
+    assert await asyncio.wait_for(h.result(), T)
+    first, second = server.requests[-2:]
+    for req in (first, second):
+        assert req.raw == json.dumps(req.json, ensure_ascii=False, separators=(",", ":")).encode()
+    assert second.json["messages"][: len(first.json["messages"])] == first.json["messages"]
+    assert len(second.json["messages"]) > len(first.json["messages"])
+
+
 def test_the_cache_is_bounded_in_conversations_and_bytes():
     cache = WireCache(max_conversations=8, max_bytes=1 << 30)
     for n in range(50):

@@ -42,3 +42,17 @@ async def test_a_stopped_loop_keeps_its_reason_in_the_state(bus):
     assert h.state.stop_reason == "enough" and h.state.status is u.Status.STOPPED
     with pytest.raises(u.Stopped):
         await h.result()
+
+
+async def test_loop_ids_stay_unique_when_the_person_seeds_random(bus):
+    """A loop's id is unique across kernels (the store keys loops by it): the person's ``random.seed(0)``, common in
+    a notebook, must not make two kernels (here: two loops after the same seed) draw the same one."""
+    import random
+
+    ids = set()
+    for _ in range(2):
+        random.seed(0)
+        h = u.start_loop("hi", model=u.ScriptedModel(lambda m, t: "ok"), bus=bus)
+        assert await asyncio.wait_for(h.result(), 10) == "ok"
+        ids.add(h.id)
+    assert len(ids) == 2 and all(len(i) == 16 and int(i, 16) >= 0 for i in ids)

@@ -225,7 +225,8 @@ def tune_collector(
     ``per_loop`` (200) per live loop, at most ``ceiling`` (100,000); the thresholds found are put back
     once fewer than half of ``start_at`` are live. While a batch runs, it is raised whatever its
     concurrency (as for 64 live loops at least). Called with no argument, it changes nothing. The
-    returned dict also says how many loops are live and what threshold unity_nb set (``None``: none).
+    returned dict also says how many loops are live (a batch's rows as its concurrency) and what threshold unity_nb
+    set (``None``: none).
     """
     s = _state
     with _lock:
@@ -249,6 +250,6 @@ def tune_collector(
             "start_at": s.start_at,
             "per_loop": s.per_loop,
             "ceiling": s.ceiling,
-            "live_loops": s.live,
+            "live_loops": s.live + s.held,  # a batch's rows count through it (as its concurrency)
             "threshold_set": s.ours[0] if s.ours is not None else None,
         }

@@ -24,6 +24,10 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field  # for AnyEvent's discriminator: pydantic.TypeAdapter(AnyEvent) parses any event
 
+from ._event_checks import CHECKS as _CHECKS
+from ._event_checks import check as _check
+from ._event_checks import fast_init as _fast_init
+
 __all__ = (
     "Event",
     "LoopStarted",
@@ -79,9 +83,6 @@ _NAMES: dict[type, tuple[str, ...]] = {}
 _KINDS: dict[str, type] = {}
 _CONTAINERS: dict[type, tuple[str, ...]] = {}
 """Per class: the tuple fields that hold dicts (copied by ``model_dump``)."""
-_CHECKS: dict[type, tuple[str, tuple[str, ...], tuple[tuple[str, frozenset], ...]]] = {}
-"""Per class: its kind, its fields typed ``tuple[...]`` (a list given for one is kept as a tuple),
-and its fields typed ``Literal[...]`` with their choices."""
 
 
 def _names(cls: type) -> tuple[str, ...]:
@@ -93,27 +94,6 @@ def _names(cls: type) -> tuple[str, ...]:
 
 def _kind_of(cls: type) -> str:
     return next(f.default for f in dataclasses.fields(cls) if f.name == "kind")  # type: ignore[return-value]
-
-
-def _check(event: Event) -> None:
-    """Tuples for tuple fields, literal fields within their choices: the validation that matters."""
-    cls = type(event)
-    checks = _CHECKS.get(cls)
-    if checks is None:
-        return
-    kind, tuples, choices = checks
-    if event.kind != kind:
-        raise ValueError(f"{cls.__name__}.kind is {kind!r}, not {event.kind!r}")
-    for name in tuples:
-        value = getattr(event, name)
-        if type(value) is not tuple:
-            if isinstance(value, (str, bytes, dict)) or not isinstance(value, Iterable):
-                raise ValueError(f"{cls.__name__}.{name} takes a tuple, not {type(value).__name__}")
-            _set(event, name, tuple(value))
-    for name, allowed in choices:
-        value = getattr(event, name)
-        if value not in allowed:
-            raise ValueError(f"{cls.__name__}.{name} takes one of {sorted(allowed)}, not {value!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
@@ -633,6 +613,8 @@ def _register() -> None:
             if n != "kind" and typing.get_origin(hints[n]) is Literal
         )
         _CHECKS[cls] = (kind, tuples, choices)
+        if cls.__post_init__ is Event.__post_init__:  # a kind that checks more (Steering) keeps its own
+            cls.__init__ = _fast_init(cls, _seq.__next__)
 
 
 _register()

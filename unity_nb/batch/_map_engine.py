@@ -272,12 +272,12 @@ class MapEngine(Driver):
         """Start ``row``'s loop (its task runs it); the batch hears when it ends (:meth:`_row_ended`)."""
         book, plan, run = self.book, self.plan, self._run
         book.started_row(row)
-        config = plan.config if plan.named else plan.config.named(f"{run.name}[{label_of(row.key)}]")
+        name = None if plan.named else f"{run.name}[{label_of(row.key)}]"  # the options shared, not copied per row
         # the loop's task runs in a context of its own where its requests waiting for their turn make the row
         # queued (``turn_hook``): the batch's own context is left as it is
         context = contextvars.copy_context()
         context.run(turn_hook.set, row.waits)
-        child: LoopHandle = context.run(LoopHandle, row.task, parent=run.handle, config=config)
+        child: LoopHandle = context.run(LoopHandle, row.task, parent=run.handle, config=plan.config, _name=name)
         row.child = child
         row.told = len(self._notes)  # what it was told besides its task: part of its cache key
         for note in self._notes:  # interjections made before the row started (heard before its first call)
@@ -332,8 +332,10 @@ class MapEngine(Driver):
         self._failed_kept += keep
         if not keep:  # its transcript lives in the store (if one records the bus), not in memory
             row.child = None
-            if child in self._run.children:
+            try:  # rows end about in the order they started: found near the front, in one pass
                 self._run.children.remove(child)
+            except ValueError:
+                pass
         cache = self.plan.cache
         if row.status == "finished" and cache is not None and not _used_tools(child) and cacheable(child):
             cache.put(cache.key(row.task, self._notes[: row.told]), to_json(_plain(row.answer)), self.plan.model_name)

@@ -36,7 +36,8 @@ surfaces as ``asyncio.CancelledError``.
 from __future__ import annotations
 
 import asyncio
-import secrets
+import os
+import random
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
@@ -67,9 +68,13 @@ __all__ = ("LoopHandle", "start_ask")
 _ENDED = frozenset({Status.FINISHED, Status.STOPPED, Status.FAILED})
 
 
+_ids = random.Random()  # seeded from the OS's randomness: its own, so a person's random.seed() repeats no id
+os.register_at_fork(after_in_child=_ids.seed)  # a forked process (a worker) draws ids of its own
+
+
 def _new_id() -> str:
     """Unique across kernels and time (64 random bits); names show its first 4 digits."""
-    return secrets.token_hex(8)
+    return f"{_ids.getrandbits(64):016x}"
 
 
 class LoopHandle(Loop):
@@ -109,6 +114,7 @@ class LoopHandle(Loop):
         _lineage: tuple[str, ...] | None = None,
         tool_source: ToolSource | None = None,
         engine: type[Driver] | Callable[[Run, Loop], Driver] = Engine,
+        _name: str | None = None,
         **options: Any,
     ) -> None:
         if not isinstance(task, str) or not task.strip():
@@ -132,7 +138,7 @@ class LoopHandle(Loop):
         self.task = task
         self.model: Model = cfg.model
         self.id = _new_id()
-        self.name = cfg.name or f"{kind}-{self.id[:4]}"
+        self.name = _name or cfg.name or f"{kind}-{self.id[:4]}"
 
         call = current_call()
         adopt_call, share_context = None, False
@@ -143,6 +149,8 @@ class LoopHandle(Loop):
         bus = cfg.bus or (parent.run.bus if parent is not None else ev.default_bus())
         self.run = run = Run(self, cfg, self.id, (*base, f"{self.name}({self.id})"), bus, parent, event_loop)
         """The tree, the events, the ending, steering notes, the request book and the state the parts write."""
+        # a batch's row counts as a live loop through its batch (``hold_loops``), not once more by itself
+        run.counted = parent is None or not parent._engine.batch
         self._router = Router(run, self)
         self._engine: Driver
         approval = None
@@ -164,7 +172,7 @@ class LoopHandle(Loop):
             run.requests.append(RequestHandle(self, "r1", task))
 
         if parent is not None:
-            parent.run.adopt(self, adopt_call)
+            parent.run.adopt(self, adopt_call, new=True)
         endpoint = endpoint_of(cfg.model)
         self.run.emit(
             ev.LoopStarted,
@@ -184,7 +192,8 @@ class LoopHandle(Loop):
             self.run.emit(ev.RequestSubmitted, request_id="r1", text=task)
         self._task = self.run.event_loop.create_task(self._engine.run(), name=f"unity_nb:{self.name}")
         self._task.add_done_callback(self._on_task_done)
-        loop_started(self.run.event_loop)  # many live loops: the collector runs less often (unity_nb._collector)
+        if run.counted:  # many live loops: the collector runs less often (unity_nb._collector)
+            loop_started(run.event_loop)
 
     def _on_task_done(self, task: asyncio.Task) -> None:
         # a task cancelled before its first step never enters run(): end the handle anyway

@@ -61,6 +61,7 @@ class Run:
         "children",
         "config",
         "conversation",
+        "counted",
         "ended",
         "event_loop",
         "events",
@@ -106,6 +107,9 @@ class Run:
         self.listeners: list[Listener] = []
         self.waiters: ev.Waiters = []
         self.ended = Signal()
+        self.counted = True
+        """It counts as a live loop for the collector (``unity_nb._collector``); a batch's row counts through its
+        batch."""
         self.model: Model = config.model
         self.state = LoopState()
         """What the loop's parts write as it runs (counters, references, status, outcome)."""
@@ -155,11 +159,14 @@ class Run:
                 self.late.append(event)
         if self.waiters:
             ev.resolve_waiters(self.waiters, event)
-        source = self._handle()
+        source = None
         run: Run | None = self  # here and above (a plain walk: this runs for every event)
         while run is not None:
-            for fn in run.listeners:
-                fn(source, event)
+            if run.listeners:
+                if source is None:
+                    source = self._handle()
+                for fn in run.listeners:
+                    fn(source, event)
             parent: _Node | None = run.parent
             run = parent.run if parent is not None else None
         self.bus.publish(event)
@@ -204,9 +211,10 @@ class Run:
         """The children that have not ended."""
         return [c for c in self.children if not c.run.ended.is_set()]
 
-    def adopt(self, child: Any, call_id: str | None) -> None:
-        """Make ``child`` (a handle) a child of this loop, started by tool call ``call_id``: steering reaches it."""
-        if child in self.children:
+    def adopt(self, child: Any, call_id: str | None, *, new: bool = False) -> None:
+        """Make ``child`` (a handle) a child of this loop, started by tool call ``call_id``: steering reaches it.
+        ``new``: a loop being made, which cannot be a child yet (not looked for among a batch's hundred rows)."""
+        if not new and child in self.children:
             return
         child.run.parent, child.run.parent_call = self._handle(), call_id
         self.children.append(child)
@@ -346,6 +354,6 @@ class Run:
                 Message("assistant", f"[failed] {type(error).__name__}: {error}", kind="error", error=True)
             )
             self.emit(ev.LoopFailed, error=f"{type(error).__name__}: {error}", steps=state.steps)
-        if not self.ended.is_set():
+        if not self.ended.is_set() and self.counted:
             loop_ended(self.event_loop)
         self.ended.set()

@@ -51,6 +51,11 @@ def own_tools(cfg: LoopOptions, kind: str, final_answer: Tool | None) -> dict[st
     return tools
 
 
+_NOTHING = TextBuffer()
+"""A turn's buffers while nothing streams (never appended to: the first piece makes its own)."""
+_NO_SCRUB = ScrubStream()
+
+
 class _Sink:
     """What a model streams into: answer text by calling it, reasoning through ``.thinking``."""
 
@@ -120,8 +125,9 @@ class Turn:
         self._interrupted = False
         self._summary_failed_at = -1
         self._last_tokens = 0
-        self._streamed = True
-        self.reset_streaming()
+        self._streamed = False
+        self.text = self.thinking = _NOTHING  # made as the first piece of a call streams in (:meth:`_open`)
+        self._text_scrub = self._thinking_scrub = _NO_SCRUB
 
     @property
     def source(self) -> Loop:
@@ -201,6 +207,7 @@ class Turn:
                 request.tool_choice,
                 {**request.options, "prompt_cache_key": f"unity_nb-{root.id}"},
                 request.continues,
+                request.once,
             )
         messages = list(request.messages)
         marks = [0] if messages and messages[0].get("role") == "system" else []  # the system prompt opens the wire
@@ -211,28 +218,38 @@ class Turn:
             if isinstance(m.get("content"), str):
                 content = [{"type": "text", "text": m["content"], "cache_control": {"type": "ephemeral"}}]
                 messages[i] = {**m, "content": content}
-        return ModelRequest(messages, request.tools, request.tool_choice, request.options)  # marked: new dicts
+        return ModelRequest(messages, request.tools, request.tool_choice, request.options,  # marked: new dicts
+                            once=request.once)
 
     # -- streaming ---------------------------------------------------------------------------
 
     def reset_streaming(self) -> None:
-        # pieces joined when read (appending to a str is quadratic), scrubbed as they accumulate; new ones
-        # only if anything was streamed into these (a step resets before and after its call)
+        """Nothing is in flight (a step resets before and after its call): what streamed is dropped, and the
+        buffers are made again only when something streams (a call that streams nothing makes none)."""
         if self._streamed:
             self._streamed = False
-            self.text, self._text_scrub = TextBuffer(), ScrubStream()
-            self.thinking, self._thinking_scrub = TextBuffer(), ScrubStream()
-            self.run.state.streams = (self.text, self.thinking)  # what h.state.streaming_text reads
+            self.text = self.thinking = _NOTHING
+            self._text_scrub = self._thinking_scrub = _NO_SCRUB
+            self.run.state.streams = None  # h.state.streaming_text reads ""
+
+    def _open(self) -> None:
+        # pieces joined when read (appending to a str is quadratic), scrubbed as they accumulate
+        self._streamed = True
+        self.text, self._text_scrub = TextBuffer(), ScrubStream()
+        self.thinking, self._thinking_scrub = TextBuffer(), ScrubStream()
+        self.run.state.streams = (self.text, self.thinking)  # what h.state.streaming_text reads
 
     def _on_delta(self, text: str) -> None:
-        self._streamed = True
+        if not self._streamed:
+            self._open()
         text = self._text_scrub.feed(text)
         if text:
             self.text.append(text)
             self.run.emit(ev.ModelDelta, step=self.run.state.steps, text=text)
 
     def _on_thinking(self, text: str) -> None:
-        self._streamed = True
+        if not self._streamed:
+            self._open()
         text = self._thinking_scrub.feed(text)
         if text:
             self.thinking.append(text)
@@ -241,6 +258,8 @@ class Turn:
     def _flush_streaming(self, *, cut: bool = False) -> None:
         """The model call ended: publish what the scrubbers held back (an unfinished start of a value). ``cut``:
         it was cut off (a stop, an interjection), so what they hold could be part of a value: it is dropped."""
+        if not self._streamed:  # nothing streamed in: nothing held back
+            return
         for scrubber, buffer, thinking in (
             (self._text_scrub, self.text, False),
             (self._thinking_scrub, self.thinking, True),
@@ -294,10 +313,11 @@ class Turn:
             tool_choice=choice if tools else "none",
             options=h.config.options,
             continues=continues,
+            once=step == 1 and not tools,  # a first call offering no tools: its answer is expected to end the loop
         )
         if h.config.prompt_cache:
             request = self.cache_hints(request)
-        names = tuple(t.name for t in tools)
+        names = tuple(t.name for t in tools) if tools else ()
         if names == self._offered:
             names = self._offered  # a step's event keeps the last step's tuple when the offer is the same
         self._offered = names
@@ -309,8 +329,8 @@ class Turn:
             tool_choice=choice if isinstance(choice, str) else "function",
             last_user=last_user,
         )
-        limit = rate_limit_of(h.model)
-        if limit is not None and not getattr(h.model, "limits_itself", False):
+        limit = None if getattr(h.model, "limits_itself", False) else rate_limit_of(h.model)
+        if limit is not None:
             await limit.acquire(self._last_tokens)  # shared by every loop calling this model
         self.reset_streaming()
         self._interrupted = False
@@ -351,14 +371,15 @@ class Turn:
             ev.ModelResponse,
             step=step,
             content=reply.content,
-            tool_calls=tuple({"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls),
+            tool_calls=tuple({"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls)
+            if reply.tool_calls else (),
             input_tokens=reply.usage.input_tokens,
             output_tokens=reply.usage.output_tokens,
             estimated=reply.usage.estimated,
             thinking=reply.thinking,
             refusal=reply.refusal,
             truncated=bool(getattr(reply, "truncated", False)),
-            warnings=tuple(scrub(w) for w in getattr(reply, "warnings", ())),
+            warnings=tuple(scrub(w) for w in warned) if (warned := getattr(reply, "warnings", ())) else (),
             response_model=getattr(reply, "model", None) or None,
             response_id=getattr(reply, "id", None),
             finish_reason=getattr(reply, "finish_reason", None),

@@ -166,6 +166,10 @@ class ModelRequest:
     """How many of ``messages``, from the first, are the very message objects of the loop's previous request,
     unchanged since (a loop never edits a message it has sent; compressing makes a new list): a model that
     kept their encoding may reuse it without checking them again. ``0`` promises nothing."""
+    once: bool = False
+    """The loop expects no request to continue this one (a loop's first call, offering no tools: its answer ends
+    it, as a map row's does): a model need not keep what would help encode a continuation. A hint only: a request
+    that continues it after all is sent the same, encoded whole."""
 
 
 @runtime_checkable

@@ -37,6 +37,8 @@ _ARGS = ("requests_per_minute", "tokens_per_minute")
 
 def _positive(value: Any) -> float | None:
     """A header's number if it is above 0 (``inf`` included), else None."""
+    if value is None:  # no such header (every response without one: no exception raised and caught)
+        return None
     try:
         number = float(value)
     except (TypeError, ValueError):

@@ -33,6 +33,7 @@ from ._sse import LineTooLong, SSEDecoder
 from ._transport import (
     AioHTTPTransport,
     ClientTransport,
+    Deadline,
     HTTPStatusError,
     RequestBody,
     Response,
@@ -334,7 +335,8 @@ class OpenAIModel:
         prefetch_prices(self)  # a provider's model: its price is read (in a thread) while the reply comes
         body = self._body(request)
         cache = self.wire_cache
-        payload = RequestBody(body, lambda: cache.body(body, request.messages, request.continues))
+        keep = not request.once  # a request nothing is expected to continue (a map row's): its encoding is not kept
+        payload = RequestBody(body, lambda: cache.body(body, request.messages, request.continues, keep=keep))
         attempt = 0
         limit = rate_limit_of(self, create=True)  # shared by every loop calling this model
         assert limit is not None
@@ -392,7 +394,7 @@ class OpenAIModel:
     ) -> Reply:
         """One request, bounded by ``timeout`` of silence (each complete line of the stream resets it)."""
         asm = Assembler(self.name, on_delta, max_chars=self.max_reply_chars)
-        async with asyncio.timeout(None) as deadline:
+        with Deadline() as deadline:
             silence = Silence(self.timeout, deadline)
             try:
                 response = await self._transport.open("/chat/completions", payload)

@@ -37,7 +37,7 @@ from .._json import loads
 from ._assemble import error_words
 
 __all__ = (
-    "ERROR_BODY_LIMIT", "AioHTTPTransport", "ClientTransport", "HTTPStatusError", "RequestBody", "Response",
+    "ERROR_BODY_LIMIT", "AioHTTPTransport", "ClientTransport", "Deadline", "HTTPStatusError", "RequestBody", "Response",
     "Silence", "Transport", "TransportError", "check_base_url", "error_body_text",
 )
 
@@ -385,6 +385,35 @@ class ClientTransport:
         pass  # the client is the user's; they close it
 
 
+class Deadline:
+    """The deadline :class:`Silence` ends an attempt by: what ``asyncio.timeout(None)`` is to it, without that
+    object's cost on every request. Entered in the attempt's task; :meth:`reschedule` (the silence is over)
+    cancels that task, and leaving turns that cancellation into a ``TimeoutError``, as ``asyncio.timeout`` does
+    (a cancellation that is not its own, a stop, passes on as it is)."""
+
+    __slots__ = ("_cancelling", "_task", "expired")
+
+    def __enter__(self) -> Deadline:
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("a Deadline is entered in a task")
+        self._task = task
+        self._cancelling = task.cancelling()
+        self.expired = False
+        return self
+
+    def reschedule(self, when: float | None) -> None:
+        """Called by :class:`Silence` once ``when`` has passed: the attempt is cancelled now (``None``: no deadline,
+        nothing to do)."""
+        if when is not None and not self.expired:
+            self.expired = True
+            self._task.cancel()
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self.expired and self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
+            raise TimeoutError from exc
+
+
 class Silence:
     """Ends an attempt (its ``asyncio.timeout``, as a TimeoutError) after ``timeout`` seconds without progress.
 
@@ -396,7 +425,7 @@ class Silence:
 
     __slots__ = ("_deadline", "_handle", "_last", "_loop", "_timeout")
 
-    def __init__(self, timeout: float, deadline: asyncio.Timeout) -> None:
+    def __init__(self, timeout: float, deadline: asyncio.Timeout | Deadline) -> None:
         self._loop = asyncio.get_running_loop()
         self._timeout = timeout
         self._deadline = deadline

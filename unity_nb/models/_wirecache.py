@@ -86,9 +86,13 @@ class WireCache:
             self._ends.clear()
             self._bytes = 0
 
-    def body(self, body: dict, messages: Any, continues: int = 0) -> bytes:
+    def body(self, body: dict, messages: Any, continues: int = 0, *, keep: bool = True) -> bytes:
         """The JSON bytes of ``body``, whose ``"messages"`` is ``messages``; ``continues``: how many of them
-        are the previous request's very messages, unchanged (``ModelRequest.continues``)."""
+        are the previous request's very messages, unchanged (``ModelRequest.continues``). ``keep=False``: a
+        request no other is expected to continue (a conversation's first, offering no tools: its answer ends
+        it), encoded whole and not kept; one that continues it after all is encoded whole too."""
+        if not keep and not continues:
+            return _ENCODER.encode(body).encode()
         if body.get("messages") is not messages or type(messages) is not list or not messages:
             return _ENCODER.encode(body).encode()
         head: dict = {}
@@ -162,6 +166,8 @@ class WireCache:
 
     def forget(self, messages: list) -> None:
         """A conversation that will not be sent again (its loop ended): drop what was kept for it."""
+        if not self._by_anchor:  # nothing kept (a batch's rows, whose requests are ``once``): no lock to take
+            return
         with self._lock:
             for anchor in messages[:2]:
                 conv = self._by_anchor.get(id(anchor))

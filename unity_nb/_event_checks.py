@@ -1,0 +1,93 @@
+"""How an event is made and checked: the validation that matters (tuples for tuple fields, literal fields within
+their choices) and, for each built-in kind, an ``__init__`` that does it without the dataclass's per-field cost.
+
+Beside :mod:`unity_nb.events`, which registers its kinds here (``CHECKS``) and keeps the event types; this module
+imports nothing of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+__all__ = ("CHECKS", "check", "fast_init")
+
+_set = object.__setattr__  # how a frozen dataclass sets its own fields
+
+CHECKS: dict[type, tuple[str, tuple[str, ...], tuple[tuple[str, frozenset], ...]]] = {}
+"""Per class: its kind, its fields typed ``tuple[...]`` (a list given for one is kept as a tuple),
+and its fields typed ``Literal[...]`` with their choices."""
+
+
+def check(event: Any) -> None:
+    """Tuples for tuple fields, literal fields within their choices: the validation that matters."""
+    cls = type(event)
+    checks = CHECKS.get(cls)
+    if checks is None:
+        return
+    kind, tuples, choices = checks
+    if event.kind != kind:
+        raise ValueError(f"{cls.__name__}.kind is {kind!r}, not {event.kind!r}")
+    for name in tuples:
+        value = getattr(event, name)
+        if type(value) is not tuple:
+            _set(event, name, _tuple_of(cls, name, value))
+    for name, allowed in choices:
+        value = getattr(event, name)
+        if value not in allowed:
+            _bad_choice(cls, name, value, allowed)
+
+
+def fast_init(cls: type, next_seq: Callable[[], int]) -> Any:
+    """The ``__init__`` of a built-in event kind (registered in ``CHECKS``): what the dataclass's does (the same
+    keywords, defaults and errors, then :func:`check`'s checks), each field set through its slot directly. A loop
+    publishes several events per model call, a batch several per row: the generated one (``object.__setattr__``
+    per field, then ``__post_init__``) cost twice as much. ``next_seq`` gives ``seq`` when none is given."""
+    kind, tuples, choices = CHECKS[cls]
+    env: dict[str, Any] = {"_time": time.time, "_next": next_seq, "_MISSING": dataclasses.MISSING,
+                           "_tuple_of": _tuple_of, "_cls": cls, "_choices": dict(choices), "_kind": kind,
+                           "_bad_choice": _bad_choice, "_bad_kind": _bad_kind}
+    params, body = [], []
+    for f in dataclasses.fields(cls):
+        n = f.name
+        env[f"_s_{n}"] = next(k.__dict__[n] for k in cls.__mro__ if n in k.__dict__).__set__  # its slot's setter
+        if n in ("ts", "seq"):
+            params.append(f"{n}=_MISSING")
+            maker = "_time()" if n == "ts" else "_next()"
+            body.append(f"    _s_{n}(self, {maker} if {n} is _MISSING else {n})")
+            continue
+        if f.default is not dataclasses.MISSING:
+            env[f"_d_{n}"] = f.default
+            params.append(f"{n}=_d_{n}")
+        else:
+            params.append(n)
+        if n == "lineage":
+            body.append("    if type(lineage) is not tuple: lineage = tuple(lineage)")
+        body.append(f"    _s_{n}(self, {n})")
+    body.append("    if kind != _kind: _bad_kind(_cls, kind)")
+    for n in tuples:
+        body.append(f"    if type({n}) is not tuple: _s_{n}(self, _tuple_of(_cls, {n!r}, {n}))")
+    for n, _allowed in choices:
+        body.append(f"    if {n} not in _choices[{n!r}]: _bad_choice(_cls, {n!r}, {n}, _choices[{n!r}])")
+    src = f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(body) + "\n"
+    exec(src, env)  # made from the class's own field names, as dataclasses makes its __init__
+    init = env["__init__"]
+    init.__qualname__ = f"{cls.__name__}.__init__"
+    init.__doc__ = cls.__dict__["__init__"].__doc__
+    return init
+
+
+def _tuple_of(cls: type, name: str, value: Any) -> tuple:
+    if isinstance(value, (str, bytes, dict)) or not isinstance(value, Iterable):
+        raise ValueError(f"{cls.__name__}.{name} takes a tuple, not {type(value).__name__}")
+    return tuple(value)
+
+
+def _bad_kind(cls: type, kind: Any) -> None:
+    raise ValueError(f"{cls.__name__}.kind is {CHECKS[cls][0]!r}, not {kind!r}")
+
+
+def _bad_choice(cls: type, name: str, value: Any, allowed: frozenset) -> None:
+    raise ValueError(f"{cls.__name__}.{name} takes one of {sorted(allowed)}, not {value!r}")
