@@ -352,11 +352,13 @@ class MapEngine(Driver):
     def _emit_row(self, row: Row, child: LoopHandle | None, *, kept: bool = False, cached: bool = False,
                   child_id: str | None = None) -> None:
         answer = to_json(_plain(row.answer)) if row.status == "finished" else None
-        self._run.emit(
-            ev.RowFinished, row=row_key(row.key), position=row.position, status=row.status, answer=answer,
+        run = self._run
+        run.publish(ev.RowFinished(
+            loop_id=run.id, lineage=run.lineage, row=row_key(row.key), position=row.position, status=row.status,
+            answer=answer,
             reason=row.reason, child_id=child.id if child is not None else child_id, input_tokens=row.tokens[0],
             output_tokens=row.tokens[1], asked=self.asked(row), kept=kept, cached=cached,
-        )
+        ))
 
     def _ending(self, _handle: Any, status: Status, error: BaseException | None) -> None:
         """As the batch ends (``Run.on_end``): its rows stop counting as live loops, and rows never started say why."""

@@ -131,7 +131,8 @@ class Engine(Driver):
         loops), deliver steering, compress. True when a multi-request loop is done."""
         h = self._run
         while True:
-            await h.gate.wait()
+            if h.gate.paused:  # an open gate is passed without a coroutine of its own (a step of every row)
+                await h.gate.wait()
             if not h.config.multi or h.open_requests() or h.conversation.pending:
                 break
             if not h.config.persist:
@@ -139,7 +140,8 @@ class Engine(Driver):
             await h.wait_for_request()
         self._tools.before_step()
         h.conversation.deliver()
-        await self._turn.maybe_compress()
+        if h.config.context_window:  # else nothing is ever compressed
+            await self._turn.maybe_compress()
         return False
 
     async def drive(self) -> str:
@@ -161,7 +163,8 @@ class Engine(Driver):
             reply = await turn.call_all(offers, conv.last_user)
             if reply is None:  # interrupted by an interjection: re-issue with it
                 continue
-            await h.gate.wait()  # a reply that lands while paused is processed on resume
+            if h.gate.paused:  # a reply that lands while paused is processed on resume
+                await h.gate.wait()
             turn.count += 1
             if reply.tool_calls and not offered:  # a stray call where no tools were offered
                 names = [c.name for c in reply.tool_calls]
@@ -215,7 +218,10 @@ class Engine(Driver):
                 open_now = h.open_requests()
                 answering: Engine | RequestHandle = open_now[0] if h.config.multi and open_now else self
                 heard = conv.heard
-                ok, text = await self.finalize(reply.content or "", answering)
+                if cfg.output is None and not cfg.evaluations and not cfg.postprocessors:
+                    ok, text = True, reply.content or ""  # nothing to check or change (finalize's own answer)
+                else:
+                    ok, text = await self.finalize(reply.content or "", answering)
                 if not ok:  # an evaluation sent the model back with its feedback
                     entry.kind = "text"
                     conv.note(text)
@@ -282,6 +288,8 @@ class Engine(Driver):
     # -- answers ---------------------------------------------------------------------------
 
     def cited(self, text: str) -> list:
+        if not self._run.state.all_references:  # nothing to cite (a loop whose tools returned no reference)
+            return []
         by_number = {r.number: r for r in self._run.state.all_references}
         return [by_number[n] for n in cited_numbers(text) if n in by_number]
 

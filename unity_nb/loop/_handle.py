@@ -66,6 +66,7 @@ from ._wake import awake
 __all__ = ("LoopHandle", "start_ask")
 
 _ENDED = frozenset({Status.FINISHED, Status.STOPPED, Status.FAILED})
+_NONE: dict[str, Any] = {}
 
 
 _ids = random.Random()  # seeded from the OS's randomness: its own, so a person's random.seed() repeats no id
@@ -174,8 +175,9 @@ class LoopHandle(Loop):
         if parent is not None:
             parent.run.adopt(self, adopt_call, new=True)
         endpoint = endpoint_of(cfg.model)
-        self.run.emit(
-            ev.LoopStarted,
+        started = ev.LoopStarted(
+            loop_id=self.id,
+            lineage=run.lineage,
             name=self.name,
             task=task,
             model=getattr(cfg.model, "name", type(cfg.model).__name__),
@@ -186,8 +188,9 @@ class LoopHandle(Loop):
             provider=endpoint.provider,
             server_address=endpoint.address,
             server_port=endpoint.port,
-            **(_remembered(cfg.model) if parent is None else {}),
+            **(_remembered(cfg.model) if parent is None else _NONE),
         )
+        run.publish(started)
         if cfg.multi:
             self.run.emit(ev.RequestSubmitted, request_id="r1", text=task)
         self._task = self.run.event_loop.create_task(self._engine.run(), name=f"unity_nb:{self.name}")

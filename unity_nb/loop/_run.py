@@ -131,12 +131,13 @@ class Run:
         self.inspection: Callable[[Any], str] = inspection_prompt
         """``fn(handle)``: the system prompt of a loop answering a question about this one (``ask``); a batch
         sets its own. A plain function, so the run holds no handle."""
-        self._interrupt: weakref.WeakMethod | None = None
+        self._interrupt: tuple[Any, Any] | None = None  # (weak reference to its object, method name) or (None, fn)
         self._capped: frozenset[str] = frozenset()
         self._cap = 0
         self._seen_capped = 0
-        self.late: collections.deque[ev.Event] = collections.deque()
-        """Events of capped kinds past the cap (:meth:`cap_events`): the last ones, for :meth:`wait_for`."""
+        self.late: collections.deque[ev.Event] | tuple[()] = ()
+        """Events of capped kinds past the cap (:meth:`cap_events`): the last ones, for :meth:`wait_for` (a deque
+        once capped)."""
 
     def cap_events(self, kinds: frozenset[str], keep: int) -> None:
         """Keep in ``events`` only the first ``keep`` events of ``kinds`` (a batch's rows); the later ones are
@@ -222,7 +223,8 @@ class Run:
             rec = self.conversation.find_call(call_id)
             if rec is not None:
                 rec.child = child
-        self.emit(ev.ChildStarted, child_id=child.id, child_name=child.name, call_id=call_id)
+        self.publish(ev.ChildStarted(loop_id=self.id, lineage=self.lineage, child_id=child.id, child_name=child.name,
+                                     call_id=call_id))
         if self.gate.paused:  # a child started while paused starts paused
             child.run.gate.close()
 
@@ -272,8 +274,14 @@ class Run:
         self.emit(ev.Steering, action=verb, message=message, request_id=request_id)
 
     def interrupt_with(self, interrupt: Callable[[], None]) -> None:
-        """What cancels the model call in flight when steering arrives (the turn's; held weakly)."""
-        self._interrupt = weakref.WeakMethod(interrupt)
+        """What cancels the model call in flight when steering arrives (the turn's ``interrupt``: its object held
+        weakly, as a ``WeakMethod`` would, by a plain weak reference and the method's name, cheaper to make for a
+        loop made per row of a batch)."""
+        owner, func = getattr(interrupt, "__self__", None), getattr(interrupt, "__func__", None)
+        if owner is None or func is None:  # a plain function: held as it is
+            self._interrupt = (None, interrupt)
+        else:
+            self._interrupt = (weakref.ref(owner), func.__name__)
 
     def nudge(self) -> None:
         """New steering or a new request: wake the loop, and interrupt a model call in flight when the loop's
@@ -284,9 +292,11 @@ class Run:
         if self.request_evt is not None:
             self.request_evt.set()
         if self.config.interrupt_on_interject and self._interrupt is not None:
-            interrupt = self._interrupt()
-            if interrupt is not None:
+            ref, interrupt = self._interrupt
+            if ref is None:
                 interrupt()
+            elif (owner := ref()) is not None:
+                getattr(owner, interrupt)()
 
     def post(self, message: str, *, kind: str = "message") -> None:
         """Deliver ``message`` to the model verbatim before its next call (like an interjection, without the
@@ -346,7 +356,8 @@ class Run:
         if callable(forget):  # its conversation will not be sent again: a model that kept its encoding drops it
             forget(self.conversation.wire)
         if status is Status.FINISHED:
-            self.emit(ev.LoopFinished, status="finished", result=answer, steps=state.steps)
+            self.publish(ev.LoopFinished(loop_id=self.id, lineage=self.lineage, status="finished", result=answer,
+                                         steps=state.steps))
         elif status is Status.STOPPED:
             self.emit(ev.LoopFinished, status="stopped", reason=state.stop_reason or "cancelled", steps=state.steps)
         else:

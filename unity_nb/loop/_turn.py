@@ -245,7 +245,8 @@ class Turn:
         text = self._text_scrub.feed(text)
         if text:
             self.text.append(text)
-            self.run.emit(ev.ModelDelta, step=self.run.state.steps, text=text)
+            run = self.run
+            run.publish(ev.ModelDelta(loop_id=run.id, lineage=run.lineage, step=run.state.steps, text=text))
 
     def _on_thinking(self, text: str) -> None:
         if not self._streamed:
@@ -321,14 +322,15 @@ class Turn:
         if names == self._offered:
             names = self._offered  # a step's event keeps the last step's tuple when the offer is the same
         self._offered = names
-        h.emit(
-            ev.ModelRequested,
+        h.publish(ev.ModelRequested(
+            loop_id=h.id,
+            lineage=h.lineage,
             step=step,
             messages=len(messages),
             tools=names,
             tool_choice=choice if isinstance(choice, str) else "function",
             last_user=last_user,
-        )
+        ))
         limit = None if getattr(h.model, "limits_itself", False) else rate_limit_of(h.model)
         if limit is not None:
             await limit.acquire(self._last_tokens)  # shared by every loop calling this model
@@ -367,8 +369,9 @@ class Turn:
         for c in reply.tool_calls:  # a value the model wrote is shown as its reference (the tool gets the value)
             c.arguments = scrub(c.arguments)
         self.unique_ids(reply)
-        h.emit(
-            ev.ModelResponse,
+        h.publish(ev.ModelResponse(
+            loop_id=h.id,
+            lineage=h.lineage,
             step=step,
             content=reply.content,
             tool_calls=tuple({"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls)
@@ -383,7 +386,7 @@ class Turn:
             response_model=getattr(reply, "model", None) or None,
             response_id=getattr(reply, "id", None),
             finish_reason=getattr(reply, "finish_reason", None),
-        )
+        ))
         if reply.refusal and not reply.content:  # a refusal is what the model said: shown and kept as such
             reply.content = f"[refused] {reply.refusal}"
         self.reset_streaming()
