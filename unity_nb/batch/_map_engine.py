@@ -32,6 +32,8 @@ from ._spend import Spending
 
 __all__ = ("MapEngine", "RowPlan")
 
+_json_str = json.encoder.encode_basestring  # what to_json writes for a str (non-ASCII kept)
+
 _SETTLED_YIELD = 256
 """Rows settled without a call (kept, from the cache) in a row before the batch lets the event loop run."""
 _LOOKAHEAD = 256
@@ -351,7 +353,10 @@ class MapEngine(Driver):
 
     def _emit_row(self, row: Row, child: LoopHandle | None, *, kept: bool = False, cached: bool = False,
                   child_id: str | None = None) -> None:
-        answer = to_json(_plain(row.answer)) if row.status == "finished" else None
+        answer = None
+        if row.status == "finished":
+            value = row.answer
+            answer = _json_str(value) if type(value) is str else to_json(_plain(value))
         run = self._run
         run.publish(ev.RowFinished(
             loop_id=run.id, lineage=run.lineage, row=row_key(row.key), position=row.position, status=row.status,

@@ -26,6 +26,7 @@ __all__ = (
 )
 
 to_json = json.JSONEncoder(default=str, ensure_ascii=False).encode
+_json_str = json.encoder.encode_basestring  # what to_json writes for a str (non-ASCII kept)
 """``json.dumps(value, default=str, ensure_ascii=False)`` with its encoder made once (not once per call)."""
 
 
@@ -65,6 +66,11 @@ class Row:
 
 def row_key(key: Any) -> str:
     """A row's key as the store keeps it (JSON; labels that are not JSON as their text)."""
+    kind = type(key)
+    if kind is int:  # a position (a list's rows): what to_json writes, without its encoder
+        return int.__repr__(key)
+    if kind is str:
+        return _json_str(key)
     if hasattr(key, "item"):  # numpy scalars
         key = key.item()
     return to_json(key)
@@ -163,6 +169,7 @@ class RowSource:
             )
         self.template = template
         self.parsed = Template(template)
+        self._filled = bool(self.parsed.fields)  # the template names columns (else the row's values follow it)
         self.single = False  # one value per row (a Series, a list of plain values): appended once, not as columns
         self.index: Any = None
         self.total: int | None = None
@@ -198,10 +205,10 @@ class RowSource:
     def _make(self, key: Any, values: Mapping[str, Any]) -> Row:
         row = Row(self.made, key, values, "")
         self.made += 1
-        if self.parsed.fields:
+        if self._filled:
             row.task = self.parsed.render(values, key)
         else:
-            row.task = _append(self.template, values, self.single or set(values) == {"value"})
+            row.task = _append(self.template, values, self.single or (len(values) == 1 and "value" in values))
         return row
 
     def __iter__(self) -> Iterator[Row]:

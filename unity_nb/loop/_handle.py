@@ -135,7 +135,10 @@ class LoopHandle(Loop):
                 "asyncio.run(main()), or in a notebook cell (Jupyter runs one)"
             ) from None
         kind = _kind or self.kind
-        tools = own_tools(cfg, kind, final_answer_tool(self) if cfg.multi else None)
+        if cfg.tools or cfg.multi or cfg.first_step_tools:
+            tools = own_tools(cfg, kind, final_answer_tool(self) if cfg.multi else None)
+        else:  # no tools (a batch's row, say): nothing to check
+            tools = {}
         self.task = task
         self.model: Model = cfg.model
         self.id = _new_id()

@@ -341,7 +341,7 @@ class Run:
         self.approvals.clear()
         for hook in self.on_end:
             hook(handle, status, error)
-        for r in self.open_requests():
+        for r in self.open_requests() if self.requests else ():
             r._end(
                 status if status is not Status.FINISHED else Status.FAILED,
                 error or UnityError(f"the loop ended before answering request {r.request_id}"),

@@ -232,16 +232,19 @@ class Turn:
             self._text_scrub = self._thinking_scrub = _NO_SCRUB
             self.run.state.streams = None  # h.state.streaming_text reads ""
 
-    def _open(self) -> None:
-        # pieces joined when read (appending to a str is quadratic), scrubbed as they accumulate
+    def _open(self, thinking: bool) -> None:
+        # pieces joined when read (appending to a str is quadratic), scrubbed as they accumulate; the text's and the
+        # reasoning's buffers each made as the first piece of it streams in (most calls stream no reasoning)
         self._streamed = True
-        self.text, self._text_scrub = TextBuffer(), ScrubStream()
-        self.thinking, self._thinking_scrub = TextBuffer(), ScrubStream()
+        if thinking:
+            self.thinking, self._thinking_scrub = TextBuffer(), ScrubStream()
+        else:
+            self.text, self._text_scrub = TextBuffer(), ScrubStream()
         self.run.state.streams = (self.text, self.thinking)  # what h.state.streaming_text reads
 
     def _on_delta(self, text: str) -> None:
-        if not self._streamed:
-            self._open()
+        if self._text_scrub is _NO_SCRUB:
+            self._open(False)
         text = self._text_scrub.feed(text)
         if text:
             self.text.append(text)
@@ -249,8 +252,8 @@ class Turn:
             run.publish(ev.ModelDelta(loop_id=run.id, lineage=run.lineage, step=run.state.steps, text=text))
 
     def _on_thinking(self, text: str) -> None:
-        if not self._streamed:
-            self._open()
+        if self._thinking_scrub is _NO_SCRUB:
+            self._open(True)
         text = self._thinking_scrub.feed(text)
         if text:
             self.thinking.append(text)
@@ -265,6 +268,8 @@ class Turn:
             (self._text_scrub, self.text, False),
             (self._thinking_scrub, self.thinking, True),
         ):
+            if scrubber is _NO_SCRUB:  # nothing of it streamed in
+                continue
             if cut:
                 scrubber.drop()
                 continue
