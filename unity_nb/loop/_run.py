@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -34,6 +35,12 @@ __all__ = ("Run",)
 
 Listener = Callable[[Any, ev.Event], None]
 """``fn(handle, event)``: told of every event of a loop and of its descendants."""
+
+
+_listening = [0]
+"""Listeners added (:meth:`Run.add_listener`) and not removed, in every run of the process: while there is none,
+publishing an event walks no tree (a run dropped with its listeners keeps them counted: the walk is done)."""
+_listening_lock = threading.Lock()
 
 
 class _Node(Protocol):
@@ -104,7 +111,7 @@ class Run:
         """The parent's tool call that started this loop (``None`` if none did)."""
         self.children: list[Any] = []
         self.events: list[ev.Event] = []
-        self.listeners: list[Listener] = []
+        self.listeners: list[Listener] = []  # added through add_listener (counted: see _listening)
         self.waiters: ev.Waiters = []
         self.ended = Signal()
         self.counted = True
@@ -161,7 +168,8 @@ class Run:
         if self.waiters:
             ev.resolve_waiters(self.waiters, event)
         source = None
-        run: Run | None = self  # here and above (a plain walk: this runs for every event)
+        # here and above (a plain walk: this runs for every event), unless no run of the process has a listener
+        run: Run | None = self if _listening[0] else None
         while run is not None:
             if run.listeners:
                 if source is None:
@@ -182,11 +190,15 @@ class Run:
 
     def add_listener(self, fn: Listener) -> Callable[[], None]:
         """Call ``fn(handle, event)`` for every event of this loop and of its descendants; returns its remover."""
-        self.listeners.append(fn)
+        with _listening_lock:
+            self.listeners.append(fn)
+            _listening[0] += 1
 
         def remove() -> None:
-            if fn in self.listeners:
-                self.listeners.remove(fn)
+            with _listening_lock:
+                if fn in self.listeners:
+                    self.listeners.remove(fn)
+                    _listening[0] -= 1
 
         return remove
 
