@@ -23,7 +23,7 @@ from .. import events as ev
 from .._collector import hold_loops, release_loops
 from .._errors import Stopped, UnityError, UserError
 from ..loop import VERBS, Driver, LoopHandle, LoopOptions, Status
-from ..models import turn_hook
+from ..models import Endpoint, endpoint_of, turn_hook
 from ._book import _KEEP_FAILED, NOT_STARTED, Book, counts_text
 from ._cache import ResultCache, cacheable
 from ._failures import fails_every_row, is_row_id, label_of, reason_of
@@ -62,7 +62,8 @@ class MapEngine(Driver):
     batch = True
 
     __slots__ = (
-        "_done_lazy", "_failed_kept", "_held", "_kept", "_looked_up", "_notes", "book", "fatal", "plan", "spending",
+        "_done_lazy", "_endpoint", "_failed_kept", "_held", "_kept", "_looked_up", "_notes", "book", "fatal", "plan",
+        "spending",
     )
 
     def __init__(self, plan: RowPlan, book: Book, spending: Spending, *, items: Any = None,
@@ -79,6 +80,7 @@ class MapEngine(Driver):
         self._done_lazy: Mapping[str, Any] | None = None
         self._held = 0
         self._failed_kept = 0  # failed rows whose loops stay in memory (to be opened)
+        self._endpoint: Endpoint | None = None  # the rows' model's server, as their starts say it (found once)
         if done is not None:
             self._keep(done, items)
 
@@ -279,7 +281,10 @@ class MapEngine(Driver):
         # queued (``turn_hook``): the batch's own context is left as it is
         context = contextvars.copy_context()
         context.run(turn_hook.set, row.waits)
-        child: LoopHandle = context.run(LoopHandle, row.task, parent=run.handle, config=plan.config, _name=name)
+        if self._endpoint is None:
+            self._endpoint = endpoint_of(plan.config.model)
+        child: LoopHandle = context.run(LoopHandle, row.task, parent=run.handle, config=plan.config, _name=name,
+                                        _endpoint=self._endpoint)
         row.child = child
         row.told = len(self._notes)  # what it was told besides its task: part of its cache key
         for note in self._notes:  # interjections made before the row started (heard before its first call)
@@ -359,10 +364,10 @@ class MapEngine(Driver):
             answer = _json_str(value) if type(value) is str else to_json(_plain(value))
         run = self._run
         run.publish(ev.RowFinished(
-            loop_id=run.id, lineage=run.lineage, row=row_key(row.key), position=row.position, status=row.status,
-            answer=answer,
-            reason=row.reason, child_id=child.id if child is not None else child_id, input_tokens=row.tokens[0],
-            output_tokens=row.tokens[1], asked=self.asked(row), kept=kept, cached=cached,
+            loop_id=run.id, lineage=run.lineage, row=row_key(row.key), position=row.position,
+            status=row.status,  # type: ignore[arg-type]  # one of the three, as the event checks
+            answer=answer, reason=row.reason, child_id=child.id if child is not None else child_id,
+            input_tokens=row.tokens[0], output_tokens=row.tokens[1], asked=self.asked(row), kept=kept, cached=cached,
         ))
 
     def _ending(self, _handle: Any, status: Status, error: BaseException | None) -> None:

@@ -10,7 +10,7 @@ no more than the list it sends.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .._secrets import scrub
@@ -47,7 +47,7 @@ class Conversation:
         """The text of the newest user message on the wire (what the model is answering)."""
 
     def open(
-        self, task: str, system: str | None, context: list[dict] | None, outer: str | None, *, multi: bool
+        self, task: str, system: str | None, context: Sequence[dict] | None, outer: str | None, *, multi: bool
     ) -> None:
         """The start: system prompt, inherited context, the caller's conversation (``outer``), the task."""
         if system:

@@ -44,7 +44,7 @@ from typing import Any, cast
 from .. import events as ev
 from .._collector import loop_started
 from .._errors import HandleStateError, Stopped, UserError
-from ..models import Model, Usage, cost_of, endpoint_of, price_of
+from ..models import Endpoint, Model, Usage, cost_of, endpoint_of, price_of
 from ._context import current_call
 from ._engine import Driver, Engine
 from ._face import Loop
@@ -116,6 +116,7 @@ class LoopHandle(Loop):
         tool_source: ToolSource | None = None,
         engine: type[Driver] | Callable[[Run, Loop], Driver] = Engine,
         _name: str | None = None,
+        _endpoint: Endpoint | None = None,
         **options: Any,
     ) -> None:
         if not isinstance(task, str) or not task.strip():
@@ -171,13 +172,14 @@ class LoopHandle(Loop):
             self._engine = cast(Callable[[Run, Loop], Driver], engine)(run, self)
         outer = render_conversation(parent.transcript, "outer") if share_context and parent else None
         system = system_with_output(cfg.system, cfg.output)
-        run.conversation.open(task, system, [*cfg.history, *(_context or ())], outer, multi=cfg.multi)
+        context = [*cfg.history, *_context] if _context else cfg.history
+        run.conversation.open(task, system, context, outer, multi=cfg.multi)
         if cfg.multi:
             run.requests.append(RequestHandle(self, "r1", task))
 
         if parent is not None:
             parent.run.adopt(self, adopt_call, new=True)
-        endpoint = endpoint_of(cfg.model)
+        endpoint = _endpoint or endpoint_of(cfg.model)  # a batch says its rows' once
         started = ev.LoopStarted(
             loop_id=self.id,
             lineage=run.lineage,

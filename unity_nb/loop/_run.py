@@ -164,7 +164,7 @@ class Run:
             self._seen_capped += 1
             if self._seen_capped > self._cap:
                 self.events.pop()
-                self.late.append(event)
+                self.late.append(event)  # type: ignore[union-attr]  # a deque once capped
         if self.waiters:
             ev.resolve_waiters(self.waiters, event)
         source = None

@@ -63,7 +63,7 @@ class ToolRunner:
         self._router = router
         self._tools = tools
         self._source = weakref.ref(source)
-        self._sem = asyncio.Semaphore(run.config.max_parallel_tools)
+        self._sem: asyncio.Semaphore | None = None  # made when a call first runs (most rows of a batch call none)
         self.handoff: Loop | None = None
         """The child a tool handed control to (the loop ends with it as result)."""
         self.call_requests: dict[str, str] = {}
@@ -150,6 +150,8 @@ class ToolRunner:
     async def run_one(self, rec: ToolCallRecord, offered: frozenset[str] | None = None) -> None:
         h = self._run
         try:
+            if self._sem is None:
+                self._sem = asyncio.Semaphore(self._run.config.max_parallel_tools)
             async with self._sem:
                 await h.gate.wait()  # no new tool starts while paused
                 if offered is not None and rec.name not in offered:

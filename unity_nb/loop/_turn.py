@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from .. import events as ev
@@ -418,12 +418,17 @@ class Turn:
         self._sent = (wire, len(wire))
         return list(wire), (n if sent is wire else 0)
 
-    async def call_all(self, offers: list[Offer], last_user: str | None) -> Reply | None:
-        """The step's call; forced first-step tools make one call each, merged into one reply."""
+    def call_all(self, offers: list[Offer], last_user: str | None) -> Awaitable[Reply | None]:
+        """The step's call (awaited); forced first-step tools make one call each, merged into one reply. One call
+        is :meth:`call` itself, no coroutine around it: every time the loop's task wakes while it waits for the
+        model, each coroutine it awaits through is resumed once more."""
         if len(offers) == 1:
             tools, choice = offers[0]
             messages, continues = self._messages()
-            return await self.call(messages, tools, choice, last_user, continues)
+            return self.call(messages, tools, choice, last_user, continues)
+        return self._call_each(offers, last_user)
+
+    async def _call_each(self, offers: list[Offer], last_user: str | None) -> Reply | None:
         merged: Reply | None = None
         for tools, choice in offers:
             messages, continues = self._messages()
