@@ -236,7 +236,9 @@ def _split(loop: Any, unpriced: dict[str, Usage]) -> float:
 
 
 def _add(unpriced: dict[str, Usage], name: str, usage: Usage) -> None:
-    held = unpriced.setdefault(name, Usage())
+    held = unpriced.get(name)
+    if held is None:  # (not setdefault: a Usage made for every row of a model without a price)
+        held = unpriced[name] = Usage()
     held += usage
 
 

@@ -140,7 +140,8 @@ class Conversation:
 
     def add_reply(self, reply: Reply, *, final: bool) -> tuple[Message, dict[str, Any], list[ToolCallRecord]]:
         """Record the model's reply in both records: ``(transcript entry, wire message, call records)``."""
-        records = [ToolCallRecord(c.id, c.name, c.arguments) for c in reply.tool_calls]
+        calls = reply.tool_calls
+        records = [ToolCallRecord(c.id, c.name, c.arguments) for c in calls] if calls else []
         entry = Message(
             "assistant",
             reply.content,
@@ -153,8 +154,9 @@ class Conversation:
         wire_msg: dict[str, Any] = {"role": "assistant", "content": reply.content}
         if reply.tool_calls:
             wire_msg["tool_calls"] = [c.to_wire() for c in reply.tool_calls]
-        for key, value in (reply.echo or {}).items():
-            wire_msg[key] = scrub(value) if isinstance(value, str) else value
+        if reply.echo:
+            for key, value in reply.echo.items():
+                wire_msg[key] = scrub(value) if isinstance(value, str) else value
         self.wire.append(wire_msg)
         return entry, wire_msg, records
 
