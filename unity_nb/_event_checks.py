@@ -42,30 +42,38 @@ def check(event: Any) -> None:
 
 def fast_init(cls: type, next_seq: Callable[[], int]) -> Any:
     """The ``__init__`` of a built-in event kind (registered in ``CHECKS``): what the dataclass's does (the same
-    keywords, defaults and errors, then :func:`check`'s checks), each field set through its slot directly. A loop
-    publishes several events per model call, a batch several per row: the generated one (``object.__setattr__``
-    per field, then ``__post_init__``) cost twice as much. ``next_seq`` gives ``seq`` when none is given."""
+    keywords, defaults and errors, then :func:`check`'s checks), without its per-field cost. A loop publishes
+    several events per model call, a batch several per row: the generated one (``object.__setattr__`` per field,
+    then ``__post_init__``) cost twice as much as setting each field through its slot's setter, and each such call
+    cost more than a plain attribute store. So while its fields are set, an event is an instance of its kind's twin
+    (:func:`_twin`: the same slots, without the frozen ``__setattr__``), and it is of its own class again before
+    anything else sees it (an instance of a subclass is set through the slots' setters). ``next_seq`` gives ``seq``
+    when none is given."""
     kind, tuples, choices = CHECKS[cls]
     env: dict[str, Any] = {"_time": time.time, "_next": next_seq, "_MISSING": dataclasses.MISSING,
                            "_tuple_of": _tuple_of, "_cls": cls, "_choices": dict(choices), "_kind": kind,
-                           "_bad_choice": _bad_choice, "_bad_kind": _bad_kind}
-    params, body = [], []
+                           "_bad_choice": _bad_choice, "_bad_kind": _bad_kind, "_twin": _twin(cls), "_as": _set}
+    params, fast, slow = [], [], []
     for f in dataclasses.fields(cls):
         n = f.name
         env[f"_s_{n}"] = next(k.__dict__[n] for k in cls.__mro__ if n in k.__dict__).__set__  # its slot's setter
         if n in ("ts", "seq"):
             params.append(f"{n}=_MISSING")
             maker = "_time()" if n == "ts" else "_next()"
-            body.append(f"    _s_{n}(self, {maker} if {n} is _MISSING else {n})")
+            fast.append(f"        self.{n} = {maker} if {n} is _MISSING else {n}")
+            slow.append(f"        _s_{n}(self, {maker} if {n} is _MISSING else {n})")
             continue
         if f.default is not dataclasses.MISSING:
             env[f"_d_{n}"] = f.default
             params.append(f"{n}=_d_{n}")
         else:
             params.append(n)
-        if n == "lineage":
-            body.append("    if type(lineage) is not tuple: lineage = tuple(lineage)")
-        body.append(f"    _s_{n}(self, {n})")
+        fast.append(f"        self.{n} = {n}")
+        slow.append(f"        _s_{n}(self, {n})")
+    body = ["    if type(lineage) is not tuple: lineage = tuple(lineage)",
+            "    if type(self) is _cls:",
+            "        _as(self, '__class__', _twin)", *fast, "        _as(self, '__class__', _cls)",
+            "    else:", *slow]
     body.append("    if kind != _kind: _bad_kind(_cls, kind)")
     for n in tuples:
         body.append(f"    if type({n}) is not tuple: _s_{n}(self, _tuple_of(_cls, {n!r}, {n}))")
@@ -77,6 +85,16 @@ def fast_init(cls: type, next_seq: Callable[[], int]) -> Any:
     init.__qualname__ = f"{cls.__name__}.__init__"
     init.__doc__ = cls.__dict__["__init__"].__doc__
     return init
+
+
+def _twin(cls: type) -> type:
+    """What an event of ``cls`` is while :func:`fast_init`'s ``__init__`` sets its fields: ``cls``'s base and slots
+    (so that the instance may change from one class to the other through ``__class__``) and the plain
+    ``__setattr__`` (a plain attribute store). Never seen outside that ``__init__``."""
+    return type(f"_{cls.__name__}BeingMade", cls.__bases__, {
+        "__slots__": cls.__dict__.get("__slots__", ()), "__setattr__": object.__setattr__,
+        "__delattr__": object.__delattr__, "__module__": cls.__module__,
+    })
 
 
 def _tuple_of(cls: type, name: str, value: Any) -> tuple:

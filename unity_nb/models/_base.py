@@ -92,11 +92,11 @@ def checked_usage(usage: Any) -> tuple[Usage, str | None]:
     """``usage`` as spending can count it, and what was wrong with it: counts that are not whole numbers from 0 to
     :data:`MAX_TOKENS` are dropped (0, and the usage marked ``estimated``), never negative, never text."""
     if isinstance(usage, Usage):
-        tokens_in, tokens_out = usage.input_tokens, usage.output_tokens
-        if type(tokens_in) is int and type(tokens_out) is int and 0 <= tokens_in <= MAX_TOKENS and \
-                0 <= tokens_out <= MAX_TOKENS:  # the usual counts (every model call's): no more to look at
+        said_in, said_out = usage.input_tokens, usage.output_tokens
+        if type(said_in) is int and type(said_out) is int and 0 <= said_in <= MAX_TOKENS and \
+                0 <= said_out <= MAX_TOKENS:  # the usual counts (every model call's): no more to look at
             return usage, None
-        tokens_in, tokens_out = token_count(tokens_in), token_count(tokens_out)
+        tokens_in, tokens_out = token_count(said_in), token_count(said_out)
         if tokens_in is not None and tokens_out is not None:
             return usage, None
         raw = f"input_tokens={usage.input_tokens!r:.40}, output_tokens={usage.output_tokens!r:.40}"
