@@ -289,11 +289,11 @@ class Run:
         """What cancels the model call in flight when steering arrives (the turn's ``interrupt``: its object held
         weakly, as a ``WeakMethod`` would, by a plain weak reference and the method's name, cheaper to make for a
         loop made per row of a batch)."""
-        owner, func = getattr(interrupt, "__self__", None), getattr(interrupt, "__func__", None)
-        if owner is None or func is None:  # a plain function: held as it is
+        bound_to, func = getattr(interrupt, "__self__", None), getattr(interrupt, "__func__", None)
+        if bound_to is None or func is None:  # a plain function: held as it is
             self._interrupt = (None, interrupt)
         else:
-            self._interrupt = (weakref.ref(owner), func.__name__)
+            self._interrupt = (weakref.ref(bound_to), func.__name__)
 
     def nudge(self) -> None:
         """New steering or a new request: wake the loop, and interrupt a model call in flight when the loop's
@@ -307,8 +307,8 @@ class Run:
             ref, interrupt = self._interrupt
             if ref is None:
                 interrupt()
-            elif (owner := ref()) is not None:
-                getattr(owner, interrupt)()
+            elif (bound_to := ref()) is not None:
+                getattr(bound_to, interrupt)()
 
     def post(self, message: str, *, kind: str = "message") -> None:
         """Deliver ``message`` to the model verbatim before its next call (like an interjection, without the
