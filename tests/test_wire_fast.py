@@ -166,50 +166,7 @@ def test_an_event_that_is_not_a_plain_json_chunk_takes_the_general_path():
     assert _event("message", b' {"choices": [{"delta": {"content": "b"}}]}', asm) is False  # a space first
     assert _event("message", b"[DONE]", asm) is True
     assert _event("ping", b"{}", asm) is False and asm.chunks == 2
-    assert texts == []  # heard at flush
-    asm.flush()
-    assert texts == ["ab"]
-
-
-class _Heard(list):
-    """An ``on_delta`` that notes text and reasoning, in order."""
-
-    def __call__(self, text: str) -> None:
-        self.append(("text", text))
-
-    def thinking(self, text: str) -> None:
-        self.append(("thinking", text))
-
-
-def _chunk(**delta: Any) -> bytes:
-    return b"data: " + json.dumps({"choices": [{"index": 0, "delta": delta}]}).encode() + b"\n\n"
-
-
-async def _read(pieces: list[bytes]) -> tuple[_Heard, str | None, str | None]:
-    from unity_nb.models._transport import Response
-
-    async def chunks():
-        for piece in pieces:
-            yield piece
-
-    async def close() -> None:
-        pass
-
-    heard = _Heard()
-    model = u.OpenAIModel("m", base_url="http://127.0.0.1:9/v1", api_key="x")
-    asm = Assembler("m", heard)
-    await model._stream(Response("text/event-stream", chunks(), close), asm, lambda: None)
-    reply = asm.reply()
-    return heard, reply.content, reply.thinking
-
-
-async def test_the_text_one_read_brings_is_one_delta_and_reasoning_keeps_its_place():
-    one_read = b"".join([_chunk(content="o"), _chunk(content="k"), _chunk(content="!")])
-    heard, content, _ = await _read([one_read, _chunk(content=" yes") + b"data: [DONE]\n\n"])
-    assert heard == [("text", "ok!"), ("text", " yes")] and content == "ok! yes"
-    mixed = b"".join([_chunk(content="a"), _chunk(content="b"), _chunk(reasoning_content="t"), _chunk(content="c")])
-    heard, content, thinking = await _read([mixed[:7], mixed[7:]])  # a read that ends inside an event
-    assert heard == [("text", "ab"), ("thinking", "t"), ("text", "c")] and (content, thinking) == ("abc", "t")
+    assert texts == ["a", "b"]
 
 
 def test_a_response_read_to_done_leaves_no_async_generator_to_close():

@@ -20,9 +20,6 @@ format, not against any one provider's sample:
 - a stream may end without a ``finish_reason``: it is inferred (``tool_calls`` or ``stop``), but a stream
   that said nothing at all (no text, call, refusal or ``finish_reason``) is no reply (:meth:`Assembler.said_anything`);
 - text, reasoning and arguments past ``max_chars`` together raise :class:`ReplyTooLong`;
-- text is handed to ``on_delta`` at :meth:`Assembler.flush` (the reader calls it once it has added what one read
-  of the stream brought): the pieces of one read as one string, one call and one event downstream, not one per
-  chunk; reasoning is handed on as it comes, after the text before it;
 - an ``error`` object in a payload is the provider speaking: :class:`ProviderError`.
 """
 
@@ -168,7 +165,6 @@ class Assembler:
     __slots__ = (
         "_by_index",
         "_calls",
-        "_held",
         "_max",
         "_on_text",
         "_on_thinking",
@@ -202,8 +198,6 @@ class Assembler:
         self.id: str | None = None
         """The provider's id of the reply (the first a chunk gives)."""
         self.chunks = 0
-        self._held: list[str] = []
-        """Text added since the last :meth:`flush`, for ``on_delta``."""
         self._on_text = on_delta
         self._on_thinking: Callable[[str], None] | None = getattr(on_delta, "thinking", None)
 
@@ -321,24 +315,13 @@ class Assembler:
             self._grow(0)
         self._text.append(text)
         if self._on_text is not None:
-            self._held.append(text)
+            self._on_text(text)
 
     def _emit_thinking(self, text: str) -> None:
         self._grow(len(text))
         self._thinking.append(text)
         if self._on_thinking is not None:
-            if self._held:  # the text before it is heard first
-                self.flush()
             self._on_thinking(text)
-
-    def flush(self) -> None:
-        """Hand ``on_delta`` the text added since the last flush, joined: one call however many chunks brought it."""
-        held = self._held
-        if held:
-            text = held[0] if len(held) == 1 else "".join(held)
-            held.clear()
-            assert self._on_text is not None
-            self._on_text(text)
 
     def _tool_delta(self, tc: dict) -> None:
         index = tc.get("index")
@@ -386,7 +369,6 @@ class Assembler:
         return bool(self._text or self._calls or self._refusal or self.finish)
 
     def reply(self) -> Reply:
-        self.flush()
         seen: set[str] = set()
         calls = []
         for i, c in enumerate(self._calls):

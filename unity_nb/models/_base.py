@@ -20,9 +20,8 @@ __all__ = (
 )
 
 DeltaCallback = Callable[[str], None]
-"""Receives each piece of streamed assistant text as it arrives (what arrived together, the chunks one read of a
-stream brought, may come as one piece). If it also has a ``thinking`` attribute (a callable), a model that streams
-reasoning calls ``on_delta.thinking(text)`` with it."""
+"""Receives each piece of streamed assistant text as it arrives. If it also has a ``thinking``
+attribute (a callable), a model that streams reasoning calls ``on_delta.thinking(text)`` with it."""
 
 retry_hook: contextvars.ContextVar[Callable[[int, str, float], None] | None] = contextvars.ContextVar(
     "unity_nb_retry_hook", default=None

@@ -443,7 +443,6 @@ class OpenAIModel:
         if err is not None:
             raise err
         asm.add(body)
-        asm.flush()
         if not asm.chunks or not (isinstance(body, dict) and body.get("choices")):
             raise _BadStream(f"a JSON body that is neither a reply nor an error: {raw[:200]!r}")
 
@@ -466,7 +465,6 @@ class OpenAIModel:
                 if _event(kind, data, asm):
                     done = True
                     break
-            asm.flush()  # the text this read brought: one delta
             if done:
                 break
         else:
@@ -474,7 +472,6 @@ class OpenAIModel:
                 if _event(kind, data, asm):
                     done = True
                     break
-            asm.flush()
             if decoder.stray:
                 _stray(decoder)
         if not asm.chunks:
