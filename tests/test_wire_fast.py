@@ -1,7 +1,8 @@
 """The shortcuts on the per-chunk path of ``OpenAIModel`` give what the general path gives.
 
-- ``_loads`` (a UTF-8 decode and a prebuilt JSON decoder) is ``json.loads`` on bytes: the same value, or an
-  error where it raises one, whatever the bytes (another encoding, a BOM, a NUL, not JSON);
+- ``unity_nb._json.loads`` (orjson where it reads what ``json`` reads, else ``json``) is ``json.loads`` on bytes: the
+  same value, or an error where it raises one, whatever the bytes (another encoding, a BOM, a NUL, not JSON, an
+  integer past 64 bits); ``unity_nb._json.dumps`` writes what ``json.dumps`` writes, in meaning;
 - ``SSEDecoder.feed_raw``/``end_raw`` give the fields of the events ``feed``/``end`` give;
 - the assembler's shortcut for a delta of only ``role`` and ``content`` builds the reply the general
   ``_delta`` builds, for any value of ``content``;
@@ -23,9 +24,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import unity_nb as u
+from unity_nb._json import dumps
+from unity_nb._json import loads as _loads
 from unity_nb.models import ModelRequest, _assemble
 from unity_nb.models._assemble import Assembler
-from unity_nb.models._openai import _event, _loads
+from unity_nb.models._openai import _event
 from unity_nb.models._sse import SSEDecoder
 
 T = 10.0
@@ -68,10 +71,33 @@ def test_loads_is_json_loads_for_any_bytes(data):
 
 
 def test_loads_edge_cases():
-    for data in [b"", b" ", b"{", b"{}", b'{"a": 1}', b"[DONE]", codecs.BOM_UTF8 + b'{"a": 1}', b'{"a": 1}\x00',
+    for data in [b"18446744073709551616", b"-9223372036854775809", b'{"n": 123456789012345678901234567890}',
+                 b"[1e400, -1e400, 1.7976931348623157e309]", b'"\\ud800"', b'{"a": 1, "a": 2}', b"-0", b"1E2",
+                 b"0.1e1", b"[1.0, 5e-324]", b"", b" ", b"{", b"{}", b'{"a": 1}', b"[DONE]",
+                 codecs.BOM_UTF8 + b'{"a": 1}', b'{"a": 1}\x00',
                  b'\x00{"a": 1}', b'{\x00"a": 1}', b"1\x00", b'"\xff"', b'{"a": "\xc3\xa9"}', b"NaN", b"-Infinity",
                  '{"a": "東京"}'.encode("utf-16"), b'{"a": 1} x']:
         same_as_json_loads(data)
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=json_value | st.floats() | st.lists(st.floats() | st.integers(), max_size=4))
+def test_dumps_writes_what_json_dumps_writes(value):
+    expected = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    got = dumps(value)
+    assert repr(json.loads(got)) == repr(json.loads(expected))  # NaN and infinities written as json writes them
+    if b"e" not in expected:  # a float's exponent may be written another way (1e-05 as 0.00001)
+        assert got == expected
+
+
+def test_dumps_refuses_and_writes_as_json_does():
+    for value in [{1: "a"}, {"a": 2**64}, [float("nan"), float("inf")], {"big": -(2**70)}]:
+        assert dumps(value) == json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    for value in [{"a": "\ud800"}, {"a": object()}, {"a": {1, 2}}]:
+        with pytest.raises((TypeError, ValueError)):
+            json.dumps(value, ensure_ascii=False).encode()
+        with pytest.raises((TypeError, ValueError)):
+            dumps(value)
 
 
 line = st.one_of(

@@ -509,29 +509,11 @@ def _stray(decoder: SSEDecoder) -> None:
             raise err
 
 
-def _loads(data: bytes) -> Any:
-    """``json.loads(data)``: the same value or the same error, without its encoding detection for UTF-8 (and
-    JSON nested too deep an error like any other, see :func:`unity_nb._json.loads`).
-
-    A UTF-8 text that decodes as JSON is what ``json.loads`` makes of the bytes too (it reads them as
-    another encoding only when a NUL is among the first bytes, which no JSON text that parses has);
-    anything else goes to ``json.loads`` itself, for its value or its error.
-    """
-    try:
-        text = data.decode()
-    except ValueError:  # not UTF-8 (UnicodeDecodeError is a ValueError)
-        return loads(data)
-    try:
-        return loads(text)
-    except ValueError:  # not JSON
-        return loads(data)
-
-
 def _event(kind: str, data: bytes, asm: Assembler) -> bool:
     """Add one event's payload to the reply; True at ``[DONE]``."""
     if kind == "message" and data[:1] == b"{":  # the usual event: one chunk of the reply
         try:
-            payload = loads(data.decode())
+            payload = loads(data)
         except ValueError:
             pass  # the general path below says what is wrong with it
         else:
@@ -540,7 +522,7 @@ def _event(kind: str, data: bytes, asm: Assembler) -> bool:
     if data.strip() == b"[DONE]":
         return True
     try:
-        payload = _loads(data)
+        payload = loads(data)
     except ValueError:
         if kind == "error":
             raise ProviderError(data.decode("utf-8", "replace")[:500]) from None

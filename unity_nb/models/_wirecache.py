@@ -8,6 +8,8 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
+from .._json import dumps
+
 __all__ = ("WireCache",)
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
@@ -50,7 +52,8 @@ class WireCache:
     value to the ones encoded. So a message mutated in place, or a different message at the same
     place, is encoded again, never sent stale; anything marshal cannot take (a dict subclass, an
     object of another type) is encoded whole, as before. The bytes are those of
-    ``json.dumps(body, ensure_ascii=False, separators=(",", ":"))``.
+    ``json.dumps(body, ensure_ascii=False, separators=(",", ":"))`` in meaning, written by orjson where it can
+    (:func:`unity_nb._json.dumps`).
 
     A loop's request says how many of its messages are the previous request's very objects, unchanged
     (``ModelRequest.continues``: a loop never edits a message it has sent). When the kept conversation
@@ -92,9 +95,9 @@ class WireCache:
         request no other is expected to continue (a conversation's first, offering no tools: its answer ends
         it), encoded whole and not kept; one that continues it after all is encoded whole too."""
         if not keep and not continues:
-            return _ENCODER.encode(body).encode()
+            return dumps(body)
         if body.get("messages") is not messages or type(messages) is not list or not messages:
-            return _ENCODER.encode(body).encode()
+            return dumps(body)
         head: dict = {}
         tail: dict = {}
         part = head
@@ -123,7 +126,7 @@ class WireCache:
             encoded = self._messages(messages, continues)
             if encoded is not None:
                 return b"".join((start, encoded, end))
-        return _ENCODER.encode(body).encode()
+        return dumps(body)
 
     def _messages(self, messages: list, continues: int = 0) -> bytes | None:
         """The messages' JSON without brackets, reusing what an earlier request encoded."""
@@ -133,7 +136,7 @@ class WireCache:
             self.vouched += 1
             new = messages[conv.n :]
             if new:
-                added = _ENCODER.encode(new)[1:-1].encode()
+                added = dumps(new)[1:-1]
                 conv.encoded = b",".join((conv.encoded, added))
                 self._bytes += len(added) + 1 - len(conv.marshal)
                 conv.marshal, conv.head = b"", -1  # not kept: a request that does not vouch is encoded whole
@@ -149,7 +152,7 @@ class WireCache:
             new = messages[conv.n :]
             self.hits += 1
             if new:
-                added = _ENCODER.encode(new)[1:-1].encode()
+                added = dumps(new)[1:-1]
                 conv.encoded = b",".join((conv.encoded, added))  # exact size (a bytearray over-allocates)
                 self._bytes += len(added) + 1 + len(marshalled) - 5 - len(conv.marshal)
                 conv.marshal = marshalled[5:]
@@ -157,7 +160,7 @@ class WireCache:
             self._trim()
             return conv.encoded
         self.misses += 1
-        encoded = _ENCODER.encode(messages)[1:-1].encode()
+        encoded = dumps(messages)[1:-1]
         conv = _Conversation(tuple(messages[:2]), len(messages), marshalled, encoded, messages[-1])
         for anchor in conv.anchors:
             self._put(id(anchor), conv)
