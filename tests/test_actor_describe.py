@@ -313,3 +313,59 @@ def test_a_frame_whose_manager_is_replaced_in_place_is_described_as_it_is(change
     after = described(df)
     assert after != first and shows in after
     assert head_of(df) == pandas_head(df)
+
+
+def rows_and_rest(df):
+    """The description's first rows split into the row labels' column (as pandas lays it out: left-justified to
+    the widest label, two spaces before the rest) and the rest of each line."""
+    lines = u.actor.describe_value(df).split("first 3 rows:\n", 1)[1].splitlines()
+    if df.index.name is not None:
+        del lines[1]  # the index's name, on a line of its own
+    shown = [str(label) for label in df.index[:3]]
+    width = max(map(len, [*shown, str(df.index.name) if df.index.name is not None else ""]))
+    assert [line[:width + 2] for line in lines] == [" " * (width + 2)] + [label.ljust(width + 2) for label in shown]
+    return [line[width + 2:] for line in lines]
+
+
+def test_a_frame_showing_another_s_rows_under_other_labels_shows_its_own_labels():
+    """A frame over rows described before, labelled anew (a copy indexed again), is laid out with its own row
+    labels, aligned as pandas aligns them; the frame described first still shows its own."""
+    n = np.arange(5)
+    base = pd.DataFrame({"id": n, "value": n / 4, "kind": pd.Categorical(np.array(["a", "b"])[n % 2])})
+    first = described(base)
+    rest = rows_and_rest(base)
+    others = []
+    for index in (
+        pd.RangeIndex(7, 12), pd.RangeIndex(99_998, 100_003), pd.RangeIndex(0, 10, 2), pd.RangeIndex(3, 8, name="row"),
+        pd.Index([5, 6, 7, 8, 9]), pd.Index(["p", "qq", "rrr", "s", "t"]), pd.RangeIndex(1_000_000, 1_000_005),
+        pd.RangeIndex(8, 3, -1),
+    ):
+        other = base.copy(deep=False)
+        other.index = index
+        others.append(other)
+        assert head_of(other) == pandas_head(other) and rows_and_rest(other) == rest
+    for other in others:  # described again (kept)
+        assert head_of(other) == pandas_head(other) and rows_and_rest(other) == rest
+    assert described(base) == first and rows_and_rest(base) == rest
+    last = others[-1]
+    last.iat[1, 1] = 42.5  # written in place after it was described
+    assert head_of(last) == pandas_head(last) and "42.5" in head_of(last)
+
+
+def test_a_frame_sharing_another_s_labels_or_blocks_layout_names_its_own_labels_and_dtypes():
+    """Frames whose columns Index, blocks' placements or dtypes are the very objects of a frame described before
+    (a copy, ``astype``, frames made over the same labels) name their own labels and dtypes."""
+    base = pd.DataFrame({"a": [1, 2, 3], "b": [4, 5, 6], "c": [0.5, 1.5, 2.5]})  # blocks: int64 (a, b), float64 (c)
+    assert "columns: a: int64, b: int64, c: float64\n" in described(base)
+    cases = [
+        (base.copy(deep=False), "a: int64, b: int64, c: float64"),
+        (base.astype("float64"), "a: float64, b: float64, c: float64"),  # the same labels and placements
+        (base.set_axis(["p", "q", "r"], axis=1), "p: int64, q: int64, r: float64"),  # the same blocks' layout
+        # the same labels and dtypes, in blocks placed otherwise: int64 (a, c), float64 (b)
+        (pd.DataFrame({"a": [1, 2, 3], "b": [0.5, 1.5, 2.5], "c": [4, 5, 6]}, columns=base.columns),
+         "a: int64, b: float64, c: int64"),
+    ]
+    for other, says in cases:
+        assert f"columns: {says}\n" in described(other)
+        assert head_of(other) == pandas_head(other)
+    assert "columns: a: int64, b: int64, c: float64\n" in described(base)

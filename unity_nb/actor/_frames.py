@@ -409,10 +409,31 @@ def frame_head(
         cols.append(col)
         if named is not None:
             named.append(" " * len(col[0]))
-    lines = ["  ".join(line) for line in zip(*cols)]
     if named is not None:
+        lines = ["  ".join(line) for line in zip(*cols)]
         lines.insert(1, "  ".join(named))
-    return "\n".join(lines), made
+        return "\n".join(lines), made
+    # each line but its row label kept too: a frame that shows all this under other labels makes only theirs
+    tails = ["  ".join(line) for line in zip(*cols[1:])]
+    made[-2] = {0: tails}
+    return "\n".join([f"{label}  {tail}" for label, tail in zip(cols[0], tails)]), made
+
+
+def _relabelled(df: Any, rows: int, made: dict[int, dict[int, list[str]]]) -> tuple[str, dict] | None:
+    """The head :func:`frame_head` made for another frame (``made``, its columns) that showed all ``df`` shows
+    but its row labels, laid out again with ``df``'s: only when they are a RangeIndex's with no name (its
+    column is three numbers); None otherwise."""
+    tails = made.get(-2)  # made only for rows whose index has no name (a description's key names it)
+    index = df._mgr.axes[1]
+    if tails is None or type(index).__name__ != "RangeIndex":
+        return None
+    start, step = index.start, index.step
+    labels = list(map(str, range(start, start + step * min(ROWS, rows), step)))
+    width = max(map(len, labels))
+    col = [" " * width, *[label.ljust(width) for label in labels]]
+    made = dict(made)
+    made[-1] = {0: col}
+    return "\n".join([f"{label}  {tail}" for label, tail in zip(col, tails[0])]), made
 
 
 _LAID: dict[tuple, tuple[list[str], list]] = {}
@@ -463,11 +484,13 @@ def _light(held: list) -> bool:
 
 def _content_key(
     df: Any, named: tuple, shown: list, probe: tuple, limit: int, where: tuple[list[int], list[int]] | None
-) -> tuple | None:
-    """Everything a description made by :func:`frame_text` reads, as values (``named``: the shape, labels and
-    dtypes the frame's fingerprint names; ``probe``: :func:`head_probe`'s, the shown rows of every shown block
-    and of a row index, its names, the objects named by identity held in the probe), with where each shown
-    column is (block and place) and a RangeIndex's start and step. Two frames with equal keys read alike."""
+) -> tuple[tuple, tuple] | None:
+    """``(key, rows)``: everything a description made by :func:`frame_text` reads, as values (``named``: the
+    shape, labels and dtypes the frame's fingerprint names; ``probe``: :func:`head_probe`'s, the shown rows of
+    every shown block, the names, the objects named by identity held in the probe), with where each shown column
+    is (block and place), in ``key``; the row labels shown in ``rows`` (a RangeIndex's start and step, or what
+    the probe read from another index). Two frames with equal keys and rows read alike; with equal keys only,
+    all but their rows' labels."""
     try:
         mgr = df._mgr
         index = mgr.axes[1]
@@ -480,12 +503,13 @@ def _content_key(
     except (AttributeError, IndexError, TypeError):
         return None
     # the labels with their types: 1, 1.0 and True are equal, and shown as "1", "1.0" and "True"
-    key = (limit, named[0], named[2][:n], tuple(shown), tuple(map(type, shown)), rng, layout, probe[0], probe[1])
+    ahead = probe[0]  # the names, the blocks' count, then what a row index other than a RangeIndex reads
+    key = (limit, named[0], named[2][:n], tuple(shown), tuple(map(type, shown)), layout, ahead[:3], probe[1])
     try:
         hash(key)
     except TypeError:  # a label that is no key (a list): such a frame is not kept by what it shows
         return None
-    return key
+    return key, (rng if rng is not None else ahead[3:])
 
 
 def forget(key: int) -> None:
@@ -533,22 +557,32 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
         (rows, cols), names, dtypes = named
     else:
         (rows, cols), names, dtypes = df.shape, tuple(map(str, shown)), tuple(frame_dtypes(df, COLUMNS))
-    seen = None
+    seen = labelled = hit = None
     if kept is None and probe is not None and named is not None:
-        seen = _content_key(df, named, shown, probe, limit, where)
-        hit = _SEEN.get(seen) if seen is not None else None
-        if hit is not None:  # another frame showed all this: its description, kept for this one too
-            _DESCRIBED[key] = (fp, limit, probe[0], probe[1], hit[0], probe[2], hit[1], hit[2], shown)
-            return hit[0]
+        found = _content_key(df, named, shown, probe, limit, where)
+        if found is not None:
+            seen, labelled = found
+            hit = _SEEN.get(seen)
+        if hit is not None:
+            if hit[4] == labelled:  # another frame showed all this: its description, kept for this one too
+                _DESCRIBED[key] = (fp, limit, probe[0], probe[1], hit[0], probe[2], hit[1], hit[2], shown)
+                return hit[0]
+            # all but the rows' labels (a frame indexed anew): its columns as laid out, the labels' column alone made
+            reuse = {n: laid for n, laid in hit[2].items() if n >= 0}
     if kept is not None:
         col_text = kept[6]  # shape, labels and dtypes: the fingerprint's, unchanged
+    elif hit is not None:
+        col_text = hit[1]  # the same shape, labels and dtypes
     else:
         col_text = ", ".join(f"{names[i]}: {dtypes[i]}" for i in range(len(shown)))
         if cols > len(shown):
             col_text += f", ... ({cols - len(shown)} more columns)"
     head = ""
     made: dict[int, dict[int, list[str]]] = {}
-    if rows:
+    relabelled = _relabelled(df, rows, hit[2]) if hit is not None and rows else None
+    if relabelled is not None:
+        head, made = relabelled
+    elif rows:
         try:
             head, made = frame_head(df, shown, reuse, where, probe)
         except Exception:  # a layout this module does not know: pandas' own, uncached
@@ -563,10 +597,11 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
     text = _clip(text, limit)
     if probe is not None:
         _DESCRIBED[key] = (fp, limit, probe[0], probe[1], text, probe[2], col_text, made, shown)
-        if seen is not None and _light(probe[2]):
-            if len(_SEEN) >= _SEEN_MAX:
+        # a RangeIndex read as another's: every object held is one the other's key named (kept: light)
+        if seen is not None and (relabelled is not None or _light(probe[2])):
+            if len(_SEEN) >= _SEEN_MAX and seen not in _SEEN:
                 del _SEEN[next(iter(_SEEN))]
-            _SEEN[seen] = (text, col_text, made, probe[2])
+            _SEEN[seen] = (text, col_text, made, probe[2], labelled)
     return text
 
 

@@ -8,16 +8,27 @@ them). :func:`frame_fingerprint` takes what the labels and dtypes are read from,
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
-from operator import is_
+from operator import attrgetter, is_
 from typing import Any
 
 from ._frames import dtype_text, frame_dtypes, labels
 
 __all__ = ("FP_COLUMNS", "FrameParts", "frame_fingerprint", "frame_parts")
 
+_DTYPE, _PLACE = attrgetter("values.dtype"), attrgetter("_mgr_locs")
+
 FP_COLUMNS = 200
 """Columns a frame's fingerprint names (labels and dtypes)."""
+
+
+_READ: dict[tuple, Any] = {}
+"""``what parts read (FrameParts._same) -> weak reference to parts that read it``: the text read once for a
+frame, given to its copies. A reference only: the parts hold what their key names, so a live one's key is
+valid, and nothing here outlives the fingerprints that hold them (a dead one is a miss). At most
+:data:`_READ_MAX` (emptied when full)."""
+_READ_MAX = 256
 
 
 class FrameParts:
@@ -31,7 +42,10 @@ class FrameParts:
     taken. It holds labels and dtypes only, never a block or its data.
     """
 
-    __slots__ = ("_labels", "_text", "_where", "columns", "dtypes", "places")
+    __slots__ = ("__weakref__", "_labels", "_text", "_where", "columns", "dtypes", "places")
+
+    _labels: list
+    _where: tuple[list[int], list[int]]
 
     def __init__(self, columns: Any, dtypes: tuple, places: tuple) -> None:
         self.columns = columns
@@ -40,8 +54,8 @@ class FrameParts:
         self.places = places
         """Each block's placement (its columns)."""
         self._text: tuple[tuple[str, ...], tuple[str, ...]] | None = None
-        self._labels: list = []
-        self._where: tuple[list[int], list[int]] = ([], [])
+        # _labels and _where are set with _text (read only after it): every frame of the namespace has parts, and
+        # objects made for nothing wake the collector sooner
 
     def where(self) -> tuple[list[int], list[int]]:
         """For each of the first columns, the number of the block holding it and its place in that block (pandas'
@@ -56,10 +70,29 @@ class FrameParts:
             self.text()
         return self._labels
 
+    def _same(self) -> tuple | None:
+        """What the text is read from, by identity: the columns' labels (a plain Index's array, which a copy's
+        columns Index shares; any other Index itself), each block's dtype and placement. Every one of them is
+        held by these parts, so an equal key from parts alive names the very same objects."""
+        columns = self.columns
+        try:
+            data = id(columns._data) if type(columns).__name__ == "Index" else id(columns)
+        except AttributeError:
+            return None
+        return (type(columns), data, *map(id, self.dtypes), *map(id, self.places))
+
     def text(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """``(labels, dtypes)``: the first columns' labels (``str``) and dtypes (:func:`dtype_text`)."""
         text = self._text
         if text is None:
+            # a frame's copy (or one loaded again over the same labels and blocks' layout) reads as another's parts
+            same = self._same()
+            other = _READ.get(same) if same is not None else None
+            other = other() if other is not None else None
+            if other is not None and other._text is not None:
+                self._where, self._labels = other._where, other._labels  # never changed once made
+                text = self._text = other._text
+                return text
             n = min(len(self.columns), FP_COLUMNS)
             dtypes = [""] * n
             blknos, blklocs = [-1] * n, [-1] * n
@@ -84,6 +117,10 @@ class FrameParts:
             self._where = (blknos, blklocs)
             self._labels = labels(self.columns, n)
             text = self._text = (tuple(map(str, self._labels)), tuple(dtypes))
+            if same is not None:
+                if len(_READ) >= _READ_MAX:
+                    _READ.clear()
+                _READ[same] = weakref.ref(self)
         return text
 
     def __eq__(self, other: object) -> bool:
@@ -113,7 +150,7 @@ def frame_fingerprint(df: Any) -> tuple:
     columns = axes[0]
     blocks = mgr.blocks
     # two tuples, not one a block: every frame of the namespace has one, and fewer objects wake the collector less
-    parts = FrameParts(columns, tuple([b.values.dtype for b in blocks]), tuple([b._mgr_locs for b in blocks]))
+    parts = FrameParts(columns, tuple(map(_DTYPE, blocks)), tuple(map(_PLACE, blocks)))
     return (id(df), type(df), (len(axes[1]), len(columns)), parts)
 
 
