@@ -369,3 +369,17 @@ def test_a_frame_sharing_another_s_labels_or_blocks_layout_names_its_own_labels_
         assert f"columns: {says}\n" in described(other)
         assert head_of(other) == pandas_head(other)
     assert "columns: a: int64, b: int64, c: float64\n" in described(base)
+
+
+def test_a_copy_relabelled_twice_is_described_with_its_labels_now():
+    """A copy's fingerprint may hold another frame's parts (the same labels and blocks' layout): the copy's own
+    columns Index is still kept while its fingerprint is cached, so a columns Index made later never takes its
+    identity (relabelled twice, the first Index let go: an allocator reuses its place at once)."""
+    for _ in range(50):
+        base = pd.DataFrame({"a": [1, 2, 3], "b": [4, 5, 6], "c": [0.5, 1.5, 2.5]})
+        described(base)
+        df = base.copy(deep=False)
+        u.actor.fingerprint(df)
+        df.columns = ["x", "y", "z"]
+        df.columns = ["p", "q", "r"]
+        assert "columns: p: int64, q: int64, r: float64\n" in described(df)

@@ -221,8 +221,9 @@ _REF = weakref.ref
 _CACHE: dict[int, tuple] = {}
 """``id(obj) -> (fingerprint, ids of what pins it, *weak references to those)`` for pandas objects. An entry
 goes as soon as its object or any object pinning it is collected, so an id in it always names the object it
-named when cached. Only weak references: the cache keeps no old version of a frame's data alive (a frame's
-fingerprint holds its columns Index and its blocks' dtypes and placements, never a block: see FrameParts)."""
+named when cached. Only weak references to what holds data: the cache keeps no old version of a frame's data
+alive (a frame's entry holds its columns Index, and its fingerprint its blocks' dtypes and placements, never a
+block: see FrameParts)."""
 
 _CHURN = [0]
 """How many times an entry of ``_CACHE`` was added, replaced or dropped: while it stays the same, every entry seen
@@ -311,9 +312,11 @@ def fingerprint(obj: Any) -> tuple:
         fp = _fingerprint(obj, kind)
     try:
         forget = _Drop(key)
-        # a frame's fingerprint holds its columns Index (see FrameParts): no other object can take its identity
-        pins = (obj, axes[-1], *mgr.blocks) if type(fp[-1]) is FrameParts else (obj, *axes, *mgr.blocks)
-        _CACHE[key] = (fp, ids, *map(_REF, pins, repeat(forget)))
+        if type(fp[-1]) is FrameParts:  # the entry holds the frame's columns Index: no other can take its identity
+            # (its fingerprint's parts may be another frame's, over the very same labels: see frame_fingerprint)
+            _CACHE[key] = (fp, ids, *map(_REF, (obj, axes[-1], *mgr.blocks), repeat(forget)), axes[0])
+        else:
+            _CACHE[key] = (fp, ids, *map(_REF, (obj, *axes, *mgr.blocks), repeat(forget)))
     except TypeError:  # something there takes no weak reference: no cache
         return fp
     _CHURN[0] += 1

@@ -23,12 +23,13 @@ FP_COLUMNS = 200
 """Columns a frame's fingerprint names (labels and dtypes)."""
 
 
-_READ: dict[tuple, Any] = {}
-"""``what parts read (FrameParts._same) -> weak reference to parts that read it``: the text read once for a
-frame, given to its copies. A reference only: the parts hold what their key names, so a live one's key is
-valid, and nothing here outlives the fingerprints that hold them (a dead one is a miss). At most
-:data:`_READ_MAX` (emptied when full)."""
-_READ_MAX = 256
+_SHARED: dict[tuple, Any] = {}
+"""``what parts read (:func:`_reads`) -> weak reference to the parts made for it``: the parts of a frame, given to
+its copies and to frames over the very same labels and blocks' layout (one object, its text read once). A
+reference only: the parts hold every object their key names, so a live one's key names those very objects,
+and nothing here outlives the fingerprints that hold them (a dead one is a miss). At most :data:`_SHARED_MAX`
+(emptied when full)."""
+_SHARED_MAX = 4096
 
 
 class FrameParts:
@@ -70,29 +71,10 @@ class FrameParts:
             self.text()
         return self._labels
 
-    def _same(self) -> tuple | None:
-        """What the text is read from, by identity: the columns' labels (a plain Index's array, which a copy's
-        columns Index shares; any other Index itself), each block's dtype and placement. Every one of them is
-        held by these parts, so an equal key from parts alive names the very same objects."""
-        columns = self.columns
-        try:
-            data = id(columns._data) if type(columns).__name__ == "Index" else id(columns)
-        except AttributeError:
-            return None
-        return (type(columns), data, *map(id, self.dtypes), *map(id, self.places))
-
     def text(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """``(labels, dtypes)``: the first columns' labels (``str``) and dtypes (:func:`dtype_text`)."""
         text = self._text
         if text is None:
-            # a frame's copy (or one loaded again over the same labels and blocks' layout) reads as another's parts
-            same = self._same()
-            other = _READ.get(same) if same is not None else None
-            other = other() if other is not None else None
-            if other is not None and other._text is not None:
-                self._where, self._labels = other._where, other._labels  # never changed once made
-                text = self._text = other._text
-                return text
             n = min(len(self.columns), FP_COLUMNS)
             dtypes = [""] * n
             blknos, blklocs = [-1] * n, [-1] * n
@@ -117,10 +99,6 @@ class FrameParts:
             self._where = (blknos, blklocs)
             self._labels = labels(self.columns, n)
             text = self._text = (tuple(map(str, self._labels)), tuple(dtypes))
-            if same is not None:
-                if len(_READ) >= _READ_MAX:
-                    _READ.clear()
-                _READ[same] = weakref.ref(self)
         return text
 
     def __eq__(self, other: object) -> bool:
@@ -142,15 +120,32 @@ class FrameParts:
         return f"FrameParts{self.text()!r}"
 
 
+def _reads(columns: Any, dtypes: tuple, places: tuple) -> tuple:
+    """What parts over ``columns``, ``dtypes`` and ``places`` read, by identity: the labels (a plain Index's
+    array, which a copy's columns Index shares; any other Index itself), each block's dtype and placement."""
+    data = columns._data if type(columns).__name__ == "Index" else columns
+    return (type(columns), id(data), *map(id, dtypes), *map(id, places))
+
+
 def frame_fingerprint(df: Any) -> tuple:
     """``(id, type, shape, FrameParts)``: a frame's fingerprint, from its block manager, its labels and dtypes
-    to be read when needed (:class:`FrameParts`). Raises AttributeError for another pandas layout."""
+    to be read when needed (:class:`FrameParts`). A frame over the very labels, dtypes and placements of another
+    (a copy, the same frame loaded again) has the same parts (see :data:`_SHARED`): not the frame's own columns
+    Index, then (the fingerprint cache holds that). Raises AttributeError for another pandas layout."""
     mgr = df._mgr
     axes = mgr.axes
     columns = axes[0]
     blocks = mgr.blocks
     # two tuples, not one a block: every frame of the namespace has one, and fewer objects wake the collector less
-    parts = FrameParts(columns, tuple(map(_DTYPE, blocks)), tuple(map(_PLACE, blocks)))
+    dtypes, places = tuple(map(_DTYPE, blocks)), tuple(map(_PLACE, blocks))
+    reads = _reads(columns, dtypes, places)
+    known = _SHARED.get(reads)
+    parts = known() if known is not None else None
+    if parts is None:
+        parts = FrameParts(columns, dtypes, places)
+        if len(_SHARED) >= _SHARED_MAX:
+            _SHARED.clear()
+        _SHARED[reads] = weakref.ref(parts)
     return (id(df), type(df), (len(axes[1]), len(columns)), parts)
 
 
