@@ -383,3 +383,14 @@ def test_a_copy_relabelled_twice_is_described_with_its_labels_now():
         df.columns = ["x", "y", "z"]
         df.columns = ["p", "q", "r"]
         assert "columns: p: int64, q: int64, r: float64\n" in described(df)
+
+
+def test_cells_written_one_column_at_a_time_in_a_block_of_numbers_show_each_time():
+    """A block holding several columns, a cell of one of them written in place at a time (the others' laid out
+    columns kept): each description shows every column as it is."""
+    df = pd.DataFrame({"a": [0.5, 1.5, 2.5, 3.5], "b": [10.0, 20.0, 30.0, 40.0], "c": [7.25, 8.25, 9.25, 1.0]})
+    assert len(df._mgr.blocks) == 1
+    described(df)
+    for row, col, value in [(1, 1, 99.125), (0, 2, -4.5), (2, 0, 1234.5), (3, 1, 5.0), (1, 1, 20.0)]:
+        df.iat[row, col] = value
+        assert head_of(df) == pandas_head(df)

@@ -415,6 +415,18 @@ def _content_key(
     return key, (rng if rng is not None else ahead[3:])
 
 
+def _unwritten(values: Any, now: tuple, then: tuple, laid: dict[int, list[str]]) -> dict[int, list[str]]:
+    """The columns of a block of numbers (``values``, 2-D) laid out when its head read ``then``, whose own first
+    rows read the same ``now`` (:func:`_block_key`'s: the dtype, then each column's first rows' bytes in turn)."""
+    if len(now) != 2 or len(then) != 2 or now[0] != then[0] or type(now[1]) is not bytes or len(now[1]) != len(
+        then[1]
+    ) or getattr(values, "ndim", 0) != 2:
+        return {}
+    size = len(now[1]) // max(values.shape[0], 1)
+    a, b = now[1], then[1]
+    return {loc: col for loc, col in laid.items() if a[loc * size:(loc + 1) * size] == b[loc * size:(loc + 1) * size]}
+
+
 def forget(key: int) -> None:
     """The frame ``key`` names is gone, or its fingerprint changed: its description goes too."""
     _DESCRIBED.pop(key, None)
@@ -443,7 +455,17 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
         if kept[3] == probe[1]:
             return kept[4]  # nothing it says could differ
         # the same shape, labels, dtypes and index: blocks whose head reads the same keep their columns
-        reuse = {n: kept[7][n] for (n, k), (n2, k2) in zip(probe[1], kept[3]) if n == n2 and k == k2 and n in kept[7]}
+        reuse = {}
+        for (n, k), (n2, k2) in zip(probe[1], kept[3]):
+            laid = kept[7].get(n)
+            if n != n2 or laid is None:
+                continue
+            if k == k2:
+                reuse[n] = laid
+            else:  # a cell written in one column of a block of numbers: its other columns stay as laid out
+                same = _unwritten(df._mgr.blocks[n].values, k, k2, laid)
+                if same:
+                    reuse[n] = same
         if -1 in kept[7]:
             reuse[-1] = kept[7][-1]  # the row labels' column: the same index
     else:
