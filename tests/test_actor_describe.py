@@ -331,14 +331,16 @@ def test_a_frame_showing_another_s_rows_under_other_labels_shows_its_own_labels(
     """A frame over rows described before, labelled anew (a copy indexed again), is laid out with its own row
     labels, aligned as pandas aligns them; the frame described first still shows its own."""
     n = np.arange(5)
-    base = pd.DataFrame({"id": n, "value": n / 4, "kind": pd.Categorical(np.array(["a", "b"])[n % 2])})
+    base = pd.DataFrame({  # one block holds value and ratio: the columns are not in their blocks' order
+        "value": n / 4, "id": n, "ratio": n / 8, "kind": pd.Categorical(np.array(["a", "b"])[n % 2]),
+    })
     first = described(base)
     rest = rows_and_rest(base)
     others = []
     for index in (
         pd.RangeIndex(7, 12), pd.RangeIndex(99_998, 100_003), pd.RangeIndex(0, 10, 2), pd.RangeIndex(3, 8, name="row"),
-        pd.Index([5, 6, 7, 8, 9]), pd.Index(["p", "qq", "rrr", "s", "t"]), pd.RangeIndex(1_000_000, 1_000_005),
-        pd.RangeIndex(8, 3, -1),
+        pd.RangeIndex(13, 18, name="row"), pd.Index([5, 6, 7, 8, 9]), pd.Index(["p", "qq", "rrr", "s", "t"]),
+        pd.RangeIndex(1_000_000, 1_000_005), pd.RangeIndex(8, 3, -1),
     ):
         other = base.copy(deep=False)
         other.index = index
@@ -348,7 +350,7 @@ def test_a_frame_showing_another_s_rows_under_other_labels_shows_its_own_labels(
         assert head_of(other) == pandas_head(other) and rows_and_rest(other) == rest
     assert described(base) == first and rows_and_rest(base) == rest
     last = others[-1]
-    last.iat[1, 1] = 42.5  # written in place after it was described
+    last.iat[1, 0] = 42.5  # written in place after it was described
     assert head_of(last) == pandas_head(last) and "42.5" in head_of(last)
 
 

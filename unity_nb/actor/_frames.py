@@ -308,28 +308,35 @@ def frame_head(
                     if len(_LAID) >= _LAID_MAX:
                         _LAID.clear()
                     _LAID[(known[0], loc, title)] = (col, known[1])
-        made.setdefault(no, {})[loc] = col
+        laid = made.get(no)
+        if laid is None:
+            laid = made[no] = {}
+        laid[loc] = col
         cols.append(col)
         if named is not None:
             named.append(" " * len(col[0]))
+    lines = ["  ".join(line) for line in zip(*cols)]
     if named is not None:
-        lines = ["  ".join(line) for line in zip(*cols)]
         lines.insert(1, "  ".join(named))
-        return "\n".join(lines), made
-    # each line but its row label kept too: a frame that shows all this under other labels makes only theirs
-    tails = ["  ".join(line) for line in zip(*cols[1:])]
-    made[-2] = {0: tails}
-    return "\n".join([f"{label}  {tail}" for label, tail in zip(cols[0], tails)]), made
+    return "\n".join(lines), made
 
 
-def _relabelled(df: Any, rows: int, made: dict[int, dict[int, list[str]]]) -> tuple[str, dict] | None:
-    """The head :func:`frame_head` made for another frame (``made``, its columns) that showed all ``df`` shows
-    but its row labels, laid out again with ``df``'s: only when they are a RangeIndex's with no name (its
-    column is three numbers); None otherwise."""
-    tails = made.get(-2)  # made only for rows whose index has no name (a description's key names it)
+def _relabelled(
+    df: Any, rows: int, made: dict[int, dict[int, list[str]]], where: tuple[list[int], list[int]] | None, n: int
+) -> tuple[str, dict] | None:
+    """The head :func:`frame_head` made for another frame (``made``, its columns by block and place) that showed
+    all ``df`` shows but its row labels, laid out again with ``df``'s: only when they are a RangeIndex's with no
+    name (its column is three numbers); None otherwise. ``where``: the ``n`` shown columns' blocks and places."""
     index = df._mgr.axes[1]
-    if tails is None or type(index).__name__ != "RangeIndex":
+    if type(index).__name__ != "RangeIndex" or index.name is not None or where is None:
         return None
+    tails = made.get(-2)
+    if tails is None:  # each line but its row label, kept with the columns (made alike for every frame they fit)
+        try:
+            cols = [made[no][loc] for no, loc in zip(where[0][:n], where[1][:n])]
+        except KeyError:
+            return None
+        tails = made[-2] = {0: ["  ".join(line) for line in zip(*cols)]}
     start, step = index.start, index.step
     labels = list(map(str, range(start, start + step * min(ROWS, rows), step)))
     width = max(map(len, labels))
@@ -504,7 +511,7 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
             col_text += f", ... ({cols - len(shown)} more columns)"
     head = ""
     made: dict[int, dict[int, list[str]]] = {}
-    relabelled = _relabelled(df, rows, hit[2]) if hit is not None and rows else None
+    relabelled = _relabelled(df, rows, hit[2], where, len(shown)) if hit is not None and rows else None
     if relabelled is not None:
         head, made = relabelled
     elif rows:
