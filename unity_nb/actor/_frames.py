@@ -25,12 +25,16 @@ How a kept description is never stale:
   object in a shown cell) is not compared: the frame is described anew every time.
 
 So a hit costs a fingerprint lookup and a slice of each shown block, a few microseconds a frame. When only some
-blocks' heads read differently (a cell written), the other blocks' columns of the head are kept as they were.
+blocks' heads read differently (a cell written), the other blocks' columns of the head are kept as they were,
+and so are a block of numbers' columns whose own first rows read the same.
 
 A new object (a frame loaded again, a copy) has nothing kept under its identity, but it may show what another
 showed: descriptions are also kept by everything they read, as values (:func:`_content_key`: shape, labels
 and their types, dtypes, where each shown column is, the row index and every shown block's first rows as
 compared above), a bounded number of them; a new frame whose key is one of them is given that description.
+The row labels are not in the key but beside it: a frame showing all another showed under other labels (a
+copy indexed anew) is given its columns as laid out, and when its labels are a RangeIndex's only their column
+is made (:func:`_relabelled`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Every frame in the namespace is fingerprinted at each run's start (:func:`._describe.fingerprint`), and most
 fingerprints are only ever compared with themselves (the frame was not changed) or described (about twenty of
 them). :func:`frame_fingerprint` takes what the labels and dtypes are read from, all of it immutable, and
-:class:`FrameParts` reads them when first asked.
+:class:`FrameParts` reads them when first asked. Frames over the very same objects (a frame's copies, which
+share its columns' labels, blocks' dtypes and placements) share one FrameParts: made and read once.
 """
 
 from __future__ import annotations
