@@ -361,11 +361,11 @@ def test_a_frame_sharing_another_s_labels_or_blocks_layout_names_its_own_labels_
     assert "columns: a: int64, b: int64, c: float64\n" in described(base)
     cases = [
         (base.copy(deep=False), "a: int64, b: int64, c: float64"),
-        (base.astype("float64"), "a: float64, b: float64, c: float64"),  # the same labels and placements
-        (base.set_axis(["p", "q", "r"], axis=1), "p: int64, q: int64, r: float64"),  # the same blocks' layout
         # the same labels and dtypes, in blocks placed otherwise: int64 (a, c), float64 (b)
         (pd.DataFrame({"a": [1, 2, 3], "b": [0.5, 1.5, 2.5], "c": [4, 5, 6]}, columns=base.columns),
          "a: int64, b: float64, c: int64"),
+        (base.astype("float64"), "a: float64, b: float64, c: float64"),  # the same labels and placements
+        (base.set_axis(["p", "q", "r"], axis=1), "p: int64, q: int64, r: float64"),  # the same blocks' layout
     ]
     for other, says in cases:
         assert f"columns: {says}\n" in described(other)

@@ -25,8 +25,9 @@ FP_COLUMNS = 200
 
 
 _SHARED: dict[tuple, Any] = {}
-"""``what parts read (:func:`_reads`) -> weak reference to the parts made for it``: the parts of a frame, given to
-its copies and to frames over the very same labels and blocks' layout (one object, its text read once). A
+"""``(columns' type, id of its labels, ids of the blocks' placements) -> weak reference to the parts made for
+them`` (:func:`frame_fingerprint`): the parts of a frame, given to its copies and to frames over the very same
+labels and blocks' layout whose blocks' dtypes are the very same too (one object, its text read once). A
 reference only: the parts hold every object their key names, so a live one's key names those very objects,
 and nothing here outlives the fingerprints that hold them (a dead one is a miss). At most :data:`_SHARED_MAX`
 (emptied when full)."""
@@ -121,13 +122,6 @@ class FrameParts:
         return f"FrameParts{self.text()!r}"
 
 
-def _reads(columns: Any, dtypes: tuple, places: tuple) -> tuple:
-    """What parts over ``columns``, ``dtypes`` and ``places`` read, by identity: the labels (a plain Index's
-    array, which a copy's columns Index shares; any other Index itself), each block's dtype and placement."""
-    data = columns._data if type(columns).__name__ == "Index" else columns
-    return (type(columns), id(data), *map(id, dtypes), *map(id, places))
-
-
 def frame_fingerprint(df: Any) -> tuple:
     """``(id, type, shape, FrameParts)``: a frame's fingerprint, from its block manager, its labels and dtypes
     to be read when needed (:class:`FrameParts`). A frame over the very labels, dtypes and placements of another
@@ -137,13 +131,15 @@ def frame_fingerprint(df: Any) -> tuple:
     axes = mgr.axes
     columns = axes[0]
     blocks = mgr.blocks
-    # two tuples, not one a block: every frame of the namespace has one, and fewer objects wake the collector less
-    dtypes, places = tuple(map(_DTYPE, blocks)), tuple(map(_PLACE, blocks))
-    reads = _reads(columns, dtypes, places)
+    # the labels (a plain Index's array, which a copy's columns Index shares; any other Index itself) and each
+    # block's placement, by identity; the dtypes, compared one by one with the parts found
+    data = columns._data if type(columns).__name__ == "Index" else columns
+    reads = (type(columns), id(data), *map(id, map(_PLACE, blocks)))
     known = _SHARED.get(reads)
     parts = known() if known is not None else None
-    if parts is None:
-        parts = FrameParts(columns, dtypes, places)
+    if parts is None or not all(map(is_, map(_DTYPE, blocks), parts.dtypes)):
+        # two tuples, not one a block: every frame of the namespace has one, and fewer objects wake the collector
+        parts = FrameParts(columns, tuple(map(_DTYPE, blocks)), tuple(map(_PLACE, blocks)))
         if len(_SHARED) >= _SHARED_MAX:
             _SHARED.clear()
         _SHARED[reads] = weakref.ref(parts)
