@@ -313,3 +313,86 @@ def test_a_frame_whose_manager_is_replaced_in_place_is_described_as_it_is(change
     after = described(df)
     assert after != first and shows in after
     assert head_of(df) == pandas_head(df)
+
+
+def rows_and_rest(df):
+    """The description's first rows split into the row labels' column (as pandas lays it out: left-justified to
+    the widest label, two spaces before the rest) and the rest of each line."""
+    lines = u.actor.describe_value(df).split("first 3 rows:\n", 1)[1].splitlines()
+    if df.index.name is not None:
+        del lines[1]  # the index's name, on a line of its own
+    shown = [str(label) for label in df.index[:3]]
+    width = max(map(len, [*shown, str(df.index.name) if df.index.name is not None else ""]))
+    assert [line[:width + 2] for line in lines] == [" " * (width + 2)] + [label.ljust(width + 2) for label in shown]
+    return [line[width + 2:] for line in lines]
+
+
+def test_a_frame_showing_another_s_rows_under_other_labels_shows_its_own_labels():
+    """A frame over rows described before, labelled anew (a copy indexed again), is laid out with its own row
+    labels, aligned as pandas aligns them; the frame described first still shows its own."""
+    n = np.arange(5)
+    base = pd.DataFrame({  # one block holds value and ratio: the columns are not in their blocks' order
+        "value": n / 4, "id": n, "ratio": n / 8, "kind": pd.Categorical(np.array(["a", "b"])[n % 2]),
+    })
+    first = described(base)
+    rest = rows_and_rest(base)
+    others = []
+    for index in (
+        pd.RangeIndex(7, 12), pd.RangeIndex(99_998, 100_003), pd.RangeIndex(0, 10, 2), pd.RangeIndex(3, 8, name="row"),
+        pd.RangeIndex(13, 18, name="row"), pd.Index([5, 6, 7, 8, 9]), pd.Index(["p", "qq", "rrr", "s", "t"]),
+        pd.RangeIndex(1_000_000, 1_000_005), pd.RangeIndex(8, 3, -1),
+    ):
+        other = base.copy(deep=False)
+        other.index = index
+        others.append(other)
+        assert head_of(other) == pandas_head(other) and rows_and_rest(other) == rest
+    for other in others:  # described again (kept)
+        assert head_of(other) == pandas_head(other) and rows_and_rest(other) == rest
+    assert described(base) == first and rows_and_rest(base) == rest
+    last = others[-1]
+    last.iat[1, 0] = 42.5  # written in place after it was described
+    assert head_of(last) == pandas_head(last) and "42.5" in head_of(last)
+
+
+def test_a_frame_sharing_another_s_labels_or_blocks_layout_names_its_own_labels_and_dtypes():
+    """Frames whose columns Index, blocks' placements or dtypes are the very objects of a frame described before
+    (a copy, ``astype``, frames made over the same labels) name their own labels and dtypes."""
+    base = pd.DataFrame({"a": [1, 2, 3], "b": [4, 5, 6], "c": [0.5, 1.5, 2.5]})  # blocks: int64 (a, b), float64 (c)
+    assert "columns: a: int64, b: int64, c: float64\n" in described(base)
+    cases = [
+        (base.copy(deep=False), "a: int64, b: int64, c: float64"),
+        # the same labels and dtypes, in blocks placed otherwise: int64 (a, c), float64 (b)
+        (pd.DataFrame({"a": [1, 2, 3], "b": [0.5, 1.5, 2.5], "c": [4, 5, 6]}, columns=base.columns),
+         "a: int64, b: float64, c: int64"),
+        (base.astype("float64"), "a: float64, b: float64, c: float64"),  # the same labels and placements
+        (base.set_axis(["p", "q", "r"], axis=1), "p: int64, q: int64, r: float64"),  # the same blocks' layout
+    ]
+    for other, says in cases:
+        assert f"columns: {says}\n" in described(other)
+        assert head_of(other) == pandas_head(other)
+    assert "columns: a: int64, b: int64, c: float64\n" in described(base)
+
+
+def test_a_copy_relabelled_twice_is_described_with_its_labels_now():
+    """A copy's fingerprint may hold another frame's parts (the same labels and blocks' layout): the copy's own
+    columns Index is still kept while its fingerprint is cached, so a columns Index made later never takes its
+    identity (relabelled twice, the first Index let go: an allocator reuses its place at once)."""
+    for _ in range(50):
+        base = pd.DataFrame({"a": [1, 2, 3], "b": [4, 5, 6], "c": [0.5, 1.5, 2.5]})
+        described(base)
+        df = base.copy(deep=False)
+        u.actor.fingerprint(df)
+        df.columns = ["x", "y", "z"]
+        df.columns = ["p", "q", "r"]
+        assert "columns: p: int64, q: int64, r: float64\n" in described(df)
+
+
+def test_cells_written_one_column_at_a_time_in_a_block_of_numbers_show_each_time():
+    """A block holding several columns, a cell of one of them written in place at a time (the others' laid out
+    columns kept): each description shows every column as it is."""
+    df = pd.DataFrame({"a": [0.5, 1.5, 2.5, 3.5], "b": [10.0, 20.0, 30.0, 40.0], "c": [7.25, 8.25, 9.25, 1.0]})
+    assert len(df._mgr.blocks) == 1
+    described(df)
+    for row, col, value in [(1, 1, 99.125), (0, 2, -4.5), (2, 0, 1234.5), (3, 1, 5.0), (1, 1, 20.0)]:
+        df.iat[row, col] = value
+        assert head_of(df) == pandas_head(df)

@@ -14,6 +14,7 @@ import re
 import types
 import weakref
 from collections.abc import Iterable, Mapping
+from itertools import repeat
 from typing import Any
 
 from .._secrets import scrub
@@ -216,11 +217,13 @@ def snapshot(
 
 
 _KINDS: dict[type, str] = {}
+_REF = weakref.ref
 _CACHE: dict[int, tuple] = {}
 """``id(obj) -> (fingerprint, ids of what pins it, *weak references to those)`` for pandas objects. An entry
 goes as soon as its object or any object pinning it is collected, so an id in it always names the object it
-named when cached. Only weak references: the cache keeps no old version of a frame's data alive (a frame's
-fingerprint holds its columns Index and its blocks' dtypes and placements, never a block: see FrameParts)."""
+named when cached. Only weak references to what holds data: the cache keeps no old version of a frame's data
+alive (a frame's entry holds its columns Index, and its fingerprint its blocks' dtypes and placements, never a
+block: see FrameParts)."""
 
 _CHURN = [0]
 """How many times an entry of ``_CACHE`` was added, replaced or dropped: while it stays the same, every entry seen
@@ -247,16 +250,19 @@ def _kind_of(t: type) -> str:
     return kind
 
 
-class _Drop(tuple):
-    """``(key, ids)``: called when an object pinning ``_CACHE[key]`` (made with ``ids``) is collected, drops the
-    entry. One object per entry (a ``functools.partial`` makes three), and every new frame has an entry."""
+class _Drop(int):
+    """``key``: called when an object pinning ``_CACHE[key]`` is collected (with the weak reference to it), drops
+    the entry when that reference is one of the entry's (a newer entry under the same key stays). An ``int``:
+    every new frame has an entry, and an object the collector does not track wakes it no sooner (a
+    ``functools.partial`` makes three tracked ones)."""
 
     __slots__ = ()
 
-    def __call__(self, _ref: Any) -> None:
-        key, ids = self
+    def __call__(self, ref: Any) -> None:
+        key = int(self)
         entry = _CACHE.get(key)
-        if entry is not None and entry[1] is ids:
+        # by identity: a dead reference equals only itself, and the entry's others are compared as objects
+        if entry is not None and any([r is ref for r in entry[2:]]):
             _CACHE.pop(key, None)
             _forget_description(key)  # a frame's description is kept only with its entry's fingerprint
             _CHURN[0] += 1
@@ -305,10 +311,12 @@ def fingerprint(obj: Any) -> tuple:
     else:
         fp = _fingerprint(obj, kind)
     try:
-        forget = _Drop((key, ids))
-        # a frame's fingerprint holds its columns Index (see FrameParts): no other object can take its identity
-        pins = (obj, axes[-1], *mgr.blocks) if type(fp[-1]) is FrameParts else (obj, *axes, *mgr.blocks)
-        _CACHE[key] = (fp, ids, *[weakref.ref(p, forget) for p in pins])
+        forget = _Drop(key)
+        if type(fp[-1]) is FrameParts:  # the entry holds the frame's columns Index: no other can take its identity
+            # (its fingerprint's parts may be another frame's, over the very same labels: see frame_fingerprint)
+            _CACHE[key] = (fp, ids, *map(_REF, (obj, axes[-1], *mgr.blocks), repeat(forget)), axes[0])
+        else:
+            _CACHE[key] = (fp, ids, *map(_REF, (obj, *axes, *mgr.blocks), repeat(forget)))
     except TypeError:  # something there takes no weak reference: no cache
         return fp
     _CHURN[0] += 1

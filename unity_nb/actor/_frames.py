@@ -25,12 +25,16 @@ How a kept description is never stale:
   object in a shown cell) is not compared: the frame is described anew every time.
 
 So a hit costs a fingerprint lookup and a slice of each shown block, a few microseconds a frame. When only some
-blocks' heads read differently (a cell written), the other blocks' columns of the head are kept as they were.
+blocks' heads read differently (a cell written), the other blocks' columns of the head are kept as they were,
+and so are a block of numbers' columns whose own first rows read the same.
 
 A new object (a frame loaded again, a copy) has nothing kept under its identity, but it may show what another
 showed: descriptions are also kept by everything they read, as values (:func:`_content_key`: shape, labels
 and their types, dtypes, where each shown column is, the row index and every shown block's first rows as
 compared above), a bounded number of them; a new frame whose key is one of them is given that description.
+The row labels are not in the key but beside it: a frame showing all another showed under other labels (a
+copy indexed anew) is given its columns as laid out, and when its labels are a RangeIndex's only their column
+is made (:func:`_relabelled`).
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ from __future__ import annotations
 import decimal
 import fractions
 from typing import Any
+
+from ._cells import cell_text as _text
+from ._cells import column_cells as _cells
 
 __all__ = (
     "dtype_text", "fingerprint_text", "forget", "frame_dtypes", "frame_head", "frame_text", "head_probe", "labels",
@@ -47,8 +54,6 @@ ROWS = 3
 """Rows shown."""
 COLUMNS = 12
 """Columns shown."""
-_CELL = 23
-"""A cell's text past this many characters is cut (pandas' ``max_colwidth=24`` with its leading space)."""
 
 _IMMUTABLE = frozenset({str, int, float, bool, bytes, complex, type(None), decimal.Decimal, fractions.Fraction})
 """Cell types whose objects cannot change: the same object always reads the same."""
@@ -197,104 +202,6 @@ def head_probe(
 # -- formatting -------------------------------------------------------------------------------------
 
 
-def _text(value: Any) -> str:
-    if value is None:
-        return "None"
-    if type(value) is float:
-        return "NaN" if value != value else repr(value)
-    text = str(value)
-    if "\n" in text or "\t" in text or "\r" in text:
-        text = text.replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
-    return text
-
-
-_FLOAT_TYPES: set[type] = {float}
-
-
-def _is_float(value: Any) -> bool:
-    t = type(value)
-    if t in _FLOAT_TYPES:
-        return True
-    if t.__module__ == "numpy" and t.__name__.startswith("float"):
-        _FLOAT_TYPES.add(t)
-        return True
-    return False
-
-
-def _floats(values: list) -> list[str]:
-    """A column of floats as pandas shows them: six decimals with the common trailing zeros cut; the
-    scientific form when one is past 1e6 or under 1e-6. What is not a float (a missing value) shows as itself."""
-    finite = [v for v in values if _is_float(v) and v - v == 0]  # v - v is nan for nan and the infinities
-    if any(abs(v) > 1e6 or 0 < abs(v) < 1e-6 for v in finite):
-        return [f"{v:.6e}" if _is_float(v) and v - v == 0 else _special(v) for v in values]
-    if len(finite) == len(values):
-        texts = fixed = [f"{v:.6f}" for v in values]
-    else:
-        texts = [f"{v:.6f}" if _is_float(v) and v - v == 0 else _special(v) for v in values]
-        fixed = [t for t in texts if t[-1:].isdigit()]
-        if not fixed:
-            return texts
-    # the trailing zeros all of them have, but one decimal stays
-    cut = min(min(len(t) - len(t.rstrip("0")) for t in fixed), min(len(t) - t.index(".") for t in fixed) - 2)
-    if cut <= 0:
-        return texts
-    return [t[:-cut] if t[-1:].isdigit() else t for t in texts]
-
-
-def _special(value: Any) -> str:
-    """A float that is not finite, or what stands for a missing one."""
-    if not _is_float(value):
-        return _text(value)
-    if value != value:
-        return "NaN"
-    return "inf" if value > 0 else "-inf"
-
-
-def _dates(values: list) -> list[str] | None:
-    """Timestamps as pandas shows a column of them: the date alone when every one is at midnight."""
-    stamps = [v for v in values if type(v).__name__ == "Timestamp"]
-    if not stamps or any(type(v).__name__ not in ("Timestamp", "NaTType") for v in values):
-        return None
-    if all(s.tz is None and s.hour == s.minute == s.second == s.microsecond == s.nanosecond == 0 for s in stamps):
-        return [str(v)[:10] if type(v).__name__ == "Timestamp" else "NaT" for v in values]
-    return None
-
-
-def _missing(value: Any) -> bool:
-    return value is None or (type(value).__name__ in ("NAType", "NaTType"))
-
-
-def _clipped(text: str) -> str:
-    return text if len(text) <= _CELL else text[: _CELL - 3] + "..."
-
-
-def _cells(values: list, kind: str = "") -> list[str]:
-    """One column's cells as text; ``kind`` is its numpy dtype's kind when known (``f``: floats)."""
-    if kind == "f":
-        if all([v - v == 0 and (v == 0 or 1e-6 <= abs(v) <= 1e6) for v in values]):  # the usual: six decimals
-            texts = [f"{v:.6f}" for v in values]
-            cut = 5  # the trailing zeros all of them have, but one decimal stays (each has six)
-            for t in texts:
-                zeros = len(t) - len(t.rstrip("0"))
-                if zeros < cut:
-                    cut = zeros
-                    if not cut:
-                        return texts
-            return [t[:-cut] for t in texts]
-        return _floats(values)
-    if kind in ("i", "u", "b"):
-        return list(map(str, values))
-    if all(type(v) is str for v in values):
-        return [_clipped(_text(v)) for v in values]
-    present = [v for v in values if not _missing(v)]
-    if present and all(map(_is_float, present)):
-        return _floats(values)
-    dates = _dates(values)
-    if dates is not None:
-        return dates
-    return [_clipped(_text(v)) for v in values]
-
-
 def _column(values: Any, row: int) -> tuple[list, str]:
     """The first rows of one column of a block's values (a 2-D array or a 1-D extension array), and the
     kind of numpy array they came from ('' for anything else)."""
@@ -405,7 +312,10 @@ def frame_head(
                     if len(_LAID) >= _LAID_MAX:
                         _LAID.clear()
                     _LAID[(known[0], loc, title)] = (col, known[1])
-        made.setdefault(no, {})[loc] = col
+        laid = made.get(no)
+        if laid is None:
+            laid = made[no] = {}
+        laid[loc] = col
         cols.append(col)
         if named is not None:
             named.append(" " * len(col[0]))
@@ -413,6 +323,31 @@ def frame_head(
     if named is not None:
         lines.insert(1, "  ".join(named))
     return "\n".join(lines), made
+
+
+def _relabelled(
+    df: Any, rows: int, made: dict[int, dict[int, list[str]]], where: tuple[list[int], list[int]] | None, n: int
+) -> tuple[str, dict] | None:
+    """The head :func:`frame_head` made for another frame (``made``, its columns by block and place) that showed
+    all ``df`` shows but its row labels, laid out again with ``df``'s: only when they are a RangeIndex's with no
+    name (its column is three numbers); None otherwise. ``where``: the ``n`` shown columns' blocks and places."""
+    index = df._mgr.axes[1]
+    if type(index).__name__ != "RangeIndex" or index.name is not None or where is None:
+        return None
+    tails = made.get(-2)
+    if tails is None:  # each line but its row label, kept with the columns (made alike for every frame they fit)
+        try:
+            cols = [made[no][loc] for no, loc in zip(where[0][:n], where[1][:n])]
+        except KeyError:
+            return None
+        tails = made[-2] = {0: ["  ".join(line) for line in zip(*cols)]}
+    start, step = index.start, index.step
+    labels = list(map(str, range(start, start + step * min(ROWS, rows), step)))
+    width = max(map(len, labels))
+    col = [" " * width, *[label.ljust(width) for label in labels]]
+    made = dict(made)
+    made[-1] = {0: col}
+    return "\n".join([f"{label}  {tail}" for label, tail in zip(col, tails[0])]), made
 
 
 _LAID: dict[tuple, tuple[list[str], list]] = {}
@@ -463,11 +398,13 @@ def _light(held: list) -> bool:
 
 def _content_key(
     df: Any, named: tuple, shown: list, probe: tuple, limit: int, where: tuple[list[int], list[int]] | None
-) -> tuple | None:
-    """Everything a description made by :func:`frame_text` reads, as values (``named``: the shape, labels and
-    dtypes the frame's fingerprint names; ``probe``: :func:`head_probe`'s, the shown rows of every shown block
-    and of a row index, its names, the objects named by identity held in the probe), with where each shown
-    column is (block and place) and a RangeIndex's start and step. Two frames with equal keys read alike."""
+) -> tuple[tuple, tuple] | None:
+    """``(key, rows)``: everything a description made by :func:`frame_text` reads, as values (``named``: the
+    shape, labels and dtypes the frame's fingerprint names; ``probe``: :func:`head_probe`'s, the shown rows of
+    every shown block, the names, the objects named by identity held in the probe), with where each shown column
+    is (block and place), in ``key``; the row labels shown in ``rows`` (a RangeIndex's start and step, or what
+    the probe read from another index). Two frames with equal keys and rows read alike; with equal keys only,
+    all but their rows' labels."""
     try:
         mgr = df._mgr
         index = mgr.axes[1]
@@ -480,12 +417,25 @@ def _content_key(
     except (AttributeError, IndexError, TypeError):
         return None
     # the labels with their types: 1, 1.0 and True are equal, and shown as "1", "1.0" and "True"
-    key = (limit, named[0], named[2][:n], tuple(shown), tuple(map(type, shown)), rng, layout, probe[0], probe[1])
+    ahead = probe[0]  # the names, the blocks' count, then what a row index other than a RangeIndex reads
+    key = (limit, named[0], named[2][:n], tuple(shown), tuple(map(type, shown)), layout, ahead[:3], probe[1])
     try:
         hash(key)
     except TypeError:  # a label that is no key (a list): such a frame is not kept by what it shows
         return None
-    return key
+    return key, (rng if rng is not None else ahead[3:])
+
+
+def _unwritten(values: Any, now: tuple, then: tuple, laid: dict[int, list[str]]) -> dict[int, list[str]]:
+    """The columns of a block of numbers (``values``, 2-D) laid out when its head read ``then``, whose own first
+    rows read the same ``now`` (:func:`_block_key`'s: the dtype, then each column's first rows' bytes in turn)."""
+    if len(now) != 2 or len(then) != 2 or now[0] != then[0] or type(now[1]) is not bytes or len(now[1]) != len(
+        then[1]
+    ) or getattr(values, "ndim", 0) != 2:
+        return {}
+    size = len(now[1]) // max(values.shape[0], 1)
+    a, b = now[1], then[1]
+    return {loc: col for loc, col in laid.items() if a[loc * size:(loc + 1) * size] == b[loc * size:(loc + 1) * size]}
 
 
 def forget(key: int) -> None:
@@ -516,7 +466,17 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
         if kept[3] == probe[1]:
             return kept[4]  # nothing it says could differ
         # the same shape, labels, dtypes and index: blocks whose head reads the same keep their columns
-        reuse = {n: kept[7][n] for (n, k), (n2, k2) in zip(probe[1], kept[3]) if n == n2 and k == k2 and n in kept[7]}
+        reuse = {}
+        for (n, k), (n2, k2) in zip(probe[1], kept[3]):
+            laid = kept[7].get(n)
+            if n != n2 or laid is None:
+                continue
+            if k == k2:
+                reuse[n] = laid
+            else:  # a cell written in one column of a block of numbers: its other columns stay as laid out
+                same = _unwritten(df._mgr.blocks[n].values, k, k2, laid)
+                if same:
+                    reuse[n] = same
         if -1 in kept[7]:
             reuse[-1] = kept[7][-1]  # the row labels' column: the same index
     else:
@@ -533,22 +493,32 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
         (rows, cols), names, dtypes = named
     else:
         (rows, cols), names, dtypes = df.shape, tuple(map(str, shown)), tuple(frame_dtypes(df, COLUMNS))
-    seen = None
+    seen = labelled = hit = None
     if kept is None and probe is not None and named is not None:
-        seen = _content_key(df, named, shown, probe, limit, where)
-        hit = _SEEN.get(seen) if seen is not None else None
-        if hit is not None:  # another frame showed all this: its description, kept for this one too
-            _DESCRIBED[key] = (fp, limit, probe[0], probe[1], hit[0], probe[2], hit[1], hit[2], shown)
-            return hit[0]
+        found = _content_key(df, named, shown, probe, limit, where)
+        if found is not None:
+            seen, labelled = found
+            hit = _SEEN.get(seen)
+        if hit is not None:
+            if hit[4] == labelled:  # another frame showed all this: its description, kept for this one too
+                _DESCRIBED[key] = (fp, limit, probe[0], probe[1], hit[0], probe[2], hit[1], hit[2], shown)
+                return hit[0]
+            # all but the rows' labels (a frame indexed anew): its columns as laid out, the labels' column alone made
+            reuse = {n: laid for n, laid in hit[2].items() if n >= 0}
     if kept is not None:
         col_text = kept[6]  # shape, labels and dtypes: the fingerprint's, unchanged
+    elif hit is not None:
+        col_text = hit[1]  # the same shape, labels and dtypes
     else:
         col_text = ", ".join(f"{names[i]}: {dtypes[i]}" for i in range(len(shown)))
         if cols > len(shown):
             col_text += f", ... ({cols - len(shown)} more columns)"
     head = ""
     made: dict[int, dict[int, list[str]]] = {}
-    if rows:
+    relabelled = _relabelled(df, rows, hit[2], where, len(shown)) if hit is not None and rows else None
+    if relabelled is not None:
+        head, made = relabelled
+    elif rows:
         try:
             head, made = frame_head(df, shown, reuse, where, probe)
         except Exception:  # a layout this module does not know: pandas' own, uncached
@@ -563,10 +533,11 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
     text = _clip(text, limit)
     if probe is not None:
         _DESCRIBED[key] = (fp, limit, probe[0], probe[1], text, probe[2], col_text, made, shown)
-        if seen is not None and _light(probe[2]):
-            if len(_SEEN) >= _SEEN_MAX:
+        # a RangeIndex read as another's: every object held is one the other's key named (kept: light)
+        if seen is not None and (relabelled is not None or _light(probe[2])):
+            if len(_SEEN) >= _SEEN_MAX and seen not in _SEEN:
                 del _SEEN[next(iter(_SEEN))]
-            _SEEN[seen] = (text, col_text, made, probe[2])
+            _SEEN[seen] = (text, col_text, made, probe[2], labelled)
     return text
 
 

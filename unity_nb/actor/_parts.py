@@ -3,21 +3,35 @@
 Every frame in the namespace is fingerprinted at each run's start (:func:`._describe.fingerprint`), and most
 fingerprints are only ever compared with themselves (the frame was not changed) or described (about twenty of
 them). :func:`frame_fingerprint` takes what the labels and dtypes are read from, all of it immutable, and
-:class:`FrameParts` reads them when first asked.
+:class:`FrameParts` reads them when first asked. Frames over the very same objects (a frame's copies, which
+share its columns' labels, blocks' dtypes and placements) share one FrameParts: made and read once.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
-from operator import is_
+from operator import attrgetter, is_
 from typing import Any
 
 from ._frames import dtype_text, frame_dtypes, labels
 
 __all__ = ("FP_COLUMNS", "FrameParts", "frame_fingerprint", "frame_parts")
 
+_DTYPE, _PLACE = attrgetter("values.dtype"), attrgetter("_mgr_locs")
+
 FP_COLUMNS = 200
 """Columns a frame's fingerprint names (labels and dtypes)."""
+
+
+_SHARED: dict[tuple, Any] = {}
+"""``(columns' type, id of its labels, ids of the blocks' placements) -> weak reference to the parts made for
+them`` (:func:`frame_fingerprint`): the parts of a frame, given to its copies and to frames over the very same
+labels and blocks' layout whose blocks' dtypes are the very same too (one object, its text read once). A
+reference only: the parts hold every object their key names, so a live one's key names those very objects,
+and nothing here outlives the fingerprints that hold them (a dead one is a miss). At most :data:`_SHARED_MAX`
+(emptied when full)."""
+_SHARED_MAX = 4096
 
 
 class FrameParts:
@@ -31,7 +45,10 @@ class FrameParts:
     taken. It holds labels and dtypes only, never a block or its data.
     """
 
-    __slots__ = ("_labels", "_text", "_where", "columns", "dtypes", "places")
+    __slots__ = ("__weakref__", "_labels", "_text", "_where", "columns", "dtypes", "places")
+
+    _labels: list
+    _where: tuple[list[int], list[int]]
 
     def __init__(self, columns: Any, dtypes: tuple, places: tuple) -> None:
         self.columns = columns
@@ -40,8 +57,8 @@ class FrameParts:
         self.places = places
         """Each block's placement (its columns)."""
         self._text: tuple[tuple[str, ...], tuple[str, ...]] | None = None
-        self._labels: list = []
-        self._where: tuple[list[int], list[int]] = ([], [])
+        # _labels and _where are set with _text (read only after it): every frame of the namespace has parts, and
+        # objects made for nothing wake the collector sooner
 
     def where(self) -> tuple[list[int], list[int]]:
         """For each of the first columns, the number of the block holding it and its place in that block (pandas'
@@ -107,13 +124,25 @@ class FrameParts:
 
 def frame_fingerprint(df: Any) -> tuple:
     """``(id, type, shape, FrameParts)``: a frame's fingerprint, from its block manager, its labels and dtypes
-    to be read when needed (:class:`FrameParts`). Raises AttributeError for another pandas layout."""
+    to be read when needed (:class:`FrameParts`). A frame over the very labels, dtypes and placements of another
+    (a copy, the same frame loaded again) has the same parts (see :data:`_SHARED`): not the frame's own columns
+    Index, then (the fingerprint cache holds that). Raises AttributeError for another pandas layout."""
     mgr = df._mgr
     axes = mgr.axes
     columns = axes[0]
     blocks = mgr.blocks
-    # two tuples, not one a block: every frame of the namespace has one, and fewer objects wake the collector less
-    parts = FrameParts(columns, tuple([b.values.dtype for b in blocks]), tuple([b._mgr_locs for b in blocks]))
+    # the labels (a plain Index's array, which a copy's columns Index shares; any other Index itself) and each
+    # block's placement, by identity; the dtypes, compared one by one with the parts found
+    data = columns._data if type(columns).__name__ == "Index" else columns
+    reads = (type(columns), id(data), *map(id, map(_PLACE, blocks)))
+    known = _SHARED.get(reads)
+    parts = known() if known is not None else None
+    if parts is None or not all(map(is_, map(_DTYPE, blocks), parts.dtypes)):
+        # two tuples, not one a block: every frame of the namespace has one, and fewer objects wake the collector
+        parts = FrameParts(columns, tuple(map(_DTYPE, blocks)), tuple(map(_PLACE, blocks)))
+        if len(_SHARED) >= _SHARED_MAX:
+            _SHARED.clear()
+        _SHARED[reads] = weakref.ref(parts)
     return (id(df), type(df), (len(axes[1]), len(columns)), parts)
 
 
