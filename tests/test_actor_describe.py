@@ -396,3 +396,36 @@ def test_cells_written_one_column_at_a_time_in_a_block_of_numbers_show_each_time
     for row, col, value in [(1, 1, 99.125), (0, 2, -4.5), (2, 0, 1234.5), (3, 1, 5.0), (1, 1, 20.0)]:
         df.iat[row, col] = value
         assert head_of(df) == pandas_head(df)
+
+
+def _named_rows(df):
+    df.index = pd.Index([f"r{i}" for i in range(len(df))], name="row")
+    return df
+
+
+def _labelled_rows(df):
+    df.index = pd.Index([f"r{i}" for i in range(len(df))])
+    return df
+
+
+def _relabelled(df):
+    """A frame that shows all another showed under other row labels: its head is the other's, relabelled."""
+    described(df)
+    again = df.copy(deep=True)  # its own blocks: a cell written in it stays in place
+    again.index = pd.RangeIndex(1000, 1000 + len(df))
+    return again
+
+
+@pytest.mark.parametrize(
+    "make", [lambda df: df, _named_rows, _labelled_rows, _relabelled], ids=["range", "named", "labels", "relabelled"]
+)
+def test_a_frame_whose_cells_are_written_one_after_another_reads_as_a_frame_described_anew(make):
+    """A frame described before, cells of each kind of block written in place one after another (widths growing
+    and shrinking): each description is the one a new frame over the same values gets."""
+    df = make(frame())
+    for col, row, value in [(1, 1, 7777.5), (0, 0, 42), (1, 2, -0.25), (2, 1, "c"), (3, 0, "zelda"), (4, 2, "w"),
+                            (1, 1, 0.5), (0, 0, 123456789), (5, 1, 99.125), (1, 0, 1.0)]:
+        if col < df.shape[1]:
+            df.iat[row, col] = value
+        now = described(df)  # kept: the next write finds this one
+        assert now == described(df.copy(deep=True)), (col, row, value)

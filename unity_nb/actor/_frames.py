@@ -43,6 +43,12 @@ import decimal
 import fractions
 from typing import Any
 
+from ._arrays import ROWS
+from ._arrays import arrow_head as _arrow_head
+from ._arrays import arrow_strings as _arrow_strings
+from ._arrays import column_head as _column
+from ._arrays import ndarray_of as _ndarray
+from ._arrays import ndarray_type as _NDARRAY
 from ._cells import cell_text as _text
 from ._cells import column_cells as _cells
 
@@ -50,8 +56,6 @@ __all__ = (
     "dtype_text", "fingerprint_text", "forget", "frame_dtypes", "frame_head", "frame_text", "head_probe", "labels",
 )
 
-ROWS = 3
-"""Rows shown."""
 COLUMNS = 12
 """Columns shown."""
 
@@ -84,43 +88,6 @@ def dtype_text(dtype: Any) -> str:
 
 def _immutable(t: type) -> bool:
     return t in _IMMUTABLE or (t.__module__.split(".", 1)[0], t.__name__) in _IMMUTABLE_NAMES
-
-
-_NDARRAY: list[Any] = []
-"""numpy's ndarray type, once one was seen (numpy is not imported here)."""
-
-
-def _ndarray(values: Any) -> Any:
-    """The numpy array under a block's values (itself, or an extension array's backing array), or None."""
-    t = type(values)
-    if t.__name__ == "ndarray" and t.__module__ == "numpy":
-        if not _NDARRAY:
-            _NDARRAY.append(t)
-        return values
-    inner = getattr(values, "_ndarray", None)  # Categorical (codes), DatetimeArray, TimedeltaArray, StringArray
-    if inner is not None and type(inner).__name__ == "ndarray":
-        return inner
-    return None
-
-
-_ARROW_STRINGS = frozenset({"ArrowStringArray", "ArrowStringArrayNumpySemantics"})
-
-
-def _arrow_strings(values: Any) -> Any:
-    """The pyarrow array under an array of strings pandas keeps in pyarrow (pandas 3's ``str``), or None."""
-    if type(values).__name__ in _ARROW_STRINGS:
-        return getattr(values, "_pa_array", None)
-    return None
-
-
-def _arrow_head(values: Any, chunked: Any, n: int) -> list:
-    """``list(values[:n])`` for an array of strings in pyarrow (``chunked``): read from pyarrow, a missing one as
-    the dtype's missing value (pandas' ``__iter__`` costs several times more)."""
-    cells = (chunked if len(chunked) <= n else chunked.slice(0, n)).to_pylist()
-    if None in cells:
-        na = values.dtype.na_value
-        return [na if v is None else v for v in cells]
-    return cells
 
 
 def _block_key(values: Any, held: list) -> tuple | None:
@@ -200,41 +167,6 @@ def head_probe(
 
 
 # -- formatting -------------------------------------------------------------------------------------
-
-
-def _column(values: Any, row: int) -> tuple[list, str]:
-    """The first rows of one column of a block's values (a 2-D array or a 1-D extension array), and the
-    kind of numpy array they came from ('' for anything else)."""
-    chunked = _arrow_strings(values)
-    if chunked is not None:
-        return _arrow_head(values, chunked, ROWS), ""
-    arr = _ndarray(values)
-    if arr is values or (arr is not None and type(values).__name__ == "StringArray"):
-        kind = arr.dtype.kind
-        if kind not in "mM":  # numpy's datetimes are pandas' Timestamps below
-            head = arr[row, :ROWS] if arr.ndim == 2 else arr[:ROWS]
-            return head.tolist(), kind if kind in "fiub" else ""
-    elif arr is not None and type(values).__name__ == "Categorical":
-        held_values = values.categories._values
-        chunked = _arrow_strings(held_values)
-        if chunked is not None:  # pandas 3's str categories
-            codes = arr[:ROWS].tolist()
-            if len(chunked) <= 64:  # a few categories: all of them read at once costs less than three
-                names = chunked.to_pylist()
-                cells = [names[c] if c >= 0 else None for c in codes]
-            else:
-                cells = [chunked[c].as_py() if c >= 0 else None for c in codes]
-            if None in cells:
-                na = held_values.dtype.na_value
-                return [na if v is None else v for v in cells], ""
-            return cells, ""
-        categories = _ndarray(held_values)
-        if categories is not None and categories.dtype.kind not in "mM":
-            nan = float("nan")
-            return [categories[c] if c >= 0 else nan for c in arr[:ROWS].tolist()], ""
-    if getattr(values, "ndim", 1) == 2:
-        values = values[row]
-    return list(values[:ROWS]), ""
 
 
 def labels(index: Any, n: int) -> list:
@@ -438,6 +370,44 @@ def _unwritten(values: Any, now: tuple, then: tuple, laid: dict[int, list[str]])
     return {loc: col for loc, col in laid.items() if a[loc * size:(loc + 1) * size] == b[loc * size:(loc + 1) * size]}
 
 
+def _rewritten(df: Any, kept: tuple, probe: tuple, where: tuple[list[int], list[int]]) -> tuple[str, dict] | None:
+    """The head of a frame described before (``kept``, its :data:`_DESCRIBED` entry) with the same shape, labels,
+    dtypes and row index, some of whose shown blocks read otherwise now (``probe``, :func:`head_probe`'s): only
+    the columns whose first rows changed laid out again (every column of a block that is no 2-D block of numbers),
+    the others as they were; and the columns by block. None when the kept layout does not tell (fall back)."""
+    made: dict[int, dict[int, list[str]]] = kept[7]
+    rows_col = made.get(-1)
+    if rows_col is None or df._mgr.axes[1].name is not None:
+        return None  # no head made (pandas' own), or a named row index (a line more): laid out whole
+    blocks = df._mgr.blocks
+    fresh: dict[int, dict[int, list[str]]] = {}
+    for (no, now), (_no, then) in zip(probe[1], kept[3]):
+        if now != then:
+            laid = made.get(no)
+            if laid is None:
+                return None
+            fresh[no] = _unwritten(blocks[no].values, now, then, laid)  # the columns whose own rows read the same
+    shown = kept[8]
+    cols = [rows_col[0]]
+    out = dict(made)
+    out.pop(-2, None)  # the lines without their row labels (:func:`_relabelled`), made again when needed
+    for label, no, loc in zip(shown, where[0], where[1]):
+        col = made[no].get(loc) if no in made else None
+        same = fresh.get(no)
+        if col is None or (same is not None and loc not in same):
+            title = label if type(label) is str and label.isprintable() else _text(label)
+            cells = _cells(*_column(blocks[no].values, loc))
+            cells.insert(0, title)
+            width = max(map(len, cells))
+            col = [c.rjust(width) for c in cells]
+            laid = out.get(no)
+            if laid is None or laid is made.get(no):  # the kept entry's own: copied, never changed
+                laid = out[no] = dict(laid) if laid is not None else {}
+            laid[loc] = col
+        cols.append(col)
+    return "\n".join(["  ".join(line) for line in zip(*cols)]), out
+
+
 def forget(key: int) -> None:
     """The frame ``key`` names is gone, or its fingerprint changed: its description goes too."""
     _DESCRIBED.pop(key, None)
@@ -465,6 +435,14 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
     if kept is not None and probe is not None and kept[2] == probe[0]:
         if kept[3] == probe[1]:
             return kept[4]  # nothing it says could differ
+        if where is not None:  # a cell written: only the columns whose first rows read otherwise are laid out again
+            again = _rewritten(df, kept, probe, where)
+            if again is not None and fp is not None:
+                size = fp[2]  # the same fingerprint: its shape
+                text = f"pd.DataFrame, shape ({size[0]:,}, {size[1]}); columns: {kept[6]}\n"
+                text = _clip(f"{text}first {min(size[0], ROWS)} rows:\n{again[0]}", limit)
+                _DESCRIBED[key] = (fp, limit, probe[0], probe[1], text, probe[2], kept[6], again[1], kept[8])
+                return text
         # the same shape, labels, dtypes and index: blocks whose head reads the same keep their columns
         reuse = {}
         for (n, k), (n2, k2) in zip(probe[1], kept[3]):
