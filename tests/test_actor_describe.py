@@ -429,3 +429,21 @@ def test_a_frame_whose_cells_are_written_one_after_another_reads_as_a_frame_desc
             df.iat[row, col] = value
         now = described(df)  # kept: the next write finds this one
         assert now == described(df.copy(deep=True)), (col, row, value)
+
+
+def test_strings_in_pyarrow_a_description_read_are_not_kept_once_a_cell_is_written():
+    """A kept description knows the pyarrow array of strings it read by a weak reference only (while that very
+    array is the block's, it reads the same): a cell written (pandas makes a new array), the old one goes, and
+    the next description shows the new cell."""
+    import gc
+    import weakref
+
+    df = pd.DataFrame({"s": [f"w{i}" for i in range(1000)], "n": np.arange(1000)})
+    assert "w1" in described(df) and "w1" in described(df)
+    old = weakref.ref(df._mgr.blocks[0].values._pa_array)
+    df.iat[1, 0] = "zelda"
+    gc.collect()
+    assert old() is None
+    assert "zelda" in described(df) and "w1" not in described(df)
+    df.iat[2, 0] = "w2"  # a new array that reads the same: known from then on
+    assert "zelda" in described(df) and "w2" in described(df)

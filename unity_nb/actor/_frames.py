@@ -21,7 +21,9 @@ How a kept description is never stale:
   there); as the identities of the very objects for cells held as Python objects, which the kept entry holds
   so no other object can take their identity, and only when every one is of an immutable type (str, int,
   float, ...); as the values themselves for strings kept in pyarrow (pandas 3's ``str``: each read makes new
-  ``str`` objects, and a string is what it reads). A block of any other kind (other pyarrow arrays, a mutable
+  ``str`` objects, and a string is what it reads), read again only when the block's pyarrow array is another
+  than the one read then (known by a weak reference: pyarrow arrays are immutable, and pandas writes a cell by
+  making a new one). A block of any other kind (other pyarrow arrays, a mutable
   object in a shown cell) is not compared: the frame is described anew every time.
 
 So a hit costs a fingerprint lookup and a slice of each shown block, a few microseconds a frame. When only some
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import decimal
 import fractions
+import weakref
 from typing import Any
 
 from ._arrays import ROWS
@@ -126,15 +129,17 @@ def _block_key(values: Any, held: list) -> tuple | None:
 
 
 def head_probe(
-    df: Any, shown: list[int] | None = None, where: list[int] | None = None
-) -> tuple[tuple, tuple, list, tuple] | None:
-    """``(key, blocks, held, by block)``: what the description's head reads from ``df`` (see the module's
+    df: Any, shown: list[int] | None = None, where: list[int] | None = None, known: dict | None = None
+) -> tuple[tuple, tuple, list, tuple, dict] | None:
+    """``(key, blocks, held, by block, strings)``: what the description's head reads from ``df`` (see the module's
     docstring): the names, the row index and the blocks' count in ``key``, ``(block number, its key)`` for each
-    block holding a shown column in ``blocks``, the objects they name by identity in ``held``, and those each
-    block's key names (in the order of ``blocks``) in ``by block``. None when
+    block holding a shown column in ``blocks``, the objects they name by identity in ``held``, those each
+    block's key names (in the order of ``blocks``) in ``by block``, and for each block of strings in pyarrow
+    ``(its pyarrow array, dtype, key)`` in ``strings`` (see :func:`_strings`). None when
     ``df``'s layout cannot be compared (it is described anew each time). ``shown``: the numbers of the blocks
     holding the first columns, when known (they are while the fingerprint is the same); ``where``: the numbers of
-    the blocks holding the first columns in order (``blknos``), when known."""
+    the blocks holding the first columns in order (``blknos``), when known; ``known``: the ``strings`` of the
+    description kept (:func:`_strings`), a block whose pyarrow array is the very one read then reads the same."""
     try:
         mgr = df._mgr
         blocks = mgr.blocks
@@ -155,15 +160,39 @@ def head_probe(
         key.append(index_key)
     keys = []
     helds = []
+    strings: dict = {}
     for n in shown:
-        own: list = []
-        block_key = _block_key(blocks[n].values, own)
-        if block_key is None:
-            return None
+        values = blocks[n].values
+        chunked = _arrow_strings(values)
+        block_key: tuple | None
+        if chunked is not None:  # strings in pyarrow: compared by value (fresh str objects each time, immutable)
+            dtype = values.dtype
+            own: list = [dtype]
+            was = known.get(n) if known is not None else None
+            if was is not None and was[0]() is chunked and was[1] is dtype:
+                block_key = was[2]  # the very pyarrow array (immutable: pandas writes a cell by making a new one)
+            else:
+                block_key = (id(dtype), *chunked.slice(0, ROWS).to_pylist())
+                was = (chunked, dtype, block_key)
+            strings[n] = was
+        else:
+            own = []
+            block_key = _block_key(values, own)
+            if block_key is None:
+                return None
         keys.append((n, block_key))
         helds.append(own)
         held += own
-    return tuple(key), tuple(keys), held, tuple(helds)
+    return tuple(key), tuple(keys), held, tuple(helds), strings
+
+
+_REF = weakref.ref
+
+
+def _strings(read: dict) -> dict:
+    """A probe's ``strings`` as the kept description holds them: each block's pyarrow array by a weak reference
+    (never its data), with the dtype and the key read from it (a dead reference reads anew)."""
+    return {n: was if type(was[0]) is _REF else (_REF(was[0]), was[1], was[2]) for n, was in read.items()}
 
 
 # -- formatting -------------------------------------------------------------------------------------
@@ -301,8 +330,9 @@ def _narrow(key: tuple) -> bool:
 
 _DESCRIBED: dict[int, tuple] = {}
 """``id(frame) -> (fingerprint, limit, key, blocks' keys, description, objects the keys name, column text,
-columns of the head by block, labels shown)``: a frame's description (see the module's docstring). It goes with
-the frame's fingerprint cache entry (:func:`forget`)."""
+columns of the head by block, labels shown, blocks of strings in pyarrow)`` (the last: :func:`_strings`): a
+frame's description (see the module's docstring). It goes with the frame's fingerprint cache entry
+(:func:`forget`)."""
 
 
 _SEEN: dict[tuple, tuple] = {}
@@ -429,11 +459,15 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
     where = parts.where() if parts is not None else None
     # the same fingerprint: the same blocks hold the first columns
     probe = (
-        head_probe(df, [n for n, _k in kept[3]] if kept is not None else None, where[0] if where else None)
-        if fp is not None else None
+        head_probe(
+            df, [n for n, _k in kept[3]] if kept is not None else None, where[0] if where else None,
+            kept[9] if kept is not None else None,
+        ) if fp is not None else None
     )
     if kept is not None and probe is not None and kept[2] == probe[0]:
         if kept[3] == probe[1]:
+            if any([type(was[0]) is not _REF for was in probe[4].values()]):  # a new pyarrow array, reading the same
+                _DESCRIBED[key] = (*kept[:9], _strings(probe[4]))
             return kept[4]  # nothing it says could differ
         if where is not None:  # a cell written: only the columns whose first rows read otherwise are laid out again
             again = _rewritten(df, kept, probe, where)
@@ -441,7 +475,8 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
                 size = fp[2]  # the same fingerprint: its shape
                 text = f"pd.DataFrame, shape ({size[0]:,}, {size[1]}); columns: {kept[6]}\n"
                 text = _clip(f"{text}first {min(size[0], ROWS)} rows:\n{again[0]}", limit)
-                _DESCRIBED[key] = (fp, limit, probe[0], probe[1], text, probe[2], kept[6], again[1], kept[8])
+                _DESCRIBED[key] = (fp, limit, probe[0], probe[1], text, probe[2], kept[6], again[1], kept[8],
+                                   _strings(probe[4]))
                 return text
         # the same shape, labels, dtypes and index: blocks whose head reads the same keep their columns
         reuse = {}
@@ -479,7 +514,8 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
             hit = _SEEN.get(seen)
         if hit is not None:
             if hit[4] == labelled:  # another frame showed all this: its description, kept for this one too
-                _DESCRIBED[key] = (fp, limit, probe[0], probe[1], hit[0], probe[2], hit[1], hit[2], shown)
+                _DESCRIBED[key] = (fp, limit, probe[0], probe[1], hit[0], probe[2], hit[1], hit[2], shown,
+                                   _strings(probe[4]))
                 return hit[0]
             # all but the rows' labels (a frame indexed anew): its columns as laid out, the labels' column alone made
             reuse = {n: laid for n, laid in hit[2].items() if n >= 0}
@@ -510,7 +546,8 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
         text += f"\nfirst {min(rows, ROWS)} rows:\n{head}"
     text = _clip(text, limit)
     if probe is not None:
-        _DESCRIBED[key] = (fp, limit, probe[0], probe[1], text, probe[2], col_text, made, shown)
+        strings = _strings(probe[4])
+        _DESCRIBED[key] = (fp, limit, probe[0], probe[1], text, probe[2], col_text, made, shown, strings)
         # a RangeIndex read as another's: every object held is one the other's key named (kept: light)
         if seen is not None and (relabelled is not None or _light(probe[2])):
             if len(_SEEN) >= _SEEN_MAX and seen not in _SEEN:
