@@ -447,3 +447,11 @@ def test_strings_in_pyarrow_a_description_read_are_not_kept_once_a_cell_is_writt
     assert "zelda" in described(df) and "w1" not in described(df)
     df.iat[2, 0] = "w2"  # a new array that reads the same: known from then on
     assert "zelda" in described(df) and "w2" in described(df)
+
+
+def test_a_frame_over_a_stepped_range_of_row_labels_has_as_many_rows_as_the_range():
+    df = pd.DataFrame({"a": np.arange(9), "b": np.arange(9) / 2}, index=pd.RangeIndex(50, 5, -5))
+    assert described(df).startswith("pd.DataFrame, shape (9, 2)")
+    twin = df.copy(deep=False)  # the same labels and blocks' layout: the same parts
+    twin.index = pd.RangeIndex(0, 27, 3)
+    assert described(twin).startswith("pd.DataFrame, shape (9, 2)") and "\n3 " in described(twin)

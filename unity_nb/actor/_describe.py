@@ -292,7 +292,8 @@ def fingerprint(obj: Any) -> tuple:
     try:
         mgr = obj._mgr
         axes = mgr.axes
-        ids = (id(mgr.blocks), id(axes[0]), id(axes[-1]))
+        blocks = mgr.blocks
+        ids = (id(blocks), id(axes[0]), id(axes[-1]))
     except (AttributeError, IndexError, TypeError):  # another pandas layout: no cache
         return _fingerprint(obj, kind)
     key = id(obj)
@@ -305,7 +306,7 @@ def fingerprint(obj: Any) -> tuple:
         return entry[0]
     if kind == "frame":  # every frame in the namespace, at each run's start: labels and dtypes read when needed
         try:
-            fp = frame_fingerprint(obj)
+            fp = frame_fingerprint(obj, axes, blocks)
         except Exception:
             fp = _fingerprint(obj, kind)
     else:
@@ -314,9 +315,9 @@ def fingerprint(obj: Any) -> tuple:
         forget = _Drop(key)
         if type(fp[-1]) is FrameParts:  # the entry holds the frame's columns Index: no other can take its identity
             # (its fingerprint's parts may be another frame's, over the very same labels: see frame_fingerprint)
-            _CACHE[key] = (fp, ids, *map(_REF, (obj, axes[-1], *mgr.blocks), repeat(forget)), axes[0])
+            _CACHE[key] = (fp, ids, *map(_REF, (obj, axes[-1], *blocks), repeat(forget)), axes[0])
         else:
-            _CACHE[key] = (fp, ids, *map(_REF, (obj, *axes, *mgr.blocks), repeat(forget)))
+            _CACHE[key] = (fp, ids, *map(_REF, (obj, *axes, *blocks), repeat(forget)))
     except TypeError:  # something there takes no weak reference: no cache
         return fp
     _CHURN[0] += 1
