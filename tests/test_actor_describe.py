@@ -455,3 +455,20 @@ def test_a_frame_over_a_stepped_range_of_row_labels_has_as_many_rows_as_the_rang
     twin = df.copy(deep=False)  # the same labels and blocks' layout: the same parts
     twin.index = pd.RangeIndex(0, 27, 3)
     assert described(twin).startswith("pd.DataFrame, shape (9, 2)") and "\n3 " in described(twin)
+
+
+def test_row_labels_set_anew_are_shown_whatever_address_their_index_has():
+    """A frame's RangeIndex is read by its range, never known by its identity: row labels set twice (the first
+    index let go, its place given by the allocator to the next) show as they are."""
+    reused = 0
+    for i in range(50):
+        df = pd.DataFrame({"a": [1.5, 2.5, 3.5], "b": ["x", "y", "z"]})
+        first = id(df._mgr.axes[1])
+        assert head_of(df).splitlines()[1].startswith("0 ")
+        for k in range(1, 10):  # until an index takes the place of the one described (most often it soon does)
+            df.index = pd.RangeIndex(10 * k + i, 10 * k + i + 3)
+            if id(df._mgr.axes[1]) == first:
+                reused += 1
+                break
+        assert head_of(df).splitlines()[1].startswith(f"{10 * k + i} "), (i, k)
+    assert reused  # the case this test is for did happen

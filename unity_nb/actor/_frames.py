@@ -10,11 +10,13 @@ not know (a MultiIndex, a named columns index, no columns) goes through ``to_str
 A frame's description is kept (:func:`frame_text`) and given again while nothing it says could have changed.
 How a kept description is never stale:
 
-- shape, column labels, dtypes and the row index: the description is kept with the frame's fingerprint, which
-  :func:`._describe.fingerprint` reuses only while the frame, its block manager's axes, blocks tuple and blocks
-  are the very objects it was made from (weak references drop it when any of them goes); pandas replaces one of
-  them for every change of shape, labels or dtypes. The axes are Index objects, immutable but for their names:
+- shape, column labels and dtypes: the description is kept with the frame's fingerprint, which
+  :func:`._describe.fingerprint` reuses only while the frame, its columns Index, blocks tuple and blocks are the
+  very objects it was made from (weak references drop it when any of them goes); pandas replaces one of them
+  for every change of shape, labels or dtypes. The axes are Index objects, immutable but for their names:
   the index's and the columns' names are compared on every use;
+- the row labels: a RangeIndex's range (its start, stop and step), compared on every use; any other index's
+  first labels, as the values below;
 - the values shown: what the head reads from each block (the first three values of every column of a block
   that holds a shown column, and of the row index) is compared on every use with what it read when the
   description was made: as bytes for numbers, dates and categories' codes (a cell written in place differs
@@ -153,7 +155,9 @@ def head_probe(
         return None
     held: list = [*names]
     key: list = [id(names[0]), id(names[1]), len(blocks)]
-    if type(index).__name__ != "RangeIndex":  # a RangeIndex is its start, stop and step: immutable
+    if type(index).__name__ == "RangeIndex":  # its start, stop and step (immutable): what its labels read
+        key.append(getattr(index, "_range", None) or (index.start, index.stop, index.step))
+    else:
         index_key = _block_key(getattr(index, "_values", None), held)
         if index_key is None:
             return None
