@@ -472,3 +472,23 @@ def test_row_labels_set_anew_are_shown_whatever_address_their_index_has():
                 break
         assert head_of(df).splitlines()[1].startswith(f"{10 * k + i} "), (i, k)
     assert reused  # the case this test is for did happen
+
+
+@pytest.mark.parametrize("per_value", [600, 30, 20])
+def test_a_listing_describes_in_order_what_fits_its_budget_and_names_the_rest(per_value):
+    """Whatever the budget, the listing is every variable's line while they fit, then the rest by name (a frame
+    that cannot fit is not described, and one that fits is)."""
+    variables = {f"f{i}": pd.DataFrame({"a": [i, i + 1], "b": ["x", "y"]}) for i in range(3)}
+    variables |= {"empty": pd.DataFrame(), "n": 1, "w": "word"}
+    names = sorted(variables)
+    lines = [f"- {n}: {u.actor.describe_value(variables[n], per_value)}" for n in names]
+    for budget in range(sum(map(len, lines)) + len(lines) + 2):
+        expected, used = [], 0
+        for i, line in enumerate(lines):
+            if used + len(line) > budget:
+                expected.append(f"- ({len(names) - i} more, not described for space: {', '.join(names[i:])})")
+                break
+            expected.append(line)
+            used += len(line) + 1
+        listing = u.actor.describe_namespace(variables, budget=budget, per_value=per_value)
+        assert listing == "\n".join(expected), budget

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from itertools import repeat
 from typing import Any
 
-from .._secrets import scrub
+from .._secrets import scrub, secret_names
 from ._frames import ROWS as _ROWS
 from ._frames import forget as _forget_description
 from ._frames import frame_text
@@ -31,6 +31,9 @@ HIDDEN_NAMES = frozenset(
 """Names never shown to the model as variables (IPython's own, and the actor's)."""
 
 _VALUE_LIMIT = 600
+_FRAME_LEAST = 28
+"""The fewest characters a DataFrame's description has (``pd.DataFrame, shape (0, 0); columns: ``, or
+``pd.X (could not describe: E)``), cut to ``per_value`` at most."""
 _ADDRESS = re.compile(r" at 0x[0-9A-Fa-f]+")
 
 
@@ -358,9 +361,15 @@ def describe_namespace(
         return "(no variables yet)"
     lines: list[str] = []
     used = 0
+    # a frame's line is at least this long (unscrubbed): one that cannot fit is not described to be left out
+    least = min(_FRAME_LEAST, per_value) if not secret_names() else 0
     for i, name in enumerate(names):
-        line = f"- {name}: {describe_value(variables[name], per_value)}"
-        if used + len(line) > budget:
+        value = variables[name]
+        if used + len(name) + 4 + least > budget and least and _kind_of(type(value)) == "frame":
+            line = ""  # over the budget whatever it says
+        else:
+            line = f"- {name}: {describe_value(value, per_value)}"
+        if not line or used + len(line) > budget:
             rest = names[i:]
             shown = ", ".join(rest[:50])
             more = f" and {len(rest) - 50} more" if len(rest) > 50 else ""
