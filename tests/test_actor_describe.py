@@ -492,3 +492,11 @@ def test_a_listing_describes_in_order_what_fits_its_budget_and_names_the_rest(pe
             used += len(line) + 1
         listing = u.actor.describe_namespace(variables, budget=budget, per_value=per_value)
         assert listing == "\n".join(expected), budget
+
+
+def test_frames_over_the_same_columns_with_other_row_counts_each_have_their_shape():
+    df = pd.DataFrame({"a": np.arange(100), "b": np.arange(100) / 2, "c": ["x"] * 100})
+    parts = [df, df.iloc[:5], df.copy(deep=False), df.iloc[10:13], df]
+    for frame, rows in zip(parts, [100, 5, 100, 3, 100]):
+        assert u.actor.fingerprint(frame)[2] == (rows, 3)
+        assert described(frame).startswith(f"pd.DataFrame, shape ({rows:,}, 3)")

@@ -45,7 +45,7 @@ class FrameParts:
     taken. It holds labels and dtypes only, never a block or its data.
     """
 
-    __slots__ = ("__weakref__", "_labels", "_text", "_where", "columns", "dtypes", "places", "width")
+    __slots__ = ("__weakref__", "_labels", "_shape", "_text", "_where", "columns", "dtypes", "places", "width")
 
     _labels: list
     _where: tuple[list[int], list[int]]
@@ -58,6 +58,9 @@ class FrameParts:
         """Each block's placement (its columns)."""
         self.width = len(columns)
         """How many columns (every frame over these parts has as many: an Index does not change its length)."""
+        self._shape: tuple[int, int] = (-1, self.width)
+        """The shape of the last frame fingerprinted over these parts (its copies give the same tuple: one object
+        fewer for the collector to track per copy)."""
         self._text: tuple[tuple[str, ...], tuple[str, ...]] | None = None
         # _labels and _where are set with _text (read only after it): every frame of the namespace has parts, and
         # objects made for nothing wake the collector sooner
@@ -149,7 +152,10 @@ def frame_fingerprint(df: Any, axes: list | None = None, blocks: tuple | None = 
     index = axes[1]
     # a RangeIndex's length is its range's (pandas' __len__ is a Python call; every new frame's fingerprint reads it)
     rows = len(index._range) if type(index).__name__ == "RangeIndex" else len(index)
-    return (id(df), type(df), (rows, parts.width), parts)
+    shape = parts._shape
+    if shape[0] != rows:
+        shape = parts._shape = (rows, parts.width)
+    return (id(df), type(df), shape, parts)
 
 
 def frame_parts(df: Any, n: int) -> tuple[tuple[int, int], tuple[str, ...], tuple[str, ...]]:
