@@ -396,3 +396,107 @@ def test_cells_written_one_column_at_a_time_in_a_block_of_numbers_show_each_time
     for row, col, value in [(1, 1, 99.125), (0, 2, -4.5), (2, 0, 1234.5), (3, 1, 5.0), (1, 1, 20.0)]:
         df.iat[row, col] = value
         assert head_of(df) == pandas_head(df)
+
+
+def _named_rows(df):
+    df.index = pd.Index([f"r{i}" for i in range(len(df))], name="row")
+    return df
+
+
+def _labelled_rows(df):
+    df.index = pd.Index([f"r{i}" for i in range(len(df))])
+    return df
+
+
+def _relabelled(df):
+    """A frame that shows all another showed under other row labels: its head is the other's, relabelled."""
+    described(df)
+    again = df.copy(deep=True)  # its own blocks: a cell written in it stays in place
+    again.index = pd.RangeIndex(1000, 1000 + len(df))
+    return again
+
+
+@pytest.mark.parametrize(
+    "make", [lambda df: df, _named_rows, _labelled_rows, _relabelled], ids=["range", "named", "labels", "relabelled"]
+)
+def test_a_frame_whose_cells_are_written_one_after_another_reads_as_a_frame_described_anew(make):
+    """A frame described before, cells of each kind of block written in place one after another (widths growing
+    and shrinking): each description is the one a new frame over the same values gets."""
+    df = make(frame())
+    for col, row, value in [(1, 1, 7777.5), (0, 0, 42), (1, 2, -0.25), (2, 1, "c"), (3, 0, "zelda"), (4, 2, "w"),
+                            (1, 1, 0.5), (0, 0, 123456789), (5, 1, 99.125), (1, 0, 1.0)]:
+        if col < df.shape[1]:
+            df.iat[row, col] = value
+        now = described(df)  # kept: the next write finds this one
+        assert now == described(df.copy(deep=True)), (col, row, value)
+
+
+def test_strings_in_pyarrow_a_description_read_are_not_kept_once_a_cell_is_written():
+    """A kept description knows the pyarrow array of strings it read by a weak reference only (while that very
+    array is the block's, it reads the same): a cell written (pandas makes a new array), the old one goes, and
+    the next description shows the new cell."""
+    import gc
+    import weakref
+
+    df = pd.DataFrame({"s": [f"w{i}" for i in range(1000)], "n": np.arange(1000)})
+    assert "w1" in described(df) and "w1" in described(df)
+    old = weakref.ref(df._mgr.blocks[0].values._pa_array)
+    df.iat[1, 0] = "zelda"
+    gc.collect()
+    assert old() is None
+    assert "zelda" in described(df) and "w1" not in described(df)
+    df.iat[2, 0] = "w2"  # a new array that reads the same: known from then on
+    assert "zelda" in described(df) and "w2" in described(df)
+
+
+def test_a_frame_over_a_stepped_range_of_row_labels_has_as_many_rows_as_the_range():
+    df = pd.DataFrame({"a": np.arange(9), "b": np.arange(9) / 2}, index=pd.RangeIndex(50, 5, -5))
+    assert described(df).startswith("pd.DataFrame, shape (9, 2)")
+    twin = df.copy(deep=False)  # the same labels and blocks' layout: the same parts
+    twin.index = pd.RangeIndex(0, 27, 3)
+    assert described(twin).startswith("pd.DataFrame, shape (9, 2)") and "\n3 " in described(twin)
+
+
+def test_row_labels_set_anew_are_shown_whatever_address_their_index_has():
+    """A frame's RangeIndex is read by its range, never known by its identity: row labels set twice (the first
+    index let go, its place given by the allocator to the next) show as they are."""
+    reused = 0
+    for i in range(50):
+        df = pd.DataFrame({"a": [1.5, 2.5, 3.5], "b": ["x", "y", "z"]})
+        first = id(df._mgr.axes[1])
+        assert head_of(df).splitlines()[1].startswith("0 ")
+        for k in range(1, 10):  # until an index takes the place of the one described (most often it soon does)
+            df.index = pd.RangeIndex(10 * k + i, 10 * k + i + 3)
+            if id(df._mgr.axes[1]) == first:
+                reused += 1
+                break
+        assert head_of(df).splitlines()[1].startswith(f"{10 * k + i} "), (i, k)
+    assert reused  # the case this test is for did happen
+
+
+@pytest.mark.parametrize("per_value", [600, 30, 20])
+def test_a_listing_describes_in_order_what_fits_its_budget_and_names_the_rest(per_value):
+    """Whatever the budget, the listing is every variable's line while they fit, then the rest by name (a frame
+    that cannot fit is not described, and one that fits is)."""
+    variables = {f"f{i}": pd.DataFrame({"a": [i, i + 1], "b": ["x", "y"]}) for i in range(3)}
+    variables |= {"empty": pd.DataFrame(), "n": 1, "w": "word"}
+    names = sorted(variables)
+    lines = [f"- {n}: {u.actor.describe_value(variables[n], per_value)}" for n in names]
+    for budget in range(sum(map(len, lines)) + len(lines) + 2):
+        expected, used = [], 0
+        for i, line in enumerate(lines):
+            if used + len(line) > budget:
+                expected.append(f"- ({len(names) - i} more, not described for space: {', '.join(names[i:])})")
+                break
+            expected.append(line)
+            used += len(line) + 1
+        listing = u.actor.describe_namespace(variables, budget=budget, per_value=per_value)
+        assert listing == "\n".join(expected), budget
+
+
+def test_frames_over_the_same_columns_with_other_row_counts_each_have_their_shape():
+    df = pd.DataFrame({"a": np.arange(100), "b": np.arange(100) / 2, "c": ["x"] * 100})
+    parts = [df, df.iloc[:5], df.copy(deep=False), df.iloc[10:13], df]
+    for frame, rows in zip(parts, [100, 5, 100, 3, 100]):
+        assert u.actor.fingerprint(frame)[2] == (rows, 3)
+        assert described(frame).startswith(f"pd.DataFrame, shape ({rows:,}, 3)")

@@ -167,8 +167,8 @@ class ActorHandle(LoopHandle):
         """What the actor adds to the loop: its plans, namespace and JSON tools by reference."""
         system = (
             options.pop("system", None) or actor.system
-            # the user variables are the snapshot the tool source just took: no second pass over the namespace
-            or system_prompt(actor, tools.json_tools, multi, names=tools.executor.last)
+            # the user variables by name only: the first step's look fingerprints them all (one pass a run fewer)
+            or system_prompt(actor, tools.json_tools, multi)
         )
         super().__init__(task, model=model, tools=[tools.exec_tool], system=system, tool_source=tools, **options)
         self.run.tags["actor"] = actor

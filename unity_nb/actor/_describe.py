@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from itertools import repeat
 from typing import Any
 
-from .._secrets import scrub
+from .._secrets import scrub, secret_names
 from ._frames import ROWS as _ROWS
 from ._frames import forget as _forget_description
 from ._frames import frame_text
@@ -31,6 +31,9 @@ HIDDEN_NAMES = frozenset(
 """Names never shown to the model as variables (IPython's own, and the actor's)."""
 
 _VALUE_LIMIT = 600
+_FRAME_LEAST = 28
+"""The fewest characters a DataFrame's description has (``pd.DataFrame, shape (0, 0); columns: ``, or
+``pd.X (could not describe: E)``), cut to ``per_value`` at most."""
 _ADDRESS = re.compile(r" at 0x[0-9A-Fa-f]+")
 
 
@@ -209,7 +212,7 @@ def snapshot(
         if entry is not None:  # fingerprint()'s cache hit, inlined: this loop runs for every variable, every step
             mgr = value._mgr
             axes = mgr.axes
-            if entry[1] == (id(mgr.blocks), id(axes[0]), id(axes[-1])):
+            if entry[1] == id(mgr.blocks) and entry[2] == id(axes[0]) and entry[3] == id(axes[-1]):
                 out[name] = entry[0]
                 continue
         out[name] = fingerprint(value)
@@ -219,11 +222,11 @@ def snapshot(
 _KINDS: dict[type, str] = {}
 _REF = weakref.ref
 _CACHE: dict[int, tuple] = {}
-"""``id(obj) -> (fingerprint, ids of what pins it, *weak references to those)`` for pandas objects. An entry
-goes as soon as its object or any object pinning it is collected, so an id in it always names the object it
-named when cached. Only weak references to what holds data: the cache keeps no old version of a frame's data
-alive (a frame's entry holds its columns Index, and its fingerprint its blocks' dtypes and placements, never a
-block: see FrameParts)."""
+"""``id(obj) -> (fingerprint, ids of its blocks tuple, first and last axis, *weak references to what pins them)``
+for pandas objects. An entry goes as soon as its object or any object pinning it is collected, so an id in it
+always names the object it named when cached (but a frame's row index's: see :func:`fingerprint`). Only weak
+references to what holds data: the cache keeps no old version of a frame's data alive (a frame's entry holds
+its columns Index, and its fingerprint its blocks' dtypes and placements, never a block: see FrameParts)."""
 
 _CHURN = [0]
 """How many times an entry of ``_CACHE`` was added, replaced or dropped: while it stays the same, every entry seen
@@ -262,7 +265,7 @@ class _Drop(int):
         key = int(self)
         entry = _CACHE.get(key)
         # by identity: a dead reference equals only itself, and the entry's others are compared as objects
-        if entry is not None and any([r is ref for r in entry[2:]]):
+        if entry is not None and any([r is ref for r in entry[4:]]):
             _CACHE.pop(key, None)
             _forget_description(key)  # a frame's description is kept only with its entry's fingerprint
             _CHURN[0] += 1
@@ -292,20 +295,22 @@ def fingerprint(obj: Any) -> tuple:
     try:
         mgr = obj._mgr
         axes = mgr.axes
-        ids = (id(mgr.blocks), id(axes[0]), id(axes[-1]))
+        blocks = mgr.blocks
+        pins = id(blocks), id(axes[0]), id(axes[-1])
     except (AttributeError, IndexError, TypeError):  # another pandas layout: no cache
         return _fingerprint(obj, kind)
     key = id(obj)
     entry = _CACHE.get(key)
-    # The entry exists only while the object, its axes and every block it was cached with are alive, so
-    # equal ids mean the very same axes. The blocks tuple is compared by id: pandas
+    # The entry exists only while the object, its columns and every block it was cached with are alive, so
+    # equal ids mean the very same columns. The blocks tuple is compared by id: pandas
     # replaces it when it replaces a block, and the block replaced (pinned by a weak reference) dies with it,
-    # which drops the entry.
-    if entry is not None and entry[1] == ids:
+    # which drops the entry. A frame's row index is not pinned: another index in its place has its length
+    # (pandas checks), and that is all the fingerprint reads of it (a description reads its labels itself).
+    if entry is not None and entry[1] == pins[0] and entry[2] == pins[1] and entry[3] == pins[2]:
         return entry[0]
     if kind == "frame":  # every frame in the namespace, at each run's start: labels and dtypes read when needed
         try:
-            fp = frame_fingerprint(obj)
+            fp = frame_fingerprint(obj, axes, blocks)
         except Exception:
             fp = _fingerprint(obj, kind)
     else:
@@ -314,9 +319,9 @@ def fingerprint(obj: Any) -> tuple:
         forget = _Drop(key)
         if type(fp[-1]) is FrameParts:  # the entry holds the frame's columns Index: no other can take its identity
             # (its fingerprint's parts may be another frame's, over the very same labels: see frame_fingerprint)
-            _CACHE[key] = (fp, ids, *map(_REF, (obj, axes[-1], *mgr.blocks), repeat(forget)), axes[0])
+            _CACHE[key] = (fp, *pins, *map(_REF, (obj, *blocks), repeat(forget)), axes[0])
         else:
-            _CACHE[key] = (fp, ids, *map(_REF, (obj, *axes, *mgr.blocks), repeat(forget)))
+            _CACHE[key] = (fp, *pins, *map(_REF, (obj, *axes, *blocks), repeat(forget)))
     except TypeError:  # something there takes no weak reference: no cache
         return fp
     _CHURN[0] += 1
@@ -356,9 +361,15 @@ def describe_namespace(
         return "(no variables yet)"
     lines: list[str] = []
     used = 0
+    # a frame's line is at least this long (unscrubbed): one that cannot fit is not described to be left out
+    least = min(_FRAME_LEAST, per_value) if not secret_names() else 0
     for i, name in enumerate(names):
-        line = f"- {name}: {describe_value(variables[name], per_value)}"
-        if used + len(line) > budget:
+        value = variables[name]
+        if used + len(name) + 4 + least > budget and least and _kind_of(type(value)) == "frame":
+            line = ""  # over the budget whatever it says
+        else:
+            line = f"- {name}: {describe_value(value, per_value)}"
+        if not line or used + len(line) > budget:
             rest = names[i:]
             shown = ", ".join(rest[:50])
             more = f" and {len(rest) - 50} more" if len(rest) > 50 else ""

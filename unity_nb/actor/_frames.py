@@ -10,18 +10,22 @@ not know (a MultiIndex, a named columns index, no columns) goes through ``to_str
 A frame's description is kept (:func:`frame_text`) and given again while nothing it says could have changed.
 How a kept description is never stale:
 
-- shape, column labels, dtypes and the row index: the description is kept with the frame's fingerprint, which
-  :func:`._describe.fingerprint` reuses only while the frame, its block manager's axes, blocks tuple and blocks
-  are the very objects it was made from (weak references drop it when any of them goes); pandas replaces one of
-  them for every change of shape, labels or dtypes. The axes are Index objects, immutable but for their names:
+- shape, column labels and dtypes: the description is kept with the frame's fingerprint, which
+  :func:`._describe.fingerprint` reuses only while the frame, its columns Index, blocks tuple and blocks are the
+  very objects it was made from (weak references drop it when any of them goes); pandas replaces one of them
+  for every change of shape, labels or dtypes. The axes are Index objects, immutable but for their names:
   the index's and the columns' names are compared on every use;
+- the row labels: a RangeIndex's range (its start, stop and step), compared on every use; any other index's
+  first labels, as the values below;
 - the values shown: what the head reads from each block (the first three values of every column of a block
   that holds a shown column, and of the row index) is compared on every use with what it read when the
   description was made: as bytes for numbers, dates and categories' codes (a cell written in place differs
   there); as the identities of the very objects for cells held as Python objects, which the kept entry holds
   so no other object can take their identity, and only when every one is of an immutable type (str, int,
   float, ...); as the values themselves for strings kept in pyarrow (pandas 3's ``str``: each read makes new
-  ``str`` objects, and a string is what it reads). A block of any other kind (other pyarrow arrays, a mutable
+  ``str`` objects, and a string is what it reads), read again only when the block's pyarrow array is another
+  than the one read then (known by a weak reference: pyarrow arrays are immutable, and pandas writes a cell by
+  making a new one). A block of any other kind (other pyarrow arrays, a mutable
   object in a shown cell) is not compared: the frame is described anew every time.
 
 So a hit costs a fingerprint lookup and a slice of each shown block, a few microseconds a frame. When only some
@@ -41,8 +45,15 @@ from __future__ import annotations
 
 import decimal
 import fractions
+import weakref
 from typing import Any
 
+from ._arrays import ROWS
+from ._arrays import arrow_head as _arrow_head
+from ._arrays import arrow_strings as _arrow_strings
+from ._arrays import column_head as _column
+from ._arrays import ndarray_of as _ndarray
+from ._arrays import ndarray_type as _NDARRAY
 from ._cells import cell_text as _text
 from ._cells import column_cells as _cells
 
@@ -50,8 +61,6 @@ __all__ = (
     "dtype_text", "fingerprint_text", "forget", "frame_dtypes", "frame_head", "frame_text", "head_probe", "labels",
 )
 
-ROWS = 3
-"""Rows shown."""
 COLUMNS = 12
 """Columns shown."""
 
@@ -84,43 +93,6 @@ def dtype_text(dtype: Any) -> str:
 
 def _immutable(t: type) -> bool:
     return t in _IMMUTABLE or (t.__module__.split(".", 1)[0], t.__name__) in _IMMUTABLE_NAMES
-
-
-_NDARRAY: list[Any] = []
-"""numpy's ndarray type, once one was seen (numpy is not imported here)."""
-
-
-def _ndarray(values: Any) -> Any:
-    """The numpy array under a block's values (itself, or an extension array's backing array), or None."""
-    t = type(values)
-    if t.__name__ == "ndarray" and t.__module__ == "numpy":
-        if not _NDARRAY:
-            _NDARRAY.append(t)
-        return values
-    inner = getattr(values, "_ndarray", None)  # Categorical (codes), DatetimeArray, TimedeltaArray, StringArray
-    if inner is not None and type(inner).__name__ == "ndarray":
-        return inner
-    return None
-
-
-_ARROW_STRINGS = frozenset({"ArrowStringArray", "ArrowStringArrayNumpySemantics"})
-
-
-def _arrow_strings(values: Any) -> Any:
-    """The pyarrow array under an array of strings pandas keeps in pyarrow (pandas 3's ``str``), or None."""
-    if type(values).__name__ in _ARROW_STRINGS:
-        return getattr(values, "_pa_array", None)
-    return None
-
-
-def _arrow_head(values: Any, chunked: Any, n: int) -> list:
-    """``list(values[:n])`` for an array of strings in pyarrow (``chunked``): read from pyarrow, a missing one as
-    the dtype's missing value (pandas' ``__iter__`` costs several times more)."""
-    cells = (chunked if len(chunked) <= n else chunked.slice(0, n)).to_pylist()
-    if None in cells:
-        na = values.dtype.na_value
-        return [na if v is None else v for v in cells]
-    return cells
 
 
 def _block_key(values: Any, held: list) -> tuple | None:
@@ -159,15 +131,17 @@ def _block_key(values: Any, held: list) -> tuple | None:
 
 
 def head_probe(
-    df: Any, shown: list[int] | None = None, where: list[int] | None = None
-) -> tuple[tuple, tuple, list, tuple] | None:
-    """``(key, blocks, held, by block)``: what the description's head reads from ``df`` (see the module's
+    df: Any, shown: list[int] | None = None, where: list[int] | None = None, known: dict | None = None
+) -> tuple[tuple, tuple, list, tuple, dict] | None:
+    """``(key, blocks, held, by block, strings)``: what the description's head reads from ``df`` (see the module's
     docstring): the names, the row index and the blocks' count in ``key``, ``(block number, its key)`` for each
-    block holding a shown column in ``blocks``, the objects they name by identity in ``held``, and those each
-    block's key names (in the order of ``blocks``) in ``by block``. None when
+    block holding a shown column in ``blocks``, the objects they name by identity in ``held``, those each
+    block's key names (in the order of ``blocks``) in ``by block``, and for each block of strings in pyarrow
+    ``(its pyarrow array, dtype, key)`` in ``strings`` (see :func:`_strings`). None when
     ``df``'s layout cannot be compared (it is described anew each time). ``shown``: the numbers of the blocks
     holding the first columns, when known (they are while the fingerprint is the same); ``where``: the numbers of
-    the blocks holding the first columns in order (``blknos``), when known."""
+    the blocks holding the first columns in order (``blknos``), when known; ``known``: the ``strings`` of the
+    description kept (:func:`_strings`), a block whose pyarrow array is the very one read then reads the same."""
     try:
         mgr = df._mgr
         blocks = mgr.blocks
@@ -181,60 +155,51 @@ def head_probe(
         return None
     held: list = [*names]
     key: list = [id(names[0]), id(names[1]), len(blocks)]
-    if type(index).__name__ != "RangeIndex":  # a RangeIndex is its start, stop and step: immutable
+    if type(index).__name__ == "RangeIndex":  # its start, stop and step (immutable): what its labels read
+        key.append(getattr(index, "_range", None) or (index.start, index.stop, index.step))
+    else:
         index_key = _block_key(getattr(index, "_values", None), held)
         if index_key is None:
             return None
         key.append(index_key)
     keys = []
     helds = []
+    strings: dict = {}
     for n in shown:
-        own: list = []
-        block_key = _block_key(blocks[n].values, own)
-        if block_key is None:
-            return None
+        values = blocks[n].values
+        chunked = _arrow_strings(values)
+        block_key: tuple | None
+        if chunked is not None:  # strings in pyarrow: compared by value (fresh str objects each time, immutable)
+            dtype = values.dtype
+            own: list = [dtype]
+            was = known.get(n) if known is not None else None
+            if was is not None and was[0]() is chunked and was[1] is dtype:
+                block_key = was[2]  # the very pyarrow array (immutable: pandas writes a cell by making a new one)
+            else:
+                block_key = (id(dtype), *chunked.slice(0, ROWS).to_pylist())
+                was = (chunked, dtype, block_key)
+            strings[n] = was
+        else:
+            own = []
+            block_key = _block_key(values, own)
+            if block_key is None:
+                return None
         keys.append((n, block_key))
         helds.append(own)
         held += own
-    return tuple(key), tuple(keys), held, tuple(helds)
+    return tuple(key), tuple(keys), held, tuple(helds), strings
+
+
+_REF = weakref.ref
+
+
+def _strings(read: dict) -> dict:
+    """A probe's ``strings`` as the kept description holds them: each block's pyarrow array by a weak reference
+    (never its data), with the dtype and the key read from it (a dead reference reads anew)."""
+    return {n: was if type(was[0]) is _REF else (_REF(was[0]), was[1], was[2]) for n, was in read.items()}
 
 
 # -- formatting -------------------------------------------------------------------------------------
-
-
-def _column(values: Any, row: int) -> tuple[list, str]:
-    """The first rows of one column of a block's values (a 2-D array or a 1-D extension array), and the
-    kind of numpy array they came from ('' for anything else)."""
-    chunked = _arrow_strings(values)
-    if chunked is not None:
-        return _arrow_head(values, chunked, ROWS), ""
-    arr = _ndarray(values)
-    if arr is values or (arr is not None and type(values).__name__ == "StringArray"):
-        kind = arr.dtype.kind
-        if kind not in "mM":  # numpy's datetimes are pandas' Timestamps below
-            head = arr[row, :ROWS] if arr.ndim == 2 else arr[:ROWS]
-            return head.tolist(), kind if kind in "fiub" else ""
-    elif arr is not None and type(values).__name__ == "Categorical":
-        held_values = values.categories._values
-        chunked = _arrow_strings(held_values)
-        if chunked is not None:  # pandas 3's str categories
-            codes = arr[:ROWS].tolist()
-            if len(chunked) <= 64:  # a few categories: all of them read at once costs less than three
-                names = chunked.to_pylist()
-                cells = [names[c] if c >= 0 else None for c in codes]
-            else:
-                cells = [chunked[c].as_py() if c >= 0 else None for c in codes]
-            if None in cells:
-                na = held_values.dtype.na_value
-                return [na if v is None else v for v in cells], ""
-            return cells, ""
-        categories = _ndarray(held_values)
-        if categories is not None and categories.dtype.kind not in "mM":
-            nan = float("nan")
-            return [categories[c] if c >= 0 else nan for c in arr[:ROWS].tolist()], ""
-    if getattr(values, "ndim", 1) == 2:
-        values = values[row]
-    return list(values[:ROWS]), ""
 
 
 def labels(index: Any, n: int) -> list:
@@ -369,8 +334,9 @@ def _narrow(key: tuple) -> bool:
 
 _DESCRIBED: dict[int, tuple] = {}
 """``id(frame) -> (fingerprint, limit, key, blocks' keys, description, objects the keys name, column text,
-columns of the head by block, labels shown)``: a frame's description (see the module's docstring). It goes with
-the frame's fingerprint cache entry (:func:`forget`)."""
+columns of the head by block, labels shown, blocks of strings in pyarrow)`` (the last: :func:`_strings`): a
+frame's description (see the module's docstring). It goes with the frame's fingerprint cache entry
+(:func:`forget`)."""
 
 
 _SEEN: dict[tuple, tuple] = {}
@@ -438,6 +404,44 @@ def _unwritten(values: Any, now: tuple, then: tuple, laid: dict[int, list[str]])
     return {loc: col for loc, col in laid.items() if a[loc * size:(loc + 1) * size] == b[loc * size:(loc + 1) * size]}
 
 
+def _rewritten(df: Any, kept: tuple, probe: tuple, where: tuple[list[int], list[int]]) -> tuple[str, dict] | None:
+    """The head of a frame described before (``kept``, its :data:`_DESCRIBED` entry) with the same shape, labels,
+    dtypes and row index, some of whose shown blocks read otherwise now (``probe``, :func:`head_probe`'s): only
+    the columns whose first rows changed laid out again (every column of a block that is no 2-D block of numbers),
+    the others as they were; and the columns by block. None when the kept layout does not tell (fall back)."""
+    made: dict[int, dict[int, list[str]]] = kept[7]
+    rows_col = made.get(-1)
+    if rows_col is None or df._mgr.axes[1].name is not None:
+        return None  # no head made (pandas' own), or a named row index (a line more): laid out whole
+    blocks = df._mgr.blocks
+    fresh: dict[int, dict[int, list[str]]] = {}
+    for (no, now), (_no, then) in zip(probe[1], kept[3]):
+        if now != then:
+            laid = made.get(no)
+            if laid is None:
+                return None
+            fresh[no] = _unwritten(blocks[no].values, now, then, laid)  # the columns whose own rows read the same
+    shown = kept[8]
+    cols = [rows_col[0]]
+    out = dict(made)
+    out.pop(-2, None)  # the lines without their row labels (:func:`_relabelled`), made again when needed
+    for label, no, loc in zip(shown, where[0], where[1]):
+        col = made[no].get(loc) if no in made else None
+        same = fresh.get(no)
+        if col is None or (same is not None and loc not in same):
+            title = label if type(label) is str and label.isprintable() else _text(label)
+            cells = _cells(*_column(blocks[no].values, loc))
+            cells.insert(0, title)
+            width = max(map(len, cells))
+            col = [c.rjust(width) for c in cells]
+            laid = out.get(no)
+            if laid is None or laid is made.get(no):  # the kept entry's own: copied, never changed
+                laid = out[no] = dict(laid) if laid is not None else {}
+            laid[loc] = col
+        cols.append(col)
+    return "\n".join(["  ".join(line) for line in zip(*cols)]), out
+
+
 def forget(key: int) -> None:
     """The frame ``key`` names is gone, or its fingerprint changed: its description goes too."""
     _DESCRIBED.pop(key, None)
@@ -459,12 +463,25 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
     where = parts.where() if parts is not None else None
     # the same fingerprint: the same blocks hold the first columns
     probe = (
-        head_probe(df, [n for n, _k in kept[3]] if kept is not None else None, where[0] if where else None)
-        if fp is not None else None
+        head_probe(
+            df, [n for n, _k in kept[3]] if kept is not None else None, where[0] if where else None,
+            kept[9] if kept is not None else None,
+        ) if fp is not None else None
     )
     if kept is not None and probe is not None and kept[2] == probe[0]:
         if kept[3] == probe[1]:
+            if any([type(was[0]) is not _REF for was in probe[4].values()]):  # a new pyarrow array, reading the same
+                _DESCRIBED[key] = (*kept[:9], _strings(probe[4]))
             return kept[4]  # nothing it says could differ
+        if where is not None:  # a cell written: only the columns whose first rows read otherwise are laid out again
+            again = _rewritten(df, kept, probe, where)
+            if again is not None and fp is not None:
+                size = fp[2]  # the same fingerprint: its shape
+                text = f"pd.DataFrame, shape ({size[0]:,}, {size[1]}); columns: {kept[6]}\n"
+                text = _clip(f"{text}first {min(size[0], ROWS)} rows:\n{again[0]}", limit)
+                _DESCRIBED[key] = (fp, limit, probe[0], probe[1], text, probe[2], kept[6], again[1], kept[8],
+                                   _strings(probe[4]))
+                return text
         # the same shape, labels, dtypes and index: blocks whose head reads the same keep their columns
         reuse = {}
         for (n, k), (n2, k2) in zip(probe[1], kept[3]):
@@ -501,7 +518,8 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
             hit = _SEEN.get(seen)
         if hit is not None:
             if hit[4] == labelled:  # another frame showed all this: its description, kept for this one too
-                _DESCRIBED[key] = (fp, limit, probe[0], probe[1], hit[0], probe[2], hit[1], hit[2], shown)
+                _DESCRIBED[key] = (fp, limit, probe[0], probe[1], hit[0], probe[2], hit[1], hit[2], shown,
+                                   _strings(probe[4]))
                 return hit[0]
             # all but the rows' labels (a frame indexed anew): its columns as laid out, the labels' column alone made
             reuse = {n: laid for n, laid in hit[2].items() if n >= 0}
@@ -532,7 +550,8 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
         text += f"\nfirst {min(rows, ROWS)} rows:\n{head}"
     text = _clip(text, limit)
     if probe is not None:
-        _DESCRIBED[key] = (fp, limit, probe[0], probe[1], text, probe[2], col_text, made, shown)
+        strings = _strings(probe[4])
+        _DESCRIBED[key] = (fp, limit, probe[0], probe[1], text, probe[2], col_text, made, shown, strings)
         # a RangeIndex read as another's: every object held is one the other's key named (kept: light)
         if seen is not None and (relabelled is not None or _light(probe[2])):
             if len(_SEEN) >= _SEEN_MAX and seen not in _SEEN:

@@ -45,7 +45,7 @@ class FrameParts:
     taken. It holds labels and dtypes only, never a block or its data.
     """
 
-    __slots__ = ("__weakref__", "_labels", "_text", "_where", "columns", "dtypes", "places")
+    __slots__ = ("__weakref__", "_labels", "_shape", "_text", "_where", "columns", "dtypes", "places", "width")
 
     _labels: list
     _where: tuple[list[int], list[int]]
@@ -56,6 +56,11 @@ class FrameParts:
         """Each block's dtype."""
         self.places = places
         """Each block's placement (its columns)."""
+        self.width = len(columns)
+        """How many columns (every frame over these parts has as many: an Index does not change its length)."""
+        self._shape: tuple[int, int] = (-1, self.width)
+        """The shape of the last frame fingerprinted over these parts (its copies give the same tuple: one object
+        fewer for the collector to track per copy)."""
         self._text: tuple[tuple[str, ...], tuple[str, ...]] | None = None
         # _labels and _where are set with _text (read only after it): every frame of the namespace has parts, and
         # objects made for nothing wake the collector sooner
@@ -122,15 +127,16 @@ class FrameParts:
         return f"FrameParts{self.text()!r}"
 
 
-def frame_fingerprint(df: Any) -> tuple:
+def frame_fingerprint(df: Any, axes: list | None = None, blocks: tuple | None = None) -> tuple:
     """``(id, type, shape, FrameParts)``: a frame's fingerprint, from its block manager, its labels and dtypes
     to be read when needed (:class:`FrameParts`). A frame over the very labels, dtypes and placements of another
     (a copy, the same frame loaded again) has the same parts (see :data:`_SHARED`): not the frame's own columns
-    Index, then (the fingerprint cache holds that). Raises AttributeError for another pandas layout."""
-    mgr = df._mgr
-    axes = mgr.axes
+    Index, then (the fingerprint cache holds that). ``axes`` and ``blocks``: its block manager's, when just read
+    (both or neither). Raises AttributeError for another pandas layout."""
+    if axes is None or blocks is None:
+        mgr = df._mgr
+        axes, blocks = mgr.axes, mgr.blocks
     columns = axes[0]
-    blocks = mgr.blocks
     # the labels (a plain Index's array, which a copy's columns Index shares; any other Index itself) and each
     # block's placement, by identity; the dtypes, compared one by one with the parts found
     data = columns._data if type(columns).__name__ == "Index" else columns
@@ -143,7 +149,13 @@ def frame_fingerprint(df: Any) -> tuple:
         if len(_SHARED) >= _SHARED_MAX:
             _SHARED.clear()
         _SHARED[reads] = weakref.ref(parts)
-    return (id(df), type(df), (len(axes[1]), len(columns)), parts)
+    index = axes[1]
+    # a RangeIndex's length is its range's (pandas' __len__ is a Python call; every new frame's fingerprint reads it)
+    rows = len(index._range) if type(index).__name__ == "RangeIndex" else len(index)
+    shape = parts._shape
+    if shape[0] != rows:
+        shape = parts._shape = (rows, parts.width)
+    return (id(df), type(df), shape, parts)
 
 
 def frame_parts(df: Any, n: int) -> tuple[tuple[int, int], tuple[str, ...], tuple[str, ...]]:

@@ -84,7 +84,9 @@ class ActorTools(ToolSource):
             shell=actor.shell,
         )
         self.exec_tool = as_tool(self._make_execute(), name="execute_code")
-        self._known = self.executor.snapshot()
+        self._known: dict[str, tuple] | None = None
+        """The namespace as the model last saw it (the first step's look takes it: the system prompt, made at once,
+        reads the user variables without fingerprints, and the cell that started the run may bind more)."""
 
     # -- what the model sees -------------------------------------------------------------
 
@@ -131,6 +133,9 @@ class ActorTools(ToolSource):
         assert run is not None  # bound when the loop was made
         if run.state.steps == 0:  # what the cell that started the run bound meanwhile (``h = %unity act``) is not news
             self._known = self.executor.snapshot(hint=self._known)
+            return
+        if self._known is None:  # no look yet (none is taken before the first step)
+            self._known = self.executor.snapshot()
             return
         outside = self.executor.diff(self._known)
         self._known = self.executor.last

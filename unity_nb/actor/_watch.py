@@ -14,7 +14,8 @@ would, and the few names whose fingerprints may differ:
   time. They are what :func:`._describe.fingerprint` compares before reusing a cached
   fingerprint, and they are valid for the same reason: the cache entry each was read from is still there
   (checked when the cache changed at all since, ``_CHURN``), so every object it pins by a weak reference is
-  alive, and an equal identity is the very same object;
+  alive, and an equal identity is the very same object (a frame's row index is not pinned: another in its
+  place has its length, and the fingerprint reads nothing else of it);
 - everything else (lists, dicts, arrays, other objects; a name bound to a module or IPython's) is looked at
   again every time, as without history.
 
@@ -35,7 +36,7 @@ from ._describe import _CACHE, _CHURN, HIDDEN_NAMES, fingerprint
 __all__ = ("Watch",)
 
 _MGR, _AXES, _BLOCKS = attrgetter("_mgr"), attrgetter("axes"), attrgetter("blocks")
-_FIRST, _LAST, _PINS = itemgetter(0), itemgetter(-1), itemgetter(1)
+_FIRST, _LAST, _PINS = itemgetter(0), itemgetter(-1), itemgetter(1, 2, 3)
 _HELD = frozenset({int, float, complex, bool, type(None), tuple, frozenset})
 """Exact types whose fingerprint holds the value itself (``str`` and ``bytes`` too, when short)."""
 _SAME, _FRAME, _AGAIN = 1, 2, 3
@@ -196,8 +197,7 @@ class Watch:
             if entry is not None:  # fingerprint()'s cache hit, inlined: this loop runs for every variable
                 mgr = value._mgr
                 axes = mgr.axes
-                pins = (id(mgr.blocks), id(axes[0]), id(axes[-1]))
-                if entry[1] == pins:
+                if entry[1] == id(mgr.blocks) and entry[2] == id(axes[0]) and entry[3] == id(axes[-1]):
                     out[name] = entry[0]
                     frames.append(p)
                     entries.append(entry)
