@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = ("CHECKS", "check", "fast_init", "maker")
 
@@ -25,7 +25,10 @@ MAKERS: dict[type, Callable[..., Any]] = {}
 """Per built-in kind: a function that makes an event of it as the class does (:func:`maker`)."""
 
 
-def maker(cls: type) -> Callable[..., Any]:
+_E = TypeVar("_E")
+
+
+def maker(cls: type[_E]) -> Callable[..., _E]:
     """A function making an event of ``cls`` (a built-in kind) from the keywords its class takes: the same event,
     the same checks and errors, about half the cost (no keyword dict made and unpacked by the class call, one
     change of class instead of two). For the events a loop or a batch makes for each model call or row."""

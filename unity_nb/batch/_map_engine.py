@@ -367,7 +367,7 @@ class MapEngine(Driver):
         run = self._run
         run.publish(_row_finished(
             loop_id=run.id, lineage=run.lineage, row=row_key(row.key), position=row.position,
-            status=row.status,  # type: ignore[arg-type]  # one of the three, as the event checks
+            status=row.status,  # one of the three, as the event checks
             answer=answer, reason=row.reason, child_id=child.id if child is not None else child_id,
             input_tokens=row.tokens[0], output_tokens=row.tokens[1], asked=self.asked(row), kept=kept, cached=cached,
         ))
