@@ -317,13 +317,13 @@ class Turn:
             raise asyncio.CancelledError
         h.state.steps += 1
         step = h.state.steps
-        request = ModelRequest(
-            messages=messages,
-            tools=self.schemas(tools),
-            tool_choice=choice if tools else "none",
-            options=h.config.options,
-            continues=continues,
-            once=step == 1 and not tools,  # a first call offering no tools: its answer is expected to end the loop
+        request = ModelRequest(  # by position, in the order of its fields (no keyword dict packed per call)
+            messages,  # messages
+            self.schemas(tools),  # tools
+            choice if tools else "none",  # tool_choice
+            h.config.options,  # options
+            continues,  # continues
+            step == 1 and not tools,  # once: a first call offering no tools, its answer expected to end the loop
         )
         if h.config.prompt_cache:
             request = self.cache_hints(request)
