@@ -22,7 +22,10 @@ and its fields typed ``Literal[...]`` with their choices."""
 
 
 MAKERS: dict[type, Callable[..., Any]] = {}
-"""Per built-in kind: a function that makes an event of it as the class does (:func:`maker`)."""
+"""Per built-in kind asked for: a function that makes an event of it as the class does (:func:`maker`)."""
+_MAKER_SOURCES: dict[type, tuple[str, dict[str, Any]]] = {}
+"""Per built-in kind: its maker's source and names, compiled when :func:`maker` is first asked for it (at import,
+each kind's ``__init__`` alone is compiled)."""
 
 
 _E = TypeVar("_E")
@@ -32,7 +35,13 @@ def maker(cls: type[_E]) -> Callable[..., _E]:
     """A function making an event of ``cls`` (a built-in kind) from the keywords its class takes: the same event,
     the same checks and errors, about half the cost (no keyword dict made and unpacked by the class call, one
     change of class instead of two). For the events a loop or a batch makes for each model call or row."""
-    return MAKERS[cls]
+    make = MAKERS.get(cls)
+    if make is None:
+        src, env = _MAKER_SOURCES[cls]
+        exec(src, env)  # as its __init__ was made
+        make = MAKERS[cls] = env["make"]
+        make.__qualname__ = make.__name__ = f"make_{cls.__name__}"
+    return make
 
 
 def check(event: Any) -> None:
@@ -96,11 +105,9 @@ def fast_init(cls: type, next_seq: Callable[[], int]) -> Any:
     made = [first, "    self = _new(_twin)", *(line[4:] for line in fast), "    self.__class__ = _cls", *checks,
             "    return self"]
     src = f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(body) + "\n"
-    src += f"def make(*, {', '.join(params)}):\n" + "\n".join(made) + "\n"
     env["_new"] = object.__new__
+    _MAKER_SOURCES[cls] = (f"def make(*, {', '.join(params)}):\n" + "\n".join(made) + "\n", env)
     exec(src, env)  # made from the class's own field names, as dataclasses makes its __init__
-    make = MAKERS[cls] = env["make"]
-    make.__qualname__ = make.__name__ = f"make_{cls.__name__}"
     init = env["__init__"]
     init.__qualname__ = f"{cls.__name__}.__init__"
     init.__doc__ = cls.__dict__["__init__"].__doc__
