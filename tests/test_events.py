@@ -83,6 +83,34 @@ def test_the_loops_constructors_as_it_calls_them():
     assert s.request_id is None and s.action == "interject"
 
 
+def test_a_kinds_maker_makes_the_event_its_class_makes():
+    """The loop and the batch make their events per call and per row through ``maker``: the same event (every
+    field, the same types), frozen, with the class's checks and errors."""
+    from unity_nb._event_checks import maker
+
+    for cls in EVERY_KIND:
+        if cls.__post_init__ is not ev.Event.__post_init__:  # a kind that checks more (Steering) has none
+            continue
+        e = sample(cls)
+        fields = {f.name: getattr(e, f.name) for f in dataclasses.fields(cls) if f.name not in ("ts", "seq")}
+        fields["lineage"] = list(fields["lineage"])
+        made = maker(cls)(**fields)
+        assert type(made) is cls and made.seq > e.seq and made.ts >= e.ts
+        assert made == dataclasses.replace(e, ts=made.ts, seq=made.seq)
+        assert type(made.lineage) is tuple and not hasattr(made, "__dict__")
+    make = maker(ev.LoopFinished)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        make(loop_id="a", lineage=(), status="finished").status = "stopped"  # type: ignore[misc]
+    with pytest.raises(ValueError, match="status"):
+        make(loop_id="a", lineage=(), status="done")
+    with pytest.raises(ValueError, match="tuple"):
+        maker(ev.ModelRequested)(loop_id="a", lineage=(), step=1, messages=1, tools="abc", tool_choice="auto")
+    with pytest.raises(ValueError, match="kind"):
+        maker(ev.ToolStarted)(kind="tool_finished", loop_id="a", lineage=(), call_id="c", name="f", arguments="{}")
+    with pytest.raises(TypeError, match="call_id"):
+        maker(ev.ToolStarted)(loop_id="a", lineage=(), name="f", arguments="{}")
+
+
 def test_events_are_frozen_and_validated_where_it_matters():
     e = ev.ToolStarted(loop_id="a", lineage=(), call_id="c", name="f", arguments="{}")
     with pytest.raises(dataclasses.FrozenInstanceError):

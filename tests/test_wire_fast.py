@@ -309,7 +309,7 @@ def test_silence_moves_its_timer_only_when_it_comes():
         call_at = loop.call_at
 
         def spy(when: float, callback: Any, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
-            if isinstance(getattr(callback, "__self__", None), Silence):
+            if type(getattr(callback, "__self__", None)).__name__ == "_Watch":  # the timer watching the silences
                 timers.append(when)
             return call_at(when, callback, *args, **kwargs)
 
@@ -321,11 +321,17 @@ def test_silence_moves_its_timer_only_when_it_comes():
                 for _ in range(20):  # twenty signs of life: no timer for any of them
                     silence.alive()
                 assert timers == [start + 60.0]
-                silence._check()  # the timer comes (early here) after a sign of life: moved on
+                async with asyncio.timeout(None) as other_deadline:  # another attempt at once: no timer of its own
+                    others = [Silence(60.0, other_deadline) for _ in range(5)]
+                    assert timers == [start + 60.0]
+                    for other in others:
+                        other.cancel()
+                    await asyncio.sleep(0)
+                silence._watch._check(loop)  # the timer comes (early here) after a sign of life: moved on
                 assert timers == [start + 60.0, silence._last + 60.0]
                 await asyncio.sleep(0)  # not over
                 silence._last -= 61.0  # the timer comes after 60 s of silence: the attempt ends
-                silence._check()
+                silence._watch._check(loop)
                 await asyncio.sleep(T)
         assert len(timers) == 2
 

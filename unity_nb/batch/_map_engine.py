@@ -22,6 +22,7 @@ import pydantic
 from .. import events as ev
 from .._collector import hold_loops, release_loops
 from .._errors import Stopped, UnityError, UserError
+from .._event_checks import maker
 from ..loop import VERBS, Driver, LoopHandle, LoopOptions, Status
 from ..models import Endpoint, endpoint_of, turn_hook
 from ._book import _KEEP_FAILED, NOT_STARTED, Book, counts_text
@@ -32,6 +33,7 @@ from ._spend import Spending
 
 __all__ = ("MapEngine", "RowPlan")
 
+_row_finished = maker(ev.RowFinished)  # a row's event, made without the class call's cost
 _json_str = json.encoder.encode_basestring  # what to_json writes for a str (non-ASCII kept)
 
 _SETTLED_YIELD = 256
@@ -363,9 +365,9 @@ class MapEngine(Driver):
             value = row.answer
             answer = _json_str(value) if type(value) is str else to_json(_plain(value))
         run = self._run
-        run.publish(ev.RowFinished(
+        run.publish(_row_finished(
             loop_id=run.id, lineage=run.lineage, row=row_key(row.key), position=row.position,
-            status=row.status,  # type: ignore[arg-type]  # one of the three, as the event checks
+            status=row.status,  # one of the three, as the event checks
             answer=answer, reason=row.reason, child_id=child.id if child is not None else child_id,
             input_tokens=row.tokens[0], output_tokens=row.tokens[1], asked=self.asked(row), kept=kept, cached=cached,
         ))

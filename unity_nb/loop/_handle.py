@@ -44,6 +44,7 @@ from typing import Any, cast
 from .. import events as ev
 from .._collector import loop_started
 from .._errors import HandleStateError, Stopped, UserError
+from .._event_checks import maker
 from ..models import Endpoint, Model, Usage, cost_of, endpoint_of, price_of
 from ._context import current_call
 from ._engine import Driver, Engine
@@ -67,6 +68,7 @@ __all__ = ("LoopHandle", "start_ask")
 
 _ENDED = frozenset({Status.FINISHED, Status.STOPPED, Status.FAILED})
 _NONE: dict[str, Any] = {}
+_loop_started = maker(ev.LoopStarted)  # made without the class call's cost (a batch makes one per row)
 
 
 _ids = random.Random()  # seeded from the OS's randomness: its own, so a person's random.seed() repeats no id
@@ -180,7 +182,8 @@ class LoopHandle(Loop):
         if parent is not None:
             parent.run.adopt(self, adopt_call, new=True)
         endpoint = _endpoint or endpoint_of(cfg.model)  # a batch says its rows' once
-        started = ev.LoopStarted(
+        remembered = _remembered(cfg.model) if parent is None else _NONE
+        started = _loop_started(
             loop_id=self.id,
             lineage=run.lineage,
             name=self.name,
@@ -193,7 +196,9 @@ class LoopHandle(Loop):
             provider=endpoint.provider,
             server_address=endpoint.address,
             server_port=endpoint.port,
-            **(_remembered(cfg.model) if parent is None else _NONE),
+            base_url=remembered.get("base_url"),
+            price_input=remembered.get("price_input"),
+            price_output=remembered.get("price_output"),
         )
         run.publish(started)
         if cfg.multi:

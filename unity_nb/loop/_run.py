@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from .. import events as ev
 from .._collector import loop_ended
 from .._errors import HandleStateError, UnityError, UserError
+from .._event_checks import maker
 from .._secrets import scrub, scrub_error
 from ..models import Model
 from ._context import forward_call
@@ -41,6 +42,8 @@ _listening = [0]
 """Listeners added (:meth:`Run.add_listener`) and not removed, in every run of the process: while there is none,
 publishing an event walks no tree (a run dropped with its listeners keeps them counted: the walk is done)."""
 _listening_lock = threading.Lock()
+_child_started = maker(ev.ChildStarted)  # events of every loop, made without the class call's cost
+_loop_finished = maker(ev.LoopFinished)
 
 
 class _Node(Protocol):
@@ -235,7 +238,7 @@ class Run:
             rec = self.conversation.find_call(call_id)
             if rec is not None:
                 rec.child = child
-        self.publish(ev.ChildStarted(loop_id=self.id, lineage=self.lineage, child_id=child.id, child_name=child.name,
+        self.publish(_child_started(loop_id=self.id, lineage=self.lineage, child_id=child.id, child_name=child.name,
                                      call_id=call_id))
         if self.gate.paused:  # a child started while paused starts paused
             child.run.gate.close()
@@ -368,7 +371,7 @@ class Run:
         if callable(forget):  # its conversation will not be sent again: a model that kept its encoding drops it
             forget(self.conversation.wire)
         if status is Status.FINISHED:
-            self.publish(ev.LoopFinished(loop_id=self.id, lineage=self.lineage, status="finished", result=answer,
+            self.publish(_loop_finished(loop_id=self.id, lineage=self.lineage, status="finished", result=answer,
                                          steps=state.steps))
         elif status is Status.STOPPED:
             self.emit(ev.LoopFinished, status="stopped", reason=state.stop_reason or "cancelled", steps=state.steps)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from .. import events as ev
 from .._errors import UserError
+from .._event_checks import maker
 from .._secrets import ScrubStream, scrub
 from ..models import ModelRequest, Reply, checked_usage, rate_limit_of
 from ._policies import SUMMARY_PROMPT, SUMMARY_TAG, render_for_summary, split_for_compression
@@ -54,6 +55,9 @@ def own_tools(cfg: LoopOptions, kind: str, final_answer: Tool | None) -> dict[st
 _NOTHING = TextBuffer()
 """A turn's buffers while nothing streams (never appended to: the first piece makes its own)."""
 _NO_SCRUB = ScrubStream()
+_model_requested = maker(ev.ModelRequested)  # a model call's events, made without the class call's cost
+_model_delta = maker(ev.ModelDelta)
+_model_response = maker(ev.ModelResponse)
 
 
 class _Sink:
@@ -249,7 +253,7 @@ class Turn:
         if text:
             self.text.append(text)
             run = self.run
-            run.publish(ev.ModelDelta(loop_id=run.id, lineage=run.lineage, step=run.state.steps, text=text))
+            run.publish(_model_delta(loop_id=run.id, lineage=run.lineage, step=run.state.steps, text=text))
 
     def _on_thinking(self, text: str) -> None:
         if self._thinking_scrub is _NO_SCRUB:
@@ -313,13 +317,13 @@ class Turn:
             raise asyncio.CancelledError
         h.state.steps += 1
         step = h.state.steps
-        request = ModelRequest(
-            messages=messages,
-            tools=self.schemas(tools),
-            tool_choice=choice if tools else "none",
-            options=h.config.options,
-            continues=continues,
-            once=step == 1 and not tools,  # a first call offering no tools: its answer is expected to end the loop
+        request = ModelRequest(  # by position, in the order of its fields (no keyword dict packed per call)
+            messages,  # messages
+            self.schemas(tools),  # tools
+            choice if tools else "none",  # tool_choice
+            h.config.options,  # options
+            continues,  # continues
+            step == 1 and not tools,  # once: a first call offering no tools, its answer expected to end the loop
         )
         if h.config.prompt_cache:
             request = self.cache_hints(request)
@@ -327,7 +331,7 @@ class Turn:
         if names == self._offered:
             names = self._offered  # a step's event keeps the last step's tuple when the offer is the same
         self._offered = names
-        h.publish(ev.ModelRequested(
+        h.publish(_model_requested(
             loop_id=h.id,
             lineage=h.lineage,
             step=step,
@@ -374,7 +378,7 @@ class Turn:
         for c in reply.tool_calls:  # a value the model wrote is shown as its reference (the tool gets the value)
             c.arguments = scrub(c.arguments)
         self.unique_ids(reply)
-        h.publish(ev.ModelResponse(
+        h.publish(_model_response(
             loop_id=h.id,
             lineage=h.lineage,
             step=step,

@@ -387,17 +387,19 @@ class Assembler:
             # DeepSeek's thinking mode answers 400 unless the reasoning of a turn that called tools
             # is sent back with it; reasoning is otherwise never sent back (some providers reject it)
             echo["reasoning_content"] = thinking
+        # by position, in the order of its fields (a class called with keywords packs and unpacks a dict per call)
         return Reply(
-            content="".join(self._text) or None,
-            tool_calls=calls,
-            usage=self.usage or Usage(),
-            model=self.model,
-            finish_reason=finish,
-            thinking=thinking,
-            refusal=refusal,
-            echo=echo,
-            warnings=list(self.warnings),
-            id=self.id,
+            "".join(self._text) or None,  # content
+            calls,  # tool_calls
+            self.usage or Usage(),  # usage
+            self.model,  # model
+            finish,  # finish_reason
+            thinking,  # thinking
+            refusal,  # refusal
+            echo,  # echo
+            False,  # truncated
+            list(self.warnings),  # warnings
+            self.id,  # id
         )
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import ssl
 import urllib.parse
@@ -417,33 +418,89 @@ class Deadline:
 class Silence:
     """Ends an attempt (its ``asyncio.timeout``, as a TimeoutError) after ``timeout`` seconds without progress.
 
-    :meth:`alive` only notes the time. The one timer is set for the earliest moment the silence could be
-    over and, when it comes, is moved on to the last sign of life plus ``timeout`` if there was one: the
-    same deadline as rescheduling the timeout at each sign of life, without cancelling and pushing a timer
-    on the event loop's heap for each piece of each stream.
+    :meth:`alive` only notes the time. The silences of one event loop are watched by one timer (:class:`_Watch`),
+    set for the earliest moment one of them could be over; when it comes, each silence is over if its last sign
+    of life is ``timeout`` seconds old, and the timer moves on to the next earliest moment: the same deadline as
+    rescheduling the timeout at each sign of life, without cancelling and pushing a timer on the event loop's
+    heap for each piece of each stream, nor one for each attempt (a batch's hundred attempts at once each
+    pushed one, and cancelled it behind the loop's earlier timers, where the heap kept it until rebuilt).
     """
 
-    __slots__ = ("_deadline", "_handle", "_last", "_loop", "_timeout")
+    __slots__ = ("__weakref__", "_deadline", "_last", "_loop", "_timeout", "_watch")
 
     def __init__(self, timeout: float, deadline: asyncio.Timeout | Deadline) -> None:
-        self._loop = asyncio.get_running_loop()
+        self._loop = loop = asyncio.get_running_loop()
         self._timeout = timeout
         self._deadline = deadline
-        self._last = self._loop.time()
-        self._handle = self._loop.call_at(self._last + timeout, self._check)
+        self._last = now = loop.time()
+        ref, watch = _last_watch
+        if ref is None or ref() is not loop:
+            watch = _watch_of(loop)
+        self._watch = watch
+        watch.add(self, now + timeout)
 
     def alive(self) -> None:
         self._last = self._loop.time()
 
-    def _check(self) -> None:
-        due = self._last + self._timeout
-        if due > self._loop.time():
-            self._handle = self._loop.call_at(due, self._check)
-        else:
-            self._deadline.reschedule(due)  # a moment passed: the timeout cancels the attempt at once
-
     def cancel(self) -> None:
-        self._handle.cancel()
+        self._watch.remove(self)
+
+
+class _Watch:
+    """The silences of one event loop and the one timer that ends those that are over (:class:`Silence`)."""
+
+    __slots__ = ("__weakref__", "_handle", "_when", "silences")
+
+    def __init__(self) -> None:
+        self.silences: dict[Silence, None] = {}
+        self._handle: asyncio.TimerHandle | None = None
+        self._when = math.inf
+
+    def add(self, silence: Silence, due: float) -> None:
+        self.silences[silence] = None
+        if due < self._when:
+            self._arm(silence._loop, due)
+
+    def remove(self, silence: Silence) -> None:
+        silences = self.silences
+        silences.pop(silence, None)
+        if not silences and self._handle is not None:  # nothing left to watch: no timer (nor its loop) kept
+            self._handle.cancel()
+            self._handle, self._when = None, math.inf
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        self._when = when
+        self._handle = loop.call_at(when, self._check, loop)
+
+    def _check(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._handle, self._when = None, math.inf
+        now = loop.time()
+        earliest = math.inf
+        for silence in list(self.silences):
+            due = silence._last + silence._timeout
+            if due > now:
+                earliest = min(earliest, due)
+            else:  # a moment passed: the timeout cancels the attempt at once
+                del self.silences[silence]
+                silence._deadline.reschedule(due)
+        if earliest < math.inf:
+            self._arm(loop, earliest)
+
+
+_watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Watch] = weakref.WeakKeyDictionary()
+_last_watch: tuple[Any, Any] = (None, None)
+"""The event loop last looked up (held weakly) and its watch: most processes run one."""
+
+
+def _watch_of(loop: asyncio.AbstractEventLoop) -> _Watch:
+    global _last_watch
+    watch = _watches.get(loop)
+    if watch is None:
+        watch = _watches[loop] = _Watch()
+    _last_watch = (weakref.ref(loop), watch)
+    return watch
 
 
 def _describe(err: BaseException) -> str:
