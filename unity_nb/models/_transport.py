@@ -426,7 +426,7 @@ class Silence:
     pushed one, and cancelled it behind the loop's earlier timers, where the heap kept it until rebuilt).
     """
 
-    __slots__ = ("__weakref__", "_deadline", "_last", "_loop", "_timeout", "_watch")
+    __slots__ = ("_deadline", "_last", "_loop", "_timeout", "_watch")
 
     def __init__(self, timeout: float, deadline: asyncio.Timeout | Deadline) -> None:
         self._loop = loop = asyncio.get_running_loop()
@@ -449,7 +449,7 @@ class Silence:
 class _Watch:
     """The silences of one event loop and the one timer that ends those that are over (:class:`Silence`)."""
 
-    __slots__ = ("__weakref__", "_handle", "_when", "silences")
+    __slots__ = ("_handle", "_when", "silences")
 
     def __init__(self) -> None:
         self.silences: dict[Silence, None] = {}
