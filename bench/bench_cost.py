@@ -16,6 +16,8 @@
   C. The first model: in a fresh interpreter, ``import unity_nb`` and ``unity_nb.OpenAIModel(...)``, against
      ``import openai`` and ``openai.AsyncOpenAI(...)``: the time of those statements inside the process, and
      the wall time of the whole process (start to exit); the two alternated, ``--procs`` processes each.
+     C'. The first calls: the same, each followed by three answers from tests/fake_openai.py (a ``u.map`` of
+     three rows; three streamed ``chat.completions.create`` calls at once).
   D. 50 agents: 50 concurrent loops at 50 ms server latency (K=20), wall time against the ideal (K+1) x 50 ms,
      beside 50 bare aiohttp loops; each run in a fresh process (``bench_scale.py --child``), alternated. Also
      the CPU of the run against the bare loops', and the collector's share of it (less moved by other load
@@ -173,11 +175,29 @@ FIRST = {
     "unity_nb": "import unity_nb\nm = unity_nb.OpenAIModel('m', base_url='http://127.0.0.1:9/v1', api_key='x')",
     "openai": "import openai\nc = openai.AsyncOpenAI(base_url='http://127.0.0.1:9/v1', api_key='x')",
 }
+FIRST_CALLS = {  # URL: a tests/fake_openai.py server's, answering "ok"
+    "unity_nb": """import asyncio, unity_nb
+async def main():
+    async with unity_nb.OpenAIModel('m', base_url=URL, api_key='x') as m:
+        return list(await unity_nb.map(['a', 'b', 'c'], 'Label {value}', model=m, bus=unity_nb.EventBus()))
+assert asyncio.run(main()) == ['ok'] * 3""",
+    "openai": """import asyncio, openai
+async def main():
+    async with openai.AsyncOpenAI(base_url=URL, api_key='x', max_retries=0) as c:
+        async def one(v):
+            s = await c.chat.completions.create(model='m', messages=[{'role': 'user', 'content': 'Label ' + v}],
+                                                stream=True)
+            return ''.join([k.choices[0].delta.content or '' async for k in s if k.choices])
+        return await asyncio.gather(*(one(v) for v in 'abc'))
+assert asyncio.run(main()) == ['ok'] * 3""",
+}
 
 
-def first_model(kind: str) -> tuple[float, float, bool]:
-    """(ms of the statements inside the process, ms of the whole process, openai imported) in a fresh interpreter."""
-    code = (f"import sys, time\nt = time.perf_counter()\n{FIRST[kind]}\n"
+def first_model(kind: str, url: str | None = None) -> tuple[float, float, bool]:
+    """(ms of the statements inside the process, ms of the whole process, openai imported) in a fresh interpreter:
+    ``FIRST[kind]``, or with ``url`` (a server's) ``FIRST_CALLS[kind]``."""
+    statements = FIRST[kind] if url is None else f"URL = {url!r}\n" + FIRST_CALLS[kind]
+    code = (f"import sys, time\nt = time.perf_counter()\n{statements}\n"
             "print((time.perf_counter() - t) * 1000, 'openai' in sys.modules)")
     t = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
@@ -376,6 +396,28 @@ def main() -> None:
         lines.append(f"| ratio unity_nb / openai | {med(inner['unity_nb']) / med(inner['openai']):.2f}x "
                      f"(pairs {ratios[0]:.2f}-{ratios[-1]:.2f}) | "
                      f"{med(wall['unity_nb']) / med(wall['openai']):.2f}x | |")
+        print("\n".join(lines[-5:]), file=sys.stderr)
+        srv = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_openai.py"), "--latency", "0"],
+                               stdout=subprocess.PIPE, text=True)
+        try:
+            assert srv.stdout is not None
+            url = srv.stdout.readline().split()[1]
+            calls: dict[str, list[tuple[float, float, bool]]] = {k: [] for k in FIRST_CALLS}
+            for _ in range(args.procs):
+                for kind in FIRST_CALLS:
+                    calls[kind].append(first_model(kind, url))
+        finally:
+            srv.kill()
+            srv.wait()
+        inner = {k: [r[0] for r in v] for k, v in calls.items()}
+        ratios = sorted(a / b for a, b in zip(inner["unity_nb"], inner["openai"]))
+        lines += ["", f"| C'. the first calls, fresh interpreter ({args.procs} each, alternated) | statements ms "
+                  "(median) | openai imported |", "| --- | --- | --- |"]
+        for kind, label in (("unity_nb", "`import unity_nb`, `OpenAIModel(...)`, a `u.map` of 3 rows"),
+                            ("openai", "`import openai`, `AsyncOpenAI(...)`, 3 streamed calls (baseline)")):
+            lines.append(f"| {label} | {med(inner[kind]):.1f} | {'yes' if calls[kind][0][2] else 'no'} |")
+        lines.append(f"| ratio unity_nb / openai | {med(inner['unity_nb']) / med(inner['openai']):.2f}x "
+                     f"(pairs {ratios[0]:.2f}-{ratios[-1]:.2f}) | |")
         print("\n".join(lines[-5:]), file=sys.stderr)
     if args.only in (None, "D"):
         from bench_scale import concurrency

@@ -21,16 +21,25 @@ TESTS = Path(__file__).resolve().parent
 
 
 def test_a_model_made_and_asked_over_the_default_path_never_imports_openai():
+    """Nor does it import aiohttp on the event loop's thread: the first request waits for its import in a
+    thread of its own."""
     script = textwrap.dedent(f"""
         import asyncio, sys
         sys.path.insert(0, {str(TESTS)!r})
         from fake_openai import FakeOpenAIServer
+        import importlib.abc, threading
         import unity_nb as u
         from unity_nb.models import ModelRequest
 
+        class Watch(importlib.abc.MetaPathFinder):  # which thread imports aiohttp
+            def find_spec(self, name, path, target=None):
+                if name == "aiohttp":
+                    print("aiohttp imported on the event loop's thread:", threading.current_thread() is loop_thread)
+        loop_thread = threading.main_thread()
+        sys.meta_path.insert(0, Watch())
         srv = FakeOpenAIServer(lambda body: "hello").start_in_thread()
         m = u.OpenAIModel("m", base_url=srv.base_url, api_key="sk-x")
-        print("after the model:", "openai" in sys.modules)
+        print("after the model:", "openai" in sys.modules, "aiohttp" in sys.modules)
 
         async def main():
             async with m:
@@ -43,7 +52,43 @@ def test_a_model_made_and_asked_over_the_default_path_never_imports_openai():
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["after the model: False", "reply: hello", "after a request: False"]
+    assert out.stdout.splitlines() == ["after the model: False False",
+                                       "aiohttp imported on the event loop's thread: False",
+                                       "reply: hello", "after a request: False"]
+
+
+def test_a_first_map_never_imports_openai_and_its_cache_is_found_by_the_sdk_path(tmp_path):
+    """A batch names its model's answers (its cache key) by the model's server without asking for the openai
+    client: the first ``u.map`` does not import openai, and what it cached is found by the same model made to
+    go through the SDK (the key is the one the SDK's client gives)."""
+    script = textwrap.dedent(f"""
+        import asyncio, sys
+        sys.path.insert(0, {str(TESTS)!r})
+        from fake_openai import FakeOpenAIServer
+        import unity_nb as u
+
+        srv = FakeOpenAIServer(lambda body: "hello").start_in_thread()
+        store = u.Store({str(tmp_path / "state.db")!r})
+
+        async def main():
+            async with u.OpenAIModel("m", base_url=srv.base_url, api_key="sk-x") as lean:
+                bus = u.EventBus()
+                first = await u.map(["a", "b"], "Greet {{value}}", model=lean, cache=store, bus=bus)
+                print("answers:", list(first), "openai:", "openai" in sys.modules)
+                started = [e for e in bus.history() if e.kind == "loop_started" and not e.parent_id]
+                print("remembered:", started[0].base_url == srv.base_url.rstrip("/"))
+            async with u.OpenAIModel("m", base_url=srv.base_url, api_key="sk-x", fast_path=False) as sdk:
+                h = u.map(["a", "b"], "Greet {{value}}", model=sdk, cache=store, bus=u.EventBus())
+                again = await h
+                print("answers:", list(again), "cached:", h.rows.cached, "asked:", len(srv.requests))
+
+        asyncio.run(main())
+        srv.stop_thread()
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["answers: ['hello', 'hello'] openai: False", "remembered: True",
+                                       "answers: ['hello', 'hello'] cached: 2 asked: 2"]
 
 
 async def test_the_environment_s_headers_reach_the_server_as_the_openai_client_would_send_them(monkeypatch):

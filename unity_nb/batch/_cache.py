@@ -68,9 +68,8 @@ def model_identity(model: Any) -> str | None:
     explicit = getattr(model, "cache_identity", None)
     if isinstance(explicit, str):
         return explicit
-    if isinstance(model, OpenAIModel):
-        base = getattr(getattr(model, "client", None), "base_url", None) or ""
-        return f"{model.name}@{base}\0{sorted(getattr(model, 'options', {}).items())!r}"
+    if isinstance(model, OpenAIModel):  # its base_url is the openai client's (read without importing openai)
+        return f"{model.name}@{model.base_url}\0{sorted(getattr(model, 'options', {}).items())!r}"
     return None
 
 

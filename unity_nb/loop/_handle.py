@@ -442,7 +442,9 @@ def _remembered(model: Any) -> dict[str, Any]:
     from urllib.parse import urlsplit, urlunsplit
 
     out: dict[str, Any] = {}
-    url = getattr(getattr(model, "client", None), "base_url", None)
+    url = getattr(model, "base_url", None)  # an OpenAIModel's, as its openai client has it (not made for this)
+    if not isinstance(url, str):
+        url = getattr(getattr(model, "client", None), "base_url", None)
     if url:
         parts = urlsplit(str(url))
         host = parts.hostname or ""

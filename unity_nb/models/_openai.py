@@ -340,6 +340,9 @@ class OpenAIModel:
         attempt = 0
         limit = rate_limit_of(self, create=True)  # shared by every loop calling this model
         assert limit is not None
+        transport: Any = self._transport
+        if not getattr(transport, "ready", True):  # made ready before its turn (the turn's time is the send's)
+            await transport.prepare()
         while True:
             try:
                 await limit.acquire(self._last_tokens)  # each attempt, retries too, takes its turn

@@ -22,10 +22,13 @@ Both raise :class:`TransportError` (no response: refused, dropped, timed out) an
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import importlib
 import json
 import math
 import os
 import ssl
+import threading
 import urllib.parse
 import urllib.request
 import warnings
@@ -150,7 +153,11 @@ class RequestBody:
 
 class Transport(Protocol):
     """How a model's request reaches the server: ``open`` POSTs a body to a path and gives the response;
-    ``close`` and ``close_now`` release what the transport owns (never a client a person handed in)."""
+    ``close`` and ``close_now`` release what the transport owns (never a client a person handed in).
+
+    A transport may also say it is not ``ready`` (a library still to import): its caller then awaits
+    ``prepare()`` before the request takes its turn (:class:`RateLimit`), so that the time spent making ready
+    is not taken out of the spacing between requests."""
 
     async def open(self, path: str, body: RequestBody) -> Response: ...
 
@@ -203,6 +210,20 @@ class AioHTTPTransport:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._finalizer: weakref.finalize | None = None
         self._proxy: str | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Whether aiohttp is imported in this process (:meth:`prepare` imports it)."""
+        return _IMPORTED is not None and _IMPORTED.done() and _IMPORTED.exception() is None
+
+    async def prepare(self) -> None:
+        """Import aiohttp, once a process, in a thread of its own: the first request waits for it, the event
+        loop does not (an import takes 50-100 ms). An import that fails raises here, as ``import`` would."""
+        global _IMPORTED
+        if _IMPORTED is None or (_IMPORTED.done() and _IMPORTED.exception() is not None):
+            _IMPORTED = concurrent.futures.Future()
+            threading.Thread(target=_import_aiohttp, args=(_IMPORTED,), name="unity_nb-import", daemon=True).start()
+        await asyncio.wrap_future(_IMPORTED)
 
     def _pool(self) -> Any:
         import aiohttp
@@ -319,6 +340,20 @@ class _AioChunks:
         if not data:
             raise StopAsyncIteration
         return data
+
+
+_IMPORTED: concurrent.futures.Future | None = None
+"""aiohttp's import in a thread (:meth:`AioHTTPTransport.prepare`), once a process."""
+
+
+def _import_aiohttp(done: concurrent.futures.Future) -> None:
+    try:
+        importlib.import_module("aiohttp")
+        importlib.import_module("multidict")
+    except BaseException as err:  # noqa: BLE001 - handed to whoever waits for it
+        done.set_exception(err)
+    else:
+        done.set_result(None)
 
 
 def _close_pool(session: Any) -> None:
