@@ -285,9 +285,36 @@ async def child_row_cost(kind: str, n: int, concurrency: int, base_url: str) -> 
                 await gate.acquire()
             return answers
 
+        async def completes(texts: list[str]) -> list[str]:
+            # the model's call alone, a row's request as u.map sends it, at the same concurrency: no loop around
+            # it, no batch (what the model layer costs over the bare client)
+            from unity_nb.models import ModelRequest
+
+            gate = asyncio.Semaphore(concurrency)
+            answers = [""] * len(texts)
+            running: set[asyncio.Task] = set()
+
+            async def one(i: int, text: str) -> None:
+                try:
+                    request = ModelRequest([{"role": "user", "content": f"{E_TASK}\n\n{text}"}], once=True)
+                    answers[i] = (await model.complete(request)).content or ""
+                finally:
+                    gate.release()
+
+            for i, text in enumerate(texts):
+                await gate.acquire()
+                task = asyncio.ensure_future(one(i, text))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            for _ in range(concurrency):
+                await gate.acquire()
+            return answers
+
         def run(texts: list[str]):
             if kind == "bare aiohttp":
                 return bare(texts)
+            if kind == "model.complete":
+                return completes(texts)
             return u.map(texts, E_TASK, model=model, concurrency=concurrency, bus=bus)
 
         await run(e_items(concurrency))  # warm-up: imports, the first connections
@@ -326,6 +353,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=15, help="runs of each arm in A")
     ap.add_argument("--procs", type=int, default=12, help="fresh processes of each kind in C")
     ap.add_argument("--rows", type=int, default=5000, help="rows of each measurement in E")
+    ap.add_argument("--layers", action="store_true",
+                    help="E also measures OpenAIModel.complete alone (the model layer without loop or batch)")
     ap.add_argument("--child-e", nargs=3, metavar=("KIND", "ROWS", "CONCURRENCY"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child_e:
@@ -437,7 +466,7 @@ def main() -> None:
                          f"{cpu / bare_cpu:.2f}x | {med(r['gc_share'] for r in got_d) * 100:.1f}% |")
         print("\n".join(lines[-4:]), file=sys.stderr)
     if args.only in (None, "E"):
-        kinds = ("bare aiohttp", "unity_nb")
+        kinds: tuple[str, ...] = ("bare aiohttp", "unity_nb") + (("model.complete",) if args.layers else ())
         got_e: dict[tuple[str, int], list[dict]] = {(k, c): [] for k in kinds for c in E_CONCURRENCY}
         for _ in range(args.repeat):
             for conc in E_CONCURRENCY:
@@ -462,7 +491,13 @@ def main() -> None:
             eights = [a / b for a, b in zip(per_row(kind, 8), per_row(kind, 64))]
             lines.append(f"| {kind}: a row's cost at 8 / at 64 | | | {med(eights):.2f}x "
                          f"({', '.join(f'{x:.2f}' for x in eights)}) | | |")
-        print("\n".join(lines[-(len(E_CONCURRENCY) + 4):]), file=sys.stderr)
+        if args.layers:  # how much of u.map's ratio is the model's call alone
+            for conc in E_CONCURRENCY:
+                ratios = [a / b for a, b in zip(per_row("model.complete", conc), per_row("bare aiohttp", conc))]
+                lines.append(f"| OpenAIModel.complete alone, concurrency {conc} | | "
+                             f"{med(per_row('model.complete', conc)):.0f} | {med(ratios):.2f}x "
+                             f"({', '.join(f'{x:.2f}' for x in ratios)}) | | |")
+        print("\n".join(lines[-(len(E_CONCURRENCY) * (1 + args.layers) + len(kinds) + 2):]), file=sys.stderr)
     print("\n".join(lines))
 
 
