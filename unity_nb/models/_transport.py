@@ -214,16 +214,17 @@ class AioHTTPTransport:
     @property
     def ready(self) -> bool:
         """Whether aiohttp is imported in this process (:meth:`prepare` imports it)."""
-        return _IMPORTED is not None and _IMPORTED.done() and _IMPORTED.exception() is None
+        return _READY
 
     async def prepare(self) -> None:
         """Import aiohttp, once a process, in a thread of its own: the first request waits for it, the event
         loop does not (an import takes 50-100 ms). An import that fails raises here, as ``import`` would."""
-        global _IMPORTED
+        global _IMPORTED, _READY
         if _IMPORTED is None or (_IMPORTED.done() and _IMPORTED.exception() is not None):
             _IMPORTED = concurrent.futures.Future()
             threading.Thread(target=_import_aiohttp, args=(_IMPORTED,), name="unity_nb-import", daemon=True).start()
         await asyncio.wrap_future(_IMPORTED)
+        _READY = True
 
     def _pool(self) -> Any:
         import aiohttp
@@ -344,6 +345,8 @@ class _AioChunks:
 
 _IMPORTED: concurrent.futures.Future | None = None
 """aiohttp's import in a thread (:meth:`AioHTTPTransport.prepare`), once a process."""
+_READY = False
+"""True once a request saw that import done (a flag: every model call reads it)."""
 
 
 def _import_aiohttp(done: concurrent.futures.Future) -> None:
