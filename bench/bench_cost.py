@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import platform
 import statistics
@@ -206,6 +207,16 @@ def first_model(kind: str, url: str | None = None) -> tuple[float, float, bool]:
     return float(inner), wall, imported == "True"
 
 
+def first_models(procs: int, url: str | None = None) -> dict[str, list[tuple[float, float, bool]]]:
+    """:func:`first_model` of each kind in turn, ``procs`` times (with ``url``: the first calls)."""
+    kinds = FIRST if url is None else FIRST_CALLS
+    res: dict[str, list[tuple[float, float, bool]]] = {k: [] for k in kinds}
+    for _ in range(procs):
+        for kind in kinds:
+            res[kind].append(first_model(kind, url))
+    return res
+
+
 # ------------------------------------------------------------------------------------ E. a map row
 
 E_CONCURRENCY = (8, 64, 100, 200)
@@ -217,28 +228,75 @@ def e_items(n: int) -> list[str]:
     return [f"abstract {i}: we measured something about topic {i % 97}" for i in range(n)]
 
 
+class Answer:
+    """A streamed reply's text, from its SSE bytes as they come: split into events, each ``data: {...}`` decoded
+    and its choices' content kept (what every bare client row here does with what it reads)."""
+
+    __slots__ = ("buf", "out")
+
+    def __init__(self) -> None:
+        self.out: list[str] = []
+        self.buf = b""
+
+    def feed(self, piece: bytes) -> None:
+        self.buf += piece
+        *events, self.buf = self.buf.split(b"\n\n")
+        for event in events:
+            if event.startswith(b"data: {"):
+                for choice in json.loads(event[6:])["choices"]:
+                    self.out.append(choice["delta"].get("content") or "")
+
+    def text(self) -> str:
+        return "".join(self.out)
+
+
+def e_body(text: str) -> str:
+    """The body unity_nb sends for a row of E."""
+    return json.dumps({"model": "m", "messages": [{"role": "user", "content": f"{E_TASK}\n\n{text}"}],
+                       "stream": True, "stream_options": {"include_usage": True}})
+
+
 async def bare_row(session, url: str, text: str) -> str:
     """One row with the least work around it: the body unity_nb sends, the stream read as it comes and its
     events decoded one by one (the default path reads with ``readany`` too)."""
-    import json
-
-    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": f"{E_TASK}\n\n{text}"}],
-                       "stream": True, "stream_options": {"include_usage": True}})
-    out: list[str] = []
-    buf = b""
-    async with session.post(url, data=body, headers=E_HEADERS) as r:
+    answer = Answer()
+    async with session.post(url, data=e_body(text), headers=E_HEADERS) as r:
         read = r.content.readany
         while True:
             piece = await read()
             if not piece:
                 break
-            buf += piece
-            *events, buf = buf.split(b"\n\n")
-            for event in events:
-                if event.startswith(b"data: {"):
-                    for choice in json.loads(event[6:])["choices"]:
-                        out.append(choice["delta"].get("content") or "")
-    return "".join(out)
+            answer.feed(piece)
+    return answer.text()
+
+
+async def admit(texts: list[str], concurrency: int, row) -> list[str]:
+    """``await row(text)`` for each text, at most ``concurrency`` at once: a semaphore admits each row as a slot
+    frees (a task per running row, as u.map makes them, not one per row waiting from the start); the answers
+    in order. A row that raised fails the whole."""
+    gate = asyncio.Semaphore(concurrency)
+    answers = [""] * len(texts)
+    running: set[asyncio.Task] = set()
+    errors: list[BaseException] = []
+
+    async def one(i: int, text: str) -> None:
+        try:
+            answers[i] = await row(text)
+        except Exception as err:  # noqa: BLE001 - said below, for the whole
+            errors.append(err)
+        finally:
+            gate.release()
+
+    for i, text in enumerate(texts):
+        await gate.acquire()
+        task = asyncio.ensure_future(one(i, text))
+        running.add(task)
+        task.add_done_callback(running.discard)
+    for _ in range(concurrency):  # every slot free again: every row ended
+        await gate.acquire()
+    if errors:
+        raise RuntimeError(f"{len(errors)} of {len(texts)} rows failed; the first: {errors[0]!r}")
+    return answers
 
 
 async def child_row_cost(kind: str, n: int, concurrency: int, base_url: str) -> dict:
@@ -263,58 +321,19 @@ async def child_row_cost(kind: str, n: int, concurrency: int, base_url: str) -> 
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         url = base_url + "/chat/completions"
 
-        async def bare(texts: list[str]) -> list[str]:
-            # a semaphore admits each row as a slot frees: a task per running row (as u.map makes them,
-            # not one per row waiting from the start), and only the answers kept
-            gate = asyncio.Semaphore(concurrency)
-            answers = [""] * len(texts)
-            running: set[asyncio.Task] = set()
+        from unity_nb.models import ModelRequest
 
-            async def one(i: int, text: str) -> None:
-                try:
-                    answers[i] = await bare_row(session, url, text)
-                finally:
-                    gate.release()
-
-            for i, text in enumerate(texts):
-                await gate.acquire()
-                task = asyncio.ensure_future(one(i, text))
-                running.add(task)
-                task.add_done_callback(running.discard)
-            for _ in range(concurrency):  # every slot free again: every row ended
-                await gate.acquire()
-            return answers
-
-        async def completes(texts: list[str]) -> list[str]:
-            # the model's call alone, a row's request as u.map sends it, at the same concurrency: no loop around
-            # it, no batch (what the model layer costs over the bare client)
-            from unity_nb.models import ModelRequest
-
-            gate = asyncio.Semaphore(concurrency)
-            answers = [""] * len(texts)
-            running: set[asyncio.Task] = set()
-
-            async def one(i: int, text: str) -> None:
-                try:
-                    request = ModelRequest([{"role": "user", "content": f"{E_TASK}\n\n{text}"}], once=True)
-                    answers[i] = (await model.complete(request)).content or ""
-                finally:
-                    gate.release()
-
-            for i, text in enumerate(texts):
-                await gate.acquire()
-                task = asyncio.ensure_future(one(i, text))
-                running.add(task)
-                task.add_done_callback(running.discard)
-            for _ in range(concurrency):
-                await gate.acquire()
-            return answers
+        async def completes(text: str) -> str:
+            # the model's call alone, a row's request as u.map sends it: no loop around it, no batch (what the
+            # model layer costs over the bare client)
+            request = ModelRequest([{"role": "user", "content": f"{E_TASK}\n\n{text}"}], once=True)
+            return (await model.complete(request)).content or ""
 
         def run(texts: list[str]):
             if kind == "bare aiohttp":
-                return bare(texts)
+                return admit(texts, concurrency, lambda text: bare_row(session, url, text))
             if kind == "model.complete":
-                return completes(texts)
+                return admit(texts, concurrency, completes)
             return u.map(texts, E_TASK, model=model, concurrency=concurrency, bus=bus)
 
         await run(e_items(concurrency))  # warm-up: imports, the first connections
@@ -409,45 +428,35 @@ def main() -> None:
                          f"| {q[0]:.2f}x-{q[2]:.2f}x |")
         print("\n".join(lines[-4:]), file=sys.stderr)
     if args.only in (None, "C"):
-        res: dict[str, list[tuple[float, float, bool]]] = {k: [] for k in FIRST}
-        for _ in range(args.procs):
-            for kind in FIRST:
-                res[kind].append(first_model(kind))
-        inner = {k: [r[0] for r in v] for k, v in res.items()}
-        wall = {k: [r[1] for r in v] for k, v in res.items()}
-        ratios = sorted(a / b for a, b in zip(inner["unity_nb"], inner["openai"]))
-        lines += ["", f"| C. first model, fresh interpreter ({args.procs} each, alternated) | statements ms (median) "
-                  "| whole process ms (median) | openai imported |", "| --- | --- | --- | --- |"]
-        for kind, label in (("unity_nb", "`import unity_nb` + `OpenAIModel(...)`"),
-                            ("openai", "`import openai` + `AsyncOpenAI(...)` (baseline)")):
-            lines.append(f"| {label} | {med(inner[kind]):.1f} | {med(wall[kind]):.1f} | "
-                         f"{'yes' if res[kind][0][2] else 'no'} |")
-        lines.append(f"| ratio unity_nb / openai | {med(inner['unity_nb']) / med(inner['openai']):.2f}x "
-                     f"(pairs {ratios[0]:.2f}-{ratios[-1]:.2f}) | "
-                     f"{med(wall['unity_nb']) / med(wall['openai']):.2f}x | |")
-        print("\n".join(lines[-5:]), file=sys.stderr)
         srv = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_openai.py"), "--latency", "0"],
                                stdout=subprocess.PIPE, text=True)
         try:
             assert srv.stdout is not None
             url = srv.stdout.readline().split()[1]
-            calls: dict[str, list[tuple[float, float, bool]]] = {k: [] for k in FIRST_CALLS}
-            for _ in range(args.procs):
-                for kind in FIRST_CALLS:
-                    calls[kind].append(first_model(kind, url))
+            tables = [
+                (f"C. first model, fresh interpreter ({args.procs} each, alternated)", first_models(args.procs),
+                 ("`import unity_nb` + `OpenAIModel(...)`", "`import openai` + `AsyncOpenAI(...)` (baseline)")),
+                (f"C'. the first calls, fresh interpreter ({args.procs} each, alternated)",
+                 first_models(args.procs, url),
+                 ("`import unity_nb`, `OpenAIModel(...)`, a `u.map` of 3 rows",
+                  "`import openai`, `AsyncOpenAI(...)`, 3 streamed calls (baseline)")),
+            ]
         finally:
             srv.kill()
             srv.wait()
-        inner = {k: [r[0] for r in v] for k, v in calls.items()}
-        ratios = sorted(a / b for a, b in zip(inner["unity_nb"], inner["openai"]))
-        lines += ["", f"| C'. the first calls, fresh interpreter ({args.procs} each, alternated) | statements ms "
-                  "(median) | openai imported |", "| --- | --- | --- |"]
-        for kind, label in (("unity_nb", "`import unity_nb`, `OpenAIModel(...)`, a `u.map` of 3 rows"),
-                            ("openai", "`import openai`, `AsyncOpenAI(...)`, 3 streamed calls (baseline)")):
-            lines.append(f"| {label} | {med(inner[kind]):.1f} | {'yes' if calls[kind][0][2] else 'no'} |")
-        lines.append(f"| ratio unity_nb / openai | {med(inner['unity_nb']) / med(inner['openai']):.2f}x "
-                     f"(pairs {ratios[0]:.2f}-{ratios[-1]:.2f}) | |")
-        print("\n".join(lines[-5:]), file=sys.stderr)
+        for title, res, labels in tables:
+            inner = {k: [r[0] for r in v] for k, v in res.items()}
+            wall = {k: [r[1] for r in v] for k, v in res.items()}
+            ratios = sorted(a / b for a, b in zip(inner["unity_nb"], inner["openai"]))
+            lines += ["", f"| {title} | statements ms (median) | whole process ms (median) | openai imported |",
+                      "| --- | --- | --- | --- |"]
+            for kind, label in zip(("unity_nb", "openai"), labels):
+                lines.append(f"| {label} | {med(inner[kind]):.1f} | {med(wall[kind]):.1f} | "
+                             f"{'yes' if res[kind][0][2] else 'no'} |")
+            lines.append(f"| ratio unity_nb / openai | {med(inner['unity_nb']) / med(inner['openai']):.2f}x "
+                         f"(pairs {ratios[0]:.2f}-{ratios[-1]:.2f}) | "
+                         f"{med(wall['unity_nb']) / med(wall['openai']):.2f}x | |")
+        print("\n".join(lines[-10:]), file=sys.stderr)
     if args.only in (None, "D"):
         from bench_scale import concurrency
 

@@ -29,43 +29,18 @@ import threading
 import time
 from pathlib import Path
 
-E_TASK = "Label the method used: one of survey, experiment, theory."
-E_HEADERS = {"Authorization": "Bearer x", "Content-Type": "application/json", "Accept": "text/event-stream"}
 LIBS = ["aiohttp", "httpx", "curl_cffi", "pyreqwest", "rnet", "aiosonic"]
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = [sys.executable, str(ROOT / "tests" / "fake_openai.py"), "--latency", "0"]
+sys.path.insert(0, str(ROOT / "bench"))
 
-
-def e_items(n: int) -> list[str]:
-    return [f"abstract {i}: we measured something about topic {i % 97}" for i in range(n)]
-
-
-def make_body(text: str) -> str:
-    return json.dumps({"model": "m", "messages": [{"role": "user", "content": f"{E_TASK}\n\n{text}"}],
-                       "stream": True, "stream_options": {"include_usage": True}})
-
+from bench_cost import E_HEADERS, Answer, admit, bare_row, e_body, e_items  # noqa: E402 - found by the path above
 
 # ------------------------------------------------------------------------------------------- clients
 # Each entry: an async context manager factory giving the shared client, and the row coroutine.
 
 
-async def row_aiohttp(session, url: str, text: str) -> str:
-    body = make_body(text)
-    out: list[str] = []
-    buf = b""
-    async with session.post(url, data=body, headers=E_HEADERS) as r:
-        read = r.content.readany
-        while True:
-            piece = await read()
-            if not piece:
-                break
-            buf += piece
-            *events, buf = buf.split(b"\n\n")
-            for event in events:
-                if event.startswith(b"data: {"):
-                    for choice in json.loads(event[6:])["choices"]:
-                        out.append(choice["delta"].get("content") or "")
-    return "".join(out)
+row_aiohttp = bare_row  # bench_cost.py's own baseline, as it is
 
 
 def client_aiohttp():
@@ -75,18 +50,11 @@ def client_aiohttp():
 
 
 async def row_httpx(client, url: str, text: str) -> str:
-    body = make_body(text)
-    out: list[str] = []
-    buf = b""
-    async with client.stream("POST", url, content=body, headers=E_HEADERS) as r:
+    answer = Answer()
+    async with client.stream("POST", url, content=e_body(text), headers=E_HEADERS) as r:
         async for piece in r.aiter_bytes():  # decoded (Content-Encoding) chunks as they arrive
-            buf += piece
-            *events, buf = buf.split(b"\n\n")
-            for event in events:
-                if event.startswith(b"data: {"):
-                    for choice in json.loads(event[6:])["choices"]:
-                        out.append(choice["delta"].get("content") or "")
-    return "".join(out)
+            answer.feed(piece)
+    return answer.text()
 
 
 def client_httpx():
@@ -97,18 +65,11 @@ def client_httpx():
 
 
 async def row_curl_cffi(session, url: str, text: str) -> str:
-    body = make_body(text)
-    out: list[str] = []
-    buf = b""
-    async with session.stream("POST", url, data=body, headers=E_HEADERS) as r:
+    answer = Answer()
+    async with session.stream("POST", url, data=e_body(text), headers=E_HEADERS) as r:
         async for piece in r.aiter_content():
-            buf += piece
-            *events, buf = buf.split(b"\n\n")
-            for event in events:
-                if event.startswith(b"data: {"):
-                    for choice in json.loads(event[6:])["choices"]:
-                        out.append(choice["delta"].get("content") or "")
-    return "".join(out)
+            answer.feed(piece)
+    return answer.text()
 
 
 def client_curl_cffi(concurrency: int):
@@ -120,22 +81,15 @@ def client_curl_cffi(concurrency: int):
 
 
 async def row_pyreqwest(client, url: str, text: str) -> str:
-    body = make_body(text).encode()
-    out: list[str] = []
-    buf = b""
-    async with client.post(url).headers(E_HEADERS).body_bytes(body).build_streamed() as r:
+    answer = Answer()
+    async with client.post(url).headers(E_HEADERS).body_bytes(e_body(text).encode()).build_streamed() as r:
         read = r.body_reader.read_chunk
         while True:
             piece = await read()
             if piece is None:
                 break
-            buf += piece  # pyreqwest.Bytes: a buffer, bytes + buffer -> bytes
-            *events, buf = buf.split(b"\n\n")
-            for event in events:
-                if event.startswith(b"data: {"):
-                    for choice in json.loads(event[6:])["choices"]:
-                        out.append(choice["delta"].get("content") or "")
-    return "".join(out)
+            answer.feed(piece)  # pyreqwest.Bytes: a buffer (bytes + it is bytes)
+    return answer.text()
 
 
 def client_pyreqwest():
@@ -145,19 +99,12 @@ def client_pyreqwest():
 
 
 async def row_rnet(client, url: str, text: str) -> str:
-    body = make_body(text)
-    out: list[str] = []
-    buf = b""
-    resp = await client.post(url, body=body, headers=E_HEADERS)
+    answer = Answer()
+    resp = await client.post(url, body=e_body(text), headers=E_HEADERS)
     async with resp:
         async for piece in resp.stream():
-            buf += piece
-            *events, buf = buf.split(b"\n\n")
-            for event in events:
-                if event.startswith(b"data: {"):
-                    for choice in json.loads(event[6:])["choices"]:
-                        out.append(choice["delta"].get("content") or "")
-    return "".join(out)
+            answer.feed(piece)
+    return answer.text()
 
 
 class _Ctx:
@@ -181,19 +128,12 @@ def client_rnet():
 
 
 async def row_aiosonic(client, url: str, text: str) -> str:
-    body = make_body(text)
-    out: list[str] = []
-    buf = b""
+    answer = Answer()
     # stream(): the body is left unread (post() reads a Content-Length body whole; a chunked one it streams)
-    async with client.stream("POST", url, data=body, headers=E_HEADERS) as r:
+    async with client.stream("POST", url, data=e_body(text), headers=E_HEADERS) as r:
         async for piece in r.iter_bytes():  # decoded chunks as they arrive (read_chunks: raw)
-            buf += piece
-            *events, buf = buf.split(b"\n\n")
-            for event in events:
-                if event.startswith(b"data: {"):
-                    for choice in json.loads(event[6:])["choices"]:
-                        out.append(choice["delta"].get("content") or "")
-    return "".join(out)
+            answer.feed(piece)
+    return answer.text()
 
 
 def client_aiosonic(concurrency: int):
@@ -207,18 +147,16 @@ def client_aiosonic(concurrency: int):
 
 
 def make(lib: str, concurrency: int):
-    if lib == "aiohttp":
-        return client_aiohttp(), row_aiohttp
-    if lib == "httpx":
-        return client_httpx(), row_httpx
-    if lib == "curl_cffi":
-        return client_curl_cffi(concurrency), row_curl_cffi
-    if lib == "pyreqwest":
-        return client_pyreqwest(), row_pyreqwest
-    if lib == "rnet":
-        return client_rnet(), row_rnet
-    if lib == "aiosonic":
-        return client_aiosonic(concurrency), row_aiosonic
+    """The shared client (an async context manager) and the row coroutine of ``lib``."""
+    clients = {
+        "aiohttp": (client_aiohttp, row_aiohttp), "httpx": (client_httpx, row_httpx),
+        "curl_cffi": (lambda: client_curl_cffi(concurrency), row_curl_cffi),
+        "pyreqwest": (client_pyreqwest, row_pyreqwest), "rnet": (client_rnet, row_rnet),
+        "aiosonic": (lambda: client_aiosonic(concurrency), row_aiosonic),
+    }
+    if lib in clients:
+        factory, row = clients[lib]
+        return factory(), row
     raise SystemExit(f"unknown lib {lib}")
 
 
@@ -232,31 +170,8 @@ async def child(lib: str, n: int, warmup: int, concurrency: int, base_url: str) 
     cm, row = make(lib, concurrency)
     async with cm as client:
 
-        async def bare(texts: list[str]) -> list[str]:
-            gate = asyncio.Semaphore(concurrency)
-            answers = [""] * len(texts)
-            running: set[asyncio.Task] = set()
-            errors: list[BaseException] = []
-
-            async def one(i: int, text: str) -> None:
-                try:
-                    answers[i] = await row(client, url, text)
-                except BaseException as e:  # noqa: BLE001 - counted and reported
-                    errors.append(e)
-                    raise
-                finally:
-                    gate.release()
-
-            for i, text in enumerate(texts):
-                await gate.acquire()
-                task = asyncio.ensure_future(one(i, text))
-                running.add(task)
-                task.add_done_callback(running.discard)
-            for _ in range(concurrency):
-                await gate.acquire()
-            if errors:
-                raise RuntimeError(f"{len(errors)} rows failed; first: {errors[0]!r}")
-            return answers
+        def bare(texts: list[str]):
+            return admit(texts, concurrency, lambda text: row(client, url, text))
 
         await bare(e_items(warmup))
         gc.collect()
