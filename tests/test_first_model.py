@@ -121,3 +121,51 @@ async def test_model_client_is_an_async_openai_client_configured_as_the_model(mo
     local = u.OpenAIModel("m", base_url="http://127.0.0.1:9/v1")
     assert str(local.client.base_url) == local.base_url == "http://127.0.0.1:9/v1/"
     await local.close()
+
+
+def test_a_first_call_cancelled_while_aiohttp_is_imported_leaves_the_next_call_working():
+    """The import goes on in its thread when the call that started it is cancelled (a stop, a timeout):
+    the next call waits for that import and is answered, and nothing is printed."""
+    script = textwrap.dedent(f"""
+        import asyncio, importlib.abc, sys, threading
+        sys.path.insert(0, {str(TESTS)!r})
+        from fake_openai import FakeOpenAIServer
+        import unity_nb as u
+        from unity_nb.models import ModelRequest
+
+        importing, release = threading.Event(), threading.Event()
+
+        class Hold(importlib.abc.MetaPathFinder):  # aiohttp's import waits to be let go
+            def find_spec(self, name, path, target=None):
+                if name == "aiohttp":
+                    importing.set()
+                    release.wait(30)
+
+        sys.meta_path.insert(0, Hold())
+        srv = FakeOpenAIServer(lambda body: "hello").start_in_thread()
+        m = u.OpenAIModel("m", base_url=srv.base_url, api_key="sk-x")
+
+        def ask():
+            return m.complete(ModelRequest([{{"role": "user", "content": "hi"}}]))
+
+        async def main():
+            first = asyncio.ensure_future(ask())
+            while not importing.is_set():
+                await asyncio.sleep(0.01)
+            first.cancel()
+            try:
+                await first
+            except asyncio.CancelledError:
+                print("first: cancelled")
+            release.set()
+            reply = await asyncio.wait_for(ask(), 30)
+            print("second:", reply.content)
+            await m.close()
+
+        asyncio.run(main())
+        srv.stop_thread()
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=100)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["first: cancelled", "second: hello"]
+    assert out.stderr == ""

@@ -222,6 +222,7 @@ class AioHTTPTransport:
         global _IMPORTED, _READY
         if _IMPORTED is None or (_IMPORTED.done() and _IMPORTED.exception() is not None):
             _IMPORTED = concurrent.futures.Future()
+            _IMPORTED.set_running_or_notify_cancel()  # a waiter cancelled (a stop) cannot cancel the import
             threading.Thread(target=_import_aiohttp, args=(_IMPORTED,), name="unity_nb-import", daemon=True).start()
         await asyncio.wrap_future(_IMPORTED)
         _READY = True
