@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from fake_openai import FakeOpenAIServer
 from fake_openai import Reply as R
 
@@ -169,3 +170,20 @@ def test_a_first_call_cancelled_while_aiohttp_is_imported_leaves_the_next_call_w
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["first: cancelled", "second: hello"]
     assert out.stderr == ""
+
+
+@pytest.mark.parametrize("url", [
+    "http://LOCALHOST:8000/v1", "HTTP://localhost:8000/v1", "http://example.com:80/v1", "https://example.com:443/v1",
+    "https://example.com:80/v1", "http://bücher.de/v1", "http://h/a b/v1", "http://h/a%20b/v1", "http://h/ä/v1",
+    "http://[::1]:8080/v1/", "http://user:pw@h:9/v1", "http://127.0.0.1:8000/v1",
+])
+async def test_a_model_s_base_url_is_the_one_its_openai_client_has(url):
+    """What names a server (a batch's cache key, the base URL an operation remembers) is read from
+    ``model.base_url`` without making the client: it is written as the client writes it, so a key made
+    through either path is the same."""
+    import openai
+
+    m = u.OpenAIModel("m", base_url=url, api_key=KEY)
+    assert m.base_url == str(openai.AsyncOpenAI(base_url=url, api_key=KEY).base_url)
+    assert str(m.client.base_url) == m.base_url
+    await m.close()

@@ -40,6 +40,7 @@ from ._transport import (
     Silence,
     Transport,
     TransportError,
+    base_url_text,
     check_base_url,
 )
 from ._wirecache import WireCache
@@ -187,9 +188,8 @@ class OpenAIModel:
                 except ValueError as err:
                     raise ModelConfigError(f"OpenAIModel: {err}") from None
             self._key: str | None = key or "no-key"  # a local server needs no key; the openai client insists on one
-            base = base or "https://api.openai.com/v1"
-            self.base_url = base if base.endswith("/") else base + "/"
-            """The server's base URL (with a trailing slash, as the openai client writes it)."""
+            self.base_url = base_url_text(base or "https://api.openai.com/v1")
+            """The server's base URL, as the openai client writes it (``str(model.client.base_url)``)."""
         else:
             import openai
 

@@ -42,7 +42,7 @@ from ._assemble import error_words
 
 __all__ = (
     "ERROR_BODY_LIMIT", "AioHTTPTransport", "ClientTransport", "Deadline", "HTTPStatusError", "RequestBody", "Response",
-    "Silence", "Transport", "TransportError", "check_base_url", "error_body_text",
+    "Silence", "Transport", "TransportError", "base_url_text", "check_base_url", "error_body_text",
 )
 
 ERROR_BODY_LIMIT = 65536
@@ -98,6 +98,23 @@ def check_base_url(url: str) -> urllib.parse.SplitResult:
     except ValueError:
         raise ValueError(f"base URL {url!r} has a port that is not a number") from None
     return parts
+
+
+def base_url_text(url: str) -> str:
+    """``url`` (checked by :func:`check_base_url`) as the openai client writes a base URL: scheme and host in
+    lower case, a host that is not ASCII in IDNA, no default port, the path percent-encoded and ending in ``/``."""
+    parts = urllib.parse.urlsplit(url)
+    scheme, host = parts.scheme.lower(), parts.hostname or ""
+    if not host.isascii():
+        host = host.encode("idna").decode("ascii")
+    netloc = f"[{host}]" if ":" in host else host
+    port = parts.port
+    if port is not None and port != {"http": 80, "https": 443}.get(scheme):
+        netloc += f":{port}"
+    if "@" in parts.netloc:
+        netloc = parts.netloc.rpartition("@")[0] + "@" + netloc
+    path = urllib.parse.quote(parts.path, safe="!$&'()*+,;=:@/%~")
+    return urllib.parse.urlunsplit((scheme, netloc, path if path.endswith("/") else path + "/", parts.query, ""))
 
 
 def env_proxy(url: str) -> str | None:
