@@ -187,3 +187,46 @@ async def test_a_model_s_base_url_is_the_one_its_openai_client_has(url):
     assert m.base_url == str(openai.AsyncOpenAI(base_url=url, api_key=KEY).base_url)
     assert str(m.client.base_url) == m.base_url
     await m.close()
+
+
+def test_the_first_requests_keep_their_rate_while_aiohttp_is_imported():
+    """A request takes its rate-limit turn once the transport is ready: however long aiohttp's import takes,
+    the server sees the first requests spaced as the limit says (an import after the turn bunched them)."""
+    script = textwrap.dedent(f"""
+        import asyncio, importlib.abc, sys, threading, time
+        sys.path.insert(0, {str(TESTS)!r})
+        from fake_openai import FakeOpenAIServer
+        import unity_nb as u
+
+        seen, importing, release = [], threading.Event(), threading.Event()
+
+        class Hold(importlib.abc.MetaPathFinder):  # aiohttp's import takes as long as another thread says
+            def find_spec(self, name, path, target=None):
+                if name == "aiohttp":
+                    importing.set()
+                    release.wait(30)
+
+        def handler(body):
+            seen.append(time.monotonic())
+            return "ok"
+
+        sys.meta_path.insert(0, Hold())
+        srv = FakeOpenAIServer(handler).start_in_thread()
+        threading.Thread(target=lambda: importing.wait(30) and (time.sleep(0.3), release.set())).start()
+
+        async def main():
+            async with u.OpenAIModel("m", base_url=srv.base_url, api_key="sk-x") as m:
+                out = await asyncio.wait_for(u.map(["a", "b", "c"], "Say {{value}}", model=m, rate="10/s",
+                                                   bus=u.EventBus()), 30)
+            print("answers:", list(out))
+
+        asyncio.run(main())
+        srv.stop_thread()
+        gaps = [b - a for a, b in zip(seen, seen[1:])]
+        print("spaced:", len(seen) == 3 and all(g >= 0.1 - 0.02 for g in gaps), gaps)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=100)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "answers: ['ok', 'ok', 'ok']"
+    assert lines[1].startswith("spaced: True"), lines[1]
