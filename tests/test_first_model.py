@@ -216,14 +216,14 @@ def test_the_first_requests_keep_their_rate_while_aiohttp_is_imported():
 
         async def main():
             async with u.OpenAIModel("m", base_url=srv.base_url, api_key="sk-x") as m:
-                out = await asyncio.wait_for(u.map(["a", "b", "c"], "Say {{value}}", model=m, rate="10/s",
+                out = await asyncio.wait_for(u.map(["a", "b", "c"], "Say {{value}}", model=m, rate="4/s",
                                                    bus=u.EventBus()), 30)
             print("answers:", list(out))
 
         asyncio.run(main())
         srv.stop_thread()
         gaps = [b - a for a, b in zip(seen, seen[1:])]
-        print("spaced:", len(seen) == 3 and all(g >= 0.1 - 0.02 for g in gaps), gaps)
+        print("spaced:", len(seen) == 3 and all(g >= 0.25 - 0.1 for g in gaps), gaps)
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=100)
     assert out.returncode == 0, out.stderr
