@@ -646,3 +646,25 @@ async def test_in_place_changes_to_a_dataframe_are_seen_after_its_fingerprint_wa
     assert "variables changed:\n- df: pd.DataFrame, shape (4, 1); columns: x: str" in drop
     assert "variables changed" not in value  # as documented: a rewritten value keeps the fingerprint
     assert ns["df"] is df  # every change was in place
+
+
+async def test_two_actors_at_once_each_run_plans_in_their_own_namespace_and_describe_no_tool_again(bus, monkeypatch):
+    import pydantic
+
+    first, second = {"x": 1}, {"x": 2}
+    a = u.act("one", model=u.ScriptedModel(plans("y = x * 10")), namespace=first, bus=bus)
+    b = u.act("two", model=u.ScriptedModel(plans("y = x * 100")), namespace=second, bus=bus)
+    assert await a == "done" and await b == "done"
+    assert first["y"] == 10 and second["y"] == 200  # each run's execute_code ran its own plan in its own namespace
+
+    made: list[str] = []
+    real = pydantic.create_model
+    monkeypatch.setattr(pydantic, "create_model", lambda name, **kw: made.append(name) or real(name, **kw))
+    model = u.ScriptedModel(plans("z = x + y"))
+    assert await u.act("three", model=model, namespace=first, bus=bus) == "done"
+    assert first["z"] == 11
+    # execute_code is offered with its schema, made once per process (pydantic takes about a millisecond a model)
+    (tool,) = [t for t in model.requests[0].tools if t["function"]["name"] == "execute_code"]
+    assert set(tool["function"]["parameters"]["properties"]) == {"code", "intent"}
+    assert "notebook's namespace" in tool["function"]["description"]
+    assert made == []

@@ -9,6 +9,7 @@ each call's :class:`ToolContext`: it never holds the loop's handle.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -50,6 +51,13 @@ def _no_plan_final_answer(value: Any = None) -> None:
     )
 
 
+async def _execute_code(code: str, intent: str, ctx: ToolContext) -> str:
+    """Run Python in the notebook's namespace (top-level await allowed). Returns success,
+    stdout, stderr, the value of the last expression, and the variables created, changed
+    and deleted."""
+    raise RuntimeError("execute_code describes the actor's tool; each run calls its own")  # pragma: no cover
+
+
 class ActorTools(ToolSource):
     """The actor's tool source: ``execute_code`` and the JSON tools by reference, over ``actor``'s namespace."""
 
@@ -83,7 +91,9 @@ class ActorTools(ToolSource):
             label=label,
             shell=actor.shell,
         )
-        self.exec_tool = as_tool(self._make_execute(), name="execute_code")
+        # the tool described once per process (pydantic builds its schema in about a millisecond), called through
+        # this source's own function
+        self.exec_tool = dataclasses.replace(as_tool(_execute_code, name="execute_code"), fn=self._make_execute())
         self._known: dict[str, tuple] | None = None
         """The namespace as the model last saw it (the first step's look takes it: the system prompt, made at once,
         reads the user variables without fingerprints, and the cell that started the run may bind more)."""
@@ -166,9 +176,6 @@ class ActorTools(ToolSource):
         source = self
 
         async def execute_code(code: str, intent: str, ctx: ToolContext) -> str:
-            """Run Python in the notebook's namespace (top-level await allowed). Returns success,
-            stdout, stderr, the value of the last expression, and the variables created, changed
-            and deleted."""
             return await source._run_plan(code, intent, ctx)
 
         return execute_code
