@@ -370,6 +370,32 @@ def test_tool_schema_comes_from_signature_and_docstring():
     assert schema["parameters"]["required"] == ["query"]
 
 
+def test_tools_of_one_def_share_what_pydantic_made_and_each_calls_its_own_function(monkeypatch):
+    import pydantic
+
+    made: list[str] = []
+    real = pydantic.create_model
+    monkeypatch.setattr(pydantic, "create_model", lambda name, **kw: made.append(name) or real(name, **kw))
+
+    def make(n, default):
+        def scale(x: int, by: float = default) -> str:
+            """Scale x."""
+            return f"{n}:{x * by}"
+
+        return scale
+
+    first, second = u.as_tool(make(1, 2.0)), u.as_tool(make(2, 2.0))
+    assert made == ["scale_args"]  # one def, the same parameters: its models made once
+    assert first.fn is not second.fn and first.schema() == second.schema()
+    assert first.fn(**first.parse('{"x": 3}')) == "1:6.0" and second.fn(**second.parse('{"x": 3}')) == "2:6.0"
+    # a default that differs, even one equal to it (2 == 2.0 == True as Python compares), is a schema of its own
+    schemas = [u.as_tool(make(0, d)).schema()["function"]["parameters"] for d in (2, 3.5, True)]
+    shown = [s["properties"]["by"]["default"] for s in schemas]
+    assert [(type(v), v) for v in shown] == [(int, 2), (float, 3.5), (bool, True)] and len(made) == 4
+    with pytest.raises(ValueError, match="invalid arguments for scale"):
+        second.parse('{"x": "many"}')
+
+
 async def test_events_as_a_dataframe(bus):
     h = u.start_loop("look", model=u.ScriptedModel(lookup_script("a")), tools=[lookup], bus=bus)
     await h

@@ -258,6 +258,42 @@ def _build(obj: Callable[..., Any], name: str | None) -> Tool:
             continue
         default = ... if param.default is param.empty else param.default
         fields[pname] = (hints[pname], default)
+    params, json_params, ref_only, schema = _validation(tool_name, fields)
+    doc = inspect.getdoc(fn) or ""
+    tool = Tool(
+        name=tool_name,
+        description=doc or f"Call {tool_name}.",
+        fn=fn,
+        params=params,
+        ctx_param=ctx_param,
+        is_async=inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)),  # noqa: B004
+        ref_only=ref_only,
+        json_params=json_params,
+        _params_schema=schema,
+    )
+    return tool
+
+
+_MADE: dict[tuple, tuple] = {}
+"""``(tool name, its fields) -> (params, json_params, ref_only, schema)``: what pydantic made for a tool (about a
+millisecond a tool), for every function of that name and those parameters (each closure a run, a child or a manager
+makes of one ``def``: the actor's ``execute_code``, a parent's steering tools per child). At most :data:`_MADE_MAX`
+(emptied when full)."""
+_MADE_MAX = 1024
+
+
+def _validation(
+    tool_name: str, fields: dict[str, Any]
+) -> tuple[type[pydantic.BaseModel], type[pydantic.BaseModel] | None, tuple[str, ...], dict]:
+    """The pydantic models, the parameters only a reference can fill, and the JSON schema of a tool named
+    ``tool_name`` with ``fields`` (``{name: (type, default)}``), made once for each such name and fields."""
+    try:  # a default by its type too: 1, 1.0 and True are equal, and their schemas are not
+        key: tuple | None = (tool_name, *((k, t, type(d), d) for k, (t, d) in fields.items()))
+        made = _MADE.get(key)  # type: ignore[arg-type]
+    except TypeError:  # a type or default that cannot be hashed: made for this function alone
+        key = made = None
+    if made is not None:
+        return made
     config = pydantic.ConfigDict(arbitrary_types_allowed=True)
     try:
         params = pydantic.create_model(f"{tool_name}_args", __config__=config, **fields)
@@ -274,22 +310,19 @@ def _build(obj: Callable[..., Any], name: str | None) -> Tool:
         json_params = pydantic.create_model(
             f"{tool_name}_json_args", __config__=config, **{k: v for k, v in fields.items() if k not in ref_only}
         )
-    doc = inspect.getdoc(fn) or ""
-    tool = Tool(
-        name=tool_name,
-        description=doc or f"Call {tool_name}.",
-        fn=fn,
-        params=params,
-        ctx_param=ctx_param,
-        is_async=inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)),  # noqa: B004
-        ref_only=tuple(ref_only),
-        json_params=json_params,
-    )
-    try:
-        tool.parameters_schema  # noqa: B018 - fail now, not at the first model call
+    try:  # fail now, not at the first model call
+        schema = (json_params or params).model_json_schema()
     except Exception as err:
         raise ToolDefinitionError(f"tool {tool_name!r}: its parameters have no JSON schema ({err})") from None
-    return tool
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+    made = (params, json_params, tuple(ref_only), schema)
+    if key is not None:
+        if len(_MADE) >= _MADE_MAX:
+            _MADE.clear()
+        _MADE[key] = made
+    return made
 
 
 def render_result(value: Any) -> str:
