@@ -668,3 +668,34 @@ async def test_two_actors_at_once_each_run_plans_in_their_own_namespace_and_desc
     assert set(tool["function"]["parameters"]["properties"]) == {"code", "intent"}
     assert "notebook's namespace" in tool["function"]["description"]
     assert made == []
+
+
+async def test_a_run_with_the_tools_of_an_earlier_one_makes_no_pydantic_model_and_references_still_fit(
+    bus, monkeypatch
+):
+    import pydantic
+
+    def run(ns):
+        reg = Registry()  # new functions of the same defs, as a notebook cell run again makes
+        model = u.ScriptedModel(plans(
+            u.call_tool("summarise", frame="<<var:df>>", column="a", **{"return": "stats"}),
+            u.call_tool("scale", values="<<var:nums>>"),
+        ))
+        return reg, model, u.act("go", model=model, namespace=ns, tools=reg.tools(), bus=bus)
+
+    first = {"df": pd.DataFrame({"a": [1.0, 3.0]}), "nums": [1, 2]}
+    _, _, h = run(first)
+    await h
+    assert first["stats"] == {"mean": 2.0, "n": 2}
+
+    made: list[str] = []
+    real = pydantic.create_model
+    monkeypatch.setattr(pydantic, "create_model", lambda name, **kw: made.append(name) or real(name, **kw))
+    second = {"df": pd.DataFrame({"a": [5.0]}), "nums": [4], "word": "hi"}
+    reg, model, h = run(second)
+    await h
+    assert reg.seen[0] is second["df"] and reg.seen[1] is second["nums"]  # each run's own variables, by reference
+    assert second["stats"] == {"mean": 5.0, "n": 1} and results(model)[1] == "[8]"
+    scale = next(t for t in model.requests[0].tools if t["function"]["name"] == "scale")["function"]["parameters"]
+    assert "<<var:nums>>" in json.dumps(scale) and "<<var:word>>" not in json.dumps(scale)  # a str fits no list[int]
+    assert made == []

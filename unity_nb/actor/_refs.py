@@ -47,6 +47,31 @@ _RETURN_DOC = (
 )
 
 
+_MODELS: dict[tuple, type[pydantic.BaseModel]] = {}
+"""``fields -> model`` (:func:`_references_model`): each actor run's index has one, and building it costs about a
+millisecond where reusing it costs nothing. At most :data:`_MODELS_MAX` (emptied when full)."""
+_MODELS_MAX = 256
+
+
+def _references_model(fields: dict[str, Any]) -> type[pydantic.BaseModel]:
+    """The one validation model (strict) with a required field of each parameter's type, made once for those
+    fields (an actor run with the same tools as an earlier one reuses it)."""
+    try:
+        key: tuple | None = tuple((k, t) for k, (t, _required) in fields.items())
+        model = _MODELS.get(key)  # type: ignore[arg-type]
+    except TypeError:  # a type that cannot be hashed: made for this index alone
+        key = model = None
+    if model is None:
+        model = pydantic.create_model(
+            "unity_nb_references", __config__=pydantic.ConfigDict(arbitrary_types_allowed=True, strict=True), **fields
+        )
+        if key is not None:
+            if len(_MODELS) >= _MODELS_MAX:
+                _MODELS.clear()
+            _MODELS[key] = model
+    return model
+
+
 class RefIndex:
     """Which namespace variables are compatible with which parameter of which tool."""
 
@@ -60,9 +85,7 @@ class RefIndex:
                 self._keys[key] = (t.name, pname)
                 fields[key] = (finfo.annotation, ...)
         self._by_param = {v: k for k, v in self._keys.items()}
-        self._model = pydantic.create_model(
-            "unity_nb_references", __config__=pydantic.ConfigDict(arbitrary_types_allowed=True, strict=True), **fields
-        )
+        self._model = _references_model(fields)
         self._cache: dict[str, tuple[tuple, frozenset[str]]] = {}
         self._seen: Mapping[str, tuple] | None = None  # the snapshot the last answer is for
         self._out: dict[tuple[str, str], list[str]] | None = None
