@@ -59,6 +59,26 @@ async def test_every_column_a_person_may_name_comes_back_exactly_as_given(bus):
     assert frame.iloc[0].tolist() == list(values.values()) and not frame.attrs["reasons"]
 
 
+async def test_a_batch_with_the_columns_of_an_earlier_one_makes_no_pydantic_model_and_a_new_type_is_its_own(
+    bus, monkeypatch
+):
+    import pydantic
+
+    first = await asyncio.wait_for(u.map(["x"], "Label {value}", model=answering({"n": 2, "why": "a"}),
+                                         columns="n:int,why", bus=bus).result(), T)
+    made: list[str] = []
+    real = pydantic.create_model
+    monkeypatch.setattr(pydantic, "create_model", lambda name, **kw: made.append(name) or real(name, **kw))
+    again = await asyncio.wait_for(u.map(["y", "z"], "Label {value}", model=answering({"n": 5, "why": "b"}),
+                                         columns="n:int,why", bus=bus).result(), T)
+    assert made == []  # the answer's model and submit_answer's schema, as the first batch made them
+    assert first.iloc[0].tolist() == [2, "a"] and again["n"].tolist() == [5, 5] and again["why"].tolist() == ["b"] * 2
+    # the same names with another type: a model of its own
+    h = u.map(["w"], "Label {value}", model=answering({"n": True, "why": "c"}), columns="n:bool,why", bus=bus)
+    other = await asyncio.wait_for(h.result(), T)
+    assert made == ["Answer", "Answer"] and other.iloc[0].tolist() == [True, "c"] and str(other["n"].dtype) == "boolean"
+
+
 SETUP = textwrap.dedent(
     f"""
     import sys; sys.path.insert(0, {os.path.dirname(__file__)!r})

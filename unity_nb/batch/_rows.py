@@ -307,8 +307,22 @@ def answer_tool(output: type[pydantic.BaseModel]) -> Tool:
                 is_async=True)
 
 
+_LOOSE: weakref.WeakKeyDictionary[type, type[pydantic.BaseModel]] = weakref.WeakKeyDictionary()
+"""``output -> _loose(output)``: made once per model class (pydantic takes about a millisecond a model; each
+typed ``map`` and each operator call makes a ``submit_answer``)."""
+
+
 def _loose(output: type[pydantic.BaseModel]) -> type[pydantic.BaseModel]:
     """``output``'s schema, taking any value: the tool validates the answer itself (so it counts the misses)."""
+    loose = _LOOSE.get(output)
+    if loose is None:
+        loose = _make_loose(output)
+        if loose is not output:  # a value that is its key would keep it alive
+            _LOOSE[output] = loose
+    return loose
+
+
+def _make_loose(output: type[pydantic.BaseModel]) -> type[pydantic.BaseModel]:
     schema = output.model_json_schema()
     if "$defs" in schema:  # nested models: the schema's references need their definitions; validated as it is
         return output
@@ -327,6 +341,9 @@ def _types(output: type[pydantic.BaseModel]) -> str:
 
 
 _DOC = "A row's answer, in typed fields."
+_ANSWERS: dict[tuple[tuple[str, str], ...], type[pydantic.BaseModel]] = {}
+"""``columns`` (its names and types) -> the answer's model (:func:`output_model`), made once for those columns. At
+most 256 (emptied when full)."""
 _TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool}
 _PYDANTIC_OWN = frozenset(n for n in dir(pydantic.BaseModel) if not n.startswith("_"))
 """Names a pydantic model uses itself (``model_config``, ``model_dump``, ``json``, ``copy``, ...): no column's."""
@@ -389,7 +406,11 @@ def output_model(output: Any, columns: Iterable[str] | None) -> type[pydantic.Ba
         return output
     if columns is None:
         return None
-    fields: dict[str, Any] = {name: (_TYPES[kind], ...) for name, kind in _column_names(columns)}
+    named = tuple(_column_names(columns))
+    model = _ANSWERS.get(named)
+    if model is not None:
+        return model
+    fields: dict[str, Any] = {name: (_TYPES[kind], ...) for name, kind in named}
     try:
         model = pydantic.create_model("Answer", __doc__=_DOC, **fields)
     except (TypeError, ValueError, NameError) as err:  # a name this pydantic refuses, which the checks missed
@@ -398,6 +419,9 @@ def output_model(output: Any, columns: Iterable[str] | None) -> type[pydantic.Ba
     if lost:  # a name this pydantic treats otherwise: a column is never dropped without a word
         raise UserError(f"columns takes no column named {lost[0]!r} (pydantic would not keep it as a field); "
                         f"name it otherwise, say {_instead(lost[0], fields)!r}")
+    if len(_ANSWERS) >= 256:
+        _ANSWERS.clear()
+    _ANSWERS[named] = model
     return model
 
 
