@@ -69,9 +69,18 @@ async def test_a_batch_with_the_columns_of_an_earlier_one_makes_no_pydantic_mode
     made: list[str] = []
     real = pydantic.create_model
     monkeypatch.setattr(pydantic, "create_model", lambda name, **kw: made.append(name) or real(name, **kw))
+    schemas: list[str] = []
+    real_schema = pydantic.BaseModel.model_json_schema.__func__  # type: ignore[attr-defined]
+
+    def schema(cls, *args, **kwargs):
+        schemas.append(cls.__name__)
+        return real_schema(cls, *args, **kwargs)
+
+    monkeypatch.setattr(pydantic.BaseModel, "model_json_schema", classmethod(schema))
     again = await asyncio.wait_for(u.map(["y", "z"], "Label {value}", model=answering({"n": 5, "why": "b"}),
                                          columns="n:int,why", bus=bus).result(), T)
-    assert made == []  # the answer's model and submit_answer's schema, as the first batch made them
+    # the answer's model, submit_answer's and the cache key's schemas, as the first batch made them
+    assert made == [] and schemas == []
     assert first.iloc[0].tolist() == [2, "a"] and again["n"].tolist() == [5, 5] and again["why"].tolist() == ["b"] * 2
     # the same names with another type: a model of its own
     h = u.map(["w"], "Label {value}", model=answering({"n": True, "why": "c"}), columns="n:bool,why", bus=bus)

@@ -35,6 +35,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .._errors import UserError
+from ..loop import json_schema
 
 __all__ = ("MAX_CHARS", "MAX_PENDING", "MAX_ROWS", "ResultCache", "cacheable", "model_identity",
            "options_fingerprint")
@@ -93,7 +94,7 @@ def _schema(tool: Any) -> str:
 
 def _schema_of(model: Any) -> str:
     try:
-        return repr(model.model_json_schema())
+        return repr(json_schema(model))
     except Exception:  # noqa: BLE001 - a schema that cannot be made: its name stands for it
         return repr(model)
 

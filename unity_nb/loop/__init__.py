@@ -24,7 +24,7 @@ from ._source import OwnTools, ToolSource
 from ._start import start_loop
 from ._status import Status
 from ._steering import VERBS, Verb, register_verb, steering_entry, unregister_verb
-from ._tools import Tool, ToolContext, ToolFailed, as_tool, render_result
+from ._tools import Tool, ToolContext, ToolFailed, as_tool, json_schema, render_result
 from ._views import Inbox, Requests, Tree
 
 __all__ = (
@@ -44,6 +44,7 @@ __all__ = (
     "ToolContext",
     "ToolFailed",
     "as_tool",
+    "json_schema",
     "render_result",
     "RequestHandle",
     "Reference",

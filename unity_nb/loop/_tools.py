@@ -146,11 +146,7 @@ class Tool:
     @property
     def parameters_schema(self) -> dict:
         if self._params_schema is None:
-            schema = (self.json_params or self.params).model_json_schema()
-            schema.pop("title", None)
-            for prop in schema.get("properties", {}).values():
-                prop.pop("title", None)
-            self._params_schema = schema
+            self._params_schema = _parameters(self.json_params or self.params)
         return self._params_schema
 
     def schema(self, *, extra_properties: dict | None = None) -> dict:
@@ -274,6 +270,33 @@ def _build(obj: Callable[..., Any], name: str | None) -> Tool:
     return tool
 
 
+_SCHEMAS: weakref.WeakKeyDictionary[type, dict] = weakref.WeakKeyDictionary()
+_PARAMETERS: weakref.WeakKeyDictionary[type, dict] = weakref.WeakKeyDictionary()
+
+
+def json_schema(model: type[pydantic.BaseModel]) -> dict:
+    """``model.model_json_schema()``, made once per model class (pydantic takes a few hundred microseconds to
+    make one, and a typed batch or operator call asked for the same schemas three times). One dict for every
+    caller: read it, never change it."""
+    schema = _SCHEMAS.get(model)
+    if schema is None:
+        schema = _SCHEMAS[model] = model.model_json_schema()
+    return schema
+
+
+def _parameters(model: type[pydantic.BaseModel]) -> dict:
+    """A tool's parameters as the wire shows them: :func:`json_schema` without pydantic's titles (one dict per
+    model class, shared by its tools)."""
+    schema = _PARAMETERS.get(model)
+    if schema is None:
+        schema = model.model_json_schema()
+        schema.pop("title", None)
+        for prop in schema.get("properties", {}).values():
+            prop.pop("title", None)
+        _PARAMETERS[model] = schema
+    return schema
+
+
 _MADE: dict[tuple, tuple] = {}
 """``(tool name, its fields) -> (params, json_params, ref_only, schema)``: what pydantic made for a tool (about a
 millisecond a tool), for every function of that name and those parameters (each closure a run, a child or a manager
@@ -311,12 +334,9 @@ def _validation(
             f"{tool_name}_json_args", __config__=config, **{k: v for k, v in fields.items() if k not in ref_only}
         )
     try:  # fail now, not at the first model call
-        schema = (json_params or params).model_json_schema()
+        schema = _parameters(json_params or params)
     except Exception as err:
         raise ToolDefinitionError(f"tool {tool_name!r}: its parameters have no JSON schema ({err})") from None
-    schema.pop("title", None)
-    for prop in schema.get("properties", {}).values():
-        prop.pop("title", None)
     made = (params, json_params, tuple(ref_only), schema)
     if key is not None:
         if len(_MADE) >= _MADE_MAX:

@@ -10,6 +10,7 @@ from typing import Any
 import pydantic
 
 from .._errors import UserError
+from ._tools import json_schema
 
 __all__ = ("check_output", "output_instruction", "read_output", "system_with_output")
 
@@ -25,7 +26,7 @@ def check_output(output: Any) -> None:
 
 
 def output_instruction(output: type[pydantic.BaseModel]) -> str:
-    schema = json.dumps(output.model_json_schema(), ensure_ascii=False)
+    schema = json.dumps(json_schema(output), ensure_ascii=False)
     return (
         f"Your final answer must be one JSON object matching this JSON schema ({output.__name__}), and nothing "
         f"else: {schema}"
