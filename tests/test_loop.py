@@ -378,22 +378,70 @@ def test_tools_of_one_def_share_what_pydantic_made_and_each_calls_its_own_functi
     monkeypatch.setattr(pydantic, "create_model", lambda name, **kw: made.append(name) or real(name, **kw))
 
     def make(n, default):
-        def scale(x: int, by: float = default) -> str:
+        def scale_one_def(x: int, by: float = default) -> str:
             """Scale x."""
             return f"{n}:{x * by}"
 
-        return scale
+        return scale_one_def
 
     first, second = u.as_tool(make(1, 2.0)), u.as_tool(make(2, 2.0))
-    assert made == ["scale_args"]  # one def, the same parameters: its models made once
+    assert made == ["scale_one_def_args"]  # one def, the same parameters: its models made once
     assert first.fn is not second.fn and first.schema() == second.schema()
     assert first.fn(**first.parse('{"x": 3}')) == "1:6.0" and second.fn(**second.parse('{"x": 3}')) == "2:6.0"
     # a default that differs, even one equal to it (2 == 2.0 == True as Python compares), is a schema of its own
     schemas = [u.as_tool(make(0, d)).schema()["function"]["parameters"] for d in (2, 3.5, True)]
     shown = [s["properties"]["by"]["default"] for s in schemas]
     assert [(type(v), v) for v in shown] == [(int, 2), (float, 3.5), (bool, True)] and len(made) == 4
-    with pytest.raises(ValueError, match="invalid arguments for scale"):
+    with pytest.raises(ValueError, match="invalid arguments for scale_one_def"):
         second.parse('{"x": "many"}')
+    # a tool's schema is its own: changing one (a parameter's description, say) changes no other tool's
+    first.parameters_schema["properties"]["x"]["description"] = "the count of widgets"
+    assert "description" not in second.schema()["function"]["parameters"]["properties"]["x"]
+    assert "description" not in u.as_tool(make(3, 2.0)).parameters_schema["properties"]["x"]
+
+
+def test_equal_defaults_and_types_in_another_order_keep_their_own_meaning():
+    def make(default):
+        def pick(x: int, opts: tuple = default) -> tuple:
+            """Pick."""
+            return opts
+
+        return pick
+
+    ints, bools = u.as_tool(make((1, 0))), u.as_tool(make((True, False)))  # equal tuples, not the same default
+    assert ints.fn(**ints.parse('{"x": 1}')) == (1, 0) and bools.fn(**bools.parse('{"x": 1}')) == (True, False)
+    assert [type(v) for v in bools.fn(**bools.parse('{"x": 1}'))] == [bool, bool]
+    assert bools.schema()["function"]["parameters"]["properties"]["opts"]["default"] == [True, False]
+
+    def either(order):
+        def choose(value: order) -> str:  # type: ignore[valid-type]
+            """Choose."""
+            return str(value)
+
+        return choose
+
+    shown = [u.as_tool(either(t)).parameters_schema["properties"]["value"]["anyOf"] for t in (int | str, str | int)]
+    assert shown == [[{"type": "integer"}, {"type": "string"}], [{"type": "string"}, {"type": "integer"}]]
+
+
+def test_a_function_made_a_tool_is_freed_once_dropped():
+    import gc
+    import weakref
+
+    def make(state):
+        def keep(x: int) -> str:
+            """Keep."""
+            return f"{state}:{x}"
+
+        return keep
+
+    fn = make(bytearray(10))
+    tool = u.as_tool(fn)
+    assert u.as_tool(fn).fn is fn and tool.fn(x=1).endswith(":1")  # the tool calls the very function
+    dropped = weakref.ref(fn)
+    del fn, tool
+    gc.collect()
+    assert dropped() is None  # (a parent's steering tools are made of closures holding each child)
 
 
 async def test_events_as_a_dataframe(bus):

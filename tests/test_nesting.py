@@ -171,6 +171,26 @@ async def test_ask_on_the_parent_can_drill_into_the_live_child(bus):
     await f.parent
 
 
+async def test_the_tools_an_ask_makes_for_running_children_keep_none_of_them_alive_once_done(bus):
+    import gc
+    import weakref
+
+    f = Family(bus)
+    child = await f.started()
+    inspector = u.ScriptedModel(lambda m, t: "going well")
+    ask = await f.parent.ask("how is the research going?", model=inspector)
+    assert await ask.result() == "going well"
+    assert [t["function"]["name"] for t in inspector.requests[0].tools] == ["ask_researcher"]  # it holds the child
+    f.child_gate.set()
+    await f.parent
+    await settle()  # the done callbacks the event loop holds for the loops' tasks run
+    gone = [weakref.ref(x) for x in (child, f.parent, ask)]
+    del child, f, ask, inspector
+    bus.clear()
+    gc.collect()
+    assert [r() for r in gone] == [None, None, None]  # the operation, its child and the ask are freed
+
+
 async def test_child_clarification_surfaces_at_the_root_and_is_answered_there(bus):
     async def confirm(ctx: u.ToolContext) -> str:
         """Ask the person to confirm."""

@@ -64,8 +64,9 @@ async def test_a_batch_with_the_columns_of_an_earlier_one_makes_no_pydantic_mode
 ):
     import pydantic
 
-    first = await asyncio.wait_for(u.map(["x"], "Label {value}", model=answering({"n": 2, "why": "a"}),
-                                         columns="n:int,why", bus=bus).result(), T)
+    # columns no other test names: what an earlier test made is not what this one counts
+    first = await asyncio.wait_for(u.map(["x"], "Label {value}", model=answering({"n_memo": 2, "why_memo": "a"}),
+                                         columns="n_memo:int,why_memo", bus=bus).result(), T)
     made: list[str] = []
     real = pydantic.create_model
     monkeypatch.setattr(pydantic, "create_model", lambda name, **kw: made.append(name) or real(name, **kw))
@@ -77,15 +78,18 @@ async def test_a_batch_with_the_columns_of_an_earlier_one_makes_no_pydantic_mode
         return real_schema(cls, *args, **kwargs)
 
     monkeypatch.setattr(pydantic.BaseModel, "model_json_schema", classmethod(schema))
-    again = await asyncio.wait_for(u.map(["y", "z"], "Label {value}", model=answering({"n": 5, "why": "b"}),
-                                         columns="n:int,why", bus=bus).result(), T)
+    again = await asyncio.wait_for(u.map(["y", "z"], "Label {value}", model=answering({"n_memo": 5, "why_memo": "b"}),
+                                         columns="n_memo:int,why_memo", bus=bus).result(), T)
     # the answer's model, submit_answer's and the cache key's schemas, as the first batch made them
     assert made == [] and schemas == []
-    assert first.iloc[0].tolist() == [2, "a"] and again["n"].tolist() == [5, 5] and again["why"].tolist() == ["b"] * 2
+    assert first.iloc[0].tolist() == [2, "a"] and again["n_memo"].tolist() == [5, 5]
+    assert again["why_memo"].tolist() == ["b"] * 2
     # the same names with another type: a model of its own
-    h = u.map(["w"], "Label {value}", model=answering({"n": True, "why": "c"}), columns="n:bool,why", bus=bus)
+    h = u.map(["w"], "Label {value}", model=answering({"n_memo": True, "why_memo": "c"}),
+              columns="n_memo:bool,why_memo", bus=bus)
     other = await asyncio.wait_for(h.result(), T)
-    assert made == ["Answer", "Answer"] and other.iloc[0].tolist() == [True, "c"] and str(other["n"].dtype) == "boolean"
+    assert made == ["Answer", "Answer"] and other.iloc[0].tolist() == [True, "c"]
+    assert str(other["n_memo"].dtype) == "boolean"
 
 
 SETUP = textwrap.dedent(

@@ -56,10 +56,10 @@ _MODELS_MAX = 256
 def _references_model(fields: dict[str, Any]) -> type[pydantic.BaseModel]:
     """The one validation model (strict) with a required field of each parameter's type, made once for those
     fields (an actor run with the same tools as an earlier one reuses it)."""
-    try:
-        key: tuple | None = tuple((k, t) for k, (t, _required) in fields.items())
+    try:  # a type by its text too: ``int | str`` equals ``str | int``
+        key: tuple | None = tuple((k, t, repr(t)) for k, (t, _required) in fields.items())
         model = _MODELS.get(key)  # type: ignore[arg-type]
-    except TypeError:  # a type that cannot be hashed: made for this index alone
+    except Exception:  # noqa: BLE001 - a type that cannot be hashed or shown: made for this index alone
         key = model = None
     if model is None:
         model = pydantic.create_model(

@@ -7,6 +7,7 @@ through which the tool can ask the person a question or report progress.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 import json
@@ -145,8 +146,8 @@ class Tool:
 
     @property
     def parameters_schema(self) -> dict:
-        if self._params_schema is None:
-            self._params_schema = _parameters(self.json_params or self.params)
+        if self._params_schema is None:  # this tool's own copy: a person may change it (a description, say)
+            self._params_schema = copy.deepcopy(_parameters(self.json_params or self.params))
         return self._params_schema
 
     def schema(self, *, extra_properties: dict | None = None) -> dict:
@@ -172,6 +173,12 @@ class Tool:
 
 
 _CACHE: weakref.WeakKeyDictionary[Callable[..., Any], dict[str | None, Tool]] = weakref.WeakKeyDictionary()
+"""``function -> {name: its tool, without the function}``: a tool holding its function would keep its key alive,
+and so every closure made a tool (a parent's steering tools per child hold the child) for good."""
+
+
+def _unset(*_args: Any, **_kwargs: Any) -> Any:  # pragma: no cover - never called: replaced on every use
+    raise RuntimeError("a cached tool's function is given back with it")
 
 
 def _defined_in_unity_nb(fn: Callable[..., Any]) -> bool:
@@ -214,10 +221,10 @@ def as_tool(
     except TypeError:  # not weak-referenceable or hashable
         cached = None
     if cached is not None:
-        return cached
+        return dataclasses.replace(cached, fn=obj)
     tool = _build(obj, name)
     try:
-        _CACHE.setdefault(obj, {})[name] = tool
+        _CACHE.setdefault(obj, {})[name] = dataclasses.replace(tool, fn=_unset)
     except TypeError:
         pass
     return tool
@@ -254,7 +261,7 @@ def _build(obj: Callable[..., Any], name: str | None) -> Tool:
             continue
         default = ... if param.default is param.empty else param.default
         fields[pname] = (hints[pname], default)
-    params, json_params, ref_only, schema = _validation(tool_name, fields)
+    params, json_params, ref_only = _validation(tool_name, fields)
     doc = inspect.getdoc(fn) or ""
     tool = Tool(
         name=tool_name,
@@ -265,8 +272,8 @@ def _build(obj: Callable[..., Any], name: str | None) -> Tool:
         is_async=inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)),  # noqa: B004
         ref_only=ref_only,
         json_params=json_params,
-        _params_schema=schema,
     )
+    tool.parameters_schema  # noqa: B018 - this function's own copy, which the tools as_tool gives for it share
     return tool
 
 
@@ -275,18 +282,17 @@ _PARAMETERS: weakref.WeakKeyDictionary[type, dict] = weakref.WeakKeyDictionary()
 
 
 def json_schema(model: type[pydantic.BaseModel]) -> dict:
-    """``model.model_json_schema()``, made once per model class (pydantic takes a few hundred microseconds to
-    make one, and a typed batch or operator call asked for the same schemas three times). One dict for every
-    caller: read it, never change it."""
+    """``model.model_json_schema()``, made by pydantic once per model class (a few hundred microseconds, and a
+    typed batch or operator call asked for the same schemas three times); a copy of it for each caller."""
     schema = _SCHEMAS.get(model)
     if schema is None:
         schema = _SCHEMAS[model] = model.model_json_schema()
-    return schema
+    return copy.deepcopy(schema)
 
 
 def _parameters(model: type[pydantic.BaseModel]) -> dict:
     """A tool's parameters as the wire shows them: :func:`json_schema` without pydantic's titles (one dict per
-    model class, shared by its tools)."""
+    model class: each tool copies it, see :attr:`Tool.parameters_schema`)."""
     schema = _PARAMETERS.get(model)
     if schema is None:
         schema = model.model_json_schema()
@@ -298,7 +304,7 @@ def _parameters(model: type[pydantic.BaseModel]) -> dict:
 
 
 _MADE: dict[tuple, tuple] = {}
-"""``(tool name, its fields) -> (params, json_params, ref_only, schema)``: what pydantic made for a tool (about a
+"""``(tool name, its fields) -> (params, json_params, ref_only, fields)``: what pydantic made for a tool (about a
 millisecond a tool), for every function of that name and those parameters (each closure a run, a child or a manager
 makes of one ``def``: the actor's ``execute_code``, a parent's steering tools per child). At most :data:`_MADE_MAX`
 (emptied when full)."""
@@ -307,16 +313,16 @@ _MADE_MAX = 1024
 
 def _validation(
     tool_name: str, fields: dict[str, Any]
-) -> tuple[type[pydantic.BaseModel], type[pydantic.BaseModel] | None, tuple[str, ...], dict]:
-    """The pydantic models, the parameters only a reference can fill, and the JSON schema of a tool named
-    ``tool_name`` with ``fields`` (``{name: (type, default)}``), made once for each such name and fields."""
-    try:  # a default by its type too: 1, 1.0 and True are equal, and their schemas are not
-        key: tuple | None = (tool_name, *((k, t, type(d), d) for k, (t, d) in fields.items()))
+) -> tuple[type[pydantic.BaseModel], type[pydantic.BaseModel] | None, tuple[str, ...]]:
+    """The pydantic models and the parameters only a reference can fill of a tool named ``tool_name`` with
+    ``fields`` (``{name: (type, default)}``), made once for each such name and fields (its schema checked)."""
+    try:
+        key: tuple | None = (tool_name, *(_field_key(k, t, d) for k, (t, d) in fields.items()))
         made = _MADE.get(key)  # type: ignore[arg-type]
-    except TypeError:  # a type or default that cannot be hashed: made for this function alone
+    except Exception:  # noqa: BLE001 - a type or default that cannot be hashed or shown: made for this one alone
         key = made = None
     if made is not None:
-        return made
+        return made[:3]
     config = pydantic.ConfigDict(arbitrary_types_allowed=True)
     try:
         params = pydantic.create_model(f"{tool_name}_args", __config__=config, **fields)
@@ -334,15 +340,26 @@ def _validation(
             f"{tool_name}_json_args", __config__=config, **{k: v for k, v in fields.items() if k not in ref_only}
         )
     try:  # fail now, not at the first model call
-        schema = _parameters(json_params or params)
+        _parameters(json_params or params)
     except Exception as err:
         raise ToolDefinitionError(f"tool {tool_name!r}: its parameters have no JSON schema ({err})") from None
-    made = (params, json_params, tuple(ref_only), schema)
     if key is not None:
         if len(_MADE) >= _MADE_MAX:
             _MADE.clear()
-        _MADE[key] = made
-    return made
+        _MADE[key] = (params, json_params, tuple(ref_only), fields)  # the defaults held: their ids stay theirs
+    return params, json_params, tuple(ref_only)
+
+
+_PLAIN = frozenset({type(None), bool, int, float, str, bytes, type(...)})
+
+
+def _field_key(name: str, hint: Any, default: Any) -> tuple:
+    """What a parameter's model and schema are made from. A type by its text too (``int | str`` equals ``str | int``,
+    and its schema lists them in order); a default of a plain type by its text (``1``, ``1.0`` and ``True`` are
+    equal, ``0.0`` and ``-0.0`` too), any other by identity (two equal datetimes in other time zones, or ``(1, 0)``
+    and ``(True, False)``, are not the same default)."""
+    shown = (type(default), repr(default)) if type(default) in _PLAIN else (type(default), id(default))
+    return (name, hint, repr(hint), *shown)
 
 
 def render_result(value: Any) -> str:
