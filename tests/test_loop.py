@@ -370,6 +370,37 @@ def test_tool_schema_comes_from_signature_and_docstring():
     assert schema["parameters"]["required"] == ["query"]
 
 
+async def test_a_parameter_s_annotated_description_and_bounds_reach_the_model_and_are_enforced(bus):
+    from typing import Annotated
+
+    from pydantic import Field
+
+    async def find_notes(
+        query: Annotated[str, Field(description="Words to look for")],
+        limit: Annotated[int, Field(ge=1, le=50, description="How many notes at most")] = 5,
+    ) -> str:
+        """Find notes."""
+        return f"{limit} notes about {query}"
+
+    def script(messages, tools):
+        done = tool_messages(messages)
+        if not done:
+            return u.call_tool("find_notes", query="tides", limit=0)
+        if len(done) == 1:
+            return u.call_tool("find_notes", query="tides", limit=2)
+        return done[-1]["content"]
+
+    model = u.ScriptedModel(script)
+    h = u.start_loop("find", model=model, tools=[find_notes], bus=bus)
+    assert await h == "2 notes about tides"
+    params = model.requests[0].tools[0]["function"]["parameters"]["properties"]
+    assert params["query"] == {"description": "Words to look for", "type": "string"}
+    assert params["limit"] == {"default": 5, "description": "How many notes at most", "maximum": 50, "minimum": 1,
+                               "type": "integer"}
+    refused = tool_messages(model.requests[1].messages)[0]["content"]
+    assert "limit" in refused and "greater than or equal to 1" in refused  # told to the model, the tool never ran
+
+
 def test_tools_of_one_def_share_what_pydantic_made_and_each_calls_its_own_function(monkeypatch):
     import pydantic
 

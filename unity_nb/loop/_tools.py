@@ -1,6 +1,7 @@
 """Turning plain Python functions into tools a model can call.
 
-The schema comes from the signature (via pydantic), the description from the docstring. A
+The schema comes from the signature (via pydantic), the description from the docstring, a parameter's own
+description and bounds from ``Annotated[type, pydantic.Field(description=..., ge=...)]``. A
 parameter annotated ``ToolContext`` is not shown to the model: the loop passes a context
 through which the tool can ask the person a question or report progress.
 """
@@ -241,7 +242,7 @@ def _build(obj: Callable[..., Any], name: str | None) -> Tool:
     if not _NAME.match(tool_name):
         raise ToolDefinitionError(f"tool name {tool_name!r} is not allowed: use 1-64 letters, digits, '_' or '-'")
     try:
-        hints = typing.get_type_hints(fn)
+        hints = typing.get_type_hints(fn, include_extras=True)  # Annotated[..., Field(...)] kept: its words, bounds
     except Exception as err:
         raise ToolDefinitionError(f"tool {tool_name!r}: cannot read its type hints ({err})") from None
     fields: dict[str, Any] = {}
