@@ -15,7 +15,7 @@ from typing import Any
 
 from ._face import Loop
 
-__all__ = ("CallInfo", "current_call", "current_loop", "forward_call", "resolve_tool_value")
+__all__ = ("CallInfo", "current_call", "current_loop", "forward_call", "reset_var", "resolve_tool_value")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +56,18 @@ def enter_call(call: CallInfo) -> contextvars.Token:
 
 def leave_call(token: contextvars.Token) -> None:
     _running[0] -= 1
-    _CALL.reset(token)
+    reset_var(_CALL, token)
+
+
+def reset_var(var: contextvars.ContextVar, token: contextvars.Token) -> None:
+    """``var.reset(token)``, but nothing when run in another context than the one ``token`` was made in: a call's
+    coroutine closed by the collector, its event loop closed under it, runs its ``finally`` in whatever context
+    the collection happens in. Its own context is gone with its task, so nothing is left to undo, and a
+    ``ValueError`` there would print as "Exception ignored"."""
+    try:
+        var.reset(token)
+    except ValueError:
+        pass
 
 
 def enter_loop(handle: Loop) -> contextvars.Token:

@@ -24,7 +24,7 @@ from .._output import tool_output
 from .._secrets import SECRET_REF, get_secret, scrub
 from ._answers import HandOff, Reference, ToolResult
 from ._approval import skipped_result, wait_for_approval
-from ._context import CallInfo, enter_call, leave_call, resolve_tool_value
+from ._context import CallInfo, enter_call, leave_call, reset_var, resolve_tool_value
 from ._face import Loop
 from ._gate import allow_once
 from ._policy import Step
@@ -135,11 +135,12 @@ class ToolRunner:
                     continue
                 await wake.wait()
         finally:
-            for t in tasks:
-                if not t.done():
-                    t.cancel()
-            if remaining and not h.event_loop.is_closed():  # (a closed event loop is closing this coroutine)
-                await asyncio.wait(tasks)  # each records its own result, also when cancelled
+            if not h.event_loop.is_closed():  # (a closed event loop is closing this coroutine: nothing to wait for)
+                for t in tasks:
+                    if not t.done():
+                        t.cancel()
+                if remaining:
+                    await asyncio.wait(tasks)  # each records its own result, also when cancelled
             h.conversation.add_results(records, deferred)
             for policy in h.config.chain:
                 step = Step(self._turn.count, [], h.state.called_tools, h.state.started_at, self.source)
@@ -257,7 +258,7 @@ class ToolRunner:
             result, error = f"error: {type(err).__name__}: {err}", True
         finally:
             leave_call(token)
-            tool_output.reset(out_token)
+            reset_var(tool_output, out_token)
         self.finish_call(rec, result, error, time.perf_counter() - t0, cut=cut)
 
     async def _call(self, rec: ToolCallRecord, tool: Tool, kwargs: dict[str, Any]) -> str:
