@@ -30,7 +30,7 @@ from .._json import loads
 from .._output import install as route_output
 from .._output import tool_output
 from .._secrets import scrub
-from ..loop import Tool, render_result, reset_var, resolve_tool_value
+from ..loop import Tool, render_result, resolve_tool_value
 from ._describe import HIDDEN_NAMES, describe_value, fingerprint
 from ._executor import truncate
 
@@ -320,7 +320,7 @@ class RefTool(Tool):
                 value = await asyncio.to_thread(inner.fn, **kwargs)
             value = await resolve_tool_value(value)
         finally:
-            reset_var(tool_output, token)
+            tool_output.reset(token)
         report = _report(printed, [n for n in passed if n in self.namespace
                                    and fingerprint(self.namespace[n]) != before[n]], self.namespace)
         if value is None and _unity_return is None:

@@ -2,7 +2,7 @@
 
 from ._answers import Evaluation, HandOff, Reference, ToolResult, cites_references, handoff
 from ._approval import pending_approvals, skipped_result, was_skipped
-from ._context import CallInfo, current_call, current_loop, forward_call, reset_var, resolve_tool_value
+from ._context import CallInfo, current_call, current_loop, forward_call, resolve_tool_value
 from ._engine import Driver, Engine
 from ._gate import PendingCall, gated_function
 from ._handle import LoopHandle, start_ask
@@ -38,7 +38,6 @@ __all__ = (
     "current_call",
     "CallInfo",
     "forward_call",
-    "reset_var",
     "resolve_tool_value",
     "start_loop",
     "Tool",

@@ -15,7 +15,7 @@ from typing import Any
 
 from ._face import Loop
 
-__all__ = ("CallInfo", "current_call", "current_loop", "forward_call", "reset_var", "resolve_tool_value")
+__all__ = ("CallInfo", "current_call", "current_loop", "forward_call", "resolve_tool_value")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,20 +54,13 @@ def enter_call(call: CallInfo) -> contextvars.Token:
     return _CALL.set(call)
 
 
-def leave_call(token: contextvars.Token) -> None:
+def leave_call(token: contextvars.Token, *, closed: bool = False) -> None:
+    """The call ended. ``closed``: its coroutine was closed by the collector, its event loop closed under it; that
+    runs in whatever context the collection happens in (a reset there raises), and the call's own context is gone
+    with its task: nothing to undo."""
     _running[0] -= 1
-    reset_var(_CALL, token)
-
-
-def reset_var(var: contextvars.ContextVar, token: contextvars.Token) -> None:
-    """``var.reset(token)``, but nothing when run in another context than the one ``token`` was made in: a call's
-    coroutine closed by the collector, its event loop closed under it, runs its ``finally`` in whatever context
-    the collection happens in. Its own context is gone with its task, so nothing is left to undo, and a
-    ``ValueError`` there would print as "Exception ignored"."""
-    try:
-        var.reset(token)
-    except ValueError:
-        pass
+    if not closed:
+        _CALL.reset(token)
 
 
 def enter_loop(handle: Loop) -> contextvars.Token:

@@ -41,7 +41,7 @@ from typing import Any
 
 from .._errors import NotApproved
 from .._output import started_in, tool_output
-from ._context import _CALL, calls_running, current_call, current_loop, reset_var
+from ._context import _CALL, calls_running, current_call, current_loop
 from ._face import Loop
 
 __all__ = ("PendingCall", "allow_once", "gate", "gated_function")
@@ -82,7 +82,7 @@ def allow_once(fn: Callable[..., Any] | None) -> Iterator[None]:
     try:
         yield
     finally:
-        reset_var(_ALLOWED, token)
+        _ALLOWED.reset(token)
 
 
 def _rendered(name: str, args: tuple, kwargs: dict) -> str:

@@ -24,7 +24,7 @@ from .._output import tool_output
 from .._secrets import SECRET_REF, get_secret, scrub
 from ._answers import HandOff, Reference, ToolResult
 from ._approval import skipped_result, wait_for_approval
-from ._context import CallInfo, enter_call, leave_call, reset_var, resolve_tool_value
+from ._context import CallInfo, enter_call, leave_call, resolve_tool_value
 from ._face import Loop
 from ._gate import allow_once
 from ._policy import Step
@@ -234,7 +234,7 @@ class ToolRunner:
             self.printed(rec, text)
 
         out_token = tool_output.set(write)
-        cut = False
+        cut = closed = False
         try:
             # approved here: the marked function's gate lets this call run without asking again
             with allow_once(tool.gated if approved else None):
@@ -256,9 +256,13 @@ class ToolRunner:
             result, error = str(err), True
         except Exception as err:  # noqa: BLE001 - the model sees it and may correct itself
             result, error = f"error: {type(err).__name__}: {err}", True
+        except GeneratorExit:  # its event loop was closed under it: closed by the collector, not in its context
+            closed = True
+            raise
         finally:
-            leave_call(token)
-            reset_var(tool_output, out_token)
+            leave_call(token, closed=closed)
+            if not closed:
+                tool_output.reset(out_token)
         self.finish_call(rec, result, error, time.perf_counter() - t0, cut=cut)
 
     async def _call(self, rec: ToolCallRecord, tool: Tool, kwargs: dict[str, Any]) -> str:
