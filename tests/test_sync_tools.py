@@ -153,3 +153,39 @@ def test_a_process_exits_while_a_sync_tool_is_still_blocked():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "stopped stopped"
+
+
+async def test_an_idle_worker_keeps_nothing_of_the_calls_it_ran():
+    """A worker waiting for its next call held the call it ran last, and a worker's Thread its first call: their
+    context (the loop's handle and transcript), the tool's arguments and its result, for as long as it lived."""
+    import gc
+    import weakref
+
+    class Big:
+        """Stands for a large argument or result (a DataFrame)."""
+
+    made: list[weakref.ref] = []
+    both = threading.Barrier(2, timeout=10)
+
+    def load(i: int) -> Big:
+        """Make a large object; two calls at once, so a new worker starts for one of them."""
+        big = Big()
+        made.append(weakref.ref(big))
+        both.wait()
+        return big
+
+    def pairs(messages, tools):
+        done = tool_messages(messages)
+        return [u.call_tool("load", i=1), u.call_tool("load", i=2)] if not done else "done"
+
+    handles = []
+    for _ in range(3):
+        h = u.start_loop("load", model=u.ScriptedModel(pairs), tools=[load], bus=u.EventBus())
+        assert await asyncio.wait_for(h.result(), 30) == "done"
+        handles.append(weakref.ref(h))
+    del h
+    idle = [t for t in threading.enumerate() if t.name == "unity_nb-tool"]
+    assert len(idle) >= 2  # the workers that ran the calls wait for more: what they hold is still theirs
+    gc.collect()
+    assert [r() for r in handles] == [None] * 3  # no handle, with its transcript, kept by an idle worker
+    assert len(made) == 6 and [r() for r in made] == [None] * 6  # nor a result

@@ -68,17 +68,23 @@ def _submit(job: Callable[[], bool]) -> None:
         inbox.put(job)
         return
     inbox = queue.SimpleQueue()
-    worker = threading.Thread(target=_serve, args=(pool, inbox, job), name="unity_nb-tool", daemon=True)
+    inbox.put(job)  # not an argument of the thread: the Thread object would keep its first call while it serves
+    worker = threading.Thread(target=_serve, args=(pool, inbox), name="unity_nb-tool", daemon=True)
     # started outside the call's context: a worker serves many calls, so it must not keep the output hooks of
     # the first (unity_nb._output gives a thread those of the context it was started in); each call runs in its own
     contextvars.Context().run(worker.start)
 
 
-def _serve(pool: _Pool, inbox: queue.SimpleQueue, job: Callable[[], bool] | None) -> None:
+def _serve(pool: _Pool, inbox: queue.SimpleQueue) -> None:
     """A worker: run jobs handed to its inbox; wait idle while kept; end when not (or when a job says so)."""
     try:
+        job: Callable[[], bool] | None = inbox.get()
         while job is not None:
-            if not job():
+            again = job()
+            # the call let go before waiting idle: it holds its context (the loop, its handle), the tool's
+            # arguments and its result, which an idle worker kept alive until its next call or its end
+            job = None
+            if not again:
                 return
             with pool.lock:
                 if len(pool.idle) >= KEEP:
