@@ -411,6 +411,45 @@ async def test_primitives_are_awaited_in_plans_and_their_loops_are_children(bus)
     assert h.children[0].tree.lineage[0] == h.tree.lineage[0]
 
 
+async def test_a_blocking_primitive_and_a_json_tool_stopped_or_timed_out_are_interrupted_in_their_threads(bus):
+    """Both ran in asyncio's default executor, where a stop or a timeout left them running on unseen (and
+    ``asyncio.run`` waited for them at its end): now in the loop's own workers, which interrupt the call."""
+    import threading
+
+    ended: dict[str, threading.Event] = {"spin": threading.Event(), "crunch": threading.Event()}
+    entered = threading.Event()
+
+    def spin(rounds: int) -> str:
+        """Spin in Python for ``rounds`` (forever, here)."""
+        try:
+            while True:
+                pass
+        finally:
+            ended["spin"].set()
+
+    def crunch(rounds: int) -> int:
+        """Crunch numbers for ``rounds`` (forever, here)."""
+        entered.set()
+        try:
+            while True:
+                pass
+        finally:
+            ended["crunch"].set()
+
+    h = u.act("spin", model=u.ScriptedModel([u.call_tool("spin", rounds=1), "done"]), namespace={}, tools=[spin],
+              tool_timeout=0.2, bus=bus)
+    assert await asyncio.wait_for(h.result(), 20) == "done"
+    assert "did not finish within its timeout of 0.2 s" in tool_messages(h.messages)[0]["content"]
+    assert await asyncio.to_thread(ended["spin"].wait, 10)  # the call in its thread was interrupted too
+
+    h = u.act("crunch", model=u.ScriptedModel(plans("await primitives.maths.crunch(1)")), namespace={},
+              primitives={"maths": [crunch]}, bus=bus)
+    assert await asyncio.to_thread(entered.wait, 10)
+    await asyncio.wait_for(h.stop("enough"), 10)
+    assert h.status == u.Status.STOPPED
+    assert await asyncio.to_thread(ended["crunch"].wait, 10)
+
+
 async def test_registered_primitives_and_clear_errors(bus):
     @u.primitive(alias="mine")
     def triple(x: int) -> int:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import sys
+import threading
+import time
+import weakref
 
 import pytest
 
@@ -107,3 +110,66 @@ async def test_loops_on_a_running_loop_still_count_while_another_event_loop_clos
     assert await asyncio.wait_for(asyncio.gather(*handles), 10) == ["done"] * 6
     assert u.tune_collector()["live_loops"] == tuning
     assert gc.get_threshold() == (700, 10, 10)
+
+
+@u.tool(needs_approval=True)
+def _closed_wipe(table: str) -> str:
+    """Wipe a table (irreversible)."""
+    _ENTERED.set()
+    _RELEASE.wait(10)
+    return f"wiped {table}"
+
+
+def _closed_sales(region: str) -> dict:
+    """Sales of a region."""
+    _ENTERED.set()
+    _RELEASE.wait(10)
+    return {"region": region, "sales": 1}
+
+
+_ENTERED, _RELEASE = threading.Event(), threading.Event()
+
+
+def _close_under(scenario: str) -> weakref.ref:
+    """Start ``scenario``'s run on an event loop, let it reach its waiting point, close the loop under it."""
+    event_loop = asyncio.new_event_loop()
+
+    async def start() -> u.LoopHandle:
+        bus = u.EventBus()
+        if scenario == "approved-gated-tool":
+            h = u.start_loop("x", model=u.ScriptedModel([u.call_tool("_closed_wipe", table="a"), "done"]),
+                             tools=[_closed_wipe], bus=bus)
+            asked = await h.wait_for("approval_requested", timeout=10)
+            await h.inbox.approve(asked.call_id)
+            await asyncio.to_thread(_ENTERED.wait, 10)
+        elif scenario == "plan-awaiting-approval":
+            code = "await _closed_wipe('a')"
+            h = u.act("x", model=u.ScriptedModel([u.call_tool("execute_code", code=code, intent="wipe"), "done"]),
+                      namespace={"_closed_wipe": _closed_wipe}, bus=bus)
+            await h.wait_for("approval_requested", timeout=10)
+        else:  # a JSON tool called by reference, running in its thread
+            h = u.act("x", model=u.ScriptedModel([u.call_tool("_closed_sales", region="n"), "done"]), namespace={},
+                      tools=[_closed_sales], bus=bus)
+            await asyncio.to_thread(_ENTERED.wait, 10)
+        return h
+
+    ref = weakref.ref(event_loop.run_until_complete(start()))
+    event_loop.close()  # the run is never resumed: its coroutines are closed when collected
+    return ref
+
+
+@pytest.mark.parametrize("scenario", ["approved-gated-tool", "plan-awaiting-approval", "json-tool-by-reference"])
+def test_a_run_closed_under_an_approval_or_a_reference_call_ends_quietly_when_collected(unraisable, scenario):
+    _ENTERED.clear()
+    _RELEASE.clear()
+    try:
+        ref = _close_under(scenario)
+    finally:
+        _RELEASE.set()  # a tool still running in its thread holds its call's context: let it end
+    for _ in range(200):  # until the thread has let go of the call (a wait, with its end)
+        gc.collect()
+        if ref() is None:
+            break
+        time.sleep(0.05)
+    assert ref() is None
+    assert unraisable == []  # no context variable reset in the collector's context ("Exception ignored in")

@@ -343,6 +343,7 @@ class Executor:
         disp_token = _output.display_output.set(on_pub)
         watchdog = _Watchdog(self.code_timeout)
         result = PlanResult(success=True, filename=filename)
+        closed = False
         try:
             for code_obj in (main, tail):
                 if code_obj is None:
@@ -370,9 +371,13 @@ class Executor:
             result.error = _plan_traceback(err, filename)
             if isinstance(err, SystemExit):
                 result.error += "\n(sys.exit in a plan ends the plan, not the kernel)"
+        except GeneratorExit:  # its event loop was closed under it: closed by the collector, not in its context
+            closed = True
+            raise
         finally:
-            _output.tool_output.reset(out_token)
-            _output.display_output.reset(disp_token)
+            if not closed:
+                _output.tool_output.reset(out_token)
+                _output.display_output.reset(disp_token)
             result.restored = self._restore(protected_before)
             self._collect_figures(figures_before, on_pub)
             running[0] = False

@@ -10,14 +10,13 @@ calling actor's loop, so steering reaches it and the widget shows it.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar, overload
 
 from .._errors import UserError
-from ..loop import resolve_tool_value
+from ..loop import in_worker, resolve_tool_value
 
 __all__ = ("primitive", "registered_primitives", "unregister_primitive", "Primitives", "signature_text")
 
@@ -87,7 +86,7 @@ async def _invoke(fn: Callable[..., Any], blocking: bool, args: tuple, kwargs: d
     if inspect.iscoroutinefunction(fn) or not blocking:
         value = fn(*args, **kwargs)
     else:
-        value = await asyncio.to_thread(fn, *args, **kwargs)
+        value = await in_worker(functools.partial(fn, *args) if args else fn, kwargs)  # a stop interrupts it
     return await resolve_tool_value(value)
 
 

@@ -15,7 +15,6 @@ up to 4,000 characters) goes into no variable, and any other result into a fresh
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import copy
 import json
@@ -30,7 +29,7 @@ from .._json import loads
 from .._output import install as route_output
 from .._output import tool_output
 from .._secrets import scrub
-from ..loop import Tool, render_result, resolve_tool_value
+from ..loop import Tool, in_worker, render_result, resolve_tool_value
 from ._describe import HIDDEN_NAMES, describe_value, fingerprint
 from ._executor import truncate
 
@@ -313,14 +312,19 @@ class RefTool(Tool):
 
         route_output()  # sys.stdout and sys.stderr reach the hook of the call they are written in
         token = tool_output.set(capture)
+        closed = False
         try:
             if inner.is_async:
                 value = await inner.fn(**kwargs)
             else:
-                value = await asyncio.to_thread(inner.fn, **kwargs)
+                value = await in_worker(inner.fn, kwargs)  # a stop or a timeout interrupts it there
             value = await resolve_tool_value(value)
+        except GeneratorExit:  # its event loop was closed under it: closed by the collector, not in its context
+            closed = True
+            raise
         finally:
-            tool_output.reset(token)
+            if not closed:
+                tool_output.reset(token)
         report = _report(printed, [n for n in passed if n in self.namespace
                                    and fingerprint(self.namespace[n]) != before[n]], self.namespace)
         if value is None and _unity_return is None:

@@ -26,6 +26,7 @@ from ._status import Status
 from ._steering import VERBS, Verb, register_verb, steering_entry, unregister_verb
 from ._tools import Tool, ToolContext, ToolFailed, as_tool, json_schema, render_result
 from ._views import Inbox, Requests, Tree
+from ._workers import ToolTimeout, in_worker
 
 __all__ = (
     "LoopHandle",
@@ -46,6 +47,8 @@ __all__ = (
     "as_tool",
     "json_schema",
     "render_result",
+    "in_worker",
+    "ToolTimeout",
     "RequestHandle",
     "Reference",
     "ToolResult",

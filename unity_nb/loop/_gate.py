@@ -79,10 +79,15 @@ def allow_once(fn: Callable[..., Any] | None) -> Iterator[None]:
         yield
         return
     token = _ALLOWED.set(_Ticket(fn))
+    closed = False
     try:
         yield
+    except GeneratorExit:  # the call's event loop was closed under it: closed by the collector, not in its context
+        closed = True
+        raise
     finally:
-        _ALLOWED.reset(token)
+        if not closed:
+            _ALLOWED.reset(token)
 
 
 def _rendered(name: str, args: tuple, kwargs: dict) -> str:
@@ -131,9 +136,10 @@ async def _ask(loop: Loop, call_id: str, name: str, code: str) -> None:
     try:
         await asyncio.wait((waiting, ended), return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for t in (waiting, ended):
-            if not t.done():
-                t.cancel()
+        if not run.event_loop.is_closed():  # (a closed event loop is closing this coroutine: nothing to cancel)
+            for t in (waiting, ended):
+                if not t.done():
+                    t.cancel()
     if not waiting.done() or waiting.cancelled():
         raise NotApproved(f"{name} did not run: the operation {loop.name!r} ended while it waited for approval")
     approved, reason = waiting.result()
