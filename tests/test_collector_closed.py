@@ -173,3 +173,32 @@ def test_a_run_closed_under_an_approval_or_a_reference_call_ends_quietly_when_co
         time.sleep(0.05)
     assert ref() is None
     assert unraisable == []  # no context variable reset in the collector's context ("Exception ignored in")
+
+
+def test_a_thread_waiting_for_approval_is_let_go_once_its_event_loop_is_closed():
+    """A sync tool calling a marked function waits in its thread for the person; the event loop closed under it
+    can never answer, so the wait ends (it woke twice a second forever, the thread held)."""
+    outcome: list[str] = []
+    done = threading.Event()
+
+    def relay(table: str) -> str:
+        """Ask for a wipe, from this tool's thread."""
+        try:
+            return _closed_wipe(table)
+        except u.NotApproved as err:
+            outcome.append(str(err))
+            return "not approved"
+        finally:
+            done.set()
+
+    event_loop = asyncio.new_event_loop()
+
+    async def start() -> None:
+        h = u.start_loop("x", model=u.ScriptedModel([u.call_tool("relay", table="a"), "done"]), tools=[relay],
+                         bus=u.EventBus())
+        await h.wait_for("approval_requested", timeout=10)
+
+    event_loop.run_until_complete(start())
+    event_loop.close()
+    assert done.wait(10)
+    assert outcome and "was closed while it waited for approval" in outcome[0]

@@ -172,7 +172,11 @@ def _ask_blocking(loop: Loop, call_id: str, name: str, code: str) -> None:
                 fut.result(timeout=0.5)
                 return
             except concurrent.futures.TimeoutError:
-                continue
+                if loop.run.event_loop.is_closed():  # the request can never be answered: the thread is let go
+                    raise NotApproved(
+                        f"{name} did not run: the event loop of the operation {loop.name!r} that called it was "
+                        "closed while it waited for approval"
+                    ) from None
     finally:
         fut.cancel()
 
