@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import sys
 import types
 import weakref
 from collections.abc import Iterable, Mapping
@@ -220,6 +221,9 @@ def snapshot(
 
 
 _KINDS: dict[type, str] = {}
+"""The kinds of types a module holds (a library's: they live as long as the process)."""
+_OWN_KINDS: weakref.WeakKeyDictionary[type, str] = weakref.WeakKeyDictionary()
+"""The kinds of every other type (a class defined in a cell or a plan, defined again there): never kept alive."""
 _REF = weakref.ref
 _CACHE: dict[int, tuple] = {}
 """``id(obj) -> (fingerprint, ids of its blocks tuple, first and last axis, *weak references to what pins them)``
@@ -234,7 +238,7 @@ before is still there (so :mod:`._watch` checks its entries again only when it m
 
 
 def _kind_of(t: type) -> str:
-    kind = _KINDS.get(t)
+    kind = _KINDS.get(t) or _OWN_KINDS.get(t)
     if kind is None:
         names = {(c.__module__.split(".", 1)[0], c.__name__) for c in t.__mro__}
         if ("pandas", "DataFrame") in names:
@@ -249,7 +253,11 @@ def _kind_of(t: type) -> str:
             kind = "container"
         else:
             kind = "other"
-        _KINDS[t] = kind
+        module = t.__module__
+        if module != "__main__" and getattr(sys.modules.get(module), t.__qualname__, None) is t:
+            _KINDS[t] = kind
+        else:
+            _OWN_KINDS[t] = kind
     return kind
 
 

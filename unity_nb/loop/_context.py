@@ -3,14 +3,19 @@
 A loop sets its handle as the current loop for everything its task runs, and around each tool
 call it sets the call. A loop started inside a tool becomes that call's child; the actor, the
 managers and tools ask :func:`current_call` instead of reading a loop's state.
+
+Both name the loop by a weak reference. A context outlives its loop wherever something copied it: a thread
+started inside a call (``unity_nb._output`` keeps its context for the thread's life), a timer or callback a
+library armed in the call (aiohttp's keep-alive timer, a connection's reader). Holding the handle there kept
+it, its tools and its transcript alive as long as those did. While a loop runs, its task holds it.
 """
 
 from __future__ import annotations
 
 import contextvars
 import inspect
+import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from ._face import Loop
@@ -18,17 +23,37 @@ from ._face import Loop
 __all__ = ("CallInfo", "current_call", "current_loop", "forward_call", "resolve_tool_value")
 
 
-@dataclass(frozen=True, slots=True)
 class CallInfo:
-    """The tool call code runs in: its loop, its id, and whether a loop it starts sees the caller's conversation."""
+    """The tool call code runs in: its loop, its id, and whether a loop it starts sees the caller's conversation.
+    The loop is held weakly (see the module's docstring): :attr:`loop` raises ``ReferenceError`` once it was
+    freed, which :func:`current_call` never gives (it gives ``None`` then)."""
 
-    loop: Loop
-    call_id: str
-    share_context: bool = False
+    __slots__ = ("_loop", "call_id", "share_context")
+
+    def __init__(self, loop: Loop, call_id: str, share_context: bool = False) -> None:
+        self._loop = weakref.ref(loop)
+        self.call_id = call_id
+        self.share_context = share_context
+
+    @property
+    def loop(self) -> Loop:
+        """The loop that made the call."""
+        loop = self._loop()
+        if loop is None:
+            raise ReferenceError(f"the loop of tool call {self.call_id!r} has ended and was freed")
+        return loop
+
+    @property
+    def gone(self) -> bool:
+        """Whether its loop was freed (a thread or callback outlived it)."""
+        return self._loop() is None
+
+    def __repr__(self) -> str:
+        return f"CallInfo(loop={self._loop()!r}, call_id={self.call_id!r}, share_context={self.share_context!r})"
 
 
 _CALL: contextvars.ContextVar[CallInfo | None] = contextvars.ContextVar("unity_nb_tool_call", default=None)
-_CURRENT: contextvars.ContextVar[Loop | None] = contextvars.ContextVar("unity_nb_loop", default=None)
+_CURRENT: contextvars.ContextVar[weakref.ref[Loop] | None] = contextvars.ContextVar("unity_nb_loop", default=None)
 _running = [0]  # tool calls running now, in every loop of the process
 
 
@@ -39,13 +64,15 @@ def calls_running() -> int:
 
 
 def current_call() -> CallInfo | None:
-    """The tool call running in this context (``None`` outside any tool call)."""
-    return _CALL.get()
+    """The tool call running in this context (``None`` outside any tool call, or once its loop was freed)."""
+    call = _CALL.get()
+    return None if call is None or call._loop() is None else call
 
 
 def current_loop() -> Loop | None:
-    """The loop running in this context (inside a tool: the loop that called it)."""
-    return _CURRENT.get()
+    """The loop running in this context (inside a tool: the loop that called it; ``None`` once it was freed)."""
+    ref = _CURRENT.get()
+    return None if ref is None else ref()
 
 
 def enter_call(call: CallInfo) -> contextvars.Token:
@@ -65,7 +92,7 @@ def leave_call(token: contextvars.Token, *, closed: bool = False) -> None:
 
 def enter_loop(handle: Loop) -> contextvars.Token:
     """Mark ``handle`` as the loop of this context (its task does, once, at its start)."""
-    return _CURRENT.set(handle)
+    return _CURRENT.set(weakref.ref(handle))
 
 
 def leave_loop(token: contextvars.Token) -> None:
@@ -91,7 +118,7 @@ async def resolve_tool_value(value: Any) -> Any:
     if inspect.isawaitable(value) and not isinstance(value, Loop):
         value = await value
     if isinstance(value, Loop):
-        call = _CALL.get()
+        call = current_call()
         if call is not None and value.parent in (None, call.loop):
             call.loop.run.adopt(value, call.call_id)
         value = await value.result()

@@ -41,7 +41,7 @@ from typing import Any
 
 from .._errors import NotApproved
 from .._output import started_in, tool_output
-from ._context import _CALL, calls_running, current_call, current_loop
+from ._context import _CALL, _CURRENT, calls_running, current_loop
 from ._face import Loop
 
 __all__ = ("PendingCall", "allow_once", "gate", "gated_function")
@@ -102,13 +102,18 @@ def _where(fn: Callable[..., Any]) -> tuple[Loop, str] | None:
     if ticket is not None and ticket.fn is fn and not ticket.used:
         ticket.used = True
         return None
-    call = current_call()
-    loop = call.loop if call is not None else current_loop()
-    if loop is None:  # a thread started inside a tool call keeps that call (unity_nb._output)
+    name = getattr(fn, "__name__", "the function")
+    call = _CALL.get()
+    if call is None:  # a thread started inside a tool call keeps that call (unity_nb._output)
         ctx = started_in()
         call = ctx.get(_CALL) if ctx is not None else None
-        loop = call.loop if call is not None else None
-    name = getattr(fn, "__name__", "the function")
+    ran_in = _CURRENT.get()
+    if (call is not None and call.gone) or (call is None and ran_in is not None and ran_in() is None):
+        # called from code its operation left behind (a thread, a timer), once that operation was freed
+        raise NotApproved(
+            f"{name} did not run: the operation that called it has ended, so no one can approve it"
+        )
+    loop = call.loop if call is not None else current_loop()
     if loop is None:
         if threading.current_thread() is threading.main_thread() or not calls_running():
             return None  # the person's own call (a cell, a script)

@@ -55,15 +55,18 @@ class ToolContext:
     ``ctx.handle`` is the loop running the tool. A tool that works with its loop more closely (the
     actor's ``execute_code``) prints to its call (:meth:`print`), ends the loop with a value
     (:meth:`finish`), waits for the person's approval (:meth:`approval`) and publishes events (:meth:`emit`).
+
+    The handle is held weakly: a context kept after its call (by a closure a thread holds) does not keep the loop,
+    its tools and its transcript alive; ``ctx.handle`` raises ``ReferenceError`` once the loop was freed.
     """
 
-    __slots__ = ("_calls", "call_id", "handle", "record", "request_id", "tool_name")
+    __slots__ = ("_calls", "_handle", "call_id", "record", "request_id", "tool_name")
 
     def __init__(
         self, handle: Loop, call_id: str, tool_name: str, record: Any = None, request_id: str | None = None,
         calls: _Calls | None = None,
     ) -> None:
-        self.handle = handle
+        self._handle = weakref.ref(handle)
         self.call_id = call_id
         self.tool_name = tool_name
         self.record = record
@@ -71,6 +74,14 @@ class ToolContext:
         self.request_id = request_id
         """In a multi-request loop: the request this call serves (when the model said, or only one is open)."""
         self._calls = calls
+
+    @property
+    def handle(self) -> Loop:
+        """The loop running the tool."""
+        handle = self._handle()
+        if handle is None:
+            raise ReferenceError(f"the loop of tool call {self.call_id!r} has ended and was freed")
+        return handle
 
     def _loop(self) -> _Calls:
         if self._calls is None:
@@ -305,10 +316,11 @@ def _parameters(model: type[pydantic.BaseModel]) -> dict:
 
 
 _MADE: dict[tuple, tuple] = {}
-"""``(tool name, its fields) -> (params, json_params, ref_only, fields)``: what pydantic made for a tool (about a
+"""``(tool name, its fields) -> (params, json_params, ref_only)``: what pydantic made for a tool (about a
 millisecond a tool), for every function of that name and those parameters (each closure a run, a child or a manager
-makes of one ``def``: the actor's ``execute_code``, a parent's steering tools per child). At most :data:`_MADE_MAX`
-(emptied when full)."""
+makes of one ``def``: the actor's ``execute_code``, a parent's steering tools per child). Only for parameters whose
+defaults are plain values (None, booleans, numbers, text): the models hold the defaults, and a table entry would keep
+any other one (a DataFrame) alive after its tool. At most :data:`_MADE_MAX` (emptied when full)."""
 _MADE_MAX = 1024
 
 
@@ -344,10 +356,10 @@ def _validation(
         _parameters(json_params or params)
     except Exception as err:
         raise ToolDefinitionError(f"tool {tool_name!r}: its parameters have no JSON schema ({err})") from None
-    if key is not None:
+    if key is not None and all(type(d) in _PLAIN for _t, d in fields.values()):  # (a default kept would outlive it)
         if len(_MADE) >= _MADE_MAX:
             _MADE.clear()
-        _MADE[key] = (params, json_params, tuple(ref_only), fields)  # the defaults held: their ids stay theirs
+        _MADE[key] = (params, json_params, tuple(ref_only))
     return params, json_params, tuple(ref_only)
 
 

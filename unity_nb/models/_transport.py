@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import importlib
 import json
 import math
@@ -502,6 +503,10 @@ class Silence:
         self._watch.remove(self)
 
 
+_TIMER_CONTEXT = contextvars.Context()
+"""The context the silence timer runs in: none of any model call's."""
+
+
 class _Watch:
     """The silences of one event loop and the one timer that ends those that are over (:class:`Silence`)."""
 
@@ -528,7 +533,9 @@ class _Watch:
         if self._handle is not None:
             self._handle.cancel()
         self._when = when
-        self._handle = loop.call_at(when, self._check, loop)
+        # in a context of its own: the timer may outlive the call that armed it (cancelled, it stays in the loop's
+        # heap until it comes due), and that call's context holds its loop and handle
+        self._handle = loop.call_at(when, self._check, loop, context=_TIMER_CONTEXT)
 
     def _check(self, loop: asyncio.AbstractEventLoop) -> None:
         self._handle, self._when = None, math.inf
