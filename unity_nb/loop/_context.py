@@ -23,6 +23,14 @@ from ._face import Loop
 __all__ = ("CallInfo", "current_call", "current_loop", "forward_call", "resolve_tool_value")
 
 
+def loop_of(ref: weakref.ref[Loop], call_id: str) -> Loop:
+    """The loop a weak reference a call holds names; ``ReferenceError`` once it was freed."""
+    loop = ref()
+    if loop is None:
+        raise ReferenceError(f"the loop of tool call {call_id!r} has ended and was freed")
+    return loop
+
+
 class CallInfo:
     """The tool call code runs in: its loop, its id, and whether a loop it starts sees the caller's conversation.
     The loop is held weakly (see the module's docstring): :attr:`loop` raises ``ReferenceError`` once it was
@@ -38,10 +46,7 @@ class CallInfo:
     @property
     def loop(self) -> Loop:
         """The loop that made the call."""
-        loop = self._loop()
-        if loop is None:
-            raise ReferenceError(f"the loop of tool call {self.call_id!r} has ended and was freed")
-        return loop
+        return loop_of(self._loop, self.call_id)
 
     @property
     def gone(self) -> bool:

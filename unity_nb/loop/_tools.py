@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import pydantic
 
 from .._errors import ToolDefinitionError
+from ._context import loop_of
 from ._face import Loop
 from ._gate import gate, gated_function
 
@@ -78,10 +79,7 @@ class ToolContext:
     @property
     def handle(self) -> Loop:
         """The loop running the tool."""
-        handle = self._handle()
-        if handle is None:
-            raise ReferenceError(f"the loop of tool call {self.call_id!r} has ended and was freed")
-        return handle
+        return loop_of(self._handle, self.call_id)
 
     def _loop(self) -> _Calls:
         if self._calls is None:
