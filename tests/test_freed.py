@@ -114,3 +114,24 @@ def test_a_tool_s_default_is_freed_with_its_tool():
     del tool, look, table
     gc.collect()
     assert kept() is None
+
+
+async def test_the_bus_keeps_printed_output_within_its_size_and_the_transcript_keeps_all_of_it():
+    """A bus kept 2,000 events of each kind whatever their size: a plan printing a large frame in a loop kept
+    gigabytes in the default bus after its run was gone."""
+    bus = u.EventBus(printed_chars=50_000)
+
+    def script(messages, tools):
+        done = sum(1 for m in messages if m["role"] == "tool")
+        code = f"print('part {done}: ' + 'x' * 20_000)"
+        return u.call_tool("execute_code", code=code, intent="print a part") if done < 6 else "done"
+
+    h = u.act("report", model=u.ScriptedModel(script), namespace={}, bus=bus)
+    assert await asyncio.wait_for(h.result(), 20) == "done"
+    kept = bus.history("tool_output")
+    assert 0 < sum(len(e.text) for e in kept) <= 50_000 and bus.dropped >= 3
+    kept_text = "".join(e.text for e in kept)
+    assert "part 5: " in kept_text and "part 0: " not in kept_text  # the newest kept, the oldest gone
+    assert len(bus.history("code_executed")) == 6  # other kinds as they were
+    printed = "".join(e.text for e in h.events if e.kind == "tool_output")
+    assert all(f"part {i}: " in printed for i in range(6))  # nothing lost from the run's own record

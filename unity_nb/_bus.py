@@ -71,7 +71,9 @@ def _observe(callback: Callable[[Event], Any], tasks: set[asyncio.Future], task:
 
 
 class EventBus:
-    """In-process pub/sub for loop events, with a bounded history per kind.
+    """In-process pub/sub for loop events, with a bounded history per kind: at most ``history`` events of each
+    kind, and what tools printed (``tool_output``) at most ``printed_chars`` characters in all (one event can
+    carry megabytes: a DataFrame printed whole); the oldest go first, and :attr:`dropped` counts them.
 
     ``subscribe(callback)`` registers a function (sync, or async: scheduled as a task) called
     with each event; an exception in a callback is logged, never raised into the loop. The bus
@@ -79,8 +81,12 @@ class EventBus:
     reference: a task nobody holds can vanish before it runs), and logs its failure.
     """
 
-    def __init__(self, *, history: int = 2000) -> None:
+    def __init__(self, *, history: int = 2000, printed_chars: int = 16_000_000) -> None:
         self._limit = history
+        self._printed_limit = printed_chars
+        self._printed = 0  # characters of the tool_output events kept
+        self.dropped = 0
+        """Events the history let go of to stay within its bounds (the oldest, by count or by size)."""
         self._history: dict[str, collections.deque[Event]] = {}
         self._subscribers: list[tuple[Callable[[Event], Any], frozenset[str] | None]] = []
         self._waiters: Waiters = []
@@ -90,7 +96,16 @@ class EventBus:
         hist = self._history.get(event.kind)
         if hist is None:
             hist = self._history[event.kind] = collections.deque(maxlen=self._limit)
+        if len(hist) == self._limit:
+            self.dropped += 1
+            if event.kind == "tool_output":
+                self._printed -= len(getattr(hist[0], "text", ""))
         hist.append(event)
+        if event.kind == "tool_output":
+            self._printed += len(getattr(event, "text", ""))
+            while self._printed > self._printed_limit and len(hist) > 1:
+                self._printed -= len(getattr(hist.popleft(), "text", ""))
+                self.dropped += 1
         for callback, kinds in self._subscribers:
             if kinds is None or event.kind in kinds:
                 try:
@@ -177,6 +192,7 @@ class EventBus:
     def clear(self) -> None:
         """Forget the history (subscribers stay)."""
         self._history.clear()
+        self._printed = 0
 
     @staticmethod
     def to_dataframe(events: Iterable[Event]):

@@ -22,6 +22,7 @@ from ._args import HELP, SETTINGS, SUBCOMMANDS, Command, check_setting, overview
 from ._commands import usage_hint
 from ._magics_tasks import resume_from_store, show_transcript, task_command, tasks_table
 from ._model_names import listing, unlisted
+from ._shown import Widgets
 from ._target import assigned_name
 
 __all__ = ("UnityMagics",)
@@ -87,7 +88,10 @@ class UnityMagics(Magics):
         super().__init__(shell, **kwargs)
         self.handles: dict[str, LoopHandle] = {}
         """Every operation started here, by name (live and finished)."""
-        self.widgets: dict[str, Any] = {}
+        self.shown = Widgets(shell)
+        """The widgets shown here (see :class:`Widgets`)."""
+        self.widgets: dict[str, Any] = self.shown.by_name
+        """The newest widget of each operation name."""
         self.steering: set[asyncio.Future] = set()
         """Steering calls the magics scheduled that have not ended yet (each one's outcome is reported)."""
         self.model: Any = None
@@ -97,7 +101,6 @@ class UnityMagics(Magics):
         self._store: Any = None
         self._registry: Any = None
         self._tasks_manager: Any = None
-        self._shown: dict[str, int] = {}  # handle id -> the execution count of the cell that showed its widget
 
     @property
     def user_ns(self) -> dict:
@@ -173,6 +176,7 @@ class UnityMagics(Magics):
         self._made_model = made
 
     def close(self) -> None:
+        self.shown.retire_all()  # %unload_ext: each closed once its operation is done
         if self.model is not None:
             set_default_model(None)
         if self._made_model and self.model is not None:
@@ -440,31 +444,19 @@ class UnityMagics(Magics):
         return start_operator(self, cmd)
 
     def _show_widget(self, handle: LoopHandle, key: str | None = None, *, notice: str = "") -> None:
-        if not self.show_widgets:
-            return
-        from ._shown import show_with_snapshot
-        from ._widget import HandleWidget
-
-        widget = HandleWidget(handle, max_hz=self.max_updates_per_second)
-        if notice:
-            widget.notice = notice
-        self.widgets[key or handle.name] = widget
-        self._shown[handle.id] = self.shell.execution_count if self.shell is not None else -1
-        # the widget, then its snapshot as a second output (what a notebook reopened without widget state shows)
-        show_with_snapshot(widget, handle)
+        if self.show_widgets:
+            self.shown.show(handle, key, notice=notice, max_hz=self.max_updates_per_second)
 
     def display_handle(self, handle: LoopHandle) -> None:
         """How a handle displays in this kernel (registered by the extension): its live widget. A handle
         whose widget this cell already shows (``%unity act ...`` as the cell's last line) shows nothing
         more, so no ``Out[]`` text saying "running" stays under a widget that says "finished"."""
-        if self.shell is not None and self._shown.get(handle.id) == self.shell.execution_count:
+        if self.shown.shown_here(handle):
             return
         if not self.show_widgets:
             display({"text/plain": repr(handle)}, raw=True)
             return
-        from ._widget import HandleWidget
-
-        display(HandleWidget(handle, max_hz=self.max_updates_per_second))
+        self.shown.display(handle, max_hz=self.max_updates_per_second)
 
     def _list(self, cmd: Command) -> Any:
         import pandas as pd

@@ -10,12 +10,13 @@ to the page, ``widgets/handle.js``): a dead widget (kernel gone) or a missing on
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from ..loop import LoopHandle
 from ._snapshot import render_html
 
-__all__ = ("show_with_snapshot",)
+__all__ = ("Widgets", "show_with_snapshot")
 
 _ENDS = ("loop_finished", "loop_failed")
 
@@ -42,3 +43,60 @@ def show_with_snapshot(widget: Any, handle: LoopHandle) -> None:
                 beside.update(_snapshot(handle, widget), raw=True)
 
     handle.run.add_listener(refresh)
+
+
+class Widgets:
+    """The live widgets the magics show: the newest by operation name (:attr:`by_name`), the open one of each
+    handle, and the cell each handle's was shown in.
+
+    ipywidgets keeps every widget until it is closed, and a widget keeps its handle, transcript and all: a widget
+    whose name a newer operation took (``h = %unity act ...`` run again) is retired, closed once its operation is
+    done (its cell keeps the snapshot shown beside it); a handle displayed again shows its open widget, not a new
+    one."""
+
+    def __init__(self, shell: Any) -> None:
+        self.shell = shell
+        self.by_name: dict[str, Any] = {}
+        """The newest widget of each operation name."""
+        self._open: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+        self._cell: dict[str, int] = {}  # handle id -> the execution count of the cell that showed its widget
+
+    def _count(self) -> int:
+        return self.shell.execution_count if self.shell is not None else -1
+
+    def show(self, handle: LoopHandle, key: str | None, *, notice: str, max_hz: float) -> None:
+        """A new operation's widget, and its snapshot beside it; the one it replaces under ``key`` is retired."""
+        from ._widget import HandleWidget
+
+        widget = HandleWidget(handle, max_hz=max_hz)
+        if notice:
+            widget.notice = notice
+        key = key or handle.name
+        old = self.by_name.get(key)
+        self.by_name[key] = self._open[handle.id] = widget
+        self._cell[handle.id] = self._count()
+        if old is not None and old.handle is not handle:
+            self._cell.pop(old.handle.id, None)
+            old.retire()
+        # the widget, then its snapshot as a second output (what a notebook reopened without widget state shows)
+        show_with_snapshot(widget, handle)
+
+    def shown_here(self, handle: LoopHandle) -> bool:
+        """Whether this cell already shows ``handle``'s widget (``%unity act ...`` as the cell's last line)."""
+        return self._cell.get(handle.id) == self._count()
+
+    def display(self, handle: LoopHandle, *, max_hz: float) -> None:
+        """Display ``handle``'s open widget (another view of it), or a new one if it has none."""
+        from IPython.display import display
+
+        from ._widget import HandleWidget
+
+        widget = self._open.get(handle.id)
+        if widget is None or widget.comm is None:
+            widget = self._open[handle.id] = HandleWidget(handle, max_hz=max_hz)
+        display(widget)
+
+    def retire_all(self) -> None:
+        """Retire every widget shown (the magics are unloaded)."""
+        for widget in list(self._open.values()):
+            widget.retire()

@@ -363,6 +363,7 @@ class HandleWidget(anywidget.AnyWidget):
         watch_cells(self)
         self._unlisten = handle.run.add_listener(self._on_event)
         self._cancelled_seen = handle.state.cancelled_waits
+        self._retired = False
         _watch_interrupts(self)
         self.flush()
 
@@ -446,6 +447,27 @@ class HandleWidget(anywidget.AnyWidget):
         self.flushes += 1
         if self.handle.done() and all(a.done() for _n, _q, a in self._ask_handles):
             self._unlisten()
+            if self._retired:
+                self.close()
+
+    def retire(self) -> None:
+        """Close this widget once its operation and the questions asked in it are done (at once, if they are): a
+        newer widget took its place. ipywidgets keeps every widget until it is closed, and with it the handle and
+        its transcript; the cell it was shown in keeps the snapshot shown beside it."""
+        self._retired = True
+        if self.handle.done() and all(a.done() for _n, _q, a in self._ask_handles):
+            self.flush()  # its last state, then closed
+
+    def close(self) -> None:
+        """Close the widget and its layout (ipywidgets would keep the layout), and stop listening to the handle."""
+        self._unlisten()
+        if self._flush_scheduled is not None:
+            self._flush_scheduled.cancel()
+            self._flush_scheduled = None
+        layout = self.layout
+        super().close()
+        if layout is not None:
+            layout.close()
 
     def _after_cell(self, result: Any = None) -> None:
         """After each cell: if a cell awaiting the operation was interrupted, say that the operation goes on.
