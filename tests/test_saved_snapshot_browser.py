@@ -38,7 +38,7 @@ from test_widget_browser import (  # noqa: F401
 ANSWER = "The north sold most (ANSWER-7f3)."
 CELLS = [
     "%load_ext unity_nb\nimport unity_nb as u",
-    f"answers = u.ScriptedModel([{ANSWER!r}])\n%unity model --var answers",
+    f"answers = u.ScriptedModel(lambda messages, tools: {ANSWER!r})\n%unity model --var answers",
 ]
 SNAPSHOT = ".unity-nb-snapshot"
 
@@ -102,6 +102,26 @@ def test_while_the_live_widget_shows_its_snapshot_output_is_hidden(lab, browser)
     expect(snapshot).to_contain_text(ANSWER)
     expect(snapshot).to_be_hidden()  # ... but hidden while the live widget is shown
     expect(cell.locator(".unb-root")).to_be_visible()
+    assert browser.outside == [], "the page requested something beyond the local server"
+
+
+def test_a_widget_whose_name_a_new_operation_took_is_closed_and_its_cell_shows_the_snapshot(lab, browser):  # noqa: F811
+    """ipywidgets keeps every open widget (and it, its handle): the one a same-named operation replaces is closed,
+    and its cell shows the operation's snapshot instead, as it ended."""
+    from playwright.sync_api import expect
+
+    _notebook(lab.root / "again.ipynb", [
+        *CELLS, "h = %unity act --name north Which region?\n_ = await h", "h = %unity act --name north Again?",
+    ])
+    page = browser.page
+    panel = _open(page, lab, "again", "again.ipynb")
+    _run_all(page)
+    first, second = panel.locator(".jp-Cell").nth(2), panel.locator(".jp-Cell").nth(3)
+    expect(second.locator(".unb-root")).to_be_visible()  # the new operation's live widget ...
+    expect(second.locator(SNAPSHOT)).to_be_hidden()
+    expect(first.locator(".unb-root")).to_have_count(0)  # ... and the one it replaced, closed
+    expect(first.locator(SNAPSHOT)).to_be_visible()  # its cell shows what the operation did
+    expect(first.locator(SNAPSHOT)).to_contain_text(ANSWER)
     assert browser.outside == [], "the page requested something beyond the local server"
 
 
