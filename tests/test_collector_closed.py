@@ -112,7 +112,6 @@ async def test_loops_on_a_running_loop_still_count_while_another_event_loop_clos
     assert gc.get_threshold() == (700, 10, 10)
 
 
-@u.tool(needs_approval=True)
 def _closed_wipe(table: str) -> str:
     """Wipe a table (irreversible)."""
     _ENTERED.set()
@@ -130,7 +129,14 @@ def _closed_sales(region: str) -> dict:
 _ENTERED, _RELEASE = threading.Event(), threading.Event()
 
 
-def _close_under(scenario: str) -> weakref.ref:
+@pytest.fixture
+def wipe():
+    """``_closed_wipe`` marked: registered, its gate waiting for the person's approval; forgotten after the test."""
+    yield u.tool(needs_approval=True)(_closed_wipe)
+    u.unregister_tool("_closed_wipe")
+
+
+def _close_under(scenario: str, wipe) -> weakref.ref:
     """Start ``scenario``'s run on an event loop, let it reach its waiting point, close the loop under it."""
     event_loop = asyncio.new_event_loop()
 
@@ -138,14 +144,14 @@ def _close_under(scenario: str) -> weakref.ref:
         bus = u.EventBus()
         if scenario == "approved-gated-tool":
             h = u.start_loop("x", model=u.ScriptedModel([u.call_tool("_closed_wipe", table="a"), "done"]),
-                             tools=[_closed_wipe], bus=bus)
+                             tools=[wipe], bus=bus)
             asked = await h.wait_for("approval_requested", timeout=10)
             await h.inbox.approve(asked.call_id)
             await asyncio.to_thread(_ENTERED.wait, 10)
         elif scenario == "plan-awaiting-approval":
             code = "await _closed_wipe('a')"
             h = u.act("x", model=u.ScriptedModel([u.call_tool("execute_code", code=code, intent="wipe"), "done"]),
-                      namespace={"_closed_wipe": _closed_wipe}, bus=bus)
+                      namespace={"_closed_wipe": wipe}, bus=bus)
             await h.wait_for("approval_requested", timeout=10)
         else:  # a JSON tool called by reference, running in its thread
             h = u.act("x", model=u.ScriptedModel([u.call_tool("_closed_sales", region="n"), "done"]), namespace={},
@@ -159,11 +165,11 @@ def _close_under(scenario: str) -> weakref.ref:
 
 
 @pytest.mark.parametrize("scenario", ["approved-gated-tool", "plan-awaiting-approval", "json-tool-by-reference"])
-def test_a_run_closed_under_an_approval_or_a_reference_call_ends_quietly_when_collected(unraisable, scenario):
+def test_a_run_closed_under_an_approval_or_a_reference_call_ends_quietly_when_collected(unraisable, scenario, wipe):
     _ENTERED.clear()
     _RELEASE.clear()
     try:
-        ref = _close_under(scenario)
+        ref = _close_under(scenario, wipe)
     finally:
         _RELEASE.set()  # a tool still running in its thread holds its call's context: let it end
     for _ in range(200):  # until the thread has let go of the call (a wait, with its end)
@@ -175,7 +181,7 @@ def test_a_run_closed_under_an_approval_or_a_reference_call_ends_quietly_when_co
     assert unraisable == []  # no context variable reset in the collector's context ("Exception ignored in")
 
 
-def test_a_thread_waiting_for_approval_is_let_go_once_its_event_loop_is_closed():
+def test_a_thread_waiting_for_approval_is_let_go_once_its_event_loop_is_closed(wipe):
     """A sync tool calling a marked function waits in its thread for the person; the event loop closed under it
     can never answer, so the wait ends (it woke twice a second forever, the thread held)."""
     outcome: list[str] = []
@@ -184,7 +190,7 @@ def test_a_thread_waiting_for_approval_is_let_go_once_its_event_loop_is_closed()
     def relay(table: str) -> str:
         """Ask for a wipe, from this tool's thread."""
         try:
-            return _closed_wipe(table)
+            return wipe(table)
         except u.NotApproved as err:
             outcome.append(str(err))
             return "not approved"
