@@ -29,13 +29,18 @@ def pid_rows(n):
     """A map whose rows each ask the tool ``whoami`` (the pid of the process running the row), then answer with
     their task, the pid, and whether they were told the interjection ``NOTE-42``."""
 
+    seen: set[str] = set()
+
     def answer(body):
         messages = body["messages"]
         results = [m["content"] for m in messages if m["role"] == "tool"]
         if not results:
             return Reply(tool_calls=[{"name": "whoami", "arguments": "{}"}], first_byte_delay=0.1)
         told = any("NOTE-42" in str(m.get("content")) for m in messages)
-        return Reply(content=f"{task_of(body)}|{results[-1]}|{told}", first_byte_delay=0.1)
+        seen.add(results[-1])
+        # while one process alone has asked, its rows answer slowly (input pacing): a worker that starts late on a
+        # busy machine still finds rows to lease, where the first one would otherwise have drained the queue
+        return Reply(content=f"{task_of(body)}|{results[-1]}|{told}", first_byte_delay=0.1 if len(seen) > 1 else 1.0)
 
     def whoami() -> int:
         """The process running this row."""
