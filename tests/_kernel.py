@@ -39,6 +39,34 @@ class Kernel:
         assert reply["content"]["status"] == "ok" and not errors, "\n".join(errors)
         return "".join(out)
 
+    def run_cell(self, code, cell, deleted=(), timeout=60):
+        """Execute ``code`` as the cell ``cell`` of a notebook, as JupyterLab sends it (``cellId``, and the ids of
+        the cells deleted since the last execution in ``deletedCells``); return its stdout; fail on an error."""
+        content = {"code": code, "silent": False, "store_history": True, "user_expressions": {},
+                   "allow_stdin": False, "stop_on_error": True}
+        msg = self.kc.session.msg(
+            "execute_request", content, metadata={"cellId": cell, "deletedCells": list(deleted), "recordTiming": False}
+        )
+        self.kc.shell_channel.send(msg)
+        msg_id = msg["header"]["msg_id"]
+        out, errors = [], []
+        while True:
+            m = self.kc.get_iopub_msg(timeout=timeout)
+            if m["parent_header"].get("msg_id") != msg_id:
+                continue
+            t, c = m["msg_type"], m["content"]
+            if t == "stream" and c["name"] == "stdout":
+                out.append(c["text"])
+            elif t == "error":
+                errors.append("\n".join(c["traceback"]))
+            elif t == "status" and c["execution_state"] == "idle":
+                break
+        reply = self.kc.get_shell_msg(timeout=timeout)
+        while reply["parent_header"].get("msg_id") != msg_id:
+            reply = self.kc.get_shell_msg(timeout=timeout)
+        assert reply["content"]["status"] == "ok" and not errors, "\n".join(errors)
+        return "".join(out)
+
     def value(self, expr, timeout=60):
         """The JSON value of ``expr`` evaluated in the kernel (top-level await allowed)."""
         out = self.run(f"import json as _j; print(_j.dumps({expr}))", timeout=timeout)

@@ -125,6 +125,32 @@ def test_a_widget_whose_name_a_new_operation_took_is_closed_and_its_cell_shows_t
     assert browser.outside == [], "the page requested something beyond the local server"
 
 
+def test_a_cell_that_displays_a_handle_run_again_leaves_one_open_widget(lab, browser):  # noqa: F811
+    """JupyterLab sends each cell's id with its execution and clears the cell's outputs as it runs it again: the
+    widget only that cell showed is closed then (ipywidgets would keep it, and it its handle, for the kernel's
+    life). The count comes from the kernel, printed by the last cell after each Run All."""
+    from playwright.sync_api import expect
+
+    probe = (
+        "import gc\nfrom unity_nb.jupyter._widget import HandleWidget\n"
+        "print('open widgets:', sum(isinstance(o, HandleWidget) and o.comm is not None for o in gc.get_objects()))"
+    )
+    _notebook(lab.root / "display_again.ipynb", [
+        *CELLS, "d = u.act('Which region?', model=answers)\n_ = await d\ndisplay(d)", probe,
+    ])
+    page = browser.page
+    panel = _open(page, lab, "display_again", "display_again.ipynb")
+    shown, last = panel.locator(".jp-Cell").nth(2), panel.locator(".jp-Cell").nth(3)
+    prompt = last.locator(".jp-InputArea-prompt")
+    for _ in range(3):
+        before = prompt.inner_text()
+        _run_all(page)
+        expect(prompt).not_to_have_text(re.compile(rf"\*|^{re.escape(before)}$"))  # the last cell ran again
+        expect(last.locator(".jp-OutputArea")).to_contain_text("open widgets: 1")
+        expect(shown.locator(".unb-root")).to_be_visible()
+    assert browser.outside == [], "the page requested something beyond the local server"
+
+
 def test_a_dead_widget_lets_its_snapshot_show(lab, browser):  # noqa: F811
     from nbformat.sign import NotebookNotary
     from playwright.sync_api import expect

@@ -86,3 +86,40 @@ def test_widgets_left_when_the_extension_is_unloaded_close_once_their_operations
     kernel.run("gated.proceed.set()\nawait g")
     kernel.run("await until(lambda: widget.comm is None, 'closed the widget of the ended operation')")
     kernel.run("%load_ext unity_nb")
+
+
+def test_a_handle_displayed_in_a_cell_run_again_leaves_one_open_widget(kernel):
+    """JupyterLab sends each cell's id with its execution and clears the cell's outputs as it runs it again: the
+    widgets only that cell showed are seen nowhere now, and close once their operations end."""
+    kernel.run("%unity model --var scripted")
+    for _ in range(RUNS):
+        kernel.run_cell("d = u.act('print a lot', model=scripted)\nawait d\ndisplay(d)", cell="cell-d")
+    kernel.run("await until(lambda: live()['open widgets'] <= 2, 'closed the widgets no cell shows')")
+    kernel.run("await until(lambda: live()['handles'] <= 3, 'freed the operations no cell shows')")
+    counts = kernel.value("live()")
+    assert counts["open widgets"] <= 2 and counts["handles"] <= 3  # d's, and magics.widgets['h'] of the first test
+
+
+def test_a_widget_another_cell_still_shows_stays_open_until_that_cell_runs_again_or_is_deleted(kernel):
+    kernel.run("%unity model --var scripted")
+    kernel.run_cell("e = u.act('print a lot', model=scripted)\nawait e\ndisplay(e)", cell="cell-e")
+    kernel.run_cell("display(e)", cell="cell-e2")  # another view of the same widget, in another cell
+    kernel.run("widget = next(w for w in gc.get_objects() if isinstance(w, HandleWidget) and w.handle is e)")
+    kernel.run_cell("e = None", cell="cell-e")  # the first cell runs again: its view is cleared, the other stays
+    assert kernel.value("widget.comm is not None")
+    kernel.run_cell("1", cell="cell-other", deleted=["cell-e2"])  # the other cell deleted: no view of it left
+    kernel.run("await until(lambda: widget.comm is None, 'closed the widget no cell shows')")
+
+
+def test_a_live_operation_s_widget_no_cell_shows_closes_once_it_ends(kernel):
+    kernel.run("%unity model --var gated")
+    kernel.run("gated.proceed.clear()")
+    kernel.run_cell("f = u.act('wait', model=gated)\ndisplay(f)", cell="cell-f")
+    kernel.run("widget = next(w for w in gc.get_objects() if isinstance(w, HandleWidget) and w.handle is f)")
+    kernel.run_cell("2", cell="cell-f")  # run again while f runs: closed once f ends, not before
+    assert kernel.value("widget.comm is not None and not f.done()")
+    kernel.run_cell("display(f)", cell="cell-f2")  # displayed again meanwhile: a new widget, which stays open
+    kernel.run("gated.proceed.set()\nawait f")
+    kernel.run("await until(lambda: widget.comm is None, 'closed the retired widget')")
+    opened = "[w for w in gc.get_objects() if isinstance(w, HandleWidget) and w.handle is f and w.comm is not None]"
+    assert kernel.value(f"len({opened})") == 1

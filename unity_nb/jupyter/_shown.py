@@ -52,7 +52,9 @@ class Widgets:
     ipywidgets keeps every widget until it is closed, and a widget keeps its handle, transcript and all: a widget
     whose name a newer operation took (``h = %unity act ...`` run again) is retired, closed once its operation is
     done (its cell keeps the snapshot shown beside it); a handle displayed again shows its open widget, not a new
-    one."""
+    one. Where the front end names its cells (JupyterLab, Notebook 7, VS Code and nbclient send ``cellId`` with
+    each execution, and JupyterLab the cells deleted since), a widget is retired too once no cell shows it: every
+    cell it was shown in ran again (a front end clears a cell's outputs when it runs it) or was deleted."""
 
     def __init__(self, shell: Any) -> None:
         self.shell = shell
@@ -60,6 +62,34 @@ class Widgets:
         """The newest widget of each operation name."""
         self._open: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
         self._cell: dict[str, int] = {}  # handle id -> the execution count of the cell that showed its widget
+        self._where: dict[str, set[str]] = {}  # handle id -> the ids of the cells showing its open widget
+        self._cell_id: str | None = None  # the id of the cell running now, when the front end sent one
+        events = getattr(shell, "events", None)
+        if events is not None:
+            events.register("pre_run_cell", self._cell_starts)
+
+    def _cell_starts(self, info: Any = None) -> None:
+        """A cell starts: the widgets only it, or only cells deleted since, showed are seen nowhere now."""
+        self._cell_id = cell = getattr(info, "cell_id", None)
+        meta = getattr(info, "cell_meta", None)
+        gone = set(meta.get("deletedCells") or ()) if isinstance(meta, dict) else set()
+        if cell is not None:
+            gone.add(cell)  # its outputs are cleared as it runs again
+        if not gone:
+            return
+        for key, cells in list(self._where.items()):
+            if cells.isdisjoint(gone):
+                continue
+            cells -= gone
+            if not cells:
+                del self._where[key]
+                widget = self._open.get(key)
+                if widget is not None:
+                    widget.retire()
+
+    def _shown_in_cell(self, handle: LoopHandle) -> None:
+        if self._cell_id is not None:
+            self._where.setdefault(handle.id, set()).add(self._cell_id)
 
     def _count(self) -> int:
         return self.shell.execution_count if self.shell is not None else -1
@@ -75,9 +105,13 @@ class Widgets:
         old = self.by_name.get(key)
         self.by_name[key] = self._open[handle.id] = widget
         self._cell[handle.id] = self._count()
+        self._where.pop(handle.id, None)
+        self._shown_in_cell(handle)
         if old is not None and old.handle is not handle:
             self._cell.pop(old.handle.id, None)
-            old.retire()
+            if not self._where.get(old.handle.id):  # unless another cell still shows it (``h`` displayed there)
+                self._where.pop(old.handle.id, None)
+                old.retire()
         # the widget, then its snapshot as a second output (what a notebook reopened without widget state shows)
         show_with_snapshot(widget, handle)
 
@@ -92,11 +126,20 @@ class Widgets:
         from ._widget import HandleWidget
 
         widget = self._open.get(handle.id)
-        if widget is None or widget.comm is None:
+        if widget is None or widget.comm is None or widget.retired:  # a retired one closes once the operation ends
             widget = self._open[handle.id] = HandleWidget(handle, max_hz=max_hz)
+            self._where.pop(handle.id, None)
+        self._shown_in_cell(handle)
         display(widget)
 
     def retire_all(self) -> None:
         """Retire every widget shown (the magics are unloaded)."""
         for widget in list(self._open.values()):
             widget.retire()
+        self._where.clear()
+        events = getattr(self.shell, "events", None)
+        if events is not None:
+            try:
+                events.unregister("pre_run_cell", self._cell_starts)
+            except ValueError:
+                pass

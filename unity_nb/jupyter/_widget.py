@@ -450,6 +450,11 @@ class HandleWidget(anywidget.AnyWidget):
             if self._retired:
                 self.close()
 
+    @property
+    def retired(self) -> bool:
+        """Whether :meth:`retire` was called (the widget closes once its operation is done)."""
+        return self._retired
+
     def retire(self) -> None:
         """Close this widget once its operation and the questions asked in it are done (at once, if they are): a
         newer widget took its place. ipywidgets keeps every widget until it is closed, and with it the handle and
