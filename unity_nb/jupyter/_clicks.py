@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-__all__ = ("Clicks", "kernel_has_subshells", "watch_cells")
+__all__ = ("Clicks", "kernel_has_subshells", "watch_cells", "watch_interrupts")
 
 log = logging.getLogger("unity_nb.widget")
 
@@ -211,3 +211,24 @@ def watch_cells(widget: Any) -> None:
         shell.events.register("post_run_cell", cells.post)
     cells.widgets.add(widget)
     widget.cell_running = cells.running
+
+
+_INTERRUPTS: weakref.WeakKeyDictionary[Any, weakref.WeakSet[Any]] = weakref.WeakKeyDictionary()
+
+
+def watch_interrupts(widget: Any) -> None:
+    """After each cell of the shell (one hook per shell), each live widget checks whether a cell awaiting its
+    operation was interrupted (``LoopHandle.state.cancelled_waits``): the interrupt ends the wait, not the operation."""
+    shell, _ = _kernel()
+    if shell is None:
+        return
+    widgets = _INTERRUPTS.get(shell)
+    if widgets is None:
+        widgets = _INTERRUPTS[shell] = weakref.WeakSet()
+
+        def after(result: Any = None) -> None:
+            for w in list(widgets):
+                w._after_cell(result)
+
+        shell.events.register("post_run_cell", after)
+    widgets.add(widget)

@@ -23,7 +23,6 @@ import asyncio
 import hashlib
 import logging
 import re
-import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -35,7 +34,7 @@ import traitlets
 from ..loop import VERBS, LoopHandle, Message, pending_approvals, was_skipped
 from ._batch_view import preview
 from ._buttons import verb_buttons
-from ._clicks import Clicks, watch_cells
+from ._clicks import Clicks, watch_cells, watch_interrupts
 from ._snapshot import LIMIT as _LIMIT
 from ._snapshot import clip as _clip
 from ._snapshot import render_html
@@ -364,7 +363,7 @@ class HandleWidget(anywidget.AnyWidget):
         self._unlisten = handle.run.add_listener(self._on_event)
         self._cancelled_seen = handle.state.cancelled_waits
         self._retired = False
-        _watch_interrupts(self)
+        watch_interrupts(self)
         self.flush()
 
     # -- state ------------------------------------------------------------------------------
@@ -577,28 +576,3 @@ class HandleWidget(anywidget.AnyWidget):
         data["text/plain"] = repr(self.handle)
         data["text/html"] = render_html(self.handle)
         return data, dict(metadata or {})
-
-
-_INTERRUPTS: weakref.WeakKeyDictionary[Any, weakref.WeakSet[HandleWidget]] = weakref.WeakKeyDictionary()
-
-
-def _watch_interrupts(widget: HandleWidget) -> None:
-    """After each cell of the shell (one hook per shell), each live widget checks whether a cell awaiting its
-    operation was interrupted (``LoopHandle.state.cancelled_waits``): the interrupt ends the wait, not the operation."""
-    try:
-        from IPython import get_ipython
-    except ImportError:  # pragma: no cover - IPython comes with the jupyter extra
-        return
-    shell = get_ipython()
-    if shell is None:
-        return
-    widgets = _INTERRUPTS.get(shell)
-    if widgets is None:
-        widgets = _INTERRUPTS[shell] = weakref.WeakSet()
-
-        def after(result: Any = None) -> None:
-            for w in list(widgets):
-                w._after_cell(result)
-
-        shell.events.register("post_run_cell", after)
-    widgets.add(widget)
