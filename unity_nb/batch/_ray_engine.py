@@ -72,6 +72,16 @@ _INSTALL = "backend='ray' needs Ray: pip install 'unity_nb[ray]'"
 _ADDRESS = re.compile(r"(auto|local|(ray|ray\+tls)://[^\s/]+(:\d+)?|[A-Za-z0-9_.\-\[\]:]+:\d+)")
 
 _thread: list[concurrent.futures.ThreadPoolExecutor] = []
+_REMOTE: dict[str, Any] = {}
+
+
+def _remote_classes(ray: Any) -> tuple[Any, Any]:
+    """The control actor's and the workers' Ray classes, made once per process (a batch sets its own resources
+    with ``.options``): Ray keeps what it learns of each class it is given for the driver's life (its methods'
+    metadata, keyed by a hash of that very class), so a class made per batch kept some 30 KiB per batch."""
+    if not _REMOTE:
+        _REMOTE.update(control=ray.remote(num_cpus=0)(Control), worker=ray.remote(max_restarts=0)(Worker))
+    return _REMOTE["control"], _REMOTE["worker"]
 
 
 def _ray_thread() -> concurrent.futures.ThreadPoolExecutor:
@@ -222,7 +232,7 @@ class RayEngine(MapEngine):
         self._joined = ""
         self._ray: Any = None
         self._remote = isinstance(book.source, RemoteRows)  # a Dataset or Parquet: rows made on the cluster
-        self._blocks: list[tuple[Any, int, int]] = []  # their refs, held while the batch runs
+        self._blocks: list[tuple[Any, int, int]] = []  # their refs, held while the batch runs (only)
         if self._remote and plan.cache is not None:
             self.plan = RowPlan(plan.template, plan.output, plan.config, plan.named, plan.model_name,
                                 plan.concurrency, None)  # the cache keys on a row's task, which stays on the cluster
@@ -269,6 +279,9 @@ class RayEngine(MapEngine):
         finally:
             if self._control is not None:
                 await asyncio.to_thread(self._end_actors)
+            # the recipe's and the blocks' object refs: held, they kept them in the cluster's object store for as
+            # long as the handle lived (a Parquet path's rows read into the store as pandas blocks, all of them)
+            self._worker_args, self._blocks = (), []
         self.conclude()
         return counts_text(book.counts, book.total, ended=True, kept=book.kept, cached=book.cached)
 
@@ -288,7 +301,7 @@ class RayEngine(MapEngine):
         price = price_of(self.plan.config.model)
         spending = self.spending
         budget = None if spending.budget is None else spending.budget - spending.spent_before
-        control_cls = ray.remote(num_cpus=0)(Control)
+        control_cls, worker_cls = _remote_classes(ray)
         self._control = control_cls.options(name=f"unity_nb-{self._run.id}").remote(
             budget, 0.0, (price.input, price.output) if price is not None else None)
         for note in self._pending_notes:
@@ -299,7 +312,7 @@ class RayEngine(MapEngine):
         n = self.settings.workers or max(1, int(cpus))
         share = min(1.0, cpus / n) if cpus else 1.0
         per = math.ceil(self.plan.concurrency / n)
-        self._worker_args = (ray.remote(num_cpus=share, max_restarts=0)(Worker), ray.put(blob), per, 1.0 / n)
+        self._worker_args = (worker_cls.options(num_cpus=share), ray.put(blob), per, 1.0 / n)
         for wid in range(n):
             self._new_worker(wid)
         self._stage = f"{n} worker(s) on {self._joined}"

@@ -1,0 +1,69 @@
+"""What an operation on another backend (a Ray cluster, the local model's server, a provider's Batch API) leaves
+behind keeps nothing of it once it ended, in the style of ``test_freed.py``.
+
+Found by a search over those backends: each Ray map made its control actor's and workers' Ray classes anew, and
+Ray keeps what it learns of each class it is given for the driver's life (some 30 KiB a map); a Ray map kept the
+object refs of its recipe and of its input's blocks (a Parquet path's rows, read into the cluster's object store)
+for as long as its handle lived.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import importlib.util
+
+import pandas as pd
+import pytest
+from fake_openai import Reply
+
+import unity_nb as u
+
+_NO_RAY = importlib.util.find_spec("ray") is None
+if not _NO_RAY:
+    from _ray_cluster import ray_cluster, serve, task_of  # noqa: F401 - fixtures
+
+
+def _owned_refs(ray) -> int:
+    """The object refs this process holds (Ray's own count of them)."""
+    return len(ray._private.worker.global_worker.core_worker.get_all_reference_counts())
+
+
+@pytest.mark.skipif(_NO_RAY, reason="needs Ray: pip install 'unity_nb[ray]'")
+@pytest.mark.timeout(300)
+async def test_ray_maps_one_after_another_leave_no_class_of_theirs_behind(ray_cluster, serve):
+    from unity_nb.batch._ray_actors import Control, Worker
+
+    s = serve(lambda body: Reply(content="ok " + task_of(body)))
+    model = u.OpenAIModel("ray-m", base_url=s.url, max_retries=6)
+    try:
+        for i in range(3):
+            h = u.map([f"a{i}", f"b{i}"], "Say {value}", model=model, backend="ray", ray_workers=1)
+            assert (await asyncio.wait_for(h.result(), 180)).tolist() == [f"ok Say a{i}", f"ok Say b{i}"]
+        del h
+        gc.collect()
+        # Ray subclasses a class it is given (the actor's class) and keeps that for the process's life
+        assert len(Control.__subclasses__()) == 1 and len(Worker.__subclasses__()) == 1
+    finally:
+        await model.close()
+
+
+@pytest.mark.skipif(_NO_RAY, reason="needs Ray: pip install 'unity_nb[ray]'")
+@pytest.mark.timeout(300)
+async def test_a_finished_ray_map_over_a_parquet_path_holds_no_object_of_the_cluster(
+        ray_cluster, serve, tmp_path):
+    s = serve(lambda body: Reply(content="label " + task_of(body).split()[-1]))
+    model = u.OpenAIModel("ray-m", base_url=s.url, max_retries=6)
+    path = tmp_path / "papers.parquet"
+    pd.DataFrame({"title": [f"paper{i}" for i in range(30)]}).to_parquet(path)
+    try:
+        gc.collect()
+        before = _owned_refs(ray_cluster)
+        h = u.map(str(path), "Label {title}", model=model, backend="ray", concurrency=4)
+        assert (await asyncio.wait_for(h.result(), 180)).notna().all()
+        gc.collect()
+        # the handle is kept (a notebook keeps it): its rows' blocks and its recipe are no longer pinned in the
+        # cluster's object store
+        assert _owned_refs(ray_cluster) == before and h.rows.total == 30
+    finally:
+        await model.close()
