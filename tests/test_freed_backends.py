@@ -1,7 +1,10 @@
 """What an operation on another backend (a Ray cluster, the local model's server, a provider's Batch API) leaves
 behind keeps nothing of it once it ended, in the style of ``test_freed.py``.
 
-Found by a search over those backends: each Ray map made its control actor's and workers' Ray classes anew, and
+Found by a search over those backends: a model call's context held the loop's run (its transcript and events)
+through the hooks the loop sets for it (retries, waits), and a server that keeps connections alive (a
+provider's, often the local model's) made aiohttp keep that context (its keep-alive timer, the pooled connection's
+reader) as long as the pool held a connection; each Ray map made its control actor's and workers' Ray classes anew, and
 Ray keeps what it learns of each class it is given for the driver's life (some 30 KiB a map); a Ray map kept the
 object refs of its recipe and of its input's blocks (a Parquet path's rows, read into the cluster's object store)
 for as long as its handle lived.
@@ -12,10 +15,11 @@ from __future__ import annotations
 import asyncio
 import gc
 import importlib.util
+import weakref
 
 import pandas as pd
 import pytest
-from fake_openai import Reply
+from fake_openai import FakeOpenAIServer, Reply
 
 import unity_nb as u
 
@@ -67,3 +71,23 @@ async def test_a_finished_ray_map_over_a_parquet_path_holds_no_object_of_the_clu
         assert _owned_refs(ray_cluster) == before and h.rows.total == 30
     finally:
         await model.close()
+
+
+
+async def test_a_loop_over_a_kept_alive_connection_leaves_no_run_behind():
+    """The server keeps the connection open between requests (as a provider's does; the local model's server
+    often does too): the pooled connection's reader and aiohttp's keep-alive timer keep the context of the call
+    that opened or armed them, which held the loop's run through the hooks the loop set for its model calls."""
+    async with FakeOpenAIServer(lambda body: "hi") as server:
+        model = u.OpenAIModel("m", base_url=server.base_url, api_key="sk-test-123456789")
+        try:
+            runs = []
+            for i in range(3):
+                h = u.start_loop(f"Say hi {i}", model=model, bus=u.EventBus())
+                assert await asyncio.wait_for(h.result(), 20) == "hi"
+                runs.append(weakref.ref(h.run))  # the run: its transcript, events and tree
+            del h
+            gc.collect()
+            assert [r() for r in runs] == [None, None, None]  # the model and its pooled connection are still in use
+        finally:
+            await model.close()
