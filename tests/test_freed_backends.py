@@ -15,6 +15,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import importlib.util
+import subprocess
+import sys
+import textwrap
 import weakref
 
 import pandas as pd
@@ -91,3 +94,37 @@ async def test_a_loop_over_a_kept_alive_connection_leaves_no_run_behind():
             assert [r() for r in runs] == [None, None, None]  # the model and its pooled connection are still in use
         finally:
             await model.close()
+
+
+def test_a_store_dropped_without_close_is_freed_and_one_kept_open_is_still_written_at_exit(tmp_path):
+    """Every Store registered itself with atexit: one made for a read (``u.Store(path).loops()``) or a map's
+    ``cache=``, and dropped without ``close()``, stayed for the process's life with its SQLite connection."""
+    path = str(tmp_path / "state.db")
+    u.Store(path).close()
+    stores = []
+    for _ in range(3):
+        store = u.Store(path)
+        assert store.loops() == []
+        stores.append(weakref.ref(store))
+    del store
+    gc.collect()
+    assert [r() for r in stores] == [None, None, None]
+    # a store kept open to the end still writes, at exit, the events that wait in it (its write timer never came)
+    code = textwrap.dedent(f"""
+        import asyncio, unity_nb as u
+        store = u.Store({path!r})
+        bus = u.EventBus()
+        store.attach(bus)
+        async def main():
+            h = u.start_loop("say", model=u.ScriptedModel(["said"]), bus=bus)
+            await h.result()
+            h.run.emit(u.events.Notification, call_id=None, text="late")  # written within 0.5 s
+            assert store.waiting == 1
+        asyncio.run(main())
+    """)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    store = u.Store(path)
+    try:
+        assert [e.text for e in store.events(kind="notification")] == ["late"]
+    finally:
+        store.close()

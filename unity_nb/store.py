@@ -34,6 +34,7 @@ import socket
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -131,6 +132,21 @@ def default_store_path() -> str:
     return os.environ.get("UNITY_NB_STORE") or os.path.join(".unity_nb", "state.db")
 
 
+_OPEN: weakref.WeakSet[Store] = weakref.WeakSet()
+"""The stores not closed, flushed at exit. Held weakly: ``atexit.register(store._at_exit)`` kept every store
+made and dropped without ``close()`` (one read through ``Store(path)``, a map's ``cache=``) for the process's life,
+its SQLite connection (two open files, its page cache) with it. Events wait in a store while its write timer is
+armed (which holds it) or after a failed write; one dropped then loses them where exit would have tried again."""
+
+
+def _flush_open_stores() -> None:
+    for store in list(_OPEN):
+        store._at_exit()
+
+
+atexit.register(_flush_open_stores)
+
+
 class Store:
     """A SQLite store at ``path`` (``":memory:"`` for a throwaway one)."""
 
@@ -177,7 +193,7 @@ class Store:
         self._listeners: list[Callable[[str | None], None]] = []
         self._problem: tuple[str, str] | None = None  # (kind, message with {n} for the events waiting)
         self._indexed_at = time.monotonic()
-        atexit.register(self._at_exit)
+        _OPEN.add(self)  # flushed at exit while open; held weakly (see _flush_open_stores)
 
     def _at_exit(self) -> None:
         self.flush()
@@ -272,7 +288,7 @@ class Store:
 
     def close(self) -> None:
         self._at_exit()
-        atexit.unregister(self._at_exit)
+        _OPEN.discard(self)
         for unsubscribe in self._unsubscribe:
             unsubscribe()
         self._unsubscribe.clear()
