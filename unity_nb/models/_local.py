@@ -226,6 +226,9 @@ class LocalServer:
         loop = asyncio.get_running_loop()
         lock = self._turns.get(loop)
         if lock is None:
+            # a lock that was ever waited for holds its event loop, so its key never went: closed loops' let go
+            for closed in [other for other in self._turns if other.is_closed()]:
+                del self._turns[closed]
             lock = self._turns[loop] = asyncio.Lock()
         return lock
 
