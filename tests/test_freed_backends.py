@@ -7,7 +7,8 @@ provider's, often the local model's) made aiohttp keep that context (its keep-al
 reader) as long as the pool held a connection; each Ray map made its control actor's and workers' Ray classes anew, and
 Ray keeps what it learns of each class it is given for the driver's life (some 30 KiB a map); a Ray map kept the
 object refs of its recipe and of its input's blocks (a Parquet path's rows, read into the cluster's object store)
-for as long as its handle lived.
+for as long as its handle lived; every Store was registered with atexit, so one dropped without close() stayed
+with its SQLite connection; the local model's server kept every event loop whose requests had queued for its slot.
 """
 
 from __future__ import annotations
