@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from _kernel import running  # noqa: E402
+from _kernel import running
 
 SETUP = textwrap.dedent("""
     %load_ext unity_nb
