@@ -123,3 +123,12 @@ def test_a_live_operation_s_widget_no_cell_shows_closes_once_it_ends(kernel):
     kernel.run("await until(lambda: widget.comm is None, 'closed the retired widget')")
     opened = "[w for w in gc.get_objects() if isinstance(w, HandleWidget) and w.handle is f and w.comm is not None]"
     assert kernel.value(f"len({opened})") == 1
+
+
+def test_a_widget_whose_name_an_operation_in_another_cell_took_is_closed_though_its_cell_still_shows_it(kernel):
+    """Its cell keeps the snapshot shown beside it (the browser test checks what JupyterLab shows)."""
+    kernel.run("%unity model --var scripted")
+    shown = "get_ipython().magics_manager.registry['UnityMagics'].widgets"  # the extension was loaded again
+    kernel.run_cell(f"n = %unity act --name north print a lot\n_ = await n\nfirst = {shown}['north']", cell="n1")
+    kernel.run_cell("n = %unity act --name north print a lot\n_ = await n", cell="n2")
+    kernel.run("await until(lambda: first.comm is None, 'closed the replaced widget')")

@@ -107,11 +107,10 @@ class Widgets:
         self._cell[handle.id] = self._count()
         self._where.pop(handle.id, None)
         self._shown_in_cell(handle)
-        if old is not None and old.handle is not handle:
+        if old is not None and old.handle is not handle:  # retired even where a cell shows it: the snapshot stays
             self._cell.pop(old.handle.id, None)
-            if not self._where.get(old.handle.id):  # unless another cell still shows it (``h`` displayed there)
-                self._where.pop(old.handle.id, None)
-                old.retire()
+            self._where.pop(old.handle.id, None)
+            old.retire()
         # the widget, then its snapshot as a second output (what a notebook reopened without widget state shows)
         show_with_snapshot(widget, handle)
 
