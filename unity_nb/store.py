@@ -43,6 +43,7 @@ import orjson
 from . import events as ev
 from ._errors import UserError
 from ._store_batches import BATCH, history_frame, tree_tokens
+from ._store_reads import pid_alive, rebuild_transcript
 from ._store_schema import (
     INDEX_CATCH_UP,
     LAST_OF_KIND,
@@ -499,7 +500,7 @@ class Store:
         for row in self.query("SELECT id, pid, host FROM sessions"):
             if row["id"] == self.session:
                 alive.add(row["id"])
-            elif row["host"] == host and _pid_alive(row["pid"]):
+            elif row["host"] == host and pid_alive(row["pid"]):
                 alive.add(row["id"])
         return alive
 
@@ -564,44 +565,7 @@ class Store:
 
     def transcript(self, loop: str) -> list:
         """The transcript of a loop rebuilt from its recorded events (also after a crash)."""
-        from .loop import Message, ToolCallRecord, steering_entry
-
-        out: list[Message] = []
-        calls: dict[str, ToolCallRecord] = {}
-        for e in self.events(loop):
-            if isinstance(e, ev.LoopStarted):
-                out.append(Message("user", e.task, kind="task", ts=e.ts))
-            elif isinstance(e, ev.ModelResponse) and not e.interrupted:
-                recs = [ToolCallRecord(c["id"], c["name"], c["arguments"]) for c in e.tool_calls]
-                calls.update({r.id: r for r in recs})
-                out.append(Message("assistant", e.content, kind="text", tool_calls=recs, ts=e.ts))
-            elif isinstance(e, ev.ModelResponse):  # cut off by a stop or an interjection: what had streamed
-                if e.content:
-                    out.append(Message("assistant", e.content, kind="interrupted", ts=e.ts))
-            elif isinstance(e, ev.ToolFinished):
-                if e.call_id in calls:
-                    calls[e.call_id].result, calls[e.call_id].error = e.result, e.error
-                out.append(Message("tool", e.result, kind="tool_result", tool_call_id=e.call_id, name=e.name,
-                                   error=e.error, ts=e.ts))
-            elif isinstance(e, ev.ToolOutput) and e.call_id in calls:
-                calls[e.call_id].output += e.text
-            elif isinstance(e, ev.Steering):
-                text, kind = steering_entry(e.action, e.message, e.request_id)
-                out.append(Message("user", text, kind=kind, ts=e.ts))
-            elif isinstance(e, ev.ClarificationRequested):
-                out.append(Message("assistant", e.question, kind="clarification", tool_call_id=e.call_id, ts=e.ts))
-            elif isinstance(e, ev.ClarificationAnswered):
-                out.append(Message("user", e.answer, kind="clarification", tool_call_id=e.call_id, ts=e.ts))
-            elif isinstance(e, ev.Notification):
-                out.append(Message("tool", e.text, kind="notification", tool_call_id=e.call_id, ts=e.ts))
-            elif isinstance(e, ev.LoopFinished) and e.status == "finished":
-                for m in reversed(out):
-                    if m.role == "assistant" and not m.tool_calls:
-                        m.kind = "answer"
-                        break
-            elif isinstance(e, ev.LoopFailed):
-                out.append(Message("assistant", f"[failed] {e.error}", kind="error", error=True, ts=e.ts))
-        return out
+        return rebuild_transcript(self.events(loop))
 
     def history(self, limit: int | None = None):
         """One row per past loop (a DataFrame): name, the task's first 80 characters, status, started, steps,
@@ -619,15 +583,3 @@ _LOOP_ROW: dict[str, Callable[..., None]] = {  # the kinds that change their loo
     "loop_started": Store._started, "steering": Store._steered,
     "loop_finished": Store._finished, "loop_failed": Store._failed,
 }
-
-
-def _pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

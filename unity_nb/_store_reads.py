@@ -1,0 +1,66 @@
+"""What the store reads back that is not SQL: a loop's transcript rebuilt from its events, and whether a
+session's process still runs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from . import events as ev
+
+__all__ = ("pid_alive", "rebuild_transcript")
+
+
+def rebuild_transcript(events: Iterable[ev.Event]) -> list:
+    """A loop's transcript rebuilt from its recorded events, oldest first (``Store.transcript``)."""
+    from .loop import Message, ToolCallRecord, steering_entry
+
+    out: list[Message] = []
+    calls: dict[str, ToolCallRecord] = {}
+    for e in events:
+        if isinstance(e, ev.LoopStarted):
+            out.append(Message("user", e.task, kind="task", ts=e.ts))
+        elif isinstance(e, ev.ModelResponse) and not e.interrupted:
+            recs = [ToolCallRecord(c["id"], c["name"], c["arguments"]) for c in e.tool_calls]
+            calls.update({r.id: r for r in recs})
+            out.append(Message("assistant", e.content, kind="text", tool_calls=recs, ts=e.ts))
+        elif isinstance(e, ev.ModelResponse):  # cut off by a stop or an interjection: what had streamed
+            if e.content:
+                out.append(Message("assistant", e.content, kind="interrupted", ts=e.ts))
+        elif isinstance(e, ev.ToolFinished):
+            if e.call_id in calls:
+                calls[e.call_id].result, calls[e.call_id].error = e.result, e.error
+            out.append(Message("tool", e.result, kind="tool_result", tool_call_id=e.call_id, name=e.name,
+                               error=e.error, ts=e.ts))
+        elif isinstance(e, ev.ToolOutput) and e.call_id in calls:
+            calls[e.call_id].output += e.text
+        elif isinstance(e, ev.Steering):
+            text, kind = steering_entry(e.action, e.message, e.request_id)
+            out.append(Message("user", text, kind=kind, ts=e.ts))
+        elif isinstance(e, ev.ClarificationRequested):
+            out.append(Message("assistant", e.question, kind="clarification", tool_call_id=e.call_id, ts=e.ts))
+        elif isinstance(e, ev.ClarificationAnswered):
+            out.append(Message("user", e.answer, kind="clarification", tool_call_id=e.call_id, ts=e.ts))
+        elif isinstance(e, ev.Notification):
+            out.append(Message("tool", e.text, kind="notification", tool_call_id=e.call_id, ts=e.ts))
+        elif isinstance(e, ev.LoopFinished) and e.status == "finished":
+            for m in reversed(out):
+                if m.role == "assistant" and not m.tool_calls:
+                    m.kind = "answer"
+                    break
+        elif isinstance(e, ev.LoopFailed):
+            out.append(Message("assistant", f"[failed] {e.error}", kind="error", error=True, ts=e.ts))
+    return out
+
+
+def pid_alive(pid: int | None) -> bool:
+    """Whether the process ``pid`` runs (on this host)."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
