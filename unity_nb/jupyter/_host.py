@@ -1,6 +1,6 @@
-"""What the subcommands kept in their own modules (``_magics_ops``, ``_magics_tasks``) read of the magics: the
-:class:`Host` protocol, which :class:`UnityMagics` meets, so those modules never import the magics they serve (no
-import circle); and :func:`missing_names`, which both use to say what a resumed operation lacks."""
+"""What the subcommands kept in their own modules (``_magics_ops``, ``_magics_tasks``, ``_magics_model``) read of
+the magics: the :class:`Host` protocol, which :class:`UnityMagics` meets, so those modules never import the magics
+they serve (no import circle); and :func:`missing_names`, which both use to say what a resumed operation lacks."""
 
 from __future__ import annotations
 
@@ -17,6 +17,12 @@ class Host(Protocol):
 
     handles: dict[str, LoopHandle]
     widgets: dict[str, Any]
+    model: Any
+    """The model in use (None: none yet)."""
+    default_model: str
+    base_url: str
+
+    def set_model(self, model: Any, *, made: bool) -> None: ...
 
     @property
     def user_ns(self) -> dict[str, Any]: ...

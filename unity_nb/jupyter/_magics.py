@@ -13,15 +13,15 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_exp
 from IPython.display import display
 from traitlets import Bool, Enum, Float, Integer, Unicode
 
-from .._errors import HandleStateError, ModelConfigError, ModelError, UserError
+from .._errors import HandleStateError, ModelConfigError, UserError
 from ..batch import OPERATORS
 from ..loop import VERBS, LoopHandle, start_ask
 from ..models import set_default_model
 from ._approvals import always_call
 from ._args import HELP, SETTINGS, SUBCOMMANDS, Command, check_setting, overview, parse, short_usage
 from ._commands import usage_hint
+from ._magics_model import NO_MODEL, model_command
 from ._magics_tasks import resume_from_store, show_transcript, task_command, tasks_table
-from ._model_names import listing, unlisted
 from ._shown import Widgets
 from ._target import assigned_name
 
@@ -31,12 +31,6 @@ log = logging.getLogger("unity_nb.magics")
 
 _VERB_METHODS = frozenset({"resume", "stop", "ask"})
 """The steering verbs these magics handle with a method of their own (``_resume``, ...); the others by ``_verb``."""
-
-_NO_MODEL = (
-    "no model is configured: run `%unity model gpt-4.1-mini` (with OPENAI_API_KEY set in the environment), "
-    "`%unity model NAME --base-url http://localhost:11434/v1` for a local OpenAI-compatible server "
-    "(or set OPENAI_BASE_URL), or `%unity model --var my_model` for a Model object in a variable"
-)
 
 
 @magics_class
@@ -167,7 +161,7 @@ class UnityMagics(Magics):
             elif message is None and widget.notice.startswith("store: "):
                 widget.notice = ""
 
-    def _set_model(self, model: Any, *, made: bool) -> None:
+    def set_model(self, model: Any, *, made: bool) -> None:
         """Use ``model`` from now on; a model these magics made earlier has its connections closed."""
         old, self.model = self.model, model
         set_default_model(model)
@@ -218,79 +212,20 @@ class UnityMagics(Magics):
             print("%unity: start and steer steerable LLM operations.\n\n" + overview())
 
     def _model(self, cmd: Command) -> Any:
-        from ..models import OpenAIModel
-
-        var = cmd.options.get("var")
-        if var:
-            obj = self.user_ns.get(var)
-            if obj is None or not callable(getattr(obj, "complete", None)):
-                raise UsageError(f"`{var}` is not a model (it needs an async `complete` method)\n\n{HELP['model']}")
-            self._set_model(obj, made=False)
-        elif cmd.name == "local" and not cmd.options.get("base_url"):
-            from ..models import local_model
-
-            try:  # prints what it started and how to stop it
-                self._set_model(local_model(cmd.options.get("gguf")), made=True)
-            except ModelConfigError as err:
-                raise UsageError(f"{err}\n\n{HELP['model']}") from None
-        elif cmd.options.get("gguf"):
-            raise UsageError(f"--gguf goes with `%unity model local`\n\n{HELP['model']}")
-        elif cmd.name == "list":
-            self._list_models(cmd.options.get("base_url"))
-            return None
-        elif cmd.name:
-            base = cmd.options.get("base_url") or self.base_url or None
-            try:
-                model = OpenAIModel(cmd.name, base_url=base)
-            except ModelConfigError as err:
-                raise UsageError(f"{err}\n\n{HELP['model']}") from None
-            self._set_model(model, made=True)
-            warning = unlisted(model, cmd.name) if base else None  # a server of one's own may ignore the name
-            if warning:
-                print(warning)
-        elif cmd.options.get("base_url"):
-            raise UsageError(f"--base-url needs a model name\n\n{HELP['model']}")
-        print(self._describe_model())
-        return None
-
-    def _list_models(self, base_url: str | None) -> None:
-        """``%unity model list``: the models the server lists (the current model's server, or ``base_url``'s)."""
-        from ..models import OpenAIModel
-
-        source, made = self.model, None
-        if base_url is not None or not callable(getattr(source, "available_models", None)):
-            try:
-                source = made = OpenAIModel("list", base_url=base_url or self.base_url or None)
-            except ModelConfigError as err:
-                raise UsageError(f"{err}\n\n{HELP['model']}") from None
-        try:
-            print(listing(source, base_url_given=base_url is not None))
-        except ModelError as err:
-            raise UsageError(f"{err}\n\n{HELP['model']}") from None
-        finally:
-            if made is not None:
-                made.close_now()
-
-    def _describe_model(self) -> str:
-        model = self.model
-        if model is None:
-            name = self.default_model or os.environ.get("UNITY_NB_MODEL")
-            return f"model: {name} (default, not yet used)" if name else f"model: none. {_NO_MODEL}"
-        base = getattr(model, "base_url", None) or getattr(getattr(model, "client", None), "base_url", None)
-        return f"model: {model.name}" + (f" at {base}" if base else "")
+        return model_command(self, cmd)
 
     def current_model(self) -> Any:
         """The configured model; a UsageError saying how to configure one if there is none."""
         if self.model is None:
             name = self.default_model or os.environ.get("UNITY_NB_MODEL")
             if not name:
-                raise UsageError(_NO_MODEL)
+                raise UsageError(NO_MODEL)
             from ..models import OpenAIModel
 
             try:
-                self._set_model(OpenAIModel(name, base_url=self.base_url or None), made=True)
+                self.set_model(OpenAIModel(name, base_url=self.base_url or None), made=True)
             except ModelConfigError as err:
-                raise UsageError(f"{err}\n\n{_NO_MODEL}") from None
+                raise UsageError(f"{err}\n\n{NO_MODEL}") from None
         return self.model
 
     def _new_name(self, name: str | None, sub: str = "act") -> tuple[str, LoopHandle | None]:

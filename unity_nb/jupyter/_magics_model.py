@@ -1,14 +1,28 @@
-"""What ``%unity model`` says about the names a server lists: ``%unity model list`` shows them, and
-``%unity model NAME --base-url URL`` warns when the server lists models and NAME is not one of them (a server
-that ignores the name, as llama.cpp's and many others do, answers any name with its own model)."""
+"""``%unity model``: the model the magics use (a name on a server, ``local``, ``--var``), and what it says about the
+names a server lists: ``%unity model list`` shows them, and ``%unity model NAME --base-url URL`` warns when the
+server lists models and NAME is not one of them (a server that ignores the name, as llama.cpp's and many others do,
+answers any name with its own model)."""
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any
 
-from .._errors import ModelError
+from IPython.core.error import UsageError
 
-__all__ = ("listing", "unlisted")
+from .._errors import ModelConfigError, ModelError
+from ._args import HELP, Command
+
+if TYPE_CHECKING:
+    from ._host import Host
+
+__all__ = ("NO_MODEL", "describe_model", "list_models", "listing", "model_command", "unlisted")
+
+NO_MODEL = (
+    "no model is configured: run `%unity model gpt-4.1-mini` (with OPENAI_API_KEY set in the environment), "
+    "`%unity model NAME --base-url http://localhost:11434/v1` for a local OpenAI-compatible server "
+    "(or set OPENAI_BASE_URL), or `%unity model --var my_model` for a Model object in a variable"
+)
 
 
 def listing(model: Any, *, base_url_given: bool) -> str:
@@ -32,3 +46,70 @@ def unlisted(model: Any, name: str) -> str | None:
     return (f"warning: the server at {model.client.base_url} lists no model named {name!r} (it lists {shown}); "
             "a server that ignores the name answers with its own model. See them all: "
             f"%unity model list --base-url {model.client.base_url}")
+
+
+def model_command(magics: Host, cmd: Command) -> None:
+    """``%unity model ...``: use a model (a name, ``local``, ``--var``), list the server's, or say which is used."""
+    from ..models import OpenAIModel
+
+    var = cmd.options.get("var")
+    if var:
+        obj = magics.user_ns.get(var)
+        if obj is None or not callable(getattr(obj, "complete", None)):
+            raise UsageError(f"`{var}` is not a model (it needs an async `complete` method)\n\n{HELP['model']}")
+        magics.set_model(obj, made=False)
+    elif cmd.name == "local" and not cmd.options.get("base_url"):
+        from ..models import local_model
+
+        try:  # prints what it started and how to stop it
+            magics.set_model(local_model(cmd.options.get("gguf")), made=True)
+        except ModelConfigError as err:
+            raise UsageError(f"{err}\n\n{HELP['model']}") from None
+    elif cmd.options.get("gguf"):
+        raise UsageError(f"--gguf goes with `%unity model local`\n\n{HELP['model']}")
+    elif cmd.name == "list":
+        list_models(magics, cmd.options.get("base_url"))
+        return None
+    elif cmd.name:
+        base = cmd.options.get("base_url") or magics.base_url or None
+        try:
+            model = OpenAIModel(cmd.name, base_url=base)
+        except ModelConfigError as err:
+            raise UsageError(f"{err}\n\n{HELP['model']}") from None
+        magics.set_model(model, made=True)
+        warning = unlisted(model, cmd.name) if base else None  # a server of one's own may ignore the name
+        if warning:
+            print(warning)
+    elif cmd.options.get("base_url"):
+        raise UsageError(f"--base-url needs a model name\n\n{HELP['model']}")
+    print(describe_model(magics))
+    return None
+
+
+def list_models(magics: Host, base_url: str | None) -> None:
+    """``%unity model list``: the models the server lists (the current model's server, or ``base_url``'s)."""
+    from ..models import OpenAIModel
+
+    source, made = magics.model, None
+    if base_url is not None or not callable(getattr(source, "available_models", None)):
+        try:
+            source = made = OpenAIModel("list", base_url=base_url or magics.base_url or None)
+        except ModelConfigError as err:
+            raise UsageError(f"{err}\n\n{HELP['model']}") from None
+    try:
+        print(listing(source, base_url_given=base_url is not None))
+    except ModelError as err:
+        raise UsageError(f"{err}\n\n{HELP['model']}") from None
+    finally:
+        if made is not None:
+            made.close_now()
+
+
+def describe_model(magics: Host) -> str:
+    """The model in use, and where, for a person."""
+    model = magics.model
+    if model is None:
+        name = magics.default_model or os.environ.get("UNITY_NB_MODEL")
+        return f"model: {name} (default, not yet used)" if name else f"model: none. {NO_MODEL}"
+    base = getattr(model, "base_url", None) or getattr(getattr(model, "client", None), "base_url", None)
+    return f"model: {model.name}" + (f" at {base}" if base else "")
