@@ -60,6 +60,9 @@ class AggHandle(PhasedHandle):
         """Levels run so far (1 when every group fitted one request)."""
         self.split: dict[Any, int] = {}
         """Rows longer than a chunk, each with the number of parts it was split into (filled as level 1 reads)."""
+        self.bounded: dict[Any, int] = {}
+        """Groups that reached ``max_depth`` with more than one chunk left, each with the number of chunks its last
+        request holds at once (past the chunks' size: the bound, said in ``.attrs["bounded"]`` and the summary)."""
         options.setdefault("max_steps", 2)
         super().__init__(task, model=model, **options)
 
@@ -82,9 +85,10 @@ class AggHandle(PhasedHandle):
             self.depth = level
             if level == 1:
                 owners = []
-                rows: Any = _first_level(groups, self.sizing.chunk_chars, last, self.question, owners, self.split)
+                rows: Any = _first_level(groups, self.sizing.chunk_chars, last, self.question, owners, self.split,
+                                         self.bounded)
             else:
-                rows, owners = _level_frame(pending, groups, level, last, self.question)
+                rows, owners = _level_frame(pending, groups, level, last, self.question, self.bounded)
             step = yield Phase(f"level{level}", rows, "{text}")
             out = step.results()
             why = out.attrs.get("reasons", {})
@@ -107,7 +111,7 @@ class AggHandle(PhasedHandle):
         result = pd.Series([answers.get(g) for g in range(len(groups))], index=groups.keys, dtype=object,
                            name="answer")
         result.attrs = {"reasons": reasons, "split": dict(self.split), "chunk_chars": self.sizing.chunk_chars,
-                        "sizing": str(self.sizing)}
+                        "sizing": str(self.sizing), "bounded": dict(self.bounded)}
         return result
 
     def summary(self) -> str:
@@ -115,8 +119,10 @@ class AggHandle(PhasedHandle):
                  if self.split else "")
         missing = (f"; {self.groups.missing:,} row(s) without a value of {self.by!r} in no group"
                    if self.groups.missing else "")
+        bounded = (f"; {len(self.bounded):,} group(s) reached max_depth={self.max_depth} with more than one chunk "
+                   f"left, answered from one request past the chunks' size (.attrs['bounded'])" if self.bounded else "")
         return (f"{len(self.groups)} group(s) answered in {self.depth} level(s), {self.calls} model calls; "
-                f"{self.sizing}{split}{missing}")
+                f"{self.sizing}{split}{missing}{bounded}")
 
 
 def _question(task: str) -> str:
@@ -137,15 +143,19 @@ def _checked(items: Any, task: str, by: Any, chunk_chars: Any, context_window: A
 
 
 def _first_level(groups: Groups, budget: int, last: bool, question: str, owners: list[tuple[int, bool]],
-                 split: dict[Any, int]) -> Iterator[dict[str, str]]:
+                 split: dict[Any, int], bounded: dict[Any, int]) -> Iterator[dict[str, str]]:
     """The first level's rows, made as the map asks for them, group after group (each carrying its own instructions
-    as ``text``); ``owners`` gets each one's group and whether it is the group's only chunk."""
+    as ``text``); ``owners`` gets each one's group and whether it is the group's only chunk; ``bounded`` each group
+    whose chunks the bound (``last``) put into one request, with their number."""
     for group in range(len(groups)):
         name = str(groups.name(group))
         chunks = chunk_texts(groups.rows(group), budget, split=split)
         if last:  # the bound: the group goes into one request
+            whole = list(chunks)
+            if len(whole) > 1:
+                bounded[groups.name(group)] = len(whole)
             owners.append((group, True))
-            yield {"text": _FIRST.format(task=question, group=name, text="\n\n".join(chunks))}
+            yield {"text": _FIRST.format(task=question, group=name, text="\n\n".join(whole))}
             continue
         first, second = next(chunks, None), next(chunks, None)
         if first is None:
@@ -160,13 +170,16 @@ def _first_level(groups: Groups, budget: int, last: bool, question: str, owners:
 
 
 def _level_frame(pending: dict[int, list[str]], groups: Groups, level: int, last: bool,
-                 question: str) -> tuple[Any, list[tuple[int, bool]]]:
-    """A later level's rows (each carrying its own instructions as ``text``) and who each belongs to."""
+                 question: str, bounded: dict[Any, int] | None = None) -> tuple[Any, list[tuple[int, bool]]]:
+    """A later level's rows (each carrying its own instructions as ``text``) and who each belongs to; ``bounded``
+    gets each group whose notes the bound (``last``) put into one request, with their number of chunks."""
     import pandas as pd
 
     rows, owners = [], []
     for group, chunks in pending.items():
         if len(chunks) > 1 and last:  # the bound: what remains goes into one request
+            if bounded is not None:
+                bounded[groups.name(group)] = len(chunks)
             chunks = ["\n\n".join(chunks)]
         one = len(chunks) == 1
         template = _COMBINE if one else _COMBINE_PART
@@ -190,7 +203,7 @@ def estimate_agg(items: Any, task: str, *, by: Any = None, chunk_chars: int | No
     question = _question(task)
     options.pop("max_steps", None)
     owners: list[tuple[int, bool]] = []
-    parts = [estimate_map(_first_level(groups, size.chunk_chars, max_depth <= 1, question, owners, {}), "{text}",
+    parts = [estimate_map(_first_level(groups, size.chunk_chars, max_depth <= 1, question, owners, {}, {}), "{text}",
                           model=model, **options)]
     per_row = parts[0].output_per_row or DEFAULT_OUTPUT
     counts: dict[int, int] = {}

@@ -175,11 +175,18 @@ class Book:
         row still to come)."""
         total = self.total if self.total is not None else self.source.made
         index = self.source.index_for(total)
+        return assemble(self.answers, self.reasons(total), index, self._output, self._result_name)
+
+    def reasons(self, total: int | None = None) -> dict[int, str | None]:
+        """Why each row without an answer has none, by position (in order; ``None`` for a row still to come): what
+        :meth:`results` keys by label (where labels repeat, read this)."""
+        if total is None:
+            total = self.total if self.total is not None else self.source.made
         reasons: dict[int, str | None] = {p: why for p, (_s, why) in self.bad.items()}
         for p in range(total):
             if p not in self.answers and p not in reasons:
                 reasons[p] = self.not_started if p not in self.running else None
-        return assemble(self.answers, dict(sorted(reasons.items())), index, self._output, self._result_name)
+        return dict(sorted(reasons.items()))
 
     @property
     def failures(self) -> Any:

@@ -66,12 +66,16 @@ class FilterHandle(MapHandle):
     def verdicts(self) -> Any:
         """Every row's ``keep`` (a nullable boolean: missing when undecided or failed) and ``reason`` (the
         model's, or why the row failed), aligned to the input's index."""
+        import pandas as pd
+
         frame = MapHandle.results(self)
-        failed = frame.attrs.get("reasons", {})
+        failed = self.rows.reasons(len(frame))  # by position: labels may repeat
         frame["keep"] = frame["keep"].astype("boolean")
-        for key, why in failed.items():
-            frame.loc[key, "reason"] = why or "no answer"
-        frame.attrs = {"failed": dict(failed)}
+        reason = frame["reason"].astype(object).to_numpy(copy=True)
+        for position, why in failed.items():
+            reason[position] = why or "no answer"
+        frame["reason"] = pd.array(reason, dtype=frame["reason"].dtype)
+        frame.attrs = {"failed": failed}
         return frame
 
     def results(self) -> Any:
@@ -85,14 +89,20 @@ class FilterHandle(MapHandle):
         ended_badly = self.rows.bad  # position -> (status, reason): how a row without a verdict ended
         keep = frame["keep"].fillna(False).to_numpy(dtype=bool)
         kept = self._items[keep].copy()
-        reasons = {}
+        reasons: dict[Any, Any] = {}
         for position, (key, verdict, why) in enumerate(zip(frame.index, frame["keep"], frame["reason"])):
             if position in ended_badly:
-                reasons[key] = f"{ended_badly[position][0]}: {why}"
-            elif key in failed:  # not started (the filter ended first), or still to come
-                reasons[key] = failed[key]
+                said = f"{ended_badly[position][0]}: {why}"
+            elif position in failed:  # not started (the filter ended first), or still to come
+                said = failed[position]
             elif verdict is None or verdict is pd.NA:
-                reasons[key] = f"undecided: {why}"
+                said = f"undecided: {why}"
+            else:
+                continue
+            earlier = reasons.get(key)
+            if earlier is not None and said is not None:  # a label the input repeats: its rows' reasons, in order
+                said = f"{earlier}; {said}"
+            reasons[key] = said if said is not None else earlier
         kept.attrs = {"reasons": reasons}
         return kept
 

@@ -63,7 +63,10 @@ class Selection:
     ``scores`` theirs. Deterministic: the same answers give the same rounds (a resumed run asks the same)."""
 
     def __init__(self, ranked: Sequence[Hashable], scores: Sequence[int], k: int, *, candidates: int | None = None,
-                 margin: int = 1, max_comparisons: int, seed: str = "unity_nb.topk") -> None:
+                 margin: int = 1, max_comparisons: int, seed: str = "unity_nb.topk",
+                 label: Any = None) -> None:
+        self.label = label if label is not None else (lambda key: key)
+        """How a reason names a row (``key -> label``: top-k's rows are positions, named by the input's index)."""
         self.score = dict(zip(ranked, scores))
         self.pos = {key: i for i, key in enumerate(ranked)}
         self.k = min(k, len(ranked))
@@ -311,7 +314,7 @@ class Selection:
 
     def _failure(self, row: Any, other: Any) -> str:
         why = self._reasons.get((row, other)) or self._reasons.get((other, row))
-        return f"its comparison with row {other!r} got no answer" + (f" ({why})" if why else "")
+        return f"its comparison with row {self.label(other)!r} got no answer" + (f" ({why})" if why else "")
 
 
 def expected_comparisons(n: int, k: int, *, candidates: int | None = None, margin: int = 1, levels: int = 11,

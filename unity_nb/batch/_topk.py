@@ -165,7 +165,8 @@ class TopKHandle(PhasedHandle):
         values = {i: int(v) for i, v in enumerate(self.scores["score"].to_numpy()) if not pd.isna(v)}
         ranked = sorted(values, key=lambda i: (-values[i], i))  # by score, ties in input order
         sel = self.selection = Selection(ranked, [values[i] for i in ranked], self.k, candidates=self.candidates,
-                                         margin=self.margin, max_comparisons=self.max_comparisons)
+                                         margin=self.margin, max_comparisons=self.max_comparisons,
+                                         label=self._label)
         while pairs := sel.next_round():
             compare = yield Phase(_round_name(sel.rounds), self._pair_frame(pairs), _template(self.question),
                                   {"output": Choice})
@@ -186,6 +187,11 @@ class TopKHandle(PhasedHandle):
         if sel.stopped:
             best.attrs["stopped"] = sel.stopped
         return best
+
+    def _label(self, row: int) -> Any:
+        """Row ``row``'s label in the input's index, as a reason names it (a numpy scalar as its Python value)."""
+        label = self.items.index[row]
+        return label.item() if hasattr(label, "item") else label
 
     def _pair_frame(self, pairs: list[tuple[int, int]]) -> Any:
         """A round's rows: each pair's two texts (``a`` shown first, ``b``)."""

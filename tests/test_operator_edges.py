@@ -1,0 +1,78 @@
+"""Operators on edge inputs: every row's reason is its own where labels repeat, a row a reason names is named by
+its label, and a bound an aggregate hits is said."""
+
+import asyncio
+
+import pandas as pd
+
+import unity_nb as u
+
+
+def task_of(messages):
+    return next(m["content"] for m in messages if m["role"] == "user")
+
+
+def scripted(oracle):
+    def script(messages, tools):
+        out = oracle(task_of(messages))
+        return u.call_tool("submit_answer", **out) if isinstance(out, dict) else out
+
+    return u.ScriptedModel(script)
+
+
+async def test_a_filter_says_each_rows_own_reason_where_labels_repeat(bus):
+    rows = pd.DataFrame({"t": ["yes a", "no b", "unclear c", "garbled d"]}, index=["x", "x", "y", "y"])
+
+    def oracle(text):
+        if "unclear" in text:
+            return {"keep": None, "reason": "cannot tell"}
+        if "garbled" in text:
+            return "not a verdict"
+        return {"keep": "yes " in text, "reason": f"said {text.split()[1]}"}
+
+    h = u.filter(rows, "Is {t} good?", model=scripted(oracle), bus=bus)
+    kept = await asyncio.wait_for(h.result(), 10)
+    assert kept["t"].tolist() == ["yes a"]
+    v = h.verdicts
+    assert v["reason"].iloc[1] == "said no"  # a decided row keeps its own reason
+    assert v["reason"].iloc[2] == "cannot tell"  # not the failure of the other row labelled y
+    assert "not a Verdict" in v["reason"].iloc[3]
+    why = kept.attrs["reasons"]["y"]  # both rows labelled y, each with its own reason
+    assert why.startswith("undecided: cannot tell; failed: ") and "not a Verdict" in why
+    assert set(kept.attrs["reasons"]) == {"y"}
+
+
+async def test_a_topk_reason_names_the_other_row_by_its_label(bus):
+    def oracle(text):
+        if "\nA:\n" in text:
+            a, b = text.split("\nA:\n")[1].split("\n\nB:\n")
+            if "item 11" in (a, b):
+                return "no idea"
+            return {"better": "A" if int(a.split()[1]) > int(b.split()[1]) else "B", "reason": "bigger"}
+        return {"score": 5, "reason": "all alike"}
+
+    items = pd.Series([f"item {i}" for i in range(12)], index=[f"r{i}" for i in range(12)])
+    h = u.topk(items, 3, "Which item is biggest?", model=scripted(oracle), bus=bus)
+    best = await asyncio.wait_for(h.result(), 30)
+    assert not h.exact
+    why = best.attrs["reasons"]["r11"]
+    other = why.split("its comparison with row ")[1].split(" got")[0]
+    assert other.startswith("'r") and other.strip("'") in items.index
+
+
+async def test_an_agg_says_which_groups_reached_its_depth_bound(bus):
+    rows = pd.DataFrame({"field": ["big"] * 60 + ["small"],
+                         "abstract": [f"finding {i}: " + "x" * 80 for i in range(61)]})
+    sizes = []
+
+    def oracle(text):
+        sizes.append(len(text))
+        return "note " + "y" * 150
+
+    h = u.agg(rows, "Summarise", by="field", model=scripted(oracle), chunk_chars=500, max_depth=2, bus=bus)
+    out = await asyncio.wait_for(h.result(), 30)
+    assert max(sizes) > 2 * 500  # the bound put more than a chunk into one request...
+    assert set(out.attrs["bounded"]) == {"big"} and out.attrs["bounded"]["big"] > 1  # ...and says so
+    assert "max_depth=2" in h.summary()
+    one = u.agg(rows, "Summarise", by="field", model=scripted(oracle), chunk_chars=500, max_depth=1, bus=bus)
+    assert set((await asyncio.wait_for(one.result(), 30)).attrs["bounded"]) == {"big"}
