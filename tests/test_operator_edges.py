@@ -76,3 +76,25 @@ async def test_an_agg_says_which_groups_reached_its_depth_bound(bus):
     assert "max_depth=2" in h.summary()
     one = u.agg(rows, "Summarise", by="field", model=scripted(oracle), chunk_chars=500, max_depth=1, bus=bus)
     assert set((await asyncio.wait_for(one.result(), 30)).attrs["bounded"]) == {"big"}
+
+
+async def test_a_topk_says_how_many_rows_its_scores_left_out_where_exact_rests_on_them(bus):
+    scores = {0: 4, 1: 5, 2: 5, 3: 2}  # item 3 is the best by every comparison, but scored far below the rest
+
+    def oracle(text):
+        if "\nA:\n" in text:
+            a, b = text.split("\nA:\n")[1].split("\n\nB:\n")
+            return {"better": "A" if int(a.split()[1]) > int(b.split()[1]) else "B", "reason": "bigger"}
+        return {"score": scores[int(text.split("item ")[-1].split()[0])], "reason": "scored"}
+
+    items = pd.Series([f"item {i}" for i in range(4)])
+    h = u.topk(items, 1, "Which item is biggest?", model=scripted(oracle), bus=bus)
+    best = await asyncio.wait_for(h.result(), 10)
+    assert list(best) == ["item 2"]  # the best among the rows the scores let in (4 and 5), not item 3
+    assert h.exact and h.uncompared == 1 and best.attrs["uncompared"] == 1
+    said = h.summary()
+    assert "exact: its 3 comparisons were consistent, among the rows scored 4 or more" in said
+    assert "1 row(s) scored lower were not compared" in said
+    wider = u.topk(items, 1, "Which item is biggest?", model=scripted(oracle), bus=bus, margin=3)
+    assert list(await asyncio.wait_for(wider.result(), 10)) == ["item 3"]
+    assert wider.uncompared == 0 and "scored lower" not in wider.summary()

@@ -65,7 +65,8 @@ class FilterHandle(MapHandle):
     @property
     def verdicts(self) -> Any:
         """Every row's ``keep`` (a nullable boolean: missing when undecided or failed) and ``reason`` (the
-        model's, or why the row failed), aligned to the input's index."""
+        model's, or why the row failed), aligned to the input's index; ``.attrs["failed"]``: why each row without a
+        verdict has none, by position (labels may repeat)."""
         import pandas as pd
 
         frame = MapHandle.results(self)

@@ -158,8 +158,16 @@ class Selection:
 
     @property
     def exact(self) -> bool:
-        """True when every comparison needed was answered, consistently, and the plan ran to its end."""
+        """True when every comparison needed was answered, consistently, and the plan ran to its end: the true top
+        k among the rows scored :attr:`floor` or more (the rows scored lower, :attr:`uncompared`, the scores put
+        out without a comparison)."""
         return self.done and not self.stopped and not self.no_answer and not self.inconsistent
+
+    @property
+    def uncompared(self) -> int:
+        """Rows never compared: scored below :attr:`floor`, the lowest score whose rows were (their scores were
+        trusted; a true top row scored that far off is not found)."""
+        return len(self._rest)
 
     # -- inconsistency ----------------------------------------------------------------------------------------
 

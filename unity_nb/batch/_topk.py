@@ -1,4 +1,5 @@
-"""Top-k: the k best rows for a question, exact whenever the model's comparisons are consistent.
+"""Top-k: the k best rows for a question, exact whenever the model's comparisons are consistent and its scores
+are no further off than its margin and checks reach.
 
 Two steps, each round of questions one map (so it runs at full concurrency, pauses, resumes from a store):
 
@@ -17,7 +18,9 @@ where LOTUS's quickselect (which scores nothing) asks about 2,000 on average, an
 pair): past it the plan stops, and says so. ``h.calls`` counts the model calls they took (one each, unless an
 answer did not validate and was sent back).
 
-**Inconsistency is said, never hidden.** The order is exact when the comparisons are consistent (a total order).
+**Inconsistency is said, never hidden.** The order is exact when the comparisons are consistent (a total order),
+among the rows the scores let in: a row scored below the lowest score compared is never compared, and the summary
+says how many were left out that way (``h.uncompared``; ``margin`` compares more).
 A model's may not be (A over B, B over C, C over A): ``h.inconsistent`` counts the 3-cycles among the comparisons
 made (the round robins ask every pair, so cycles among the rows at the top show), and the result's ``.attrs``,
 the summary and the progress say so, with ``h.exact`` false.
@@ -129,9 +132,16 @@ class TopKHandle(PhasedHandle):
         return self.selection.inconsistent if self.selection is not None else 0
 
     @property
+    def uncompared(self) -> int:
+        """Rows its scores left out without a comparison (scored below the lowest score compared): what
+        :attr:`exact` does not cover."""
+        return self.selection.uncompared if self.selection is not None else 0
+
+    @property
     def exact(self) -> bool | None:
         """Whether the order is exact: every comparison it needed answered, consistently, within the bound
-        (``None`` until the comparisons end)."""
+        (``None`` until the comparisons end). Exact among the rows the scores let in: :attr:`uncompared` rows
+        scored lower were never compared."""
         sel = self.selection
         if sel is None or not (sel.done or sel.stopped):
             return None
@@ -183,7 +193,7 @@ class TopKHandle(PhasedHandle):
         why.update({labels[row]: f"failed: {reason}" for row, reason in sel.failed.items()})
         best.attrs = {"reasons": why, "exact": sel.exact, "inconsistent": sel.inconsistent,
                       "cycles": [tuple(labels[r] for r in trio) for trio in sel.cycles()],
-                      "comparisons": sel.asked}
+                      "comparisons": sel.asked, "uncompared": sel.uncompared}
         if sel.stopped:
             best.attrs["stopped"] = sel.stopped
         return best
@@ -237,7 +247,11 @@ class TopKHandle(PhasedHandle):
             said.append(sel.stopped)
         if said:
             return f"{out}; NOT exact: {'; '.join(said)}"
-        return f"{out}; exact: its {sel.asked} comparisons were consistent"
+        out = f"{out}; exact: its {sel.asked} comparisons were consistent"
+        if sel.uncompared:  # what exact rests on: the scores that left those rows out
+            out += (f", among the rows scored {sel.floor} or more; {sel.uncompared:,} row(s) scored lower were not "
+                    f"compared (a margin above {self.margin} compares more)")
+        return out
 
 
 def _round_name(n: int) -> str:
