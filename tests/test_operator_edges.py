@@ -98,3 +98,19 @@ async def test_a_topk_says_how_many_rows_its_scores_left_out_where_exact_rests_o
     wider = u.topk(items, 1, "Which item is biggest?", model=scripted(oracle), bus=bus, margin=3)
     assert list(await asyncio.wait_for(wider.result(), 10)) == ["item 3"]
     assert wider.uncompared == 0 and "scored lower" not in wider.summary()
+
+
+async def test_a_map_says_the_reason_of_every_row_without_an_answer_where_labels_repeat(bus):
+    def script(messages, tools):
+        text = task_of(messages)
+        if "bad" in text:
+            raise ValueError(f"cannot read {text.split()[-1]}")
+        return "fine"
+
+    rows = pd.Series(["good a", "bad b", "bad c", "good d"], index=["x", "y", "y", "z"])
+    h = u.map(rows, "Read {value}", model=u.ScriptedModel(script), bus=bus)
+    out = await asyncio.wait_for(h.result(), 10)
+    assert out.tolist() == ["fine", None, None, "fine"]
+    why = out.attrs["reasons"]["y"]  # both rows labelled y: neither reason lost
+    assert "cannot read b" in why and "cannot read c" in why and why.index("read b") < why.index("read c")
+    assert set(out.attrs["reasons"]) == {"y"}

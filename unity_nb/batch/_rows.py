@@ -463,7 +463,8 @@ def assemble(
     output: type[pydantic.BaseModel] | None, name: str | None,
 ) -> Any:
     """The batch's result aligned to ``index`` (position ``i`` is ``index[i]``): a Series of answers, or a DataFrame
-    of ``output``'s fields; a row without an answer is missing, and ``.attrs["reasons"]`` maps its key to why.
+    of ``output``'s fields; a row without an answer is missing, and ``.attrs["reasons"]`` maps its key to why (where
+the index repeats a key, the reasons of its rows without an answer, in order, joined by ``"; "``).
 
     A field typed ``int``, ``float``, ``bool`` or ``str`` (``Optional`` too) is a column of pandas' nullable dtype
     (``Int64``, ``Float64``, ``boolean``, ``string``): a missing row is ``<NA>`` and every other value is exact (an
@@ -481,7 +482,17 @@ def assemble(
             columns=list(fields),
         )
         result.index = index
-    result.attrs["reasons"] = {index[i]: why for i, why in reasons.items() if i < n}
+    said: dict[Any, str | None] = {}
+    for i, why in reasons.items():
+        if i >= n:
+            continue
+        key = index[i]
+        earlier = said.get(key)
+        if earlier is not None and why is not None:  # a label the input repeats: its rows' reasons, in order
+            said[key] = f"{earlier}; {why}"
+        elif earlier is None:
+            said[key] = why
+    result.attrs["reasons"] = said
     return result
 
 

@@ -190,7 +190,9 @@ class TopKHandle(PhasedHandle):
         best = self.items.iloc[best_rows].copy()
         labels = self.items.index
         why = dict(self.scores.attrs.get("reasons", {}))
-        why.update({labels[row]: f"failed: {reason}" for row, reason in sel.failed.items()})
+        for row, reason in sel.failed.items():  # a label the input repeats keeps its other rows' reasons too
+            earlier = why.get(labels[row])
+            why[labels[row]] = f"{earlier}; failed: {reason}" if earlier else f"failed: {reason}"
         best.attrs = {"reasons": why, "exact": sel.exact, "inconsistent": sel.inconsistent,
                       "cycles": [tuple(labels[r] for r in trio) for trio in sel.cycles()],
                       "comparisons": sel.asked, "uncompared": sel.uncompared}
