@@ -114,3 +114,20 @@ async def test_a_map_says_the_reason_of_every_row_without_an_answer_where_labels
     why = out.attrs["reasons"]["y"]  # both rows labelled y: neither reason lost
     assert "cannot read b" in why and "cannot read c" in why and why.index("read b") < why.index("read c")
     assert set(out.attrs["reasons"]) == {"y"}
+
+
+async def test_a_join_keeps_the_reason_of_each_failed_pair_where_labels_repeat(bus):
+    def script(messages, tools):
+        text = task_of(messages)
+        if "pie" in text:
+            raise ValueError(f"cannot compare {text.split('broken ')[1].split()[0]}")
+        return u.call_tool("submit_answer", match=False, reason="different")
+
+    left = pd.DataFrame({"t": ["apple broken one", "apple broken two"]}, index=["L", "L"])
+    right = pd.DataFrame({"t": ["apple pie", "apple tart"]}, index=["R", "S"])
+    h = u.join(left, right, "On {left.t} and {right.t}: the same?", model=u.ScriptedModel(script), bus=bus,
+               blocking=None)
+    pairs = await asyncio.wait_for(h.result(), 10)
+    why = pairs.attrs["reasons"][("L", "R")]  # two pairs labelled (L, R): both reasons said
+    assert set(pairs.attrs["reasons"]) == {("L", "R")} and pairs.empty
+    assert "cannot compare one" in why and "cannot compare two" in why

@@ -182,7 +182,7 @@ class JoinHandle(PhasedHandle):
     def verdicts(self) -> Any:
         """Every pair asked: ``match`` (missing where it failed), ``reason`` and ``asked`` (why: blocked, widened,
         sample (near), sample (far), all pairs), indexed by (left, right); ``.attrs["reasons"]`` maps a pair that
-        failed to why."""
+        failed to why (pairs of rows whose labels repeat: their reasons joined, in order)."""
         import numpy as np
         import pandas as pd
 
@@ -195,7 +195,8 @@ class JoinHandle(PhasedHandle):
             rj = np.frombuffer(asked.right, dtype=np.int32 if asked.right.itemsize == 4 else np.int64)[:n]
             keys = pd.MultiIndex.from_arrays([left.take(li), right.take(rj)], names=["left", "right"])
             for pos, why in frame.attrs.get("reasons", {}).items():
-                reasons[keys[pos]] = why
+                earlier = reasons.get(keys[pos])  # labels either side repeats: each pair's reason, in order
+                reasons[keys[pos]] = f"{earlier}; {why}" if earlier is not None and why is not None else earlier or why
             frame = frame.set_axis(keys)
             frame["asked"] = np.array(ASKED_AS, dtype=object)[np.frombuffer(bytes(asked.kind[:n]), dtype=np.uint8)]
             frames.append(frame)
