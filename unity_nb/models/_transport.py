@@ -238,12 +238,16 @@ class AioHTTPTransport:
         """Import aiohttp, once a process, in a thread of its own: the first request waits for it, the event
         loop does not (an import takes 50-100 ms). An import that fails raises here, as ``import`` would."""
         global _IMPORTED, _READY
+        if _READY:
+            return
         if _IMPORTED is None or (_IMPORTED.done() and _IMPORTED.exception() is not None):
             _IMPORTED = concurrent.futures.Future()
             _IMPORTED.set_running_or_notify_cancel()  # a waiter cancelled (a stop) cannot cancel the import
             threading.Thread(target=_import_aiohttp, args=(_IMPORTED,), name="unity_nb-import", daemon=True).start()
         await asyncio.wrap_future(_IMPORTED)
         _READY = True
+        # let the future go: it keeps each waiter's callback, and with it the event loop that waited
+        _IMPORTED = None
 
     def _pool(self) -> Any:
         import aiohttp
