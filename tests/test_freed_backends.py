@@ -100,6 +100,34 @@ async def test_a_loop_over_a_kept_alive_connection_leaves_no_run_behind():
             await model.close()
 
 
+async def test_a_map_over_a_kept_alive_connection_leaves_none_of_its_rows_behind():
+    """Each row's loop runs in a context whose turn hook (``models.turn_hook``) is the row's; aiohttp's keep-alive
+    timer and the pooled connection keep the context of the call that armed them, and the hook held the row: its
+    task's text and its label (here an object of the input's index)."""
+
+    class Label:
+        def __init__(self, n):
+            self.n = n
+
+        def __str__(self):
+            return f"row {self.n}"
+
+    async with FakeOpenAIServer(lambda body: "hi") as server:
+        model = u.OpenAIModel("m", base_url=server.base_url, api_key="sk-test-123456789")
+        try:
+            labels = []
+            for i in range(3):
+                items = pd.Series(["a", "b", "c"], index=[Label(3 * i + j) for j in range(3)])
+                h = u.map(items, "Say {value}", model=model, bus=u.EventBus())
+                assert (await asyncio.wait_for(h.result(), 20)).tolist() == ["hi", "hi", "hi"]
+                labels += [weakref.ref(c) for c in items.index]
+            del h, items
+            gc.collect()
+            assert [c() for c in labels] == [None] * 9  # the model and its pooled connection are still in use
+        finally:
+            await model.close()
+
+
 def test_a_store_dropped_without_close_is_freed_and_one_kept_open_is_still_written_at_exit(tmp_path):
     """Every Store registered itself with atexit: one made for a read (``u.Store(path).loops()``) or a map's
     ``cache=``, and dropped without ``close()``, stayed for the process's life with its SQLite connection."""

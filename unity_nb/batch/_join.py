@@ -186,7 +186,8 @@ class JoinHandle(PhasedHandle):
         import numpy as np
         import pandas as pd
 
-        frames, reasons = [], {}
+        frames: list = []
+        reasons: dict[Any, str | None] = {}
         left, right = self._pairs.left.index, self._pairs.right.index
         for m, asked in zip(self.phases, self._asked, strict=False):
             frame = m.results()

@@ -24,7 +24,7 @@ from .._collector import hold_loops, release_loops
 from .._errors import Stopped, UnityError, UserError
 from .._event_checks import maker
 from ..loop import VERBS, Driver, LoopHandle, LoopOptions, Status
-from ..models import Endpoint, endpoint_of, turn_hook
+from ..models import Endpoint, endpoint_of, turn_hook, weak_hook
 from ._book import _KEEP_FAILED, NOT_STARTED, Book, counts_text
 from ._cache import ResultCache, cacheable
 from ._failures import fails_every_row, is_row_id, label_of, reason_of
@@ -280,9 +280,10 @@ class MapEngine(Driver):
         book.started_row(row)
         name = None if plan.named else f"{run.name}[{label_of(row.key)}]"  # the options shared, not copied per row
         # the loop's task runs in a context of its own where its requests waiting for their turn make the row
-        # queued (``turn_hook``): the batch's own context is left as it is
+        # queued (``turn_hook``): the batch's own context is left as it is. The row is held weakly there: the
+        # context outlives the loop wherever aiohttp's keep-alive timer or a pooled connection copied it
         context = contextvars.copy_context()
-        context.run(turn_hook.set, row.waits)
+        context.run(turn_hook.set, weak_hook(row.waits))
         if self._endpoint is None:
             self._endpoint = endpoint_of(plan.config.model)
         child: LoopHandle = context.run(LoopHandle, row.task, parent=run.handle, config=plan.config, _name=name,

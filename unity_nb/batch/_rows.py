@@ -33,9 +33,10 @@ _json_str = json.encoder.encode_basestring  # what to_json writes for a str (non
 class Row:
     """One row: its position, its key (the index label), the values its task is filled from."""
 
+    # __weakref__: its turn hook holds it weakly (``models.weak_hook``)
     __slots__ = (
-        "answer", "asked", "child", "kept", "key", "position", "queued", "reason", "status", "task", "tokens", "told",
-        "values",
+        "__weakref__", "answer", "asked", "child", "kept", "key", "position", "queued", "reason", "status", "task",
+        "tokens", "told", "values",
     )
 
     def __init__(self, position: int, key: Any, values: Mapping[str, Any], task: str) -> None:

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import inspect
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .. import events as ev
 from .._errors import Stopped, UnityError
-from ..models import retry_hook, wait_hook
+from ..models import retry_hook, wait_hook, weak_hook
 from ._answers import call_hook, cited_numbers, evaluate, hook_name
 from ._context import enter_loop, leave_loop
 from ._face import Loop
@@ -38,24 +37,8 @@ if TYPE_CHECKING:
 __all__ = ("Driver", "Engine")
 
 
-def _weakly(hook: Callable[[int, str, float], None] | None) -> Callable[[int, str, float], None] | None:
-    """``hook`` (the turn's method) through a weak reference. The model call's context, which holds the hooks,
-    outlives the call wherever something copied it: aiohttp's keep-alive timer and a pooled connection's reader
-    kept it as long as the pool kept connections, and the turn holds the loop's run (its transcript, its events)."""
-    if not inspect.ismethod(hook):
-        return hook
-    method = weakref.WeakMethod(hook)
-
-    def call(attempt: int, error: str, delay: float) -> None:
-        alive = method()
-        if alive is not None:
-            alive(attempt, error, delay)
-
-    return call
-
-
 def _wait_hook(run: Run) -> Callable[[float, str], None]:
-    """What a model's waits report to (``wait_hook``): the loop's run, held weakly (see :func:`_weakly`)."""
+    """What a model's waits report to (``wait_hook``): the loop's run, held weakly (see ``models.weak_hook``)."""
     ref = weakref.ref(run)
 
     def hook(seconds: float, reason: str) -> None:
@@ -111,7 +94,7 @@ class Driver:
         """The loop's task: drive, then end the handle with what happened."""
         h, source = self._run, self.source  # the task's frame keeps its loop alive while it runs, as before
         loop_token: contextvars.Token | None = enter_loop(source)
-        retry_token = retry_hook.set(_weakly(self.on_retry()))
+        retry_token = retry_hook.set(weak_hook(self.on_retry()))
         wait_token = wait_hook.set(_wait_hook(h))
         try:
             answer = await self.drive()

@@ -12,6 +12,7 @@ from ._base import (
     token_count,
     turn_hook,
     wait_hook,
+    weak_hook,
 )
 from ._batch_api import BatchAPI, NoBatchAPI, RowResult, batch_api_of, batch_price
 from ._cache import CachedModel
@@ -71,6 +72,7 @@ __all__ = (
     "token_count",
     "turn_hook",
     "wait_hook",
+    "weak_hook",
     "set_default_model", "RateLimit", "rate_limit_of", "set_rate_limit",
     "Price", "cost_of", "format_dollars", "price_of", "set_price", "Endpoint", "endpoint_of", "context_window_of",
 )

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import inspect
 import json
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 __all__ = (
     "MAX_TOKENS", "DeltaCallback", "Model", "ModelRequest", "Reply", "ToolCall", "Usage", "call_tool", "checked_usage",
-    "queued", "retry_hook", "token_count", "turn_hook", "wait_hook",
+    "queued", "retry_hook", "token_count", "turn_hook", "wait_hook", "weak_hook",
 )
 
 DeltaCallback = Callable[[str], None]
@@ -41,6 +43,27 @@ turn_hook: contextvars.ContextVar[Callable[[bool], None] | None] = contextvars.C
 """Set by whoever runs a model (a batch, for each row): a request that waits for its turn (a rate limit, a server's
 one slot) calls ``hook(True)`` as it starts waiting and ``hook(False)`` once its turn came or it gave up
 (:func:`queued`), so a row waiting for the model reads *queued*, not *running*. Any model may use it."""
+
+
+_Hook = TypeVar("_Hook", bound=Callable[..., None])
+
+
+def weak_hook(hook: _Hook | None) -> _Hook | None:
+    """``hook`` (a bound method: what a hook above is set to) through a weak reference to its object; any other
+    callable as it is. A model call's context, which holds the hooks, outlives the call wherever something copied
+    it: aiohttp's keep-alive timer and a pooled connection's reader keep it while the pool keeps the connection,
+    and the hook's object (a loop's turn, a batch's row) would live as long. Once the object is gone the hook does
+    nothing."""
+    if not inspect.ismethod(hook):
+        return hook
+    method = weakref.WeakMethod(hook)
+
+    def call(*args: Any) -> None:
+        alive = method()
+        if alive is not None:
+            alive(*args)
+
+    return cast("_Hook", call)
 
 
 @contextlib.contextmanager
