@@ -253,3 +253,38 @@ def test_forward_call_drops_keywords_the_target_does_not_accept():
 
     assert forward_call(stop, reason="r", cancel=True) == "r"
     assert forward_call(stop_kw, reason="r", cancel=True) == {"cancel": True}
+
+
+async def test_a_stop_while_a_routing_call_waits_answers_it_and_stops_the_question_s_loop(bus):
+    """Stopping the parent while its model's routing call ``ask_<child>`` waits for the answer: the routing call
+    still has its one result (transcript, events, wire), and the question's loop (detached) is stopped too."""
+    asked = asyncio.Event()
+
+    def parent_script(messages, tools):
+        if "ask_researcher" in [t["function"]["name"] for t in tools]:
+            return u.call_tool("ask_researcher", question="how far along?")
+        return Family._default_parent(messages, tools)
+
+    f = Family(bus, parent_script=parent_script)
+    plain = f.child_model._script
+
+    async def child_reply(messages, tools):
+        if "You are inspecting" in str(messages[0]["content"]):  # the question waits (for ever, unless stopped)
+            asked.set()
+            await asyncio.Event().wait()
+        return await plain(messages, tools)
+
+    f.child_model._script = child_reply
+    await f.started()
+    await f.parent.interject("how is it going?")
+    await asyncio.wait_for(asked.wait(), 10)
+    await asyncio.wait_for(f.parent.stop("enough"), 10)
+    assert_every_call_answered_once(f.parent)
+    routed = [e for e in f.parent.events if e.kind == "tool_finished" and e.name == "ask_researcher"]
+    assert [e.result for e in routed] == ["cancelled: enough"]
+    wire = f.parent.messages
+    calls = [c["id"] for m in wire for c in m.get("tool_calls") or []]
+    assert sorted(calls) == sorted(m["tool_call_id"] for m in wire if m.get("role") == "tool")
+    (question,) = [e for e in bus.history() if e.kind == "loop_started" and e.name == "ask-researcher"]
+    ended = [e for e in bus.history() if e.kind == "loop_finished" and e.loop_id == question.loop_id]
+    assert [e.status for e in ended] == ["stopped"]

@@ -45,6 +45,9 @@ class _Runner(Protocol):
     @property
     def turn(self) -> _Turn: ...
     async def execute(self, rec: ToolCallRecord, tool: Tool | None) -> None: ...
+    def finish_call(
+        self, rec: ToolCallRecord, result: str, error: bool, duration: float, *, cut: bool = False
+    ) -> None: ...
 
 
 class _Request(Protocol):
@@ -161,9 +164,16 @@ class Router:
             msg["tool_calls"] = [c.to_wire() for c in reply.tool_calls]
         deferred.append(msg)
         by_name = {t.name: t for t in tools}
-        for rec in recs:
-            await runner.execute(rec, by_name.get(rec.name))
-            deferred.append({"role": "tool", "tool_call_id": rec.id, "content": rec.result or ""})
+        try:
+            for rec in recs:
+                await runner.execute(rec, by_name.get(rec.name))
+                deferred.append({"role": "tool", "tool_call_id": rec.id, "content": rec.result or ""})
+        finally:  # stopped meanwhile: every routing call still has its one result (transcript, events, wire)
+            for rec in recs:
+                if rec.result is None:
+                    why = f"cancelled: {h.state.stop_reason or 'the loop was cancelled'}"
+                    runner.finish_call(rec, why, True, 0.0, cut=True)
+                    deferred.append({"role": "tool", "tool_call_id": rec.id, "content": rec.result or why})
 
     # -- up: questions and notes ---------------------------------------------------------------
 

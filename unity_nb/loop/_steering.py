@@ -88,7 +88,12 @@ def _interject_tool(child: Loop) -> Tool:
 
 def _ask_tool(child: Loop) -> Tool:
     async def fn(question: str) -> str:
-        return str(await (await child.ask(question)).result())
+        asked = await child.ask(question)
+        try:
+            return str(await asked.result())
+        except asyncio.CancelledError:  # the call was stopped: so is the question's loop (a detached loop)
+            await asked.stop("the question was withdrawn: the call asking it was stopped")
+            raise
 
     return _tool(
         child, "ask", fn, f"Ask the running sub-operation {child.name!r} about its progress; returns its answer."
