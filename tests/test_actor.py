@@ -134,6 +134,25 @@ async def test_plans_that_would_kill_a_kernel_become_error_results(bus, code, ex
     assert second.startswith("success: true") and h.namespace["after"] == "still alive"
 
 
+
+@pytest.mark.parametrize(
+    "code, expected",
+    [
+        ("import asyncio\nt = asyncio.ensure_future(asyncio.sleep(10))\nt.cancel()\nawait t", "CancelledError"),
+        ("import asyncio\nraise asyncio.CancelledError('mine')", "CancelledError: mine"),
+        ("class Odd(BaseException): pass\nraise Odd('odd')", "Odd: odd"),
+    ],
+)
+async def test_a_cancellation_or_base_exception_a_plan_raises_is_its_error_not_a_stop(bus, code, expected):
+    """Only a cancellation of the call (a stop, a timeout) is one: what a plan raises itself, a CancelledError of a
+    task it cancelled or another BaseException, is the plan's error, with its traceback, for the model to read."""
+    model = u.ScriptedModel(plans(code, "after = 'still alive'"))
+    h = u.act("try", model=model, namespace={}, bus=bus)
+    assert await h == "done"
+    first, second = results(model)
+    assert first.startswith("success: false") and expected in first and "Traceback" in first
+    assert second.startswith("success: true") and h.namespace["after"] == "still alive"
+
 async def test_final_answer_returns_a_value_and_cannot_be_swallowed(bus):
     ns = {"df": pd.DataFrame({"a": [3, 1, 2]})}
     model = u.ScriptedModel(plans(

@@ -357,8 +357,13 @@ class Executor:
                     result.value = value
         except FinalAnswer as fa:
             result.final, result.final_value = True, fa.value
-        except asyncio.CancelledError:
-            raise
+        except asyncio.CancelledError as err:
+            task = asyncio.current_task()
+            if task is None or task.cancelling():  # a stop, a timeout: this call was cancelled
+                raise
+            # the plan's own (it cancelled a task it then awaited, say): the model sees it, the loop goes on
+            result.success = False
+            result.error = _plan_traceback(err, filename) + "\n(raised by the plan: the operation was not stopped)"
         except PlanTimeout as err:
             result.success = False
             result.error = (
@@ -366,14 +371,14 @@ class Executor:
                 f"{self.code_timeout:g} s without awaiting and was interrupted. Work in smaller pieces, "
                 "or on a sample of the data."
             )
-        except (KeyboardInterrupt, SystemExit, Exception) as err:
+        except GeneratorExit:  # its event loop was closed under it: closed by the collector, not in its context
+            closed = True
+            raise
+        except BaseException as err:  # noqa: BLE001 - KeyboardInterrupt, SystemExit, any other: the plan's error
             result.success = False
             result.error = _plan_traceback(err, filename)
             if isinstance(err, SystemExit):
                 result.error += "\n(sys.exit in a plan ends the plan, not the kernel)"
-        except GeneratorExit:  # its event loop was closed under it: closed by the collector, not in its context
-            closed = True
-            raise
         finally:
             if not closed:
                 _output.tool_output.reset(out_token)
