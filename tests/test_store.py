@@ -247,3 +247,35 @@ async def test_a_full_disk_is_reported_once_and_the_backlog_written_when_space_r
     for h in handles:
         assert [e.kind for e in store.events(h.name)] == [e.kind for e in h.events if e.kind != "model_delta"]
     store.close()
+
+
+async def test_the_rebuilt_transcript_keeps_an_answer_that_is_not_the_model_s_last_text(tmp_path):
+    """A loop a plan's ``final_answer`` ends, one whose answer a post-processor changed, and one that handed control
+    to a child: the answer entry the live transcript ends with is rebuilt from the store too."""
+    bus = u.EventBus()
+    store = Store(tmp_path / "s.db")
+    store.attach(bus)
+
+    def plan_ends_it(messages, tools):
+        return u.call_tool("execute_code", code="final_answer(41 + 1)", intent="answer")
+
+    async def delegate() -> object:
+        """Hand the work to a sub-operation."""
+        return u.HandOff(u.start_loop("go on", model=u.ScriptedModel(["child's answer"]), bus=bus, name="heir"))
+
+    def hand_off(messages, tools):
+        return u.call_tool("delegate")
+
+    handles = [
+        u.act("compute", model=u.ScriptedModel(plan_ends_it), namespace={}, bus=bus, name="planned"),
+        u.start_loop("t", model=u.ScriptedModel(["raw"]), postprocessors=[lambda a: a.upper()], bus=bus, name="post"),
+        u.start_loop("t", model=u.ScriptedModel(hand_off), tools=[delegate], bus=bus, name="handed"),
+    ]
+    for h in handles:
+        await h
+    store.flush()
+    for h in handles:
+        live = [(m.role, m.kind, m.content) for m in h.transcript if m.kind not in ("system", "context")]
+        rebuilt = [(m.role, m.kind, m.content) for m in store.transcript(h.name)]
+        assert live[-1][1] == "answer" and rebuilt == live, h.name
+    store.close()

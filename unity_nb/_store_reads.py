@@ -17,7 +17,10 @@ def rebuild_transcript(events: Iterable[ev.Event]) -> list:
 
     out: list[Message] = []
     calls: dict[str, ToolCallRecord] = {}
+    multi = False  # a multi-request loop's answers are its requests' (its own result only lists them)
     for e in events:
+        if isinstance(e, ev.RequestSubmitted):
+            multi = True
         if isinstance(e, ev.LoopStarted):
             out.append(Message("user", e.task, kind="task", ts=e.ts))
         elif isinstance(e, ev.ModelResponse) and not e.interrupted:
@@ -44,10 +47,11 @@ def rebuild_transcript(events: Iterable[ev.Event]) -> list:
         elif isinstance(e, ev.Notification):
             out.append(Message("tool", e.text, kind="notification", tool_call_id=e.call_id, ts=e.ts))
         elif isinstance(e, ev.LoopFinished) and e.status == "finished":
-            for m in reversed(out):
-                if m.role == "assistant" and not m.tool_calls:
-                    m.kind = "answer"
-                    break
+            last = next((m for m in reversed(out) if m.role == "assistant" and not m.tool_calls), None)
+            if last is not None and (multi or e.result is None or last.content == e.result):
+                last.kind = "answer"
+            elif e.result is not None and not multi:  # a value a plan or tool ended it with, a post-processed answer
+                out.append(Message("assistant", e.result, kind="answer", ts=e.ts))
         elif isinstance(e, ev.LoopFailed):
             out.append(Message("assistant", f"[failed] {e.error}", kind="error", error=True, ts=e.ts))
     return out
