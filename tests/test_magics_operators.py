@@ -100,6 +100,23 @@ def test_operator_lines_that_cannot_run_say_what_to_do(ip, line, said):
     assert said in str(info.value)
 
 
+
+@pytest.mark.parametrize("line", [
+    "topk papers 2 Which {title} is best?",
+    "topk papers.abstract 2 Which {title} is best?",
+    "agg papers Summarise {title}",
+    "agg papers --by field Summarise {title}",
+])
+async def test_an_operator_s_task_naming_a_column_no_row_has_is_refused_at_its_line(ip, line):
+    """As map, filter and extract do: a usage error naming the columns there are, before anything runs (top-k's
+    scoring map failed once it ran; agg showed every column instead, silently)."""
+    ip.user_ns["papers"] = PAPERS
+    ip.user_ns["m"] = u.ScriptedModel(oracle)
+    ip.run_line_magic("unity", "model --var m")
+    with pytest.raises(UsageError, match=r"names \{title\}, which no row has"):
+        ip.run_line_magic("unity", line)
+    assert not ip.run_line_magic("unity", "list").shape[0]  # nothing started
+
 KERNEL = textwrap.dedent(  # after %load_ext in a cell of its own: a line ending in "?" is kept as typed from then on
     """
     import pandas as pd, unity_nb as u

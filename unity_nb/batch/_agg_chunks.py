@@ -134,6 +134,8 @@ class Groups:
                     raise UserError(f"by names one column; the items have {items[by].shape[1]} columns named {by!r}")
             if len(items) == 0:
                 raise UserError("agg needs at least one row; the input is empty")
+            if isinstance(items, pd.DataFrame) and self.fields:  # the columns it shows: one no row has, said now
+                Template(template).check(str(c) for c in items.columns)
             return
         if isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
             raise UserError(f"agg takes a Series, a DataFrame or a list of items, not {type(items).__name__}")

@@ -174,6 +174,20 @@ def field_free(template: str) -> str:
     return "".join(out)
 
 
+def check_fields(items: Any, template: str) -> None:
+    """A UserError now, before anything runs, if ``template`` names a column the rows of ``items`` (a DataFrame or a
+    Series: a map over them fills ``{value}``, and ``{name}`` for a named Series) do not have."""
+    import pandas as pd
+
+    if isinstance(items, pd.DataFrame):
+        columns = [str(c) for c in items.columns]
+    elif isinstance(items, pd.Series):
+        columns = ["value", *([str(items.name)] if items.name is not None else [])]
+    else:
+        return
+    Template(template).check(columns)
+
+
 def row_texts(items: Any, template: str) -> list[tuple[Any, str]]:
     """Each row's key and the text the model reads of it: the values the template names (``name: value``), else
     every column's (a Series' or a list's value as it is)."""

@@ -34,7 +34,7 @@ import pydantic
 
 from .._errors import UserError
 from ._estimate import Estimate, combine, estimate_map
-from ._operators import as_pandas, field_free, row_texts
+from ._operators import as_pandas, check_fields, field_free, row_texts
 from ._phased import Flow, Phase, PhasedHandle
 from ._registry import Operator, Param, register_operator
 from ._select import Selection, expected_comparisons
@@ -86,7 +86,9 @@ def _checked(items: Any, k: Any, question: Any, candidates: Any, margin: Any, ma
     if max_comparisons is not None:
         _count(max_comparisons, "max_comparisons", 0)
     field_free(question)
-    return as_pandas(items, "topk")
+    items = as_pandas(items, "topk")
+    check_fields(items, question)  # the scoring map fills it per row: a column it names that no row has, said now
+    return items
 
 
 class TopKHandle(PhasedHandle):
