@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -92,3 +93,27 @@ async def test_a_handle_whose_event_loop_no_longer_runs_is_a_clear_error_not_a_h
         await asyncio.wait_for(h.result(), 10)
     if end == "stopped":
         other.loop.close()
+
+
+async def test_a_request_awaited_from_another_threads_loop_gives_its_answer_at_once(other):
+    """A multi-request loop's request, awaited from another thread's event loop, as its loop's handle is: the wait
+    is on the loop's own, so its end wakes the caller (it was set from the loop's thread on the caller's loop, which
+    nothing woke: the wait ended only when something else did, a timeout here, or never)."""
+    gate = threading.Event()
+
+    async def script(messages, tools):
+        await asyncio.to_thread(gate.wait, 10)
+        return "the answer"
+
+    async def start():
+        return u.start_loop("first", model=u.ScriptedModel(script), multi=True, bus=u.EventBus())
+
+    h = other.run(start())
+    (request,) = h.requests
+    waiting = asyncio.ensure_future(request.result())
+    await asyncio.sleep(0)  # the wait begins
+    gate.set()
+    began = time.monotonic()
+    assert await asyncio.wait_for(waiting, 10) == "the answer"
+    assert time.monotonic() - began < 5
+    assert await asyncio.wait_for(h, 10) == {"r1": "the answer"}

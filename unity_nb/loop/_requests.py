@@ -82,8 +82,20 @@ class RequestHandle:
         return self._done.is_set()
 
     async def result(self) -> str:
-        """Wait for this request's answer; raise :class:`Stopped` or the error it failed with."""
-        await self._done.wait()
+        """Wait for this request's answer; raise :class:`Stopped` or the error it failed with. Awaited from another
+        thread's event loop, the wait is on the loop's own (its end is set there), as a loop's ``result()`` is."""
+        if not self._done.is_set():
+            own = self.loop.run.event_loop
+            if asyncio.get_running_loop() is own:
+                await self._done.wait()
+            elif own.is_closed() or not own.is_running():  # its end cannot come
+                state = "closed" if own.is_closed() else "not running"
+                raise HandleStateError(
+                    f"cannot wait for request {self.request_id!r} of {self.loop.name!r}: the event loop it runs on "
+                    f"is {state}", state=state,
+                )
+            else:
+                await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._done.wait(), own))
         if self._error is not None:
             raise self._error
         return self._answer or ""
@@ -104,7 +116,12 @@ class RequestHandle:
         persist stops the loop."""
         if self.done():
             return
-        await stop_request(self.loop, self, reason or "stopped by the user")
+        stopping = stop_request(self.loop, self, reason or "stopped by the user")
+        own = self.loop.run.event_loop
+        if asyncio.get_running_loop() is not own and not own.is_closed():  # handed to the loop's own thread
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(stopping, own))
+        else:
+            await stopping
 
     async def ask(self, question: str, **options: Any) -> Loop:
         return await self.loop.ask(f"(about request {self.request_id}: {self.text[:200]!r}) {question}", **options)
