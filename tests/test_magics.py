@@ -3,6 +3,7 @@
 import asyncio
 import gc
 import logging
+import re
 
 import pytest
 from conftest import Gate, settle, tool_messages
@@ -99,6 +100,21 @@ async def test_bad_input_is_a_usage_error_with_help(ip, line, message):
         ip.run_line_magic("unity", line)
     assert "%unity" in str(info.value)  # the subcommand's help (or all of them) follows
 
+
+
+@pytest.mark.parametrize("line, message", [
+    ("model gpt-4.1-mini --var m", "give no NAME 'gpt-4.1-mini' beside it"),
+    ("model --var m extra", "give no NAME 'extra' beside it"),
+    ("model --var m --base-url http://127.0.0.1:9/v1", "give no --base-url beside it"),
+    ("model --var nothere", "no variable named `nothere` in this notebook"),
+])
+def test_model_from_a_variable_takes_nothing_beside_it_and_names_a_missing_variable(ip, capsys, line, message):
+    """A NAME or --base-url beside --var was dropped silently (the variable's model used); a variable that does not
+    exist was said to be "not a model"."""
+    ip.user_ns["m"] = u.ScriptedModel(["ok"])
+    with pytest.raises(UsageError, match=re.escape(message)):
+        ip.run_line_magic("unity", line)
+    assert "model: " not in capsys.readouterr().out  # no model was set
 
 @pytest.mark.parametrize("line, shows", [
     ("", "%unity act"), ("help", "%unity submit"), ("--help", "%unity history"), ("act --help", "--approval"),

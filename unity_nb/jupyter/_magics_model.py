@@ -54,7 +54,15 @@ def model_command(magics: Host, cmd: Command) -> None:
 
     var = cmd.options.get("var")
     if var:
-        obj = magics.user_ns.get(var)
+        beside = [f"NAME {cmd.name!r}" if cmd.name else "", *(f"--{k.replace('_', '-')}" for k in ("base_url", "gguf")
+                                                             if cmd.options.get(k))]
+        if any(beside):  # which one was meant cannot be told: neither is used silently
+            raise UsageError(f"--var takes the model from a variable: give no {', '.join(b for b in beside if b)} "
+                             f"beside it (or leave out --var)\n\n{HELP['model']}")
+        if var not in magics.user_ns:
+            raise UsageError(f"no variable named `{var}` in this notebook: make the model first (m = "
+                             f"u.ScriptedModel(...), u.OpenAIModel(...)), then %unity model --var m\n\n{HELP['model']}")
+        obj = magics.user_ns[var]
         if obj is None or not callable(getattr(obj, "complete", None)):
             raise UsageError(f"`{var}` is not a model (it needs an async `complete` method)\n\n{HELP['model']}")
         magics.set_model(obj, made=False)
