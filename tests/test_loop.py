@@ -237,6 +237,34 @@ async def test_stop_cancels_the_model_call_and_result_raises_stopped(bus):
     assert h.state.stop_reason == "no longer needed"
 
 
+
+async def test_a_reply_the_model_gives_after_swallowing_the_stop_is_not_acted_on(bus):
+    """A model (any object with an async ``complete``) that swallows the stop's cancellation and replies anyway: the
+    reply's tool calls do not run, and the loop ends stopped."""
+    ran = []
+
+    async def side_effect() -> str:
+        """Something that must not happen once stopped."""
+        ran.append(1)
+        return "done"
+
+    async def deaf(messages, tools):
+        if tool_messages(messages):
+            return "finished"
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:  # swallowed, as a careless client might
+            pass
+        return u.call_tool("side_effect")
+
+    h = u.start_loop("go", model=u.ScriptedModel(deaf), tools=[side_effect], bus=bus)
+    await h.wait_for("model_request")
+    await asyncio.wait_for(h.stop("halt"), 10)
+    assert h.status == "stopped" and ran == []
+    assert not [m for m in h.transcript if m.tool_calls]
+    with pytest.raises(u.Stopped, match="halt"):
+        await h.result()
+
 async def test_stop_while_tools_run_gives_every_call_a_result(bus):
     started = asyncio.Event()
 

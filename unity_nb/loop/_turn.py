@@ -348,6 +348,8 @@ class Turn:
         me = self._task = asyncio.current_task()
         try:
             reply = await h.model.complete(request, _Sink(self._on_delta, self._on_thinking))
+            if h.state.stop_reason is not None:  # a stop whose cancellation the model swallowed: its reply not acted on
+                raise asyncio.CancelledError
         except asyncio.CancelledError:
             # stopped, or interrupted by an interjection: what streamed so far is kept, marked as cut off
             # (the transcript and, through the event, the store), as a chat interface keeps a stopped reply;
@@ -357,7 +359,8 @@ class Turn:
             h.emit(ev.ModelResponse, step=step, content=partial, interrupted=True)
             if partial:
                 h.conversation.record(Message("assistant", partial, kind="interrupted"))
-            if self._interrupted and me is not None and not me.uncancel():  # only the interrupt cancelled it
+            if h.state.stop_reason is None and self._interrupted and me is not None and not me.uncancel():
+                # only the interrupt cancelled it
                 self._interrupted = False
                 return None
             raise
