@@ -279,3 +279,30 @@ async def test_the_rebuilt_transcript_keeps_an_answer_that_is_not_the_model_s_la
         rebuilt = [(m.role, m.kind, m.content) for m in store.transcript(h.name)]
         assert live[-1][1] == "answer" and rebuilt == live, h.name
     store.close()
+
+
+async def test_the_rebuilt_transcript_keeps_what_the_model_was_told_when_its_answer_was_sent_back(tmp_path):
+    """An answer that fails an evaluation, and one that is not the output type asked for, send the model back with a
+    note in the transcript; the store rebuilds those notes too (from the evaluation's event)."""
+    import pydantic
+
+    class Pick(pydantic.BaseModel):
+        n: int
+
+    bus = u.EventBus()
+    store = Store(tmp_path / "s.db")
+    store.attach(bus)
+    answers = iter(["answer 1", "answer 2"])
+    handles = [
+        u.start_loop("t", model=u.ScriptedModel(lambda m, t: next(answers)), evaluations=[lambda a: a.endswith("2")],
+                     bus=bus, name="judged"),
+        u.start_loop("t", model=u.ScriptedModel(["not json", '{"n": 3}']), output=Pick, bus=bus, name="typed"),
+    ]
+    for h in handles:
+        await h
+    store.flush()
+    for h in handles:
+        live = [(m.role, m.kind, m.content) for m in h.transcript if m.kind not in ("system", "context")]
+        assert any(kind == "evaluation" for _r, kind, _c in live)
+        assert [(m.role, m.kind, m.content) for m in store.transcript(h.name)] == live
+    store.close()

@@ -44,6 +44,8 @@ def rebuild_transcript(events: Iterable[ev.Event]) -> list:
             out.append(Message("assistant", e.question, kind="clarification", tool_call_id=e.call_id, ts=e.ts))
         elif isinstance(e, ev.ClarificationAnswered):
             out.append(Message("user", e.answer, kind="clarification", tool_call_id=e.call_id, ts=e.ts))
+        elif isinstance(e, ev.EvaluationRun) and e.note:  # the model sent back to correct its answer
+            out.append(Message("user", e.note, kind="evaluation", ts=e.ts))
         elif isinstance(e, ev.Notification):
             out.append(Message("tool", e.text, kind="notification", tool_call_id=e.call_id, ts=e.ts))
         elif isinstance(e, ev.LoopFinished) and e.status == "finished":

@@ -387,6 +387,9 @@ class EvaluationRun(Event):
     attempt: int = 1
     sent_back: bool = False
     """True when the failure sent the model back to correct its answer."""
+    note: str = ""
+    """What the model was told when sent back (on the last failed evaluation of the answer): the transcript's entry,
+    which the store rebuilds from here."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)

@@ -319,12 +319,19 @@ class Engine(Driver):
                 self.typed_retries += 1
                 note = (f"[your answer is not a valid {cfg.output.__name__} ({err}). Answer again with one JSON "
                         "object matching the schema, and nothing else.]")
+                # the check of the answer's type, as an evaluation: its event carries the note (the store's entry)
+                h.emit(ev.EvaluationRun, name=f"output is a {cfg.output.__name__}", passed=False, feedback=str(err),
+                       sent_back=True, note=note)
                 h.conversation.record(Message("user", note, kind="evaluation"))
                 return False, note
         verdicts = [await evaluate(fn, answer, self.source) for fn in cfg.evaluations]
         h.state.evaluation_results.extend(verdicts)
         failed = [v for v in verdicts if not v.passed]
         send_back = bool(failed) and answering.corrections < cfg.max_corrections
+        note = ""
+        if send_back:
+            problems = "; ".join(f"{v.name}: {v.feedback}" for v in failed)
+            note = f"[your answer did not pass evaluation ({problems}). Correct it and answer again.]"
         for verdict in verdicts:
             h.emit(
                 ev.EvaluationRun,
@@ -333,11 +340,10 @@ class Engine(Driver):
                 feedback=verdict.feedback,
                 attempt=answering.corrections + 1,
                 sent_back=send_back and not verdict.passed,
+                note=note if failed and verdict is failed[-1] else "",  # the transcript's entry, once (the store rebuilds it)
             )
         if send_back:
             answering.corrections += 1
-            problems = "; ".join(f"{v.name}: {v.feedback}" for v in failed)
-            note = f"[your answer did not pass evaluation ({problems}). Correct it and answer again.]"
             h.conversation.record(Message("user", note, kind="evaluation"))
             return False, note
         for fn in cfg.postprocessors:
