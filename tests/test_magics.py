@@ -87,7 +87,10 @@ async def test_steering_by_name(ip):
         ("act --bogus 1 x", "unknown option --bogus"),
         ("act --max-steps lots x", "--max-steps takes a whole number, not 'lots'"),
         ("act --approval sometimes x", "--approval takes one of never, first, always, not 'sometimes'"),
-        ("act --code-timeout soon x", "--code-timeout takes a number of seconds, not 'soon'"),
+        ("act --code-timeout soon x", r"--code-timeout takes a number of seconds >= 0 \(0: no limit\), not 'soon'"),
+        ("act --code-timeout -5 x", r"--code-timeout takes a number of seconds >= 0 \(0: no limit\), not '-5'"),
+        ("act --approval first --approval never x", "option --approval is given twice: give it once"),
+        ("act --multi --multi x", "option --multi is given twice: give it once"),
         ("pause nobody", "no operation named 'nobody'"),
         ("interject", "needs the name of an operation"),
         ("ask someone", "needs a question"),
@@ -99,7 +102,6 @@ async def test_bad_input_is_a_usage_error_with_help(ip, line, message):
     with pytest.raises(UsageError, match=message) as info:
         ip.run_line_magic("unity", line)
     assert "%unity" in str(info.value)  # the subcommand's help (or all of them) follows
-
 
 
 @pytest.mark.parametrize("line, message", [
@@ -115,6 +117,7 @@ def test_model_from_a_variable_takes_nothing_beside_it_and_names_a_missing_varia
     with pytest.raises(UsageError, match=re.escape(message)):
         ip.run_line_magic("unity", line)
     assert "model: " not in capsys.readouterr().out  # no model was set
+
 
 @pytest.mark.parametrize("line, shows", [
     ("", "%unity act"), ("help", "%unity submit"), ("--help", "%unity history"), ("act --help", "--approval"),

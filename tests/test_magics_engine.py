@@ -235,6 +235,22 @@ async def test_a_live_name_is_refused_with_a_suggestion_and_a_finished_one_is_re
     assert "tour had already finished: nothing to stop" in capsys.readouterr().out
 
 
+async def test_resume_says_so_when_nothing_is_paused_and_resumes_what_is(ip, capsys):
+    gate = Gate(lambda m, t: "done")
+    use(ip, u.ScriptedModel(gate))
+    h = ip.run_line_magic("unity", "act --name walk go")
+    await h.wait_for("model_request")
+    ip.run_line_magic("unity", "resume walk")  # it was never paused: said, not silently nothing
+    assert "walk is running and nothing under it is paused: nothing to resume" in capsys.readouterr().out
+    ip.run_line_magic("unity", "pause walk")
+    await h.wait_for("steering", lambda e: e.action == "pause")
+    ip.run_line_magic("unity", "resume walk")
+    await h.wait_for("steering", lambda e: e.action == "resume")
+    assert "nothing to resume" not in capsys.readouterr().out
+    gate.event.set()
+    assert await asyncio.wait_for(h.result(), 10) == "done"
+
+
 # -- item 8: steering is referenced and reported ------------------------------------------------
 
 
@@ -266,6 +282,9 @@ async def test_a_failed_steering_call_shows_in_the_widget_and_none_ends_unobserv
     h2 = ip.run_line_magic("unity", "act --name racer2 go")
     gate.event.clear()
     await h2.wait_for("model_request")
+    ip.run_line_magic("unity", "pause racer2")  # (resume is asked only of what is paused)
+    await h2.wait_for("steering", lambda e: e.action == "pause")
+    await settle()
     monkeypatch.setattr(h2, "resume", broken_resume)
     ip.run_line_magic("unity", "resume racer2")
     (pending,) = magics(ip).steering
@@ -273,6 +292,8 @@ async def test_a_failed_steering_call_shows_in_the_widget_and_none_ends_unobserv
     await settle()
     assert magics(ip).widgets["racer2"].notice == "%unity resume racer2: resume broke"
     assert any(r.levelname == "ERROR" and r.exc_info for r in caplog.records if r.name == "unity_nb.magics")
+    monkeypatch.undo()
+    await h2.resume()
     gate.event.set()
     await h2
     gc.collect()

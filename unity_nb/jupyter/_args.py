@@ -81,6 +81,13 @@ def _seconds(value: str) -> float:
     return f
 
 
+def _timeout(value: str) -> float:
+    f = float(value)
+    if not 0 <= f < float("inf"):
+        raise ValueError(value)
+    return f
+
+
 def _approval(value: str) -> str:
     if value not in ("never", "first", "always"):
         raise ValueError(value)
@@ -119,7 +126,7 @@ TEXT = Kind(str, "a text")
 WHOLE = Kind(int, "a whole number")
 POSITIVE = Kind(_positive, "a whole number of at least 1")
 COUNT = Kind(_count, "a whole number >= 0")
-TIMEOUT = Kind(float, "a number of seconds")
+TIMEOUT = Kind(_timeout, "a number of seconds >= 0 (0: no limit)")
 SECONDS = Kind(_seconds, "a number of seconds above 0")
 APPROVAL = Kind(_approval, "one of never, first, always")
 TOKENS = Kind(_tokens, "a number of tokens (a whole number of at least 64)")
@@ -201,7 +208,7 @@ _DECLARED = (
             Option("--approval", APPROVAL, "with first or always, plans wait for Run (in the widget, or "
                    "%unity approve NAME); with never, they run unasked.", "never|first|always"),
             Option("--code-timeout", TIMEOUT, "seconds a plan may compute without awaiting before it is "
-                   "interrupted.", "SECONDS"),
+                   "interrupted (0: never; default: UnityMagics.code_timeout, 60).", "SECONDS"),
             Option("--multi", FLAG, "it serves more requests sent with %unity submit NAME ... while it works."),
             Option("--managers", FLAG, "its plans reach the managers as primitives.knowledge, .data, .functions, "
                    ".guidance, .transcripts and .tasks (kept in the store)."),

@@ -219,6 +219,8 @@ class _Reader:
             raise self.error(f"{flag} is a flag: it takes no value")
         if value[:1] in "'\"" and value[-1:] == value[:1]:
             value = value[1:-1]
+        if option.key in options:  # which one was meant cannot be told: neither is taken silently
+            raise self.error(f"option {flag} is given twice: give it once")
         try:
             options[option.key] = option.kind.convert(value)
         except ValueError:
@@ -231,6 +233,8 @@ class _Reader:
             flag = rest.split(maxsplit=1)[0]
             option = self.spec.option(flag)
             if option is not None and option.is_flag:
+                if option.key in options:
+                    raise self.error(f"option {flag} is given twice: give it once")
                 options[option.key] = True
                 rest = rest[len(flag):].strip()
                 continue

@@ -50,7 +50,7 @@ class UnityMagics(Magics):
     show_widgets = Bool(True, help="Display a live widget for each operation started.").tag(config=True)
     approval = Unicode("never", help="Default approval mode of %unity act: never, first or always.").tag(config=True)
     code_timeout = Float(
-        60.0, help="Seconds a plan may compute without awaiting before it is interrupted.",
+        60.0, help="Seconds a plan may compute without awaiting before it is interrupted (0: never).",
     ).tag(config=True)
     store_path = Unicode(
         help="SQLite file recording every loop's events (else $UNITY_NB_STORE, else .unity_nb/state.db); "
@@ -490,6 +490,9 @@ class UnityMagics(Magics):
 
         if isinstance(handle, MapHandle) and handle.spending.reached:  # refused at the line, not later in the log
             raise UsageError(f"cannot resume {handle.name!r}: it {handle.spending.message()}")
+        if budget is None and not any(x.status.value == "paused" for x in handle.tree):
+            print(f"{handle.name} is {handle.status.value} and nothing under it is paused: nothing to resume")
+            return None
         self._steer(cmd, handle.resume())
         return None
 

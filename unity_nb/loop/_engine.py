@@ -340,7 +340,7 @@ class Engine(Driver):
                 feedback=verdict.feedback,
                 attempt=answering.corrections + 1,
                 sent_back=send_back and not verdict.passed,
-                note=note if failed and verdict is failed[-1] else "",  # the transcript's entry, once (the store rebuilds it)
+                note=note if failed and verdict is failed[-1] else "",  # the transcript entry, once (stored)
             )
         if send_back:
             answering.corrections += 1
