@@ -306,3 +306,19 @@ async def test_the_rebuilt_transcript_keeps_what_the_model_was_told_when_its_ans
         assert any(kind == "evaluation" for _r, kind, _c in live)
         assert [(m.role, m.kind, m.content) for m in store.transcript(h.name)] == live
     store.close()
+
+
+async def test_a_call_made_where_no_tools_were_offered_is_rebuilt_as_the_loop_recorded_it(tmp_path):
+    """At its last step no tools are offered; a model that calls one anyway is told so and asked once more, and the
+    transcript records ``[called NAME]``, never a call that ran: the store rebuilds that, not a call left open."""
+    bus = u.EventBus()
+    store = Store(tmp_path / "s.db")
+    store.attach(bus)
+    calls = iter([u.call_tool("lookup", q="x"), "the answer"])
+    h = u.start_loop("t", model=u.ScriptedModel(lambda m, t: next(calls)), bus=bus, name="stray", max_steps=1)
+    assert await h == "the answer"
+    store.flush()
+    live = [(m.role, m.kind, m.content, len(m.tool_calls)) for m in h.transcript if m.kind not in ("system", "context")]
+    assert ("assistant", "text", "[called lookup]", 0) in live
+    assert [(m.role, m.kind, m.content, len(m.tool_calls)) for m in store.transcript("stray")] == live
+    store.close()

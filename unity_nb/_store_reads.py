@@ -15,6 +15,8 @@ def rebuild_transcript(events: Iterable[ev.Event]) -> list:
     """A loop's transcript rebuilt from its recorded events, oldest first (``Store.transcript``)."""
     from .loop import Message, ToolCallRecord, steering_entry
 
+    events = list(events)
+    dropped = _dropped_calls(events)
     out: list[Message] = []
     calls: dict[str, ToolCallRecord] = {}
     multi = False  # a multi-request loop's answers are its requests' (its own result only lists them)
@@ -24,9 +26,12 @@ def rebuild_transcript(events: Iterable[ev.Event]) -> list:
         if isinstance(e, ev.LoopStarted):
             out.append(Message("user", e.task, kind="task", ts=e.ts))
         elif isinstance(e, ev.ModelResponse) and not e.interrupted:
-            recs = [ToolCallRecord(c["id"], c["name"], c["arguments"]) for c in e.tool_calls]
+            recs = [ToolCallRecord(c["id"], c["name"], c["arguments"]) for c in e.tool_calls if c["id"] not in dropped]
             calls.update({r.id: r for r in recs})
-            out.append(Message("assistant", e.content, kind="text", tool_calls=recs, ts=e.ts))
+            content = e.content
+            if len(recs) < len(e.tool_calls) and not content:  # calls where no tools were offered: as the loop says
+                content = f"[called {', '.join(c['name'] for c in e.tool_calls if c['id'] in dropped)}]"
+            out.append(Message("assistant", content, kind="text", tool_calls=recs, ts=e.ts))
         elif isinstance(e, ev.ModelResponse):  # cut off by a stop or an interjection: what had streamed
             if e.content:
                 out.append(Message("assistant", e.content, kind="interrupted", ts=e.ts))
@@ -57,6 +62,20 @@ def rebuild_transcript(events: Iterable[ev.Event]) -> list:
         elif isinstance(e, ev.LoopFailed):
             out.append(Message("assistant", f"[failed] {e.error}", kind="error", error=True, ts=e.ts))
     return out
+
+
+def _dropped_calls(events: list[ev.Event]) -> set[str]:
+    """The ids of tool calls that never ran (called at a step where no tools were offered): no tool event names
+    them before the loop's next reply or its end (a call still to start in a running loop is not one)."""
+    waiting: set[str] = set()
+    dropped: set[str] = set()
+    for e in events:
+        if isinstance(e, ev.ToolStarted | ev.ToolFinished):
+            waiting.discard(e.call_id)
+        elif isinstance(e, ev.ModelResponse | ev.LoopFinished | ev.LoopFailed):
+            dropped |= waiting
+            waiting = {c["id"] for c in e.tool_calls} if isinstance(e, ev.ModelResponse) else set()
+    return dropped
 
 
 def pid_alive(pid: int | None) -> bool:
