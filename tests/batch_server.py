@@ -18,7 +18,7 @@ finalizing), ``hold`` (batches stay in_progress, ``finish_while_held`` of their 
 ``fail_validation`` (a message: the batch fails validation), ``no_batch_api`` (404 on /v1/files and /v1/batches),
 ``shuffle`` (output lines in another order than the input's), ``cancel_finishes`` (rows done when a cancel takes
 effect: written to the output file of the cancelled batch), ``answer`` (a function of a request body giving the
-chat completion's message).
+chat completion's message), ``completion_tokens`` (the tokens out each reply's usage reports).
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ class BatchServer:
         self.shuffle = True
         self.cancel_finishes = 0
         self.answer: Callable[[dict], dict] = default_answer
+        self.completion_tokens = 7
         self.files: dict[str, dict] = {}
         self.batches: dict[str, dict] = {}
         self.uploads = 0
@@ -287,7 +288,8 @@ class BatchServer:
             body = {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()),
                     "model": row["body"]["model"], "choices": [{"index": 0, "message": message, "logprobs": None,
                     "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
-                    "usage": {"prompt_tokens": tokens_in, "completion_tokens": 7, "total_tokens": tokens_in + 7}}
+                    "usage": {"prompt_tokens": tokens_in, "completion_tokens": self.completion_tokens,
+                              "total_tokens": tokens_in + self.completion_tokens}}
             out.append({"id": rid, "custom_id": row["custom_id"], "response": {
                 "status_code": 200, "request_id": f"req_{n}", "body": body}, "error": None})
         if self.shuffle:

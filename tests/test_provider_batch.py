@@ -232,3 +232,27 @@ async def test_a_budget_is_applied_before_submitting(server, bus):
     reached = await asyncio.wait_for(tight.wait_for("budget_reached", timeout=20), 25)
     assert "budget" in reached.message and server.uploads == uploads and server.live_calls == 0
     await asyncio.wait_for(tight.stop("enough"), 20)
+
+
+async def test_a_budget_counts_every_submitted_rows_tokens_out(server, bus):
+    model = u.OpenAIModel("batch-budget-out-35", base_url=server.url, api_key="sk-test")
+    u.set_price("batch-budget-out-35", input=0.0, output=1_000_000.0)  # out alone costs: $0.5 a token at the batch
+    server.completion_tokens = 50  # each reply is what the estimate assumes: 50 tokens out, $25 a row
+    h = u.map([f"r{i}" for i in range(20)], "Say {value}", model=model, via="batch", batch_poll=0.01, budget=100.0,
+              bus=bus)
+    await asyncio.wait_for(h.wait_for("budget_reached", timeout=20), 25)
+    sizes = [len(f["_content"].splitlines()) for f in server.files.values() if f["purpose"] == "batch"]
+    assert sizes == [4] and h.spending.spent == pytest.approx(100.0)  # not 20 rows, $500, for a $100 budget
+    await asyncio.wait_for(h.stop("enough"), 20)
+
+
+async def test_a_budget_counts_the_expected_output_tokens(server, bus):
+    model = u.OpenAIModel("batch-budget-expected-35", base_url=server.url, api_key="sk-test")
+    u.set_price("batch-budget-expected-35", input=0.0, output=1_000_000.0)
+    server.completion_tokens = 200
+    h = u.map([f"r{i}" for i in range(20)], "Say {value}", model=model, via="batch", batch_poll=0.01, budget=400.0,
+              expected_output_tokens=200, bus=bus)  # $100 a row, as the person said: four rows fit
+    await asyncio.wait_for(h.wait_for("budget_reached", timeout=20), 25)
+    sizes = [len(f["_content"].splitlines()) for f in server.files.values() if f["purpose"] == "batch"]
+    assert sizes == [4] and h.spending.spent == pytest.approx(400.0)
+    await asyncio.wait_for(h.stop("enough"), 20)

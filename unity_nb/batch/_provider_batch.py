@@ -151,7 +151,7 @@ class _Chunk:
 class ProviderBatchEngine(MapEngine):
     """Drives a map's rows through the provider's Batch API (see the module's docstring)."""
 
-    __slots__ = ("_api", "_bytes", "_chunks", "_claimed", "_pending", "_reserved", "_wake", "settings")
+    __slots__ = ("_api", "_bytes", "_chunks", "_claimed", "_line", "_pending", "_reserved", "_wake", "settings")
 
     def __init__(self, plan: RowPlan, book: Any, spending: Any, settings: BatchSettings, *, items: Any = None,
                  done: Mapping[str, Any] | None = None) -> None:
@@ -176,6 +176,7 @@ class ProviderBatchEngine(MapEngine):
         self._bytes: list[bytes] = []
         self._claimed: dict[int, _Chunk] = {}  # positions in a resumed provider batch -> it
         self._reserved = 0.0  # dollars the submitted files are estimated to cost, until they end
+        self._line = 0  # bytes of the latest request made (the next row's is estimated alike)
         self._wake = asyncio.Event()
         for e in settings.resumed:
             self._resume_chunk(e)
@@ -286,6 +287,7 @@ class ProviderBatchEngine(MapEngine):
                     await asyncio.sleep(0)
                 continue
             line = self._api.line(self.custom_id(row), self.request(row))
+            self._line = len(line)
             size = sum(map(len, self._bytes))
             if self._pending and (len(self._pending) >= s.max_requests or size + len(line) > s.max_bytes):
                 await self._submit()
@@ -308,12 +310,14 @@ class ProviderBatchEngine(MapEngine):
         """A batch held at its budget (not paused by a person) still follows its provider batches to their end."""
         return self.spending.budget is not None and self.spending.reached and any(not c.ended for c in self._chunks)
 
-    def _row_dollars(self, line_bytes: int) -> float:
+    def _row_dollars(self, line_bytes: int, rows: int) -> float:
+        """Dollars ``rows`` requests of ``line_bytes`` bytes in all are estimated to cost, at the estimate's
+        assumptions: about 4 characters a token in, and its tokens out for each row (``expected_output_tokens``)."""
         price, _note = batch_price(self.plan.config.model)
         if price is None:
             return 0.0
-        per_out, _assumed = tokens_out(self.plan.output, None)
-        return (line_bytes / CHARS_PER_TOKEN * price.input + per_out * price.output) / 1_000_000
+        per_out, _assumed = tokens_out(self.plan.output, self.spending.expected_output_tokens)
+        return (line_bytes / CHARS_PER_TOKEN * price.input + rows * per_out * price.output) / 1_000_000
 
     def _over_budget(self) -> bool:
         """True when no more rows may be submitted: what was spent and what the files submitted are estimated to
@@ -323,8 +327,10 @@ class ProviderBatchEngine(MapEngine):
             return False
         if spending.check():
             return True
-        pending = self._row_dollars(sum(map(len, self._bytes)))
-        if spending.spent + self._reserved + pending < spending.budget:
+        # the rows gathered so far and the next one (estimated as long as the latest request: a template's rows
+        # are alike): a row is taken only if what it is estimated to cost still fits
+        size = sum(map(len, self._bytes)) + self._line
+        if spending.spent + self._reserved + self._row_dollars(size, len(self._bytes) + 1) <= spending.budget:
             return False
         if self._pending or any(not c.ended for c in self._chunks):
             return True  # the file gathered so far is submitted, the provider's batches followed; no row more
@@ -342,7 +348,7 @@ class ProviderBatchEngine(MapEngine):
         chunk = _Chunk(len(self._chunks), rows)
         chunk.positions = {r.position for r in rows.values()}
         self._chunks.append(chunk)
-        chunk.reserved = self._row_dollars(len(data))
+        chunk.reserved = self._row_dollars(len(data), len(rows))
         self._reserved += chunk.reserved
         try:
             chunk.file_id = await self._api.upload(data, f"unity_nb-{self._run.name}-{chunk.index}.jsonl")

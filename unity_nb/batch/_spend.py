@@ -53,6 +53,8 @@ class Spending:
         """The cap on dollars spent (``budget=``, ``h.set_budget``); ``None`` for none."""
         self.note: str | None = None
         """Said before the batch starts when its estimate exceeds the budget (and where it will stop)."""
+        self.expected_output_tokens: int | None = None
+        """Tokens out a row, as the person said (``expected_output_tokens=``); ``None``: the estimate's assumption."""
 
     def bind(self, run: Any) -> None:
         """The batch's run: its running rows, its gate, its events."""
@@ -182,6 +184,7 @@ class Spending:
 
     def project(self, source: Any, kept: int, options: dict, output: Any, expected_output_tokens: int | None) -> None:
         """Before the start: from the first rows' prompts, what the whole batch would cost against the budget."""
+        self.expected_output_tokens = expected_output_tokens
         if self.budget is None:
             return
         sample = source.peek(_SAMPLE)
