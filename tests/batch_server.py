@@ -18,7 +18,8 @@ finalizing), ``hold`` (batches stay in_progress, ``finish_while_held`` of their 
 ``fail_validation`` (a message: the batch fails validation), ``no_batch_api`` (404 on /v1/files and /v1/batches),
 ``shuffle`` (output lines in another order than the input's), ``cancel_finishes`` (rows done when a cancel takes
 effect: written to the output file of the cancelled batch), ``answer`` (a function of a request body giving the
-chat completion's message), ``completion_tokens`` (the tokens out each reply's usage reports).
+chat completion's message), ``completion_tokens`` (the tokens out each reply's usage reports), ``content_status``
+(an HTTP status every ``GET /v1/files/{id}/content`` answers with, an error).
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ class BatchServer:
         self.cancel_finishes = 0
         self.answer: Callable[[dict], dict] = default_answer
         self.completion_tokens = 7
+        self.content_status: int | None = None
         self.files: dict[str, dict] = {}
         self.batches: dict[str, dict] = {}
         self.uploads = 0
@@ -183,6 +185,8 @@ class BatchServer:
 
     async def _content(self, request: web.Request) -> web.Response:
         self.requests.append(("GET", "/v1/files/content"))
+        if self.content_status is not None:
+            return self._error(self.content_status, "the file cannot be read now")
         f = self.files.get(request.match_info["id"])
         if f is None:
             return self._error(404, "No such file")

@@ -256,3 +256,14 @@ async def test_a_budget_counts_the_expected_output_tokens(server, bus):
     sizes = [len(f["_content"].splitlines()) for f in server.files.values() if f["purpose"] == "batch"]
     assert sizes == [4] and h.spending.spent == pytest.approx(400.0)
     await asyncio.wait_for(h.stop("enough"), 20)
+
+
+async def test_a_batch_that_fails_ends_every_row_with_a_reason(server, bus):
+    server.content_status = 500  # the provider's batch completed; its output file cannot be read
+    model = u.OpenAIModel("gpt-4.1-mini", base_url=server.url, api_key="sk-test", max_retries=0)
+    h = u.map([f"r{i}" for i in range(4)], "Say {value}", model=model, via="batch", batch_poll=0.01, bus=bus)
+    with pytest.raises(u.ModelError, match="HTTP 500"):
+        await asyncio.wait_for(h.result(), 20)
+    assert h.rows.counts["running"] == 0 and h.rows.counts["stopped"] == 4
+    reasons = h.results().attrs["reasons"]
+    assert len(reasons) == 4 and all("HTTP 500" in why and "batch-" in why for why in reasons.values())

@@ -258,7 +258,8 @@ class ProviderBatchEngine(MapEngine):
             if run.state.stop_reason is not None:
                 await self._cancel_all()
             raise
-        except NoBatchAPI:
+        except BaseException as err:  # the batch fails (raised from result()): no row is left without a reason
+            self._abandon(err)
             raise
         self.conclude()
         c = book.counts
@@ -514,6 +515,20 @@ class ProviderBatchEngine(MapEngine):
                       self.plan.model_name)
         row.task = ""
         self._settled(row, None)
+
+    def _abandon(self, err: BaseException) -> None:
+        """The batch failed: every row gathered or with the provider stops saying why (a provider batch is not
+        cancelled: it is named, as it may still run its rows)."""
+        why = f"stopped: the batch failed ({reason_of(err)})"
+        for row in self._pending.values():
+            self._end_row(row, "stopped", f"{why} before it was submitted")
+        self._pending, self._bytes = {}, []
+        for chunk in self._chunks:
+            if not chunk.ended and chunk.rows:
+                where = f"; its provider batch {chunk.batch_id} was not cancelled" if chunk.batch_id else ""
+                for row in list(chunk.rows.values()):
+                    self._end_row(row, "stopped", why + where)
+                chunk.rows = {}
 
     def _fail_rows(self, chunk: _Chunk, rows: Any, reason: str) -> None:
         for row in list(rows):
