@@ -267,3 +267,35 @@ async def test_a_batch_that_fails_ends_every_row_with_a_reason(server, bus):
     assert h.rows.counts["running"] == 0 and h.rows.counts["stopped"] == 4
     reasons = h.results().attrs["reasons"]
     assert len(reasons) == 4 and all("HTTP 500" in why and "batch-" in why for why in reasons.values())
+
+
+async def test_rows_an_earlier_kernel_submitted_are_not_cached_as_asked_without_its_interjections(server, tmp_path):
+    def answer(body):  # what a row says depends on what it was told besides its task
+        french = any("French" in str(m.get("content")) for m in body["messages"])
+        return {"role": "assistant", "content": ("réponse" if french else "answer") + " to: "
+                + body["messages"][0]["content"]}
+
+    server.answer, server.hold = answer, True
+    store = u.Store(tmp_path / "state.db")
+    try:
+        first_bus = u.EventBus()
+        store.attach(first_bus)
+        first = u.map(["a", "b"], "Say {value}", model=aio(server), via="batch", batch_poll=0.01, name="says",
+                      bus=first_bus)
+        await first.interject("answer in French")  # before its rows are submitted: they are sent with it
+        await first.wait_for("provider_batch", lambda e: e.stage == "created", timeout=10)
+        await first.pause()  # its kernel dies: the provider's batch is continued by another
+        server.hold = False
+        bus = u.EventBus()
+        store.attach(bus)
+        resumed = u.map(["a", "b"], "Say {value}", model=aio(server), via="batch", batch_poll=0.01, name="says",
+                        bus=bus, batches=u.provider_batches(store, "says"), cache=store)
+        assert (await asyncio.wait_for(resumed.result(), 20)).tolist() == ["réponse to: Say a", "réponse to: Say b"]
+        assert await asyncio.to_thread(resumed.rows.cache.flush, 10)
+        plain = u.map(["a", "b"], "Say {value}", model=aio(server), via="batch", batch_poll=0.01, cache=store,
+                      bus=bus)  # asked with no interjection: not given the answers to another question
+        assert (await asyncio.wait_for(plain.result(), 20)).tolist() == ["answer to: Say a", "answer to: Say b"]
+        assert plain.rows.cached == 0
+        await asyncio.wait_for(first.stop("done"), 20)
+    finally:
+        store.close()

@@ -278,6 +278,7 @@ class ProviderBatchEngine(MapEngine):
                 break
             if row.position in self._claimed and not self._claimed[row.position].ended:
                 chunk = self._claimed[row.position]  # in a provider batch an earlier kernel submitted
+                row.told = -1  # what that kernel told it besides its task is not known: its answer is not cached
                 book.started_row(row)
                 row.values = {}
                 chunk.rows[self.custom_id(row)] = row
@@ -510,7 +511,7 @@ class ProviderBatchEngine(MapEngine):
             if price is not None:
                 book.cost += price.cost(usage)
         cache = self.plan.cache
-        if status == "finished" and cache is not None:
+        if status == "finished" and cache is not None and row.told >= 0:
             cache.put(cache.key(row.task, self._notes[: row.told]), to_json(plain_answer(row.answer)),
                       self.plan.model_name)
         row.task = ""

@@ -55,7 +55,8 @@ class Row:
         self.kept = False
         """Finished by the run this batch continues (not run again)."""
         self.told = 0
-        """How many of the batch's interjections the row was told as it started (they are part of its cache key)."""
+        """How many of the batch's interjections the row was told as it started (they are part of its cache key);
+        -1 when that is not known (a row an earlier kernel submitted to the provider's Batch API: not cached)."""
         self.queued = 0
         """Requests of the running row waiting for their turn at the model (its rate limit, a server's one slot):
         while above 0 the row counts as queued, not running (``models.turn_hook``)."""
