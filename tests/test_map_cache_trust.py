@@ -186,3 +186,26 @@ async def test_the_cache_table_is_bounded_and_drops_its_oldest_answers(tmp_path)
     else:
         raise AssertionError("a bound of 0 was taken")
     store.close()
+
+
+# -- a damaged table ---------------------------------------------------------------------------------------------
+
+
+async def test_a_stored_answer_damaged_by_hand_is_a_miss_never_an_answer(tmp_path):
+    path = str(tmp_path / "state.db")
+    store = Store(path)
+    async with FakeOpenAIServer(lambda body: Reply(content="hello " + users(body)[0].split()[-1])) as server:
+        model = u.OpenAIModel("gpt-4.1-mini", base_url=server.base_url, api_key="sk-test")
+        items = ["a", "b", "c", "d", "e"]
+        first = u.map(items, "Greet {value}", model=model, cache=store, bus=u.EventBus())
+        assert (await asyncio.wait_for(first.result(), T)).tolist() == [f"hello {x}" for x in items]
+        assert await asyncio.to_thread(first.rows.cache.flush, 10)
+        with sqlite3.connect(path) as db:  # each answer but e's edited into one that is not a text answer
+            keys = [k for k, _ in db.execute("SELECT key, answer FROM map_cache ORDER BY answer")]
+            for key, damaged in zip(keys, ["null", "123", '"  "', '["x"]'], strict=False):
+                db.execute("UPDATE map_cache SET answer = ? WHERE key = ?", (damaged, key))
+        asked = len(server.requests)
+        again = u.map(items, "Greet {value}", model=model, cache=store, bus=u.EventBus())
+        assert (await asyncio.wait_for(again.result(), T)).tolist() == [f"hello {x}" for x in items]
+        assert again.rows.cached == 1 and len(server.requests) == asked + 4
+    store.close()

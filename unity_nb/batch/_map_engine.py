@@ -252,9 +252,12 @@ class MapEngine(Driver):
         if self.plan.cache is not None:
             stored = self._cached_answer(row)
             if stored is not None:
-                try:
-                    row.answer = parse_answer(json.loads(stored), self.plan.output)
-                except ValueError:
+                try:  # a stored answer that is not one (a damaged table) is a miss: the row is asked
+                    value = json.loads(stored)
+                    if self.plan.output is None and not (isinstance(value, str) and value.strip()):
+                        return False  # a text answer is text that says something (as a call's answer is)
+                    row.answer = parse_answer(value, self.plan.output)
+                except (ValueError, TypeError):
                     return False
                 row.status = "finished"
                 book.cached += 1
