@@ -299,3 +299,13 @@ async def test_rows_an_earlier_kernel_submitted_are_not_cached_as_asked_without_
         await asyncio.wait_for(first.stop("done"), 20)
     finally:
         store.close()
+
+
+async def test_a_reply_that_says_nothing_fails_its_row(server, bus):
+    blank = {"Say a": "", "Say b": "  \n"}
+    server.answer = lambda body: {"role": "assistant",
+                                  "content": blank.get(body["messages"][-1]["content"], "said")}
+    h = u.map(["a", "b", "c"], "Say {value}", model=aio(server), via="batch", batch_poll=0.01, bus=bus)
+    result = await asyncio.wait_for(h.result(), 20)
+    assert result.tolist() == [None, None, "said"] and h.rows.counts["failed"] == 2
+    assert all("answered nothing" in why for why in result.attrs["reasons"].values())

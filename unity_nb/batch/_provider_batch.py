@@ -495,8 +495,8 @@ class ProviderBatchEngine(MapEngine):
                         raise ValueError(f"the answer's arguments are not JSON: {call.arguments[:200]!r}") from None
                     return parse_answer(fields, output)
             return parse_answer(reply.content or "", output)
-        if reply.content is None:
-            raise ValueError("the reply holds no text")
+        if not (reply.content or "").strip():  # a reply that says nothing is not an answer (as in a live loop)
+            raise ValueError(f"the model answered nothing (finish_reason={reply.finish_reason!r})")
         return reply.content
 
     def _end_row(self, row: Row, status: str, reason: str | None, usage: Usage | None = None) -> None:
