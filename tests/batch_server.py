@@ -19,7 +19,8 @@ finalizing), ``hold`` (batches stay in_progress, ``finish_while_held`` of their 
 ``shuffle`` (output lines in another order than the input's), ``cancel_finishes`` (rows done when a cancel takes
 effect: written to the output file of the cancelled batch), ``answer`` (a function of a request body giving the
 chat completion's message), ``completion_tokens`` (the tokens out each reply's usage reports), ``content_status``
-(an HTTP status every ``GET /v1/files/{id}/content`` answers with, an error).
+(an HTTP status every ``GET /v1/files/{id}/content`` answers with, an error), ``forget`` (batches are forgotten
+once created: a look at one is a 404).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class BatchServer:
         self.answer: Callable[[dict], dict] = default_answer
         self.completion_tokens = 7
         self.content_status: int | None = None
+        self.forget = False
         self.files: dict[str, dict] = {}
         self.batches: dict[str, dict] = {}
         self.uploads = 0
@@ -221,7 +223,7 @@ class BatchServer:
 
     async def _get(self, request: web.Request) -> web.Response:
         self.requests.append(("GET", "/v1/batches"))
-        b = self.batches.get(request.match_info["id"])
+        b = None if self.forget else self.batches.get(request.match_info["id"])
         if b is None:
             return self._error(404, "No such batch")
         self._advance(b)
@@ -229,7 +231,7 @@ class BatchServer:
 
     async def _cancel(self, request: web.Request) -> web.Response:
         self.requests.append(("POST", "/v1/batches/cancel"))
-        b = self.batches.get(request.match_info["id"])
+        b = None if self.forget else self.batches.get(request.match_info["id"])
         if b is None:
             return self._error(404, "No such batch")
         self._advance(b)

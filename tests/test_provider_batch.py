@@ -309,3 +309,24 @@ async def test_a_reply_that_says_nothing_fails_its_row(server, bus):
     result = await asyncio.wait_for(h.result(), 20)
     assert result.tolist() == [None, None, "said"] and h.rows.counts["failed"] == 2
     assert all("answered nothing" in why for why in result.attrs["reasons"].values())
+
+
+async def test_a_batch_the_provider_no_longer_has_fails_its_rows_and_is_not_waited_for(server, bus):
+    server.forget = True  # each look at the batch is a 404: it was deleted, or the key is another's
+    h = u.map([f"r{i}" for i in range(3)], "Say {value}", model=aio(server), via="batch", batch_poll=0.01, bus=bus)
+    with pytest.raises(u.UnityError, match="every row of the batch failed"):
+        await asyncio.wait_for(h.result(), 20)
+    reasons = h.results().attrs["reasons"]
+    assert len(reasons) == 3 and all("has no batch batch-" in why and "404" in why for why in reasons.values())
+
+
+async def test_a_stop_does_not_wait_for_a_batch_the_provider_no_longer_has(server, bus):
+    server.hold = True
+    h = u.map([f"r{i}" for i in range(3)], "Say {value}", model=aio(server), via="batch", batch_poll=0.01,
+              batch_stop_wait=600, bus=bus)
+    await h.wait_for("provider_batch", lambda e: e.stage == "created")
+    await h.pause()
+    server.forget = True
+    await asyncio.wait_for(h.stop("enough"), 10)  # not batch_stop_wait
+    assert h.status == "stopped" and h.progress["stopped"] == 3
+    assert all("has no batch" in why for why in h.results().attrs["reasons"].values())

@@ -411,6 +411,10 @@ class ProviderBatchEngine(MapEngine):
             try:
                 batch = await self._api.get(chunk.batch_id)
             except Exception as err:  # noqa: BLE001 - looked at again next time
+                if _gone(err):  # it will never end here: its rows fail now rather than be waited for forever
+                    self._lost(chunk, err)
+                    changed = True
+                    continue
                 self._run.emit(ev.Notification, call_id=None,
                                text=f"the provider batch {chunk.batch_id} could not be looked at: {reason_of(err)}")
                 continue
@@ -456,6 +460,17 @@ class ProviderBatchEngine(MapEngine):
         self._reserved = max(0.0, self._reserved - chunk.reserved)
         self._event(chunk, "ended", message=said)
         self.spending.check()
+
+    def _lost(self, chunk: _Chunk, err: BaseException, status: str = "failed") -> None:
+        """The provider has no batch ``chunk.batch_id`` (404): its rows end saying so."""
+        said = (f"the provider has no batch {chunk.batch_id} (deleted, or another provider or key than the one it "
+                f"was submitted with): {reason_of(err)}")
+        for row in list(chunk.rows.values()):
+            self._end_row(row, status, said)
+        chunk.rows = {}
+        chunk.ended = True
+        self._reserved = max(0.0, self._reserved - chunk.reserved)
+        self._event(chunk, "ended", message=said)
 
     def _requeue(self, row: Row) -> None:
         self._claimed.pop(row.position, None)
@@ -555,7 +570,9 @@ class ProviderBatchEngine(MapEngine):
                     continue
                 try:
                     batch = await self._api.get(str(chunk.batch_id))
-                except Exception:  # noqa: BLE001 - tried again until the wait is over
+                except Exception as err:  # noqa: BLE001 - tried again until the wait is over
+                    if _gone(err):
+                        self._lost(chunk, err, "stopped")
                     continue
                 self._take(chunk, batch)
                 if chunk.status in _FINAL:
@@ -598,3 +615,8 @@ class ProviderBatchEngine(MapEngine):
         return (super().inspection(handle) + f"\n\nIt runs through the provider's Batch API ({p.get('files')} "
                 f"file(s), status {p.get('status')}, {p.get('completed')} of {p.get('total')} requests done, within "
                 "a 24h window).")
+
+
+def _gone(err: BaseException) -> bool:
+    """A look at a provider batch answered 404: there is no such batch there (it will never end)."""
+    return getattr(err, "status", None) == 404
