@@ -330,3 +330,25 @@ async def test_a_stop_does_not_wait_for_a_batch_the_provider_no_longer_has(serve
     await asyncio.wait_for(h.stop("enough"), 10)  # not batch_stop_wait
     assert h.status == "stopped" and h.progress["stopped"] == 3
     assert all("has no batch" in why for why in h.results().attrs["reasons"].values())
+
+
+async def test_rows_kept_from_a_dead_kernel_are_not_taken_again_from_its_provider_batch(server, tmp_path):
+    store = u.Store(tmp_path / "state.db")
+    try:
+        bus = u.EventBus()
+        store.attach(bus)
+        first = u.map(["a", "b", "c"], "Say {value}", model=aio(server), via="batch", batch_poll=0.01, name="says",
+                      bus=bus)
+        await asyncio.wait_for(first.result(), 20)
+        # its kernel died after rows 0 and 1 were committed as finished, before row 2 and the batch's end were
+        batches = [e for e in u.provider_batches(store, "says") if e.stage != "ended"]
+        done = {k: v for k, v in u.finished_rows(store, "says").items() if json.loads(k)[0] != 2}
+        bus = u.EventBus()
+        store.attach(bus)
+        resumed = u.map(["a", "b", "c"], "Say {value}", model=aio(server), via="batch", batch_poll=0.01,
+                        name="says", bus=bus, batches=batches, done=done)
+        result = await asyncio.wait_for(resumed.result(), 20)
+        assert result.tolist() == [f"answer to: Say {x}" for x in "abc"] and server.uploads == 1
+        assert resumed.rows.kept == 2 and resumed.rows.counts["finished"] == 3 and resumed.rows.counts["queued"] == 0
+    finally:
+        store.close()

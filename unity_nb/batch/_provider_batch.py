@@ -276,6 +276,8 @@ class ProviderBatchEngine(MapEngine):
             row = self._next_row()
             if row is None:
                 break
+            if row.position in self._claimed and self._kept_before(row):  # its answer is kept: not taken again
+                self._claimed.pop(row.position).positions.discard(row.position)
             if row.position in self._claimed and not self._claimed[row.position].ended:
                 chunk = self._claimed[row.position]  # in a provider batch an earlier kernel submitted
                 row.told = -1  # what that kernel told it besides its task is not known: its answer is not cached
@@ -307,6 +309,13 @@ class ProviderBatchEngine(MapEngine):
                 await self._submit()
         if self._pending and (book.exhausted or self._over_budget()):
             await self._submit()
+
+    def _kept_before(self, row: Row) -> bool:
+        """Whether ``row`` finished in the run this one continues (``done=``): kept, even if the provider batch it
+        was in did not end there (its kernel died between the row's end and the batch's)."""
+        if row.position in self._kept:
+            return True
+        return self._done_lazy is not None and self._kept_answer(row, self._done_lazy) is not None
 
     def _polls_while_held(self) -> bool:
         """A batch held at its budget (not paused by a person) still follows its provider batches to their end."""
