@@ -352,3 +352,16 @@ async def test_rows_kept_from_a_dead_kernel_are_not_taken_again_from_its_provide
         assert resumed.rows.kept == 2 and resumed.rows.counts["finished"] == 3 and resumed.rows.counts["queued"] == 0
     finally:
         store.close()
+
+
+async def test_the_budgets_note_projects_at_the_batch_price_and_says_where_it_pauses(server, bus):
+    model = u.OpenAIModel("batch-budget-note-35", base_url=server.url, api_key="sk-test")
+    u.set_price("batch-budget-note-35", input=0.0, output=1_000_000.0)
+    server.completion_tokens = 50
+    items = [f"r{i}" for i in range(20)]
+    assert u.map(items, "Say {value}", model=model, via="batch", estimate=True).dollars == pytest.approx(500.0)
+    h = u.map(items, "Say {value}", model=model, via="batch", batch_poll=0.01, budget=300.0, bus=bus)
+    assert "$500.00 for 20 rows" in h.spending.note and "after about 12 rows" in h.spending.note
+    await asyncio.wait_for(h.wait_for("budget_reached", timeout=20), 25)
+    assert sum(len(f["_content"].splitlines()) for f in server.files.values() if f["purpose"] == "batch") == 12
+    await asyncio.wait_for(h.stop("enough"), 20)

@@ -134,7 +134,7 @@ class MapHandle(LoopHandle):
         self.run.cap_events(_ROW_EVENTS, _KEEP_ROW_EVENTS)
         self.run.inspection = self._rows.inspection  # what a question about the batch is answered from
         self._rows.start()
-        spending.project(source, book.kept, options, fields, expected_output_tokens)
+        spending.project(source, book.kept, options, fields, expected_output_tokens, batch=via is not None)
 
     # -- what it adds to the loop handle ---------------------------------------------------------------
 

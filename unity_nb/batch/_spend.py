@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from .. import events as ev
 from .._errors import UserError
 from ..models import Usage, cost_of, format_dollars, price_of
-from ._estimate import estimate_rows
+from ._estimate import at_batch_price, estimate_rows
 
 if TYPE_CHECKING:
     from ._book import Book
@@ -182,14 +182,18 @@ class Spending:
         self.spent_before = carried(self._run, dollars, origin)
         self.check()
 
-    def project(self, source: Any, kept: int, options: dict, output: Any, expected_output_tokens: int | None) -> None:
-        """Before the start: from the first rows' prompts, what the whole batch would cost against the budget."""
+    def project(self, source: Any, kept: int, options: dict, output: Any, expected_output_tokens: int | None,
+                *, batch: bool = False) -> None:
+        """Before the start: from the first rows' prompts, what the whole batch would cost against the budget
+        (``batch``: through the provider's Batch API, at its batch price, as its estimate says)."""
         self.expected_output_tokens = expected_output_tokens
         if self.budget is None:
             return
         sample = source.peek(_SAMPLE)
         est = estimate_rows(sample, model=self._model, options=options, output=output,
                             expected_output_tokens=expected_output_tokens)
+        if batch:
+            est = at_batch_price(est, self._model)
         total = source.total
         if total is None or est.dollars is None or not est.rows:
             return
