@@ -365,3 +365,29 @@ async def test_the_budgets_note_projects_at_the_batch_price_and_says_where_it_pa
     await asyncio.wait_for(h.wait_for("budget_reached", timeout=20), 25)
     assert sum(len(f["_content"].splitlines()) for f in server.files.values() if f["purpose"] == "batch") == 12
     await asyncio.wait_for(h.stop("enough"), 20)
+
+
+async def test_what_a_batch_api_run_spent_is_in_the_store_for_a_resume_to_count(server, tmp_path):
+    from unity_nb.batch._spend import spent_in_store
+
+    model = u.OpenAIModel("batch-spent-stored-35", base_url=server.url, api_key="sk-test")
+    u.set_price("batch-spent-stored-35", input=0.0, output=1_000_000.0)
+    server.completion_tokens = 50
+    store = u.Store(tmp_path / "state.db")
+    try:
+        bus = u.EventBus()
+        store.attach(bus)
+        h = u.map(["a", "b", "c"], "Say {value}", model=model, via="batch", batch_poll=0.01, name="says", bus=bus,
+                  budget=1000.0)
+        await asyncio.wait_for(h.result(), 20)
+        server.answer = lambda body: {"role": "assistant", "content": None, "tool_calls": [{
+            "id": "c", "type": "function", "function": {"name": "submit_answer", "arguments": json.dumps(
+                {"keep": "dog" not in body["messages"][-1]["content"], "reason": "looked"})}}]}
+        kept = u.filter(["a cat", "a dog"], "Is it about cats?", model=model, via="batch", batch_poll=0.01,
+                        name="cats", bus=bus, budget=1000.0)
+        await asyncio.wait_for(kept.result(), 20)
+        store.flush()
+        assert spent_in_store(store, store.find("says")["uid"]) == (pytest.approx(75.0), [])  # 3 rows, $25 each
+        assert spent_in_store(store, store.find("cats")["uid"]) == (pytest.approx(50.0), [])  # its map's rows
+    finally:
+        store.close()
