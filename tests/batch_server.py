@@ -20,7 +20,8 @@ finalizing), ``hold`` (batches stay in_progress, ``finish_while_held`` of their 
 effect: written to the output file of the cancelled batch), ``answer`` (a function of a request body giving the
 chat completion's message), ``completion_tokens`` (the tokens out each reply's usage reports), ``content_status``
 (an HTTP status every ``GET /v1/files/{id}/content`` answers with, an error), ``forget`` (batches are forgotten
-once created: a look at one is a 404).
+once created: a look at one is a 404), ``upload_delay`` (seconds an upload takes;
+``uploading`` is set as one starts).
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ class BatchServer:
         self.completion_tokens = 7
         self.content_status: int | None = None
         self.forget = False
+        self.upload_delay = 0.0
+        self.uploading = asyncio.Event()
         self.files: dict[str, dict] = {}
         self.batches: dict[str, dict] = {}
         self.uploads = 0
@@ -165,6 +168,8 @@ class BatchServer:
         if self.no_batch_api:
             return self._error(404, "Not Found: this server has no /v1/files")
         form = await request.post()
+        self.uploading.set()
+        await asyncio.sleep(self.upload_delay)
         purpose, upload = form.get("purpose"), form.get("file")
         if purpose != "batch":
             return self._error(400, f"purpose must be 'batch', not {purpose!r}")

@@ -391,3 +391,12 @@ async def test_what_a_batch_api_run_spent_is_in_the_store_for_a_resume_to_count(
         assert spent_in_store(store, store.find("cats")["uid"]) == (pytest.approx(50.0), [])  # its map's rows
     finally:
         store.close()
+
+
+async def test_a_stop_while_a_file_is_uploaded_ends_its_rows_with_a_reason(server, bus):
+    server.upload_delay = 3.0
+    h = u.map([f"r{i}" for i in range(3)], "Say {value}", model=aio(server), via="batch", batch_poll=0.01, bus=bus)
+    await asyncio.wait_for(server.uploading.wait(), 10)  # the upload is on its way
+    await asyncio.wait_for(h.stop("enough"), 20)
+    assert h.rows.counts["running"] == 0 and h.rows.counts["stopped"] == 3
+    assert all("uploaded" in why for why in h.results().attrs["reasons"].values())

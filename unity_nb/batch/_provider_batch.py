@@ -257,9 +257,10 @@ class ProviderBatchEngine(MapEngine):
         except asyncio.CancelledError:
             if run.state.stop_reason is not None:
                 await self._cancel_all()
+            self._abandon(self._stop_reason())  # rows whose file was on its way (no provider batch to follow yet)
             raise
         except BaseException as err:  # the batch fails (raised from result()): no row is left without a reason
-            self._abandon(err)
+            self._abandon(f"stopped: the batch failed ({reason_of(err)})")
             raise
         self.conclude()
         c = book.counts
@@ -541,16 +542,16 @@ class ProviderBatchEngine(MapEngine):
         row.task = ""
         self._settled(row, None)
 
-    def _abandon(self, err: BaseException) -> None:
-        """The batch failed: every row gathered or with the provider stops saying why (a provider batch is not
-        cancelled: it is named, as it may still run its rows)."""
-        why = f"stopped: the batch failed ({reason_of(err)})"
+    def _abandon(self, why: str) -> None:
+        """The batch ended (failed, or stopped): every row still gathered or with the provider stops saying ``why``
+        (a provider batch is not cancelled here: it is named, as it may still run its rows)."""
         for row in self._pending.values():
-            self._end_row(row, "stopped", f"{why} before it was submitted")
+            self._end_row(row, "stopped", f"{why} (before it was submitted)")
         self._pending, self._bytes = {}, []
         for chunk in self._chunks:
             if not chunk.ended and chunk.rows:
-                where = f"; its provider batch {chunk.batch_id} was not cancelled" if chunk.batch_id else ""
+                where = (f"; its provider batch {chunk.batch_id} was not cancelled" if chunk.batch_id else
+                         " (while its file was uploaded or its provider batch created)")
                 for row in list(chunk.rows.values()):
                     self._end_row(row, "stopped", why + where)
                 chunk.rows = {}
