@@ -21,7 +21,8 @@ effect: written to the output file of the cancelled batch), ``answer`` (a functi
 chat completion's message), ``completion_tokens`` (the tokens out each reply's usage reports), ``content_status``
 (an HTTP status every ``GET /v1/files/{id}/content`` answers with, an error), ``forget`` (batches are forgotten
 once created: a look at one is a 404), ``upload_delay`` (seconds an upload takes;
-``uploading`` is set as one starts).
+``uploading`` is set as one starts), ``expires_in`` (a new batch's ``expires_at``, in seconds from now),
+``look_status`` (an HTTP status every ``GET /v1/batches/{id}`` answers with, an error).
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ class BatchServer:
         self.forget = False
         self.upload_delay = 0.0
         self.uploading = asyncio.Event()
+        self.expires_in = 86400
+        self.look_status: int | None = None
         self.files: dict[str, dict] = {}
         self.batches: dict[str, dict] = {}
         self.uploads = 0
@@ -218,7 +221,7 @@ class BatchServer:
         self.batches[bid] = {
             "id": bid, "object": "batch", "endpoint": body["endpoint"], "errors": None, "input_file_id": fid,
             "completion_window": "24h", "status": "validating", "output_file_id": None, "error_file_id": None,
-            "created_at": now, "in_progress_at": None, "expires_at": now + 86400, "finalizing_at": None,
+            "created_at": now, "in_progress_at": None, "expires_at": now + self.expires_in, "finalizing_at": None,
             "completed_at": None, "failed_at": None, "expired_at": None, "cancelling_at": None, "cancelled_at": None,
             "request_counts": {"total": len(rows), "completed": 0, "failed": 0},
             "metadata": body.get("metadata"), "_rows": rows, "_t": time.monotonic(), "_done": 0,
@@ -228,6 +231,8 @@ class BatchServer:
 
     async def _get(self, request: web.Request) -> web.Response:
         self.requests.append(("GET", "/v1/batches"))
+        if self.look_status is not None:
+            return self._error(self.look_status, "the batch cannot be looked at now")
         b = None if self.forget else self.batches.get(request.match_info["id"])
         if b is None:
             return self._error(404, "No such batch")

@@ -400,3 +400,17 @@ async def test_a_stop_while_a_file_is_uploaded_ends_its_rows_with_a_reason(serve
     await asyncio.wait_for(h.stop("enough"), 20)
     assert h.rows.counts["running"] == 0 and h.rows.counts["stopped"] == 3
     assert all("uploaded" in why for why in h.results().attrs["reasons"].values())
+
+
+@pytest.mark.parametrize("looks", ["still in progress", "cannot be looked at"])
+async def test_a_provider_batch_long_past_its_window_is_not_waited_for_forever(server, bus, looks):
+    server.hold = True  # it never ends
+    server.expires_in = -3 * 3600  # its window ended three hours ago (as a clock would have it a day later)
+    if looks == "cannot be looked at":
+        server.look_status = 503
+    model = u.OpenAIModel("gpt-4.1-mini", base_url=server.url, api_key="sk-test", max_retries=0)
+    h = u.map([f"r{i}" for i in range(3)], "Say {value}", model=model, via="batch", batch_poll=0.01, bus=bus)
+    with pytest.raises(u.UnityError, match="every row of the batch failed"):
+        await asyncio.wait_for(h.result(), 20)
+    reasons = h.results().attrs["reasons"]
+    assert len(reasons) == 3 and all("passed its 24h window" in why for why in reasons.values())

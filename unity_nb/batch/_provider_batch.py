@@ -52,6 +52,8 @@ __all__ = ("BatchSettings", "ProviderBatchEngine", "batch_settings", "provider_b
 _FINAL = frozenset({"completed", "failed", "expired", "cancelled"})
 _MAX_BACKOFF = 10.0
 """Polls back off to this many times ``batch_poll`` while nothing changes."""
+_OVERDUE = 3600.0
+"""Seconds past its window's end (``expires_at``) after which a provider batch not ended fails its rows."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,16 +426,31 @@ class ProviderBatchEngine(MapEngine):
                 if _gone(err):  # it will never end here: its rows fail now rather than be waited for forever
                     self._lost(chunk, err)
                     changed = True
-                    continue
-                self._run.emit(ev.Notification, call_id=None,
-                               text=f"the provider batch {chunk.batch_id} could not be looked at: {reason_of(err)}")
+                elif self._overdue(chunk, f"it could not be looked at since: {reason_of(err)}"):
+                    changed = True
+                else:
+                    self._run.emit(ev.Notification, call_id=None, text=(
+                        f"the provider batch {chunk.batch_id} could not be looked at: {reason_of(err)}"))
                 continue
             if self._take(chunk, batch):
                 changed = True
                 self._event(chunk, "status")
             if chunk.status in _FINAL:
                 await self._collect(chunk, batch)
+            elif self._overdue(chunk, f"it is still {chunk.status!r}"):
+                changed = True
         return changed
+
+    def _overdue(self, chunk: _Chunk, what: str) -> bool:
+        """End ``chunk``'s rows (failed) once its provider batch is :data:`_OVERDUE` seconds past its window and not
+        ended: a provider batch that never ends is not waited for forever. True if it was."""
+        expires = chunk.expires_at
+        if not isinstance(expires, int | float) or isinstance(expires, bool) or time.time() < expires + _OVERDUE:
+            return False
+        said = (f"the provider batch {chunk.batch_id} passed its 24h window (expires_at {int(expires)}) "
+                f"{_OVERDUE / 3600:g} h ago and {what}: its rows are not waited for any longer")
+        self._end_chunk(chunk, "failed", said)
+        return True
 
     async def _collect(self, chunk: _Chunk, batch: Mapping[str, Any]) -> None:
         """A provider batch ended: its output and error files, matched to rows by ``custom_id``."""
@@ -473,8 +490,11 @@ class ProviderBatchEngine(MapEngine):
 
     def _lost(self, chunk: _Chunk, err: BaseException, status: str = "failed") -> None:
         """The provider has no batch ``chunk.batch_id`` (404): its rows end saying so."""
-        said = (f"the provider has no batch {chunk.batch_id} (deleted, or another provider or key than the one it "
-                f"was submitted with): {reason_of(err)}")
+        self._end_chunk(chunk, status, f"the provider has no batch {chunk.batch_id} (deleted, or another provider or "
+                        f"key than the one it was submitted with): {reason_of(err)}")
+
+    def _end_chunk(self, chunk: _Chunk, status: str, said: str) -> None:
+        """``chunk``'s provider batch will not be followed any more: its rows end (``status``) saying ``said``."""
         for row in list(chunk.rows.values()):
             self._end_row(row, status, said)
         chunk.rows = {}
