@@ -22,7 +22,9 @@ cache, or failing their template make no request), so the handle, its results, p
   ``batch_stop_wait`` seconds) and keeps the rows the provider finished before the cancel took effect.
 - **Failures.** A row in the error file fails with the provider's message; rows of an expired batch fail saying
   the window expired; a failed batch fails its rows with the provider's errors; a provider without the Batch API
-  (404 on ``/v1/files``) ends the map at once with one error saying so (no live fallback).
+  (404 on ``/v1/files``) ends the map at once with one error saying so (no live fallback). A provider batch the
+  provider no longer has (404 on a look) fails its rows; one not ended an hour past its window (``expires_at``),
+  running still or not to be looked at, fails its rows rather than be polled forever.
 - **Spend.** Tokens are counted at the batch price (the model's batch rate, else half its live price); a budget is
   applied before a file is submitted: a file is cut to what the budget still covers, at the estimate's
   assumptions, and none is submitted once the budget is reached.
