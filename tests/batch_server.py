@@ -22,7 +22,8 @@ chat completion's message), ``completion_tokens`` (the tokens out each reply's u
 (an HTTP status every ``GET /v1/files/{id}/content`` answers with, an error), ``forget`` (batches are forgotten
 once created: a look at one is a 404), ``upload_delay`` (seconds an upload takes;
 ``uploading`` is set as one starts), ``expires_in`` (a new batch's ``expires_at``, in seconds from now),
-``look_status`` (an HTTP status every ``GET /v1/batches/{id}`` answers with, an error).
+``look_status`` (an HTTP status every ``GET /v1/batches/{id}`` answers with, an error), ``twice`` (a function of
+a row's custom_id: True puts a second, other answer for it in the output file).
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class BatchServer:
         self.uploading = asyncio.Event()
         self.expires_in = 86400
         self.look_status: int | None = None
+        self.twice: Callable[[str], bool] | None = None
         self.files: dict[str, dict] = {}
         self.batches: dict[str, dict] = {}
         self.uploads = 0
@@ -308,6 +310,10 @@ class BatchServer:
                               "total_tokens": tokens_in + self.completion_tokens}}
             out.append({"id": rid, "custom_id": row["custom_id"], "response": {
                 "status_code": 200, "request_id": f"req_{n}", "body": body}, "error": None})
+            if self.twice is not None and self.twice(row["custom_id"]):
+                other = json.loads(json.dumps(out[-1]))
+                other["response"]["body"]["choices"][0]["message"] = {"role": "assistant", "content": "another"}
+                out.append(other)
         if self.shuffle:
             random.Random(7).shuffle(out)
             random.Random(8).shuffle(err)

@@ -414,3 +414,12 @@ async def test_a_provider_batch_long_past_its_window_is_not_waited_for_forever(s
         await asyncio.wait_for(h.result(), 20)
     reasons = h.results().attrs["reasons"]
     assert len(reasons) == 3 and all("passed its 24h window" in why for why in reasons.values())
+
+
+async def test_a_row_the_provider_answers_twice_fails_saying_so(server, bus):
+    server.twice = lambda cid: cid.startswith("1:")  # two lines for row 1, with other answers
+    h = u.map(["a", "b", "c"], "Say {value}", model=aio(server), via="batch", batch_poll=0.01, bus=bus)
+    result = await asyncio.wait_for(h.result(), 20)
+    assert result[0] == "answer to: Say a" and pd.isna(result[1]) and result[2] == "answer to: Say c"
+    assert "2 results for this row" in result.attrs["reasons"][1]
+    assert h.rows.counts["failed"] == 1 and h.spending.usage().output_tokens == 4 * 7  # both of its answers counted

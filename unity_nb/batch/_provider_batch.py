@@ -457,18 +457,28 @@ class ProviderBatchEngine(MapEngine):
     async def _collect(self, chunk: _Chunk, batch: Mapping[str, Any]) -> None:
         """A provider batch ended: its output and error files, matched to rows by ``custom_id``."""
         results: dict[str, RowResult] = {}
+        twice: dict[str, list[RowResult]] = {}  # custom_id -> every result given for it, where more than one was
         for key in ("output_file_id", "error_file_id"):
             fid = batch.get(key)
             if fid:
                 data = await self._api.content(str(fid))
                 for r in self._api.results(data):
+                    if r.custom_id in results:
+                        twice.setdefault(r.custom_id, [results[r.custom_id]]).append(r)
                     results[r.custom_id] = r
         status = chunk.status
         errors = (batch.get("errors") or {}).get("data") or []
         said = "; ".join(str(e.get("message")) for e in errors[:3] if isinstance(e, dict)) or None
         for cid, row in list(chunk.rows.items()):
             found = results.pop(cid, None)
-            if found is not None:
+            if cid in twice:  # which one is its answer is not known: none is taken (each one's tokens counted)
+                usage = Usage()
+                for r in twice[cid]:
+                    if r.reply is not None and r.reply.usage is not None:
+                        usage += r.reply.usage
+                self._end_row(row, "failed", f"the provider's files hold {len(twice[cid])} results for this row "
+                              f"({cid}): which one answers it is not known", usage)
+            elif found is not None:
                 self._row_result(row, found)
             elif chunk.resumed and status == "completed":  # asked something else now: sent again, in a new file
                 self.book.left(row)
