@@ -295,3 +295,15 @@ async def test_a_later_row_that_cannot_fill_the_template_fails_alone(bus):
     result = await asyncio.wait_for(h.result(), T)
     assert result.tolist() == ["ok", None, "ok"] and h.progress["failed"] == 1
     assert result.attrs["reasons"][1].startswith("row 1 cannot fill the task: the task names {a}")
+
+
+async def test_a_batch_whose_last_row_reaches_the_budget_ends_with_its_result():
+    async with FakeOpenAIServer(lambda body: Reply(content="hi")) as server:
+        model = u.OpenAIModel("gpt-4.1-mini", base_url=server.base_url, api_key="sk-test")
+        h = u.map(["a", "b"], "Say {value}", model=model, concurrency=1, budget=0.0000001, bus=u.EventBus())
+        reached = await asyncio.wait_for(h.wait_for("budget_reached"), T)
+        assert "paused" in reached.message and h.rows.counts["queued"] == 1  # row b is left: it waits
+        await h.stop("enough")
+        one = u.map(["a"], "Say {value}", model=model, concurrency=1, budget=0.0000001, bus=u.EventBus())
+        # its only row reached the budget: nothing is left to run, so it ends rather than wait paused forever
+        assert (await asyncio.wait_for(one.result(), T)).tolist() == ["hi"]

@@ -423,3 +423,41 @@ async def test_a_row_the_provider_answers_twice_fails_saying_so(server, bus):
     assert result[0] == "answer to: Say a" and pd.isna(result[1]) and result[2] == "answer to: Say c"
     assert "2 results for this row" in result.attrs["reasons"][1]
     assert h.rows.counts["failed"] == 1 and h.spending.usage().output_tokens == 4 * 7  # both of its answers counted
+
+
+async def test_a_batch_whose_rows_all_fit_the_budget_exactly_ends_with_its_result(server, bus):
+    model = u.OpenAIModel("batch-budget-fit-35", base_url=server.url, api_key="sk-test")
+    u.set_price("batch-budget-fit-35", input=0.0, output=1_000_000.0)
+    server.completion_tokens = 50  # $25 a row: four rows spend the budget to the cent
+    h = u.map([f"r{i}" for i in range(4)], "Say {value}", model=model, via="batch", batch_poll=0.01, budget=100.0,
+              bus=bus)
+    assert (await asyncio.wait_for(h.result(), 20)).notna().all() and h.spending.spent == pytest.approx(100.0)
+
+
+async def test_a_resume_at_its_budget_still_takes_the_rows_an_earlier_kernel_submitted(server, tmp_path):
+    model = u.OpenAIModel("batch-budget-resumed-35", base_url=server.url, api_key="sk-test")
+    u.set_price("batch-budget-resumed-35", input=0.0, output=1_000_000.0)
+    server.completion_tokens = 50  # $25 a row
+    server.hold_after = 1  # the first file's batch (rows 0, 1) ends; the second's (rows 2, 3) runs on
+    server.fail_row = lambda cid, body: "bad luck" if cid.startswith("1:") else None
+    store = u.Store(tmp_path / "state.db")
+    try:
+        bus = u.EventBus()
+        store.attach(bus)
+        first = u.map(list("abcd"), "Say {value}", model=model, via="batch", batch_poll=0.01, name="says", bus=bus,
+                      batch_max_requests=2)
+        await first.wait_for("provider_batch", lambda e: e.stage == "ended" and e.chunk == 0, timeout=10)
+        await first.wait_for("provider_batch", lambda e: e.stage == "created" and e.chunk == 1, timeout=10)
+        await first.pause()  # its kernel dies
+        server.fail_row, server.hold_after = None, None
+        bus = u.EventBus()
+        store.attach(bus)
+        # row 1 is sent again and its estimate fits; one more row would not: rows 2 and 3 are with the provider
+        resumed = u.map(list("abcd"), "Say {value}", model=model, via="batch", batch_poll=0.01, name="says",
+                        bus=bus, batches=u.provider_batches(store, "says"), done=u.finished_rows(store, "says"),
+                        budget=30.0)
+        result = await asyncio.wait_for(resumed.result(), 20)
+        assert result.tolist() == [f"answer to: Say {x}" for x in "abcd"] and server.creates == 3
+        await asyncio.wait_for(first.stop("done"), 20)
+    finally:
+        store.close()

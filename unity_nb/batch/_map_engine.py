@@ -169,6 +169,8 @@ class MapEngine(Driver):
         settled = 0
         try:
             while True:
+                if run.gate.paused and not running and not ended and not self._input_left():
+                    break  # held (at its budget) with no row running and none left to start: it is done
                 await run.gate.wait()
                 while (len(running) < plan.concurrency and not run.gate.paused and run.state.stop_reason is None
                        and self.fatal is None and not self.spending.check()):
@@ -228,6 +230,16 @@ class MapEngine(Driver):
         except StopIteration:
             book.exhausted = True
             return None
+
+    def _input_left(self) -> bool:
+        """Whether the input has a row not taken yet (made now to know it); once it has none, it is exhausted."""
+        book = self.book
+        if book.exhausted:
+            return False
+        if book.source.peek(1):
+            return True
+        book.exhausted = True
+        return False
 
     def _settle(self, row: Row) -> bool:
         """End ``row`` without a call if it can be: kept from the run this one continues, answered by the cache,

@@ -238,6 +238,9 @@ class ProviderBatchEngine(MapEngine):
                 if chunk.batch_id is None and chunk.file_id is not None:  # uploaded, not yet submitted
                     await self._create(chunk)
             while True:
+                if run.gate.paused and not self._pending and all(c.ended for c in self._chunks) and \
+                        not self._input_left():
+                    break  # held (at its budget) with nothing with the provider and no row left: it is done
                 if run.gate.paused and not self._polls_while_held():
                     await run.gate.wait()
                 if self.fatal is not None:
@@ -276,7 +279,7 @@ class ProviderBatchEngine(MapEngine):
         run, book, s = self._run, self.book, self.settings
         settled = 0
         while not run.gate.paused and run.state.stop_reason is None and self.fatal is None:
-            if self._over_budget():
+            if self._over_budget() and not self._claimed_next():
                 break
             row = self._next_row()
             if row is None:
@@ -314,6 +317,15 @@ class ProviderBatchEngine(MapEngine):
                 await self._submit()
         if self._pending and (book.exhausted or self._over_budget()):
             await self._submit()
+
+    def _claimed_next(self) -> bool:
+        """Whether the next row is in a provider batch an earlier kernel submitted: taken whatever the budget (it
+        costs nothing more, and that batch is followed only once its rows are all made)."""
+        if not self._claimed:
+            return False
+        ahead = self.book.source.peek(1)
+        chunk = self._claimed.get(ahead[0].position) if ahead else None
+        return chunk is not None and not chunk.ended
 
     def _kept_before(self, row: Row) -> bool:
         """Whether ``row`` finished in the run this one continues (``done=``): kept, even if the provider batch it
