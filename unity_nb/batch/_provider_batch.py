@@ -155,7 +155,8 @@ class _Chunk:
 class ProviderBatchEngine(MapEngine):
     """Drives a map's rows through the provider's Batch API (see the module's docstring)."""
 
-    __slots__ = ("_api", "_bytes", "_chunks", "_claimed", "_line", "_pending", "_reserved", "_wake", "settings")
+    __slots__ = ("_api", "_bytes", "_chunks", "_claimed", "_line", "_pending", "_reserved", "_size", "_wake",
+                 "settings")
 
     def __init__(self, plan: RowPlan, book: Any, spending: Any, settings: BatchSettings, *, items: Any = None,
                  done: Mapping[str, Any] | None = None) -> None:
@@ -178,6 +179,7 @@ class ProviderBatchEngine(MapEngine):
         self._chunks: list[_Chunk] = []
         self._pending: dict[str, Row] = {}  # custom_id -> row, gathered for the next file
         self._bytes: list[bytes] = []
+        self._size = 0  # bytes in self._bytes (counted as they come: never summed again a row)
         self._claimed: dict[int, _Chunk] = {}  # positions in a resumed provider batch -> it
         self._reserved = 0.0  # dollars the submitted files are estimated to cost, until they end
         self._line = 0  # bytes of the latest request made (the next row's is estimated alike)
@@ -300,8 +302,7 @@ class ProviderBatchEngine(MapEngine):
                 continue
             line = self._api.line(self.custom_id(row), self.request(row))
             self._line = len(line)
-            size = sum(map(len, self._bytes))
-            if self._pending and (len(self._pending) >= s.max_requests or size + len(line) > s.max_bytes):
+            if self._pending and (len(self._pending) >= s.max_requests or self._size + len(line) > s.max_bytes):
                 await self._submit()
             if len(line) > s.max_bytes:
                 row.status, row.reason = "failed", (
@@ -313,6 +314,7 @@ class ProviderBatchEngine(MapEngine):
             row.values = {}
             self._pending[self.custom_id(row)] = row
             self._bytes.append(line)
+            self._size += len(line)
             if len(self._pending) >= s.max_requests:
                 await self._submit()
         if self._pending and (book.exhausted or self._over_budget()):
@@ -357,7 +359,7 @@ class ProviderBatchEngine(MapEngine):
             return True
         # the rows gathered so far and the next one (estimated as long as the latest request: a template's rows
         # are alike): a row is taken only if what it is estimated to cost still fits
-        size = sum(map(len, self._bytes)) + self._line
+        size = self._size + self._line
         if spending.spent + self._reserved + self._row_dollars(size, len(self._bytes) + 1) <= spending.budget:
             return False
         if self._pending or any(not c.ended for c in self._chunks):
@@ -372,7 +374,7 @@ class ProviderBatchEngine(MapEngine):
     async def _submit(self) -> None:
         """Upload the rows gathered as one file, and run it as a provider batch (each id an event at once)."""
         rows, data = self._pending, b"".join(self._bytes)
-        self._pending, self._bytes = {}, []
+        self._pending, self._bytes, self._size = {}, [], 0
         chunk = _Chunk(len(self._chunks), rows)
         chunk.positions = {r.position for r in rows.values()}
         self._chunks.append(chunk)
@@ -533,6 +535,7 @@ class ProviderBatchEngine(MapEngine):
         line = self._api.line(self.custom_id(row), self.request(row))
         self._pending[self.custom_id(row)] = row
         self._bytes.append(line)
+        self._size += len(line)
 
     def _row_result(self, row: Row, found: RowResult) -> None:
         reply = found.reply
@@ -591,7 +594,7 @@ class ProviderBatchEngine(MapEngine):
         (a provider batch is not cancelled here: it is named, as it may still run its rows)."""
         for row in self._pending.values():
             self._end_row(row, "stopped", f"{why} (before it was submitted)")
-        self._pending, self._bytes = {}, []
+        self._pending, self._bytes, self._size = {}, [], 0
         for chunk in self._chunks:
             if not chunk.ended and chunk.rows:
                 where = (f"; its provider batch {chunk.batch_id} was not cancelled" if chunk.batch_id else
@@ -610,7 +613,7 @@ class ProviderBatchEngine(MapEngine):
         seconds) and keep the rows it finished; rows gathered but not submitted stop."""
         for row in self._pending.values():
             self._end_row(row, "stopped", "stopped before it was submitted")
-        self._pending, self._bytes = {}, []
+        self._pending, self._bytes, self._size = {}, [], 0
         live = [c for c in self._chunks if not c.ended and c.batch_id is not None]
         for chunk in live:
             try:
