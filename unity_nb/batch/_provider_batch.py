@@ -36,7 +36,6 @@ import asyncio
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from .. import events as ev
@@ -47,109 +46,21 @@ from ._estimate import CHARS_PER_TOKEN, tokens_out
 from ._failures import reason_of
 from ._map_engine import MapEngine, RowPlan
 from ._map_engine import _plain as plain_answer
+from ._provider_files import (
+    FINAL,
+    MAX_BACKOFF,
+    OVERDUE,
+    BatchSettings,
+    Chunk,
+    batch_settings,
+    gone,
+    parse_ranges,
+    provider_batches,
+    ranges,
+)
 from ._rows import Row, parse_answer, to_json
 
 __all__ = ("BatchSettings", "ProviderBatchEngine", "batch_settings", "provider_batches")
-
-_FINAL = frozenset({"completed", "failed", "expired", "cancelled"})
-_MAX_BACKOFF = 10.0
-"""Polls back off to this many times ``batch_poll`` while nothing changes."""
-_OVERDUE = 3600.0
-"""Seconds past its window's end (``expires_at``) after which a provider batch not ended fails its rows."""
-
-
-@dataclass(frozen=True, slots=True)
-class BatchSettings:
-    """The ``batch_*`` options of a map run ``via="batch"``."""
-
-    poll: float = 30.0
-    max_requests: int = 50_000
-    max_bytes: int = 200_000_000
-    stop_wait: float = 600.0
-    resumed: tuple[Any, ...] = ()
-    """``provider_batch`` events of the run this one continues (:func:`provider_batches`)."""
-
-
-def batch_settings(options: dict[str, Any]) -> BatchSettings | None:
-    """Take ``via`` and the ``batch_*`` options out of a map's ``options``: the settings for ``via="batch"``,
-    ``None`` for a live map (which takes none of them)."""
-    via = options.pop("via", None) or "live"
-    keys = ("batch_poll", "batch_max_requests", "batch_max_bytes", "batch_stop_wait", "batches")
-    given: dict[str, Any] = {k: options.pop(k) for k in keys if k in options}
-    if via not in ("live", "batch"):
-        raise UserError(f"via takes 'live' (a call per row now) or 'batch' (the provider's Batch API), not {via!r}")
-    if via == "live":
-        if given:
-            raise UserError(f"{', '.join(sorted(given))} go with via='batch' only")
-        return None
-    for key in ("batch_poll", "batch_stop_wait"):
-        value = given.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value > 0):
-            raise UserError(f"{key} takes a number of seconds above 0, not {value!r}")
-    for key in ("batch_max_requests", "batch_max_bytes"):
-        value = given.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise UserError(f"{key} takes a whole number of at least 1, not {value!r}")
-    resumed = given.get("batches") or ()
-    if not isinstance(resumed, list | tuple):
-        raise UserError("batches takes what u.provider_batches(store, name) gives (a list of its events)")
-    return BatchSettings(
-        poll=float(given.get("batch_poll") or 30.0), max_requests=given.get("batch_max_requests") or 50_000,
-        max_bytes=given.get("batch_max_bytes") or 200_000_000, stop_wait=float(given.get("batch_stop_wait") or 600.0),
-        resumed=tuple(resumed),
-    )
-
-
-def provider_batches(store: Any, name: str) -> list[Any]:
-    """The ``provider_batch`` events of the newest run of ``name`` (or the run of that uid) in ``store``: what
-    ``batches=`` takes to continue its provider batches without sending their rows again."""
-    return list(store.events(name, kind="provider_batch"))
-
-
-def ranges(positions: list[int]) -> str:
-    """``[0, 1, 2, 5]`` as ``0-2,5``."""
-    out: list[str] = []
-    start = prev = None
-    for p in sorted(positions):
-        if prev is not None and p == prev + 1:
-            prev = p
-            continue
-        if start is not None:
-            out.append(f"{start}-{prev}" if prev != start else f"{start}")
-        start = prev = p
-    if start is not None:
-        out.append(f"{start}-{prev}" if prev != start else f"{start}")
-    return ",".join(out)
-
-
-def parse_ranges(text: str) -> set[int]:
-    out: set[int] = set()
-    for part in filter(None, text.split(",")):
-        a, _, b = part.partition("-")
-        out.update(range(int(a), int(b or a) + 1))
-    return out
-
-
-class _Chunk:
-    """One file of requests, and the provider batch running it."""
-
-    __slots__ = ("batch_id", "counts", "ended", "expires_at", "file_id", "index", "positions", "reserved", "resumed",
-                 "rows", "status")
-
-    def __init__(self, index: int, rows: dict[str, Row]) -> None:
-        self.index = index
-        self.rows = rows
-        """custom_id -> the row (its values dropped; its task kept for the cache's key)."""
-        self.positions: set[int] = set()
-        self.file_id: str | None = None
-        self.batch_id: str | None = None
-        self.status = "uploading"
-        self.counts = {"completed": 0, "failed": 0, "total": len(rows)}
-        self.expires_at: int | None = None
-        self.ended = False
-        self.resumed = False
-        self.reserved = 0.0
-        """Dollars its rows are estimated to cost (counted against the budget until it ends)."""
 
 
 class ProviderBatchEngine(MapEngine):
@@ -176,11 +87,11 @@ class ProviderBatchEngine(MapEngine):
         super().__init__(plan, book, spending, items=items, done=done)
         self.settings = settings
         self._api = api
-        self._chunks: list[_Chunk] = []
+        self._chunks: list[Chunk] = []
         self._pending: dict[str, Row] = {}  # custom_id -> row, gathered for the next file
         self._bytes: list[bytes] = []
         self._size = 0  # bytes in self._bytes (counted as they come: never summed again a row)
-        self._claimed: dict[int, _Chunk] = {}  # positions in a resumed provider batch -> it
+        self._claimed: dict[int, Chunk] = {}  # positions in a resumed provider batch -> it
         self._reserved = 0.0  # dollars the submitted files are estimated to cost, until they end
         self._line = 0  # bytes of the latest request made (the next row's is estimated alike)
         self._wake = asyncio.Event()
@@ -213,7 +124,7 @@ class ProviderBatchEngine(MapEngine):
     def _resume_chunk(self, event: Any) -> None:
         chunk = next((c for c in self._chunks if c.index == event.chunk), None)
         if chunk is None:
-            chunk = _Chunk(event.chunk, {})
+            chunk = Chunk(event.chunk, {})
             chunk.resumed = True
             self._chunks.append(chunk)
         if event.positions:
@@ -257,7 +168,7 @@ class ProviderBatchEngine(MapEngine):
                 if not active and not self._pending and run.gate.paused:
                     continue
                 idle = 0 if changed else idle + 1
-                delay = self.settings.poll * min(_MAX_BACKOFF, 1.5 ** max(0, idle - 1))
+                delay = self.settings.poll * min(MAX_BACKOFF, 1.5 ** max(0, idle - 1))
                 self._wake.clear()
                 try:
                     await asyncio.wait_for(self._wake.wait(), delay)
@@ -375,7 +286,7 @@ class ProviderBatchEngine(MapEngine):
         """Upload the rows gathered as one file, and run it as a provider batch (each id an event at once)."""
         rows, data = self._pending, b"".join(self._bytes)
         self._pending, self._bytes, self._size = {}, [], 0
-        chunk = _Chunk(len(self._chunks), rows)
+        chunk = Chunk(len(self._chunks), rows)
         chunk.positions = {r.position for r in rows.values()}
         self._chunks.append(chunk)
         chunk.reserved = self._row_dollars(len(data), len(rows))
@@ -394,7 +305,7 @@ class ProviderBatchEngine(MapEngine):
         self._event(chunk, "uploaded", positions=ranges(list(chunk.positions)))
         await self._create(chunk)
 
-    async def _create(self, chunk: _Chunk) -> None:
+    async def _create(self, chunk: Chunk) -> None:
         assert chunk.file_id is not None
         try:
             made = await self._api.create(chunk.file_id, {"unity_nb": self._run.name[:500]})
@@ -411,12 +322,12 @@ class ProviderBatchEngine(MapEngine):
         self._take(chunk, made)
         self._event(chunk, "created")
 
-    def _event(self, chunk: _Chunk, stage: str, **extra: Any) -> None:
+    def _event(self, chunk: Chunk, stage: str, **extra: Any) -> None:
         self._run.emit(ev.ProviderBatch, stage=stage, chunk=chunk.index, file_id=chunk.file_id or "",
                        batch_id=chunk.batch_id, status=chunk.status, completed=chunk.counts["completed"],
                        failed=chunk.counts["failed"], total=chunk.counts["total"], **extra)
 
-    def _take(self, chunk: _Chunk, batch: Mapping[str, Any]) -> bool:
+    def _take(self, chunk: Chunk, batch: Mapping[str, Any]) -> bool:
         """Note a Batch object's status and counts; True if they changed."""
         counts = batch.get("request_counts") or {}
         new = {k: int(counts.get(k) or 0) for k in ("completed", "failed", "total")}
@@ -439,7 +350,7 @@ class ProviderBatchEngine(MapEngine):
             try:
                 batch = await self._api.get(chunk.batch_id)
             except Exception as err:  # noqa: BLE001 - looked at again next time
-                if _gone(err):  # it will never end here: its rows fail now rather than be waited for forever
+                if gone(err):  # it will never end here: its rows fail now rather than be waited for forever
                     self._lost(chunk, err)
                     changed = True
                 elif self._overdue(chunk, f"it could not be looked at since: {reason_of(err)}"):
@@ -451,24 +362,24 @@ class ProviderBatchEngine(MapEngine):
             if self._take(chunk, batch):
                 changed = True
                 self._event(chunk, "status")
-            if chunk.status in _FINAL:
+            if chunk.status in FINAL:
                 await self._collect(chunk, batch)
             elif self._overdue(chunk, f"it is still {chunk.status!r}"):
                 changed = True
         return changed
 
-    def _overdue(self, chunk: _Chunk, what: str) -> bool:
-        """End ``chunk``'s rows (failed) once its provider batch is :data:`_OVERDUE` seconds past its window and not
+    def _overdue(self, chunk: Chunk, what: str) -> bool:
+        """End ``chunk``'s rows (failed) once its provider batch is :data:`OVERDUE` seconds past its window and not
         ended: a provider batch that never ends is not waited for forever. True if it was."""
         expires = chunk.expires_at
-        if not isinstance(expires, int | float) or isinstance(expires, bool) or time.time() < expires + _OVERDUE:
+        if not isinstance(expires, int | float) or isinstance(expires, bool) or time.time() < expires + OVERDUE:
             return False
         said = (f"the provider batch {chunk.batch_id} passed its 24h window (expires_at {int(expires)}) "
-                f"{_OVERDUE / 3600:g} h ago and {what}: its rows are not waited for any longer")
+                f"{OVERDUE / 3600:g} h ago and {what}: its rows are not waited for any longer")
         self._end_chunk(chunk, "failed", said)
         return True
 
-    async def _collect(self, chunk: _Chunk, batch: Mapping[str, Any]) -> None:
+    async def _collect(self, chunk: Chunk, batch: Mapping[str, Any]) -> None:
         """A provider batch ended: its output and error files, matched to rows by ``custom_id``."""
         results: dict[str, RowResult] = {}
         twice: dict[str, list[RowResult]] = {}  # custom_id -> every result given for it, where more than one was
@@ -514,12 +425,12 @@ class ProviderBatchEngine(MapEngine):
         self._event(chunk, "ended", message=said)
         self.spending.check()
 
-    def _lost(self, chunk: _Chunk, err: BaseException, status: str = "failed") -> None:
+    def _lost(self, chunk: Chunk, err: BaseException, status: str = "failed") -> None:
         """The provider has no batch ``chunk.batch_id`` (404): its rows end saying so."""
         self._end_chunk(chunk, status, f"the provider has no batch {chunk.batch_id} (deleted, or another provider or "
                         f"key than the one it was submitted with): {reason_of(err)}")
 
-    def _end_chunk(self, chunk: _Chunk, status: str, said: str) -> None:
+    def _end_chunk(self, chunk: Chunk, status: str, said: str) -> None:
         """``chunk``'s provider batch will not be followed any more: its rows end (``status``) saying ``said``."""
         for row in list(chunk.rows.values()):
             self._end_row(row, status, said)
@@ -603,7 +514,7 @@ class ProviderBatchEngine(MapEngine):
                     self._end_row(row, "stopped", why + where)
                 chunk.rows = {}
 
-    def _fail_rows(self, chunk: _Chunk, rows: Any, reason: str) -> None:
+    def _fail_rows(self, chunk: Chunk, rows: Any, reason: str) -> None:
         for row in list(rows):
             self._end_row(row, "failed", reason)
         chunk.rows = {}
@@ -628,11 +539,11 @@ class ProviderBatchEngine(MapEngine):
                 try:
                     batch = await self._api.get(str(chunk.batch_id))
                 except Exception as err:  # noqa: BLE001 - tried again until the wait is over
-                    if _gone(err):
+                    if gone(err):
                         self._lost(chunk, err, "stopped")
                     continue
                 self._take(chunk, batch)
-                if chunk.status in _FINAL:
+                if chunk.status in FINAL:
                     await self._collect(chunk, batch)
             if any(not c.ended for c in live):
                 await asyncio.sleep(min(self.settings.poll, 5.0))
@@ -672,8 +583,3 @@ class ProviderBatchEngine(MapEngine):
         return (super().inspection(handle) + f"\n\nIt runs through the provider's Batch API ({p.get('files')} "
                 f"file(s), status {p.get('status')}, {p.get('completed')} of {p.get('total')} requests done, within "
                 "a 24h window).")
-
-
-def _gone(err: BaseException) -> bool:
-    """A look at a provider batch answered 404: there is no such batch there (it will never end)."""
-    return getattr(err, "status", None) == 404

@@ -1,0 +1,122 @@
+"""What a map run through the provider's Batch API keeps besides its engine (``_provider_batch``): its settings
+(``via="batch"`` and the ``batch_*`` options), each file of requests with the provider batch running it
+(:class:`Chunk`), the rows a file holds as ranges, and how a provider's answer is read (its statuses, a batch
+gone)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .._errors import UserError
+from ._rows import Row
+
+__all__ = (
+    "FINAL", "MAX_BACKOFF", "OVERDUE", "BatchSettings", "Chunk", "batch_settings", "gone", "parse_ranges",
+    "provider_batches", "ranges",
+)
+
+FINAL = frozenset({"completed", "failed", "expired", "cancelled"})
+MAX_BACKOFF = 10.0
+"""Polls back off to this many times ``batch_poll`` while nothing changes."""
+OVERDUE = 3600.0
+"""Seconds past its window's end (``expires_at``) after which a provider batch not ended fails its rows."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSettings:
+    """The ``batch_*`` options of a map run ``via="batch"``."""
+
+    poll: float = 30.0
+    max_requests: int = 50_000
+    max_bytes: int = 200_000_000
+    stop_wait: float = 600.0
+    resumed: tuple[Any, ...] = ()
+    """``provider_batch`` events of the run this one continues (:func:`provider_batches`)."""
+
+
+def batch_settings(options: dict[str, Any]) -> BatchSettings | None:
+    """Take ``via`` and the ``batch_*`` options out of a map's ``options``: the settings for ``via="batch"``,
+    ``None`` for a live map (which takes none of them)."""
+    via = options.pop("via", None) or "live"
+    keys = ("batch_poll", "batch_max_requests", "batch_max_bytes", "batch_stop_wait", "batches")
+    given: dict[str, Any] = {k: options.pop(k) for k in keys if k in options}
+    if via not in ("live", "batch"):
+        raise UserError(f"via takes 'live' (a call per row now) or 'batch' (the provider's Batch API), not {via!r}")
+    if via == "live":
+        if given:
+            raise UserError(f"{', '.join(sorted(given))} go with via='batch' only")
+        return None
+    for key in ("batch_poll", "batch_stop_wait"):
+        value = given.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value > 0):
+            raise UserError(f"{key} takes a number of seconds above 0, not {value!r}")
+    for key in ("batch_max_requests", "batch_max_bytes"):
+        value = given.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise UserError(f"{key} takes a whole number of at least 1, not {value!r}")
+    resumed = given.get("batches") or ()
+    if not isinstance(resumed, list | tuple):
+        raise UserError("batches takes what u.provider_batches(store, name) gives (a list of its events)")
+    return BatchSettings(
+        poll=float(given.get("batch_poll") or 30.0), max_requests=given.get("batch_max_requests") or 50_000,
+        max_bytes=given.get("batch_max_bytes") or 200_000_000, stop_wait=float(given.get("batch_stop_wait") or 600.0),
+        resumed=tuple(resumed),
+    )
+
+
+def provider_batches(store: Any, name: str) -> list[Any]:
+    """The ``provider_batch`` events of the newest run of ``name`` (or the run of that uid) in ``store``: what
+    ``batches=`` takes to continue its provider batches without sending their rows again."""
+    return list(store.events(name, kind="provider_batch"))
+
+
+def ranges(positions: list[int]) -> str:
+    """``[0, 1, 2, 5]`` as ``0-2,5``."""
+    out: list[str] = []
+    start = prev = None
+    for p in sorted(positions):
+        if prev is not None and p == prev + 1:
+            prev = p
+            continue
+        if start is not None:
+            out.append(f"{start}-{prev}" if prev != start else f"{start}")
+        start = prev = p
+    if start is not None:
+        out.append(f"{start}-{prev}" if prev != start else f"{start}")
+    return ",".join(out)
+
+
+def parse_ranges(text: str) -> set[int]:
+    out: set[int] = set()
+    for part in filter(None, text.split(",")):
+        a, _, b = part.partition("-")
+        out.update(range(int(a), int(b or a) + 1))
+    return out
+
+
+class Chunk:
+    """One file of requests, and the provider batch running it."""
+
+    __slots__ = ("batch_id", "counts", "ended", "expires_at", "file_id", "index", "positions", "reserved", "resumed",
+                 "rows", "status")
+
+    def __init__(self, index: int, rows: dict[str, Row]) -> None:
+        self.index = index
+        self.rows = rows
+        """custom_id -> the row (its values dropped; its task kept for the cache's key)."""
+        self.positions: set[int] = set()
+        self.file_id: str | None = None
+        self.batch_id: str | None = None
+        self.status = "uploading"
+        self.counts = {"completed": 0, "failed": 0, "total": len(rows)}
+        self.expires_at: int | None = None
+        self.ended = False
+        self.resumed = False
+        self.reserved = 0.0
+        """Dollars its rows are estimated to cost (counted against the budget until it ends)."""
+
+
+def gone(err: BaseException) -> bool:
+    """A look at a provider batch answered 404: there is no such batch there (it will never end)."""
+    return getattr(err, "status", None) == 404
