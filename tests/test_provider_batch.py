@@ -258,15 +258,29 @@ async def test_a_budget_counts_the_expected_output_tokens(server, bus):
     await asyncio.wait_for(h.stop("enough"), 20)
 
 
-async def test_a_batch_that_fails_ends_every_row_with_a_reason(server, bus):
-    server.content_status = 500  # the provider's batch completed; its output file cannot be read
+async def test_files_that_cannot_be_read_are_tried_again_then_their_rows_fail_each_with_a_reason(server, bus):
+    server.content_status = 500  # the provider's batch completed; its output file cannot be read, ever
     model = u.OpenAIModel("gpt-4.1-mini", base_url=server.url, api_key="sk-test", max_retries=0)
     h = u.map([f"r{i}" for i in range(4)], "Say {value}", model=model, via="batch", batch_poll=0.01, bus=bus)
-    with pytest.raises(u.ModelError, match="HTTP 500"):
+    with pytest.raises(u.UnityError, match=r"every row of the batch failed \(4\).*HTTP 500.*5 tries"):
         await asyncio.wait_for(h.result(), 20)
-    assert h.rows.counts["running"] == 0 and h.rows.counts["stopped"] == 4
+    assert h.rows.counts["running"] == 0 and h.rows.counts["failed"] == 4
+    assert server.requests.count(("GET", "/v1/files/content")) == 5  # one try a look, five looks
     reasons = h.results().attrs["reasons"]
-    assert len(reasons) == 4 and all("HTTP 500" in why and "batch-" in why for why in reasons.values())
+    assert len(reasons) == 4 and all("HTTP 500" in why and "5 tries" in why for why in reasons.values())
+    said = [e.text for e in h.events if e.kind == "notification" and "tried again at the next look" in e.text]
+    assert len(said) == 4 and "(1 of 5 tries)" in said[0]
+
+
+async def test_an_output_file_that_cannot_be_read_once_is_read_at_the_next_look(server, bus):
+    """The provider did the work (and is paid for it): a download that fails once does not lose its answers."""
+    server.content_status = 500
+    model = u.OpenAIModel("gpt-4.1-mini", base_url=server.url, api_key="sk-test", max_retries=0)
+    h = u.map([f"r{i}" for i in range(4)], "Say {value}", model=model, via="batch", batch_poll=0.01, bus=bus)
+    await h.wait_for("notification", lambda e: "could not be read" in e.text, timeout=20)
+    server.content_status = None
+    out = await asyncio.wait_for(h.result(), 20)
+    assert out.notna().all() and h.rows.counts["finished"] == 4 and out.attrs["reasons"] == {}
 
 
 async def test_rows_an_earlier_kernel_submitted_are_not_cached_as_asked_without_its_interjections(server, tmp_path):

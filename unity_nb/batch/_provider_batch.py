@@ -50,6 +50,7 @@ from ._provider_files import (
     FINAL,
     MAX_BACKOFF,
     OVERDUE,
+    READS,
     BatchSettings,
     Chunk,
     batch_settings,
@@ -364,6 +365,7 @@ class ProviderBatchEngine(MapEngine):
                 self._event(chunk, "status")
             if chunk.status in FINAL:
                 await self._collect(chunk, batch)
+                changed = True  # its rows ended, or its files are tried again soon (not at a backed-off look)
             elif self._overdue(chunk, f"it is still {chunk.status!r}"):
                 changed = True
         return changed
@@ -379,8 +381,9 @@ class ProviderBatchEngine(MapEngine):
         self._end_chunk(chunk, "failed", said)
         return True
 
-    async def _collect(self, chunk: Chunk, batch: Mapping[str, Any]) -> None:
-        """A provider batch ended: its output and error files, matched to rows by ``custom_id``."""
+    async def _read(self, batch: Mapping[str, Any]) -> tuple[dict[str, RowResult], dict[str, list[RowResult]]]:
+        """An ended provider batch's output and error files: each row's result by ``custom_id``, and every result
+        of a row answered more than once."""
         results: dict[str, RowResult] = {}
         twice: dict[str, list[RowResult]] = {}  # custom_id -> every result given for it, where more than one was
         for key in ("output_file_id", "error_file_id"):
@@ -391,6 +394,29 @@ class ProviderBatchEngine(MapEngine):
                     if r.custom_id in results:
                         twice.setdefault(r.custom_id, [results[r.custom_id]]).append(r)
                     results[r.custom_id] = r
+        return results, twice
+
+    async def _collect(self, chunk: Chunk, batch: Mapping[str, Any]) -> bool:
+        """A provider batch ended: its files read, and their results matched to rows by ``custom_id``. Files that
+        cannot be read now are tried again at the next look, :data:`READS` times, then its rows fail saying why.
+        True when the batch's rows ended."""
+        try:
+            results, twice = await self._read(batch)
+        except Exception as err:  # noqa: BLE001 - tried again at the next look (the work is done, and paid for)
+            chunk.reads += 1
+            said = f"the files of provider batch {chunk.batch_id} could not be read ({reason_of(err)})"
+            if chunk.reads >= READS or gone(err):
+                self._end_chunk(chunk, "failed", f"{said}; {chunk.reads} tries: its rows are not waited for any longer")
+                return True
+            self._run.emit(ev.Notification, call_id=None,
+                           text=f"{said}: tried again at the next look ({chunk.reads} of {READS} tries)")
+            return False
+        self._settle_chunk(chunk, batch, results, twice)
+        return True
+
+    def _settle_chunk(self, chunk: Chunk, batch: Mapping[str, Any], results: dict[str, RowResult],
+                      twice: dict[str, list[RowResult]]) -> None:
+        """Each row of an ended provider batch ends from its result (see :meth:`_collect`)."""
         status = chunk.status
         errors = (batch.get("errors") or {}).get("data") or []
         said = "; ".join(str(e.get("message")) for e in errors[:3] if isinstance(e, dict)) or None

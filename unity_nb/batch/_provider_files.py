@@ -12,13 +12,16 @@ from .._errors import UserError
 from ._rows import Row
 
 __all__ = (
-    "FINAL", "MAX_BACKOFF", "OVERDUE", "BatchSettings", "Chunk", "batch_settings", "gone", "parse_ranges",
+    "FINAL", "MAX_BACKOFF", "OVERDUE", "READS", "BatchSettings", "Chunk", "batch_settings", "gone", "parse_ranges",
     "provider_batches", "ranges",
 )
 
 FINAL = frozenset({"completed", "failed", "expired", "cancelled"})
 MAX_BACKOFF = 10.0
 """Polls back off to this many times ``batch_poll`` while nothing changes."""
+READS = 5
+"""Times an ended provider batch's files are tried (one try a look) before its rows fail: work the provider did, and
+is paid for, is not given up at the first error of a download."""
 OVERDUE = 3600.0
 """Seconds past its window's end (``expires_at``) after which a provider batch not ended fails its rows."""
 
@@ -98,7 +101,8 @@ def parse_ranges(text: str) -> set[int]:
 class Chunk:
     """One file of requests, and the provider batch running it."""
 
-    __slots__ = ("batch_id", "counts", "ended", "expires_at", "file_id", "index", "positions", "reserved", "resumed",
+    __slots__ = ("batch_id", "counts", "ended", "expires_at", "file_id", "index", "positions", "reads", "reserved",
+                 "resumed",
                  "rows", "status")
 
     def __init__(self, index: int, rows: dict[str, Row]) -> None:
@@ -114,6 +118,8 @@ class Chunk:
         self.ended = False
         self.resumed = False
         self.reserved = 0.0
+        self.reads = 0
+        """Tries at reading its files that failed (one a look, at most :data:`READS`)."""
         """Dollars its rows are estimated to cost (counted against the budget until it ends)."""
 
 
