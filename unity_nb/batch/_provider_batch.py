@@ -24,7 +24,8 @@ cache, or failing their template make no request), so the handle, its results, p
   the window expired; a failed batch fails its rows with the provider's errors; a provider without the Batch API
   (404 on ``/v1/files``) ends the map at once with one error saying so (no live fallback). A provider batch the
   provider no longer has (404 on a look) fails its rows; one not ended an hour past its window (``expires_at``),
-  running still or not to be looked at, fails its rows rather than be polled forever.
+  running still or not to be looked at, fails its rows rather than be polled forever. An ended batch's files that
+  cannot be downloaded are tried again at each look, :data:`READS` times, before its rows fail saying why.
 - **Spend.** Tokens are counted at the batch price (the model's batch rate, else half its live price); a budget is
   applied before a file is submitted: a file is cut to what the budget still covers, at the estimate's
   assumptions, and none is submitted once the budget is reached.
@@ -33,7 +34,6 @@ cache, or failing their template make no request), so the handle, its results, p
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -58,8 +58,9 @@ from ._provider_files import (
     parse_ranges,
     provider_batches,
     ranges,
+    reply_answer,
 )
-from ._rows import Row, parse_answer, to_json
+from ._rows import Row, to_json
 
 __all__ = ("BatchSettings", "ProviderBatchEngine", "batch_settings", "provider_batches")
 
@@ -484,29 +485,12 @@ class ProviderBatchEngine(MapEngine):
             return
         usage = reply.usage
         try:
-            answer = self._answer(reply)
+            answer = reply_answer(reply, self.plan.output)
         except ValueError as err:
             self._end_row(row, "failed", str(err), usage)
             return
         row.answer = answer
         self._end_row(row, "finished", None, usage)
-
-    def _answer(self, reply: Any) -> Any:
-        output = self.plan.output
-        if reply.refusal and not reply.content and not reply.tool_calls:
-            raise ValueError(f"the model refused: {reply.refusal}")
-        if output is not None:
-            for call in reply.tool_calls:
-                if call.name == "submit_answer":
-                    try:
-                        fields = json.loads(call.arguments or "{}")
-                    except ValueError:
-                        raise ValueError(f"the answer's arguments are not JSON: {call.arguments[:200]!r}") from None
-                    return parse_answer(fields, output)
-            return parse_answer(reply.content or "", output)
-        if not (reply.content or "").strip():  # a reply that says nothing is not an answer (as in a live loop)
-            raise ValueError(f"the model answered nothing (finish_reason={reply.finish_reason!r})")
-        return reply.content
 
     def _end_row(self, row: Row, status: str, reason: str | None, usage: Usage | None = None) -> None:
         book = self.book

@@ -1,19 +1,20 @@
 """What a map run through the provider's Batch API keeps besides its engine (``_provider_batch``): its settings
 (``via="batch"`` and the ``batch_*`` options), each file of requests with the provider batch running it
 (:class:`Chunk`), the rows a file holds as ranges, and how a provider's answer is read (its statuses, a batch
-gone)."""
+gone, a reply's answer)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from .._errors import UserError
-from ._rows import Row
+from ._rows import Row, parse_answer
 
 __all__ = (
     "FINAL", "MAX_BACKOFF", "OVERDUE", "READS", "BatchSettings", "Chunk", "batch_settings", "gone", "parse_ranges",
-    "provider_batches", "ranges",
+    "provider_batches", "ranges", "reply_answer",
 )
 
 FINAL = frozenset({"completed", "failed", "expired", "cancelled"})
@@ -126,3 +127,22 @@ class Chunk:
 def gone(err: BaseException) -> bool:
     """A look at a provider batch answered 404: there is no such batch there (it will never end)."""
     return getattr(err, "status", None) == 404
+
+
+def reply_answer(reply: Any, output: Any) -> Any:
+    """A row's answer from the provider's reply: the answer tool's fields for typed output (``output``), else its
+    text; a ValueError saying why when the reply holds none (a refusal, arguments that are not JSON, nothing)."""
+    if reply.refusal and not reply.content and not reply.tool_calls:
+        raise ValueError(f"the model refused: {reply.refusal}")
+    if output is not None:
+        for call in reply.tool_calls:
+            if call.name == "submit_answer":
+                try:
+                    fields = json.loads(call.arguments or "{}")
+                except ValueError:
+                    raise ValueError(f"the answer's arguments are not JSON: {call.arguments[:200]!r}") from None
+                return parse_answer(fields, output)
+        return parse_answer(reply.content or "", output)
+    if not (reply.content or "").strip():  # a reply that says nothing is not an answer (as in a live loop)
+        raise ValueError(f"the model answered nothing (finish_reason={reply.finish_reason!r})")
+    return reply.content
