@@ -23,7 +23,8 @@ chat completion's message), ``completion_tokens`` (the tokens out each reply's u
 once created: a look at one is a 404), ``upload_delay`` (seconds an upload takes;
 ``uploading`` is set as one starts), ``expires_in`` (a new batch's ``expires_at``, in seconds from now),
 ``look_status`` (an HTTP status every ``GET /v1/batches/{id}`` answers with, an error), ``twice`` (a function of
-a row's custom_id: True puts a second, other answer for it in the output file).
+a row's custom_id: True puts a second, other answer for it in the output file), ``stranger`` (an output line for
+a custom_id no request had).
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ class BatchServer:
         self.expires_in = 86400
         self.look_status: int | None = None
         self.twice: Callable[[str], bool] | None = None
+        self.stranger = False
         self.files: dict[str, dict] = {}
         self.batches: dict[str, dict] = {}
         self.uploads = 0
@@ -314,6 +316,10 @@ class BatchServer:
                 other = json.loads(json.dumps(out[-1]))
                 other["response"]["body"]["choices"][0]["message"] = {"role": "assistant", "content": "another"}
                 out.append(other)
+        if self.stranger and out:
+            other = json.loads(json.dumps(out[-1]))
+            other["custom_id"] = "row-that-was-never-sent"
+            out.append(other)
         if self.shuffle:
             random.Random(7).shuffle(out)
             random.Random(8).shuffle(err)

@@ -475,3 +475,13 @@ async def test_a_resume_at_its_budget_still_takes_the_rows_an_earlier_kernel_sub
         await asyncio.wait_for(first.stop("done"), 20)
     finally:
         store.close()
+
+
+async def test_an_output_line_for_no_row_sent_is_said_not_silently_dropped(server, bus):
+    server.stranger = True
+    model = u.OpenAIModel("gpt-4.1-mini", base_url=server.url, api_key="sk-test", max_retries=0)
+    h = u.map([f"r{i}" for i in range(3)], "Say {value}", model=model, via="batch", batch_poll=0.01, bus=bus)
+    out = await asyncio.wait_for(h.result(), 20)
+    assert out.notna().all()
+    said = [e.text for e in h.events if e.kind == "notification" and "for no row waiting" in e.text]
+    assert len(said) == 1 and "1 result line(s)" in said[0] and "row-that-was-never-sent" in said[0]

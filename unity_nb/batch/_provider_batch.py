@@ -446,6 +446,11 @@ class ProviderBatchEngine(MapEngine):
                 self._end_row(row, "failed", f"the provider's batch failed: {said or 'no reason given'}")
             else:
                 self._end_row(row, "failed", "the provider's output has no line for this row")
+        if results:  # lines for no row waiting for one (a row kept from the run this continues, or a stranger's)
+            ids = ", ".join(sorted(results)[:5]) + (", ..." if len(results) > 5 else "")
+            self._run.emit(ev.Notification, call_id=None, text=(
+                f"the files of provider batch {chunk.batch_id} hold {len(results)} result line(s) for no row waiting "
+                f"for one ({ids}): not used"))
         chunk.rows = {}
         chunk.ended = True
         self._reserved = max(0.0, self._reserved - chunk.reserved)
