@@ -24,7 +24,7 @@ once created: a look at one is a 404), ``upload_delay`` (seconds an upload takes
 ``uploading`` is set as one starts), ``expires_in`` (a new batch's ``expires_at``, in seconds from now),
 ``look_status`` (an HTTP status every ``GET /v1/batches/{id}`` answers with, an error), ``twice`` (a function of
 a row's custom_id: True puts a second, other answer for it in the output file), ``stranger`` (an output line for
-a custom_id no request had).
+a custom_id no request had), ``garbled_counts`` (what every look says its ``request_counts`` are).
 """
 
 from __future__ import annotations
@@ -85,6 +85,7 @@ class BatchServer:
         self.look_status: int | None = None
         self.twice: Callable[[str], bool] | None = None
         self.stranger = False
+        self.garbled_counts: object = None
         self.files: dict[str, dict] = {}
         self.batches: dict[str, dict] = {}
         self.uploads = 0
@@ -241,7 +242,10 @@ class BatchServer:
         if b is None:
             return self._error(404, "No such batch")
         self._advance(b)
-        return web.json_response(self._public(b))
+        public = self._public(b)
+        if self.garbled_counts is not None:
+            public["request_counts"] = self.garbled_counts
+        return web.json_response(public)
 
     async def _cancel(self, request: web.Request) -> web.Response:
         self.requests.append(("POST", "/v1/batches/cancel"))

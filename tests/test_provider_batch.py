@@ -485,3 +485,12 @@ async def test_an_output_line_for_no_row_sent_is_said_not_silently_dropped(serve
     assert out.notna().all()
     said = [e.text for e in h.events if e.kind == "notification" and "for no row waiting" in e.text]
     assert len(said) == 1 and "1 result line(s)" in said[0] and "row-that-was-never-sent" in said[0]
+
+
+@pytest.mark.parametrize("counts", [{"total": "n/a", "completed": None, "failed": -3}, "lots", [1, 2]])
+async def test_request_counts_that_are_not_counts_do_not_fail_the_map(server, bus, counts):
+    server.garbled_counts = counts  # what the provider says of its progress: shown, never trusted to be numbers
+    model = u.OpenAIModel("gpt-4.1-mini", base_url=server.url, api_key="sk-test", max_retries=0)
+    h = u.map([f"r{i}" for i in range(3)], "Say {value}", model=model, via="batch", batch_poll=0.01, bus=bus)
+    out = await asyncio.wait_for(h.result(), 20)
+    assert out.notna().all() and h.rows.counts["finished"] == 3

@@ -54,6 +54,7 @@ from ._provider_files import (
     BatchSettings,
     Chunk,
     batch_settings,
+    count_of,
     gone,
     parse_ranges,
     provider_batches,
@@ -331,8 +332,9 @@ class ProviderBatchEngine(MapEngine):
 
     def _take(self, chunk: Chunk, batch: Mapping[str, Any]) -> bool:
         """Note a Batch object's status and counts; True if they changed."""
-        counts = batch.get("request_counts") or {}
-        new = {k: int(counts.get(k) or 0) for k in ("completed", "failed", "total")}
+        counts = batch.get("request_counts")
+        counts = counts if isinstance(counts, Mapping) else {}
+        new = {k: count_of(counts.get(k), chunk.counts.get(k, 0)) for k in ("completed", "failed", "total")}
         changed = batch.get("status") != chunk.status or new != chunk.counts
         chunk.status = str(batch.get("status"))
         chunk.counts = new if new["total"] else {**new, "total": chunk.counts["total"]}

@@ -13,8 +13,8 @@ from .._errors import UserError
 from ._rows import Row, parse_answer
 
 __all__ = (
-    "FINAL", "MAX_BACKOFF", "OVERDUE", "READS", "BatchSettings", "Chunk", "batch_settings", "gone", "parse_ranges",
-    "provider_batches", "ranges", "reply_answer",
+    "FINAL", "MAX_BACKOFF", "OVERDUE", "READS", "BatchSettings", "Chunk", "batch_settings", "count_of", "gone",
+    "parse_ranges", "provider_batches", "ranges", "reply_answer",
 )
 
 FINAL = frozenset({"completed", "failed", "expired", "cancelled"})
@@ -146,3 +146,8 @@ def reply_answer(reply: Any, output: Any) -> Any:
     if not (reply.content or "").strip():  # a reply that says nothing is not an answer (as in a live loop)
         raise ValueError(f"the model answered nothing (finish_reason={reply.finish_reason!r})")
     return reply.content
+
+
+def count_of(value: Any, was: int) -> int:
+    """A count a provider batch gives (its progress, shown): a whole number >= 0, else the one it gave before."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else was
