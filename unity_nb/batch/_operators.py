@@ -72,10 +72,11 @@ class FilterHandle(MapHandle):
         frame = MapHandle.results(self)
         failed = self.rows.reasons(len(frame))  # by position: labels may repeat
         frame["keep"] = frame["keep"].astype("boolean")
-        reason = frame["reason"].astype(object).to_numpy(copy=True)
-        for position, why in failed.items():
-            reason[position] = why or "no answer"
-        frame["reason"] = pd.array(reason, dtype=frame["reason"].dtype)
+        if failed:  # (every row answered: nothing to write)
+            reason = frame["reason"].astype(object).to_numpy(copy=True)
+            for position, why in failed.items():
+                reason[position] = why or "no answer"
+            frame["reason"] = pd.array(reason, dtype=frame["reason"].dtype)
         frame.attrs = {"failed": failed}
         return frame
 
