@@ -24,8 +24,8 @@ from typing import Any
 from ._errors import UserError
 
 __all__ = (
-    "SECRET_REF", "ScrubStream", "forget_secret", "forms", "get_secret", "resolve_secrets", "scrub", "scrub_error",
-    "secret_names", "set_secret",
+    "SECRET_REF", "ScrubStream", "forget_secret", "forms", "get_secret", "resolve_secrets", "scrub", "scrub_clipped",
+    "scrub_error", "secret_names", "set_secret",
 )
 
 SECRET_REF = re.compile(r"<<secret:([A-Za-z_][A-Za-z0-9_]*)>>")
@@ -112,6 +112,36 @@ def scrub(text: Any) -> Any:
         if value in text:
             text = text.replace(value, f"<<secret:{name}>>")
     return text
+
+
+def scrub_clipped(text: Any, marker: str = "...") -> Any:
+    """:func:`scrub`, and the start of a value cut off by ``marker`` too: text that was cut to a width and marked
+    (a DataFrame's cell as pandas shows it, ``'sk-live-5f2b9c1e8a7d...'``; a description clipped to its limit)
+    holds only a piece of a value, which :func:`scrub` cannot recognise. A piece of at least as many characters
+    as a value's least length (:data:`_MIN`) that ends right where a ``marker`` starts is replaced by the value's
+    reference (a shorter piece says too little to be told from ordinary text). Costs nothing without secrets, or
+    without a marker in ``text``."""
+    text = scrub(text)
+    if not _ORDER or not isinstance(text, str) or marker not in text:
+        return text
+    out: list[str] = []
+    done = 0
+    at = text.find(marker)
+    while at != -1:
+        best, ref = 0, ""
+        for value, name in _ORDER:
+            # the longest proper start of this form of a value that ends at ``at`` (a whole one was scrubbed)
+            for k in range(min(len(value) - 1, at - done), max(_MIN, best + 1) - 1, -1):
+                if text.startswith(value[:k], at - k):
+                    best, ref = k, f"<<secret:{name}>>"
+                    break
+        if best:
+            out.append(text[done : at - best])
+            out.append(ref)
+            done = at
+        at = text.find(marker, at + len(marker))
+    out.append(text[done:])
+    return "".join(out)
 
 
 def scrub_error(err: Any) -> Any:

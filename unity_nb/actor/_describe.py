@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from itertools import repeat
 from typing import Any
 
-from .._secrets import scrub, secret_names
+from .._secrets import scrub, scrub_clipped, secret_names
 from ._frames import ROWS as _ROWS
 from ._frames import forget as _forget_description
 from ._frames import frame_text
@@ -130,8 +130,9 @@ def _callable(obj: Any, limit: int) -> str:
 
 def describe_value(obj: Any, limit: int = _VALUE_LIMIT) -> str:
     """A bounded, human- and model-readable description of ``obj``, secret values scrubbed (in every form
-    they take when shown: see :func:`unity_nb._secrets.forms`)."""
-    return scrub(_describe(obj, limit))
+    they take when shown: see :func:`unity_nb._secrets.forms`), the start of one a cut left too (a DataFrame's
+    cells are cut to 23 characters, a description to ``limit``: see :func:`unity_nb._secrets.scrub_clipped`)."""
+    return scrub_clipped(_describe(obj, limit))
 
 
 def _describe(obj: Any, limit: int) -> str:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import _output
+from .._secrets import scrub
 from ._describe import describe_value, snapshot
 from ._meanwhile import Cells, bound_names, theirs
 from ._watch import Watch
@@ -116,7 +117,8 @@ class PlanResult:
                 continue
             plain = d.get("data", {}).get("text/plain", "")
             kinds = ", ".join(k for k in d.get("data", {}) if k != "text/plain")
-            parts.append(f"displayed to the user ({kinds or 'text'}): " + truncate(str(plain), 500))
+            # scrubbed whole before the cut, so no cut leaves a piece of a secret value where nothing can tell it
+            parts.append(f"displayed to the user ({kinds or 'text'}): " + truncate(scrub(str(plain)), 500))
         if self.created:
             parts.append("variables created:\n" + "\n".join(f"- {k}: {v}" for k, v in self.created.items()))
         if self.changed:
