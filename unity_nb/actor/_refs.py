@@ -300,6 +300,19 @@ class RefTool(Tool):
         reference it changed in place (seed 001: stdout, stderr and modified variables)."""
         inner = self.inner
         kwargs = {**_unity_args, **ctx}
+        for key, name in (_unity_refs or {}).items():
+            # resolved again as the call runs: a call that waited for the person's approval gets what the name is
+            # bound to now (a cell run meanwhile may have rebound or deleted it), as the approval showed it by name
+            if name not in self.namespace:
+                raise ValueError(f"variable {name!r} for {key} was deleted before the call ran; {self._choices(key)}")
+            obj = self.namespace[name]
+            if obj is not kwargs[key]:
+                if not self.index.fits(self.name, key, obj):
+                    raise ValueError(
+                        f"variable {name!r} was rebound before the call ran, to {describe_value(obj, 80)}, which is "
+                        f"not compatible with parameter {key} (type {_type_name(self, key)})"
+                    )
+                kwargs[key] = obj
         passed = sorted(set((_unity_refs or {}).values()))
         before = {n: fingerprint(self.namespace[n]) for n in passed}
         printed: list[tuple[str, str]] = []
