@@ -297,7 +297,8 @@ def _relabelled(
     all ``df`` shows but its row labels, laid out again with ``df``'s: only when they are a RangeIndex's with no
     name (its column is three numbers); None otherwise. ``where``: the ``n`` shown columns' blocks and places."""
     index = df._mgr.axes[1]
-    if type(index).__name__ != "RangeIndex" or index.name is not None or where is None:
+    # no columns: the other's head was pandas' own (``Empty DataFrame``, its labels in it), nothing to lay out again
+    if type(index).__name__ != "RangeIndex" or index.name is not None or where is None or not n:
         return None
     tails = made.get(-2)
     if tails is None:  # each line but its row label, kept with the columns (made alike for every frame they fit)
