@@ -151,3 +151,36 @@ async def test_resume_from_the_store_takes_only_an_interrupted_top_level_operati
     hold.set()
     await boss.stop()
     other.close()
+
+
+async def test_a_message_to_a_task_another_kernel_runs_is_queued_for_it(ip, capsys):
+    """%unity task message/run for a task running in another kernel sharing the store: queued for that kernel
+    (never a second run here), and run says why it is refused."""
+    from unity_nb.managers import TasksManager
+
+    release = asyncio.Event()
+
+    async def slow(messages, tools):
+        await release.wait()
+        return "done"
+
+    ip.user_ns["m"] = u.ScriptedModel(slow)
+    ip.run_line_magic("unity", "model --var m")
+    other = u.Store(magics(ip).store.path)  # kernel A
+    tm = TasksManager(store=other, model=u.ScriptedModel(slow), namespace={}, bus=u.EventBus())
+    t = tm.create("job", "Take a while.")
+    h = tm.execute(t.id)
+    await h.wait_for("model_request", timeout=10)
+    assert ip.run_line_magic("unity", f"task message {t.id} and also this") is None
+    assert "runs in another kernel" in capsys.readouterr().out
+    with pytest.raises(UsageError, match="running in another kernel"):
+        ip.run_line_magic("unity", f"task run {t.id}")
+    release.set()
+    assert await asyncio.wait_for(h, 10) == "done"
+    for _ in range(100):  # A starts the next turn with the message
+        await asyncio.sleep(0.02)
+        if len(tm.turns(t.id)) == 2 and tm.handle(t.id) is None:
+            break
+    assert [m["content"] for m in tm.messages(t.id) if m["role"] == "user"][-1] == "and also this"
+    assert [x["summary"] for x in tm.turns(t.id)] == ["done", "done"]
+    other.close()

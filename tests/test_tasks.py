@@ -495,3 +495,36 @@ async def test_truncated_summaries_stay_the_default(store):
         TasksManager(store=store, summaries="short")  # type: ignore[arg-type]
     with pytest.raises(u.UserError, match="parent_context must be"):
         TasksManager(store=store, parent_context="sometimes")  # type: ignore[arg-type]
+
+
+async def test_a_task_running_in_another_kernel_is_not_started_twice(tmp_path):
+    """Kernel B sharing the store messages a task kernel A runs: A delivers it into its running turn; B never
+    starts a second run (which wrote the same conversation: a crash in A, its handle never ending)."""
+    path = tmp_path / "state.db"
+    release = asyncio.Event()
+    seen = []
+
+    async def slow(messages, tools):
+        seen.append(users(messages))
+        if not tool_messages(messages):
+            await release.wait()
+            return u.call_tool("execute_code", code="x = 1", intent="one step")
+        return "done"
+
+    s1, s2 = Store(path), Store(path)  # two kernels sharing one file, both alive
+    tm1, tm2 = manager(s1, slow), manager(s2, slow)
+    t = tm1.create("job", "Take a while.")
+    h = tm1.execute(t.id)
+    await h.wait_for("model_request", timeout=T)
+    tm2.send(t.id, "and also this")
+    await asyncio.sleep(0.05)
+    assert tm2.handle(t.id) is None
+    with pytest.raises(u.UserError, match="running in another kernel"):
+        tm2.execute(t.id)
+    release.set()
+    assert await asyncio.wait_for(h, T) == "done"
+    assert seen[-1] == ["Task 'job': Take a while.", "and also this"]  # into A's running turn
+    assert len(tm1.turns(t.id)) == 1 and tm1.get(t.id).status == "idle"
+    assert users(tm1.messages(t.id)) == ["Task 'job': Take a while.", "and also this"]
+    s1.close()
+    s2.close()

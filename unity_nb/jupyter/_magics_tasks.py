@@ -128,6 +128,10 @@ def task_command(magics: UnityMagics, cmd: Command) -> Any:
         if live is not None:
             print(f"delivered into the running turn of task {task.name!r} ({task.id})")
             return None
+        if tm.get(task.id).status == "running":  # in another kernel sharing the store: that one delivers it
+            print(f"queued for task {task.name!r} ({task.id}), which runs in another kernel sharing the store: "
+                  "that kernel delivers it into the running turn (or starts a new turn with it)")
+            return None
         return _run(magics, task, "a new turn with your message")
     if live is not None:  # run: it runs already
         print(f"task {task.name!r} is already running: steer it with %unity pause {task.id}, ...")

@@ -338,9 +338,19 @@ class TasksManager(Manager):
         self._scheduled.discard(task_id)
         if self.handle(task_id) is not None:
             return
+        row = self._row(task_id)
+        if self._elsewhere(row) is not None:
+            return  # the kernel running it delivers what is queued (before its next model call, or a new turn)
         waiting = self.store.query("SELECT 1 FROM task_queue WHERE task_id = ? LIMIT 1", (task_id,))
-        if waiting or self._row(task_id)["status"] == "new":
+        if waiting or row["status"] == "new":
             self._start(task_id)
+
+    def _elsewhere(self, row: dict) -> str | None:
+        """The session of another live kernel sharing the store that runs this task now, else ``None``."""
+        session = row["session"]
+        if row["status"] != "running" or session == self.store.session or row["id"] in self._live:
+            return None
+        return session if session in self.store.alive_sessions() else None
 
     # ------------------------------------------------------------------ running
 
@@ -358,6 +368,10 @@ class TasksManager(Manager):
             raise UserError(
                 "durable tasks keep their whole history in the store; context compression is not available for them")
         row = self._row(task_id)
+        if self._elsewhere(row) is not None:  # two runs of one task would each write its conversation
+            raise UserError(
+                f"task {row['name']!r} ({task_id}) is running in another kernel sharing the store {self.store.path!r}:"
+                " send it a message (that kernel delivers it into the running turn), or run it here once it is idle")
         task = self._task(row)
         history = repair_history(self.messages(task_id))
         queued = [q["content"] for q in self._take_queue(task_id)]
@@ -404,6 +418,8 @@ class TasksManager(Manager):
                 return
             if event.kind == "model_request":
                 self._persist(task_id, handle, turn, state)
+                if self.store.query("SELECT 1 FROM task_queue WHERE task_id = ? LIMIT 1", (task_id,)):
+                    self._activate(task_id)  # queued by another kernel sharing the store: into this turn
             elif event.kind in ("loop_finished", "loop_failed"):
                 self._persist(task_id, handle, turn, state)
                 self._end_turn(task_id, handle, turn, event)
