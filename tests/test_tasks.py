@@ -528,3 +528,37 @@ async def test_a_task_running_in_another_kernel_is_not_started_twice(tmp_path):
     assert users(tm1.messages(t.id)) == ["Task 'job': Take a while.", "and also this"]
     s1.close()
     s2.close()
+
+
+async def test_a_turn_ending_on_a_full_disk_ends_and_is_written_once_space_returns(store, monkeypatch):
+    """The store cannot take the turn's last messages (a full disk): the handle still ends with its answer (it
+    never ended: the listener's error stopped it), and the turn is written when the file takes it again."""
+    from unity_nb.managers import _tasks
+
+    monkeypatch.setattr(_tasks, "_RETRY_FIRST", 0.05)
+    gate = asyncio.Event()
+
+    async def script(messages, tools):
+        if not tool_messages(messages):
+            return u.call_tool("execute_code", code="x = 1", intent="step")
+        await gate.wait()
+        return "answer " + "y" * 200_000
+
+    tm = manager(store, script)
+    t = tm.create("job", "Do it.")
+    h = tm.execute(t.id)
+    await h.wait_for("model_request", lambda e: e.step == 2, timeout=T)
+    pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+    store._db.execute(f"PRAGMA max_page_count = {pages}")  # the disk is full
+    gate.set()
+    assert (await asyncio.wait_for(h, T)).startswith("answer y")
+    with pytest.raises(u.UserError, match="has not taken that yet"):
+        tm.execute(t.id)
+    assert tm.turns(t.id)[0]["ended"] is None
+    store._db.execute("PRAGMA max_page_count = 1000000")  # space returns
+    for _ in range(100):
+        await asyncio.sleep(0.05)
+        if tm.get(t.id).status == "idle":
+            break
+    assert tm.get(t.id).status == "idle" and tm.turns(t.id)[0]["ended"] is not None
+    assert tm.messages(t.id)[-1]["content"].startswith("answer y")

@@ -33,6 +33,7 @@ import functools
 import json
 import logging
 import secrets
+import sqlite3
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -43,6 +44,8 @@ from .._errors import HandleStateError, UserError
 from ..loop import LoopHandle, start_loop
 from ..models import default_model
 from ._base import Manager
+from ._task_wire import render as _render
+from ._task_wire import repair_history
 
 __all__ = ("Task", "TasksManager", "repair_history")
 
@@ -51,6 +54,7 @@ log = logging.getLogger(__name__)
 ParentContext = Literal["always", "never", "model"]
 Summaries = Literal["truncate", "model"]
 
+_RETRY_FIRST, _RETRY_MAX = 1.0, 30.0  # seconds before writing a turn's end again, doubling up to the second
 _INTERRUPTED = ("[this task's previous run was interrupted before it finished (the kernel stopped); "
                 "continue where it left off]")
 
@@ -71,56 +75,6 @@ class Task:
     updated: float
     result: str | None = None
     """The answer that ended its last turn."""
-
-
-def repair_history(messages: list[dict]) -> list[dict]:
-    """Every assistant tool call followed by exactly one result, no result without its call:
-    missing results become error results saying the run was interrupted; orphans are dropped."""
-    out: list[dict] = []
-    i = 0
-    while i < len(messages):
-        m = messages[i]
-        i += 1
-        if m.get("role") == "tool":
-            continue  # a result whose call is not right before it
-        out.append(m)
-        calls = [c["id"] for c in m.get("tool_calls") or ()]
-        seen: set[str] = set()
-        while i < len(messages) and messages[i].get("role") == "tool":
-            r = messages[i]
-            i += 1
-            if r.get("tool_call_id") in calls and r["tool_call_id"] not in seen:
-                seen.add(r["tool_call_id"])
-                out.append(r)
-        for cid in calls:
-            if cid not in seen:
-                out.append({"role": "tool", "tool_call_id": cid,
-                            "content": "error: no result was recorded (the run was interrupted)"})
-    return out
-
-
-def _render(messages: list[dict], prefix: str) -> str:
-    """Wire messages as text with roles rewritten (``parent_user``, ``parent_tool[name]``, ...)."""
-    names: dict[str, str] = {}
-    lines = []
-    for m in messages:
-        role = m.get("role")
-        if role == "system":
-            continue
-        if role == "tool":
-            lines.append(f"{prefix}_tool[{names.get(m.get('tool_call_id') or '', '?')}]: {m.get('content') or ''}")
-            continue
-        text = m.get("content") or ""
-        if not isinstance(text, str):
-            text = json.dumps(text, ensure_ascii=False)
-        calls = m.get("tool_calls") or []
-        for c in calls:
-            names[c.get("id") or ""] = c["function"]["name"]
-        if calls:
-            shown = ", ".join(f"{c['function']['name']}({c['function'].get('arguments') or ''})" for c in calls)
-            text = f"{text}\n[calls {shown}]" if text else f"[calls {shown}]"
-        lines.append(f"{prefix}_{role}: {text}")
-    return "\n".join(lines)
 
 
 _SUMMARY_SYSTEM = (
@@ -181,6 +135,7 @@ class TasksManager(Manager):
         self._posted: dict[str, builtins.list[dict]] = {}  # queue rows posted into each running turn
         self._runs: dict[str, tuple[LoopHandle, int, dict]] = {}  # running turns: handle, turn, write cursor
         self._summary_loops: dict[str, LoopHandle] = {}
+        self._ending: set[str] = set()  # tasks whose turn ended but the store has not taken that yet
 
     # ------------------------------------------------------------------ records
 
@@ -339,7 +294,7 @@ class TasksManager(Manager):
         if self.handle(task_id) is not None:
             return
         row = self._row(task_id)
-        if self._elsewhere(row) is not None:
+        if task_id in self._ending or self._elsewhere(row) is not None:
             return  # the kernel running it delivers what is queued (before its next model call, or a new turn)
         waiting = self.store.query("SELECT 1 FROM task_queue WHERE task_id = ? LIMIT 1", (task_id,))
         if waiting or row["status"] == "new":
@@ -367,6 +322,9 @@ class TasksManager(Manager):
         if options.get("context_window") or self.actor_options.get("context_window"):
             raise UserError(
                 "durable tasks keep their whole history in the store; context compression is not available for them")
+        if task_id in self._ending:
+            raise UserError(f"task {task_id}'s last turn ended, but the store {self.store.path!r} has not taken "
+                            "that yet (see the log: a full disk?); it is tried again: run the task once it has")
         row = self._row(task_id)
         if self._elsewhere(row) is not None:  # two runs of one task would each write its conversation
             raise UserError(
@@ -417,15 +375,38 @@ class TasksManager(Manager):
             if source is not handle:
                 return
             if event.kind == "model_request":
-                self._persist(task_id, handle, turn, state)
-                if self.store.query("SELECT 1 FROM task_queue WHERE task_id = ? LIMIT 1", (task_id,)):
-                    self._activate(task_id)  # queued by another kernel sharing the store: into this turn
+                try:  # what the file cannot take now waits in the handle: the next write takes it
+                    self._persist(task_id, handle, turn, state)
+                    if self.store.query("SELECT 1 FROM task_queue WHERE task_id = ? LIMIT 1", (task_id,)):
+                        self._activate(task_id)  # queued by another kernel sharing the store: into this turn
+                except (sqlite3.Error, UserError) as err:
+                    log.warning("task %s: its conversation could not be written to the store %r (%s); tried "
+                                "again before its next model call", task_id, self.store.path, err)
             elif event.kind in ("loop_finished", "loop_failed"):
-                self._persist(task_id, handle, turn, state)
-                self._end_turn(task_id, handle, turn, event)
+                self._finish(task_id, handle, turn, state, event, _RETRY_FIRST)
 
         handle.run.add_listener(on_event)
         return handle
+
+    def _finish(self, task_id: str, handle: LoopHandle, turn: int, state: dict, event: ev.Event,
+                delay: float) -> None:
+        """End the turn in the store; a file that cannot take it (a full disk) is tried again until it does
+        (the turn's messages wait in the handle; a listener raising would leave the handle never ending)."""
+        self._ending.add(task_id)
+        try:
+            self._persist(task_id, handle, turn, state)
+            self._end_turn(task_id, handle, turn, event)
+        except (sqlite3.Error, UserError) as err:
+            if task_id not in self._runs:  # written: what failed came after (the parent's notice, the queue's look)
+                log.warning("task %s: after its turn %s ended: %s", task_id, turn, err)
+                self._ending.discard(task_id)
+                return
+            log.warning("task %s: the end of its turn %s could not be written to the store %r (%s); tried again "
+                        "in %.0f s", task_id, turn, self.store.path, err, delay)
+            asyncio.get_running_loop().call_later(
+                delay, self._finish, task_id, handle, turn, state, event, min(delay * 2, _RETRY_MAX))
+            return
+        self._ending.discard(task_id)
 
     def _parent_note(self, row: dict) -> builtins.list[dict]:
         """The parent's conversation as it stands (its running turn written first), as one
@@ -465,7 +446,7 @@ class TasksManager(Manager):
         # messages posted into this turn that its model never saw (the turn ended first) are queued again
         pending = list(handle.run.conversation.pending)
         undelivered = []
-        for row in self._posted.pop(task_id, []):
+        for row in self._posted.get(task_id, []):
             if row["content"] in pending:
                 pending.remove(row["content"])
                 undelivered.append(row)
@@ -478,6 +459,7 @@ class TasksManager(Manager):
             for row in undelivered:
                 db.execute("INSERT INTO task_queue (task_id, type, content, sender, ts) VALUES (?, ?, ?, ?, ?)",
                            (task_id, row["type"], row["content"], row["sender"], row["ts"]))
+        self._posted.pop(task_id, None)
         self._live.pop(task_id, None)
         self._runs.pop(task_id, None)
         row = self._row(task_id)
@@ -525,8 +507,11 @@ class TasksManager(Manager):
             if source is handle and event.kind == "loop_finished" and getattr(event, "status", "") == "finished":
                 summary = (handle.state.answer or "").strip()
                 if summary:
-                    self.store.execute("UPDATE task_turns SET summary = ? WHERE task_id = ? AND turn = ?",
-                                       (summary[:500], task_id, turn))
+                    try:  # never raised into the summary's loop (its handle would never end)
+                        self.store.execute("UPDATE task_turns SET summary = ? WHERE task_id = ? AND turn = ?",
+                                           (summary[:500], task_id, turn))
+                    except (sqlite3.Error, UserError) as err:
+                        log.warning("task %s: the summary of turn %s could not be written (%s)", task_id, turn, err)
 
         handle.run.add_listener(on_event)
 
