@@ -322,3 +322,22 @@ async def test_a_call_made_where_no_tools_were_offered_is_rebuilt_as_the_loop_re
     assert ("assistant", "text", "[called lookup]", 0) in live
     assert [(m.role, m.kind, m.content, len(m.tool_calls)) for m in store.transcript("stray")] == live
     store.close()
+
+
+def test_an_event_changed_by_hand_is_a_clear_error_and_history_keeps_every_loop(tmp_path):
+    """Garbage in one event's data: its loop's transcript names the file and the row to delete (was a raw
+    JSONDecodeError); history lists every loop still (was a raw JSONDecodeError for the whole store)."""
+    path = tmp_path / "s.db"
+    store = Store(path)
+    store.execute("INSERT INTO sessions (id, pid, host, started) VALUES ('gone', 999999999, 'elsewhere', 0)")
+    store.execute("INSERT INTO loops (uid, session, loop_id, name, task, status, started, steps, lineage)"
+                  " VALUES ('gone-1', 'gone', '1', 'old', 't', 'running', 1, 3, 'garbage')")
+    store.execute("INSERT INTO events (loop_uid, kind, ts, data) VALUES ('gone-1', 'model_request', 1, '{not json')")
+    (row,) = store.loops()
+    assert (row["name"], row["status"], row["steps"], row["lineage"]) == ("old", "interrupted", 3, ())
+    assert list(store.history()["name"]) == ["old"]
+    with pytest.raises(u.UserError, match=r"s\.db.*cannot read \(events row seq=1.*DELETE FROM events WHERE seq = 1"):
+        store.transcript("old")
+    with pytest.raises(u.UserError, match="cannot read"):
+        store.events(kind="model_request")
+    store.close()

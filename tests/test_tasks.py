@@ -562,3 +562,14 @@ async def test_a_turn_ending_on_a_full_disk_ends_and_is_written_once_space_retur
             break
     assert tm.get(t.id).status == "idle" and tm.turns(t.id)[0]["ended"] is not None
     assert tm.messages(t.id)[-1]["content"].startswith("answer y")
+
+
+async def test_a_task_message_changed_by_hand_is_a_clear_error(store):
+    tm = manager(store, lambda m, t: "done")
+    t = tm.create("job", "Do it.")
+    assert await tm.execute(t.id) == "done"
+    store.execute("UPDATE task_messages SET message = 'garbage' WHERE task_id = ? AND n = 1", (t.id,))
+    with pytest.raises(u.UserError, match=r"message 1 in the store .*state\.db.* cannot be read"):
+        tm.turns(t.id)
+    with pytest.raises(u.UserError, match="cannot be read"):
+        tm.execute(t.id)

@@ -37,6 +37,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -97,6 +98,14 @@ def _json(event: ev.Event) -> str:
         # model_dump_json's, ASCII (escapes read alike); a value JSON cannot hold is kept as its repr: one odd
         # event must not cost the batch it is in
         return json.dumps(event.model_dump(), separators=(",", ":"), default=repr)
+
+
+def _readable(data: str) -> bool:
+    try:
+        ev.parse_event(data)
+    except ValueError:
+        return False
+    return True
 
 
 def _code(err: BaseException) -> int | None:
@@ -527,7 +536,8 @@ class Store:
         of a loop that has not ended as its events count them (its row's count is written once a second)."""
         if row["status"] in _LIVE and row["session"] not in alive:
             row["status"] = "interrupted"
-        row["lineage"] = tuple(json.loads(row["lineage"] or "[]"))
+        lineage = self._loads(row["lineage"] or "[]", row, "its lineage", [])
+        row["lineage"] = tuple(lineage) if isinstance(lineage, list) else ()
         if row["ended"] is None:
             params = {"uid": row["uid"], "kind": "model_request"}
             if tail is None:  # one loop read: its own look after the index
@@ -539,8 +549,19 @@ class Store:
                 found = by_index(self, LAST_OF_KIND[1], params, SCAN_LAST_OF_KIND)
                 last = found[0]["data"] if found else None
             if last:
-                row["steps"] = max(row["steps"] or 0, int(json.loads(last).get("step") or 0))
+                step = self._loads(last, row, "its newest model call", {})
+                row["steps"] = max(row["steps"] or 0, int(step.get("step") or 0) if isinstance(step, dict) else 0)
         return row
+
+    def _loads(self, text: str, row: dict, what: str, default: Any) -> Any:
+        """JSON from the file; a value changed by hand or damaged is ``default``, said in the log (one bad row must
+        not cost every reader of the store its history)."""
+        try:
+            return json.loads(text)
+        except ValueError as err:
+            log.warning("store %r: loop %s (%s): %s cannot be read (%s): left out", self.path, row.get("name"),
+                        row.get("uid"), what, err)
+            return default
 
     def find(self, key: str) -> dict:
         """A loop by uid, loop id or name (the newest of that name)."""
@@ -560,8 +581,16 @@ class Store:
         else:
             self.flush()
             where, args = (" WHERE kind = ?", (kind,)) if kind is not None else ("", ())
-            rows = self.query(f"SELECT data FROM events{where} ORDER BY seq", args)
-        return [ev.parse_event(r["data"]) for r in rows]
+            rows = self.query(f"SELECT seq, data FROM events{where} ORDER BY seq", args)
+        try:
+            return [ev.parse_event(r["data"]) for r in rows]
+        except ValueError as err:  # JSONDecodeError, a ValidationError: a row changed by hand, or damaged
+            bad = next(r["seq"] for r in rows if not _readable(r["data"]))
+            raise UserError(
+                f"the store file {self.path!r} holds an event it cannot read (events row seq={bad}: "
+                f"{str(err).splitlines()[0]}): it was changed by hand or damaged. Delete that row (sqlite3 "
+                f"{self.path!r} 'DELETE FROM events WHERE seq = {bad}'), or move the file aside"
+            ) from None
 
     def transcript(self, loop: str) -> list:
         """The transcript of a loop rebuilt from its recorded events (also after a crash)."""

@@ -211,16 +211,29 @@ class TasksManager(Manager):
     def messages(self, task_id: str) -> builtins.list[dict]:
         """The task's whole conversation (wire format), all turns, as stored."""
         self._row(task_id)
-        return [json.loads(r["message"]) for r in self.store.query(
-            "SELECT message FROM task_messages WHERE task_id = ? ORDER BY n", (task_id,))]
+        return self._decode(task_id, self.store.query(
+            "SELECT n, message FROM task_messages WHERE task_id = ? ORDER BY n", (task_id,)))
+
+    def _decode(self, task_id: str, rows: builtins.list[dict]) -> builtins.list[dict]:
+        """Stored messages as wire messages; one changed by hand or damaged is a UserError saying which."""
+        out = []
+        for r in rows:
+            try:
+                out.append(json.loads(r["message"]))
+            except (ValueError, TypeError) as err:
+                raise UserError(
+                    f"task {task_id}'s message {r['n']} in the store {self.store.path!r} cannot be read ({err}): it "
+                    "was changed by hand or damaged; fix or delete that task_messages row, or move the file aside"
+                ) from None
+        return out
 
     def turns(self, task_id: str) -> builtins.list[dict]:
         """``[{turn, started, ended, summary, messages}]``."""
         self._row(task_id)
         out = []
         for t in self.store.query("SELECT * FROM task_turns WHERE task_id = ? ORDER BY turn", (task_id,)):
-            msgs = [json.loads(r["message"]) for r in self.store.query(
-                "SELECT message FROM task_messages WHERE task_id = ? AND turn = ? ORDER BY n", (task_id, t["turn"]))]
+            msgs = self._decode(task_id, self.store.query(
+                "SELECT n, message FROM task_messages WHERE task_id = ? AND turn = ? ORDER BY n", (task_id, t["turn"])))
             out.append({**t, "messages": msgs})
         return out
 
@@ -489,8 +502,8 @@ class TasksManager(Manager):
         """Have the model write the summary of this ended turn (in a loop of its own, nobody's
         child); the truncated summary stands until then, and if it fails."""
         messages = self.store.query(
-            "SELECT message FROM task_messages WHERE task_id = ? AND turn = ? ORDER BY n", (task_id, turn))
-        text = _render([json.loads(r["message"]) for r in messages], "task")
+            "SELECT n, message FROM task_messages WHERE task_id = ? AND turn = ? ORDER BY n", (task_id, turn))
+        text = _render(self._decode(task_id, messages), "task")
         if not text:
             return
         row = self._row(task_id)
