@@ -341,3 +341,18 @@ def test_an_event_changed_by_hand_is_a_clear_error_and_history_keeps_every_loop(
     with pytest.raises(u.UserError, match="cannot read"):
         store.events(kind="model_request")
     store.close()
+
+
+async def test_a_loop_whose_task_and_answer_hold_a_lone_surrogate_is_recorded(tmp_path):
+    """Text decoded with surrogateescape (a lone surrogate) in a loop's task and answer: SQLite takes none in its
+    loops row, and the batch failed with every event in it (the loop missing from the store, silently)."""
+    bus = u.EventBus()
+    store = Store(tmp_path / "s.db")
+    store.attach(bus)
+    odd = "caf\udce9 😀"
+    assert await u.start_loop(f"say {odd}", model=u.ScriptedModel([odd]), bus=bus, name="odd") == odd
+    (row,) = store.loops()
+    assert (row["task"], row["result"], row["status"]) == ("say caf\\udce9 😀", "caf\\udce9 😀", "finished")
+    assert [(m.role, m.content) for m in store.transcript("odd")] == [("user", f"say {odd}"), ("assistant", odd)]
+    assert store.waiting == 0 and store.problem is None
+    store.close()

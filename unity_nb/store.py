@@ -39,8 +39,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from . import events as ev
 from ._errors import UserError
 from ._store_batches import BATCH, history_frame, tree_tokens
@@ -57,6 +55,9 @@ from ._store_schema import (
     index_damage,
     loop_rows,
 )
+from ._store_text import event_json as _json
+from ._store_text import readable as _readable
+from ._store_text import sqlite_text as _text
 
 __all__ = ("Store", "SCHEMA_VERSION", "default_store_path")
 
@@ -82,30 +83,6 @@ _BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 _ROWS = 50  # rows per INSERT statement: one statement per batch
 _INSERTS = ["", *("INSERT INTO events (loop_uid, kind, ts, data) VALUES " + ", ".join(["(?, ?, ?, ?)"] * n)
                   for n in range(1, _ROWS + 1))]
-
-
-_dumps = orjson.dumps
-
-
-def _json(event: ev.Event) -> str:
-    """The event as compact JSON, non-ASCII kept: what ``event.model_dump_json()`` writes, parsed alike (orjson
-    writes an event's dataclass fields in order, a third of the standard encoder's time; a float may be spelled
-    another way, ``1e-05`` as ``1e-5``). A value orjson does not take (an int past 64 bits, a lone surrogate: text
-    decoded with surrogateescape) goes the standard way, escaped to ASCII (SQLite takes no lone surrogate)."""
-    try:
-        return _dumps(event).decode()
-    except TypeError:  # orjson.JSONEncodeError is a TypeError
-        # model_dump_json's, ASCII (escapes read alike); a value JSON cannot hold is kept as its repr: one odd
-        # event must not cost the batch it is in
-        return json.dumps(event.model_dump(), separators=(",", ":"), default=repr)
-
-
-def _readable(data: str) -> bool:
-    try:
-        ev.parse_event(data)
-    except ValueError:
-        return False
-    return True
 
 
 def _code(err: BaseException) -> int | None:
@@ -480,7 +457,7 @@ class Store:
         db.execute(
             "INSERT INTO loops (uid, session, loop_id, name, task, model, parent_uid, lineage, status, started, kind,"
             " batch) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?) ON CONFLICT (uid) DO NOTHING",
-            (uid, self.session, event.loop_id, event.name, event.task, event.model,
+            (uid, self.session, event.loop_id, _text(event.name), _text(event.task), _text(event.model),
              self.uid(event.parent_id) if event.parent_id else None, json.dumps(event.lineage), event.ts,
              event.loop_kind, int(event.batch)),
         )
@@ -494,11 +471,11 @@ class Store:
 
     def _finished(self, db: sqlite3.Connection, event: ev.LoopFinished, uid: str) -> None:
         db.execute("UPDATE loops SET status = ?, ended = ?, result = ?, error = ?, steps = ? WHERE uid = ?",
-                   (event.status, event.ts, event.result, event.reason, event.steps, uid))
+                   (event.status, event.ts, _text(event.result), _text(event.reason), event.steps, uid))
 
     def _failed(self, db: sqlite3.Connection, event: ev.LoopFailed, uid: str) -> None:
         db.execute("UPDATE loops SET status = 'failed', ended = ?, error = ?, steps = ? WHERE uid = ?",
-                   (event.ts, event.error, event.steps, uid))
+                   (event.ts, _text(event.error), event.steps, uid))
 
     # -- reading -------------------------------------------------------------------------
 
