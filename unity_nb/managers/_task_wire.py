@@ -1,11 +1,34 @@
-"""A durable task's conversation as wire messages: repaired after an interruption, or rendered as text (for a
-child task that sees its parent's conversation)."""
+"""A durable task's conversation as wire messages: read from the store, repaired after an interruption, or rendered
+as text (for a child task that sees its parent's conversation)."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
-__all__ = ("render", "repair_history")
+from .._errors import UserError
+
+__all__ = ("decode_messages", "render", "repair_history", "turn_ending")
+
+
+def decode_messages(task_id: str, path: Any, rows: list[dict]) -> list[dict]:
+    """Stored messages (``task_messages`` rows: ``n``, ``message``) as wire messages; one changed by hand or damaged is
+    a UserError saying which, in the store file ``path``."""
+    out = []
+    for r in rows:
+        try:
+            out.append(json.loads(r["message"]))
+        except (ValueError, TypeError) as err:
+            raise UserError(
+                f"task {task_id}'s message {r['n']} in the store {path!r} cannot be read ({err}): it "
+                "was changed by hand or damaged; fix or delete that task_messages row, or move the file aside"
+            ) from None
+    return out
+
+
+def turn_ending(message: dict | None) -> bool:
+    """Whether ``message`` ends a turn: the assistant's answer (no tool calls)."""
+    return message is not None and message.get("role") == "assistant" and not message.get("tool_calls")
 
 
 def repair_history(messages: list[dict]) -> list[dict]:

@@ -44,8 +44,8 @@ from .._errors import HandleStateError, UserError
 from ..loop import LoopHandle, start_loop
 from ..models import default_model
 from ._base import Manager
+from ._task_wire import decode_messages, repair_history, turn_ending
 from ._task_wire import render as _render
-from ._task_wire import repair_history
 
 __all__ = ("Task", "TasksManager", "repair_history")
 
@@ -85,10 +85,6 @@ _SUMMARY_SYSTEM = (
 
 def _soon(callback: Callable[..., Any], *args: Any) -> None:
     asyncio.get_running_loop().call_soon(callback, *args, context=contextvars.Context())
-
-
-def _turn_ending(message: dict | None) -> bool:
-    return message is not None and message.get("role") == "assistant" and not message.get("tool_calls")
 
 
 class TasksManager(Manager):
@@ -211,28 +207,15 @@ class TasksManager(Manager):
     def messages(self, task_id: str) -> builtins.list[dict]:
         """The task's whole conversation (wire format), all turns, as stored."""
         self._row(task_id)
-        return self._decode(task_id, self.store.query(
+        return decode_messages(task_id, self.store.path, self.store.query(
             "SELECT n, message FROM task_messages WHERE task_id = ? ORDER BY n", (task_id,)))
-
-    def _decode(self, task_id: str, rows: builtins.list[dict]) -> builtins.list[dict]:
-        """Stored messages as wire messages; one changed by hand or damaged is a UserError saying which."""
-        out = []
-        for r in rows:
-            try:
-                out.append(json.loads(r["message"]))
-            except (ValueError, TypeError) as err:
-                raise UserError(
-                    f"task {task_id}'s message {r['n']} in the store {self.store.path!r} cannot be read ({err}): it "
-                    "was changed by hand or damaged; fix or delete that task_messages row, or move the file aside"
-                ) from None
-        return out
 
     def turns(self, task_id: str) -> builtins.list[dict]:
         """``[{turn, started, ended, summary, messages}]``."""
         self._row(task_id)
         out = []
         for t in self.store.query("SELECT * FROM task_turns WHERE task_id = ? ORDER BY turn", (task_id,)):
-            msgs = self._decode(task_id, self.store.query(
+            msgs = decode_messages(task_id, self.store.path, self.store.query(
                 "SELECT n, message FROM task_messages WHERE task_id = ? AND turn = ? ORDER BY n", (task_id, t["turn"])))
             out.append({**t, "messages": msgs})
         return out
@@ -350,7 +333,7 @@ class TasksManager(Manager):
         ended = not turns or turns[-1]["ended"] is not None
         if not history:
             queued = [f"Task {task.name!r}: {task.description}", *queued]
-        elif not ended and not _turn_ending(history[-1]):
+        elif not ended and not turn_ending(history[-1]):
             queued = [_INTERRUPTED, *queued]  # resume the turn cut short
         elif not queued:
             queued = ["[continue this task]"]
@@ -503,7 +486,7 @@ class TasksManager(Manager):
         child); the truncated summary stands until then, and if it fails."""
         messages = self.store.query(
             "SELECT n, message FROM task_messages WHERE task_id = ? AND turn = ? ORDER BY n", (task_id, turn))
-        text = _render(self._decode(task_id, messages), "task")
+        text = _render(decode_messages(task_id, self.store.path, messages), "task")
         if not text:
             return
         row = self._row(task_id)
