@@ -4,20 +4,9 @@ its label, and a bound an aggregate hits is said."""
 import asyncio
 
 import pandas as pd
+from test_operators import scripted, task_of
 
 import unity_nb as u
-
-
-def task_of(messages):
-    return next(m["content"] for m in messages if m["role"] == "user")
-
-
-def scripted(oracle):
-    def script(messages, tools):
-        out = oracle(task_of(messages))
-        return u.call_tool("submit_answer", **out) if isinstance(out, dict) else out
-
-    return u.ScriptedModel(script)
 
 
 async def test_a_filter_says_each_rows_own_reason_where_labels_repeat(bus):

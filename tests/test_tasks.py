@@ -5,7 +5,7 @@ import asyncio
 import json
 
 import pytest
-from conftest import tool_messages
+from conftest import settle, tool_messages
 
 import unity_nb as u
 from unity_nb.events import LoopFinished
@@ -517,7 +517,7 @@ async def test_a_task_running_in_another_kernel_is_not_started_twice(tmp_path):
     h = tm1.execute(t.id)
     await h.wait_for("model_request", timeout=T)
     tm2.send(t.id, "and also this")
-    await asyncio.sleep(0.05)
+    await settle()  # what B scheduled (a start, were it to make one) has run
     assert tm2.handle(t.id) is None
     with pytest.raises(u.UserError, match="running in another kernel"):
         tm2.execute(t.id)
