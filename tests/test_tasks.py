@@ -264,6 +264,17 @@ async def test_a_message_sent_while_the_turn_ends_in_a_plan_starts_the_next_turn
     assert sum("also count the rows" in (m.get("content") or "") for m in tm.messages(t.id) if m["role"] == "user") == 1
 
 
+async def running_in_a_first_of_two_kernels(path, script):
+    """Two kernels sharing one store file, both alive (each its Store and manager); a task the first runs, its first
+    model call made: ``(s1, s2, tm1, tm2, task, handle)``."""
+    s1, s2 = Store(path), Store(path)
+    tm1, tm2 = manager(s1, script), manager(s2, script)
+    t = tm1.create("job", "Take a while.")
+    h = tm1.execute(t.id)
+    await h.wait_for("model_request", timeout=T)
+    return s1, s2, tm1, tm2, t, h
+
+
 async def test_a_task_running_in_another_live_kernel_is_not_interrupted(tmp_path):
     path = tmp_path / "state.db"
     release = asyncio.Event()
@@ -272,11 +283,7 @@ async def test_a_task_running_in_another_live_kernel_is_not_interrupted(tmp_path
         await release.wait()
         return "done"
 
-    s1, s2 = Store(path), Store(path)  # two kernels sharing one file, both alive
-    tm1, tm2 = manager(s1, slow), manager(s2, slow)
-    t = tm1.create("job", "Take a while.")
-    h = tm1.execute(t.id)
-    await h.wait_for("model_request", timeout=T)
+    s1, s2, _tm1, tm2, t, h = await running_in_a_first_of_two_kernels(path, slow)
     assert tm2.get(t.id).status == "running"
     release.set()
     assert await h == "done"
@@ -511,11 +518,7 @@ async def test_a_task_running_in_another_kernel_is_not_started_twice(tmp_path):
             return u.call_tool("execute_code", code="x = 1", intent="one step")
         return "done"
 
-    s1, s2 = Store(path), Store(path)  # two kernels sharing one file, both alive
-    tm1, tm2 = manager(s1, slow), manager(s2, slow)
-    t = tm1.create("job", "Take a while.")
-    h = tm1.execute(t.id)
-    await h.wait_for("model_request", timeout=T)
+    s1, s2, tm1, tm2, t, h = await running_in_a_first_of_two_kernels(path, slow)
     tm2.send(t.id, "and also this")
     await settle()  # what B scheduled (a start, were it to make one) has run
     assert tm2.handle(t.id) is None
