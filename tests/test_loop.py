@@ -528,3 +528,25 @@ async def test_cancelling_the_task_from_outside_is_not_a_stop(bus):
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(h.result(), 10)
     assert h.done() and h.state.stop_reason is None
+
+
+async def test_a_listener_that_fails_is_logged_and_the_loop_still_ends(bus, caplog):
+    """A listener (a widget, a manager) that raises on an event does not stop the loop from going on and ending:
+    a raise in ``loop_finished``'s listeners left the handle never ending."""
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    h = u.start_loop("t", model=u.ScriptedModel([u.call_tool("add", a=1, b=2), "three"]), tools=[add], bus=bus)
+    told = []
+
+    def broken(_source, event):
+        told.append(event.kind)
+        if event.kind in ("tool_finished", "loop_finished"):
+            raise RuntimeError("the listener broke")
+
+    h.run.add_listener(broken)
+    assert await asyncio.wait_for(h.result(), 10) == "three"
+    assert "loop_finished" in told and h.done()
+    failed = [r for r in caplog.records if r.name == "unity_nb.loop" and "listener" in r.getMessage()]
+    assert [r.getMessage().rsplit(" ", 2)[-2] for r in failed] == ["tool_finished", "loop_finished"]

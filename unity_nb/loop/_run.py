@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import threading
 import time
 import weakref
@@ -33,6 +34,8 @@ from ._steering import VERBS, inspection_prompt, quiet
 from ._tools import render_result
 
 __all__ = ("Run",)
+
+_log = logging.getLogger("unity_nb.loop")
 
 Listener = Callable[[Any, ev.Event], None]
 """``fn(handle, event)``: told of every event of a loop and of its descendants."""
@@ -178,7 +181,10 @@ class Run:
                 if source is None:
                     source = self._handle()
                 for fn in run.listeners:
-                    fn(source, event)
+                    try:
+                        fn(source, event)
+                    except Exception:  # noqa: BLE001 - a listener's failure is its own: the loop goes on, and ends
+                        _log.exception("a listener of loop %r failed on its %s event", self.name, event.kind)
             parent: _Node | None = run.parent
             run = parent.run if parent is not None else None
         self.bus.publish(event)
