@@ -42,6 +42,7 @@ from ._operators import as_pandas
 from ._phased import Flow, Phase, PhasedHandle, Work
 from ._recall import METHOD, Recall, estimate_recall
 from ._registry import Operator, Param, register_operator
+from ._rows import add_reason
 
 __all__ = ("JoinHandle", "Match", "Recall", "block_pairs", "join", "words")
 
@@ -196,8 +197,7 @@ class JoinHandle(PhasedHandle):
             rj = np.frombuffer(asked.right, dtype=np.int32 if asked.right.itemsize == 4 else np.int64)[:n]
             keys = pd.MultiIndex.from_arrays([left.take(li), right.take(rj)], names=["left", "right"])
             for pos, why in frame.attrs.get("reasons", {}).items():
-                earlier = reasons.get(keys[pos])  # labels either side repeats: each pair's reason, in order
-                reasons[keys[pos]] = f"{earlier}; {why}" if earlier is not None and why is not None else earlier or why
+                add_reason(reasons, keys[pos], why)  # labels either side repeats: each pair's reason, in order
             frame = frame.set_axis(keys)
             frame["asked"] = np.array(ASKED_AS, dtype=object)[np.frombuffer(bytes(asked.kind[:n]), dtype=np.uint8)]
             frames.append(frame)

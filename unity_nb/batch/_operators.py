@@ -19,7 +19,7 @@ from .._errors import UserError
 from ._estimate import estimate_map
 from ._map import MapHandle
 from ._registry import Operator, Param, register_operator
-from ._rows import Template
+from ._rows import Template, add_reason
 
 __all__ = ("ExtractHandle", "FilterHandle", "Verdict", "as_pandas", "extract", "field_free", "filter_rows",
            "row_texts")
@@ -101,10 +101,7 @@ class FilterHandle(MapHandle):
                 said = f"undecided: {why}"
             else:
                 continue
-            earlier = reasons.get(key)
-            if earlier is not None and said is not None:  # a label the input repeats: its rows' reasons, in order
-                said = f"{earlier}; {said}"
-            reasons[key] = said if said is not None else earlier
+            add_reason(reasons, key, said)
         kept.attrs = {"reasons": reasons}
         return kept
 

@@ -20,9 +20,8 @@ from .._errors import UserError
 from ..loop import Tool, current_call
 
 __all__ = (
-    "Invalid", "Row", "RowSource", "Template", "answer_tool", "asked_hash", "assemble", "check_text_answer",
-    "finished_rows", "output_model", "parse_answer", "row_id", "row_key",
-    "to_json",
+    "Invalid", "Row", "RowSource", "Template", "add_reason", "answer_tool", "asked_hash", "assemble",
+    "check_text_answer", "finished_rows", "output_model", "parse_answer", "row_id", "row_key", "to_json",
 )
 
 to_json = json.JSONEncoder(default=str, ensure_ascii=False).encode
@@ -486,16 +485,20 @@ the index repeats a key, the reasons of its rows without an answer, in order, jo
         result.index = index
     said: dict[Any, str | None] = {}
     for i, why in reasons.items():
-        if i >= n:
-            continue
-        key = index[i]
-        earlier = said.get(key)
-        if earlier is not None and why is not None:  # a label the input repeats: its rows' reasons, in order
-            said[key] = f"{earlier}; {why}"
-        elif earlier is None:
-            said[key] = why
+        if i < n:
+            add_reason(said, index[i], why)
     result.attrs["reasons"] = said
     return result
+
+
+def add_reason(reasons: dict[Any, str | None], key: Any, why: str | None) -> None:
+    """``reasons[key] = why``, where ``key`` (an index label) may name several rows: a label the input repeats keeps
+    each of its rows' reasons, joined in order by ``"; "`` (``None``, a row still to come, adds nothing)."""
+    earlier = reasons.get(key)
+    if earlier is None:
+        reasons[key] = why
+    elif why is not None:
+        reasons[key] = f"{earlier}; {why}"
 
 
 _NULLABLE = {bool: "boolean", int: "Int64", float: "Float64", str: "string"}

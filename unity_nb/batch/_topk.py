@@ -37,6 +37,7 @@ from ._estimate import Estimate, combine, estimate_map
 from ._operators import as_pandas, check_fields, field_free, row_texts
 from ._phased import Flow, Phase, PhasedHandle
 from ._registry import Operator, Param, register_operator
+from ._rows import add_reason
 from ._select import Selection, expected_comparisons
 
 __all__ = ("Choice", "Score", "TopKHandle", "default_comparisons", "estimate_topk", "topk")
@@ -193,8 +194,7 @@ class TopKHandle(PhasedHandle):
         labels = self.items.index
         why = dict(self.scores.attrs.get("reasons", {}))
         for row, reason in sel.failed.items():  # a label the input repeats keeps its other rows' reasons too
-            earlier = why.get(labels[row])
-            why[labels[row]] = f"{earlier}; failed: {reason}" if earlier else f"failed: {reason}"
+            add_reason(why, labels[row], f"failed: {reason}")
         best.attrs = {"reasons": why, "exact": sel.exact, "inconsistent": sel.inconsistent,
                       "cycles": [tuple(labels[r] for r in trio) for trio in sel.cycles()],
                       "comparisons": sel.asked, "uncompared": sel.uncompared}
