@@ -79,6 +79,26 @@ def test_any_change_to_what_the_description_shows_is_seen(change, shows):
     assert shows in described(df)
 
 
+@pytest.mark.parametrize(
+    ("col", "row", "value"),
+    [(0, 1, 99), (0, 2, pd.NA), (1, 0, pd.Timestamp("2030-01-02")), (2, 1, True),
+     (3, 2, pd.Timestamp("2031-05-06", tz="UTC")), (4, 0, 2.5)],
+    ids=["Int64", "Int64-missing", "datetime", "bool", "datetime-tz", "float-of-two"],
+)
+def test_a_cell_of_any_kind_of_block_written_in_place_reads_as_a_frame_described_anew(col, row, value):
+    """Kept descriptions are read again by the shortest way each block allows (masked, dates, booleans, a time
+    zone, a block of two columns): a written cell shows, as in a frame described for the first time."""
+    df = pd.DataFrame({
+        "n": pd.array([1, 2, 3, 4], dtype="Int64"), "t": pd.to_datetime(["2020-01-01"] * 4), "b": [False] * 4,
+        "z": pd.to_datetime(["2021-01-01"] * 4).tz_localize("UTC"), "f": [0.5] * 4, "g": [1.5] * 4,
+    })
+    first = described(df)
+    assert described(df) == first
+    df.iat[row, col] = value
+    now = described(df)
+    assert now != first and now == described(df.copy(deep=True))
+
+
 def test_a_mutable_object_changed_in_place_in_a_shown_cell_is_seen():
     df = pd.DataFrame({"tags": pd.Series([["a"], ["b"], ["c"], ["d"]], dtype=object), "n": [1, 2, 3, 4]})
     assert "0 ['a'] 1" in described(df)

@@ -10,6 +10,7 @@ import re
 
 import numpy as np
 import pandas as pd
+import pytest
 from conftest import tool_messages
 
 import unity_nb as u
@@ -109,3 +110,70 @@ async def test_each_change_the_person_makes_between_steps_shows_before_the_next(
     assert "changed f02: pd.DataFrame, shape (3, 2); columns: a: float32, b: float64" in notes[3]
     results = [m["content"] for m in tool_messages(model.requests[-1].messages)]
     assert [reported(r)["changed"] for r in results] == [[], *[["step"]] * (len(changes) - 1)]  # only their own
+
+
+async def one_plan(ns, code, bus):
+    """A one-plan run over ``ns``: its system prompt, and what its plan's result reports."""
+    model = u.ScriptedModel(
+        lambda messages, tools: "done" if tool_messages(messages) else u.call_tool("execute_code", code=code,
+                                                                                      intent="x")
+    )
+    assert await u.act("look", model=model, namespace=ns, bus=bus) == "done"
+    messages = model.requests[-1].messages
+    return messages[0]["content"], {k: v for k, v in reported(tool_messages(messages)[0]["content"]).items() if v}
+
+
+async def test_each_run_sees_what_changed_since_the_last_run_and_reports_only_its_plan_s_changes(bus):
+    """A run's first look starts from the last run's over the same namespace: whatever the person changed between
+    two runs shows in the next one's system prompt, and no plan is told of it as its own change."""
+    import math
+
+    ns = {**frames(20), "lst": [1, 2]}
+    between = [
+        (lambda: None, "- f04: pd.DataFrame, shape (3, 2); columns: a: int64, b: float64"),
+        (lambda: setattr(ns["f04"], "columns", ["p", "q"]), "- f04: pd.DataFrame, shape (3, 2); columns: p: int64"),
+        (lambda: ns["f09"].__setitem__("new", 1), "- f09: pd.DataFrame, shape (3, 3)"),
+        (lambda: setattr(ns["f09"], "index", pd.Index([7, 8, 9])), "\n7 1 0.5 1\n"),
+        (lambda: ns["lst"].append(3), "- lst: list, length 3: [1, 2, 3]"),
+        (lambda: ns["f02"].__setitem__("a", ns["f02"]["a"].astype("float32")), "columns: a: float32, b: float64"),
+        (lambda: ns.__setitem__("m", math), None),  # a module: no variable
+        (lambda: ns.__setitem__("m", 3), "- m: int: 3"),
+        (lambda: ns.pop("f05"), None),
+        (lambda: ns.__setitem__("f06", ns["f06"].copy()), "- f06: pd.DataFrame, shape (3, 2)"),
+        (lambda: ns["f06"].__setitem__("c", 2.5), "- f06: pd.DataFrame, shape (3, 3)"),  # the new one, in place
+    ]
+    for k, (change, shows) in enumerate(between):
+        change()
+        system, got = await one_plan(ns, f"step = {k}", bus)
+        assert got == ({"created": ["step"]} if k == 0 else {"changed": ["step"]}), k
+        listing = "\n".join(" ".join(line.split()) for line in system.split("Variables in the namespace now:\n")[1]
+                            .splitlines())
+        if shows is not None:
+            assert shows in listing, (k, listing)
+        assert ("- m: module" not in listing) and ("- f05:" not in listing or k < 8), k
+
+
+async def test_a_namespace_made_where_a_dead_one_was_is_looked_at_as_it_is(bus):
+    """What a run learnt of a namespace is kept under its identity for the next run's; a new dict that takes a
+    dead one's identity, with the same names bound to other objects, is looked at as it is."""
+    import gc
+
+    df = pd.DataFrame({"x": [1, 2, 3]})
+    ns = {"a": 1, "f": df, "lst": [1]}
+    await one_plan(ns, "a = 2", bus)
+    old = id(ns)
+    for _ in range(10):  # the loop's last callbacks let go of the run (and so of its namespace)
+        await asyncio.sleep(0)
+    gc.collect()
+    del ns  # its last reference: it goes at once, and the next dict made takes its place (CPython's free list)
+    made = [{} for _ in range(100)]
+    ns = next((d for d in made if id(d) == old), None)
+    del made
+    if ns is None:
+        pytest.skip("no dict took the dead one's identity")
+    # the same names in the same order; the frame the very one, the others new objects
+    ns.update({"a": 1, "f": df, "lst": [5, 6, 7], "__builtins__": __builtins__})
+    system, got = await one_plan(ns, "lst.append(8)\na = 5", bus)
+    assert got == {"changed": ["a", "lst"]}
+    assert "- a: int: 1" in system and "- f: pd.DataFrame, shape (3, 1); columns: x: int64" in system
+    assert "- lst: list, length 3: [5, 6, 7]" in system

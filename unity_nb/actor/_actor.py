@@ -167,8 +167,9 @@ class ActorHandle(LoopHandle):
         """What the actor adds to the loop: its plans, namespace and JSON tools by reference."""
         system = (
             options.pop("system", None) or actor.system
-            # the user variables by name only: the first step's look fingerprints them all (one pass a run fewer)
-            or system_prompt(actor, tools.json_tools, multi)
+            # the user variables by name only: the first step's look fingerprints them all (one pass a run fewer);
+            # as the last run's look named them, when every name is bound as it was then
+            or system_prompt(actor, tools.json_tools, multi, names=tools.executor.watch.variables())
         )
         super().__init__(task, model=model, tools=[tools.exec_tool], system=system, tool_source=tools, **options)
         self.run.tags["actor"] = actor

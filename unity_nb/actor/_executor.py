@@ -224,6 +224,7 @@ class Executor:
         code_timeout: float | None = 60.0,
         label: str = "plan",
         shell: Any = None,
+        carry: bool = False,
     ) -> None:
         self.namespace = namespace
         self.protected = dict(protected or {})
@@ -231,13 +232,16 @@ class Executor:
         self.code_timeout = code_timeout
         self.label = label
         self.shell = shell
-        self.watch = Watch(namespace, hidden)
-        """Takes the snapshots; against the last one, it redoes only what could differ (see :mod:`._watch`)."""
+        self.watch = Watch(namespace, hidden, carry=carry)
+        """Takes the snapshots; against the last one, it redoes only what could differ (see :mod:`._watch`).
+        ``carry``: the first starts from the last run's over this namespace (the next run's starts from this one's)."""
+        self._looked = False
 
     @property
     def last(self) -> dict[str, tuple]:
-        """The snapshot the last :meth:`snapshot` or :meth:`diff` took (so a caller needs no second pass)."""
-        return self.watch.last
+        """The snapshot the last :meth:`snapshot` or :meth:`diff` took (so a caller needs no second pass); empty
+        before the first."""
+        return self.watch.last if self._looked else {}
 
     def _bindings(self) -> tuple:
         """Every name of the namespace and the identity of what it is bound to (two C-level copies)."""
@@ -247,13 +251,16 @@ class Executor:
     def snapshot(self, hint: dict[str, tuple] | None = None) -> dict[str, tuple]:
         """Fingerprints of the user's variables (to diff before and after). One pass over the namespace;
         a DataFrame that did not change costs a few identity checks (see :func:`fingerprint`). Given the
-        last snapshot as ``hint``, only what could differ from it is looked at again (see :class:`Watch`)."""
-        return self.watch.take(hint)[0]
+        last snapshot as ``hint``, only what could differ from it is looked at again (see :class:`Watch`); without
+        one, against the watch's own last (the same snapshot: a hint changes only what is looked at again)."""
+        self._looked = True
+        return self.watch.take(hint if hint is not None else self.watch.last or None)[0]
 
     def diff(self, before: dict[str, tuple], result: PlanResult | None = None) -> PlanResult:
         """What changed since ``before``, in one pass that also leaves the snapshot it took in :attr:`last`.
         Against :attr:`last` only the names the pass looked at again can differ (see :class:`Watch`)."""
         result = result if result is not None else PlanResult(success=True)
+        self._looked = True
         now, looked = self.watch.take(hint=before)
         if looked is not None:  # each differs from before: a fingerprint changed, or it is no variable now
             for name in looked:

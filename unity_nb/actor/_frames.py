@@ -452,6 +452,40 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _reads_as_kept(df: Any, kept: tuple) -> bool:
+    """Whether everything :func:`head_probe` reads from ``df`` reads as it did for the description ``kept`` (whose
+    fingerprint is ``df``'s now: the same blocks hold the shown columns), read the shortest way: a frame with a
+    RangeIndex, each shown block a 2-D array of numbers, strings in the very pyarrow array read then, or any other
+    kind compared as the probe compares it. False when anything differs or another way must tell (the probe)."""
+    ahead = kept[2]
+    try:
+        mgr = df._mgr
+        columns, index = mgr.axes
+        blocks = mgr.blocks
+        # the names: held by the entry (so their identities are theirs); a RangeIndex: its start, stop and step
+        if id(index.name) != ahead[0] or id(columns.name) != ahead[1] or len(blocks) != ahead[2]:
+            return False
+        if type(index).__name__ != "RangeIndex" or getattr(index, "_range", None) != ahead[3]:
+            return False
+        strings = kept[9]
+        for n, was in kept[3]:
+            values = blocks[n].values
+            if _NDARRAY and type(values) is _NDARRAY[0]:
+                if values.dtype.hasobject or was != (values.dtype.str, values[..., :ROWS].tobytes()):
+                    return False
+                continue
+            known = strings.get(n)
+            if known is not None:  # strings in pyarrow: the very array read then (immutable), the same dtype
+                if known[0]() is not _arrow_strings(values) or known[1] is not values.dtype:
+                    return False
+                continue
+            if was != _block_key(values, []):  # objects it names by identity are held by the entry
+                return False
+    except (AttributeError, IndexError, TypeError, ValueError):
+        return False
+    return True
+
+
 def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
     """``df`` described: type, shape, dtypes and its first rows, at most ``limit`` characters. ``fp`` is its
     fingerprint when :func:`._describe.fingerprint` holds it in its cache (only then is the description kept)."""
@@ -459,6 +493,8 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
     kept = _DESCRIBED.get(key) if fp is not None else None
     if kept is not None and (kept[0] is not fp or kept[1] != limit):
         kept = None
+    if kept is not None and _reads_as_kept(df, kept):
+        return kept[4]  # nothing it says could differ
     # the current fingerprint: its parts tell which blocks hold the first columns (pandas builds that for all)
     parts = fp[3] if fp is not None and len(fp) == 4 and type(fp[3]).__name__ == "FrameParts" else None
     where = parts.where() if parts is not None else None

@@ -90,6 +90,7 @@ class ActorTools(ToolSource):
             code_timeout=actor.code_timeout,
             label=label,
             shell=actor.shell,
+            carry=True,  # the first step's look learns from the last run's over this namespace
         )
         # the tool described once per process (pydantic builds its schema in about a millisecond), called through
         # this source's own function

@@ -21,6 +21,12 @@ would, and the few names whose fingerprints may differ:
 
 Where a shortcut does not hold (a name added or removed, a pandas object rebound, changed in place or new, a
 cache entry gone, a snapshot other than the last one), the pass is the full one, which also learns for the next.
+
+A run's first look learns from the last run's (``carry``): each pass leaves what it learnt under the namespace's
+identity (:data:`_CARRIED`), and a new watch over a namespace with that identity starts from it. Nothing above
+depends on the namespace being the very same dict: every shortcut trusts only identities the carried snapshot
+or the fingerprint cache keeps alive, so a dict made where a dead one was (the same identity) is looked at
+correctly, most likely in a full pass (its names differ).
 """
 
 from __future__ import annotations
@@ -39,6 +45,13 @@ _MGR, _AXES, _BLOCKS = attrgetter("_mgr"), attrgetter("axes"), attrgetter("block
 _FIRST, _LAST, _PINS = itemgetter(0), itemgetter(-1), itemgetter(1, 2, 3)
 _HELD = frozenset({int, float, complex, bool, type(None), tuple, frozenset})
 """Exact types whose fingerprint holds the value itself (``str`` and ``bytes`` too, when short)."""
+_CARRIED: dict[int, tuple] = {}
+"""``id(namespace) -> (hidden, last snapshot, what the pass learnt)``: the last pass over each namespace, for the
+next run's first look (see the module's docstring). At most :data:`_CARRIED_MAX` namespaces, the first carried
+dropped first; what it holds lives that long after its namespace: the snapshot's fingerprints (numbers, short
+strings and tuples held as values), and the fingerprint cache's entries it relied on (a frame's columns Index),
+never a frame or its data."""
+_CARRIED_MAX = 16
 _SAME, _FRAME, _AGAIN = 1, 2, 3
 """What a name holds: a variable whose fingerprint holds its value; a pandas object with a cached fingerprint;
 anything else (looked at on every pass)."""
@@ -59,7 +72,9 @@ def _never(name: str) -> bool:
 class Watch:
     """Snapshots of ``namespace``'s user variables (see :func:`._describe.snapshot`), each learning from the last."""
 
-    def __init__(self, namespace: Mapping[str, Any], hidden: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, namespace: Mapping[str, Any], hidden: Mapping[str, Any] | None = None, *, carry: bool = False
+    ) -> None:
         self.namespace = namespace
         self.hidden = hidden
         self.last: dict[str, tuple] = {}
@@ -75,6 +90,56 @@ class Watch:
         self._entries: list[tuple] = []
         self._sig: tuple = ()
         self._again: tuple[int, ...] = ()
+        self._carry = id(namespace) if carry else None
+        """The key this watch leaves each pass's state under, for the next run's (None: not carried)."""
+        carried = _CARRIED.get(id(namespace)) if carry else None
+        if carried is not None and carried[0] is hidden:
+            (_, self.last, self._names, self._ids, self._frames, self._entries, self._sig, self._again,
+             self._churn) = carried
+            self.bound = (self._names, self._ids)
+
+    def _leave(self) -> None:
+        """This pass's state, for the next watch over a namespace with this identity (see :data:`_CARRIED`)."""
+        key = self._carry
+        if key is None:
+            return
+        if key not in _CARRIED and len(_CARRIED) >= _CARRIED_MAX:
+            del _CARRIED[next(iter(_CARRIED))]
+        _CARRIED[key] = (self.hidden, self.last, self._names, self._ids, self._frames, self._entries, self._sig,
+                         self._again, self._churn)
+
+    def variables(self) -> list[str] | None:
+        """The user variables' names, in namespace order, when every name is bound to the object it was bound to at
+        the last pass (a carried one too: see :data:`_CARRIED`), without fingerprinting them. None when a binding
+        differs, or no pass was taken.
+
+        An equal identity is the very object only where the last pass holds it (see :meth:`_fast`): a value held by
+        its fingerprint, a pandas object while its cache entry is there; a name the pass looks at every time is
+        looked at again (a module or IPython's own is no variable)."""
+        if not self._names:
+            return None
+        ns = self.namespace
+        names = tuple(ns)
+        if names != self._names:
+            return None
+        values = tuple(ns.values())
+        ids = tuple(map(id, values))
+        if len(values) != len(names) or ids != self._ids or not self._entries_hold(ids, _CHURN[0]):
+            return None
+        hidden, module, last = self.hidden, types.ModuleType, self.last
+        for p in self._again:
+            value, name = values[p], names[p]
+            now = not isinstance(value, module) and not (hidden is not None and hidden.get(name, hidden) is value)
+            if now != (name in last):
+                return None
+        return list(last)
+
+    def _entries_hold(self, ids: tuple, churn: int) -> bool:
+        """Whether every fingerprint cache entry the last pass relied on is still the one there (each pins its
+        pandas object: an equal identity is the very object)."""
+        return churn == self._churn or all(
+            map(is_, map(_CACHE.get, map(ids.__getitem__, self._frames)), self._entries)
+        )
 
     def take(self, hint: dict[str, tuple] | None = None) -> tuple[dict[str, tuple], list[str] | None]:
         """``snapshot(namespace, hidden, hint=hint)``, and the names whose fingerprints differ from ``hint``'s
@@ -92,8 +157,11 @@ class Watch:
         if hint is not None and hint is self.last and names == self._names:
             looked = self._fast(names, values, ids, hint, churn)
             if looked is not None:
+                self._leave()
                 return self.last, looked
-        return self._full(names, values, ids, hint, churn), None
+        out = self._full(names, values, ids, hint, churn)
+        self._leave()
+        return out, None
 
     def _fast(
         self, names: tuple, values: tuple, ids: tuple, hint: dict[str, tuple], churn: int
@@ -107,9 +175,7 @@ class Watch:
             if not self._frame_set.isdisjoint(moved):  # a pandas object's name rebound
                 return None
         if self._frames:
-            if churn != self._churn and not all(
-                map(is_, map(_CACHE.get, map(ids.__getitem__, self._frames)), self._entries)
-            ):  # an entry of the fingerprint cache it relies on was dropped or replaced
+            if not self._entries_hold(ids, churn):  # an entry of the fingerprint cache it relies on is gone
                 return None
             if self._mask is None:
                 mask = bytearray(len(names))
