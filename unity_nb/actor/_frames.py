@@ -468,10 +468,20 @@ def _reads_as_kept(df: Any, kept: tuple) -> bool:
         if type(index).__name__ != "RangeIndex" or getattr(index, "_range", None) != ahead[3]:
             return False
         strings = kept[9]
+        # a block keeps its dtype (pandas makes a new block for another, and the fingerprint differs): the first
+        # rows' bytes are all that can differ in an array of numbers
         for n, was in kept[3]:
             values = blocks[n].values
             if _NDARRAY and type(values) is _NDARRAY[0]:
-                if values.dtype.hasobject or was != (values.dtype.str, values[..., :ROWS].tobytes()):
+                if values.dtype.hasobject or values[..., :ROWS].tobytes() != was[1]:
+                    return False
+                continue
+            inner = getattr(values, "_ndarray", None)  # categories' codes, dates: the dtype held by the entry
+            if (
+                inner is not None and len(was) == 3 and type(was[2]) is bytes and _NDARRAY
+                and type(inner) is _NDARRAY[0] and not inner.dtype.hasobject
+            ):
+                if id(values.dtype) != was[0] or inner[..., :ROWS].tobytes() != was[2]:
                     return False
                 continue
             known = strings.get(n)
