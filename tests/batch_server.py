@@ -21,7 +21,8 @@ effect: written to the output file of the cancelled batch), ``answer`` (a functi
 chat completion's message), ``completion_tokens`` (the tokens out each reply's usage reports), ``content_status``
 (an HTTP status every ``GET /v1/files/{id}/content`` answers with, an error), ``forget`` (batches are forgotten
 once created: a look at one is a 404), ``upload_delay`` (seconds an upload takes;
-``uploading`` is set as one starts), ``expires_in`` (a new batch's ``expires_at``, in seconds from now),
+``uploading`` is set as one starts), ``expires_in`` (a new batch's ``expires_at``, in seconds from now; None: null),
+``created_ago`` (seconds before now a new batch says it was created),
 ``look_status`` (an HTTP status every ``GET /v1/batches/{id}`` answers with, an error), ``twice`` (a function of
 a row's custom_id: True puts a second, other answer for it in the output file), ``stranger`` (an output line for
 a custom_id no request had), ``garbled_counts`` (what every look says its ``request_counts`` are).
@@ -81,7 +82,8 @@ class BatchServer:
         self.forget = False
         self.upload_delay = 0.0
         self.uploading = asyncio.Event()
-        self.expires_in = 86400
+        self.expires_in: int | None = 86400
+        self.created_ago = 0
         self.look_status: int | None = None
         self.twice: Callable[[str], bool] | None = None
         self.stranger = False
@@ -226,7 +228,8 @@ class BatchServer:
         self.batches[bid] = {
             "id": bid, "object": "batch", "endpoint": body["endpoint"], "errors": None, "input_file_id": fid,
             "completion_window": "24h", "status": "validating", "output_file_id": None, "error_file_id": None,
-            "created_at": now, "in_progress_at": None, "expires_at": now + self.expires_in, "finalizing_at": None,
+            "created_at": now - self.created_ago, "in_progress_at": None,
+            "expires_at": now + self.expires_in if self.expires_in is not None else None, "finalizing_at": None,
             "completed_at": None, "failed_at": None, "expired_at": None, "cancelling_at": None, "cancelled_at": None,
             "request_counts": {"total": len(rows), "completed": 0, "failed": 0},
             "metadata": body.get("metadata"), "_rows": rows, "_t": time.monotonic(), "_done": 0,

@@ -416,10 +416,12 @@ async def test_a_stop_while_a_file_is_uploaded_ends_its_rows_with_a_reason(serve
     assert all("uploaded" in why for why in h.results().attrs["reasons"].values())
 
 
-@pytest.mark.parametrize("looks", ["still in progress", "cannot be looked at"])
+@pytest.mark.parametrize("looks", ["still in progress", "cannot be looked at", "no expires_at"])
 async def test_a_provider_batch_long_past_its_window_is_not_waited_for_forever(server, bus, looks):
     server.hold = True  # it never ends
     server.expires_in = -3 * 3600  # its window ended three hours ago (as a clock would have it a day later)
+    if looks == "no expires_at":  # its window told only by when it was made and how long it is ("24h")
+        server.expires_in, server.created_ago = None, 27 * 3600
     if looks == "cannot be looked at":
         server.look_status = 503
     model = u.OpenAIModel("gpt-4.1-mini", base_url=server.url, api_key="sk-test", max_retries=0)

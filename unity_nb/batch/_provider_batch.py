@@ -23,7 +23,7 @@ cache, or failing their template make no request), so the handle, its results, p
 - **Failures.** A row in the error file fails with the provider's message; rows of an expired batch fail saying
   the window expired; a failed batch fails its rows with the provider's errors; a provider without the Batch API
   (404 on ``/v1/files``) ends the map at once with one error saying so (no live fallback). A provider batch the
-  provider no longer has (404 on a look) fails its rows; one not ended an hour past its window (``expires_at``),
+  provider no longer has (404 on a look) fails its rows; one not ended an hour past its window (:func:`window_end`),
   running still or not to be looked at, fails its rows rather than be polled forever. An ended batch's files that
   cannot be downloaded are tried again at each look, :data:`READS` times, before its rows fail saying why.
 - **Spend.** Tokens are counted at the batch price (the model's batch rate, else half its live price); a budget is
@@ -51,6 +51,7 @@ from ._provider_files import (
     MAX_BACKOFF,
     OVERDUE,
     READS,
+    WINDOW,
     BatchSettings,
     Chunk,
     batch_settings,
@@ -60,6 +61,7 @@ from ._provider_files import (
     provider_batches,
     ranges,
     reply_answer,
+    window_end,
 )
 from ._rows import Row, to_json
 
@@ -338,7 +340,8 @@ class ProviderBatchEngine(MapEngine):
         changed = batch.get("status") != chunk.status or new != chunk.counts
         chunk.status = str(batch.get("status"))
         chunk.counts = new if new["total"] else {**new, "total": chunk.counts["total"]}
-        chunk.expires_at = batch.get("expires_at") or chunk.expires_at
+        # a Batch object that says nothing of its window: a day from the first look (no wait is without an end)
+        chunk.expires_at = window_end(batch) or chunk.expires_at or time.time() + WINDOW
         return changed
 
     async def _poll(self) -> bool:
@@ -379,7 +382,7 @@ class ProviderBatchEngine(MapEngine):
         expires = chunk.expires_at
         if not isinstance(expires, int | float) or isinstance(expires, bool) or time.time() < expires + OVERDUE:
             return False
-        said = (f"the provider batch {chunk.batch_id} passed its 24h window (expires_at {int(expires)}) "
+        said = (f"the provider batch {chunk.batch_id} passed its 24h window (it ended at {int(expires)}) "
                 f"{OVERDUE / 3600:g} h ago and {what}: its rows are not waited for any longer")
         self._end_chunk(chunk, "failed", said)
         return True

@@ -6,6 +6,7 @@ gone, a reply's answer)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,8 @@ READS = 5
 """Times an ended provider batch's files are tried (one try a look) before its rows fail: work the provider did, and
 is paid for, is not given up at the first error of a download."""
 OVERDUE = 3600.0
-"""Seconds past its window's end (``expires_at``) after which a provider batch not ended fails its rows."""
+"""Seconds past its window's end (:func:`window_end`; for a Batch object that says nothing of its window, a day after
+this kernel first looked at it) after which a provider batch not ended fails its rows."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +117,7 @@ class Chunk:
         self.batch_id: str | None = None
         self.status = "uploading"
         self.counts = {"completed": 0, "failed": 0, "total": len(rows)}
-        self.expires_at: int | None = None
+        self.expires_at: float | None = None
         self.ended = False
         self.resumed = False
         self.reserved = 0.0
@@ -146,6 +148,28 @@ def reply_answer(reply: Any, output: Any) -> Any:
     if not (reply.content or "").strip():  # a reply that says nothing is not an answer (as in a live loop)
         raise ValueError(f"the model answered nothing (finish_reason={reply.finish_reason!r})")
     return reply.content
+
+
+WINDOW = 86400.0
+"""The Batch API's completion window (``"24h"``, the one window it offers), for a Batch object that names none."""
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
+
+
+def window_end(batch: Mapping[str, Any]) -> float | None:
+    """When a provider batch's window ends: its ``expires_at``; else its ``created_at`` plus its
+    ``completion_window`` (``"24h"``); None when it says neither."""
+    expires = _number(batch.get("expires_at"))
+    if expires is not None:
+        return expires
+    created = _number(batch.get("created_at"))
+    if created is None:
+        return None
+    window = batch.get("completion_window")
+    hours = window[:-1] if isinstance(window, str) and window.endswith("h") else ""
+    return created + (float(hours) * 3600 if hours.isdigit() else WINDOW)
 
 
 def count_of(value: Any, was: int) -> int:
