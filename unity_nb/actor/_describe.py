@@ -21,7 +21,7 @@ from typing import Any
 from .._secrets import scrub, scrub_clipped, secret_names
 from ._frames import ROWS as _ROWS
 from ._frames import forget as _forget_description
-from ._frames import frame_text
+from ._frames import frame_text, kept_text
 from ._parts import FP_COLUMNS, FrameParts, frame_fingerprint, frame_parts
 
 __all__ = ("describe_value", "describe_namespace", "user_variables", "fingerprint", "snapshot", "HIDDEN_NAMES")
@@ -73,6 +73,11 @@ def _safe_repr(obj: Any, limit: int) -> str:
 
 
 def _frame(df: Any, limit: int) -> str:
+    entry = _CACHE.get(id(df))
+    if entry is not None:  # most frames of a run's system prompt: described before, as they are now
+        text = kept_text(df, limit, entry)
+        if text is not None:
+            return text
     fp = fingerprint(df)
     entry = _CACHE.get(id(df))
     # its description is kept only while this fingerprint is the one the cache holds (see ._frames)

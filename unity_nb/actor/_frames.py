@@ -43,8 +43,6 @@ is made (:func:`_relabelled`).
 
 from __future__ import annotations
 
-import decimal
-import fractions
 import weakref
 from typing import Any
 
@@ -53,24 +51,13 @@ from ._arrays import arrow_head as _arrow_head
 from ._arrays import arrow_strings as _arrow_strings
 from ._arrays import column_head as _column
 from ._arrays import ndarray_of as _ndarray
-from ._arrays import ndarray_type as _NDARRAY
 from ._cells import cell_text as _text
 from ._cells import column_cells as _cells
+from ._probe import COLUMNS, head_probe, reads_as_kept, strings_kept
 
 __all__ = (
-    "dtype_text", "fingerprint_text", "forget", "frame_dtypes", "frame_head", "frame_text", "head_probe", "labels",
+    "dtype_text", "fingerprint_text", "forget", "frame_dtypes", "frame_head", "frame_text", "kept_text", "labels",
 )
-
-COLUMNS = 12
-"""Columns shown."""
-
-_IMMUTABLE = frozenset({str, int, float, bool, bytes, complex, type(None), decimal.Decimal, fractions.Fraction})
-"""Cell types whose objects cannot change: the same object always reads the same."""
-_IMMUTABLE_NAMES = frozenset({
-    ("pandas", "Timestamp"), ("pandas", "Timedelta"), ("pandas", "NaTType"), ("pandas", "NAType"),
-    ("pandas", "Period"), ("datetime", "datetime"), ("datetime", "date"), ("datetime", "timedelta"),
-    ("numpy", "float64"), ("numpy", "int64"), ("numpy", "bool_"), ("numpy", "str_"),
-})
 
 
 _DTYPE_TEXT: dict[int, tuple[Any, str]] = {}
@@ -90,113 +77,6 @@ def dtype_text(dtype: Any) -> str:
     _DTYPE_TEXT[id(dtype)] = (dtype, text)
     return text
 
-
-def _immutable(t: type) -> bool:
-    return t in _IMMUTABLE or (t.__module__.split(".", 1)[0], t.__name__) in _IMMUTABLE_NAMES
-
-
-def _block_key(values: Any, held: list) -> tuple | None:
-    """What the head reads from one block's ``values`` (see the module's docstring), the objects it names by
-    identity added to ``held``; None when it cannot be compared."""
-    if _NDARRAY and type(values) is _NDARRAY[0] and not values.dtype.hasobject:  # the usual block: numbers
-        return (values.dtype.str, values[..., :ROWS].tobytes())
-    chunked = _arrow_strings(values)
-    if chunked is not None:  # strings in pyarrow: compared by value (fresh str objects each time, immutable)
-        held.append(values.dtype)
-        return (id(values.dtype), *chunked.slice(0, ROWS).to_pylist())
-    arr = _ndarray(values)
-    if arr is not None:
-        parts = [arr]
-    else:
-        data, mask = getattr(values, "_data", None), getattr(values, "_mask", None)  # masked: Int64, boolean
-        if data is None or mask is None or _ndarray(data) is None or _ndarray(mask) is None:
-            return None
-        parts = [data, mask]
-    key: list = []
-    if values is not arr:
-        held.append(values.dtype)  # an extension dtype (categories, a time zone): compared by identity
-        key.append(id(values.dtype))
-    for part in parts:
-        head = part[..., :ROWS]
-        if part.dtype.hasobject:
-            cells = head.ravel().tolist()
-            if not all(map(_immutable, map(type, cells))):
-                return None
-            held.extend(cells)  # kept alive by the entry: an equal id is the very same object
-            key.extend(map(id, cells))
-        else:
-            key.append(part.dtype.str)
-            key.append(head.tobytes())
-    return tuple(key)
-
-
-def head_probe(
-    df: Any, shown: list[int] | None = None, where: list[int] | None = None, known: dict | None = None
-) -> tuple[tuple, tuple, list, tuple, dict] | None:
-    """``(key, blocks, held, by block, strings)``: what the description's head reads from ``df`` (see the module's
-    docstring): the names, the row index and the blocks' count in ``key``, ``(block number, its key)`` for each
-    block holding a shown column in ``blocks``, the objects they name by identity in ``held``, those each
-    block's key names (in the order of ``blocks``) in ``by block``, and for each block of strings in pyarrow
-    ``(its pyarrow array, dtype, key)`` in ``strings`` (see :func:`_strings`). None when
-    ``df``'s layout cannot be compared (it is described anew each time). ``shown``: the numbers of the blocks
-    holding the first columns, when known (they are while the fingerprint is the same); ``where``: the numbers of
-    the blocks holding the first columns in order (``blknos``), when known; ``known``: the ``strings`` of the
-    description kept (:func:`_strings`), a block whose pyarrow array is the very one read then reads the same."""
-    try:
-        mgr = df._mgr
-        blocks = mgr.blocks
-        columns, index = mgr.axes[0], mgr.axes[1]
-        if shown is None:
-            shown = sorted(set(where[:COLUMNS] if where is not None else mgr.blknos[:COLUMNS].tolist()))
-        if type(columns).__name__ == "MultiIndex" or type(index).__name__ == "MultiIndex":
-            return None  # their level names are theirs to change: not compared, described anew
-        names = (index.name, columns.name)
-    except (AttributeError, IndexError, TypeError):
-        return None
-    held: list = [*names]
-    key: list = [id(names[0]), id(names[1]), len(blocks)]
-    if type(index).__name__ == "RangeIndex":  # its start, stop and step (immutable): what its labels read
-        key.append(getattr(index, "_range", None) or (index.start, index.stop, index.step))
-    else:
-        index_key = _block_key(getattr(index, "_values", None), held)
-        if index_key is None:
-            return None
-        key.append(index_key)
-    keys = []
-    helds = []
-    strings: dict = {}
-    for n in shown:
-        values = blocks[n].values
-        chunked = _arrow_strings(values)
-        block_key: tuple | None
-        if chunked is not None:  # strings in pyarrow: compared by value (fresh str objects each time, immutable)
-            dtype = values.dtype
-            own: list = [dtype]
-            was = known.get(n) if known is not None else None
-            if was is not None and was[0]() is chunked and was[1] is dtype:
-                block_key = was[2]  # the very pyarrow array (immutable: pandas writes a cell by making a new one)
-            else:
-                block_key = (id(dtype), *chunked.slice(0, ROWS).to_pylist())
-                was = (chunked, dtype, block_key)
-            strings[n] = was
-        else:
-            own = []
-            block_key = _block_key(values, own)
-            if block_key is None:
-                return None
-        keys.append((n, block_key))
-        helds.append(own)
-        held += own
-    return tuple(key), tuple(keys), held, tuple(helds), strings
-
-
-_REF = weakref.ref
-
-
-def _strings(read: dict) -> dict:
-    """A probe's ``strings`` as the kept description holds them: each block's pyarrow array by a weak reference
-    (never its data), with the dtype and the key read from it (a dead reference reads anew)."""
-    return {n: was if type(was[0]) is _REF else (_REF(was[0]), was[1], was[2]) for n, was in read.items()}
 
 
 # -- formatting -------------------------------------------------------------------------------------
@@ -225,7 +105,7 @@ def frame_head(
     ``{block number: {place in the block: column}}``. ``reuse`` gives such columns of blocks whose head reads
     as when they were made (a column's title is the fingerprint's, and its alignment its own). ``where``: the
     first columns' block numbers and places in their blocks, when known (pandas builds them for every column).
-    ``probe``: :func:`head_probe`'s, taken just before: for a frame described for the first time (no ``reuse``),
+    ``probe``: :func:`._probe.head_probe`'s, taken just before: for a frame described for the first time (no ``reuse``),
     a column laid out before from a block whose head read the same (:data:`_LAID`) is taken as it was."""
     mgr = df._mgr
     columns, index = mgr.axes[0], mgr.axes[1]
@@ -317,11 +197,11 @@ def _relabelled(
 
 
 _LAID: dict[tuple, tuple[list[str], list]] = {}
-"""``(block key, place in the block, title) -> (column, objects the key names)``: columns of heads laid out, by
-what they read (:func:`_block_key`: the first rows of the block holding them, as in :func:`head_probe`), so a
-frame whose blocks show what another's showed (a copy, a frame indexed or its columns renamed anew) lays out
-only what differs. At most :data:`_LAID_MAX` (emptied when full); an entry holds the objects its key names
-by identity, only when small (:func:`_light`)."""
+"""``(block key, place in the block, title) -> (column, objects the key names)``: columns of heads laid out, by what
+they read (:func:`._probe.block_key`: the first rows of the block holding them, as in :func:`._probe.head_probe`),
+so a frame whose blocks show what another's showed (a copy, a frame indexed or its columns renamed anew) lays out
+only what differs. At most :data:`_LAID_MAX` (emptied when full); an entry holds the objects its key names by
+identity, only when small (:func:`_light`)."""
 _LAID_MAX = 2048
 _LAID_BYTES = 4096
 """A column is kept by what its block reads only when that reads at most this many bytes (a block as wide as
@@ -329,7 +209,7 @@ a few hundred columns): the key outlives the frame."""
 
 
 def _narrow(key: tuple) -> bool:
-    """Whether a block's key (:func:`_block_key`) is small enough to be kept in :data:`_LAID`."""
+    """Whether a block's key (:func:`._probe.block_key`) is small enough to be kept in :data:`_LAID`."""
     return sum([len(part) for part in key if type(part) is bytes]) <= _LAID_BYTES
 
 
@@ -367,7 +247,7 @@ def _content_key(
     df: Any, named: tuple, shown: list, probe: tuple, limit: int, where: tuple[list[int], list[int]] | None
 ) -> tuple[tuple, tuple] | None:
     """``(key, rows)``: everything a description made by :func:`frame_text` reads, as values (``named``: the
-    shape, labels and dtypes the frame's fingerprint names; ``probe``: :func:`head_probe`'s, the shown rows of
+    shape, labels and dtypes the frame's fingerprint names; ``probe``: :func:`._probe.head_probe`'s, the shown rows of
     every shown block, the names, the objects named by identity held in the probe), with where each shown column
     is (block and place), in ``key``; the row labels shown in ``rows`` (a RangeIndex's start and step, or what
     the probe read from another index). Two frames with equal keys and rows read alike; with equal keys only,
@@ -395,7 +275,8 @@ def _content_key(
 
 def _unwritten(values: Any, now: tuple, then: tuple, laid: dict[int, list[str]]) -> dict[int, list[str]]:
     """The columns of a block of numbers (``values``, 2-D) laid out when its head read ``then``, whose own first
-    rows read the same ``now`` (:func:`_block_key`'s: the dtype, then each column's first rows' bytes in turn)."""
+    rows read the same ``now`` (:func:`._probe.block_key`'s: the dtype, then each column's first rows' bytes in
+    turn)."""
     if len(now) != 2 or len(then) != 2 or now[0] != then[0] or type(now[1]) is not bytes or len(now[1]) != len(
         then[1]
     ) or getattr(values, "ndim", 0) != 2:
@@ -407,7 +288,7 @@ def _unwritten(values: Any, now: tuple, then: tuple, laid: dict[int, list[str]])
 
 def _rewritten(df: Any, kept: tuple, probe: tuple, where: tuple[list[int], list[int]]) -> tuple[str, dict] | None:
     """The head of a frame described before (``kept``, its :data:`_DESCRIBED` entry) with the same shape, labels,
-    dtypes and row index, some of whose shown blocks read otherwise now (``probe``, :func:`head_probe`'s): only
+    dtypes and row index, some of whose shown blocks read otherwise now (``probe``, :func:`._probe.head_probe`'s): only
     the columns whose first rows changed laid out again (every column of a block that is no 2-D block of numbers),
     the others as they were; and the columns by block. None when the kept layout does not tell (fall back)."""
     made: dict[int, dict[int, list[str]]] = kept[7]
@@ -452,48 +333,23 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _reads_as_kept(df: Any, kept: tuple) -> bool:
-    """Whether everything :func:`head_probe` reads from ``df`` reads as it did for the description ``kept`` (whose
-    fingerprint is ``df``'s now: the same blocks hold the shown columns), read the shortest way: a frame with a
-    RangeIndex, each shown block a 2-D array of numbers, strings in the very pyarrow array read then, or any other
-    kind compared as the probe compares it. False when anything differs or another way must tell (the probe)."""
-    ahead = kept[2]
+def kept_text(df: Any, limit: int, entry: tuple) -> str | None:
+    """``df``'s kept description when nothing it says could differ, found the shortest way (the system prompt
+    describes about twenty frames at each run's start, most of them as they were): ``entry`` is ``df``'s
+    fingerprint cache entry (see :func:`._describe.fingerprint`), still its own while the frame's blocks tuple and
+    axes are the very ones it pins. None when another way must tell (:func:`frame_text`)."""
+    kept = _DESCRIBED.get(id(df))
+    if kept is None or kept[0] is not entry[0] or kept[1] != limit:
+        return None
     try:
         mgr = df._mgr
-        columns, index = mgr.axes
+        axes = mgr.axes
         blocks = mgr.blocks
-        # the names: held by the entry (so their identities are theirs); a RangeIndex: its start, stop and step
-        if id(index.name) != ahead[0] or id(columns.name) != ahead[1] or len(blocks) != ahead[2]:
-            return False
-        if type(index).__name__ != "RangeIndex" or getattr(index, "_range", None) != ahead[3]:
-            return False
-        strings = kept[9]
-        # a block keeps its dtype (pandas makes a new block for another, and the fingerprint differs): the first
-        # rows' bytes are all that can differ in an array of numbers
-        for n, was in kept[3]:
-            values = blocks[n].values
-            if _NDARRAY and type(values) is _NDARRAY[0]:
-                if values.dtype.hasobject or values[..., :ROWS].tobytes() != was[1]:
-                    return False
-                continue
-            inner = getattr(values, "_ndarray", None)  # categories' codes, dates: the dtype held by the entry
-            if (
-                inner is not None and len(was) == 3 and type(was[2]) is bytes and _NDARRAY
-                and type(inner) is _NDARRAY[0] and not inner.dtype.hasobject
-            ):
-                if id(values.dtype) != was[0] or inner[..., :ROWS].tobytes() != was[2]:
-                    return False
-                continue
-            known = strings.get(n)
-            if known is not None:  # strings in pyarrow: the very array read then (immutable), the same dtype
-                if known[0]() is not _arrow_strings(values) or known[1] is not values.dtype:
-                    return False
-                continue
-            if was != _block_key(values, []):  # objects it names by identity are held by the entry
-                return False
-    except (AttributeError, IndexError, TypeError, ValueError):
-        return False
-    return True
+        if entry[1] != id(blocks) or entry[2] != id(axes[0]) or entry[3] != id(axes[-1]):
+            return None
+    except (AttributeError, IndexError, TypeError):
+        return None
+    return kept[4] if reads_as_kept(kept, axes, blocks) else None
 
 
 def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
@@ -503,7 +359,7 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
     kept = _DESCRIBED.get(key) if fp is not None else None
     if kept is not None and (kept[0] is not fp or kept[1] != limit):
         kept = None
-    if kept is not None and _reads_as_kept(df, kept):
+    if kept is not None and reads_as_kept(kept, df._mgr.axes, df._mgr.blocks):
         return kept[4]  # nothing it says could differ
     # the current fingerprint: its parts tell which blocks hold the first columns (pandas builds that for all)
     parts = fp[3] if fp is not None and len(fp) == 4 and type(fp[3]).__name__ == "FrameParts" else None
@@ -517,8 +373,9 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
     )
     if kept is not None and probe is not None and kept[2] == probe[0]:
         if kept[3] == probe[1]:
-            if any([type(was[0]) is not _REF for was in probe[4].values()]):  # a new pyarrow array, reading the same
-                _DESCRIBED[key] = (*kept[:9], _strings(probe[4]))
+            # a new pyarrow array, reading the same
+            if any([type(was[0]) is not weakref.ref for was in probe[4].values()]):
+                _DESCRIBED[key] = (*kept[:9], strings_kept(probe[4]))
             return kept[4]  # nothing it says could differ
         if where is not None:  # a cell written: only the columns whose first rows read otherwise are laid out again
             again = _rewritten(df, kept, probe, where)
@@ -527,7 +384,7 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
                 text = f"pd.DataFrame, shape ({size[0]:,}, {size[1]}); columns: {kept[6]}\n"
                 text = _clip(f"{text}first {min(size[0], ROWS)} rows:\n{again[0]}", limit)
                 _DESCRIBED[key] = (fp, limit, probe[0], probe[1], text, probe[2], kept[6], again[1], kept[8],
-                                   _strings(probe[4]))
+                                   strings_kept(probe[4]))
                 return text
         # the same shape, labels, dtypes and index: blocks whose head reads the same keep their columns
         reuse = {}
@@ -566,7 +423,7 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
         if hit is not None:
             if hit[4] == labelled:  # another frame showed all this: its description, kept for this one too
                 _DESCRIBED[key] = (fp, limit, probe[0], probe[1], hit[0], probe[2], hit[1], hit[2], shown,
-                                   _strings(probe[4]))
+                                   strings_kept(probe[4]))
                 return hit[0]
             # all but the rows' labels (a frame indexed anew): its columns as laid out, the labels' column alone made
             reuse = {n: laid for n, laid in hit[2].items() if n >= 0}
@@ -597,7 +454,7 @@ def frame_text(df: Any, limit: int, fp: tuple | None) -> str:
         text += f"\nfirst {min(rows, ROWS)} rows:\n{head}"
     text = _clip(text, limit)
     if probe is not None:
-        strings = _strings(probe[4])
+        strings = strings_kept(probe[4])
         _DESCRIBED[key] = (fp, limit, probe[0], probe[1], text, probe[2], col_text, made, shown, strings)
         # a RangeIndex read as another's: every object held is one the other's key named (kept: light)
         if seen is not None and (relabelled is not None or _light(probe[2])):
