@@ -73,7 +73,7 @@ def block_key(values: Any, held: list) -> tuple | None:
 def head_probe(
     df: Any, shown: list[int] | None = None, where: list[int] | None = None, known: dict | None = None
 ) -> tuple[tuple, tuple, list, tuple, dict] | None:
-    """``(key, blocks, held, by block, strings)``: what the description's head reads from ``df`` (see the module's
+    """``(key, blocks, held, by block, strings)``: what the description's head reads from ``df`` (see :mod:`._frames`'s
     docstring): the names, the row index and the blocks' count in ``key``, ``(block number, its key)`` for each
     block holding a shown column in ``blocks``, the objects they name by identity in ``held``, those each
     block's key names (in the order of ``blocks``) in ``by block``, and for each block of strings in pyarrow
