@@ -104,7 +104,10 @@ class Watch:
         if key is None:
             return
         if key not in _CARRIED and len(_CARRIED) >= _CARRIED_MAX:
-            del _CARRIED[next(iter(_CARRIED))]
+            try:  # the first carried goes (another thread's watch may have taken it out just now)
+                _CARRIED.pop(next(iter(_CARRIED)), None)
+            except (StopIteration, RuntimeError):
+                pass
         _CARRIED[key] = (self.hidden, self.last, self._names, self._ids, self._frames, self._entries, self._sig,
                          self._again, self._churn)
 
