@@ -141,6 +141,11 @@ async def test_each_run_sees_what_changed_since_the_last_run_and_reports_only_it
         (lambda: ns.pop("f05"), None),
         (lambda: ns.__setitem__("f06", ns["f06"].copy()), "- f06: pd.DataFrame, shape (3, 2)"),
         (lambda: ns["f06"].__setitem__("c", 2.5), "- f06: pd.DataFrame, shape (3, 3)"),  # the new one, in place
+        # a cell run in IPython adds names that are never variables (``_i12``, ``_12``) after the others
+        (lambda: ns.update({"_i12": "f08.columns = ['u', 'v']", "_12": 5}), "- f07: pd.DataFrame, shape (3, 2)"),
+        (lambda: (ns.update({"_i13": "c"}), setattr(ns["f08"], "columns", ["u", "v"])), "u: int64, v: float64"),
+        (lambda: (ns.update({"_i14": "c"}), ns["lst"].append(4)), "- lst: list, length 4: [1, 2, 3, 4]"),
+        (lambda: ns.update({"_i15": "c", "k": 7}), "- k: int: 7"),
     ]
     for k, (change, shows) in enumerate(between):
         change()

@@ -123,11 +123,11 @@ class Watch:
             return None
         ns = self.namespace
         names = tuple(ns)
-        if names != self._names:
+        if not self._same_names(names):
             return None
         values = tuple(ns.values())
         ids = tuple(map(id, values))
-        if len(values) != len(names) or ids != self._ids or not self._entries_hold(ids, _CHURN[0]):
+        if len(values) != len(names) or ids[:len(self._ids)] != self._ids or not self._entries_hold(ids, _CHURN[0]):
             return None
         hidden, module, last = self.hidden, types.ModuleType, self.last
         for p in self._again:
@@ -136,6 +136,15 @@ class Watch:
             if now != (name in last):
                 return None
         return list(last)
+
+    def _same_names(self, names: tuple) -> bool:
+        """Whether ``names`` are the last pass's, in order, but for names never a variable added after them (a cell
+        run in IPython adds ``_i7``, and ``_7`` when it shows a value): each position still names what it named."""
+        known = self._names
+        if names == known:
+            return True
+        n = len(known)
+        return len(names) > n and names[:n] == known and all(map(_never, names[n:]))
 
     def _entries_hold(self, ids: tuple, churn: int) -> bool:
         """Whether every fingerprint cache entry the last pass relied on is still the one there (each pins its
@@ -157,7 +166,7 @@ class Watch:
             names, values = tuple(k for k, _v in items), tuple(v for _k, v in items)
         ids = tuple(map(id, values))
         self.bound = (names, ids)
-        if hint is not None and hint is self.last and names == self._names:
+        if hint is not None and hint is self.last and self._same_names(names):
             looked = self._fast(names, values, ids, hint, churn)
             if looked is not None:
                 self._leave()
@@ -220,7 +229,7 @@ class Watch:
             changed.append(name)
         if again is not None:
             self._again = tuple(sorted(again))
-        self._ids = ids
+        self._names, self._ids = names, ids  # names never a variable may have been added after the others
         self._churn = churn
         self.last = now
         return changed
