@@ -83,8 +83,8 @@ async def namespace_costs(runs: int) -> dict[str, list[float]]:
     frames = make_frames(FRAMES)
     # warm runs right after changed, over the same frames (as that run left them); new has frames of its own
     # (a frame whose data another shares is copied when a cell is written, which would change more than a cell)
-    spaces = {"empty": {}, "changed": dict(frames), "warm": dict(frames), "new": make_frames(FRAMES, seed=4),
-              "unseen": make_frames(FRAMES, seed=5)}
+    spaces = {"empty": {}, "changed": dict(frames), "warm": dict(frames), "cell": dict(frames),
+              "new": make_frames(FRAMES, seed=4), "unseen": make_frames(FRAMES, seed=5)}
     seen: list[str] = []
 
     def script(messages: list, tools: list) -> object:
@@ -101,6 +101,9 @@ async def namespace_costs(runs: int) -> dict[str, list[float]]:
                 for j, df in enumerate(frames.values()):
                     df.iat[1, 1] = 1000 + rep + j / 1000
                 mark = 1000 + rep
+            elif arm == "cell":  # as a notebook's: IPython's names for the cell run since (never variables) added
+                ns[f"_i{rep + 1}"] = "x = 1"
+                ns["_"] = ns["_i"] = rep
             elif arm == "new":  # new objects over the same data: nothing about them known
                 for name in frames:
                     ns[name] = ns[name].copy(deep=False)
@@ -407,13 +410,14 @@ def main() -> None:
                   "| vs empty namespace | spread (quartiles) |", "| --- | --- | --- | --- |"]
         for arm, label in (("empty", "empty namespace (baseline)"),
                            ("warm", "warm: frames unchanged since the last run"),
+                           ("cell", "cell: warm, IPython's names for a cell run added since (_i7, _)"),
                            ("changed", "changed: a cell of each frame's first rows rewritten before the run"),
                            ("new", "new: each frame a new object over the same data"),
                            ("unseen", "unseen: each frame a new object, its rows labelled anew")):
             q = statistics.quantiles(got[arm], n=4)
             lines.append(f"| {label} | {med(got[arm]):.3f} | {med(got[arm]) / base:.2f}x | "
                          f"{q[0] / base:.2f}x-{q[2] / base:.2f}x |")
-        print("\n".join(lines[-7:]), file=sys.stderr)
+        print("\n".join(lines[-8:]), file=sys.stderr)
     if args.only in (None, "B"):
         got_b = asyncio.run(tool_costs(args.rounds))
         lines += ["", f"| B. a sync tool against the same tool as async def ({args.rounds} rounds, in turn) | sync ms "
