@@ -132,7 +132,9 @@ class CachedModel:
     Each recording is appended to the file as one JSON line by a writer thread as soon as it arrives,
     so recording never blocks the event loop, whatever the file's size. :meth:`save` writes what the
     thread has not written yet (it is called at exit and before another CachedModel opens the same file).
-    A process killed outright loses at most the recording being written.
+    A process killed outright loses at most the recording being written. A reply marked ``truncated`` (its stream
+    ended with neither a finish_reason nor ``[DONE]``: perhaps cut off) is used but never recorded: the request is
+    asked again next time.
     """
 
     def __init__(self, inner: Model, path: str | os.PathLike, *, mode: Mode | None = None) -> None:
@@ -200,6 +202,8 @@ class CachedModel:
             )
         self.misses += 1
         reply = await self.inner.complete(request, on_delta)
+        if reply.truncated:  # perhaps cut off: used this once, never replayed as if it were whole
+            return reply
         entry = {
             "content": reply.content,
             "tool_calls": [
