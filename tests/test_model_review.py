@@ -6,6 +6,7 @@ Everything synchronises on the server's own signals, always with a timeout; noth
 """
 
 import asyncio
+import json
 
 import pytest
 from fake_openai import FakeOpenAIServer
@@ -57,3 +58,43 @@ async def test_a_reply_cut_off_is_not_recorded_and_is_asked_again(server, make_m
     cached.save()
     replay = u.CachedModel(make_model(), path, mode="replay")
     assert (await replay.complete(ask())).content == "the whole answer"
+
+
+async def test_one_batch_row_whose_reply_is_too_long_fails_alone(bus):
+    from batch_server import BatchServer
+
+    async with BatchServer() as server:
+        server.answer = lambda body: {"role": "assistant", "content": (
+            "x" * 5000 if body["messages"][-1]["content"] == "Say b" else "said")}
+        model = u.OpenAIModel("gpt-4.1-mini", base_url=server.url, api_key="sk-test", max_reply_chars=1024)
+        h = u.map(["a", "b", "c"], "Say {value}", model=model, via="batch", batch_poll=0.01, bus=bus)
+        result = await asyncio.wait_for(h.result(), 20)
+        assert result.tolist() == ["said", None, "said"]
+        assert "max_reply_chars=1024" in result.attrs["reasons"][1]
+        await model.close()
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["lean-http", "client.post"])
+@pytest.mark.parametrize("choices", [5, True, {"index": 0}])
+async def test_a_chunk_whose_choices_is_not_a_list_is_a_model_error_saying_so(fast_path, choices):
+    body = json.dumps({"id": "c1", "choices": choices}).encode()
+    stream = b"data: " + body + b"\n\ndata: [DONE]\n\n"
+
+    async def serve(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n"
+                     b"content-length: %d\r\n\r\n" % len(stream) + stream)
+        await writer.drain()
+        writer.close()
+
+    srv = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        port = srv.sockets[0].getsockname()[1]
+        model_at = u.OpenAIModel("m", base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0,
+                                 fast_path=fast_path)
+        with pytest.raises(u.ModelError) as err:
+            await asyncio.wait_for(model_at.complete(ask()), T)
+        assert "choices is not a list" in str(err.value)
+        await model_at.close()
+    finally:
+        srv.close()

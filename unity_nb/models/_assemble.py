@@ -20,7 +20,8 @@ format, not against any one provider's sample:
 - a stream may end without a ``finish_reason``: it is inferred (``tool_calls`` or ``stop``), but a stream
   that said nothing at all (no text, call, refusal or ``finish_reason``) is no reply (:meth:`Assembler.said_anything`);
 - text, reasoning and arguments past ``max_chars`` together raise :class:`ReplyTooLong`;
-- an ``error`` object in a payload is the provider speaking: :class:`ProviderError`.
+- an ``error`` object in a payload is the provider speaking: :class:`ProviderError`;
+- ``choices`` that is not a list (nor absent, nor null) is no chunk of this format: :class:`MalformedChunk`.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 from .._json import loads
 from ._base import DeltaCallback, Reply, ToolCall, Usage, token_count
 
-__all__ = ("Assembler", "ProviderError", "ReplyTooLong", "error_words", "provider_error")
+__all__ = ("Assembler", "MalformedChunk", "ProviderError", "ReplyTooLong", "error_words", "provider_error")
 
 _RETRY_CODES = frozenset({408, 409, 429})
 _CALL_KEYS = frozenset({"index", "id", "type", "function"})
@@ -42,6 +43,11 @@ _PLAIN = frozenset({"role", "content"})
 
 class ReplyTooLong(Exception):
     """A reply's text, reasoning and tool-call arguments passed the assembler's ``max_chars``."""
+
+
+class MalformedChunk(ValueError):
+    """A payload whose shape is not a Chat Completions chunk's (``choices`` that is not a list): the response is
+    not one this client can read."""
 
 
 class ProviderError(Exception):
@@ -226,7 +232,10 @@ class Assembler:
             rid = get("id")
             if isinstance(rid, str) and rid:
                 self.id = rid
-        for choice in get("choices") or ():
+        choices = get("choices")
+        if choices is not None and not isinstance(choices, list):
+            raise MalformedChunk(f"a chunk whose choices is not a list but {type(choices).__name__} {choices!r:.100}")
+        for choice in choices or ():
             if not isinstance(choice, dict) or choice.get("index", 0) not in (0, None):
                 continue  # only the first choice is the reply
             delta = choice.get("delta") or choice.get("message") or {}

@@ -21,7 +21,7 @@ from typing import Any
 
 from .._errors import ModelError
 from .._json import loads
-from ._assemble import Assembler, ProviderError, error_words
+from ._assemble import Assembler, MalformedChunk, ProviderError, ReplyTooLong, error_words
 from ._base import ModelRequest, Reply, Usage
 from ._prices import Price, price_of
 from ._transport import HTTPStatusError, TransportError, env_proxy, error_body_text
@@ -173,6 +173,12 @@ class BatchAPI:
             asm.add(body)
         except ProviderError as err:
             return RowResult(custom_id, None, str(err))
+        except ReplyTooLong as err:  # this row's alone: every other row of the file is still read
+            return RowResult(custom_id, None, (
+                f"the reply is longer than max_reply_chars={self.model.max_reply_chars} ({err}); to accept longer "
+                "replies, raise the limit: OpenAIModel(..., max_reply_chars=...)"))
+        except MalformedChunk as err:
+            return RowResult(custom_id, None, f"the response is not a Chat Completions reply: {err}")
         if not asm.said_anything():
             return RowResult(custom_id, None, f"the response holds no reply: {json.dumps(body)[:300]}")
         reply = asm.reply()

@@ -25,7 +25,7 @@ from typing import Any
 
 from .._errors import ModelConfigError, ModelError
 from .._json import loads
-from ._assemble import Assembler, ProviderError, ReplyTooLong, provider_error
+from ._assemble import Assembler, MalformedChunk, ProviderError, ReplyTooLong, provider_error
 from ._base import DeltaCallback, ModelRequest, Reply, Usage, retry_hook
 from ._limits import RateLimit, rate_limit_of
 from ._prices import prefetch as prefetch_prices
@@ -350,7 +350,7 @@ class OpenAIModel:
                 self._last_tokens = reply.usage.input_tokens + reply.usage.output_tokens
                 self.usage += reply.usage
                 return reply
-            except _BadStream as err:  # not a protocol this client speaks: retrying cannot help
+            except (_BadStream, MalformedChunk) as err:  # not a protocol this client speaks: retrying cannot help
                 raise ModelError(
                     self._scrub(f"model {self.name!r} sent a response that is not a Chat Completions stream: {err}")
                 ) from None
