@@ -98,3 +98,21 @@ async def test_a_chunk_whose_choices_is_not_a_list_is_a_model_error_saying_so(fa
         await model_at.close()
     finally:
         srv.close()
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["lean-http", "client.post"])
+def test_a_base_url_with_credentials_is_refused_without_showing_them(fast_path, monkeypatch):
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with pytest.raises(u.ModelConfigError, match="credentials") as err:
+        u.OpenAIModel("m", base_url="http://alice:hunter2-password@127.0.0.1:9/v1", api_key=KEY, fast_path=fast_path)
+    assert "hunter2-password" not in str(err.value) and "127.0.0.1:9" in str(err.value)
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://alice:hunter2-password@127.0.0.1:9/v1")
+    with pytest.raises(u.ModelConfigError, match="credentials") as err:
+        u.OpenAIModel("m", api_key=KEY, fast_path=fast_path)
+    assert "hunter2-password" not in str(err.value)
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["lean-http", "client.post"])
+def test_a_base_url_with_a_query_is_refused_naming_it(fast_path):
+    with pytest.raises(u.ModelConfigError, match=r"query \(\?api-version=2024-06-01\)"):
+        u.OpenAIModel("m", base_url="http://127.0.0.1:9/v1?api-version=2024-06-01", api_key=KEY, fast_path=fast_path)

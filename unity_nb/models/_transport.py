@@ -90,14 +90,31 @@ def error_body_text(body: bytes | str, *, cut: bool = False) -> str:
 
 
 def check_base_url(url: str) -> urllib.parse.SplitResult:
-    """The parsed URL if it is http(s) with a host; else a ValueError naming it."""
+    """The parsed URL if it is http(s) with a host, and neither credentials nor a query that requests could not
+    carry; else a ValueError naming it (its credentials left out)."""
     parts = urllib.parse.urlsplit(url)
+    shown = url
+    if "@" in parts.netloc:  # never said back: ``user:password@`` is a secret
+        shown = urllib.parse.urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"base URL {url!r} is not an http:// or https:// URL with a host (e.g. 'http://localhost:11434/v1')")
+        raise ValueError(
+            f"base URL {shown!r} is not an http:// or https:// URL with a host (e.g. 'http://localhost:11434/v1')")
     try:
         parts.port  # noqa: B018 - raises on a port that is not a number
     except ValueError:
-        raise ValueError(f"base URL {url!r} has a port that is not a number") from None
+        raise ValueError(f"base URL {shown!r} has a port that is not a number") from None
+    if "@" in parts.netloc:
+        # every request carries the key as "Authorization: Bearer ..."; credentials in the URL would be a second
+        # Authorization (aiohttp refuses the request, the openai client sends them instead of the key)
+        raise ValueError(
+            f"base URL {shown!r} carries credentials (user:password@): they cannot go with the API key's "
+            "Authorization header; give the key as api_key=... (or OPENAI_API_KEY) and the URL without them")
+    if parts.query:
+        # a request's path is added after the base URL: '/v1?x=1' + '/chat/completions' would ask '/v1/?x=1/chat/...'
+        raise ValueError(
+            f"base URL {shown!r} has a query (?{parts.query}): requests add their path after the base URL, so "
+            "the query would swallow it; give the URL without it (for Azure's api-version, pass "
+            "client=openai.AsyncAzureOpenAI(...))")
     return parts
 
 
