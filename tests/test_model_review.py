@@ -116,3 +116,28 @@ def test_a_base_url_with_credentials_is_refused_without_showing_them(fast_path, 
 def test_a_base_url_with_a_query_is_refused_naming_it(fast_path):
     with pytest.raises(u.ModelConfigError, match=r"query \(\?api-version=2024-06-01\)"):
         u.OpenAIModel("m", base_url="http://127.0.0.1:9/v1?api-version=2024-06-01", api_key=KEY, fast_path=fast_path)
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["lean-http", "client.post"])
+async def test_a_404_names_the_address_it_came_from(fast_path):
+    from aiohttp import web
+
+    async def not_found(request):
+        return web.Response(status=404, text="404 page not found")  # Ollama's words, at a base URL without /v1
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", not_found)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = site._server.sockets[0].getsockname()[1]
+        model = u.OpenAIModel("m", base_url=f"http://127.0.0.1:{port}", api_key=KEY, fast_path=fast_path)
+        with pytest.raises(u.ModelError) as err:
+            await asyncio.wait_for(model.complete(ask()), T)
+        assert err.value.status == 404
+        assert f"http://127.0.0.1:{port}/chat/completions" in str(err.value) and KEY not in str(err.value)
+        await model.close()
+    finally:
+        await runner.cleanup()

@@ -64,6 +64,8 @@ class HTTPStatusError(Exception):
         self.status_code = status
         self.response = SimpleNamespace(headers=headers)
         detail = error_body_text(body, cut=cut)
+        if status in (404, 405) and url:  # most often a base URL that misses its path (/v1): say where was asked
+            detail += f" (the request went to {url})"
         if 300 <= status < 400:
             location = headers.get("location") or headers.get("Location")
             detail = f"redirect not followed{f' to {location}' if location else ' (no Location header)'} from {url}"
@@ -431,7 +433,7 @@ class ClientTransport:
                 path, body=body.data, cast_to=object, stream=True, stream_cls=oa.AsyncStream[object]
             )
         except oa.APIStatusError as err:
-            url = str(self.client.base_url) + path
+            url = str(self.client.base_url).rstrip("/") + path  # the client joins them with one slash
             try:  # the client has read the body (it does before raising): the same reading as the aiohttp path
                 data: bytes | str = err.response.content
             except Exception:  # noqa: BLE001 - a body that was not read: the client's own summary
