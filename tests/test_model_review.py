@@ -141,3 +141,33 @@ async def test_a_404_names_the_address_it_came_from(fast_path):
         await model.close()
     finally:
         await runner.cleanup()
+
+
+async def test_a_retry_after_past_the_cap_is_said_not_silently_shortened(server, make_model):
+    server.script([R(status=429, headers={"retry-after": "3600"})])
+    seen: list[tuple[int, str, float]] = []
+    heard = asyncio.Event()
+
+    def hook(attempt, error, delay):
+        seen.append((attempt, error, delay))
+        heard.set()
+
+    token = u.models.retry_hook.set(hook)
+    try:
+        call = asyncio.ensure_future(make_model().complete(ask()))
+        await asyncio.wait_for(heard.wait(), T)
+        call.cancel()  # it would now wait the capped minute
+        with pytest.raises(asyncio.CancelledError):
+            await call
+    finally:
+        u.models.retry_hook.reset(token)
+    [(attempt, error, delay)] = seen
+    assert attempt == 1 and delay == 60.0
+    assert "asked to wait 3600 s" in error and "at most 60 s" in error
+
+
+async def test_the_last_429s_retry_after_is_in_the_model_error(server, make_model):
+    server.script([R(status=429, headers={"retry-after": "3600"})])
+    with pytest.raises(u.ModelError) as err:
+        await asyncio.wait_for(make_model(max_retries=0).complete(ask()), T)
+    assert err.value.status == 429 and "asked to wait 3600 s" in str(err.value)

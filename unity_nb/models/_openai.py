@@ -48,6 +48,8 @@ from ._wirecache import WireCache
 __all__ = ("OpenAIModel", "retry_hook")
 
 _RETRY_STATUS = frozenset({408, 409, 429})
+_MAX_RETRY_WAIT = 60.0
+"""The longest wait before a retry, whatever a Retry-After asks (a longer ask is said in the retry's message)."""
 
 
 class _Incomplete(Exception):
@@ -373,23 +375,28 @@ class OpenAIModel:
                     retryable = status is None or status in _RETRY_STATUS or status >= 500
                 if isinstance(err, TimeoutError):
                     err = TransportError(f"no progress for {self.timeout:g} s (timeout={self.timeout:g})")
+                asked = _retry_after(err)
                 if not retryable or attempt >= self.max_retries:
                     what = f"HTTP {status}" if status else (
                         "incomplete stream" if isinstance(err, _Incomplete) else type(err).__name__)
+                    wait = f" (the provider asked to wait {asked:g} s before trying again)" if asked else ""
                     raise ModelError(
-                        self._scrub(f"model {self.name!r} failed ({what}) after {attempt + 1} attempt(s): {err}"),
+                        self._scrub(f"model {self.name!r} failed ({what}) after {attempt + 1} attempt(s): {err}{wait}"),
                         status=status if isinstance(status, int) else None,
                     ) from None
-                delay = _retry_after(err)
+                delay = asked
                 if delay is None:
                     delay = min(self.max_backoff, self.backoff * 2**attempt) * random.uniform(0.5, 1.0)
-                delay = min(delay, 60.0)
+                capped = ""
+                if delay > _MAX_RETRY_WAIT:  # said, not silently shortened: the provider may mean hours
+                    capped = f" (the provider asked to wait {delay:g} s: waiting at most {_MAX_RETRY_WAIT:g} s)"
+                    delay = _MAX_RETRY_WAIT
                 if status == 429:  # the provider's limit: every caller of this model waits, not only this one
                     limit.cooldown(delay, f"a 429 from {self.name!r}: every caller of it waits {delay:.3g} s")
                 attempt += 1
                 hook = retry_hook.get()
                 if hook is not None:
-                    hook(attempt, self._scrub(f"{type(err).__name__}: {err}"), delay)
+                    hook(attempt, self._scrub(f"{type(err).__name__}: {err}{capped}"), delay)
                 await asyncio.sleep(delay)
 
     async def _attempt(
