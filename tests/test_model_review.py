@@ -171,3 +171,27 @@ async def test_the_last_429s_retry_after_is_in_the_model_error(server, make_mode
     with pytest.raises(u.ModelError) as err:
         await asyncio.wait_for(make_model(max_retries=0).complete(ask()), T)
     assert err.value.status == 429 and "asked to wait 3600 s" in str(err.value)
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["lean-http", "client.post"])
+async def test_a_data_line_that_is_not_utf8_is_said_to_be_so_not_said_to_be_not_json(fast_path):
+    stream = b'data: {"choices":[{"index":0,"delta":{"content":"caf\xe9"}}]}\n\ndata: [DONE]\n\n'
+
+    async def serve(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n"
+                     b"content-length: %d\r\n\r\n" % len(stream) + stream)
+        await writer.drain()
+        writer.close()
+
+    srv = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        port = srv.sockets[0].getsockname()[1]
+        model = u.OpenAIModel("m", base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0,
+                              fast_path=fast_path)
+        with pytest.raises(u.ModelError) as err:
+            await asyncio.wait_for(model.complete(ask()), T)
+        assert "not UTF-8" in str(err.value) and "not JSON" not in str(err.value)
+        await model.close()
+    finally:
+        srv.close()

@@ -533,7 +533,10 @@ def _event(kind: str, data: bytes, asm: Assembler) -> bool:
         return True
     try:
         payload = loads(data)
-    except ValueError:
+    except ValueError as err:
+        if isinstance(err, UnicodeDecodeError):  # JSON perhaps, but not in UTF-8 (Latin-1 text): not "not JSON"
+            said = f"a data line that is not UTF-8 ({err.reason} at byte {err.start}): {data[:200]!r}"
+            raise _BadStream(said) from None
         if kind == "error":
             raise ProviderError(data.decode("utf-8", "replace")[:500]) from None
         if kind != "message":
