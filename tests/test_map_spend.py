@@ -297,6 +297,26 @@ async def test_a_later_row_that_cannot_fill_the_template_fails_alone(bus):
     assert result.attrs["reasons"][1].startswith("row 1 cannot fill the task: the task names {a}")
 
 
+async def test_a_row_whose_filled_task_is_blank_fails_alone(bus):
+    """A loop takes no blank task: a row whose values fill the template with nothing fails with its reason, no call;
+    it neither fails the batch (naming no row) nor stays counted running once the batch ended."""
+    asked = []
+
+    def script(messages, tools):
+        asked.append(messages[-1]["content"])
+        return "ok"
+
+    h = u.map(["a", "", " ", "b"], "{value}", model=u.ScriptedModel(script), bus=bus)
+    result = await asyncio.wait_for(h.result(), T)
+    assert result.tolist() == ["ok", None, None, "ok"] and sorted(asked) == ["a", "b"]
+    assert result.attrs["reasons"][1] == "row 1 cannot fill the task: its values make it blank ('{value}' gives '')"
+    assert result.attrs["reasons"][2].startswith("row 2 cannot fill the task: its values make it blank")
+    c = h.rows.counts
+    assert (c["finished"], c["failed"], c["running"]) == (2, 2, 0)
+    first = u.map(["", "b"], "{value}", model=u.ScriptedModel(script), bus=bus)  # the first row too: no refusal
+    assert (await asyncio.wait_for(first.result(), T)).tolist() == [None, "ok"]
+
+
 async def test_a_batch_whose_last_row_reaches_the_budget_ends_with_its_result():
     async with FakeOpenAIServer(lambda body: Reply(content="hi")) as server:
         model = u.OpenAIModel("gpt-4.1-mini", base_url=server.base_url, api_key="sk-test")

@@ -301,6 +301,16 @@ class Worker:
         ran = 0
 
         async def one(position: int, task: str, label: str, holder: list) -> None:
+            try:
+                await run_row(position, task, label, holder)
+            except Exception as err:  # noqa: BLE001 - its loop could not be made or read: reported, never lost
+                # (a row leased and never reported held the batch open for good once its worker ended)
+                ended.append((position, "failed", None, f"the row could not run on a Ray worker: {reason_of(err)}",
+                              0, 0, 0, 0, 0, 0, 0, False, self.pid, False, asked_hash(task, model_name, fields_key),
+                              False, None))
+                wake.set()
+
+        async def run_row(position: int, task: str, label: str, holder: list) -> None:
             nonlocal succeeded
             cfg = config if recipe.named else config.named(f"{recipe.batch}[{label_of(label)}]")
             child = LoopHandle(task, config=cfg)

@@ -208,6 +208,9 @@ class RowSource:
         self.made += 1
         if self._filled:
             row.task = self.parsed.render(values, key)
+            if not row.task.strip():  # a loop takes no blank task: the row fails alone, no call (not the batch)
+                row.reason = (f"row {_short(key)} cannot fill the task: its values make it blank "
+                              f"({self.template!r} gives {row.task!r})")
         else:
             row.task = _append(self.template, values, self.single or (len(values) == 1 and "value" in values))
         return row
