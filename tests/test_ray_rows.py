@@ -29,3 +29,18 @@ async def test_a_row_whose_filled_task_is_blank_fails_alone_on_ray_as_locally(ra
     assert got.tolist() == [None, "ok t1", "ok t2"] and h.rows.counts["failed"] == 1
     assert got.attrs["reasons"][0].startswith("row 0 cannot fill the task: its values make it blank")
     await model.close()
+
+
+async def test_a_model_without_a_price_leaves_the_cost_unknown_on_ray_not_zero(ray_cluster, serve):  # noqa: F811
+    s = serve(lambda body: Reply(content="ok", usage=(1000, 1000)))
+    model = u.OpenAIModel("ray-unpriced", base_url=s.url)
+    local = u.map(["a", "b", "c"], "Say {value}", model=model)
+    on_ray = u.map(["a", "b", "c"], "Say {value}", model=model, backend="ray")
+    for h in (local, on_ray):
+        assert (await asyncio.wait_for(h.result(), 120)).tolist() == ["ok"] * 3
+    assert local.cost is None and on_ray.cost is None  # Ray said $0.00 spent
+    assert on_ray.spending.unpriced_models() == local.spending.unpriced_models() == ["ray-unpriced"]
+    assert "$ unknown (no price for this model)" in on_ray.progress["text"]
+    assert on_ray.tree.usage == local.tree.usage
+    await model.close()
+

@@ -48,7 +48,7 @@ import orjson
 from .. import events as ev
 from .._errors import UnityError, UserError
 from ..loop import Tool, as_tool
-from ..models import Usage, cost_of, price_of, rate_limit_of
+from ..models import Usage, price_of, rate_limit_of
 from ._book import counts_text
 from ._failures import reason_of
 from ._map_engine import MapEngine, RowPlan
@@ -471,9 +471,7 @@ class RayEngine(MapEngine):
             except ValueError as err:
                 row.status, row.reason = "failed", str(err)
         book.add_totals(Usage(tin, tout), steps, tool_calls)
-        tree = Usage(tree_in, tree_out)
-        book.tree_usage += tree
-        book.cost += cost_of(tree, plan.config.model) or 0.0
+        self.spending.count_usage(Usage(tree_in, tree_out), plan.config.model)  # no price: the cost is unknown
         cache = plan.cache
         if row.status == "finished" and cache is not None and cacheable:
             cache.put(cache.key(row.task, self._notes[:told]), answer, plan.model_name)

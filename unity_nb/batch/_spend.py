@@ -67,17 +67,21 @@ class Spending:
         any loop of it whose model has no price, by model (under a budget, :meth:`check` holds the batch for them)."""
         if not child.children and not isinstance(getattr(child, "spending", None), Spending):
             # the usual row: its own loop alone, its tokens at its model's price (as ``tree`` and ``_split`` count)
-            own = child.usage
-            self._book.tree_usage += own
-            cost = cost_of(own, child.model)
-            if cost is None:
-                _add(self.unpriced, str(getattr(child.model, "name", type(child.model).__name__)), own)
-            self._book.cost += cost or 0.0
+            self.count_usage(child.usage, child.model)
             return
         tree = child.tree
         self._book.tree_usage += tree.usage
         cost = tree.cost
         self._book.cost += cost if cost is not None else _split(child, self.unpriced)
+
+    def count_usage(self, usage: Usage, model: Any) -> None:
+        """Count tokens a row spent (a row run elsewhere: its tree's, as its Ray worker reports them) at ``model``'s
+        price; without a price they are kept by model, as :meth:`count` keeps them (the cost is unknown, not $0)."""
+        self._book.tree_usage += usage
+        cost = cost_of(usage, model)
+        if cost is None:
+            _add(self.unpriced, str(getattr(model, "name", type(model).__name__)), usage)
+        self._book.cost += cost or 0.0
 
     def unpriced_models(self) -> list[str]:
         """Models under rows that ended which spent tokens and still have no price."""
