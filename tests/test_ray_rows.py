@@ -44,3 +44,61 @@ async def test_a_model_without_a_price_leaves_the_cost_unknown_on_ray_not_zero(r
     assert on_ray.tree.usage == local.tree.usage
     await model.close()
 
+
+def held_first_row(fail):
+    """A server whose first row ("Say row 0") is answered with ``fail`` (a :class:`Reply`) once two other rows' requests
+    came (so one row finished first, whichever process ran it); the others are answered "ok"."""
+    import threading
+
+    asked = []
+    cond = threading.Condition()
+
+    async def answer(body):
+        task = task_of(body)
+        if task != "Say row 0":
+            with cond:
+                asked.append(task)
+                cond.notify_all()
+            return Reply(content="ok")
+
+        def wait():
+            with cond:
+                return cond.wait_for(lambda: len(asked) >= 2, 90)
+
+        assert await asyncio.to_thread(wait)
+        return fail
+
+    return answer
+
+
+async def test_a_400_after_a_row_finished_fails_that_row_alone_on_ray_as_locally(ray_cluster, serve):  # noqa: F811
+    """Whether a 400 fails every row was each worker's own say (had *it* finished a row?): a worker whose first
+    row was answered 400 failed the whole batch while rows of the other worker had finished."""
+    items = [f"row {i}" for i in range(6)]
+    got = {}
+    for backend in ("local", "ray"):
+        s = serve(held_first_row(Reply(status=400)))
+        model = u.OpenAIModel("ray-m", base_url=s.url)
+        # on Ray, two workers running one row each: the worker given row 0 holds it alone until the 400
+        h = u.map(items, "Say {value}", model=model, concurrency=2, backend=backend,
+                  **({"ray_workers": 2} if backend == "ray" else {}))
+        got[backend] = await asyncio.wait_for(h.result(), 120)
+        assert h.rows.counts["finished"] == 5 and h.rows.counts["failed"] == 1, backend
+        await model.close()
+    pd.testing.assert_series_equal(got["ray"], got["local"])
+    assert got["ray"].attrs == got["local"].attrs and got["ray"].attrs["reasons"][0].startswith("ModelError")
+
+
+async def test_an_error_that_fails_every_row_is_raised_as_the_model_s_error_on_ray_as_locally(ray_cluster, serve):  # noqa: F811
+    errors = {}
+    for backend in ("local", "ray"):
+        s = serve(lambda body: Reply(status=401))
+        model = u.OpenAIModel("ray-m", base_url=s.url)
+        h = u.map([f"row {i}" for i in range(4)], "Say {value}", model=model, backend=backend)
+        with pytest.raises(u.ModelError) as err:  # Ray raised a UnityError holding its text
+            await asyncio.wait_for(h.result(), 120)
+        errors[backend] = err.value
+        assert h.rows.counts["finished"] == 0 and h.rows.counts["running"] == 0
+        await model.close()
+    assert errors["ray"].status == errors["local"].status == 401
+    assert str(errors["ray"]) == str(errors["local"])

@@ -56,7 +56,9 @@ Ended = tuple
 """A row that ended, as a worker reports it: ``(position, status, answer JSON or None, reason, input tokens, output
 tokens, steps, tool calls, tree input tokens, tree output tokens, told, cacheable, pid, fatal, asked, kept, events)``
 (``kept``: finished by the run this one continues, said by the control actor without a call; ``events``: the row's
-loop's events and its descendants', as :func:`row_events` makes them, or ``None``)."""
+loop's events and its descendants', as :func:`row_events` makes them, or ``None``; ``fatal``: for a model error that
+may fail every row, ``(whether it does whatever rows finished, its HTTP status, its message, fails_every_call)``,
+else false: the kernel decides, from every worker's rows, as the local backend does)."""
 
 _SKIP = frozenset({"model_delta"})
 """What a row's events leave out (as the store does: the streamed pieces of a reply, whole in its response)."""
@@ -256,6 +258,7 @@ class Worker:
 
         from .. import events as ev
         from .._errors import Stopped
+        from .._secrets import scrub
         from ..loop import VERBS, LoopHandle, LoopOptions
         from ..models import RateLimit, rate_limit_of, set_rate_limit
         from ._cache import cacheable
@@ -296,7 +299,6 @@ class Worker:
         running: dict[int, tuple[asyncio.Task, list]] = {}
         ended: list[Ended] = []
         wake = asyncio.Event()
-        succeeded = False
         stop_reason: list[str] = []
         ran = 0
 
@@ -311,7 +313,6 @@ class Worker:
                 wake.set()
 
         async def run_row(position: int, task: str, label: str, holder: list) -> None:
-            nonlocal succeeded
             cfg = config if recipe.named else config.named(f"{recipe.batch}[{label_of(label)}]")
             child = LoopHandle(task, config=cfg)
             holder.append(child)
@@ -319,13 +320,12 @@ class Worker:
             told = len(notes)
             for note in notes:
                 child.run.conversation.note(note)
-            status, answer, reason, fatal = "stopped", None, None, False
+            status, answer, reason, fatal = "stopped", None, None, None
             try:
                 value = await child.result()
                 parsed = parse_answer(value, fields)
                 answer = to_json(parsed.model_dump(mode="json") if hasattr(parsed, "model_dump") else parsed)
                 status = "finished"
-                succeeded = True
             except Stopped as err:
                 reason = err.reason
             except asyncio.CancelledError:
@@ -334,7 +334,9 @@ class Worker:
                     await child.stop(reason)
             except Exception as err:  # noqa: BLE001 - the row failed; the batch goes on (unless every row would)
                 status, reason = "failed", reason_of(err)
-                fatal = fails_every_row(err, succeeded)
+                if fails_every_row(err, False):  # whether it fails every row is the kernel's to say (all rows')
+                    fatal = (fails_every_row(err, True), getattr(err, "status", None), scrub(str(err)),
+                             bool(getattr(err, "fails_every_call", False)))
             usage, tree = child.usage, child.tree.usage
             used_tools = any(c.name != "submit_answer" for m in child.transcript for c in m.tool_calls)
             kept_by_cache = status == "finished" and not used_tools and cacheable(child)

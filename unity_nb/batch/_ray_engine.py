@@ -46,7 +46,7 @@ from typing import Any
 import orjson
 
 from .. import events as ev
-from .._errors import UnityError, UserError
+from .._errors import ModelError, UnityError, UserError
 from ..loop import Tool, as_tool
 from ..models import Usage, price_of, rate_limit_of
 from ._book import counts_text
@@ -477,8 +477,10 @@ class RayEngine(MapEngine):
             cache.put(cache.key(row.task, self._notes[:told]), answer, plan.model_name)
         loop_id = self._publish(events) if events else None
         self._settled(row, None, child_id=loop_id)
-        if fatal and self.fatal is None:
-            self.fatal = UnityError(reason or "a row failed in a way every row would")
+        if fatal and self.fatal is None:  # as the local backend: a 400 fails every row only before any row finished
+            always, status, message, every_call = fatal
+            if always or book.tally["finished"] <= book.kept + book.cached:
+                self.fatal = ModelError(message, status=status, fails_every_call=every_call)
 
     def _publish(self, blob: bytes) -> str | None:
         """Publish a row's events (:func:`row_events`: its loop's, a child of the batch, and those under it) on the
