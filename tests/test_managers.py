@@ -447,6 +447,31 @@ async def test_data_ask_computes_on_a_scratch_copy_and_never_changes_the_namespa
     assert "You are serving its method `ask`" in system(model)
 
 
+async def test_data_code_that_writes_into_the_person_s_frame_or_array_changes_only_its_scratch_copy(bus):
+    """The scratch copy held the person's very objects: a cell written in place (``df.loc[...] = ...``, ``a[0] = ...``)
+    changed their data, and no warning said so (a change of a cell keeps shape, labels and dtypes)."""
+    import numpy as np
+
+    namespace = {"sales": pd.DataFrame({"region": ["north", "south"], "delta": [-12.5, 3.0]}), "arr": np.arange(3)}
+    sales, arr = namespace["sales"], namespace["arr"]
+    model = u.ScriptedModel(steps(
+        u.call_tool("run_code", code="sales.loc[0, 'delta'] = 99.0\nsales['delta'].iloc[0]"),
+        u.call_tool("run_code", code="sales['delta'].iloc[0]"),
+        u.call_tool("run_code", code="arr[0] = 7"),
+        u.call_tool("run_code", code="int(arr.sum())"),
+        answer="done",
+    ))
+    data = DataManager(namespace, model=model, bus=bus)
+    assert await data.ask("Set the first delta to 99") == "done"
+    written, again, array, summed = results(model)
+    assert "99.0" in written
+    assert "99.0" in again  # the scratch copy keeps its own change for the next call
+    assert array.startswith("success: false") and "read-only" in array  # the code learns it may not
+    assert "int: 3" in summed  # read, it is the person's array as it was
+    assert namespace["sales"] is sales and sales["delta"].tolist() == [-12.5, 3.0]
+    assert namespace["arr"] is arr and arr.tolist() == [0, 1, 2] and arr.flags.writeable
+
+
 def test_data_without_a_namespace_outside_ipython_uses_its_own_dict(monkeypatch):
     import IPython
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +39,34 @@ def _frame_detail(df: Any) -> str:
     return clip("\n".join(lines), _DETAIL)
 
 
+def _copy_on_write(pd: Any) -> bool:
+    """pandas gives a shallow copy's changes to the copy alone (Copy-on-Write: always from pandas 3)."""
+    try:
+        if int(str(pd.__version__).split(".")[0]) >= 3:
+            return True
+        return pd.options.mode.copy_on_write is True
+    except Exception:  # noqa: BLE001 - an unknown pandas: its objects are shared as they are
+        return False
+
+
+def _guarded(value: Any) -> Any:
+    """What the scratch copy holds for one of the person's values: a DataFrame or a Series as a shallow copy of it
+    (under Copy-on-Write a change the code makes in place, ``df.loc[0, "x"] = 1``, is the copy's alone), a numpy
+    array as a read-only view (a write raises, so the code learns it may not); anything else as it is (a change
+    to it in place is reported as a warning)."""
+    pd, np = sys.modules.get("pandas"), sys.modules.get("numpy")
+    try:
+        if pd is not None and isinstance(value, pd.DataFrame | pd.Series) and _copy_on_write(pd):
+            return value.copy(deep=False)
+        if np is not None and isinstance(value, np.ndarray):
+            view = value.view()
+            view.flags.writeable = False
+            return view
+    except Exception:  # noqa: BLE001, S110 - a value that cannot be copied or viewed: shared, and watched
+        pass
+    return value
+
+
 class DataManager(Manager):
     """The data in the notebook's namespace (DataFrames, Series, arrays, other variables):
     what there is, what it holds, and answers computed from it with pandas, without changing
@@ -45,7 +74,9 @@ class DataManager(Manager):
 
     Values are described compactly (type, shape, dtypes, a few rows), never dumped. Code its
     loops run sees the namespace through a scratch copy, so names it assigns never reach the
-    notebook; a change made to a shared object in place is reported as a warning.
+    notebook; its DataFrames and Series are shallow copies (Copy-on-Write keeps a change made
+    in place to the copy) and its arrays read-only views; a change made in place to another shared
+    object is reported as a warning.
     """
 
     alias = "data"
@@ -88,6 +119,7 @@ class DataManager(Manager):
         manager = self
         scratch: dict[str, Any] = {}
         own: set[str] = set()  # names this loop's code created in its scratch copy
+        origins: dict[str, Any] = {}  # name -> the person's value its scratch copy was made from
 
         def list_variables(type_contains: str = "") -> str:
             """The person's variables, each described in one or a few lines (type, shape,
@@ -119,8 +151,9 @@ class DataManager(Manager):
             never reach the notebook. Do not modify the person's objects in place."""
             ns, hidden = manager._ns()
             for k, v in ns.items():
-                if k not in own:
-                    scratch[k] = v
+                if k not in own and not (k in scratch and origins.get(k) is v):  # (else its copy, as the code left it)
+                    scratch[k] = _guarded(v)
+                    origins[k] = v
             for alias, module in (("pd", "pandas"), ("np", "numpy")):
                 if alias not in scratch:
                     try:
@@ -135,9 +168,10 @@ class DataManager(Manager):
             own.update(result.created)
             own.update(result.changed)  # rebound (or changed) in the scratch copy: keep its version
             text = result.for_model()
-            if result.created or result.changed:
-                text += "\n(names assigned here live in this scratch copy only; the notebook's variables are unchanged)"
             touched = [k for k, v in shared.items() if k in before and fingerprint(v) != before[k]]
+            if result.created or result.changed:
+                text += ("\n(names assigned here live in this scratch copy only" +
+                         ("" if touched else "; the notebook's variables are unchanged") + ")")
             if touched:
                 text += ("\nwarning: the code changed the person's " + ", ".join(f"`{k}`" for k in touched)
                          + " in place; do not modify their data")
