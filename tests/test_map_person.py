@@ -244,3 +244,25 @@ def test_finished_rows_keys_name_position_label_and_question(tmp_path):
     [(key, answer)] = done.items()
     position, label, asked = json.loads(key)
     assert (position, label, answer) == (0, '"k"', "y") and len(asked) == 24
+
+
+async def test_a_row_answered_under_one_system_prompt_is_not_kept_under_another(bus, tmp_path):
+    """``done=`` keeps a row asked the same: its task, model, fields and the system prompt its loop was given."""
+    store = u.Store(str(tmp_path / "s.db"))
+    store.attach(bus)
+    rows = pd.Series(["a", "b"], name="text")
+    first = u.map(rows, "Label", model=u.ScriptedModel(lambda m, t: "terse"), system="Answer in one word.",
+                  name="lab", bus=bus)
+    await asyncio.wait_for(first.result(), 10)
+    done = u.finished_rows(store, "lab")
+    assert sorted(done.values()) == ["terse", "terse"]
+    same = u.map(rows, "Label", model=u.ScriptedModel(lambda m, t: "again"), system="Answer in one word.",
+                 done=done, bus=bus)
+    assert (await asyncio.wait_for(same.result(), 10)).tolist() == ["terse", "terse"]
+    other = u.map(rows, "Label", model=u.ScriptedModel(lambda m, t: "long"), system="Answer at length.",
+                  done=done, bus=bus)
+    assert (await asyncio.wait_for(other.result(), 10)).tolist() == ["long", "long"]
+    assert (other.rows.kept, other.rows.set_aside) == (0, 2)
+    none = u.map(rows, "Label", model=u.ScriptedModel(lambda m, t: "plain"), done=done, bus=bus)
+    assert (await asyncio.wait_for(none.result(), 10)).tolist() == ["plain", "plain"]
+    store.close()

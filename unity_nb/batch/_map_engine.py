@@ -148,7 +148,7 @@ class MapEngine(Driver):
     def asked(self, row: Row) -> str:
         """What ``row`` is asked (made once): the key a later run keeps its answer under."""
         if row.asked is None:
-            row.asked = asked_hash(row.task, self.plan.model_name, self.plan.output)
+            row.asked = asked_hash(row.task, self.plan.model_name, self.plan.output, self.plan.config.system)
         return row.asked
 
     # -- the drive ----------------------------------------------------------------------------------

@@ -114,7 +114,8 @@ class Control:
         self.pids: dict[int, int] = {}
         self.exchanges = 0
         self.blocks: collections.deque[tuple[Any, int, int]] = collections.deque()
-        self.block_plan: tuple[str, str, str, dict[str, Any]] | None = None  # template, model, fields, done
+        # template, model, fields, done, system prompt
+        self.block_plan: tuple[str, str, str, dict[str, Any], str | None] | None = None
         self._expanding: asyncio.Lock | None = None
 
     # -- the kernel's side -----------------------------------------------------------------------------
@@ -126,11 +127,11 @@ class Control:
         return len(self.queue)
 
     async def feed_blocks(self, blocks: list[tuple[Any, int, int]], template: str, model_name: str, fields: str,
-                          done: dict[str, Any]) -> int:
+                          done: dict[str, Any], system: str | None = None) -> int:
         """Rows read on the cluster: blocks (an object ref of a DataFrame, its first position, its rows), made into
         rows one block at a time as the queue runs low. A row ``done`` holds (asked the same) is kept, no call."""
         self.blocks.extend(blocks)
-        self.block_plan = (template, model_name, fields, done)
+        self.block_plan = (template, model_name, fields, done, system)
         self.fed_all = True
         return sum(n for _r, _s, n in blocks)
 
@@ -148,14 +149,14 @@ class Control:
         from ._rows import RowSource, asked_hash, row_id, row_key
 
         assert self.block_plan is not None
-        template, model_name, fields, done = self.block_plan
+        template, model_name, fields, done, system = self.block_plan
         for row in RowSource(frame, template):
             position = start + row.position
             if row.reason is not None:  # its values do not fit the template: it fails, no call
                 self.outbox.append((position, "failed", None, row.reason, 0, 0, 0, 0, 0, 0, 0, False, 0, False,
                                     None, False, None))
                 continue
-            asked = asked_hash(row.task, model_name, fields)
+            asked = asked_hash(row.task, model_name, fields, system)
             if done:
                 answer = done.get(row_id(position, row_key(position), asked))
                 if answer is not None:
@@ -295,6 +296,10 @@ class Worker:
         bus.subscribe(keep)
         config = LoopOptions.make(model=GatedModel(model, gate), tools=tools, bus=bus, **options)
         model_name, fields_key = str(getattr(model, "name", type(model).__name__)), _fields_key(fields)
+
+        def asked(task: str) -> str:
+            return asked_hash(task, model_name, fields_key, config.system)
+
         notes: list[str] = []  # the interjections as a row not started yet is told them
         running: dict[int, tuple[asyncio.Task, list]] = {}
         ended: list[Ended] = []
@@ -308,7 +313,7 @@ class Worker:
             except Exception as err:  # noqa: BLE001 - its loop could not be made or read: reported, never lost
                 # (a row leased and never reported held the batch open for good once its worker ended)
                 ended.append((position, "failed", None, f"the row could not run on a Ray worker: {reason_of(err)}",
-                              0, 0, 0, 0, 0, 0, 0, False, self.pid, False, asked_hash(task, model_name, fields_key),
+                              0, 0, 0, 0, 0, 0, 0, False, self.pid, False, asked(task),
                               False, None))
                 wake.set()
 
@@ -343,7 +348,7 @@ class Worker:
             events = row_events(kept_events.pop(root, []), recipe.parent)
             ended.append((position, status, answer, reason, usage.input_tokens, usage.output_tokens, child.steps,
                           child.tool_calls, tree.input_tokens, tree.output_tokens, told, kept_by_cache, self.pid,
-                          fatal, asked_hash(task, model_name, fields_key), False, events))
+                          fatal, asked(task), False, events))
             wake.set()
 
         def row_done(position: int) -> Any:

@@ -333,7 +333,8 @@ class RayEngine(MapEngine):
         self._blocks, source.total = remote_blocks(self._ray, source.items, source.parsed)
         fields = ",".join(plan.output.model_fields) if plan.output is not None else ""
         done, self._done_lazy = dict(self._done_lazy or {}), None
-        self._call(self._control.feed_blocks.remote(self._blocks, source.template, plan.model_name, fields, done))
+        self._call(self._control.feed_blocks.remote(self._blocks, source.template, plan.model_name, fields, done,
+                                                    plan.config.system))
         book.exhausted = True
         self._fed_last = True
 

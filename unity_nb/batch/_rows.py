@@ -249,11 +249,14 @@ class RowSource:
         return self.index if self.index is not None else pd.RangeIndex(count)
 
 
-def asked_hash(task: str, model: str, output: Any) -> str:
-    """What a row was asked, as the store keeps it: its task, the model's name and the answer's fields (a pydantic
-    model, or its fields' names joined by commas)."""
+def asked_hash(task: str, model: str, output: Any, system: str | None = None) -> str:
+    """What a row was asked, as the store keeps it: its task, the model's name, the answer's fields (a pydantic
+    model, or its fields' names joined by commas) and the system prompt its loop was given, when it was given one
+    (a row asked without one keeps the hash it had before the system prompt counted: ``done=`` of such a run still
+    holds its answers)."""
     fields = output if isinstance(output, str) else ",".join(output.model_fields) if output is not None else ""
-    return hashlib.blake2b(f"{model}\0{fields}\0{task}".encode(errors="surrogatepass"), digest_size=12).hexdigest()
+    text = f"{model}\0{fields}\0{task}" + (f"\0system\0{system}" if system else "")
+    return hashlib.blake2b(text.encode(errors="surrogatepass"), digest_size=12).hexdigest()
 
 
 def row_id(position: int, key: str, asked: str) -> str:
