@@ -11,10 +11,11 @@ stopped loop; ``h.results()`` gives its rows finished so far. An error that will
 
 Finished rows keep only their answer: their loops are dropped (the store, when one records the bus,
 keeps their transcripts), so a batch of thousands of rows holds about what its running rows hold.
-Each ended row is a ``row_finished`` event, committed by the store at once, with what it was asked (a hash
-of its task, the model's name, the answer's fields and the system prompt, when one was given). ``done=`` (:func:`finished_rows` over a store)
-continues one earlier run: a row it finished is kept only at the same position, under the same label,
-asked the same; kept rows are written again as this run's events, so the newest run holds all of them.
+Each ended row is a ``row_finished`` event, committed by the store at once, with what it was asked (a hash of its
+task, the model's name, the answer's fields and the system prompt, when one was given). ``done=``
+(:func:`finished_rows` over a store) continues one earlier run: a row it finished is kept only at the same position,
+under the same label, asked the same; kept rows are written again as this run's events, so the newest run holds all
+of them.
 
 Rows are made as they start (:class:`RowSource`): a 10,000,000-row generator starts at once, and a batch holds its
 running rows plus, per finished row, its answer. Spending: ``h.cost`` (dollars so far), ``progress``'s projection
