@@ -9,40 +9,37 @@ import asyncio
 import json
 
 import pytest
-from fake_openai import FakeOpenAIServer
+import test_openai_model
 from fake_openai import Reply as R
 
 import unity_nb as u
-from unity_nb.models import ModelRequest
 
-KEY = "sk-test-123456789"
-T = 10.0
-
-
-@pytest.fixture
-async def server():
-    async with FakeOpenAIServer() as srv:
-        yield srv
+# the model's own tests' server, model factory (over both request paths) and request
+server, make_model = test_openai_model.server, test_openai_model.make_model
+ask, KEY, T = test_openai_model.ask, test_openai_model.KEY, test_openai_model.T
 
 
-@pytest.fixture(params=[True, False], ids=["lean-http", "client.post"])
-async def make_model(server, request):
-    made = []
+async def stream_error(stream: bytes, fast_path: bool) -> str:
+    """The ModelError's text of one call to a server that answers ``stream`` (an event stream's bytes) whole."""
 
-    def make(**kw):
-        kw.setdefault("backoff", 0.001)
-        kw.setdefault("fast_path", request.param)
-        m = u.OpenAIModel("m", base_url=server.base_url, api_key=KEY, **kw)
-        made.append(m)
-        return m
+    async def serve(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n"
+                     b"content-length: %d\r\n\r\n" % len(stream) + stream)
+        await writer.drain()
+        writer.close()
 
-    yield make
-    for m in made:
-        await m.close()
-
-
-def ask(text="hi"):
-    return ModelRequest(messages=[{"role": "user", "content": text}])
+    srv = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        port = srv.sockets[0].getsockname()[1]
+        model = u.OpenAIModel("m", base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0,
+                              fast_path=fast_path)
+        with pytest.raises(u.ModelError) as err:
+            await asyncio.wait_for(model.complete(ask()), T)
+        await model.close()
+        return str(err.value)
+    finally:
+        srv.close()
 
 
 async def test_a_reply_cut_off_is_not_recorded_and_is_asked_again(server, make_model, tmp_path, monkeypatch):
@@ -78,26 +75,7 @@ async def test_one_batch_row_whose_reply_is_too_long_fails_alone(bus):
 @pytest.mark.parametrize("choices", [5, True, {"index": 0}])
 async def test_a_chunk_whose_choices_is_not_a_list_is_a_model_error_saying_so(fast_path, choices):
     body = json.dumps({"id": "c1", "choices": choices}).encode()
-    stream = b"data: " + body + b"\n\ndata: [DONE]\n\n"
-
-    async def serve(reader, writer):
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n"
-                     b"content-length: %d\r\n\r\n" % len(stream) + stream)
-        await writer.drain()
-        writer.close()
-
-    srv = await asyncio.start_server(serve, "127.0.0.1", 0)
-    try:
-        port = srv.sockets[0].getsockname()[1]
-        model_at = u.OpenAIModel("m", base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0,
-                                 fast_path=fast_path)
-        with pytest.raises(u.ModelError) as err:
-            await asyncio.wait_for(model_at.complete(ask()), T)
-        assert "choices is not a list" in str(err.value)
-        await model_at.close()
-    finally:
-        srv.close()
+    assert "choices is not a list" in await stream_error(b"data: " + body + b"\n\ndata: [DONE]\n\n", fast_path)
 
 
 @pytest.mark.parametrize("fast_path", [True, False], ids=["lean-http", "client.post"])
@@ -175,23 +153,6 @@ async def test_the_last_429s_retry_after_is_in_the_model_error(server, make_mode
 
 @pytest.mark.parametrize("fast_path", [True, False], ids=["lean-http", "client.post"])
 async def test_a_data_line_that_is_not_utf8_is_said_to_be_so_not_said_to_be_not_json(fast_path):
-    stream = b'data: {"choices":[{"index":0,"delta":{"content":"caf\xe9"}}]}\n\ndata: [DONE]\n\n'
-
-    async def serve(reader, writer):
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n"
-                     b"content-length: %d\r\n\r\n" % len(stream) + stream)
-        await writer.drain()
-        writer.close()
-
-    srv = await asyncio.start_server(serve, "127.0.0.1", 0)
-    try:
-        port = srv.sockets[0].getsockname()[1]
-        model = u.OpenAIModel("m", base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0,
-                              fast_path=fast_path)
-        with pytest.raises(u.ModelError) as err:
-            await asyncio.wait_for(model.complete(ask()), T)
-        assert "not UTF-8" in str(err.value) and "not JSON" not in str(err.value)
-        await model.close()
-    finally:
-        srv.close()
+    said = await stream_error(b'data: {"choices":[{"index":0,"delta":{"content":"caf\xe9"}}]}\n\ndata: [DONE]\n\n',
+                              fast_path)
+    assert "not UTF-8" in said and "not JSON" not in said
