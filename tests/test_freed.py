@@ -14,6 +14,7 @@ import gc
 import threading
 import weakref
 
+import pytest
 from fake_openai import FakeOpenAIServer
 from fake_openai import Reply as R
 
@@ -86,9 +87,13 @@ async def test_a_loop_over_http_with_a_model_kept_for_more_is_freed_once_dropped
             await model.close()
 
 
-async def test_classes_a_namespace_held_are_freed_once_dropped():
+@pytest.mark.parametrize("held", ["p = Point()", "t = (Point(),)", "s = frozenset({Point()})"],
+                         ids=["instance", "in-a-tuple", "in-a-frozenset"])
+async def test_classes_a_namespace_held_are_freed_once_dropped(held):
+    """What a run learnt of the namespace is kept for the next run's (by its identity), but holds nothing of the
+    person's: a class, its instances, in a tuple or not, go with the namespace's names."""
     ns: dict = {}
-    code = "class Point:\n    data = list(range(1000))\np = Point()"
+    code = "class Point:\n    data = list(range(1000))\n" + held
     for _ in range(3):  # a cell run again defines its class again
         h = u.act("make a point", model=u.ScriptedModel(plan(code)), namespace=ns, bus=u.EventBus())
         await asyncio.wait_for(h.result(), 20)

@@ -37,7 +37,7 @@ from itertools import chain, compress
 from operator import attrgetter, is_, itemgetter, ne
 from typing import Any
 
-from ._describe import _CACHE, _CHURN, HIDDEN_NAMES, fingerprint
+from ._describe import _CACHE, _CHURN, _KINDS, HIDDEN_NAMES, fingerprint
 
 __all__ = ("Watch",)
 
@@ -90,6 +90,8 @@ class Watch:
         self._entries: list[tuple] = []
         self._sig: tuple = ()
         self._again: tuple[int, ...] = ()
+        self._left_for: dict | None = None
+        self._left: tuple[dict[str, tuple], tuple[int, ...]] | None = None
         self._carry = id(namespace) if carry else None
         """The key this watch leaves each pass's state under, for the next run's (None: not carried)."""
         carried = _CARRIED.get(id(namespace)) if carry else None
@@ -103,13 +105,41 @@ class Watch:
         key = self._carry
         if key is None:
             return
+        if self._left_for is not self.last:  # worked out once per snapshot (most passes change nothing)
+            self._left_for, self._left = self.last, self._carried()
+        if self._left is None:
+            _CARRIED.pop(key, None)
+            return
         if key not in _CARRIED and len(_CARRIED) >= _CARRIED_MAX:
             try:  # the first carried goes (another thread's watch may have taken it out just now)
                 _CARRIED.pop(next(iter(_CARRIED)), None)
             except (StopIteration, RuntimeError):
                 pass
-        _CARRIED[key] = (self.hidden, self.last, self._names, self._ids, self._frames, self._entries, self._sig,
-                         self._again, self._churn)
+        last, again = self._left
+        _CARRIED[key] = (self.hidden, last, self._names, self._ids, self._frames, self._entries, self._sig, again,
+                         self._churn)
+
+    def _carried(self) -> tuple[dict[str, tuple], tuple[int, ...]] | None:
+        """The last snapshot as it is carried, and the names to look at again: a fingerprint that holds an object
+        of the person's (its type a class of theirs, or a tuple or frozenset held as its value) is carried as its
+        identity alone, and its name looked at again by the next watch, so a namespace that lets go of it (a cell's
+        class, its instances) frees it; None (nothing carried) when a pandas object's type is theirs."""
+        again = set(self._again)
+        last: dict[str, tuple] = {}
+        frames = set(self._frames)
+        for p, name in enumerate(self._names):
+            fp = self.last.get(name)
+            if fp is None:
+                continue
+            kind = fp[1] if len(fp) > 1 else None
+            if kind in _KINDS and kind is not tuple and kind is not frozenset:
+                last[name] = fp
+            elif p in frames:
+                return None
+            else:
+                last[name] = (fp[0],)  # equal to no fingerprint: looked at again, it is taken anew
+                again.add(p)
+        return last, tuple(sorted(again))
 
     def variables(self) -> list[str] | None:
         """The user variables' names, in namespace order, when every name is bound to the object it was bound to at
