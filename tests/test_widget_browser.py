@@ -479,3 +479,27 @@ async def test_a_verb_registered_in_the_kernel_has_its_button_and_its_click_land
     finally:
         gate.set()
         unregister_verb("hail")
+
+
+# -- what the model writes is text, never markup ----------------------------------------------------
+
+
+async def test_a_link_in_an_answer_cannot_add_attributes_to_its_element(harness):  # noqa: F811
+    """An answer is model text (and the model may repeat what a page or a file told it). Its markdown link
+    became ``<a href='URL'>`` with the URL escaped for ``&<>"`` only: a ``'`` in the URL closed the attribute
+    and the rest became attributes of the link, an event handler among them (script in the notebook's page)."""
+    from playwright.async_api import expect
+
+    from unity_nb.jupyter._widget import HandleWidget
+
+    url = "https://example.com/a' onmouseover='window.unbPwned=1' data-x='y"
+    h = u.start_loop("answer", model=u.ScriptedModel(lambda m, t: f"see [the page]({url}) for more"), name="md")
+    assert (await h).startswith("see")
+    widget = await harness.show(HandleWidget(h))
+    link = widget.locator(".unb-answer a")
+    await expect(link).to_have_text("the page")
+    names = await link.evaluate("a => a.getAttributeNames().sort()")
+    assert names == ["href", "target"]
+    assert await link.get_attribute("href") == url
+    await link.hover()
+    assert await harness.page.evaluate("() => window.unbPwned === undefined")

@@ -16,8 +16,9 @@ function h(tag, attrs = {}, ...children) {
   return el;
 }
 
+// both quotes too: markdown() puts escaped text inside single-quoted attributes (a link's href)
 function esc(s) {
-  return String(s ?? "").replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
+  return String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
 }
 
 // A small markdown renderer: headings, lists, code blocks, inline code, bold, italics, links.
