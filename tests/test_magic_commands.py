@@ -118,7 +118,7 @@ def test_resume_extends_its_verb_without_restating_it():
 # -- every declaration: its help lists exactly the options its parser takes -----------------------
 
 SAMPLES = {
-    _args.TEXT: "v", _args.WHOLE: "3", _args.POSITIVE: "2", _args.COUNT: "0", _args.TIMEOUT: "1.5",
+    _args.TEXT: "v", _args.WORD: "w", _args.WHOLE: "3", _args.POSITIVE: "2", _args.COUNT: "0", _args.TIMEOUT: "1.5",
     _args.SECONDS: "2.5", _args.APPROVAL: "first", _args.TOKENS: "100", _args.FRACTION: "0.5",
     _args.COLUMNS: "a,b:int", _args.DOLLARS: "5", _args.ROUTE: "batch", _args.BACKEND_KIND: "ray",
 }

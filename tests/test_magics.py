@@ -104,6 +104,19 @@ async def test_bad_input_is_a_usage_error_with_help(ip, line, message):
     assert "%unity" in str(info.value)  # the subcommand's help (or all of them) follows
 
 
+@pytest.mark.parametrize("line", ['act --name "my job" do it', "act --name='my job' do it",
+                                  'map xs --name "my job" Label {x}'])
+async def test_a_name_of_more_than_one_word_is_refused_as_no_magic_could_steer_it(ip, line):
+    """``--name "my job"`` started an operation every steering line reads as ``my`` (one word): ``%unity stop my
+    job`` said there was no operation ``my`` (or stopped one of that name)."""
+    ip.user_ns["m"] = u.ScriptedModel(["ok"])
+    ip.user_ns["xs"] = ["a", "b"]
+    ip.run_line_magic("unity", "model --var m")
+    with pytest.raises(UsageError, match="option --name takes a name of one word"):
+        ip.run_line_magic("unity", line)
+    assert ip.run_line_magic("unity", "list").empty  # nothing started
+
+
 @pytest.mark.parametrize("line, message", [
     ("model gpt-4.1-mini --var m", "give no NAME 'gpt-4.1-mini' beside it"),
     ("model --var m extra", "give no NAME 'extra' beside it"),

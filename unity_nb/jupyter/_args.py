@@ -116,6 +116,14 @@ def _backend(value: str) -> str:
     return value
 
 
+def _word(value: str) -> str:
+    # an operation's name is read back as one word (%unity stop NAME, %unity show NAME): a space in it could never
+    # be steered by name (and `%unity stop a b` would stop `a`)
+    if not value or any(c.isspace() for c in value):
+        raise ValueError(value)
+    return value
+
+
 def _k(value: str) -> int:
     if not re.fullmatch(r"[0-9]{1,9}", value) or int(value) < 1:
         raise ValueError(value)
@@ -123,6 +131,7 @@ def _k(value: str) -> int:
 
 
 TEXT = Kind(str, "a text")
+WORD = Kind(_word, "a name of one word, without spaces (%unity stop NAME reads one word)")
 WHOLE = Kind(int, "a whole number")
 POSITIVE = Kind(_positive, "a whole number of at least 1")
 COUNT = Kind(_count, "a whole number >= 0")
@@ -140,7 +149,7 @@ BACKEND_KIND = Kind(_backend, "local or ray")
 
 # -- the options, each declared once (a subcommand's may say more with dataclasses.replace) -------
 
-NAME = Option("--name", TEXT, "the operation's name (else the variable the line is assigned to, else h1, h2, ...): a "
+NAME = Option("--name", WORD, "the operation's name (else the variable the line is assigned to, else h1, h2, ...): a "
               "name in use by a live operation is refused; a finished one's is reused.", "NAME")
 CONCURRENCY = Option("--concurrency", POSITIVE, "rows at a time (default 8).", "N")
 ROW_STEPS = Option("--max-steps", POSITIVE, "model calls a row may make (default: UnityMagics.max_steps).", "N")
