@@ -171,6 +171,19 @@ async def test_the_api_key_never_shows(ip, monkeypatch, capsys):
     assert secret not in repr(magics.model)
 
 
+async def test_a_servers_password_from_the_environment_never_shows_in_a_cell(ip, monkeypatch, capsys):
+    """``OPENAI_BASE_URL=https://user:PASSWORD@proxy/v1`` (a proxy with Basic auth): ``%unity model NAME`` printed
+    ``model: NAME at https://user:PASSWORD@...`` in the cell's output, saved with the notebook."""
+    password = "pw-from-the-env-5678"
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-very-secret-key-1234567890")
+    monkeypatch.setenv("OPENAI_BASE_URL", f"http://team:{password}@127.0.0.1:9/v1")
+    ip.run_line_magic("unity", "model gpt-4.1-mini")
+    ip.run_line_magic("unity", "model")
+    out = capsys.readouterr().out
+    assert password not in out
+    assert out.count("model: gpt-4.1-mini at http://team:***@127.0.0.1:9/v1") == 2
+
+
 async def test_settings_are_traitlets(ip, monkeypatch):
     magics = ip.magics_manager.registry["UnityMagics"]
     monkeypatch.setenv("OPENAI_API_KEY", "sk-x-123456789")

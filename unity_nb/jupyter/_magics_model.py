@@ -6,6 +6,7 @@ answers any name with its own model)."""
 from __future__ import annotations
 
 import os
+import urllib.parse
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
@@ -16,7 +17,7 @@ from ._args import HELP, Command
 if TYPE_CHECKING:
     from ._host import Host
 
-__all__ = ("NO_MODEL", "describe_model", "list_models", "listing", "model_command", "unlisted")
+__all__ = ("NO_MODEL", "describe_model", "list_models", "listing", "model_command", "shown_url", "unlisted")
 
 NO_MODEL = (
     "no model is configured: run `%unity model gpt-4.1-mini` (with OPENAI_API_KEY set in the environment), "
@@ -25,10 +26,22 @@ NO_MODEL = (
 )
 
 
+def shown_url(url: Any) -> str:
+    """A server's URL as a cell shows it: the password of a ``user:password@`` in it as ``***`` (a cell's output is
+    saved with the notebook, and the URL may come from ``OPENAI_BASE_URL``, never typed in the notebook)."""
+    text = str(url)
+    parts = urllib.parse.urlsplit(text)
+    if parts.password is None:
+        return text
+    user, _, _ = parts.netloc.rpartition("@")[0].partition(":")
+    host = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
 def listing(model: Any, *, base_url_given: bool) -> str:
     """The models ``model``'s server lists, for a person (a :class:`ModelError` when it gives no list)."""
     listed = model.available_models()
-    where = model.client.base_url
+    where = shown_url(model.client.base_url)
     return (f"models at {where}: " + (", ".join(listed) if listed else "none listed")
             + "\n(use one: %unity model NAME" + (f" --base-url {where})" if base_url_given else ")"))
 
@@ -43,9 +56,10 @@ def unlisted(model: Any, name: str) -> str | None:
     if not listed or name in listed:
         return None
     shown = ", ".join(map(repr, listed[:20])) + (" ..." if len(listed) > 20 else "")
-    return (f"warning: the server at {model.client.base_url} lists no model named {name!r} (it lists {shown}); "
+    where = shown_url(model.client.base_url)
+    return (f"warning: the server at {where} lists no model named {name!r} (it lists {shown}); "
             "a server that ignores the name answers with its own model. See them all: "
-            f"%unity model list --base-url {model.client.base_url}")
+            f"%unity model list --base-url {where}")
 
 
 def model_command(magics: Host, cmd: Command) -> None:
@@ -120,4 +134,4 @@ def describe_model(magics: Host) -> str:
         name = magics.default_model or os.environ.get("UNITY_NB_MODEL")
         return f"model: {name} (default, not yet used)" if name else f"model: none. {NO_MODEL}"
     base = getattr(model, "base_url", None) or getattr(getattr(model, "client", None), "base_url", None)
-    return f"model: {model.name}" + (f" at {base}" if base else "")
+    return f"model: {model.name}" + (f" at {shown_url(base)}" if base else "")
