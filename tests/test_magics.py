@@ -117,6 +117,23 @@ async def test_a_name_of_more_than_one_word_is_refused_as_no_magic_could_steer_i
     assert ip.run_line_magic("unity", "list").empty  # nothing started
 
 
+@pytest.mark.parametrize("line, needed", [
+    ("map xs --batch-poll 5 Label {x}", "--batch-poll goes with --via batch"),
+    ("map xs --ray-workers 2 Label {x}", "--ray-workers goes with --backend ray"),
+    ("map xs --via live --batch-poll 5 Label {x}", "--batch-poll goes with --via batch"),
+    ("filter xs --ray-address auto is it a", "--ray-address goes with --backend ray"),
+])
+async def test_an_option_without_the_one_it_goes_with_is_refused_not_dropped(ip, line, needed):
+    """``--batch-poll`` without ``--via batch`` (or ``--ray-*`` without ``--backend ray``) was dropped without a word:
+    the rows ran live, in this kernel, as if the option had not been typed."""
+    ip.user_ns["m"] = u.ScriptedModel(["ok"])
+    ip.user_ns["xs"] = ["a", "b"]
+    ip.run_line_magic("unity", "model --var m")
+    with pytest.raises(UsageError, match=needed):
+        ip.run_line_magic("unity", line)
+    assert ip.run_line_magic("unity", "list").empty  # nothing started
+
+
 @pytest.mark.parametrize("line, message", [
     ("model gpt-4.1-mini --var m", "give no NAME 'gpt-4.1-mini' beside it"),
     ("model --var m extra", "give no NAME 'extra' beside it"),

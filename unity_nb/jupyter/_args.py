@@ -19,8 +19,8 @@ from ._commands import FLAG, Arg, Command, Kind, Option, Subcommand, Text, parse
 
 __all__ = (
     "Command", "parse", "HELP", "SETTINGS", "TASK_ACTIONS", "SUBCOMMANDS", "VERB_EXTRAS", "Extra",
-    "check_setting", "declaration", "operator_declaration", "operators", "overview", "short_usage", "subcommands",
-    "verb_declaration",
+    "check_companions", "check_setting", "declaration", "operator_declaration", "operators", "overview",
+    "short_usage", "subcommands", "verb_declaration",
 )
 
 
@@ -452,6 +452,19 @@ def check_setting(name: str, value: object) -> None:
         raise UsageError(
             f"UnityMagics.{name} takes {option.kind.takes}{off}, not {value!r}\n\n{HELP['act']}"
         ) from None
+
+
+_COMPANIONS = {"batch_poll": ("via", "batch"), "ray_address": ("backend", "ray"), "ray_workers": ("backend", "ray")}
+"""Options that act only beside another's value (``--batch-poll`` with ``--via batch``): alone, they did nothing."""
+
+
+def check_companions(cmd: Command) -> None:
+    """A UsageError for an option given without the option it goes with (it would be dropped without a word)."""
+    for key, (other, value) in _COMPANIONS.items():
+        if key in cmd.options and cmd.options.get(other) != value:
+            flag, needed = "--" + key.replace("_", "-"), f"--{other} {value}"
+            raise UsageError(f"{flag} goes with {needed}, which this line does not give: add {needed}, or leave out "
+                             f"{flag} (it would do nothing)\n{usage_hint(cmd.sub)}")
 
 
 def parse(line: str, cell: str | None = None) -> Command:

@@ -18,7 +18,7 @@ from ..batch import OPERATORS
 from ..loop import VERBS, LoopHandle, start_ask
 from ..models import set_default_model
 from ._approvals import always_call
-from ._args import HELP, SETTINGS, SUBCOMMANDS, Command, check_setting, overview, parse, short_usage
+from ._args import HELP, SETTINGS, SUBCOMMANDS, Command, check_companions, check_setting, overview, parse, short_usage
 from ._commands import usage_hint
 from ._magics_model import NO_MODEL, model_command
 from ._magics_tasks import resume_from_store, show_transcript, task_command, tasks_table
@@ -186,6 +186,7 @@ class UnityMagics(Magics):
     @no_var_expand  # what the person typed: `{title}` is a template, `$x` text, not the notebook's variables
     def unity(self, line: str, cell: str | None = None) -> Any:
         cmd = parse(line, cell)
+        check_companions(cmd)  # (a resume reads its stored line with parse alone: what it ran, it runs again)
         self._line = line if cell is None else None  # (a line magic may be assigned: its target names the operation)
         try:
             # a declared subcommand, or a steering verb (VERBS) with a method of its own here, else any verb
