@@ -645,3 +645,20 @@ async def test_the_widget_shows_reasoning_as_it_streams_and_keeps_it_with_its_an
     assert (answer["kind"], answer["content"]) == ("answer", "West.")
     assert answer["thinking"] == "weighing the west against the east"
 
+
+
+async def test_a_handle_displayed_in_a_later_cell_has_its_snapshot_beside_its_widget(ip):
+    """``h`` in a later cell showed the widget alone: a notebook reopened without widget state (JupyterLab's
+    default) shows "model not found" there, where ``%unity act``'s own cell shows the snapshot output after it."""
+    from IPython.utils.capture import capture_output
+
+    ip.user_ns["m"] = u.ScriptedModel(["The answer is ANSWER-42."])
+    ip.run_line_magic("unity", "model --var m")
+    ip.run_cell("h = %unity act say it", store_history=True).raise_error()
+    assert await ip.user_ns["h"] == "The answer is ANSWER-42."
+    with capture_output() as later:
+        ip.run_cell("h", store_history=True).raise_error()
+    kinds = [sorted(o.data) for o in later.outputs]
+    assert kinds == [["application/vnd.jupyter.widget-view+json", "text/html", "text/plain"], ["text/html"]]
+    snapshot = later.outputs[1].data["text/html"]
+    assert "unity-nb-snapshot" in snapshot and "ANSWER-42" in snapshot

@@ -119,9 +119,9 @@ class Widgets:
         return self._cell.get(handle.id) == self._count()
 
     def display(self, handle: LoopHandle, *, max_hz: float) -> None:
-        """Display ``handle``'s open widget (another view of it), or a new one if it has none."""
-        from IPython.display import display
-
+        """Display ``handle``'s open widget (another view of it), or a new one if it has none, and its snapshot
+        after it (as ``%unity`` shows it: a notebook reopened without widget state shows that, not "model not
+        found")."""
         from ._widget import HandleWidget
 
         widget = self._open.get(handle.id)
@@ -129,7 +129,7 @@ class Widgets:
             widget = self._open[handle.id] = HandleWidget(handle, max_hz=max_hz)
             self._where.pop(handle.id, None)
         self._shown_in_cell(handle)
-        display(widget)
+        show_with_snapshot(widget, handle)
 
     def retire_all(self) -> None:
         """Retire every widget shown (the magics are unloaded)."""
