@@ -156,6 +156,26 @@ async def test_every_failing_click_reaches_the_notice():
     assert w.notice == "cannot resume 'job': the loop is stopped"
 
 
+async def test_a_click_that_works_clears_a_failed_clicks_notice_not_another_notice():
+    """A click that worked cleared the notice whatever it said: the store's problem (events waiting to be written,
+    a full disk) vanished at a Pause while the disk was still full, as did a budget's note or the notice that the
+    operation replaced an earlier one."""
+    h, w = start()
+    await h.wait_for("model_request", timeout=TIMEOUT)
+    store_problem = "store: events wait to be written: the disk is full"
+    w.notice = store_problem  # as UnityMagics._store_problem sets it
+    click(w, action="pause", node=h.id)
+    await asyncio.wait_for(w.clicks.settled(), TIMEOUT)
+    assert h.status.value == "paused" and w.notice == store_problem
+    click(w, action="interject", node=h.id, text="  ")  # fails: its error is the notice now ...
+    await asyncio.wait_for(w.clicks.settled(), TIMEOUT)
+    assert w.notice == "interject needs a non-empty message"
+    click(w, action="resume", node=h.id)  # ... and a click that works clears it: the store's problem shows again
+    await asyncio.wait_for(w.clicks.settled(), TIMEOUT)
+    assert w.notice == store_problem
+    await h.stop()
+
+
 async def test_stop_ends_the_operation_from_every_state():
     never = asyncio.Event()
 

@@ -164,6 +164,7 @@ def test_random_clicks_at_a_persons_pace_never_stall(kernel, clicks):
     name = f"run{k.runs}"
     k.run(f"h = %unity act --name {name} --max-steps 10000 work until stopped\nw = WIDGETS[{name!r}]")
     w = Widget(k, *k.value("[w.model_id, h.id]"))
+    shown = k.value("w.notice")  # (the first act of a kernel says that its plans run unasked)
     k.run("await h.wait_for('model_request', timeout=20)")
 
     for action, gap, on_subshell in clicks:
@@ -197,9 +198,9 @@ def test_random_clicks_at_a_persons_pace_never_stall(kernel, clicks):
     assert k.value("[h.status, h.state.stop_reason]") == ["stopped", STOP_REASON]
     expected = [f"{w.clicks[i]}: cannot {w.clicks[i]} {name!r}: the loop is stopped" for i in failing]
     assert k.value("w.errors") == expected
-    # the notice shows what went wrong, until a later click works
+    # the notice shows what went wrong, until a later click works: then what it said before
     last_failed = bool(failing) and failing[-1] == len(w.clicks) - 1
-    assert k.value("w.notice") == (f"cannot {w.clicks[-1]} {name!r}: the loop is stopped" if last_failed else "")
+    assert k.value("w.notice") == (f"cannot {w.clicks[-1]} {name!r}: the loop is stopped" if last_failed else shown)
     # every note reached the model (unless Stop came first), every Ask got its answer
     for note in notes if not stopped else ():
         k.run(f"await h.wait_for('model_request', lambda e: {note!r} in (e.last_user or ''), timeout=20)")

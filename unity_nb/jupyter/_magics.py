@@ -464,7 +464,7 @@ class UnityMagics(Magics):
                 log.error("%s", message, exc_info=problem)
             widget = self.widgets.get(cmd.name or "")
             if widget is not None:
-                widget.notice = message
+                widget.steering_failed(message)
 
         task.add_done_callback(report)
         return task

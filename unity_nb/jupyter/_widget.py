@@ -358,6 +358,8 @@ class HandleWidget(anywidget.AnyWidget):
         """The clicks received, queued on the handle's loop and performed in arrival order."""
         self.errors: list[str] = []
         """What went wrong with clicks, oldest first (the ``notice`` shows the latest)."""
+        self._failed = ""  # the notice a failed steering call set (a click that works clears that one only)
+        self._under_failure = ""  # the notice it replaced, shown again then
         self.on_msg(self._on_custom)
         watch_cells(self)
         self._unlisten = handle.run.add_listener(self._on_event)
@@ -506,7 +508,7 @@ class HandleWidget(anywidget.AnyWidget):
             self.clicks.receive(dict(content) if isinstance(content, dict) else {"action": repr(content)})
         except Exception as err:  # a click must never raise into the kernel (a closed loop)
             self.errors.append(str(err))
-            self.notice = str(err)
+            self.steering_failed(str(err))
             log.warning("widget click not received: %s", err)
 
     def _command(self, action: Any) -> Command:
@@ -526,14 +528,22 @@ class HandleWidget(anywidget.AnyWidget):
         return rest if isinstance(rest, Awaitable) else None
 
     def _report(self, click: dict, error: BaseException | None) -> None:
-        """After each click: the notice says what went wrong (until a later click works); then a flush."""
+        """After each click: the notice says what went wrong (until a later click works: then it is cleared, and only
+        it: a notice saying something else, the store's problem or a budget, still holds); then a flush."""
         if error is not None:
             message = str(error) or type(error).__name__
             self.errors.append(f"{click.get('action')}: {message}")
-            self.notice = message
-        else:
-            self.notice = ""
+            self.steering_failed(message)
+        elif self._failed and self.notice == self._failed:
+            self.notice, self._failed = self._under_failure, ""
         self.flush()
+
+    def steering_failed(self, message: str) -> None:
+        """Show that a steering call (a click, or a ``%unity`` line) failed: the notice says it until a click works,
+        then says again what it said before."""
+        if not self._failed or self.notice != self._failed:
+            self._under_failure = self.notice
+        self.notice = self._failed = message
 
     async def act(self, action: str, node_id: str, text: str | None = None, call_id: str | None = None) -> None:
         """What a button does, start to end (an Ask's answer included): the public handle methods code would call."""
