@@ -298,3 +298,26 @@ async def test_the_saved_snapshot_says_it_is_a_snapshot_not_a_live_view():
     bundle, _metadata = HandleWidget(h)._repr_mimebundle_()
     assert "a snapshot of this operation" in bundle["text/html"]
     await h
+
+
+async def test_an_answer_and_an_asks_answer_are_bounded_in_the_widgets_state():
+    """Every text of the widget's state is clipped (``_snapshot.LIMIT``) but a node's ``answer`` and an Ask's: a
+    long answer went whole into the state, twice (its transcript entry is clipped), and so into a notebook saved
+    with widget state."""
+    from unity_nb.jupyter._snapshot import LIMIT
+
+    long = "word " * 40_000
+
+    def script(messages, tools):
+        return long
+
+    h = u.start_loop("write at length", model=u.ScriptedModel(script), name="long")
+    assert await asyncio.wait_for(h.result(), TIMEOUT) == long  # the handle keeps all of it
+    w = HandleWidget(h)
+    await asyncio.wait_for(w.act("ask", h.id, "and now?"), TIMEOUT)
+    w.flush()
+    answer, asked = w.nodes[0]["answer"], w.asks[0]["answer"]
+    for text in (answer, asked):
+        assert len(text) < LIMIT + 100 and text.startswith("word word") and "more characters]" in text
+    state = json.dumps({"nodes": w.nodes, "entries": w.entries, "asks": w.asks})
+    assert len(state) < 4 * LIMIT

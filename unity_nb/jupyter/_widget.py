@@ -196,9 +196,9 @@ def _node(h: LoopHandle, depth: int, retry: str = "", cut_off: str = "") -> dict
         "elapsed": round(h.state.elapsed, 1),
         "model": getattr(h.model, "name", type(h.model).__name__),
         "task": _clip(h.task, 500),
-        "answer": h.state.answer,
-        "error": None if err is None or status == "stopped" else f"{type(err).__name__}: {err}",
-        "stop_reason": h.state.stop_reason,
+        "answer": None if h.state.answer is None else _clip(h.state.answer),  # (the handle keeps it whole)
+        "error": None if err is None or status == "stopped" else _clip(f"{type(err).__name__}: {err}"),
+        "stop_reason": None if h.state.stop_reason is None else _clip(h.state.stop_reason, 500),
         "streaming": "" if h.done() else _clip(h.state.streaming_text),
         "reasoning": _tail(h.state.streaming_thinking),
         "retry": retry,
@@ -207,7 +207,7 @@ def _node(h: LoopHandle, depth: int, retry: str = "", cut_off: str = "") -> dict
             {"call_id": call_id, "question": question}
             for call_id, (question, _future) in h.run.questions.items()  # this node's own: no walk of its subtree
         ],
-        "thinking": h.state.thinking[-1] if h.state.thinking else "",
+        "thinking": _clip(h.state.thinking[-1]) if h.state.thinking else "",
         "references": [
             {
                 "number": r.number, "title": _clip(r.title, 200),
@@ -433,7 +433,8 @@ class HandleWidget(anywidget.AnyWidget):
                 changed_entries[h.id] = [_entry(m) for m in h.transcript]
                 self._entry_counts[h.id] = signature
         asks = [
-            {"node": nid, "question": q, "status": a.status.value, "answer": a.state.answer or a.state.streaming_text}
+            {"node": nid, "question": _clip(q, 500), "status": a.status.value,
+             "answer": _clip(a.state.answer or a.state.streaming_text)}
             for nid, q, a in self._ask_handles
         ]
         verbs = verb_buttons()  # a verb registered (or unregistered) since: a button more (or less)
