@@ -321,3 +321,34 @@ async def test_an_answer_and_an_asks_answer_are_bounded_in_the_widgets_state():
         assert len(text) < LIMIT + 100 and text.startswith("word word") and "more characters]" in text
     state = json.dumps({"nodes": w.nodes, "entries": w.entries, "asks": w.asks})
     assert len(state) < 4 * LIMIT
+
+
+async def test_a_long_runs_transcript_is_bounded_in_the_widget_and_its_snapshot_saying_what_is_left_out():
+    """Every entry of every loop went into the widget's state and into the snapshot, however long the run (a
+    ``--multi`` operation serving requests all day): a notebook saved with them held all of it. A view shows the
+    transcript's start and its newest entries, and says how many between are left out and where they are."""
+    ENTRIES = 200  # (_snapshot.ENTRIES)
+
+    @u.tool
+    def tick(n: int) -> int:
+        """One step of work."""
+        return n + 1
+
+    def script(messages, tools):
+        done = tool_messages(messages)
+        return u.call_tool("tick", n=len(done)) if len(done) < 300 else "counted"
+
+    h = u.start_loop("count to 300", model=u.ScriptedModel(script), tools=[tick], max_steps=1000, name="counter")
+    assert await asyncio.wait_for(h.result(), TIMEOUT) == "counted"
+    assert len(h.transcript) > 3 * ENTRIES  # the handle keeps every entry
+    w = HandleWidget(h)
+    shown = w.entries[h.id]
+    assert len(shown) <= ENTRIES + 1
+    assert shown[0]["kind"] == "task" and shown[0]["content"] == "count to 300"
+    assert shown[-1]["kind"] == "answer" and shown[-1]["content"] == "counted"
+    left_out = len(h.transcript) - (len(shown) - 1)
+    note = f"... {left_out:,} earlier entries not shown here (%unity show counter shows every one)"
+    assert [e["content"] for e in shown if e["kind"] == "omitted"] == [note]
+    snapshot = _widget.render_html(h)
+    assert note in snapshot and "count to 300" in snapshot and "counted" in snapshot
+    assert snapshot.count("tick(") <= ENTRIES

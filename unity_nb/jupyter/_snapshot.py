@@ -4,13 +4,32 @@ without anywidget or without the kernel), and the helpers the widget shares with
 from __future__ import annotations
 
 import html
+from typing import Any
 
 from ..loop import LoopHandle
 from ._batch_view import preview
 
-__all__ = ("LIMIT", "clip", "render_html", "tree")
+__all__ = ("ENTRIES", "LIMIT", "clip", "omitted_line", "render_html", "shown_entries", "tree")
 
 LIMIT = 4000  # characters of one entry kept in widget state; the handle keeps everything
+ENTRIES = 200
+"""Transcript entries of one loop a view shows (its widget's state, its snapshot): its start and its newest ones."""
+_HEAD = 3  # the entries of a transcript's start kept (its system prompt, context and task)
+
+
+def shown_entries(transcript: list[Any]) -> tuple[list[Any], list[Any], int]:
+    """What a view shows of ``transcript``: its start (up to its task), its newest entries, and how many between
+    them it leaves out (the handle, ``%unity show`` and the store keep every one)."""
+    if len(transcript) <= ENTRIES:
+        return list(transcript), [], 0
+    kinds = [m.kind for m in transcript[:_HEAD]]
+    head = kinds.index("task") + 1 if "task" in kinds else 1
+    tail = transcript[len(transcript) - (ENTRIES - head):]
+    return list(transcript[:head]), list(tail), len(transcript) - head - len(tail)
+
+
+def omitted_line(n: int, name: str) -> str:
+    return f"... {n:,} earlier entries not shown here (%unity show {name} shows every one)"
 
 
 def clip(text: str | None, limit: int = LIMIT) -> str:
@@ -106,7 +125,11 @@ def render_html(root: LoopHandle, *, notice: str = "") -> str:
             f"{_rows(h)}"
         )
         parts.append(_preview_html(h))
-        for m in h.transcript:
+        head, tail, omitted = shown_entries(h.transcript)
+        for m in [*head, None, *tail] if omitted else head:
+            if m is None:
+                parts.append(f'<div style="{_MUTED}"><i>{html.escape(omitted_line(omitted, h.name))}</i></div>')
+                continue
             if m.kind in ("system", "context"):
                 continue
             label = {"tool": f"tool {m.name}", "user": m.kind if m.kind != "task" else "task"}.get(m.role, m.role)

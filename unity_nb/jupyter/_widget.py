@@ -37,7 +37,7 @@ from ._buttons import verb_buttons
 from ._clicks import Clicks, watch_cells, watch_interrupts
 from ._snapshot import LIMIT as _LIMIT
 from ._snapshot import clip as _clip
-from ._snapshot import render_html
+from ._snapshot import omitted_line, render_html, shown_entries
 from ._snapshot import tree as _tree
 
 __all__ = ("Command", "COMMANDS", "HandleWidget", "render_html", "verb_buttons")
@@ -430,7 +430,10 @@ class HandleWidget(anywidget.AnyWidget):
             signature = (len(h.transcript), h.state.printed, getattr(h, "displayed", 0))
             if self._entry_counts.get(h.id) != signature:
                 changed_entries = changed_entries or dict(self.entries)
-                changed_entries[h.id] = [_entry(m) for m in h.transcript]
+                head, tail, omitted = shown_entries(h.transcript)  # (bounded: a long run's whole would be saved)
+                changed_entries[h.id] = [_entry(m) for m in head] + (
+                    [{"role": "user", "kind": "omitted", "content": omitted_line(omitted, h.name), "error": False,
+                      "name": None}, *(_entry(m) for m in tail)] if omitted else [])
                 self._entry_counts[h.id] = signature
         asks = [
             {"node": nid, "question": _clip(q, 500), "status": a.status.value,
