@@ -662,3 +662,30 @@ async def test_a_handle_displayed_in_a_later_cell_has_its_snapshot_beside_its_wi
     assert kinds == [["application/vnd.jupyter.widget-view+json", "text/html", "text/plain"], ["text/html"]]
     snapshot = later.outputs[1].data["text/html"]
     assert "unity-nb-snapshot" in snapshot and "ANSWER-42" in snapshot
+
+
+async def test_a_variables_name_taken_by_a_live_operation_is_said_with_the_name_given_instead(ip, capsys):
+    """``labels = %unity act ...`` run again while the first ``labels`` ran named the new one ``labels-2`` without a
+    word: ``labels`` (the variable) is the new operation, while ``%unity stop labels`` stops the earlier one."""
+    go = asyncio.Event()
+
+    async def slow(messages, tools):
+        await go.wait()
+        return "done"
+
+    ip.user_ns["m"] = u.ScriptedModel(slow)
+    ip.run_line_magic("unity", "model --var m")
+    ip.run_cell("labels = %unity act work", store_history=True).raise_error()
+    ip.run_cell("labels = %unity act work again", store_history=True).raise_error()
+    assert ip.user_ns["labels"].name == "labels-2"
+    said = ("The operation named 'labels' still runs, so this one is 'labels-2': steer it as labels-2 "
+            "(%unity stop labels-2); %unity stop labels stops the earlier one.")
+    magics = ip.magics_manager.registry["UnityMagics"]
+    assert said in magics.widgets["labels-2"].notice
+    magics.show_widgets = False
+    capsys.readouterr()
+    ip.run_cell("labels = %unity act and again", store_history=True).raise_error()
+    assert said.replace("labels-2", "labels-3") in capsys.readouterr().out
+    go.set()
+    for h in list(magics.handles.values()):
+        assert await asyncio.wait_for(h.result(), 10) == "done"

@@ -229,25 +229,27 @@ class UnityMagics(Magics):
                 raise UsageError(f"{err}\n\n{NO_MODEL}") from None
         return self.model
 
-    def _new_name(self, name: str | None, sub: str = "act") -> tuple[str, LoopHandle | None]:
-        """A name for a new operation, and the finished operation it replaces (if any); a live
-        operation's name is refused with a free one suggested. Without one, the variable the line is assigned
-        to (``labels = %unity map ...``: ``labels``; ``labels-2`` while a live ``labels`` runs), else ``hN``."""
+    def _new_name(self, name: str | None, sub: str = "act") -> tuple[str, LoopHandle | None, str]:
+        """A name for a new operation, the finished operation it replaces (if any), and what to say of the name; a
+        live operation's name is refused with a free one suggested. Without one, the variable the line is assigned
+        to (``labels = %unity map ...``: ``labels``; ``labels-2`` while a live ``labels`` runs, said), else ``hN``."""
         if name is None and self._line is not None:
             assigned = assigned_name(self._line)
             old = self.handles.get(assigned or "")
             if assigned is not None and (old is None or old.done()):
-                return assigned, old
+                return assigned, old, ""
             if assigned is not None:
                 n = 2
                 while f"{assigned}-{n}" in self.handles:
                     n += 1
-                return f"{assigned}-{n}", None
+                free = f"{assigned}-{n}"
+                return free, None, (f"The operation named {assigned!r} still runs, so this one is {free!r}: steer "
+                                    f"it as {free} (%unity stop {free}); %unity stop {assigned} stops the earlier one.")
         if name is None:
             self._count += 1
             while f"h{self._count}" in self.handles:
                 self._count += 1
-            return f"h{self._count}", None
+            return f"h{self._count}", None, ""
         old = self.handles.get(name)
         if old is not None and not old.done():
             n = 2
@@ -257,7 +259,7 @@ class UnityMagics(Magics):
                 f"{name} is still {old.status.value}: stop it first (%unity stop {name}) or pick another name, "
                 f"e.g. {name}-{n}\n\n{HELP[sub]}"
             )
-        return name, old
+        return name, old, ""
 
     def loop_options(self, options: dict) -> dict:
         """start_loop's options from ``%unity act`` options, the traitlets giving the defaults."""
@@ -299,7 +301,7 @@ class UnityMagics(Magics):
         its widget, whose notice says ``notice`` (and which earlier operation of that name it replaces)."""
         self.current_model()
         self.store  # noqa: B018 - record this operation from its first event
-        name, old = self._new_name(name, sub)
+        name, old, renamed = self._new_name(name, sub)
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -315,6 +317,10 @@ class UnityMagics(Magics):
         if old is not None:
             notice = f"{notice} " if notice else ""
             notice += f"This {name!r} replaced an earlier operation of that name ({old.status.value})."
+        if renamed:  # its variable's name was taken: the name it has is said, where it is seen (else printed)
+            notice = f"{renamed} {notice}" if notice else renamed
+            if not self.show_widgets:
+                print(renamed)
         note = getattr(getattr(handle, "spending", None), "note", None)
         if note:  # it would clearly exceed its budget: said once, before it gets there (the widget's, else printed)
             notice = f"{notice} {note}" if notice else note
