@@ -193,12 +193,12 @@ async def test_a_servers_password_from_the_environment_never_shows_in_a_cell(ip,
     ``model: NAME at https://user:PASSWORD@...`` in the cell's output, saved with the notebook."""
     password = "pw-from-the-env-5678"
     monkeypatch.setenv("OPENAI_API_KEY", "sk-very-secret-key-1234567890")
-    monkeypatch.setenv("OPENAI_BASE_URL", f"http://team:{password}@127.0.0.1:9/v1")
+    monkeypatch.setenv("OPENAI_BASE_URL", f"http://team:{password}@127.0.0.1:9/v1?api-version=2024-10&api_key=kq-9f8e7d")
     ip.run_line_magic("unity", "model gpt-4.1-mini")
     ip.run_line_magic("unity", "model")
     out = capsys.readouterr().out
-    assert password not in out
-    assert out.count("model: gpt-4.1-mini at http://team:***@127.0.0.1:9/v1") == 2
+    assert password not in out and "kq-9f8e7d" not in out
+    assert out.count("model: gpt-4.1-mini at http://team:***@127.0.0.1:9/v1/?api-version=2024-10&api_key=***") == 2
 
 
 async def test_settings_are_traitlets(ip, monkeypatch):

@@ -6,6 +6,7 @@ answers any name with its own model)."""
 from __future__ import annotations
 
 import os
+import re
 import urllib.parse
 from typing import TYPE_CHECKING, Any
 
@@ -26,16 +27,25 @@ NO_MODEL = (
 )
 
 
+_SECRET_PARAM = re.compile(r"key|token|secret|passw|sig|auth", re.I)
+
+
 def shown_url(url: Any) -> str:
-    """A server's URL as a cell shows it: the password of a ``user:password@`` in it as ``***`` (a cell's output is
-    saved with the notebook, and the URL may come from ``OPENAI_BASE_URL``, never typed in the notebook)."""
+    """A server's URL as a cell shows it: the password of a ``user:password@`` in it, and the value of a query
+    parameter named like a key (``api_key=``, ``token=``, ``sig=``), as ``***`` (a cell's output is saved with the
+    notebook, and the URL may come from ``OPENAI_BASE_URL``, never typed in the notebook)."""
     text = str(url)
     parts = urllib.parse.urlsplit(text)
-    if parts.password is None:
-        return text
-    user, _, _ = parts.netloc.rpartition("@")[0].partition(":")
-    host = parts.netloc.rpartition("@")[2]
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    if parts.password is not None:
+        user = parts.netloc.rpartition("@")[0].partition(":")[0]
+        parts = parts._replace(netloc=f"{user}:***@{parts.netloc.rpartition('@')[2]}")
+    if parts.query:
+        pairs = [p.partition("=") for p in parts.query.split("&")]
+        parts = parts._replace(query="&".join(
+            f"{k}={'***' if v and _SECRET_PARAM.search(urllib.parse.unquote(k)) else v}" if eq else k
+            for k, eq, v in pairs
+        ))
+    return urllib.parse.urlunsplit(parts)
 
 
 def listing(model: Any, *, base_url_given: bool) -> str:
