@@ -199,6 +199,10 @@ async def test_a_servers_password_from_the_environment_never_shows_in_a_cell(ip,
     out = capsys.readouterr().out
     assert password not in out and "kq-9f8e7d" not in out
     assert out.count("model: gpt-4.1-mini at http://team:***@127.0.0.1:9/v1/?api-version=2024-10&api_key=***") == 2
+    with pytest.raises(UsageError) as refused:  # nothing listens there: the error names the server, as shown
+        ip.run_line_magic("unity", "model list")
+    assert "the server at http://team:***@127.0.0.1:9/v1/" in str(refused.value)
+    assert password not in str(refused.value) and "kq-9f8e7d" not in str(refused.value)
 
 
 async def test_settings_are_traitlets(ip, monkeypatch):

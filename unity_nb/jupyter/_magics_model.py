@@ -130,8 +130,9 @@ def list_models(magics: Host, base_url: str | None) -> None:
             raise UsageError(f"{err}\n\n{HELP['model']}") from None
     try:
         print(listing(source, base_url_given=base_url is not None))
-    except ModelError as err:
-        raise UsageError(f"{err}\n\n{HELP['model']}") from None
+    except ModelError as err:  # it names the server: as a cell shows it (no password)
+        where = str(source.client.base_url)
+        raise UsageError(f"{str(err).replace(where, shown_url(where))}\n\n{HELP['model']}") from None
     finally:
         if made is not None:
             made.close_now()
