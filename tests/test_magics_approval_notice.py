@@ -46,3 +46,26 @@ async def test_without_widgets_the_notice_is_printed(ip, capsys):
     finally:
         ip.run_line_magic("config", "UnityMagics.show_widgets = True")
     assert "--approval first" in capsys.readouterr().out
+
+
+async def test_an_act_refused_at_its_line_does_not_use_up_the_notice(ip):
+    """The notice was marked as said before the act started: a first act refused at its line (its --name taken by a
+    live operation) used it up, and the next act ran plans unasked without a word."""
+    from IPython.core.error import UsageError
+
+    go = asyncio.Event()
+
+    async def slow(messages, tools):
+        await go.wait()
+        return "done"
+
+    ip.user_ns["slow"] = u.ScriptedModel(slow)
+    ip.run_line_magic("unity", "model --var slow")
+    ip.user_ns["xs"] = ["a"]
+    busy = ip.run_line_magic("unity", "map xs --name busy Say {value}")
+    with pytest.raises(UsageError, match="busy is still running"):
+        ip.run_line_magic("unity", "act --name busy Say done")
+    go.set()
+    h = ip.run_line_magic("unity", "act --name next Say done")
+    await asyncio.wait_for(asyncio.gather(busy, h), 10)
+    assert "without asking (--approval never)" in widgets(ip)["next"].notice

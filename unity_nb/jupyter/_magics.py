@@ -336,15 +336,18 @@ class UnityMagics(Magics):
         options = self.loop_options(cmd.options)
         actor = self.actor(self.current_model(), cmd.options)
         notice = ""
-        if cmd.options.get("approval", self.approval) == "never" and not UnityMagics._told_approval:
-            UnityMagics._told_approval = True  # once per kernel
+        tell = cmd.options.get("approval", self.approval) == "never" and not UnityMagics._told_approval
+        if tell:
             notice = ("The model's plans run in this kernel, on your variables, without asking (--approval never). "
                       "To approve each plan first: %unity act --approval first ..., or for every operation "
                       "%config UnityMagics.approval = \"first\".")
+        handle = self.start(cmd.options.get("name"), lambda name: actor.act(cmd.text, name=name, **options),
+                            notice=notice)
+        if tell:  # once per kernel, once an act has started and said it (an act refused at its line said nothing)
+            UnityMagics._told_approval = True
             if not self.show_widgets:
                 print(notice)
-        return self.start(cmd.options.get("name"), lambda name: actor.act(cmd.text, name=name, **options),
-                          notice=notice)
+        return handle
 
     def _map(self, cmd: Command, *, done: dict | None = None, name: str | None = None, notice: str = "",
              batches: list | None = None) -> Any:
