@@ -168,9 +168,10 @@ def test_an_unassigned_act_leaves_no_stale_out_text_under_its_widget(kernel):
     assert "application/vnd.jupyter.widget-view+json" in messages[0][1]
     assert list(messages[1][1]) == ["text/html"] and "unity-nb-snapshot" in messages[1][1]["text/html"]
     assert k.value("await get_ipython().magics_manager.registry['UnityMagics'].handles['stale']") == "finished as asked"
-    # shown again in a later cell, a handle is its live widget (never a stale text)
+    # shown again in a later cell, a handle is its live widget (never a stale text), and its snapshot after it
     messages.clear()
     k.kc.execute_interactive("get_ipython().magics_manager.registry['UnityMagics'].handles['stale']", output_hook=hook)
-    ((kind, data),) = messages
+    ((kind, data), (beside, snapshot)) = messages
     assert kind == "display_data" and data["text/plain"] == "<unity handle 'stale': finished, 1 steps>"
     assert "application/vnd.jupyter.widget-view+json" in data
+    assert beside == "display_data" and list(snapshot) == ["text/html"] and "finished" in snapshot["text/html"]
