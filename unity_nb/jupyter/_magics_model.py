@@ -6,46 +6,24 @@ answers any name with its own model)."""
 from __future__ import annotations
 
 import os
-import re
-import urllib.parse
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
 from .._errors import ModelConfigError, ModelError
+from ..models import shown_url
 from ._args import HELP, Command
 
 if TYPE_CHECKING:
     from ._host import Host
 
-__all__ = ("NO_MODEL", "describe_model", "list_models", "listing", "model_command", "shown_url", "unlisted")
+__all__ = ("NO_MODEL", "describe_model", "list_models", "listing", "model_command", "unlisted")
 
 NO_MODEL = (
     "no model is configured: run `%unity model gpt-4.1-mini` (with OPENAI_API_KEY set in the environment), "
     "`%unity model NAME --base-url http://localhost:11434/v1` for a local OpenAI-compatible server "
     "(or set OPENAI_BASE_URL), or `%unity model --var my_model` for a Model object in a variable"
 )
-
-
-_SECRET_PARAM = re.compile(r"key|token|secret|passw|sig|auth", re.I)
-
-
-def shown_url(url: Any) -> str:
-    """A server's URL as a cell shows it: the password of a ``user:password@`` in it, and the value of a query
-    parameter named like a key (``api_key=``, ``token=``, ``sig=``), as ``***`` (a cell's output is saved with the
-    notebook, and the URL may come from ``OPENAI_BASE_URL``, never typed in the notebook)."""
-    text = str(url)
-    parts = urllib.parse.urlsplit(text)
-    if parts.password is not None:
-        user = parts.netloc.rpartition("@")[0].partition(":")[0]
-        parts = parts._replace(netloc=f"{user}:***@{parts.netloc.rpartition('@')[2]}")
-    if parts.query:
-        pairs = [p.partition("=") for p in parts.query.split("&")]
-        parts = parts._replace(query="&".join(
-            f"{k}={'***' if v and _SECRET_PARAM.search(urllib.parse.unquote(k)) else v}" if eq else k
-            for k, eq, v in pairs
-        ))
-    return urllib.parse.urlunsplit(parts)
 
 
 def listing(model: Any, *, base_url_given: bool) -> str:

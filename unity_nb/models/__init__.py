@@ -22,6 +22,7 @@ from ._local import LocalModel, LocalServer, local_model
 from ._openai import OpenAIModel
 from ._prices import Price, cost_of, format_dollars, price_of, set_price
 from ._scripted import ScriptedModel
+from ._urls import shown_url
 from ._windows import context_window_of
 
 _DEFAULT: list[Model] = []
@@ -53,6 +54,7 @@ def default_model(who: str) -> Model:
 
 
 __all__ = (
+    "shown_url",
     "BatchAPI", "NoBatchAPI", "RowResult", "batch_api_of", "batch_price",
     "CachedModel",
     "LocalModel",

@@ -40,6 +40,7 @@ from typing import Any, Protocol
 
 from .._json import loads
 from ._assemble import error_words
+from ._urls import shown_url
 
 __all__ = (
     "ERROR_BODY_LIMIT", "AioHTTPTransport", "ClientTransport", "Deadline", "HTTPStatusError", "RequestBody", "Response",
@@ -95,8 +96,8 @@ def check_base_url(url: str) -> urllib.parse.SplitResult:
     """The parsed URL if it is http(s) with a host, and neither credentials nor a query that requests could not
     carry; else a ValueError naming it (its credentials left out)."""
     parts = urllib.parse.urlsplit(url)
-    shown = url
-    if "@" in parts.netloc:  # never said back: ``user:password@`` is a secret
+    shown = shown_url(url)  # never said back whole: a password, a key in the query
+    if "@" in parts.netloc and parts.password is None:  # a user alone may be a token (``https://TOKEN@host``)
         shown = urllib.parse.urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(
@@ -114,7 +115,7 @@ def check_base_url(url: str) -> urllib.parse.SplitResult:
     if parts.query:
         # a request's path is added after the base URL: '/v1?x=1' + '/chat/completions' would ask '/v1/?x=1/chat/...'
         raise ValueError(
-            f"base URL {shown!r} has a query (?{parts.query}): requests add their path after the base URL, so "
+            f"base URL {shown!r} has a query: requests add their path after the base URL, so "
             "the query would swallow it; give the URL without it (for Azure's api-version, pass "
             "client=openai.AsyncAzureOpenAI(...))")
     return parts
