@@ -92,7 +92,7 @@ def test_a_base_url_with_credentials_is_refused_without_showing_them(fast_path, 
 
 @pytest.mark.parametrize("fast_path", [True, False], ids=["lean-http", "client.post"])
 def test_a_base_url_with_a_query_is_refused_naming_it(fast_path):
-    with pytest.raises(u.ModelConfigError, match=r"query \(\?api-version=2024-06-01\)"):
+    with pytest.raises(u.ModelConfigError, match=r"/v1\?api-version=2024-06-01. has a query"):
         u.OpenAIModel("m", base_url="http://127.0.0.1:9/v1?api-version=2024-06-01", api_key=KEY, fast_path=fast_path)
 
 
