@@ -27,6 +27,7 @@ import inspect
 import io
 import itertools
 import linecache
+import logging
 import signal
 import sys
 import threading
@@ -42,6 +43,8 @@ from ._meanwhile import Cells, bound_names, theirs
 from ._watch import Watch
 
 __all__ = ("Executor", "PlanResult", "FinalAnswer", "PlanTimeout", "final_answer")
+
+log = logging.getLogger("unity_nb.actor")
 
 _OUTPUT_LIMIT = 4000
 _counter = itertools.count(1)
@@ -236,6 +239,15 @@ class Executor:
         """Takes the snapshots; against the last one, it redoes only what could differ (see :mod:`._watch`).
         ``carry``: the first starts from the last run's over this namespace (the next run's starts from this one's)."""
         self._looked = False
+
+    def carry(self) -> None:
+        """Leave what this executor's looks learnt for the next run's over its namespace (when it was made with
+        ``carry`` and looked at all): its run ended."""
+        if self._looked:
+            try:
+                self.watch.leave()
+            except Exception:  # noqa: BLE001 - the next run looks afresh: never a reason for this one's end to fail
+                log.exception("unity_nb: the namespace's last look could not be kept for the next run")
 
     @property
     def last(self) -> dict[str, tuple]:

@@ -22,7 +22,7 @@ from ._executor import Executor, final_answer
 from ._refs import RefIndex, RefTool
 
 if TYPE_CHECKING:
-    from ..loop import Tool
+    from ..loop import Run, Tool
 
 
 class ActorSettings(Protocol):
@@ -98,6 +98,10 @@ class ActorTools(ToolSource):
         self._known: dict[str, tuple] | None = None
         """The namespace as the model last saw it (the first step's look takes it: the system prompt, made at once,
         reads the user variables without fingerprints, and the cell that started the run may bind more)."""
+
+    def bind(self, run: Run) -> None:
+        super().bind(run)
+        run.on_end.append(lambda _handle, _status, _error: self.executor.carry())  # for the next run's first look
 
     # -- what the model sees -------------------------------------------------------------
 

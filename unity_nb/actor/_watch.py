@@ -22,11 +22,11 @@ would, and the few names whose fingerprints may differ:
 Where a shortcut does not hold (a name added or removed, a pandas object rebound, changed in place or new, a
 cache entry gone, a snapshot other than the last one), the pass is the full one, which also learns for the next.
 
-A run's first look learns from the last run's (``carry``): each pass leaves what it learnt under the namespace's
-identity (:data:`_CARRIED`), and a new watch over a namespace with that identity starts from it. Nothing above
-depends on the namespace being the very same dict: every shortcut trusts only identities the carried snapshot
-or the fingerprint cache keeps alive, so a dict made where a dead one was (the same identity) is looked at
-correctly, most likely in a full pass (its names differ).
+A run's first look learns from the last run's (``carry``): a run's watch leaves what its last pass learnt under the
+namespace's identity as the run ends (:data:`_CARRIED`), and a new watch over a namespace with that identity starts
+from it. Nothing above depends on the namespace being the very same dict: every shortcut trusts only identities the
+carried snapshot or the fingerprint cache keeps alive, so a dict made where a dead one was (the same identity) is
+looked at correctly, most likely in a full pass (its names differ).
 """
 
 from __future__ import annotations
@@ -100,8 +100,9 @@ class Watch:
              self._churn) = carried
             self.bound = (self._names, self._ids)
 
-    def _leave(self) -> None:
-        """This pass's state, for the next watch over a namespace with this identity (see :data:`_CARRIED`)."""
+    def leave(self) -> None:
+        """The last pass's state, for the next watch over a namespace with this identity (see :data:`_CARRIED`): a
+        run leaves it as it ends."""
         key = self._carry
         if key is None:
             return
@@ -199,11 +200,8 @@ class Watch:
         if hint is not None and hint is self.last and self._same_names(names):
             looked = self._fast(names, values, ids, hint, churn)
             if looked is not None:
-                self._leave()
                 return self.last, looked
-        out = self._full(names, values, ids, hint, churn)
-        self._leave()
-        return out, None
+        return self._full(names, values, ids, hint, churn), None
 
     def _fast(
         self, names: tuple, values: tuple, ids: tuple, hint: dict[str, tuple], churn: int
