@@ -251,6 +251,22 @@ async def test_resume_says_so_when_nothing_is_paused_and_resumes_what_is(ip, cap
     assert await asyncio.wait_for(h.result(), 10) == "done"
 
 
+async def test_pause_says_so_when_all_is_paused_already(ip, capsys):
+    gate = Gate(lambda m, t: "done")
+    use(ip, u.ScriptedModel(gate))
+    h = ip.run_line_magic("unity", "act --name walk go")
+    await h.wait_for("model_request")
+    ip.run_line_magic("unity", "pause walk")
+    await h.wait_for("steering", lambda e: e.action == "pause")
+    assert "nothing to pause" not in capsys.readouterr().out
+    ip.run_line_magic("unity", "pause walk")  # paused already: said, not silently nothing
+    assert "walk is paused already, and all under it: nothing to pause" in capsys.readouterr().out
+    ip.run_line_magic("unity", "resume walk")
+    await h.wait_for("steering", lambda e: e.action == "resume")
+    gate.event.set()
+    assert await asyncio.wait_for(h.result(), 10) == "done"
+
+
 # -- item 8: steering is referenced and reported ------------------------------------------------
 
 

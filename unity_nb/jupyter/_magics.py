@@ -480,7 +480,12 @@ class UnityMagics(Magics):
 
     def _verb(self, cmd: Command) -> None:
         """A steering verb of the loop's table (``VERBS``) on operation NAME; its message is the rest of the line."""
-        method = getattr(self._live(cmd), cmd.sub)
+        handle = self._live(cmd)
+        if cmd.sub == "pause" and all(x.status.value == "paused" for x in handle.tree if not x.done()):
+            print(f"{handle.name} is paused already, and all under it: nothing to pause "
+                  f"(%unity resume {handle.name} goes on)")
+            return
+        method = getattr(handle, cmd.sub)
         self._steer(cmd, method(cmd.text) if VERBS[cmd.sub].message != "none" else method())
 
     def _resume(self, cmd: Command) -> Any:
