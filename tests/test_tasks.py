@@ -533,6 +533,71 @@ async def test_a_task_running_in_another_kernel_is_not_started_twice(tmp_path):
     s2.close()
 
 
+class Racing(Store):
+    """A kernel's store that, armed, lets another kernel act (``then``) just before this one first writes: after
+    whatever it read before (a task seen not running elsewhere), before it starts the task."""
+
+    then = None
+
+    def transaction(self):
+        then, self.then = self.then, None
+        if then is not None:
+            then()
+        return super().transaction()
+
+
+async def test_two_kernels_starting_an_idle_task_at_once_run_it_once(tmp_path):
+    """Kernel B looks (the task is idle), then kernel A starts the task, then B goes on: B is told it runs
+    elsewhere, starts nothing and takes nothing queued; A's one run has both messages."""
+    path = tmp_path / "state.db"
+    release = asyncio.Event()
+    seen = []
+
+    async def slow(messages, tools):
+        seen.append(users(messages))
+        await release.wait()
+        return "done"
+
+    s1, s2 = Store(path), Racing(path)
+    tm1, tm2 = manager(s1, slow), manager(s2, slow)
+    t = tm1.create("job", "Take a while.")
+    started = []
+    s2.then = lambda: started.append(tm1.execute(t.id))
+    with pytest.raises(u.UserError, match="running in another kernel"):
+        tm2.execute(t.id)
+    assert len(started) == 1 and tm2.handle(t.id) is None
+    assert tm2.get(t.id).status == "running"
+    tm2.send(t.id, "and also this")  # B's message: queued for A's turn, not taken by B's refused start
+    await settle()
+    assert tm2.handle(t.id) is None
+    release.set()
+    h = started[0]
+    assert await asyncio.wait_for(h, T) == "done"
+    assert len(tm1.turns(t.id)) == 1
+    await settle()
+    # A delivered B's message before its next model call, or starts a turn for it: never lost, never run twice
+    assert "and also this" in users(tm1.messages(t.id)) or tm1.handle(t.id) is not None
+    s1.close()
+    s2.close()
+
+
+async def test_a_task_whose_loop_cannot_start_is_left_as_it_was(store, monkeypatch):
+    """A start that fails before the task's loop runs leaves it idle, its queued message still queued, no turn
+    begun: the next start has them."""
+    t = manager(store, lambda m, t_: "first").create("job", "Do it.")
+    tm = manager(store, lambda messages, tools: "answered " + users(messages)[-1])
+    assert await tm.execute(t.id) == "answered Task 'job': Do it."
+    tm.send(t.id, "again") if False else store.execute(
+        "INSERT INTO task_queue (task_id, type, content, sender, ts) VALUES (?, 'user', 'again', 'me', 0)", (t.id,))
+    monkeypatch.setattr(tm, "sees_parent", lambda task_id: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        tm.execute(t.id)
+    assert tm.get(t.id).status == "idle" and len(tm.turns(t.id)) == 1
+    monkeypatch.undo()
+    assert await tm.execute(t.id) == "answered again"
+    assert len(tm.turns(t.id)) == 2
+
+
 async def test_a_turn_ending_on_a_full_disk_ends_and_is_written_once_space_returns(store, monkeypatch):
     """The store cannot take the turn's last messages (a full disk): the handle still ends with its answer (it
     never ended: the listener's error stopped it), and the turn is written when the file takes it again."""

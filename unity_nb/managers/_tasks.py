@@ -44,6 +44,7 @@ from .._errors import HandleStateError, UserError
 from ..loop import LoopHandle, start_loop
 from ..models import default_model
 from ._base import Manager
+from ._task_tools import manager_tools, task_tools
 from ._task_wire import decode_messages, repair_history, turn_ending
 from ._task_wire import render as _render
 
@@ -57,6 +58,10 @@ Summaries = Literal["truncate", "model"]
 _RETRY_FIRST, _RETRY_MAX = 1.0, 30.0  # seconds before writing a turn's end again, doubling up to the second
 _INTERRUPTED = ("[this task's previous run was interrupted before it finished (the kernel stopped); "
                 "continue where it left off]")
+
+
+class RunningElsewhere(UserError):
+    """The task runs in another live kernel sharing the store: that kernel delivers what is sent to it."""
 
 
 @dataclass
@@ -294,7 +299,10 @@ class TasksManager(Manager):
             return  # the kernel running it delivers what is queued (before its next model call, or a new turn)
         waiting = self.store.query("SELECT 1 FROM task_queue WHERE task_id = ? LIMIT 1", (task_id,))
         if waiting or row["status"] == "new":
-            self._start(task_id)
+            try:
+                self._start(task_id)
+            except RunningElsewhere:  # another kernel started it meanwhile: it delivers what is queued
+                pass
 
     def _elsewhere(self, row: dict) -> str | None:
         """The session of another live kernel sharing the store that runs this task now, else ``None``."""
@@ -321,14 +329,56 @@ class TasksManager(Manager):
         if task_id in self._ending:
             raise UserError(f"task {task_id}'s last turn ended, but the store {self.store.path!r} has not taken "
                             "that yet (see the log: a full disk?); it is tried again: run the task once it has")
-        row = self._row(task_id)
-        if self._elsewhere(row) is not None:  # two runs of one task would each write its conversation
-            raise UserError(
-                f"task {row['name']!r} ({task_id}) is running in another kernel sharing the store {self.store.path!r}:"
-                " send it a message (that kernel delivers it into the running turn), or run it here once it is idle")
+        row = self._claim(task_id)
+        taken: builtins.list[dict] = []
+        try:
+            handle, turn, state = self._begin(task_id, row, taken, options)
+        except BaseException:  # not started: the task as it was, its queued messages queued again
+            self._unclaim(task_id, row, taken)
+            raise
+        handle.run.tags.update(manager=self, task_id=task_id)
+        self._live[task_id] = handle
+        self._posted[task_id] = []
+        with self.store.transaction() as db:
+            if state.pop("new turn"):
+                db.execute("INSERT INTO task_turns (task_id, turn, started) VALUES (?, ?, ?)",
+                           (task_id, turn, time.time()))
+            db.execute("UPDATE tasks SET loop_uid = ?, updated = ? WHERE id = ?",
+                       (self.store.uid(handle.id), time.time(), task_id))
+        self._runs[task_id] = (handle, turn, state)
+        self._persist(task_id, handle, turn, state)
+        self._listen(task_id, handle, turn, state)
+        return handle
+
+    def _claim(self, task_id: str) -> dict:
+        """The task's row, marked running in this kernel in one transaction with the look at who runs it: of two
+        kernels sharing the store that start it at once, one runs it and the other is told (two runs of one task
+        would each write its conversation). Raises :class:`RunningElsewhere`."""
+        with self.store.transaction() as db:
+            row = self._row(task_id)
+            if self._elsewhere(row) is not None:
+                raise RunningElsewhere(
+                    f"task {row['name']!r} ({task_id}) is running in another kernel sharing the store "
+                    f"{self.store.path!r}: send it a message (that kernel delivers it into the running turn), or run "
+                    "it here once it is idle")
+            db.execute("UPDATE tasks SET status = 'running', session = ?, updated = ? WHERE id = ?",
+                       (self.store.session, time.time(), task_id))
+        return row
+
+    def _unclaim(self, task_id: str, row: dict, taken: builtins.list[dict]) -> None:
+        with self.store.transaction() as db:
+            db.execute("UPDATE tasks SET status = ?, session = ? WHERE id = ? AND session = ?",
+                       (row["status"], row["session"], task_id, self.store.session))
+            db.executemany("INSERT INTO task_queue (task_id, type, content, sender, ts) VALUES (?, ?, ?, ?, ?)",
+                           [(task_id, q["type"], q["content"], q["sender"], q["ts"]) for q in taken])
+
+    def _begin(self, task_id: str, row: dict, taken: builtins.list[dict], options: dict) -> tuple:
+        """The task's turn started (claimed: see :meth:`_claim`), its loop made: ``(handle, turn, state)``; the
+        messages taken from its queue added to ``taken``."""
         task = self._task(row)
         history = repair_history(self.messages(task_id))
-        queued = [q["content"] for q in self._take_queue(task_id)]
+        taken += self._take_queue(task_id)
+        queued = [q["content"] for q in taken]
         turns = self.store.query("SELECT turn, ended FROM task_turns WHERE task_id = ? ORDER BY turn", (task_id,))
         ended = not turns or turns[-1]["ended"] is not None
         if not history:
@@ -337,36 +387,23 @@ class TasksManager(Manager):
             queued = [_INTERRUPTED, *queued]  # resume the turn cut short
         elif not queued:
             queued = ["[continue this task]"]
-        if ended:
-            turn = (turns[-1]["turn"] + 1) if turns else 0
-            self.store.execute("INSERT INTO task_turns (task_id, turn, started) VALUES (?, ?, ?)",
-                               (task_id, turn, time.time()))
-        else:
-            turn = turns[-1]["turn"]
+        turn = ((turns[-1]["turn"] + 1) if turns else 0) if ended else turns[-1]["turn"]
         context = self._parent_note(row) if self.sees_parent(task_id) else []
         from .._registry import registered_tools  # the notebook's @unity_nb.tool tools, as an actor's
         from ..actor import Actor
 
         actor = Actor(
             self.model, namespace=self.namespace if self.namespace is not None else None,
-            tools=[*registered_tools(), *self._task_tools(task_id)], **self.actor_options,
+            tools=[*registered_tools(), *task_tools(self, task_id)], **self.actor_options,
         )
         name = f"task {task.name}"
         handle = actor.act(queued[-1], name=name, bus=self.bus,
                            history=context + history + [{"role": "user", "content": q} for q in queued[:-1]],
                            detached=True, **options)
-        handle.run.tags.update(manager=self, task_id=task_id)
-        self._live[task_id] = handle
-        self._posted[task_id] = []
         cursor = len(handle.messages) - len(queued)
-        state = {"cursor": cursor, "n": len(history)}
-        self.store.execute(
-            "UPDATE tasks SET status = 'running', session = ?, loop_uid = ?, updated = ? WHERE id = ?",
-            (self.store.session, self.store.uid(handle.id), time.time(), task_id),
-        )
-        self._runs[task_id] = (handle, turn, state)
-        self._persist(task_id, handle, turn, state)
+        return handle, turn, {"cursor": cursor, "n": len(history), "new turn": ended}
 
+    def _listen(self, task_id: str, handle: LoopHandle, turn: int, state: dict) -> None:
         def on_event(source: LoopHandle, event: ev.Event) -> None:
             if source is not handle:
                 return
@@ -382,7 +419,6 @@ class TasksManager(Manager):
                 self._finish(task_id, handle, turn, state, event, _RETRY_FIRST)
 
         handle.run.add_listener(on_event)
-        return handle
 
     def _finish(self, task_id: str, handle: LoopHandle, turn: int, state: dict, event: ev.Event,
                 delay: float) -> None:
@@ -511,71 +547,10 @@ class TasksManager(Manager):
 
         handle.run.add_listener(on_event)
 
-    def _task_tools(self, task_id: str) -> builtins.list[Callable[..., Any]]:
-        manager = self
-
-        def spawn(name: str, description: str, share: bool | None) -> str:
-            child = manager.create(name, description, parent=task_id, parent_context=share)
-            manager._schedule(child.id)
-            return f"started child task {child.id} ({child.name!r}); its result will arrive as a message"
-
-        async def spawn_task(name: str, description: str) -> str:
-            """Start a child task that runs on its own; its final response arrives here as a
-            message when its turn ends (this task is woken for it if idle)."""
-            return spawn(name, description, None)
-
-        async def spawn_task_sharing(name: str, description: str, include_parent_context: bool = False) -> str:
-            """Start a child task that runs on its own; its final response arrives here as a
-            message when its turn ends (this task is woken for it if idle).
-            ``include_parent_context``: true if the child should see this conversation."""
-            return spawn(name, description, bool(include_parent_context))
-
-
-        async def message_task(child_id: str, message: str) -> str:
-            """Send a message to one of your child tasks (it resumes with a new turn if idle)."""
-            child = manager._row(child_id)
-            if child["parent_id"] != task_id:
-                children = [t.id for t in manager.list(parent=task_id)]
-                raise ValueError(f"{child_id} is not a child of this task; children: {children}")
-            manager.send(child_id, message, type="user", sender=task_id)
-            return f"sent to {child_id}"
-
-        if manager.parent_context == "model":
-            spawn_task_sharing.__name__ = spawn_task_sharing.__qualname__ = "spawn_task"
-            return [spawn_task_sharing, message_task]
-        return [spawn_task, message_task]
-
     # ------------------------------------------------------------------ as a manager (loops)
 
     def _tools(self) -> builtins.list[Callable[..., Any]]:
-        manager = self
-
-        def list_tasks() -> builtins.list[dict]:
-            """Every task: id, name, status, parent and the start of its description and result."""
-            return [{"id": t.id, "name": t.name, "status": t.status, "parent": t.parent_id,
-                     "description": t.description[:200], "result": (t.result or "")[:200]} for t in manager.list()]
-
-        def get_task(task_id: str) -> dict:
-            """One task with its turn summaries."""
-            t = manager.get(task_id)
-            return {"id": t.id, "name": t.name, "status": t.status, "description": t.description, "result": t.result,
-                    "turns": [{"turn": x["turn"], "summary": x["summary"]} for x in manager.turns(task_id)]}
-
-        def create_task(name: str, description: str, parent: str | None = None) -> dict:
-            """Create a task (not started)."""
-            t = manager.create(name, description, parent=parent)
-            return {"id": t.id, "name": t.name}
-
-        def edit_task(task_id: str, name: str | None = None, description: str | None = None) -> dict:
-            """Rename a task or change its description."""
-            t = manager.edit(task_id, name=name, description=description)
-            return {"id": t.id, "name": t.name, "description": t.description}
-
-        def reorder_tasks(task_ids: builtins.list[str]) -> builtins.list[str]:
-            """Put these tasks first, in this order."""
-            return [t.id for t in manager.reorder(task_ids)]
-
-        return [list_tasks, get_task, create_task, edit_task, reorder_tasks]
+        return manager_tools(self)
 
     def ask(self, question: str) -> LoopHandle:
         """Answer a question about the tasks: what exists, their status, what they found."""
