@@ -25,12 +25,16 @@ once created: a look at one is a 404), ``upload_delay`` (seconds an upload takes
 ``created_ago`` (seconds before now a new batch says it was created),
 ``look_status`` (an HTTP status every ``GET /v1/batches/{id}`` answers with, an error), ``twice`` (a function of
 a row's custom_id: True puts a second, other answer for it in the output file), ``stranger`` (an output line for
-a custom_id no request had), ``garbled_counts`` (what every look says its ``request_counts`` are).
+a custom_id no request had), ``garbled_counts`` (what every look says its ``request_counts`` are),
+``content_gzip`` (bytes every ``GET /v1/files/{id}/content`` answers with instead, gzip-compressed: a gzip bomb),
+``content_piece`` (a file's bytes are written in pieces of this many bytes, each flushed), ``crlf`` (a file's
+lines end with CRLF).
 """
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import random
 import threading
@@ -79,6 +83,9 @@ class BatchServer:
         self.answer: Callable[[dict], dict] = default_answer
         self.completion_tokens = 7
         self.content_status: int | None = None
+        self.content_gzip: bytes | None = None
+        self.content_piece = 0
+        self.crlf = False
         self.forget = False
         self.upload_delay = 0.0
         self.uploading = asyncio.Event()
@@ -207,7 +214,19 @@ class BatchServer:
         f = self.files.get(request.match_info["id"])
         if f is None:
             return self._error(404, "No such file")
-        return web.Response(body=f["_content"], content_type="application/octet-stream")
+        if self.content_gzip is not None:  # whatever file is asked for: these bytes, gzip-compressed
+            body = gzip.compress(self.content_gzip, compresslevel=9)
+            return web.Response(body=body, content_type="application/octet-stream",
+                                headers={"Content-Encoding": "gzip"})
+        content = f["_content"].replace(b"\n", b"\r\n") if self.crlf else f["_content"]
+        if not self.content_piece:
+            return web.Response(body=content, content_type="application/octet-stream")
+        resp = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        await resp.prepare(request)
+        for at in range(0, len(content), self.content_piece):  # each piece its own write, flushed
+            await resp.write(content[at:at + self.content_piece])
+        await resp.write_eof()
+        return resp
 
     # -- batches ----------------------------------------------------------------------------------
 

@@ -496,3 +496,33 @@ async def test_request_counts_that_are_not_counts_do_not_fail_the_map(server, bu
     h = u.map([f"r{i}" for i in range(3)], "Say {value}", model=model, via="batch", batch_poll=0.01, bus=bus)
     out = await asyncio.wait_for(h.result(), 20)
     assert out.notna().all() and h.rows.counts["finished"] == 3
+
+
+@pytest.mark.parametrize("path", ["aiohttp", "client"])
+async def test_output_files_are_read_as_they_come_in_any_pieces(server, bus, path):
+    server.content_piece, server.crlf = 7, True  # lines cut anywhere, CRLF cut between its two bytes too
+    h = u.map([f"r{i}" for i in range(30)], "Say {value}", model=model_for(server, path), via="batch",
+              batch_poll=0.01, bus=bus)
+    result = await asyncio.wait_for(h.result(), 20)
+    assert result.tolist() == [f"answer to: Say r{i}" for i in range(30)]
+
+
+@pytest.mark.parametrize("path", ["aiohttp", "client"])
+@pytest.mark.parametrize("bomb", ["one endless line", "endless blank lines"])
+async def test_a_gzip_bomb_for_an_output_file_fails_the_rows_saying_so_and_is_not_read_whole(server, bus, path,
+                                                                                              bomb):
+    """The server answers the output file with 64 MiB that gzip makes 64 KiB: the reader stops at what a batch of
+    these rows can hold (a line of max_reply_chars, two lines a row), and every row fails saying why, at once."""
+    model = model_for(server, path)
+    model.max_reply_chars = 1000
+    server.content_gzip = (b"x" if bomb == "one endless line" else b"\n") * (64 * 1024 * 1024)
+    h = u.map([f"r{i}" for i in range(4)], "Say {value}", model=model, via="batch", batch_poll=0.01, bus=bus)
+    with pytest.raises(u.UnityError, match="every row of the batch failed"):
+        await asyncio.wait_for(h.result(), 30)
+    result = h.results()
+    assert result.isna().all()
+    reasons = result.attrs["reasons"]
+    said = "has a line longer than" if bomb == "one endless line" else "has more than 24 lines"
+    assert h.progress["failed"] == 4 and reasons and all(said in why for why in reasons.values()), reasons
+    assert len(reasons) == 4
+    assert server.requests.count(("GET", "/v1/files/content")) == 1  # not read again: it reads the same

@@ -41,7 +41,7 @@ from typing import Any
 from .. import events as ev
 from .._errors import UserError
 from ..loop import VERBS, Tool
-from ..models import ModelRequest, NoBatchAPI, RowResult, Usage, batch_api_of, batch_price
+from ..models import FileTooLarge, ModelRequest, NoBatchAPI, RowResult, Usage, batch_api_of, batch_price
 from ._estimate import CHARS_PER_TOKEN, tokens_out
 from ._failures import reason_of
 from ._map_engine import MapEngine, RowPlan
@@ -387,7 +387,9 @@ class ProviderBatchEngine(MapEngine):
         self._end_chunk(chunk, "failed", said)
         return True
 
-    async def _read(self, batch: Mapping[str, Any]) -> tuple[dict[str, RowResult], dict[str, list[RowResult]]]:
+    async def _read(
+        self, chunk: Chunk, batch: Mapping[str, Any]
+    ) -> tuple[dict[str, RowResult], dict[str, list[RowResult]]]:
         """An ended provider batch's output and error files: each row's result by ``custom_id``, and every result
         of a row answered more than once."""
         results: dict[str, RowResult] = {}
@@ -395,8 +397,7 @@ class ProviderBatchEngine(MapEngine):
         for key in ("output_file_id", "error_file_id"):
             fid = batch.get(key)
             if fid:
-                data = await self._api.content(str(fid))
-                for r in self._api.results(data):
+                for r in await self._api.file_results(str(fid), len(chunk.positions)):
                     if r.custom_id in results:
                         twice.setdefault(r.custom_id, [results[r.custom_id]]).append(r)
                     results[r.custom_id] = r
@@ -407,12 +408,13 @@ class ProviderBatchEngine(MapEngine):
         cannot be read now are tried again at the next look, :data:`READS` times, then its rows fail saying why.
         True when the batch's rows ended."""
         try:
-            results, twice = await self._read(batch)
+            results, twice = await self._read(chunk, batch)
         except Exception as err:  # noqa: BLE001 - tried again at the next look (the work is done, and paid for)
             chunk.reads += 1
             said = f"the files of provider batch {chunk.batch_id} could not be read ({reason_of(err)})"
-            if chunk.reads >= READS or gone(err):
-                self._end_chunk(chunk, "failed", f"{said}; {chunk.reads} tries: its rows are not waited for any longer")
+            if chunk.reads >= READS or gone(err) or isinstance(err, FileTooLarge):  # (it reads the same again)
+                tries = f"; {chunk.reads} tries" if not isinstance(err, FileTooLarge) else ""
+                self._end_chunk(chunk, "failed", f"{said}{tries}: its rows are not waited for any longer")
                 return True
             self._run.emit(ev.Notification, call_id=None,
                            text=f"{said}: tried again at the next look ({chunk.reads} of {READS} tries)")

@@ -14,7 +14,7 @@ from ._base import (
     wait_hook,
     weak_hook,
 )
-from ._batch_api import BatchAPI, NoBatchAPI, RowResult, batch_api_of, batch_price
+from ._batch_api import BatchAPI, FileTooLarge, NoBatchAPI, RowResult, batch_api_of, batch_price
 from ._cache import CachedModel
 from ._endpoint import Endpoint, endpoint_of
 from ._limits import RateLimit, rate_limit_of, set_rate_limit
@@ -55,7 +55,7 @@ def default_model(who: str) -> Model:
 
 __all__ = (
     "shown_url",
-    "BatchAPI", "NoBatchAPI", "RowResult", "batch_api_of", "batch_price",
+    "BatchAPI", "FileTooLarge", "NoBatchAPI", "RowResult", "batch_api_of", "batch_price",
     "CachedModel",
     "LocalModel",
     "LocalServer",

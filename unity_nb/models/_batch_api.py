@@ -26,15 +26,66 @@ from ._base import ModelRequest, Reply, Usage
 from ._prices import Price, price_of
 from ._transport import HTTPStatusError, TransportError, env_proxy, error_body_text
 
-__all__ = ("ENDPOINT", "BatchAPI", "NoBatchAPI", "RowResult", "batch_api_of", "batch_price")
+__all__ = ("ENDPOINT", "BatchAPI", "FileTooLarge", "NoBatchAPI", "RowResult", "batch_api_of", "batch_price")
 
 ENDPOINT = "/v1/chat/completions"
 WINDOW = "24h"
 _RETRY_STATUS = frozenset({408, 409, 429})
+_JSON_MOST = 16 * 1024 * 1024
+"""The longest JSON answer (a File or Batch object) read: 16 MiB."""
 
 
 class NoBatchAPI(ModelError):
     """The provider answered 404 where the Batch API lives: it has none (run the batch live instead)."""
+
+
+class FileTooLarge(ModelError):
+    """An output or error file passed what a batch of its rows can hold: a line longer than one reply can be, or
+    more lines than the batch had rows (a hostile or broken server: a gzip bomb, an endless file). Reading it again
+    reads the same: its rows fail, saying so."""
+
+
+class _Lines:
+    """A file's lines as its chunks come (LF or CRLF ends one), each at most ``max_line`` bytes, at most
+    ``max_lines`` of them (blank ones too): :class:`FileTooLarge` as soon as either is passed, so a hostile body
+    holds at most about one line here."""
+
+    __slots__ = ("_count", "_held", "_pending", "max_line", "max_lines", "what")
+
+    def __init__(self, what: str, max_line: int, max_lines: int) -> None:
+        self.what, self.max_line, self.max_lines = what, max_line, max_lines
+        self._pending: list[bytes] = []
+        self._held = self._count = 0
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        lines = chunk.split(b"\n")
+        if len(lines) == 1:
+            self._hold(chunk)
+            return []
+        if self._pending:
+            lines[0] = b"".join([*self._pending, lines[0]])
+            self._pending, self._held = [], 0
+        last = lines.pop()
+        self._count += len(lines)
+        if self._count > self.max_lines:
+            raise FileTooLarge(f"{self.what} has more than {self.max_lines} lines, the most its batch's rows can "
+                               "give: it is not read (a broken or hostile server)")
+        if max(map(len, lines)) > self.max_line:
+            self._too_long()
+        self._hold(last)
+        return lines
+
+    def _hold(self, piece: bytes) -> None:
+        if piece:
+            self._pending.append(piece)
+            self._held += len(piece)
+            if self._held > self.max_line:
+                self._too_long()
+
+    def _too_long(self) -> None:
+        raise FileTooLarge(f"{self.what} has a line longer than {self.max_line:,} bytes, more than a reply of "
+                           "max_reply_chars can take: it is not read (a broken or hostile server; to accept longer "
+                           "replies, raise OpenAIModel(..., max_reply_chars=...))")
 
 
 class RowResult:
@@ -133,28 +184,51 @@ class BatchAPI:
             return _plain(await self._call(f"/batches/{batch_id}/cancel", lambda: self.client.batches.cancel(batch_id)))
         return await self._http("POST", f"/batches/{batch_id}/cancel")
 
-    async def content(self, file_id: str) -> bytes:
-        """A file's bytes (an output or error file)."""
+    async def file_results(self, file_id: str, rows: int) -> list[RowResult]:
+        """The lines of an output or error file of a batch of ``rows`` rows, each a reply or an error, by
+        ``custom_id``, read as the file comes: a line is at most what a reply of ``max_reply_chars`` takes (each
+        character escaped, and the rest of the line), and there are at most two lines a row (the provider may
+        answer one twice) and 16 more; :class:`FileTooLarge` past either, whatever the server sends."""
+        what, max_line, max_lines = f"the file {file_id}", 6 * self.model.max_reply_chars + 65536, 2 * rows + 16
+        read: list[RowResult] = []
+
+        def attempt() -> Any:  # each attempt reads the file from its start
+            reader = _Lines(what, max_line, max_lines)
+            read.clear()
+            state = [reader]
+
+            def feed(piece: bytes) -> None:
+                take(state[0].feed(piece))
+
+            return feed
+
+        def take(lines: list[bytes]) -> None:
+            for raw in lines:
+                if not raw.strip():
+                    continue
+                try:
+                    line = loads(raw)
+                    custom_id = str(line["custom_id"])
+                except (ValueError, KeyError, TypeError):
+                    continue  # not a line of ours: no row can be matched to it
+                read.append(self.result(custom_id, line))
+
+        path = f"/files/{file_id}/content"
         if self.client_path:
-            got = await self._call(f"/files/{file_id}/content", lambda: self.client.files.content(file_id))
-            return bytes(got.content)
-        return await self._http("GET", f"/files/{file_id}/content", raw=True)
+            async def chunks() -> Any:
+                feed = attempt()
+                async with self.client.files.with_streaming_response.content(file_id) as resp:
+                    async for piece in resp.iter_bytes():
+                        feed(piece)
+                return feed
+
+            feed = await self._call(path, chunks)
+        else:
+            feed = await self._http("GET", path, each=attempt)
+        feed(b"\n")  # a last line the file ended without a line end
+        return read
 
     # -- reading results ---------------------------------------------------------------------------
-
-    def results(self, data: bytes) -> list[RowResult]:
-        """The lines of an output or error file, each a reply or an error, by ``custom_id``."""
-        out = []
-        for raw in data.splitlines():
-            if not raw.strip():
-                continue
-            try:
-                line = loads(raw)
-                custom_id = str(line["custom_id"])
-            except (ValueError, KeyError, TypeError):
-                continue  # not a line of ours: no row can be matched to it
-            out.append(self.result(custom_id, line))
-        return out
 
     def result(self, custom_id: str, line: dict) -> RowResult:
         error, response = line.get("error"), line.get("response")
@@ -233,7 +307,9 @@ class BatchAPI:
         return await self._retrying(path, once)
 
     async def _http(self, method: str, path: str, *, json_body: Any = None, form: Any = None,
-                    raw: bool = False) -> Any:
+                    each: Any = None) -> Any:
+        """A request's JSON answer (at most :data:`_JSON_MOST` bytes); with ``each``, its body handed piece by piece
+        as it comes to what ``each()`` gives, made anew for each attempt, and that returned."""
         import aiohttp
 
         headers = {k: v for k, v in self.client.default_headers.items()
@@ -249,13 +325,19 @@ class BatchAPI:
                     method, url, headers=headers, json=json_body, data=form() if form is not None else None,
                     proxy=proxy,
                 ) as resp:
-                    data = await resp.read()
                     if resp.status >= 300:
-                        raise HTTPStatusError(resp.status, resp.headers, data[:65536], url)
+                        raise HTTPStatusError(resp.status, resp.headers, await resp.content.read(65536), url)
+                    if each is not None:
+                        feed = each()
+                        async for piece in resp.content.iter_any():
+                            feed(piece)
+                        return feed
+                    data = await resp.content.read(_JSON_MOST + 1)
             except (TimeoutError, aiohttp.ClientError, OSError) as err:
                 raise TransportError(f"no response from {url}: {type(err).__name__}: {err}") from None
-            if raw:
-                return data
+            if len(data) > _JSON_MOST:
+                raise ModelError(f"the Batch API at {url} answered with a body longer than {_JSON_MOST:,} bytes, "
+                                 "more than a file or batch object takes: it is not read (a broken or hostile server)")
             try:
                 return loads(data)
             except ValueError:
