@@ -27,8 +27,8 @@ once created: a look at one is a 404), ``upload_delay`` (seconds an upload takes
 a row's custom_id: True puts a second, other answer for it in the output file), ``stranger`` (an output line for
 a custom_id no request had), ``garbled_counts`` (what every look says its ``request_counts`` are),
 ``content_gzip`` (bytes every ``GET /v1/files/{id}/content`` answers with instead, gzip-compressed: a gzip bomb),
-``content_piece`` (a file's bytes are written in pieces of this many bytes, each flushed), ``crlf`` (a file's
-lines end with CRLF).
+``look_gzip`` (the same for every ``GET /v1/batches/{id}``), ``content_piece`` (a file's bytes are written in pieces
+of this many bytes, each flushed), ``crlf`` (a file's lines end with CRLF).
 """
 
 from __future__ import annotations
@@ -84,6 +84,7 @@ class BatchServer:
         self.completion_tokens = 7
         self.content_status: int | None = None
         self.content_gzip: bytes | None = None
+        self.look_gzip: bytes | None = None
         self.content_piece = 0
         self.crlf = False
         self.forget = False
@@ -263,6 +264,9 @@ class BatchServer:
         b = None if self.forget else self.batches.get(request.match_info["id"])
         if b is None:
             return self._error(404, "No such batch")
+        if self.look_gzip is not None:  # these bytes, gzip-compressed, instead of the Batch object
+            return web.Response(body=gzip.compress(self.look_gzip, compresslevel=9), content_type="application/json",
+                                headers={"Content-Encoding": "gzip"})
         self._advance(b)
         public = self._public(b)
         if self.garbled_counts is not None:

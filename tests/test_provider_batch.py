@@ -526,3 +526,13 @@ async def test_a_gzip_bomb_for_an_output_file_fails_the_rows_saying_so_and_is_no
     assert h.progress["failed"] == 4 and reasons and all(said in why for why in reasons.values()), reasons
     assert len(reasons) == 4
     assert server.requests.count(("GET", "/v1/files/content")) == 1  # not read again: it reads the same
+
+
+async def test_a_gzip_bomb_for_a_look_at_the_batch_is_not_read_whole_and_is_said(server, bus):
+    server.look_gzip = b" " * (32 * 1024 * 1024)  # 32 MiB of JSON whitespace, 32 KiB on the wire
+    h = u.map(["a", "b"], "Say {value}", model=aio(server), via="batch", batch_poll=0.01, bus=bus)
+    said = await h.wait_for("notification", lambda e: "could not be looked at" in e.text, timeout=20)
+    assert "longer than 16,777,216 bytes" in said.text and "hostile" in said.text
+    server.look_gzip = None  # the server mended: the batch is looked at, and its rows answered
+    result = await asyncio.wait_for(h.result(), 20)
+    assert result.tolist() == ["answer to: Say a", "answer to: Say b"]

@@ -326,13 +326,19 @@ class BatchAPI:
                     proxy=proxy,
                 ) as resp:
                     if resp.status >= 300:
-                        raise HTTPStatusError(resp.status, resp.headers, await resp.content.read(65536), url)
+                        raise HTTPStatusError(resp.status, resp.headers, await _head(resp, 65536), url)
                     if each is not None:
                         feed = each()
                         async for piece in resp.content.iter_any():
                             feed(piece)
                         return feed
-                    data = await resp.content.read(_JSON_MOST + 1)
+                    pieces, size = [], 0
+                    async for piece in resp.content.iter_any():
+                        pieces.append(piece)
+                        size += len(piece)
+                        if size > _JSON_MOST:
+                            break
+                    data = b"".join(pieces)
             except (TimeoutError, aiohttp.ClientError, OSError) as err:
                 raise TransportError(f"no response from {url}: {type(err).__name__}: {err}") from None
             if len(data) > _JSON_MOST:
@@ -345,6 +351,17 @@ class BatchAPI:
                                  f"{error_body_text(data)[:200]}") from None
 
         return await self._retrying(path, once)
+
+
+async def _head(resp: Any, most: int) -> bytes:
+    """The first ``most`` bytes of a response's body, at most (an error's: the rest is not read)."""
+    pieces, size = [], 0
+    async for piece in resp.content.iter_any():
+        pieces.append(piece)
+        size += len(piece)
+        if size >= most:
+            break
+    return b"".join(pieces)[:most]
 
 
 def _plain(obj: Any) -> dict:
