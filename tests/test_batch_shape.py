@@ -3,6 +3,7 @@ facade of at most 35 public names, every operator takes ``estimate=``, the store
 store migrates), and an operator written outside the package is one file plus one registry entry."""
 
 import asyncio
+import re
 import sqlite3
 import textwrap
 import threading
@@ -176,6 +177,27 @@ def test_the_magics_estimate_every_operator(stored_shell, capsys):
                  "agg items --estimate Summarise {text}"):
         assert ip.run_line_magic("unity", line) is None
         assert "nothing was run" in capsys.readouterr().out, line
+
+
+def test_an_estimate_with_a_budget_says_whether_the_run_would_fit_it(stored_shell, capsys):
+    ip = stored_shell
+    u.set_price("scripted:estimated-47", input=10.0, output=10.0)  # 40 rows: a few cents
+    ip.user_ns.update(m=u.ScriptedModel(lambda m, t: "x", name="estimated-47"), items=ITEMS,
+                      free=u.ScriptedModel(lambda m, t: "x", name="unpriced-47"))
+    ip.run_line_magic("unity", "model --var m")
+    for sub in ("map items", "filter items"):
+        assert ip.run_line_magic("unity", f"{sub} --estimate --budget 5 Is {{text}} good?") is None
+        assert "Within its budget of $5.00" in capsys.readouterr().out, sub
+        ip.run_line_magic("unity", f"{sub} --estimate --budget 0.01 Is {{text}} good?")
+        out = capsys.readouterr().out
+        assert "Over its budget of $0.010: run as is, it would pause at its budget" in out, sub
+        assert re.search(r"a budget above \$0\.\d+ covers the whole estimate", out), sub
+    ip.run_line_magic("unity", "model --var free")
+    capsys.readouterr()
+    ip.run_line_magic("unity", "map items --estimate --budget 5 Label {text}")
+    assert "budget of $5.00 cannot be checked: no price for 'scripted:unpriced-47'" in capsys.readouterr().out
+    ip.run_line_magic("unity", "map items --estimate Label {text}")  # no budget: nothing said of one
+    assert "budget" not in capsys.readouterr().out
 
 
 # -- the kind of every loop in the store ----------------------------------------------------------------

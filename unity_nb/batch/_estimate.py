@@ -55,6 +55,8 @@ class Estimate:
     """How an operator of several phases projected its questions (empty for one map)."""
     batch: str = ""
     """Through the provider's Batch API (``via="batch"``): how its batch price was found (empty: live calls)."""
+    budget: float | None = None
+    """The budget the run would have (``--budget``): the estimate says whether it fits (``None``: none given)."""
 
     def __str__(self) -> str:
         out = (f"{self.output_tokens:,} tokens out (assumed: {self.output_per_row} a row; expected_output_tokens= "
@@ -72,7 +74,22 @@ class Estimate:
                    else "minutes unknown: no rate limit known (--rate 600/min, or rate=, says one)")
         return (f"Estimate for {self.rows:,} rows of {self.model} (nothing was run): ≈{self.input_tokens:,} tokens in "
                 f"(estimated: about {CHARS_PER_TOKEN} characters a token), {out}; {dollars}; {minutes}. "
-                "One model call a row is assumed." + (f" {self.basis}" if self.basis else ""))
+                "One model call a row is assumed." + (f" {self.basis}" if self.basis else "")
+                + (f" {self.budget_verdict()}" if self.budget is not None else ""))
+
+    def budget_verdict(self) -> str:
+        """Whether the run would fit its :attr:`budget`, by this estimate, and what to do when it would not."""
+        budget = format_dollars(self.budget or 0.0)
+        if self.dollars is None:
+            return (f"Its budget of {budget} cannot be checked: no price for {self.model!r}, and a budget needs one "
+                    f"(run as is, the line is refused): u.set_price({self.model!r}, input=..., output=...) first.")
+        if self.dollars <= (self.budget or 0.0):
+            return f"Within its budget of {budget} ({format_dollars((self.budget or 0.0) - self.dollars)} to spare)."
+        rows = int((self.budget or 0.0) / (self.dollars / self.rows)) if self.rows else 0
+        when = (f"after about {rows:,} of its {self.rows:,} rows" if rows else
+                "as its first rows end (one row alone is estimated to cost more)")
+        return (f"Over its budget of {budget}: run as is, it would pause at its budget {when}, rows in flight "
+                f"finishing; a budget above {format_dollars(self.dollars)} covers the whole estimate.")
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         p.text(str(self))

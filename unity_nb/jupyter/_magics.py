@@ -368,8 +368,11 @@ class UnityMagics(Magics):
         }
         if o.get("via") == "batch":  # one request a row through the provider's Batch API: no tools
             options.update(via="batch", tools=[], batch_poll=o.get("batch_poll"), batches=batches)
-        if o.get("estimate"):  # runs nothing: what it would cost, printed (u.estimate(...) gives the object)
-            print(map_rows(items, cmd.text, model=self.current_model(), estimate=True, **options))
+        if o.get("estimate"):  # runs nothing: what it would cost (against its --budget), printed
+            from ._magics_ops import estimated
+
+            print(estimated(map_rows(items, cmd.text, model=self.current_model(), estimate=True, **options),
+                            o.get("budget")))
             return None
         options["budget"] = o.get("budget")
         options["cache"] = False if o.get("no_cache") else (self.store or False)

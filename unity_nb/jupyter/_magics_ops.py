@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ..loop import LoopHandle
     from ._host import Host as UnityMagics
 
-__all__ = ("carry_spent", "resume_operator", "spent_before_resume", "start_operator")
+__all__ = ("carry_spent", "estimated", "resume_operator", "spent_before_resume", "start_operator")
 
 _MAP_OPTIONS = ("max_steps", "rate", "tool_timeout", "budget")
 
@@ -27,6 +27,16 @@ def _items(magics: UnityMagics, expr: str, sub: str) -> Any:
     except Exception as err:  # noqa: BLE001 - said back as a usage error
         problem = f"cannot evaluate the items {expr!r}: {type(err).__name__}: {err}"
         raise UsageError(f"{problem}\n\n{HELP[sub]}") from None
+
+
+def estimated(est: Any, budget: float | None) -> Any:
+    """An estimate as ``--estimate`` prints it: with the line's ``--budget``, saying whether the run would fit it
+    (the budget is the line's as much as its rows are: never left out without a word)."""
+    from dataclasses import replace
+
+    from ..batch import Estimate
+
+    return replace(est, budget=budget) if budget is not None and isinstance(est, Estimate) else est
 
 
 def start_operator(magics: UnityMagics, cmd: Command, *, done: dict | None = None, resume_from: Any = None,
@@ -58,11 +68,12 @@ def start_operator(magics: UnityMagics, cmd: Command, *, done: dict | None = Non
     for key in _MAP_OPTIONS:
         if o.get(key) is not None:
             options[key] = o[key]
-    if o.get("estimate"):  # runs nothing: what it would cost, printed
-        options.pop("budget", None)
+    if o.get("estimate"):  # runs nothing: what it would cost (against its --budget), printed
+        budget = options.pop("budget", None)
         if o.get("expected_output_tokens") is not None:
             options["expected_output_tokens"] = o["expected_output_tokens"]
-        print(op.start(items, cmd.text, model=magics.current_model(), estimate=True, **given, **options))
+        print(estimated(op.start(items, cmd.text, model=magics.current_model(), estimate=True, **given, **options),
+                        budget))
         return None
     options["cache"] = False if o.get("no_cache") else (magics.store or False)  # as %unity map: the store's cache
     if o.get("backend") == "ray":  # every map of it on a Ray cluster
