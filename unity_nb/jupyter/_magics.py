@@ -82,7 +82,7 @@ class UnityMagics(Magics):
         super().__init__(shell, **kwargs)
         self.handles: dict[str, LoopHandle] = {}
         """Every operation started here, by name (live and finished)."""
-        self.shown = Widgets(shell)
+        self.shown = Widgets(shell, ask=self.ask_about)
         """The widgets shown here (see :class:`Widgets`)."""
         self.widgets: dict[str, Any] = self.shown.by_name
         """The newest widget of each operation name."""
@@ -572,6 +572,17 @@ class UnityMagics(Magics):
         self._steer(cmd, handle.inbox.answer(call, cmd.text))
 
     def _ask(self, cmd: Command) -> LoopHandle:
-        handle = start_ask(self._find(cmd), cmd.text)
+        handle = self.ask_about(self._find(cmd), cmd.text)
         self._show_widget(handle)
+        return handle
+
+    def ask_about(self, target: LoopHandle, question: str) -> LoopHandle:
+        """An Ask about ``target`` (``%unity ask``, and the Ask button of a widget shown here): an operation like the
+        others, in ``%unity list`` with its state and stopped by name (a model call that hangs too), named
+        ``ask-NAME`` (``ask-NAME-2``, ... while an earlier one of that name runs)."""
+        name = base = f"ask-{target.name}"
+        n = 2
+        while name in self.handles and not self.handles[name].done():
+            name, n = f"{base}-{n}", n + 1
+        handle = self.handles[name] = start_ask(target, question, name=name)
         return handle

@@ -11,6 +11,7 @@ to the page, ``widgets/handle.js``): a dead widget (kernel gone) or a missing on
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from ..loop import LoopHandle
@@ -56,8 +57,10 @@ class Widgets:
     each execution, and JupyterLab the cells deleted since), a widget is retired too once no cell shows it: every
     cell it was shown in ran again (a front end clears a cell's outputs when it runs it) or was deleted."""
 
-    def __init__(self, shell: Any) -> None:
+    def __init__(self, shell: Any, *, ask: Callable[[LoopHandle, str], LoopHandle] | None = None) -> None:
         self.shell = shell
+        self.ask = ask
+        """How the widgets' Ask button starts an Ask (the magics': named and listed as an operation)."""
         self.by_name: dict[str, Any] = {}
         """The newest widget of each operation name."""
         self._open: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
@@ -98,7 +101,7 @@ class Widgets:
         """A new operation's widget, and its snapshot beside it; the one it replaces under ``key`` is retired."""
         from ._widget import HandleWidget
 
-        widget = HandleWidget(handle, max_hz=max_hz)
+        widget = HandleWidget(handle, max_hz=max_hz, ask=self.ask)
         if notice:
             widget.notice = notice
         key = key or handle.name
@@ -126,7 +129,7 @@ class Widgets:
 
         widget = self._open.get(handle.id)
         if widget is None or widget.comm is None or widget.retired:  # a retired one closes once the operation ends
-            widget = self._open[handle.id] = HandleWidget(handle, max_hz=max_hz)
+            widget = self._open[handle.id] = HandleWidget(handle, max_hz=max_hz, ask=self.ask)
             self._where.pop(handle.id, None)
         self._shown_in_cell(handle)
         show_with_snapshot(widget, handle)

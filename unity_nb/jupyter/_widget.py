@@ -333,7 +333,8 @@ class HandleWidget(anywidget.AnyWidget):
     cell_running = traitlets.Bool(False).tag(sync=True)
     """A cell runs now (kept only where ``subshells`` is false): a click then waits until it ends."""
 
-    def __init__(self, handle: LoopHandle, *, max_hz: float = 10.0, **kwargs: Any) -> None:
+    def __init__(self, handle: LoopHandle, *, max_hz: float = 10.0,
+                 ask: Callable[[LoopHandle, str], LoopHandle] | None = None, **kwargs: Any) -> None:
         anywidget_id, css = style()
         # the id names the version (anywidget's default is the class's dotted name), so a notebook
         # saved with another version cannot replace this one's stylesheet; given here, it is in the
@@ -349,6 +350,7 @@ class HandleWidget(anywidget.AnyWidget):
         """How many times state was sent (for benchmarks)."""
         self._flush_scheduled: asyncio.TimerHandle | None = None
         self._ask_handles: list[tuple[str, str, LoopHandle]] = []
+        self._ask = ask  # how the Ask button starts one (the magics': listed, stopped by name); else h.ask
         self._entry_counts: dict[str, tuple[int, int, int]] = {}
         self._retries: dict[str, Any] = {}  # loop id -> the retry it is waiting out (a model_retry event)
         self._streamed: dict[str, list[str]] = {}  # loop id -> text streamed in the model call under way
@@ -557,7 +559,7 @@ class HandleWidget(anywidget.AnyWidget):
             await rest
 
     async def _start_ask(self, h: LoopHandle, question: str) -> LoopHandle:
-        a = await h.ask(question)
+        a = self._ask(h, question) if self._ask is not None else await h.ask(question)
         self._ask_handles.append((h.id, question, a))
         a.run.add_listener(lambda _s, _e: self._on_ask_event())
         self.flush()

@@ -420,7 +420,8 @@ class LoopHandle(Loop):
 
 def start_ask(loop: LoopHandle, question: str, **options: Any) -> LoopHandle:
     """``loop.ask(question)`` without the ``await``: start the read-only loop answering ``question`` from a
-    snapshot of ``loop`` (its run's ``inspection``) and return its handle."""
+    snapshot of ``loop`` (its run's ``inspection``) and return its handle (named ``ask-<loop's name>`` unless
+    ``name=`` says otherwise)."""
     if not isinstance(question, str) or not question.strip():
         raise UserError("ask needs a non-empty question")
     run = loop.run
@@ -431,7 +432,8 @@ def start_ask(loop: LoopHandle, question: str, **options: Any) -> LoopHandle:
     tools = [ask_tool(c) for c in live] if ask_tool is not None else []
     model, max_steps = options.pop("model", loop.model), options.pop("max_steps", 6)
     return LoopHandle(
-        question, model=model, tools=tools, system=snapshot, name=f"ask-{loop.name}", bus=run.bus,
+        question, model=model, tools=tools, system=snapshot, name=options.pop("name", None) or f"ask-{loop.name}",
+        bus=run.bus,
         _kind="ask", _lineage=loop.run.lineage, detached=True, max_steps=max_steps, **options,
     )
 
