@@ -267,14 +267,17 @@ def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
             f"{name!r} ran inside {parent['name']!r}: resume that one (%unity resume {parent['name']})"
             f"\n\n{HELP['resume']}"
         )
-    from ._resume_needs import check_resumable
-
-    check_resumable(magics, row, budget=cmd.options.get("budget"))  # everything missing, said at once
-    kind = row.get("kind") or "loop"
-    if kind == "map":
-        return resume_map(magics, row, budget=cmd.options.get("budget"))
     from ..batch import OPERATORS
     from ._magics_ops import resume_operator
+    from ._resume_needs import check_resumable
+
+    kind = row.get("kind") or "loop"
+    if cmd.options.get("budget") is not None and kind != "map" and kind not in OPERATORS and not row.get("batch"):
+        raise UsageError(f"--budget is for a batch (%unity map, or an operator), which {name!r} is not (its kind: "
+                         f"{kind}): leave out --budget\n\n{HELP['resume']}")  # resumed, it would be dropped unsaid
+    check_resumable(magics, row, budget=cmd.options.get("budget"))  # everything missing, said at once
+    if kind == "map":
+        return resume_map(magics, row, budget=cmd.options.get("budget"))
 
     if kind in OPERATORS:  # %unity filter|extract|topk|join|agg, or an operator registered later
         return resume_operator(magics, row, budget=cmd.options.get("budget"))
