@@ -43,3 +43,31 @@ async def test_resume_budget_of_an_interrupted_act_from_the_store_is_refused_not
     hold.set()
     await tour.stop()
     other.close()
+
+
+def _oracle(messages, tools):
+    text = next(m["content"] for m in reversed(messages) if m["role"] == "user")
+    if "Decide for this row" in text:
+        return u.call_tool("submit_answer", keep="apples" in text, reason="read it")
+    if "Rate this row" in text:
+        return u.call_tool("submit_answer", score=int(text.split("item ")[-1].split()[0]) % 11, reason="r")
+    if "\nA:\n" in text:
+        return u.call_tool("submit_answer", better="A", reason="first")
+    return "a summary"
+
+
+async def test_expected_output_tokens_counts_in_an_operator_s_budget_as_in_a_map_s(ip):
+    u.set_price("scripted:priced-49", input=10.0, output=10.0)
+    items = [f"item {i} about apples" for i in range(40)]
+    ip.user_ns.update(m=u.ScriptedModel(_oracle, name="priced-49"), items=items)
+    ip.run_line_magic("unity", "model --var m")
+    # 40 rows of 5,000 tokens out: about $2, over a budget of $1 (the assumption, 80 a row, is a few cents)
+    for line in ("map items --budget 1 --expected-output-tokens 5000 Label {value}",
+                 "filter items --budget 1 --expected-output-tokens 5000 Is {value} about apples?"):
+        h = ip.run_line_magic("unity", line)
+        assert h.spending.expected_output_tokens == 5000, line
+        assert "exceeds its budget of $1.00" in (h.spending.note or ""), line
+        await asyncio.wait_for(h.wait_for("loop_finished", timeout=T), T)
+    best = ip.run_line_magic("unity", "topk items 2 --budget 5 --expected-output-tokens 30 Which item is biggest?")
+    await asyncio.wait_for(best.result(), T)
+    assert best.phases and all(p.spending.expected_output_tokens == 30 for p in best.phases)  # every phase's

@@ -185,8 +185,8 @@ TASK = Text("TASK", "a task after the items (and the options)", cell=True)
 RESUMED_ROWS = "%unity resume NAME after a dead kernel keeps the rows committed."
 ESTIMATE = Option("--estimate", FLAG, "run nothing; print rows, tokens in and out, dollars and minutes at the rate "
                   "limit (with --budget: whether the run would fit it).")
-EXPECTED_OUTPUT = Option("--expected-output-tokens", COUNT, "with --estimate: the output tokens of a row, in place of "
-                         "the assumption.", "N")
+EXPECTED_OUTPUT = Option("--expected-output-tokens", COUNT, "the output tokens of a row, in place of the assumption, "
+                         "in what --estimate prints and in what a --budget projects before the start.", "N")
 
 _DECLARED = (
     Subcommand(

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = ("carry_spent", "estimated", "resume_operator", "spent_before_resume", "start_operator")
 
-_MAP_OPTIONS = ("max_steps", "rate", "tool_timeout", "budget")
+_MAP_OPTIONS = ("max_steps", "rate", "tool_timeout", "budget", "expected_output_tokens")
 
 
 def _items(magics: UnityMagics, expr: str, sub: str) -> Any:
@@ -65,13 +65,11 @@ def start_operator(magics: UnityMagics, cmd: Command, *, done: dict | None = Non
                                "tools": [t for t in registered_tools() if not t.ref_only]}
     if o.get("via") == "batch":  # each phase through the provider's Batch API: one request a row, no tools
         options.update(via="batch", tools=[], batch_poll=o.get("batch_poll"))
-    for key in _MAP_OPTIONS:
+    for key in _MAP_OPTIONS:  # (--expected-output-tokens too: what a budget projects and reserves counts it)
         if o.get(key) is not None:
             options[key] = o[key]
     if o.get("estimate"):  # runs nothing: what it would cost (against its --budget), printed
         budget = options.pop("budget", None)
-        if o.get("expected_output_tokens") is not None:
-            options["expected_output_tokens"] = o["expected_output_tokens"]
         print(estimated(op.start(items, cmd.text, model=magics.current_model(), estimate=True, **given, **options),
                         budget))
         return None
