@@ -200,6 +200,25 @@ def test_an_estimate_with_a_budget_says_whether_the_run_would_fit_it(stored_shel
     assert "budget" not in capsys.readouterr().out
 
 
+def test_an_operator_s_estimate_with_a_budget_says_whether_it_fits_in_python_too():
+    """u.map / u.filter / u.topk / u.join / u.agg(..., estimate=True, budget=...): the budget is not dropped."""
+    u.set_price("scripted:estimated-48", input=10.0, output=10.0)
+    m = u.ScriptedModel(lambda m, t: "x", name="estimated-48")
+    items = pd.Series([f"text {i}" for i in range(40)], name="text")
+    made = {
+        "map": lambda b: u.map(items, "Is {text} good?", model=m, estimate=True, budget=b),
+        "filter": lambda b: u.filter(items, "Is {text} good?", model=m, estimate=True, budget=b),
+        "topk": lambda b: u.topk(items, 3, "Which is best?", model=m, estimate=True, budget=b),
+        "join": lambda b: u.join(items[:5], items[5:10], "Do {left.text} and {right.text} match?", model=m,
+                                 estimate=True, budget=b),
+        "agg": lambda b: u.agg(items, "Summarise", model=m, estimate=True, budget=b),
+    }
+    for name, make in made.items():
+        assert "Within its budget of $5.00" in str(make(5.0)), name
+        assert "Over its budget of $0.0010" in str(make(0.001)), name
+        assert "budget" not in str(make(None)), name
+
+
 # -- the kind of every loop in the store ----------------------------------------------------------------
 
 

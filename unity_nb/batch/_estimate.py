@@ -163,16 +163,17 @@ def estimate_map(
     the model's price and minutes at its rate limit. Reads ``items`` once (a generator is used up)."""
     model = model if model is not None else default_model("estimate")
     fields = output_model(output, columns)
-    via = options.pop("via", None)
+    via, budget = options.pop("via", None), options.pop("budget", None)  # the estimate says whether it fits
     for unused in ("batch_poll", "batch_max_requests", "batch_max_bytes", "batch_stop_wait", "batches"):
         options.pop(unused, None)
-    for unused in ("concurrency", "name", "bus", "done", "label", "budget", "cache", "kind", "parent", "resume_from"):
+    for unused in ("concurrency", "name", "bus", "done", "label", "cache", "kind", "parent", "resume_from"):
         options.pop(unused, None)
     tools = list(options.pop("tools", ()) or ())
     if fields is not None:
         tools.append(answer_tool(fields))
     est = estimate_rows(RowSource(items, task), model=model, options={"tools": tools, **options}, output=fields,
                         expected_output_tokens=expected_output_tokens, rate=rate)
+    est = dataclasses.replace(est, budget=budget) if budget is not None else est
     return at_batch_price(est, model) if via == "batch" else est
 
 
@@ -196,5 +197,5 @@ def combine(parts: list[Estimate], basis: str) -> Estimate:
         rows=rows, input_tokens=sum(p.input_tokens for p in parts), output_tokens=out,
         output_per_row=round(out / rows) if rows else 0, output_assumed=any(p.output_assumed for p in parts),
         model=first.model, price=first.price, dollars=dollars, minutes=minutes, limit=first.limit,
-        prompts=first.prompts, basis=basis,
+        prompts=first.prompts, basis=basis, budget=first.budget,
     )
