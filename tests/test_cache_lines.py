@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import threading
+import warnings
 
 import pytest
 
@@ -168,3 +169,40 @@ async def test_a_recording_queued_just_after_a_whole_rewrite_took_it_is_not_writ
     other.save()
     keys = [line.get("key") for line in _lines(fresh)[1:]]
     assert len(keys) == len(set(keys)) == 2
+
+
+async def test_recordings_that_cannot_be_written_are_said_once_and_written_once_they_can(tmp_path):
+    """A write that fails (a full disk, a directory that cannot be made) was kept in ``write_error`` and said to no
+    one: the recordings were lost at exit without a word. It is said once as it happens, and on the next reply."""
+    blocker = tmp_path / "recordings"
+    blocker.write_text("a file where the recordings' directory should be", encoding="utf-8")
+    path = blocker / "r.jsonl"
+    said: list[tuple[type, str]] = []
+    heard = threading.Event()
+
+    def show(message, category, *args, **kwargs):  # the writer thread's warning, as the person would see it
+        said.append((category, str(message)))
+        heard.set()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = show
+        model = u.CachedModel(u.ScriptedModel(_upper), path, mode="auto")
+        assert await _ask(model, "one") == ["ONE"]  # the call itself does not fail
+        assert await asyncio.to_thread(heard.wait, 10)
+        [(category, message)] = said
+        assert category is RuntimeWarning and str(path) in message and "could not write" in message
+        assert model.write_error is not None
+        two = u.start_loop("two", model=model, bus=u.EventBus())
+        assert await asyncio.wait_for(two.result(), 10) == "TWO"
+        [response] = [e for e in two.events if e.kind == "model_response"]
+        assert any("could not write its recordings" in w and str(path) in w for w in response.warnings)
+        three = u.start_loop("three", model=model, bus=u.EventBus())
+        assert await asyncio.wait_for(three.result(), 10) == "THREE"
+        [response] = [e for e in three.events if e.kind == "model_response"]
+        assert response.warnings == ()  # said once, not on every reply
+        blocker.unlink()  # the person makes room: every recording is written
+        model.save()
+        assert model.write_error is None
+        assert len(said) == 1
+    assert sorted(r["entry"]["content"] for r in _lines(path)[1:]) == ["ONE", "THREE", "TWO"]

@@ -35,10 +35,14 @@ _LIVE: weakref.WeakSet[CachedModel] = weakref.WeakSet()
 
 
 def _save_all(path: Path | None = None) -> None:
-    """Write every live CachedModel's unwritten recordings (of the file ``path`` only, if given)."""
+    """Write every live CachedModel's unwritten recordings (of the file ``path`` only, if given). A file that
+    cannot be written is said (a warning), and the others are still written."""
     for model in list(_LIVE):
         if path is None or model._resolved == path:
-            model.save()
+            try:
+                model.save()
+            except Exception:  # noqa: BLE001 - said, and the next model's recordings still written
+                model._warn_once()
 
 
 atexit.register(_save_all)
@@ -166,7 +170,11 @@ class CachedModel:
         self._writer: threading.Thread | None = None
         self._thread_lock = threading.Lock()
         self.write_error: BaseException | None = None
-        """The last error writing the file (the recordings stay in memory and are retried at the next write)."""
+        """The last error writing the file, ``None`` once a write succeeds (the recordings stay in memory and are
+        written again every few seconds while recording, and at exit). A failure is said once, as it happens (a
+        ``RuntimeWarning``), and on the next reply (``Reply.warnings``, recorded in its ``model_response`` event)."""
+        self._warned = False  # the current failure was said as a warning
+        self._noted = False  # ... and on a reply
         _LIVE.add(self)
 
     def __repr__(self) -> str:
@@ -193,7 +201,7 @@ class CachedModel:
                 thinking(reply.thinking)
             if reply.content and on_delta is not None:
                 on_delta(reply.content)
-            return reply
+            return self._noting(reply)
         if self.mode == "replay":
             raise CacheMiss(
                 f"CachedModel (replay only) has no recording for this request to {self.name!r}: "
@@ -201,7 +209,7 @@ class CachedModel:
                 key=key,
             )
         self.misses += 1
-        reply = await self.inner.complete(request, on_delta)
+        reply = self._noting(await self.inner.complete(request, on_delta))
         if reply.truncated:  # perhaps cut off: used this once, never replayed as if it were whole
             return reply
         entry = {
@@ -221,6 +229,24 @@ class CachedModel:
         self._recorded(key, entry)
         return reply
 
+    def _failure(self) -> str:
+        return (f"CachedModel could not write its recordings to {self.path} ({type(self.write_error).__name__}: "
+                f"{self.write_error}); they are kept in memory and written once the file can be written (tried again "
+                "every few seconds while recording, and at exit)")
+
+    def _warn_once(self) -> None:
+        """Say a failed write (a warning), once until a write succeeds."""
+        if self.write_error is not None and not self._warned:
+            self._warned = True
+            warnings.warn(self._failure(), RuntimeWarning, stacklevel=2)
+
+    def _noting(self, reply: Reply) -> Reply:
+        """``reply``, saying on it (once a failure) that recordings could not be written."""
+        if self.write_error is not None and not self._noted:
+            self._noted = True
+            reply.warnings.append(self._failure())
+        return reply
+
     def _recorded(self, key: str, entry: dict) -> None:
         self._pending.append((key, entry, _line({"key": key, "entry": entry})))
         with self._thread_lock:  # held only to start or retire the writer, never while writing
@@ -236,8 +262,8 @@ class CachedModel:
             self._wake.clear()
             try:
                 self.save()
-            except Exception as e:  # noqa: BLE001 - kept for the person; the lines stay pending and are retried
-                self.write_error = e
+            except Exception:  # noqa: BLE001 - said to the person; the lines stay pending and are retried
+                self._warn_once()
             if not woken:
                 with self._thread_lock:
                     if not self._pending:
@@ -249,17 +275,26 @@ class CachedModel:
         with self._write_lock:
             if not self._pending:
                 return
-            count = len(self._pending)  # the loop only appends: the first ``count`` stay where they are
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            if not self._lines or not self.path.exists():
-                self._rewrite()  # whole, once: a new file, or an older file converted (with what is pending)
-            else:
-                # a recording the last rewrite wrote whole (its entry set before the copy, queued just after it)
-                # is not appended again
-                done = self._rewritten
-                self._append(b"".join(p[2] for p in self._pending[:count] if done.get(p[0]) is not p[1]))
-                del self._pending[:count]
+            try:
+                self._write_pending()
+            except Exception as e:
+                self.write_error = e
+                raise
             self.write_error = None
+            self._warned = self._noted = False  # a later failure is said again
+
+    def _write_pending(self) -> None:
+        """(Under the write lock.)"""
+        count = len(self._pending)  # the loop only appends: the first ``count`` stay where they are
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self._lines or not self.path.exists():
+            self._rewrite()  # whole, once: a new file, or an older file converted (with what is pending)
+        else:
+            # a recording the last rewrite wrote whole (its entry set before the copy, queued just after it)
+            # is not appended again
+            done = self._rewritten
+            self._append(b"".join(p[2] for p in self._pending[:count] if done.get(p[0]) is not p[1]))
+            del self._pending[:count]
 
     def _rewrite(self) -> None:
         seen = len(self._pending)
