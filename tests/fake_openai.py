@@ -38,6 +38,7 @@ class Reply:
     usage: tuple[int, int] | None = None
     model: str | None = None
     stream_error_after: int | None = None  # streaming: send an in-stream error event after this many chunks
+    stream_error: dict | None = None  # that event's error object (default: a server_error, an overload)
     omit_finish: bool = False  # streaming: end cleanly ([DONE]) without any finish_reason
     omit_done: bool = False  # streaming: end the body cleanly without "data: [DONE]"
     raw_usage: dict | None = None  # the usage object as sent, whatever it holds (in place of usage=)
@@ -256,8 +257,8 @@ class FakeOpenAIServer:
             chunks.append({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
                            "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
         if reply.stream_error_after is not None:
-            chunks[reply.stream_error_after:] = [{"error": {"message": "fake overload in stream",
-                                                            "type": "server_error", "code": None}}]
+            error = reply.stream_error or {"message": "fake overload in stream", "type": "server_error", "code": None}
+            chunks[reply.stream_error_after:] = [{"error": error}]
         if (request.get("stream_options") or {}).get("include_usage"):
             chunks.append({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
                            "choices": [], "usage": usage_obj})

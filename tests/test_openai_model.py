@@ -462,6 +462,40 @@ async def test_an_error_inside_the_stream_is_retried(server, make_model):
     assert len(server.requests) == 2
 
 
+REFUSED = {
+    "context_length_exceeded": {"message": "This model's maximum context length is 8192 tokens.",
+                                "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"},
+    "invalid_api_key": {"message": "Incorrect API key provided.", "type": "invalid_request_error",
+                        "code": "invalid_api_key"},
+    "invalid_request_error": {"message": "Unrecognized request argument supplied: x",
+                              "type": "invalid_request_error", "code": None},
+}
+
+
+@pytest.mark.parametrize("code", list(REFUSED))
+async def test_an_error_inside_the_stream_that_refuses_the_request_is_not_retried(server, make_model, code):
+    """A code that says the request itself is bad was retried as if it passed: the same request, refused again."""
+    error = REFUSED[code]
+    server.script([R(content="partial text here", stream_error_after=2, stream_error=error), R("never asked for")])
+    with pytest.raises(u.ModelError) as err:
+        await asyncio.wait_for(make_model().complete(ask()), T)
+    said = str(err.value)
+    assert repr(code) in said and error["message"] in said and "not retried" in said and KEY not in said
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("error", [
+    {"message": "The server had an error processing your request.", "type": "server_error", "code": "server_error"},
+    {"message": "Rate limit reached for requests.", "type": "requests", "code": "rate_limit_exceeded"},
+    {"message": "Overloaded", "type": "overloaded_error"},
+    {"message": "The model is overloaded.", "status": "UNAVAILABLE"},
+], ids=["server_error", "rate_limit_exceeded", "overloaded_error", "UNAVAILABLE"])
+async def test_an_error_inside_the_stream_that_passes_is_retried(server, make_model, error):
+    server.script([R(content="partial text here", stream_error_after=2, stream_error=error), R("complete reply")])
+    reply = await asyncio.wait_for(make_model().complete(ask()), T)
+    assert reply.content == "complete reply" and len(server.requests) == 2
+
+
 async def test_a_stream_that_ends_cleanly_without_a_finish_reason_is_accepted(server, make_model):
     server.script([R(content="all of it", omit_finish=True), R(content="never asked for")])
     h = u.start_loop("go", model=make_model())

@@ -33,7 +33,10 @@ from typing import Any
 from .._json import loads
 from ._base import DeltaCallback, Reply, ToolCall, Usage, token_count
 
-__all__ = ("Assembler", "MalformedChunk", "ProviderError", "ReplyTooLong", "error_words", "provider_error")
+__all__ = (
+    "Assembler", "MalformedChunk", "ProviderError", "ReplyTooLong", "bare_error", "error_words", "provider_error",
+    "refused_code",
+)
 
 _RETRY_CODES = frozenset({408, 409, 429})
 _CALL_KEYS = frozenset({"index", "id", "type", "function"})
@@ -50,15 +53,48 @@ class MalformedChunk(ValueError):
     not one this client can read."""
 
 
-class ProviderError(Exception):
-    """The provider reported an error: in the stream, or as a JSON body with a success status."""
+_REFUSED = frozenset({
+    # OpenAI, Azure, DeepSeek, Groq, OpenRouter (type or code)
+    "invalid_request_error", "context_length_exceeded", "invalid_api_key", "authentication_error",
+    "permission_error", "not_found_error", "model_not_found", "request_too_large", "string_above_max_length",
+    "unsupported_parameter", "unsupported_value", "tool_use_failed", "content_filter", "content_policy_violation",
+    "insufficient_quota", "billing_hard_limit_reached", "bad_request",
+    # Google's statuses (Gemini)
+    "invalid_argument", "failed_precondition", "permission_denied", "unauthenticated", "not_found",
+})
+"""Text codes (an error's ``code``, ``type`` or ``status``, in any case; and any ``invalid_...``) that say the
+request itself is refused: the same request would be refused again, so it is not retried. Any other text code
+(``server_error``, ``rate_limit_exceeded``, ``overloaded_error``, ``UNAVAILABLE``...) is taken as passing."""
 
-    def __init__(self, message: str, code: Any = None) -> None:
+
+def refused_code(names: Any) -> str | None:
+    """The first of ``names`` (an error's text codes) that says the request itself is refused, or None."""
+    for name in names:
+        if isinstance(name, str) and not name.isdigit():
+            low = name.strip().lower()
+            if low in _REFUSED or low.startswith("invalid_"):
+                return name
+    return None
+
+
+class ProviderError(Exception):
+    """The provider reported an error: in the stream, or as a JSON body with a success status.
+
+    ``retryable``: a numeric code decides as an HTTP status would (429, 408, 409 and 5xx are retried); else a
+    text code that says the request itself is refused (``context_length_exceeded``, ``invalid_request_error``,
+    ``invalid_api_key``: :data:`_REFUSED`) is not retried, and ``refused`` names it; anything else is."""
+
+    def __init__(self, message: str, code: Any = None, names: tuple[Any, ...] = ()) -> None:
         super().__init__(message)
         self.code = code
         status = code if isinstance(code, int) else int(code) if isinstance(code, str) and code.isdigit() else None
         self.status_code = status
-        self.retryable = status is None or status in _RETRY_CODES or status >= 500
+        self.refused = refused_code((code, *names)) if status is None else None
+        """The text code that says the request itself is refused (then it is not retried), or None."""
+        if status is not None:
+            self.retryable = status in _RETRY_CODES or status >= 500
+        else:
+            self.retryable = self.refused is None
 
 
 def provider_error(payload: Any) -> ProviderError | None:
@@ -70,9 +106,20 @@ def provider_error(payload: Any) -> ProviderError | None:
         return None
     message = error_words(payload) or json.dumps(error, ensure_ascii=False)[:500]
     if isinstance(error, dict):
-        code = error.get("code") if error.get("code") is not None else error.get("status")
-        return ProviderError(message, code)
-    return ProviderError(message, payload.get("code") or payload.get("status"))
+        return _coded(message, error)
+    return _coded(message, payload)
+
+
+def bare_error(payload: Any) -> ProviderError:
+    """An error said outside the ``{"error": ...}`` shape (an ``error`` event, a bare JSON line): the payload, with
+    its own ``code``, ``type`` and ``status`` if it has them."""
+    message = json.dumps(payload, ensure_ascii=False)[:500]
+    return _coded(message, payload) if isinstance(payload, dict) else ProviderError(message)
+
+
+def _coded(message: str, error: dict) -> ProviderError:
+    code = error.get("code") if error.get("code") is not None else error.get("status")
+    return ProviderError(message, code, (error.get("type"), error.get("status")))
 
 
 def error_words(payload: Any) -> str | None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import json
 import math
 import os
 import random
@@ -25,7 +24,7 @@ from typing import Any
 
 from .._errors import ModelConfigError, ModelError
 from .._json import loads
-from ._assemble import Assembler, MalformedChunk, ProviderError, ReplyTooLong, provider_error
+from ._assemble import Assembler, MalformedChunk, ProviderError, ReplyTooLong, bare_error, provider_error
 from ._base import DeltaCallback, ModelRequest, Reply, Usage, retry_hook
 from ._limits import RateLimit, rate_limit_of
 from ._prices import prefetch as prefetch_prices
@@ -377,8 +376,10 @@ class OpenAIModel:
                     err = TransportError(f"no progress for {self.timeout:g} s (timeout={self.timeout:g})")
                 asked = _retry_after(err)
                 if not retryable or attempt >= self.max_retries:
+                    refused = getattr(err, "refused", None)
                     what = f"HTTP {status}" if status else (
-                        "incomplete stream" if isinstance(err, _Incomplete) else type(err).__name__)
+                        f"the provider's error {refused!r}, which says the request itself is refused: not retried"
+                        if refused else "incomplete stream" if isinstance(err, _Incomplete) else type(err).__name__)
                     wait = f" (the provider asked to wait {asked:g} s before trying again)" if asked else ""
                     raise ModelError(
                         self._scrub(f"model {self.name!r} failed ({what}) after {attempt + 1} attempt(s): {err}{wait}"),
@@ -514,7 +515,7 @@ def _stray(decoder: SSEDecoder) -> None:
             continue
         err = provider_error(payload)
         if err is None and name == b"error":
-            err = ProviderError(json.dumps(payload, ensure_ascii=False)[:500])
+            err = bare_error(payload)
         if err is not None:
             raise err
 
@@ -543,7 +544,7 @@ def _event(kind: str, data: bytes, asm: Assembler) -> bool:
             return False  # a named event of another protocol (ping, keep-alive): not ours
         raise _BadStream(f"a data line that is not JSON: {data[:200]!r}") from None
     if kind == "error" and provider_error(payload) is None:
-        raise ProviderError(json.dumps(payload, ensure_ascii=False)[:500])
+        raise bare_error(payload)
     if kind not in ("message", "error") and not (
         isinstance(payload, dict) and ("choices" in payload or "error" in payload)
     ):
