@@ -44,6 +44,7 @@ class Reply:
     raw_usage: dict | None = None  # the usage object as sent, whatever it holds (in place of usage=)
     close_after: bool = False  # close the connection after this response, without saying so
     trickle: float | None = None  # streaming: send the body one byte at a time, this many seconds apart
+    stall_body: bool = False  # an error status: send its head and half its body, then nothing until the client goes
 
 
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 408: "Request Timeout",
@@ -221,8 +222,20 @@ class FakeOpenAIServer:
         if reply.status != 200:
             kind = ("rate_limit_exceeded" if reply.status == 429
                     else "server_error" if reply.status >= 500 else "invalid_request_error")
-            self._send(writer, reply.status,
-                       {"error": {"message": f"fake error {reply.status}", "type": kind, "code": kind}}, reply.headers)
+            error = {"error": {"message": f"fake error {reply.status}", "type": kind, "code": kind}}
+            if reply.stall_body:
+                data = json.dumps(error).encode()
+                head = [f"HTTP/1.1 {reply.status} {_REASONS.get(reply.status, 'Status')}",
+                        "content-type: application/json", f"content-length: {len(data)}"]
+                head += [f"{k}: {v}" for k, v in reply.headers.items()]
+                writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + data[: len(data) // 2])
+                await writer.drain()
+                while await reader.read(65536):  # the rest never comes: wait for the client to hang up
+                    pass
+                self.disconnects += 1
+                await self._notify()
+                raise _Dropped
+            self._send(writer, reply.status, error, reply.headers)
             await writer.drain()
             return
         prompt = sum(len(str(m.get("content") or "")) for m in request.get("messages", [])) // 4 + 1

@@ -41,6 +41,7 @@ from ._transport import (
     TransportError,
     base_url_text,
     check_base_url,
+    stalled_status,
 )
 from ._wirecache import WireCache
 
@@ -367,13 +368,15 @@ class OpenAIModel:
                     f"the response was abandoned. To accept longer replies, raise the limit: "
                     f"OpenAIModel(..., max_reply_chars=...)"
                 )) from None
-            except (HTTPStatusError, TransportError, ProviderError, _Incomplete, TimeoutError) as err:
+            except (HTTPStatusError, TransportError, ProviderError, _Incomplete, TimeoutError) as caught:
+                err: Exception = caught
+                if isinstance(caught, TimeoutError):  # no progress; an error status whose body stalled says its status
+                    err = stalled_status(caught) or TransportError(
+                        f"no progress for {self.timeout:g} s (timeout={self.timeout:g})")
                 status = getattr(err, "status_code", None)
                 retryable = getattr(err, "retryable", None)
                 if retryable is None:
                     retryable = status is None or status in _RETRY_STATUS or status >= 500
-                if isinstance(err, TimeoutError):
-                    err = TransportError(f"no progress for {self.timeout:g} s (timeout={self.timeout:g})")
                 asked = _retry_after(err)
                 if not retryable or attempt >= self.max_retries:
                     refused = getattr(err, "refused", None)

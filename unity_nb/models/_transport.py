@@ -43,7 +43,7 @@ from ._urls import shown_url
 
 __all__ = (
     "ERROR_BODY_LIMIT", "AioHTTPTransport", "ClientTransport", "Deadline", "HTTPStatusError", "RequestBody", "Response",
-    "Silence", "Transport", "TransportError", "base_url_text", "check_base_url", "error_body_text",
+    "Silence", "Transport", "TransportError", "base_url_text", "check_base_url", "error_body_text", "stalled_status",
 )
 
 ERROR_BODY_LIMIT = 65536
@@ -59,17 +59,26 @@ class HTTPStatusError(Exception):
     ``response.headers``), with the provider's words from its body (:func:`error_body_text`)."""
 
     def __init__(
-        self, status: int, headers: Mapping[str, str], body: bytes | str, url: str = "", *, cut: bool = False
+        self, status: int, headers: Mapping[str, str], body: bytes | str, url: str = "", *, cut: bool = False,
+        stalled: float | None = None,
     ) -> None:
         self.status_code = status
         self.response = SimpleNamespace(headers=headers)
-        detail = error_body_text(body, cut=cut)
+        detail = error_body_text(body, cut=cut) if body or stalled is None else "(none of its body came)"
+        if stalled is not None:
+            detail += f" (then its body stalled: no more of it within timeout={stalled:g} s)"
         if status in (404, 405) and url:  # most often a base URL that misses its path (/v1): say where was asked
             detail += f" (the request went to {url})"
         if 300 <= status < 400:
             location = headers.get("location") or headers.get("Location")
             detail = f"redirect not followed{f' to {location}' if location else ' (no Location header)'} from {url}"
         super().__init__(f"Error code: {status} - {detail}")
+
+
+def stalled_status(timeout: BaseException) -> HTTPStatusError | None:
+    """The error status whose body was being read when the attempt's deadline came (``timeout``: the
+    ``TimeoutError`` its :class:`Deadline` raised), or None when no status had come."""
+    return getattr(timeout.__cause__, "status_error", None)
 
 
 def error_body_text(body: bytes | str, *, cut: bool = False) -> str:
@@ -319,6 +328,12 @@ class AioHTTPTransport:
                     size += len(piece)
             except (TimeoutError, aiohttp.ClientError, OSError):
                 pass  # what arrived before the body broke off is still the provider's
+            except asyncio.CancelledError as cancelled:
+                # a stop, or the caller's deadline (the body stalled): the status goes with the cancellation, and
+                # the deadline's TimeoutError is said as the status (stalled_status), not as "no progress"
+                cancelled.status_error = HTTPStatusError(  # type: ignore[attr-defined]
+                    resp.status, resp.headers, b"".join(pieces)[:ERROR_BODY_LIMIT], url, stalled=self.read_timeout)
+                raise
             finally:
                 resp.close()
             data = b"".join(pieces)
