@@ -28,7 +28,8 @@ a row's custom_id: True puts a second, other answer for it in the output file), 
 a custom_id no request had), ``garbled_counts`` (what every look says its ``request_counts`` are),
 ``content_gzip`` (bytes every ``GET /v1/files/{id}/content`` answers with instead, gzip-compressed: a gzip bomb),
 ``look_gzip`` (the same for every ``GET /v1/batches/{id}``), ``content_piece`` (a file's bytes are written in pieces
-of this many bytes, each flushed), ``crlf`` (a file's lines end with CRLF).
+of this many bytes, each flushed), ``crlf`` (a file's lines end with CRLF), ``moved_to`` (a base URL: every request
+is answered 307 to the same path there).
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ class BatchServer:
         self.twice: Callable[[str], bool] | None = None
         self.stranger = False
         self.garbled_counts: object = None
+        self.moved_to: str | None = None
         self.files: dict[str, dict] = {}
         self.batches: dict[str, dict] = {}
         self.uploads = 0
@@ -116,7 +118,13 @@ class BatchServer:
     # -- lifecycle --------------------------------------------------------------------------------
 
     async def start(self) -> BatchServer:
-        app = web.Application(client_max_size=1 << 30)
+        @web.middleware
+        async def moved(request: web.Request, handler: Any) -> web.StreamResponse:
+            if self.moved_to is not None:
+                raise web.HTTPTemporaryRedirect(self.moved_to.rstrip("/") + request.path_qs.removeprefix("/v1"))
+            return await handler(request)
+
+        app = web.Application(client_max_size=1 << 30, middlewares=[moved])
         app.router.add_post("/v1/files", self._upload)
         app.router.add_get("/v1/files/{id}/content", self._content)
         app.router.add_get("/v1/files/{id}", self._file)

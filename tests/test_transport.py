@@ -151,3 +151,41 @@ async def test_a_refused_connection_names_the_host_and_port(fast_path):
     with pytest.raises(u.ModelError, match=f"127.0.0.1:{port}"):
         await asyncio.wait_for(m.complete(ask()), T)
     await m.close()
+
+
+@pytest.fixture
+def persons_headers(monkeypatch):
+    """Headers the person set for the model's server (a gateway's key beside the API key, an organisation)."""
+    monkeypatch.setenv("OPENAI_CUSTOM_HEADERS", "X-Gateway-Key: gw-secret-42")
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-secret-42")
+
+
+@pytest.mark.parametrize("status", [307, 308, 302])
+async def test_a_redirect_to_another_host_is_not_followed_and_takes_no_key_nor_header_there(
+        no_proxy_env, persons_headers, status):
+    # aiohttp followed it, dropping Authorization only: the person's other headers (and the request) went along
+    async with FakeOpenAIServer() as srv, FakeOpenAIServer() as elsewhere:
+        elsewhere.script([R(content="from another host")])
+        moved = elsewhere.base_url + "/chat/completions"  # another port of the same address: another origin
+        srv.script([R(status=status, headers={"location": moved})])
+        async with u.OpenAIModel("m", base_url=srv.base_url, api_key=KEY) as m:
+            with pytest.raises(u.ModelError) as err:
+                await asyncio.wait_for(m.complete(ask()), T)
+        assert elsewhere.request_headers == [] and len(srv.requests) == 1  # nothing sent there, and not retried
+        said = str(err.value)
+        assert err.value.status == status and moved in said and "another host" in said and KEY not in said
+        assert srv.request_headers[0]["x-gateway-key"] == "gw-secret-42"
+
+
+async def test_a_redirect_within_the_same_host_is_followed_with_the_key_and_the_persons_headers(
+        no_proxy_env, persons_headers):
+    async with FakeOpenAIServer() as srv:
+        origin = srv.base_url.rsplit("/v1", 1)[0]
+        srv.script([R(status=307, headers={"location": origin + "/chat/completions"}), R(content="moved here")])
+        async with u.OpenAIModel("m", base_url=srv.base_url, api_key=KEY) as m:
+            reply = await asyncio.wait_for(m.complete(ask("the same")), T)
+        assert reply.content == "moved here"
+        first, second = srv.request_headers
+        for name in ("authorization", "x-gateway-key", "openai-organization"):
+            assert second[name] == first[name]
+        assert srv.requests[1] == srv.requests[0]  # the body posted again

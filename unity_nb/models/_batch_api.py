@@ -24,7 +24,7 @@ from .._json import loads
 from ._assemble import Assembler, MalformedChunk, ProviderError, ReplyTooLong, error_words
 from ._base import ModelRequest, Reply, Usage
 from ._prices import Price, price_of
-from ._transport import HTTPStatusError, TransportError, env_proxy, error_body_text
+from ._transport import HTTPStatusError, TransportError, env_proxy, error_body_text, follow_redirects
 
 __all__ = ("ENDPOINT", "BatchAPI", "FileTooLarge", "NoBatchAPI", "RowResult", "batch_api_of", "batch_price")
 
@@ -319,26 +319,34 @@ class BatchAPI:
         proxy = env_proxy(url)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=self.model.timeout)
 
+        def payload() -> dict:
+            return {"json": json_body, "data": form() if form is not None else None}
+
         async def once() -> Any:
             try:  # a session a request: a batch makes few requests, and none is left open between polls
-                async with aiohttp.ClientSession(timeout=timeout) as session, session.request(
-                    method, url, headers=headers, json=json_body, data=form() if form is not None else None,
-                    proxy=proxy,
-                ) as resp:
-                    if resp.status >= 300:
-                        raise HTTPStatusError(resp.status, resp.headers, await _head(resp, 65536), url)
-                    if each is not None:
-                        feed = each()
+                async with aiohttp.ClientSession(timeout=timeout) as session:
+                    resp = await session.request(method, url, headers=headers, proxy=proxy, allow_redirects=False,
+                                                 **payload())
+                    try:  # redirects are followed within the base URL's origin only (as the chat requests' are)
+                        resp, refused = await follow_redirects(session, resp, method, headers=headers, proxy=proxy,
+                                                               payload=payload)
+                        if resp.status >= 300:
+                            raise HTTPStatusError(resp.status, resp.headers, await _head(resp, 65536), str(resp.url),
+                                                  refused=refused)
+                        if each is not None:
+                            feed = each()
+                            async for piece in resp.content.iter_any():
+                                feed(piece)
+                            return feed
+                        pieces, size = [], 0
                         async for piece in resp.content.iter_any():
-                            feed(piece)
-                        return feed
-                    pieces, size = [], 0
-                    async for piece in resp.content.iter_any():
-                        pieces.append(piece)
-                        size += len(piece)
-                        if size > _JSON_MOST:
-                            break
-                    data = b"".join(pieces)
+                            pieces.append(piece)
+                            size += len(piece)
+                            if size > _JSON_MOST:
+                                break
+                        data = b"".join(pieces)
+                    finally:
+                        resp.release()
             except (TimeoutError, aiohttp.ClientError, OSError) as err:
                 raise TransportError(f"no response from {url}: {type(err).__name__}: {err}") from None
             if len(data) > _JSON_MOST:

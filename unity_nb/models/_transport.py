@@ -3,8 +3,9 @@
 - :class:`AioHTTPTransport`, the default: ``aiohttp`` with one connection pool per model. In a tool
   loop the HTTP stack under ``openai.AsyncOpenAI`` costs more CPU per streamed request than the rest
   of the loop together; aiohttp costs a fraction of it (``bench/bench_loop.py``) and does what a
-  well-kept client does: keep-alive, gzip and deflate, redirects (307 and 308 resend the body),
-  proxies from the environment (``HTTPS_PROXY``, ``NO_PROXY``), TLS and a connect timeout. Every header
+  well-kept client does: keep-alive, gzip and deflate, redirects (307 and 308 resend the body; within
+  the base URL's origin only, :func:`follow_redirects`: the key, the person's headers and the request go to no
+  other host), proxies from the environment (``HTTPS_PROXY``, ``NO_PROXY``), TLS and a connect timeout. Every header
   (the API key's above all) is the request's own, never the session's: aiohttp copies a session's
   default headers into what it sends the proxy (the CONNECT, and ``Proxy-Authorization``), and a proxy
   must never see the key. A proxy URL's own credentials (``http://user:pass@proxy``) are its Basic auth. Silence
@@ -43,7 +44,8 @@ from ._urls import shown_url
 
 __all__ = (
     "ERROR_BODY_LIMIT", "AioHTTPTransport", "ClientTransport", "Deadline", "HTTPStatusError", "RequestBody", "Response",
-    "Silence", "Transport", "TransportError", "base_url_text", "check_base_url", "error_body_text", "stalled_status",
+    "Silence", "Transport", "TransportError", "base_url_text", "check_base_url", "error_body_text", "follow_redirects",
+    "stalled_status",
 )
 
 ERROR_BODY_LIMIT = 65536
@@ -60,7 +62,7 @@ class HTTPStatusError(Exception):
 
     def __init__(
         self, status: int, headers: Mapping[str, str], body: bytes | str, url: str = "", *, cut: bool = False,
-        stalled: float | None = None,
+        stalled: float | None = None, refused: str = "",
     ) -> None:
         self.status_code = status
         self.response = SimpleNamespace(headers=headers)
@@ -72,6 +74,8 @@ class HTTPStatusError(Exception):
         if 300 <= status < 400:
             location = headers.get("location") or headers.get("Location")
             detail = f"redirect not followed{f' to {location}' if location else ' (no Location header)'} from {url}"
+            if refused:
+                detail += f": {refused}"
         super().__init__(f"Error code: {status} - {detail}")
 
 
@@ -233,6 +237,49 @@ class Response:
         await self._close()
 
 
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_MAX_REDIRECTS = 10
+
+
+def _origin(url: Any) -> tuple[str, str | None, int | None]:
+    return url.scheme, url.host, url.port  # yarl: the host in lower case, the scheme's port when none is written
+
+
+async def follow_redirects(
+    session: Any, resp: Any, method: str, *, headers: Any, proxy: str | None, payload: Callable[[], dict],
+) -> tuple[Any, str]:
+    """Follow the redirects ``resp`` (an aiohttp response to a request sent with ``allow_redirects=False``) asks,
+    as aiohttp would (307 and 308 send the request again with its body, ``payload()`` giving the keywords that
+    carry it; 301 and 302 of a POST, and 303, ask a GET without a body), but within the first request's origin
+    (scheme, host and port) only: the request, its key and every header the person set go to no other host
+    (aiohttp drops only Authorization and cookies on the way to another host, and sends the rest, body included).
+
+    Gives the last response, and, when it is a redirect not followed, why (``""`` otherwise)."""
+    import yarl
+
+    origin = _origin(resp.url)
+    for _ in range(_MAX_REDIRECTS):
+        location = resp.headers.get("Location") or resp.headers.get("URI")
+        if resp.status not in _REDIRECTS or not location:
+            return resp, ""
+        try:
+            target = resp.url.join(yarl.URL(location))
+        except ValueError:
+            return resp, "its Location is not a URL"
+        if _origin(target) != origin:
+            return resp, (
+                "it leads to another host (scheme, host and port) than the base URL's, where neither the request "
+                "nor its key and headers are sent; if the server has moved, give its new address as base_url=")
+        asks_get = resp.status == 303 or (resp.status in (301, 302) and method == "POST")
+        method = "GET" if asks_get else method
+        resp.release()
+        resp = await session.request(method, target, headers=headers, proxy=proxy, allow_redirects=False,
+                                     **({} if asks_get else payload()))
+    if resp.status in _REDIRECTS:
+        return resp, f"more than {_MAX_REDIRECTS} redirects"
+    return resp, ""
+
+
 class AioHTTPTransport:
     """POST JSON with aiohttp; one pool per model, made on first use in the running event loop."""
 
@@ -307,8 +354,14 @@ class AioHTTPTransport:
 
         url = self.base_url + path
         session = self._pool()
+        refused = ""
         try:
-            resp = await session.post(url, data=body.encoded(), headers=self._headers, proxy=self._proxy)
+            data = body.encoded()
+            resp = await session.post(url, data=data, headers=self._headers, proxy=self._proxy, allow_redirects=False)
+            if resp.status in _REDIRECTS:  # followed within the base URL's origin only
+                resp, refused = await follow_redirects(session, resp, "POST", headers=self._headers,
+                                                       proxy=self._proxy, payload=lambda: {"data": data})
+                url = str(resp.url)
         except aiohttp.ClientConnectorError as err:
             reason = err.os_error.strerror if getattr(err.os_error, "strerror", None) else err.os_error
             raise TransportError(f"cannot connect to {err.host}:{err.port} ({url}): {reason}") from None
@@ -336,10 +389,10 @@ class AioHTTPTransport:
                 raise
             finally:
                 resp.close()
-            data = b"".join(pieces)
-            if len(data) > ERROR_BODY_LIMIT:
-                data, cut = data[:ERROR_BODY_LIMIT], True
-            raise HTTPStatusError(resp.status, resp.headers, data, url, cut=cut)
+            said = b"".join(pieces)
+            if len(said) > ERROR_BODY_LIMIT:
+                said, cut = said[:ERROR_BODY_LIMIT], True
+            raise HTTPStatusError(resp.status, resp.headers, said, url, cut=cut, refused=refused)
 
         async def close() -> None:
             if resp.content.is_eof():
