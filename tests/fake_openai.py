@@ -41,6 +41,7 @@ class Reply:
     stream_error: dict | None = None  # that event's error object (default: a server_error, an overload)
     omit_finish: bool = False  # streaming: end cleanly ([DONE]) without any finish_reason
     omit_done: bool = False  # streaming: end the body cleanly without "data: [DONE]"
+    drop_before_done: bool = False  # streaming: drop the connection after the last chunk (usage too), before [DONE]
     raw_usage: dict | None = None  # the usage object as sent, whatever it holds (in place of usage=)
     close_after: bool = False  # close the connection after this response, without saying so
     trickle: float | None = None  # streaming: send the body one byte at a time, this many seconds apart
@@ -302,6 +303,10 @@ class FakeOpenAIServer:
                     self.disconnects += 1
                     await self._notify()
                     raise _Dropped
+        if reply.drop_before_done:
+            await writer.drain()
+            writer.transport.abort()
+            raise _Dropped
         if not reply.omit_done:
             self._write_chunk(writer, b"data: [DONE]\n\n")
         writer.write(b"0\r\n\r\n")

@@ -463,8 +463,8 @@ async def test_an_error_inside_the_stream_is_retried(server, make_model):
 
 
 REFUSED = {
-    "context_length_exceeded": {"message": "This model's maximum context length is 8192 tokens.",
-                                "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"},
+    "context_length_exceeded": {"message": "This model's maximum context length is 8192 tokens.", "param": "messages",
+                                "type": "invalid_request_error", "code": "context_length_exceeded"},
     "invalid_api_key": {"message": "Incorrect API key provided.", "type": "invalid_request_error",
                         "code": "invalid_api_key"},
     "invalid_request_error": {"message": "Unrecognized request argument supplied: x",
@@ -494,6 +494,38 @@ async def test_an_error_inside_the_stream_that_passes_is_retried(server, make_mo
     server.script([R(content="partial text here", stream_error_after=2, stream_error=error), R("complete reply")])
     reply = await asyncio.wait_for(make_model().complete(ask()), T)
     assert reply.content == "complete reply" and len(server.requests) == 2
+
+
+async def test_the_tokens_a_failed_attempt_was_counted_are_in_the_reply_and_the_models_usage(server, make_model):
+    """An attempt the provider counted (its usage came) and that then failed was retried, and its tokens lost."""
+    server.script([R("the first, cut before its end", usage=(30, 7), drop_before_done=True),
+                   R("the whole answer", usage=(31, 5))])
+    m = make_model()
+    h = u.start_loop("go", model=m)
+    assert await asyncio.wait_for(h.result(), T) == "the whole answer"
+    assert len(retries(h)) == 1 and len(server.requests) == 2
+    [response] = [e for e in h.events if e.kind == "model_response"]
+    assert (response.input_tokens, response.output_tokens) == (61, 12)
+    assert any("1 failed attempt" in w and "30 tokens in and 7 out" in w for w in response.warnings)
+    assert (m.usage.input_tokens, m.usage.output_tokens) == (61, 12)
+    assert (h.usage.input_tokens, h.usage.output_tokens) == (61, 12)
+
+
+async def test_the_tokens_of_attempts_that_all_failed_are_in_the_models_usage_and_said(server, make_model):
+    server.script([R("cut before its end", usage=(30, 7), drop_before_done=True)])
+    m = make_model(max_retries=0)
+    with pytest.raises(u.ModelError) as err:
+        await asyncio.wait_for(m.complete(ask()), T)
+    assert "counted 30 tokens in and 7 out for 1 of the failed attempts" in str(err.value)
+    assert (m.usage.input_tokens, m.usage.output_tokens) == (30, 7)
+
+
+async def test_a_failed_attempt_without_usage_adds_nothing_it_cannot_know(server, make_model):
+    server.script([R(content="partial text here", drop_after_chunks=2), R("the whole answer", usage=(31, 5))])
+    m = make_model()
+    reply = await asyncio.wait_for(m.complete(ask()), T)
+    assert (reply.usage.input_tokens, reply.usage.output_tokens) == (31, 5) and reply.warnings == []
+    assert (m.usage.input_tokens, m.usage.output_tokens) == (31, 5)
 
 
 async def test_a_stream_that_ends_cleanly_without_a_finish_reason_is_accepted(server, make_model):

@@ -345,12 +345,28 @@ class OpenAIModel:
         transport: Any = self._transport
         if not getattr(transport, "ready", True):  # made ready before its turn (the turn's time is the send's)
             await transport.prepare()
+        failed, wasted = 0, Usage()  # attempts that failed after the provider counted them, and their tokens
         while True:
             try:
                 await limit.acquire(self._last_tokens)  # each attempt, retries too, takes its turn
-                reply = await self._attempt(payload, on_delta, limit)
+                try:
+                    reply = await self._attempt(payload, on_delta, limit)
+                except Exception as err:
+                    spent = getattr(err, "spent", None)
+                    if isinstance(spent, Usage):  # the provider said what it counted before the attempt failed
+                        failed += 1
+                        wasted += spent
+                        self.usage += spent
+                    raise
                 self._last_tokens = reply.usage.input_tokens + reply.usage.output_tokens
                 self.usage += reply.usage
+                if failed:  # spent on this reply: counted with it (the loop's spending, budgets)
+                    own = reply.usage
+                    reply.usage = Usage(own.input_tokens, own.output_tokens, own.estimated)
+                    reply.usage += wasted
+                    reply.warnings.append(
+                        f"the provider counted {wasted.input_tokens} tokens in and {wasted.output_tokens} out for "
+                        f"{failed} failed attempt(s) before this reply: they are in its usage")
                 return reply
             except (_BadStream, MalformedChunk) as err:  # not a protocol this client speaks: retrying cannot help
                 raise ModelError(
@@ -384,6 +400,9 @@ class OpenAIModel:
                         f"the provider's error {refused!r}, which says the request itself is refused: not retried"
                         if refused else "incomplete stream" if isinstance(err, _Incomplete) else type(err).__name__)
                     wait = f" (the provider asked to wait {asked:g} s before trying again)" if asked else ""
+                    if failed:  # no reply to count them with: the model's usage has them
+                        wait += (f" (the provider counted {wasted.input_tokens} tokens in and {wasted.output_tokens} "
+                                 f"out for {failed} of the failed attempts: they are in the model's usage)")
                     raise ModelError(
                         self._scrub(f"model {self.name!r} failed ({what}) after {attempt + 1} attempt(s): {err}{wait}"),
                         status=status if isinstance(status, int) else None,
@@ -406,30 +425,36 @@ class OpenAIModel:
     async def _attempt(
         self, payload: RequestBody, on_delta: DeltaCallback | None, limit: RateLimit | None = None
     ) -> Reply:
-        """One request, bounded by ``timeout`` of silence (each complete line of the stream resets it)."""
+        """One request, bounded by ``timeout`` of silence (each complete line of the stream resets it). An attempt
+        that fails after the provider reported its usage raises with that usage as the error's ``spent``."""
         asm = Assembler(self.name, on_delta, max_chars=self.max_reply_chars)
-        with Deadline() as deadline:
-            silence = Silence(self.timeout, deadline)
-            try:
-                response = await self._transport.open("/chat/completions", payload)
-                if limit is not None:
-                    limit.learn(response.headers)  # x-ratelimit-limit-* when the person set no limit
-                confirmed = True  # a whole JSON body, or a stream that said it ended
+        try:
+            with Deadline() as deadline:
+                silence = Silence(self.timeout, deadline)
                 try:
-                    ctype = response.content_type
-                    if ctype in ("application/json", "text/json") or ctype.endswith("+json"):
-                        await self._whole(response, asm)
-                    else:
-                        confirmed = await self._stream(response, asm, silence.alive)
+                    response = await self._transport.open("/chat/completions", payload)
+                    if limit is not None:
+                        limit.learn(response.headers)  # x-ratelimit-limit-* when the person set no limit
+                    confirmed = True  # a whole JSON body, or a stream that said it ended
+                    try:
+                        ctype = response.content_type
+                        if ctype in ("application/json", "text/json") or ctype.endswith("+json"):
+                            await self._whole(response, asm)
+                        else:
+                            confirmed = await self._stream(response, asm, silence.alive)
+                    finally:
+                        await response.close()
                 finally:
-                    await response.close()
-            finally:
-                silence.cancel()
-        if not asm.said_anything():
-            raise _Incomplete(
-                f"the stream from {self.name!r} ended without a reply: no text, no tool call, no refusal and no "
-                "finish_reason (a server out of slots answers so)"
-            )
+                    silence.cancel()
+            if not asm.said_anything():
+                raise _Incomplete(
+                    f"the stream from {self.name!r} ended without a reply: no text, no tool call, no refusal and no "
+                    "finish_reason (a server out of slots answers so)"
+                )
+        except Exception as err:
+            if asm.usage is not None:
+                err.spent = asm.usage  # type: ignore[attr-defined]
+            raise
         reply = asm.reply()
         if asm.usage is None:  # the provider reported none: estimated, and marked so
             reply.usage = _estimate(payload, reply)
