@@ -351,8 +351,8 @@ class OpenAIModel:
                 await limit.acquire(self._last_tokens)  # each attempt, retries too, takes its turn
                 try:
                     reply = await self._attempt(payload, on_delta, limit)
-                except Exception as err:
-                    spent = getattr(err, "spent", None)
+                except Exception as lost:
+                    spent = getattr(lost, "spent", None)
                     if isinstance(spent, Usage):  # the provider said what it counted before the attempt failed
                         failed += 1
                         wasted += spent
@@ -385,26 +385,28 @@ class OpenAIModel:
                     f"OpenAIModel(..., max_reply_chars=...)"
                 )) from None
             except (HTTPStatusError, TransportError, ProviderError, _Incomplete, TimeoutError) as caught:
-                err: Exception = caught
+                failure: Exception = caught
                 if isinstance(caught, TimeoutError):  # no progress; an error status whose body stalled says its status
-                    err = stalled_status(caught) or TransportError(
+                    failure = stalled_status(caught) or TransportError(
                         f"no progress for {self.timeout:g} s (timeout={self.timeout:g})")
-                status = getattr(err, "status_code", None)
-                retryable = getattr(err, "retryable", None)
+                status = getattr(failure, "status_code", None)
+                retryable = getattr(failure, "retryable", None)
                 if retryable is None:
                     retryable = status is None or status in _RETRY_STATUS or status >= 500
-                asked = _retry_after(err)
+                asked = _retry_after(failure)
                 if not retryable or attempt >= self.max_retries:
-                    refused = getattr(err, "refused", None)
+                    refused = getattr(failure, "refused", None)
                     what = f"HTTP {status}" if status else (
                         f"the provider's error {refused!r}, which says the request itself is refused: not retried"
-                        if refused else "incomplete stream" if isinstance(err, _Incomplete) else type(err).__name__)
+                        if refused else "incomplete stream" if isinstance(failure, _Incomplete)
+                        else type(failure).__name__)
                     wait = f" (the provider asked to wait {asked:g} s before trying again)" if asked else ""
                     if failed:  # no reply to count them with: the model's usage has them
                         wait += (f" (the provider counted {wasted.input_tokens} tokens in and {wasted.output_tokens} "
                                  f"out for {failed} of the failed attempts: they are in the model's usage)")
+                    said = f"model {self.name!r} failed ({what}) after {attempt + 1} attempt(s): {failure}{wait}"
                     raise ModelError(
-                        self._scrub(f"model {self.name!r} failed ({what}) after {attempt + 1} attempt(s): {err}{wait}"),
+                        self._scrub(said),
                         status=status if isinstance(status, int) else None,
                     ) from None
                 delay = asked
@@ -419,7 +421,7 @@ class OpenAIModel:
                 attempt += 1
                 hook = retry_hook.get()
                 if hook is not None:
-                    hook(attempt, self._scrub(f"{type(err).__name__}: {err}{capped}"), delay)
+                    hook(attempt, self._scrub(f"{type(failure).__name__}: {failure}{capped}"), delay)
                 await asyncio.sleep(delay)
 
     async def _attempt(
