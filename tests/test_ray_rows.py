@@ -102,3 +102,32 @@ async def test_an_error_that_fails_every_row_is_raised_as_the_model_s_error_on_r
         await model.close()
     assert errors["ray"].status == errors["local"].status == 401
     assert str(errors["ray"]) == str(errors["local"])
+
+
+async def test_a_batch_cancelled_without_a_stop_reason_ends_every_row_on_ray_as_locally(ray_cluster, serve, bus,  # noqa: F811
+                                                                                        tmp_path):
+    """Its task cancelled from outside (the event loop shutting down: no stop was asked, so no stop reason), a batch
+    ends each running row stopped, with the batch's reason, in the handle and in the store. On Ray, the rows
+    out on the cluster stayed "running" for good."""
+    s = serve(lambda body: Reply(content="ok", first_byte_delay=30.0))  # every reply would take 30 s
+    model = u.OpenAIModel("ray-m", base_url=s.url)
+    store = u.Store(str(tmp_path / "s.db"))
+    store.attach(bus)
+    for backend in ("local", "ray"):
+        asked = s.count
+        h = u.map([f"row {i}" for i in range(20)], "Say {value}", model=model, backend=backend, concurrency=4,
+                  name=f"cut-{backend}", bus=bus)
+        await s.reach(asked + 4)
+        h._task.cancel()  # not a stop: h.stop() always gives one
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(h.result(), 30)
+        c = h.rows.counts
+        assert c["running"] == 0 and c["finished"] == 0 and c["stopped"] >= 1, (backend, c)
+        assert c["stopped"] + c["not_started"] == 20, (backend, c)
+        assert set(h.failures["reason"]) == {"the batch was stopped"}, backend
+        ended = store.events(h.name, kind="row_finished")
+        assert len(ended) == c["stopped"] and {(e.status, e.reason) for e in ended} == {
+            ("stopped", "the batch was stopped")}, backend
+        assert "running" not in store.history().set_index("name").loc[h.name, "rows"], backend
+    store.close()
+    await model.close()

@@ -251,7 +251,7 @@ class RayEngine(MapEngine):
     # -- the drive ------------------------------------------------------------------------------------------
 
     async def drive(self) -> str:
-        run, book = self._run, self.book
+        book = self.book
         book.first_start = time.monotonic()
         loop = asyncio.get_running_loop()
         try:
@@ -269,9 +269,8 @@ class RayEngine(MapEngine):
                 if book.exhausted and self._fed_last and not self._sent and self._all_ended():
                     break
                 await asyncio.sleep(_POLL)
-        except asyncio.CancelledError:
-            if run.state.stop_reason is not None and self._control is not None:
-                await self._stopping(run.state.stop_reason)
+        except asyncio.CancelledError:  # a stop, or its task cancelled from outside (no reason): its rows stop
+            await self._stopping(self._stop_reason())
             raise
         except BaseException as err:  # the batch fails: its rows still out stop with it
             self._abandon(f"stopped: the batch failed ({reason_of(err)})")
@@ -513,7 +512,7 @@ class RayEngine(MapEngine):
         """Stop: every worker stops its rows (each reported stopped); rows never leased are not started."""
         deadline = time.monotonic() + _STOP_WAIT
         try:
-            while True:
+            while self._control is not None:
                 state = await asyncio.to_thread(self._take, True, reason, None)
                 self._take_state(state)
                 if state["in_flight"] == 0 or time.monotonic() > deadline:
@@ -521,7 +520,8 @@ class RayEngine(MapEngine):
                 await asyncio.sleep(0.05)
         except UnityError:
             pass
-        self._abandon(reason)
+        finally:  # every row still out ends so, also when this is cancelled or the cluster is gone
+            self._abandon(reason)
 
     def _abandon(self, reason: str) -> None:
         """The rows still out as the batch ends otherwise than finished: a leased one stopped, the others not
