@@ -3,6 +3,7 @@ the reason it ends with locally, and the batch's counts and money say what the l
 cluster of two worker processes, a loopback OpenAI-compatible server)."""
 
 import asyncio
+import json
 
 import pandas as pd
 import pytest
@@ -102,6 +103,36 @@ async def test_an_error_that_fails_every_row_is_raised_as_the_model_s_error_on_r
         await model.close()
     assert errors["ray"].status == errors["local"].status == 401
     assert str(errors["ray"]) == str(errors["local"])
+
+
+async def test_a_done_answer_that_no_longer_parses_is_asked_again_on_ray_as_locally(ray_cluster, serve, bus, tmp_path):  # noqa: F811
+    """A row ``done=`` holds is asked the same while its fields keep their names; an answer given for a field whose
+    type changed since no longer parses, and locally the row is asked again. On Ray, such a row of a Dataset (kept by
+    the control actor, no call) failed the whole batch as the kernel read it."""
+    frame = pd.DataFrame({"title": ["a", "b", "c"]})
+
+    def submit(score):
+        return Reply(tool_calls=[{"name": "submit_answer", "arguments": json.dumps({"score": score})}])
+
+    before = serve(lambda body: submit("high" if task_of(body) == "Rate b" else "7"))
+    store = u.Store(str(tmp_path / "s.db"))
+    store.attach(bus)
+    model = u.OpenAIModel("ray-m", base_url=before.url)
+    first = u.map(frame, "Rate {title}", columns="score", model=model, name="rated", bus=bus)
+    assert (await asyncio.wait_for(first.result(), 60))["score"].tolist() == ["7", "high", "7"]
+    done = u.finished_rows(store, "rated")
+    await model.close()
+    now = serve(lambda body: submit(3))  # the field is an int now: "7" still reads as one, "high" does not
+    model = u.OpenAIModel("ray-m", base_url=now.url)
+    local = u.map(frame, "Rate {title}", columns="score:int", model=model, done=done)
+    expected = await asyncio.wait_for(local.result(), 60)
+    assert expected["score"].tolist() == [7, 3, 7] and local.rows.kept == 2 and now.count == 1
+    on_ray = u.map(ray_cluster.data.from_pandas(frame), "Rate {title}", columns="score:int", model=model, done=done,
+                   backend="ray")
+    pd.testing.assert_frame_equal(await asyncio.wait_for(on_ray.result(), 120), expected)
+    assert on_ray.rows.kept == 2 and now.count == 2  # the row whose answer no longer parses, asked again
+    store.close()
+    await model.close()
 
 
 async def test_a_batch_cancelled_without_a_stop_reason_ends_every_row_on_ray_as_locally(ray_cluster, serve, bus,  # noqa: F811

@@ -138,12 +138,20 @@ class MapEngine(Driver):
 
     def _kept_answer(self, row: Row, done: Mapping[str, Any]) -> Any:
         rid = row_id(row.position, row_key(row.key), self.asked(row))
-        if rid not in done:
-            return None
+        return self._answer_of(done[rid]) if rid in done else None
+
+    def _answer_of(self, value: Any) -> Any:
+        """A kept row's answer as this run reads it, or ``None`` when it no longer parses (the answer's fields kept
+        their names, so it is asked the same, but a field's type changed since): the row is asked again."""
         try:
-            return parse_answer(done[rid], self.plan.output)
+            return parse_answer(value, self.plan.output)
         except ValueError:
             return None
+
+    def _still_answers(self, done: Mapping[str, Any]) -> dict[str, Any]:
+        """The rows of ``done`` whose answers still parse (:meth:`_answer_of`): kept where rows are made elsewhere
+        (a Ray cluster's blocks), which keeps them without parsing them."""
+        return {rid: value for rid, value in done.items() if self._answer_of(value) is not None}
 
     def asked(self, row: Row) -> str:
         """What ``row`` is asked (made once): the key a later run keeps its answer under."""

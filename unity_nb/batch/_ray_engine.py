@@ -331,7 +331,7 @@ class RayEngine(MapEngine):
         self._stage = f"reading the rows' blocks on {self._joined}"
         self._blocks, source.total = remote_blocks(self._ray, source.items, source.parsed)
         fields = ",".join(plan.output.model_fields) if plan.output is not None else ""
-        done, self._done_lazy = dict(self._done_lazy or {}), None
+        done, self._done_lazy = self._still_answers(self._done_lazy or {}), None  # the others asked again
         self._call(self._control.feed_blocks.remote(self._blocks, source.template, plan.model_name, fields, done,
                                                     plan.config.system))
         book.exhausted = True
