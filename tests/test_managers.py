@@ -440,7 +440,7 @@ async def test_data_ask_computes_on_a_scratch_copy_and_never_changes_the_namespa
     assert "value of the last expression: str: 'north'" in first
     assert "variables created:\n- worst: pd.DataFrame" in first and "scratch copy only" in first
     assert "stdout:\n2 -12.5" in second  # a later call sees the earlier one's names
-    assert "warning: the code changed the person's `items` in place" in mutated
+    assert "warning" not in mutated and namespace["items"] == [1, 2]  # the scratch copy's list took it
     assert failed.startswith("success: false") and "ZeroDivisionError" in failed
     assert set(namespace) == set(before) and namespace["sales"] is before["sales"]  # nothing assigned leaked
     assert len(namespace["sales"]) == 3 and "worst" not in namespace
@@ -470,6 +470,33 @@ async def test_data_code_that_writes_into_the_person_s_frame_or_array_changes_on
     assert "int: 3" in summed  # read, it is the person's array as it was
     assert namespace["sales"] is sales and sales["delta"].tolist() == [-12.5, 3.0]
     assert namespace["arr"] is arr and arr.tolist() == [0, 1, 2] and arr.flags.writeable
+
+
+async def test_data_code_that_changes_the_person_s_lists_dicts_and_sets_changes_only_its_scratch_copy(bus):
+    """The scratch copy held the person's very lists, dicts and sets: code changing one in place changed their data
+    (a warning said so after the fact, and not at all for a change deeper in, or in a list of more than 64 items)."""
+    inner = {"x": [1]}
+    namespace = {"records": [{"a": 1}, {"a": 2}], "config": {"k": inner, "again": inner}, "tags": {"red"},
+                 "pair": ([1], 2), "long": list(range(100)), "deep": [[[["bottom"]]]]}
+    namespace["config"]["self"] = namespace["config"]  # it holds itself
+    before = {k: repr(v) for k, v in namespace.items()}
+    held = dict(namespace)
+    model = u.ScriptedModel(steps(
+        u.call_tool("run_code", code=(
+            "records[0]['a'] = 99\nrecords.append({'a': 3})\nconfig['k']['x'].append(2)\ntags.add('blue')\n"
+            "pair[0].append(5)\nlong[50] = -1\ndeep[0][0][0][0] = 'changed'\nconfig['self']['new'] = 1")),
+        u.call_tool("run_code", code="print(records, config['again']['x'], config['new'], sorted(tags), pair, "
+                                     "long[50], deep)"),
+        answer="done",
+    ))
+    data = DataManager(namespace, model=model, bus=bus)
+    assert await data.ask("Change them") == "done"
+    changed, seen = results(model)
+    assert changed.startswith("success: true") and "warning" not in changed, changed
+    # the scratch copy keeps its changes for the next call (the dict held twice is one copy, as in the namespace)
+    assert "[{'a': 99}, {'a': 2}, {'a': 3}] [1, 2] 1 ['blue', 'red'] ([1, 5], 2) -1 [[[['changed']]]]" in seen
+    assert {k: repr(v) for k, v in namespace.items()} == before  # the person's data is as it was
+    assert all(namespace[k] is v for k, v in held.items()) and namespace["config"]["k"] is inner
 
 
 def test_data_without_a_namespace_outside_ipython_uses_its_own_dict(monkeypatch):

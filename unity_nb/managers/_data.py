@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -49,11 +50,34 @@ def _copy_on_write(pd: Any) -> bool:
         return False
 
 
-def _guarded(value: Any) -> Any:
-    """What the scratch copy holds for one of the person's values: a DataFrame or a Series as a shallow copy of it
-    (under Copy-on-Write a change the code makes in place, ``df.loc[0, "x"] = 1``, is the copy's alone), a numpy
-    array as a read-only view (a write raises, so the code learns it may not); anything else as it is (a change
-    to it in place is reported as a warning)."""
+_COPIED_ITEMS = 100_000
+"""Items of one of the person's values looked at (its lists', dicts', sets' and tuples', nested ones too) when its
+scratch copy is made: what lies past them is shared with the person's value (and watched)."""
+_COPIED_DEPTH = 50
+"""Containers within containers copied (deeper ones are shared, and watched)."""
+_ATOMS = frozenset({str, int, float, bool, bytes, complex, type(None)})
+
+
+def _guarded(value: Any, memo: dict[int, Any] | None = None) -> Any:
+    """What the scratch copy holds for one of the person's values: a list, dict or set as a copy of it, and of the
+    lists, dicts, sets and tuples within it (so ``items.append(3)`` or ``config["k"]["x"] = 1`` changes the copy
+    alone; the same object met twice is copied once: ``memo``, by id, shared by the values of one refresh); a
+    DataFrame or a Series as a shallow copy of it (under Copy-on-Write a change the code makes in place,
+    ``df.loc[0, "x"] = 1``, is the copy's alone), a numpy array as a read-only view (a write raises, so the code
+    learns it may not); anything else as it is (a change to it in place is reported as a warning when it shows)."""
+    return _copied(value, {} if memo is None else memo, [_COPIED_ITEMS], 0)
+
+
+def _copied(value: Any, memo: dict[int, Any], left: list[int], depth: int) -> Any:
+    kind = type(value)
+    if kind in _ATOMS:
+        return value
+    if id(value) in memo:
+        return memo[id(value)]
+    if isinstance(value, list | dict | set | tuple):
+        if depth > _COPIED_DEPTH or left[0] <= 0:
+            return value  # shared, and watched
+        return _container(value, memo, left, depth)
     pd, np = sys.modules.get("pandas"), sys.modules.get("numpy")
     try:
         if pd is not None and isinstance(value, pd.DataFrame | pd.Series) and _copy_on_write(pd):
@@ -67,6 +91,43 @@ def _guarded(value: Any) -> Any:
     return value
 
 
+def _container(value: Any, memo: dict[int, Any], left: list[int], depth: int) -> Any:
+    """A copy of a list, dict, set or tuple (its subclass kept: ``defaultdict``, ``Counter``, a namedtuple) and of
+    what it holds, within ``left`` items; the value itself when it cannot be copied (shared, and watched)."""
+    if isinstance(value, tuple):  # immutable itself: made anew only when something in it was copied
+        items = []
+        for item in value:
+            left[0] -= 1
+            items.append(_copied(item, memo, left, depth + 1) if left[0] > 0 else item)
+        if all(a is b for a, b in zip(items, value)):
+            return value
+        try:
+            new = type(value)(items) if type(value) is tuple else type(value)._make(items)  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - a tuple of its own kind: shared, and watched
+            return value
+        memo[id(value)] = new
+        return new
+    try:
+        new = copy.copy(value)
+    except Exception:  # noqa: BLE001 - it cannot be copied: shared, and watched
+        return value
+    memo[id(value)] = new  # before what it holds: a container holding itself is copied once
+    if isinstance(new, set):  # its items are hashable (immutable, as a rule): shared
+        left[0] -= len(new)
+        return new
+    try:
+        pairs = enumerate(new) if isinstance(new, list) else new.items()
+        for key, item in pairs:
+            left[0] -= 1
+            if left[0] <= 0:
+                break
+            if type(item) not in _ATOMS:
+                new[key] = _copied(item, memo, left, depth + 1)
+    except Exception:  # noqa: BLE001, S110 - a subclass that takes no item (or changes as it is read): the rest shared
+        pass
+    return new
+
+
 class DataManager(Manager):
     """The data in the notebook's namespace (DataFrames, Series, arrays, other variables):
     what there is, what it holds, and answers computed from it with pandas, without changing
@@ -74,9 +135,10 @@ class DataManager(Manager):
 
     Values are described compactly (type, shape, dtypes, a few rows), never dumped. Code its
     loops run sees the namespace through a scratch copy, so names it assigns never reach the
-    notebook; its DataFrames and Series are shallow copies (Copy-on-Write keeps a change made
-    in place to the copy) and its arrays read-only views; a change made in place to another shared
-    object is reported as a warning.
+    notebook; its lists, dicts and sets are copies (with the lists, dicts, sets and tuples they
+    hold), its DataFrames and Series shallow copies (Copy-on-Write keeps a change made in place
+    to the copy) and its arrays read-only views; a change made in place to another shared object
+    is reported as a warning.
     """
 
     alias = "data"
@@ -150,9 +212,10 @@ class DataManager(Manager):
             copy of the namespace: names you assign stay here for your later run_code calls,
             never reach the notebook. Do not modify the person's objects in place."""
             ns, hidden = manager._ns()
+            memo: dict[int, Any] = {}  # an object two of the person's values hold is copied once
             for k, v in ns.items():
                 if k not in own and not (k in scratch and origins.get(k) is v):  # (else its copy, as the code left it)
-                    scratch[k] = _guarded(v)
+                    scratch[k] = _guarded(v, memo)
                     origins[k] = v
             for alias, module in (("pd", "pandas"), ("np", "numpy")):
                 if alias not in scratch:
