@@ -216,6 +216,54 @@ async def test_a_store_damaged_while_a_loop_runs_harms_nothing_and_says_what_to_
     store.close()
 
 
+class Unwritable(Malformed):
+    """A connection whose writes fail otherwise than SQLite fails (an OSError from beneath it)."""
+
+    def execute(self, sql, *args):
+        if sql.startswith("INSERT INTO events"):
+            raise OSError(5, "Input/output error")
+        return self.db.execute(sql, *args)
+
+
+async def test_a_write_that_fails_otherwise_than_sqlite_fails_loses_nothing_and_says_so(tmp_path, caplog):
+    """A batch whose write raised anything but a sqlite3 error (an OSError, a value no JSON encoder took) was
+    dropped: its events were gone, and the error went up to whoever published the event."""
+    store = Store(tmp_path / "s.db")
+    seen: list[str | None] = []
+    store.add_problem_listener(seen.append)
+    common = {"loop_id": "l1", "lineage": ("odd",)}
+    cyclic: list = [1]
+    cyclic.append(cyclic)
+    odd = u.events.ModelResponse(**common, step=1, content="x",
+                                 tool_calls=({"id": "c", ("a", "b"): 1, "loop": cyclic},))
+    events = [u.events.LoopStarted(**common, name="odd", task="t", model="m"), odd,
+              u.events.LoopFailed(**common, error="boom", steps=1)]
+    for e in events:  # one batch: written with the loop's end
+        store.record(e)
+    assert store.waiting == 0 and store.problem is None
+    written = store.events("odd")
+    assert [e.kind for e in written] == ["loop_started", "model_response", "loop_failed"]
+    assert written[1].tool_calls == ({"id": "c", "('a', 'b')": 1, "loop": [1, "<list within itself>"]},)
+    assert store.find("odd")["status"] == "failed"
+
+    store._db = Unwritable(store._db)  # type: ignore[assignment]
+    common = {"loop_id": "l2", "lineage": ("later",)}
+    later = [u.events.LoopStarted(**common, name="later", task="t", model="m"),
+             u.events.ToolOutput(**common, call_id="c", name="n", text="out"),
+             u.events.LoopFailed(**common, error="boom", steps=1)]
+    for e in later:
+        store.record(e)
+    store.flush()  # never raises
+    assert store.waiting == 3 and "Input/output error" in (store.problem or "") and seen[-1] == store.problem
+    (logged,) = [r.getMessage() for r in caplog.records if r.name == "unity_nb.store"]  # once
+    assert logged.startswith("store: 3 events waiting; ") and "Input/output error" in logged
+    store._db = store._db.db  # type: ignore[attr-defined]
+    store.flush()  # the next try writes them, in order
+    assert store.waiting == 0 and store.problem is None and seen[-1] is None
+    assert store.events("later") == later
+    store.close()
+
+
 # ---------------------------------------------------------------------------- a full disk (item 10)
 
 

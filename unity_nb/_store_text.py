@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import orjson
 
@@ -21,9 +22,34 @@ def event_json(event: ev.Event) -> str:
     try:
         return _dumps(event).decode()
     except TypeError:  # orjson.JSONEncodeError is a TypeError
-        # model_dump_json's, ASCII (escapes read alike); a value JSON cannot hold is kept as its repr: one odd
-        # event must not cost the batch it is in
+        pass
+    # model_dump_json's, ASCII (escapes read alike); a value JSON cannot hold is kept as its repr: one odd
+    # event must not cost the batch it is in
+    try:
         return json.dumps(event.model_dump(), separators=(",", ":"), default=repr)
+    except (TypeError, ValueError, RecursionError):  # a dict keyed by a tuple, a list within itself, one too deep
+        return json.dumps(_plain(event.model_dump(), set(), 0), separators=(",", ":"), default=repr)
+
+
+_KEYS = (str, int, float, bool)
+_DEEPEST = 200
+
+
+def _plain(value: Any, within: set[int], depth: int) -> Any:
+    """``value`` as JSON holds it: a dict's key JSON takes none of as its repr, a dict or list within itself (or
+    deeper than ``_DEEPEST``) as a note saying so."""
+    if not isinstance(value, dict | list | tuple):
+        return value
+    if id(value) in within or depth > _DEEPEST:
+        return f"<{type(value).__name__} {'within itself' if id(value) in within else 'nested too deep'}>"
+    within.add(id(value))
+    try:
+        if isinstance(value, dict):
+            return {k if k is None or isinstance(k, _KEYS) else repr(k): _plain(v, within, depth + 1)
+                    for k, v in value.items()}
+        return [_plain(v, within, depth + 1) for v in value]
+    finally:
+        within.discard(id(value))
 
 
 def sqlite_text(value: str | None) -> str | None:

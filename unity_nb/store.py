@@ -17,8 +17,8 @@ session id and the loop's id (random, 64 bits: unique across kernels and time). 
 
 A file that cannot be used (damaged, not a database, in a folder that cannot be written) is a
 :class:`UserError` naming the file and what to do. When the file cannot take a batch (a full disk,
-a lock held too long), the events wait in memory, the problem is reported once (the log, and
-:attr:`Store.problem` for whoever shows it), and the backlog is written as soon as a later try succeeds.
+a lock held too long, an error of any other kind), the events wait in memory, the problem is reported once (the
+log, and :attr:`Store.problem` for whoever shows it), and the backlog is written as soon as a later try succeeds.
 """
 
 from __future__ import annotations
@@ -362,8 +362,10 @@ class Store:
             batch, self._pending = self._pending, []
             try:
                 self._write(batch)
-            except (sqlite3.Error, UserError) as err:
+            except BaseException as err:  # the file's (sqlite3.Error, an OSError) or anything else: none is dropped
                 self._pending = batch + self._pending  # kept for the next try: nothing is lost
+                if not isinstance(err, Exception):
+                    raise  # (an interrupt: the next try writes them)
                 self._trouble(err)
                 return
             if self._problem is not None:
@@ -381,9 +383,12 @@ class Store:
             kind, text = "full", "store: disk full, {n} events waiting (written when space returns): " + path
         elif code in _BUSY:
             kind, text = "busy", "store: the file is locked by another process, {n} events waiting: " + path
-        else:
+        elif isinstance(err, sqlite3.Error | UserError | OSError):
             reason = str(err) if isinstance(err, UserError) else str(_unusable(self.path, err))
             kind, text = "broken", "store: {n} events waiting; " + _literal(reason)
+        else:  # not the file's doing: said as it is
+            kind, text = "failed", ("store: {n} events waiting; writing them to " + path + " failed ("
+                                    + _literal(f"{type(err).__name__}: {err}") + "): tried again later")
         first = self._problem is None or self._problem[0] != kind
         self._problem = (kind, text)
         if first:
