@@ -153,6 +153,41 @@ async def test_resume_from_the_store_takes_only_an_interrupted_top_level_operati
     other.close()
 
 
+async def test_a_stored_map_line_with_an_option_given_twice_resumes_as_it_ran(ip, tmp_path):
+    """A ``%unity map`` line run by a version that took the last of an option given twice (a line typed so is refused
+    now) is in the store as it was typed: resuming it re-read it, and failed saying to give the option once, which
+    nobody can do to a stored line. It is read as it ran: the last one taken."""
+    hold = asyncio.Event()
+
+    async def before(messages, tools):
+        if messages[-1]["content"].endswith("b"):
+            await hold.wait()
+        return u.call_tool("submit_answer", label="then")
+
+    # another "kernel" on the same file, which ran the line with its version: --columns label, the last one
+    other = u.Store(str(tmp_path / "state.db"))
+    bus = u.EventBus()
+    other.attach(bus)
+    line = "items --columns score --columns label Rate {value}"
+    h = u.map(["a", "b"], "Rate {value}", columns="label", model=u.ScriptedModel(before), name="rated", label=line,
+              bus=bus)
+    await h.wait_for("row_finished")
+    other.flush()
+    other.execute("UPDATE sessions SET pid = 0 WHERE id = ?", (other.session,))  # that kernel's process is gone
+
+    ip.user_ns.update(items=["a", "b"], m=u.ScriptedModel(lambda m, t: u.call_tool("submit_answer", label="now")))
+    ip.run_line_magic("unity", "model --var m")
+    resumed = ip.run_line_magic("unity", "resume rated")
+    got = await asyncio.wait_for(resumed.result(), 10)
+    assert list(got.columns) == ["label"] and got["label"].tolist() == ["then", "now"]  # row a kept, b asked
+    assert resumed.rows.kept == 1
+    with pytest.raises(UsageError, match="option --columns is given twice"):  # as it is typed, still refused
+        ip.run_line_magic("unity", f"map {line}")
+    hold.set()
+    await h.stop()
+    other.close()
+
+
 async def test_a_message_to_a_task_another_kernel_runs_is_queued_for_it(ip, capsys):
     """%unity task message/run for a task running in another kernel sharing the store: queued for that kernel
     (never a second run here), and run says why it is refused."""

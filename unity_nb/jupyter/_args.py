@@ -467,8 +467,10 @@ def check_companions(cmd: Command) -> None:
                              f"{flag} (it would do nothing)\n{usage_hint(cmd.sub)}")
 
 
-def parse(line: str, cell: str | None = None) -> Command:
-    """``%unity`` line (and cell body) -> Command, read by the subcommand's declaration."""
+def parse(line: str, cell: str | None = None, *, stored: bool = False) -> Command:
+    """``%unity`` line (and cell body) -> Command, read by the subcommand's declaration. ``stored``: the line of an
+    operation the store kept, read back to resume it as it ran (a version before this one took the last of an option
+    given twice, where a line typed now is refused)."""
     line = line.strip()
     if not line or line in ("--help", "-h", "?"):  # `%unity?` reaches here as "?" (see jupyter/__init__.py)
         return Command("help")
@@ -483,4 +485,4 @@ def parse(line: str, cell: str | None = None) -> Command:
         return Command("help", name=topic)
     if rest.split()[:1] in (["--help"], ["-h"]):
         return Command("help", name=sub)
-    return parse_declared(declaration(sub), rest, cell, help=lambda: HELP[sub])
+    return parse_declared(declaration(sub), rest, cell, help=lambda: HELP[sub], stored=stored)

@@ -202,9 +202,10 @@ _OPTION = re.compile(r"""^--([A-Za-z][\w-]*)(?:=|\s+)("[^"]*"|'[^']*'|\S+)\s*"""
 class _Reader:
     """Reading one line by the declaration ``spec`` of the subcommand ``sub``; every error names where ``help()`` is."""
 
-    def __init__(self, spec: Subcommand, sub: str, help: Callable[[], str]) -> None:
+    def __init__(self, spec: Subcommand, sub: str, help: Callable[[], str], stored: bool = False) -> None:
         self.spec, self.sub, self.help = spec, sub, help
         self.path = f"%unity {spec.name}"
+        self.stored = stored  # a line the store kept: a version that took the last of an option given twice ran it
 
     def error(self, problem: str) -> UsageError:
         return UsageError(f"{problem}\n{usage_hint(self.sub)}")
@@ -219,7 +220,7 @@ class _Reader:
             raise self.error(f"{flag} is a flag: it takes no value")
         if value[:1] in "'\"" and value[-1:] == value[:1]:
             value = value[1:-1]
-        if option.key in options:  # which one was meant cannot be told: neither is taken silently
+        if option.key in options and not self.stored:  # which one was meant cannot be told: neither is taken
             raise self.error(f"option {flag} is given twice: give it once")
         try:
             options[option.key] = option.kind.convert(value)
@@ -233,7 +234,7 @@ class _Reader:
             flag = rest.split(maxsplit=1)[0]
             option = self.spec.option(flag)
             if option is not None and option.is_flag:
-                if option.key in options:
+                if option.key in options and not self.stored:
                     raise self.error(f"option {flag} is given twice: give it once")
                 options[option.key] = True
                 rest = rest[len(flag):].strip()
@@ -292,10 +293,12 @@ class _Reader:
         return cmd
 
 
-def parse_declared(spec: Subcommand, rest: str, cell: str | None, *, help: Callable[[], str]) -> Command:
-    """What follows ``%unity <spec.name>`` (and the cell), read by ``spec``; each error names where ``help()`` is."""
+def parse_declared(spec: Subcommand, rest: str, cell: str | None, *, help: Callable[[], str],
+                   stored: bool = False) -> Command:
+    """What follows ``%unity <spec.name>`` (and the cell), read by ``spec``; each error names where ``help()`` is.
+    ``stored``: a line read back from the store (to resume it), read as it ran: of an option given twice, the last."""
     if not spec.actions:
-        return _Reader(spec, spec.name, help).read(rest, cell)
+        return _Reader(spec, spec.name, help, stored).read(rest, cell)
     action, _, rest = rest.strip().partition(" ")
     if rest.split()[:1] in (["--help"], ["-h"]):  # %unity task new --help: the subcommand's help
         return Command("help", name=spec.name)
@@ -304,6 +307,6 @@ def parse_declared(spec: Subcommand, rest: str, cell: str | None, *, help: Calla
         got = f", not {action!r}" if action else ""
         raise UsageError(f"%unity {spec.name} takes an action: {', '.join(spec.action_names)}{got}\n"
                          f"{usage_hint(spec.name)}")
-    cmd = _Reader(chosen, spec.name, help).read(rest, cell)
+    cmd = _Reader(chosen, spec.name, help, stored).read(rest, cell)
     cmd.action = action
     return cmd

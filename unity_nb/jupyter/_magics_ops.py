@@ -134,7 +134,7 @@ def resume_operator(magics: UnityMagics, row: dict, *, budget: float | None = No
     sub = row["kind"]
     op = OPERATORS[sub]
     first, _, cell = (row["task"] or "").partition("\n")
-    cmd = parse(f"{sub} {first}", cell or None)
+    cmd = parse(f"{sub} {first}", cell or None, stored=True)
     if budget is not None:
         cmd.options["budget"] = budget
     name = row["name"]

@@ -322,7 +322,7 @@ def resume_map(magics: UnityMagics, row: dict, *, budget: float | None = None) -
     from ..batch import finished_rows
 
     first, _, cell = (row["task"] or "").partition("\n")
-    cmd = parse(f"map {first}", cell or None)
+    cmd = parse(f"map {first}", cell or None, stored=True)
     if budget is not None:  # %unity resume NAME --budget D: this run's cap, in place of its line's
         cmd.options["budget"] = budget
     name = row["name"]

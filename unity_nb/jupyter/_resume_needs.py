@@ -28,7 +28,7 @@ def _line(row: dict) -> Any:
         return None
     first, _, cell = (row["task"] or "").partition("\n")
     try:
-        return parse(f"{kind} {first}", cell or None)
+        return parse(f"{kind} {first}", cell or None, stored=True)
     except UsageError:
         return None
 
