@@ -264,6 +264,28 @@ async def test_a_write_that_fails_otherwise_than_sqlite_fails_loses_nothing_and_
     store.close()
 
 
+def test_an_event_no_try_can_write_is_left_out_saying_so_and_holds_up_no_other(tmp_path, caplog):
+    """An event SQLite cannot take (a value it cannot bind), in a batch with others: the others are written; it is
+    tried again with the next tries, then left out, said in the log and counted. Before, the whole batch waited for
+    it forever (the store wrote nothing more)."""
+    store = Store(tmp_path / "s.db")
+    common = {"loop_id": "l1", "lineage": ("bad",)}
+    bad = u.events.ToolOutput(**common, call_id="c", name="n", text="two", ts=complex(1, 2))  # no SQLite value
+    events = [u.events.LoopStarted(**common, name="bad", task="t", model="m"),
+              u.events.ToolOutput(**common, call_id="c", name="n", text="one"), bad,
+              u.events.LoopFailed(**common, error="boom", steps=1)]
+    for e in events:
+        store.record(e)
+    for _ in range(3):  # the tries: each writes what it can
+        store.flush()
+    assert store.waiting == 0 and store.problem is None and store.left_out == 1
+    assert [e.text for e in store.events("bad", kind="tool_output")] == ["one"]
+    assert store.find("bad")["status"] == "failed"  # the events after it written
+    (said,) = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert "a tool_output event of loop l1" in said and "ProgrammingError" in said
+    store.close()
+
+
 # ---------------------------------------------------------------------------- a full disk (item 10)
 
 

@@ -42,6 +42,13 @@ from typing import Any
 from . import events as ev
 from ._errors import UserError
 from ._store_batches import BATCH, history_frame, tree_tokens
+from ._store_errors import BUSY as _BUSY
+from ._store_errors import DAMAGED as _DAMAGED
+from ._store_errors import FULL as _FULL
+from ._store_errors import code as _code
+from ._store_errors import literal as _literal
+from ._store_errors import the_files as _the_files
+from ._store_errors import unusable as _unusable
 from ._store_reads import pid_alive, rebuild_transcript
 from ._store_schema import (
     INDEX_CATCH_UP,
@@ -75,43 +82,13 @@ _INDEX_EVERY = 1.0  # seconds between bringing the index of events by loop up to
 _LIVE = ("running", "paused", "waiting", "idle")
 _RETRY_FIRST, _RETRY_MAX = 1.0, 30.0
 """Seconds before the first retry of a batch the file could not take, doubling up to the second."""
-_DAMAGED = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
-_FULL = frozenset({sqlite3.SQLITE_FULL})
-_BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
-
+_TRIES_ALONE = 3
+"""Tries at writing an event that fails alone, the file taking others (not the file's error), before it is left out
+(said in the log, counted in :attr:`Store.left_out`)."""
 
 _ROWS = 50  # rows per INSERT statement: one statement per batch
 _INSERTS = ["", *("INSERT INTO events (loop_uid, kind, ts, data) VALUES " + ", ".join(["(?, ?, ?, ?)"] * n)
                   for n in range(1, _ROWS + 1))]
-
-
-def _code(err: BaseException) -> int | None:
-    code = getattr(err, "sqlite_errorcode", None)
-    return code & 0xFF if isinstance(code, int) else None
-
-
-def _literal(text: str) -> str:
-    """``text`` inside a ``str.format`` template."""
-    return text.replace("{", "{{").replace("}", "}}")
-
-
-def _unusable(path: str, err: BaseException) -> UserError:
-    """The error for a store file that cannot be used: which file, and what to do."""
-    if _code(err) in _BUSY:
-        return UserError(
-            f"the store file {path!r} is locked by another process ({err}), past the wait for it: another kernel "
-            "is writing it (or upgrading it to this version's format). Try again once that kernel is idle or "
-            "shut down, or set UNITY_NB_STORE to another file; the file itself is fine"
-        )
-    if _code(err) in _DAMAGED:
-        return UserError(
-            f"the store file {path!r} is damaged ({err}): move it aside (rename it, for example to "
-            f"{path + '.damaged'!r}; a new store is then made in its place) or set UNITY_NB_STORE to another file"
-        )
-    return UserError(
-        f"the store file {path!r} cannot be used ({err}): set UNITY_NB_STORE to a file in a folder you can write, "
-        "or move the file aside if it is damaged"
-    )
 
 
 def default_store_path() -> str:
@@ -173,6 +150,9 @@ class Store:
             raise _unusable(path, err) from None
         self._unsubscribe: list[Callable[[], None]] = []
         self._pending: list[ev.Event] = []
+        self._alone: dict[int, tuple[ev.Event, int]] = {}  # an event that failed alone: its tries so far
+        self.left_out = 0
+        """Events left out: each failed alone, the file taking others, :data:`_TRIES_ALONE` times (see the log)."""
         self._uids: dict[str, str] = {}
         self._steps_at: dict[str, float] = {}  # per running loop: when its row's step count was last written
         self._timer: tuple[asyncio.TimerHandle, asyncio.AbstractEventLoop] | None = None  # a write (or retry) armed
@@ -366,8 +346,19 @@ class Store:
                 self._pending = batch + self._pending  # kept for the next try: nothing is lost
                 if not isinstance(err, Exception):
                     raise  # (an interrupt: the next try writes them)
-                self._trouble(err)
-                return
+                if _the_files(err):
+                    self._trouble(err)
+                    return
+                del self._pending[:len(batch)]  # not the file's doing: each event alone, so one cannot hold the rest
+                for i, event in enumerate(batch):
+                    try:
+                        self._write([event])
+                    except Exception as one:  # noqa: BLE001 - each kept, or said
+                        if _the_files(one) or not self._unwritable(event, one):
+                            self._pending[:0] = batch[i:]
+                            self._trouble(one)
+                            return
+                self._alone.clear()  # every event of the batch written or left out
             if self._problem is not None:
                 self._recovered(len(batch))
             now = time.monotonic()
@@ -376,6 +367,22 @@ class Store:
                 with contextlib.suppress(sqlite3.Error, UserError):  # the next second's (or close's) catch-up does it
                     self._catch_up()
 
+    def _unwritable(self, event: ev.Event, err: Exception) -> bool:
+        """``event`` failed alone, the file taking others: the same error each try (not the file's, not a full
+        disk's) is an event no try will write. Tried :data:`_TRIES_ALONE` times over later tries, then left out,
+        said in the log (its kind, loop and the error): True when it is left out."""
+        key = id(event)
+        tries = self._alone.get(key, (event, 0))[1] + 1
+        if tries < _TRIES_ALONE:
+            self._alone[key] = (event, tries)
+            return False
+        self._alone.pop(key, None)
+        self.left_out += 1
+        log.warning("store: a %s event of loop %s could not be written to %s after %d tries (%s: %s): it is left "
+                    "out (%d so far)", event.kind, event.loop_id, self.path, tries, type(err).__name__,
+                    _literal(str(err))[:300], self.left_out)
+        return True
+
     def _trouble(self, err: BaseException) -> None:
         """Report once per kind of problem; keep the message's count current; schedule a retry."""
         code, path = _code(err), _literal(self.path)
@@ -383,7 +390,7 @@ class Store:
             kind, text = "full", "store: disk full, {n} events waiting (written when space returns): " + path
         elif code in _BUSY:
             kind, text = "busy", "store: the file is locked by another process, {n} events waiting: " + path
-        elif isinstance(err, sqlite3.Error | UserError | OSError):
+        elif _the_files(err):
             reason = str(err) if isinstance(err, UserError) else str(_unusable(self.path, err))
             kind, text = "broken", "store: {n} events waiting; " + _literal(reason)
         else:  # not the file's doing: said as it is
