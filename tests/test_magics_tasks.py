@@ -219,3 +219,17 @@ async def test_a_message_to_a_task_another_kernel_runs_is_queued_for_it(ip, caps
     assert [m["content"] for m in tm.messages(t.id) if m["role"] == "user"][-1] == "and also this"
     assert [x["summary"] for x in tm.turns(t.id)] == ["done", "done"]
     other.close()
+
+
+async def test_options_before_the_items_are_in_the_line_a_resume_reads_again(ip):
+    """``%unity map --columns label items ...``: the store kept the line from its items on, so a resume after a dead
+    kernel ran it without ``--columns`` (its rows answered as text, its kept rows not matching)."""
+    ip.user_ns.update(items=["a", "b"], m=u.ScriptedModel(lambda m, t: u.call_tool("submit_answer", label="x")))
+    ip.run_line_magic("unity", "model --var m")
+    h = ip.run_line_magic("unity", "map --columns label --max-steps 3 items Rate {value}")
+    got = await asyncio.wait_for(h.result(), 10)
+    assert list(got.columns) == ["label"]
+    store = magics(ip).store
+    store.flush()
+    stored = store.find(h.name)["task"]
+    assert stored == "--columns label --max-steps 3 items Rate {value}"  # %unity map <this> again: as it ran

@@ -260,8 +260,9 @@ class _Reader:
         spec, cell = self.spec, (cell or "").strip()
         cmd = Command(self.sub)
         options: dict[str, Any] = {}
+        # the line as typed, options before the items too: what a resume reads again (it ran with them)
+        cmd.line = "\n".join(t for t in (rest.strip(), cell) if t)
         rest = self.options(rest, options)
-        cmd.line = "\n".join(t for t in (rest, cell) if t)
         for arg in spec.args:
             value, _, after = rest.partition(" ")
             if not value or value.startswith("--"):
