@@ -498,7 +498,8 @@ async def test_an_error_inside_the_stream_that_passes_is_retried(server, make_mo
 
 async def test_the_tokens_a_failed_attempt_was_counted_are_in_the_reply_and_the_models_usage(server, make_model):
     """An attempt the provider counted (its usage came) and that then failed was retried, and its tokens lost."""
-    server.script([R("the first, cut before its end", usage=(30, 7), drop_before_done=True),
+    # its usage came (some servers send it before the end), then the connection broke before its finish_reason
+    server.script([R("the first, cut before its end", usage=(30, 7), omit_finish=True, drop_before_done=True),
                    R("the whole answer", usage=(31, 5))])
     m = make_model()
     h = u.start_loop("go", model=m)
@@ -512,12 +513,25 @@ async def test_the_tokens_a_failed_attempt_was_counted_are_in_the_reply_and_the_
 
 
 async def test_the_tokens_of_attempts_that_all_failed_are_in_the_models_usage_and_said(server, make_model):
-    server.script([R("cut before its end", usage=(30, 7), drop_before_done=True)])
+    server.script([R("cut before its end", usage=(30, 7), omit_finish=True, drop_before_done=True)])
     m = make_model(max_retries=0)
     with pytest.raises(u.ModelError) as err:
         await asyncio.wait_for(m.complete(ask()), T)
     assert "counted 30 tokens in and 7 out for 1 of the failed attempts" in str(err.value)
     assert (m.usage.input_tokens, m.usage.output_tokens) == (30, 7)
+
+
+async def test_a_stream_that_breaks_off_after_its_finish_reason_is_used_not_asked_again(server, make_model):
+    """The reply ended (its finish_reason and usage came), then the connection broke before [DONE]: asked again, it
+    was paid for twice."""
+    server.script([R("the whole answer", usage=(30, 7), drop_before_done=True), R("never asked for")])
+    m = make_model()
+    h = u.start_loop("go", model=m)
+    assert await asyncio.wait_for(h.result(), T) == "the whole answer"
+    assert retries(h) == [] and len(server.requests) == 1
+    [response] = [e for e in h.events if e.kind == "model_response"]
+    assert (response.input_tokens, response.output_tokens) == (30, 7)
+    assert any("broke off after its finish_reason" in w for w in response.warnings)
 
 
 async def test_a_failed_attempt_without_usage_adds_nothing_it_cannot_know(server, make_model):

@@ -430,6 +430,7 @@ class OpenAIModel:
         """One request, bounded by ``timeout`` of silence (each complete line of the stream resets it). An attempt
         that fails after the provider reported its usage raises with that usage as the error's ``spent``."""
         asm = Assembler(self.name, on_delta, max_chars=self.max_reply_chars)
+        confirmed, broke = False, None
         try:
             with Deadline() as deadline:
                 silence = Silence(self.timeout, deadline)
@@ -453,11 +454,22 @@ class OpenAIModel:
                     f"the stream from {self.name!r} ended without a reply: no text, no tool call, no refusal and no "
                     "finish_reason (a server out of slots answers so)"
                 )
+        except (TransportError, TimeoutError) as err:
+            if asm.finish is None or not asm.said_anything():
+                if asm.usage is not None:
+                    err.spent = asm.usage  # type: ignore[union-attr]
+                raise
+            broke = err  # the reply had ended (its finish_reason came): asked again, it would be paid for twice
         except Exception as err:
             if asm.usage is not None:
                 err.spent = asm.usage  # type: ignore[attr-defined]
             raise
         reply = asm.reply()
+        if broke is not None:
+            what = "no progress" if isinstance(broke, TimeoutError) else f"{type(broke).__name__}: {broke}"
+            reply.warnings.append(self._scrub(
+                f"the stream from {self.name!r} broke off after its finish_reason, before [DONE] ({what}): the reply "
+                "had ended, and is used as it is"))
         if asm.usage is None:  # the provider reported none: estimated, and marked so
             reply.usage = _estimate(payload, reply)
         if not confirmed and asm.finish is None:  # the body just ended: perhaps cut off (finish_reason inferred)
