@@ -503,3 +503,54 @@ async def test_a_link_in_an_answer_cannot_add_attributes_to_its_element(harness)
     assert await link.get_attribute("href") == url
     await link.hover()
     assert await harness.page.evaluate("() => window.unbPwned === undefined")
+
+
+# -- an Ask has a Stop of its own --------------------------------------------------------------------
+
+
+async def test_a_hanging_ask_is_stopped_by_its_own_button(harness):  # noqa: F811
+    """An Ask whose model call never answers: the Ask's own Stop button, clicked at a person's pace, stops it and
+    it shows "stopped"; the operation asked about goes on. Before, nothing in the widget could stop an Ask."""
+    from playwright.async_api import expect
+
+    from unity_nb.jupyter._widget import HandleWidget
+
+    gate, never = asyncio.Event(), asyncio.Event()
+
+    async def work(messages, tools):
+        if messages[0]["content"].startswith("You are inspecting another"):  # the Ask's own call: it hangs
+            await never.wait()
+        await gate.wait()
+        return "done"
+
+    async def delivered(w):
+        for click in await harness.page.evaluate(f"() => window.sentBy('{w.model_id}').splice(0)"):
+            w._on_custom(w, click, [])
+        async with asyncio.timeout(20):
+            await w.clicks.settled()
+        return await harness.show(w)
+
+    try:
+        h = u.start_loop("work", model=u.ScriptedModel(work), name="ship")
+        await h.wait_for("model_request", timeout=20)
+        w = HandleWidget(h)
+        widget = await harness.show(w)
+        box = widget.locator(".unb-controls .unb-input")
+        await box.click()
+        await box.press_sequentially("how far along?", delay=TYPING_DELAY)
+        await widget.locator(".unb-btn.unb-ask").click(delay=PRESS)
+        await delivered(w)
+        entry = widget.locator(".unb-ask-entry")
+        await expect(entry.locator(".unb-badge")).to_have_text("running")
+        stop = entry.locator(".unb-ask-stop")
+        await stop.click(delay=PRESS)
+        await delivered(w)
+        await expect(entry.locator(".unb-badge")).to_have_text("stopped")
+        await expect(stop).to_be_hidden()
+        assert not h.done()  # the operation asked about goes on
+        assert w.errors == []
+        gate.set()
+        assert await asyncio.wait_for(h.result(), 20) == "done"
+    finally:
+        gate.set()
+        never.set()

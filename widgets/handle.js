@@ -410,10 +410,27 @@ function render({ model, el }) {
         (!ended && node.status !== "waiting" && node.thinking ? `… ${node.thinking}` : "");
       v.retry.textContent = node.retry || "";
       v.top = top;
-      v.asks.innerHTML = "";
-      for (const a of asks.filter((a) => a.node === node.id)) {
-        v.asks.append(h("div", { class: "unb-ask-entry" }, h("span", { class: "unb-label" }, "asked"), ` ${a.question} `,
-          h("span", { class: `unb-badge unb-${a.status}` }, a.status), h("div", { class: "unb-text" }, a.answer || "")));
+      // each Ask's entry kept by its id and changed in place: its Stop button stays under a person's pointer
+      const mine = asks.filter((a) => a.node === node.id);
+      const askViews = v.askViews || (v.askViews = new Map());
+      for (const [id, av] of askViews) if (!mine.some((a) => a.id === id)) { av.box.remove(); askViews.delete(id); }
+      for (const a of mine) {
+        let av = askViews.get(a.id);
+        if (!av) {
+          const badge = h("span", { class: "unb-badge" });
+          const stop = h("button", { class: "unb-btn unb-ask-stop", title: "Stop this Ask (its model call too)",
+            onclick: () => { stop.disabled = true; send("stop", a.id, "stopped from the widget"); } }, "Stop");
+          const text = h("div", { class: "unb-text" });
+          const box = h("div", { class: "unb-ask-entry", "data-ask": a.id }, h("span", { class: "unb-label" }, "asked"),
+            ` ${a.question} `, badge, " ", stop, text);
+          av = { box, badge, stop, text };
+          askViews.set(a.id, av);
+        }
+        if (av.box.parentNode !== v.asks) v.asks.append(av.box); // never moved once there: a click lands
+        av.badge.className = `unb-badge unb-${a.status}`;
+        av.badge.textContent = a.status;
+        av.stop.hidden = ["finished", "failed", "stopped"].includes(a.status);
+        av.text.textContent = a.answer || "";
       }
     }
     // move only the nodes that changed place: a button taken out of the page between a person's

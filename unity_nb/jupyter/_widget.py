@@ -31,6 +31,7 @@ from typing import Any
 import anywidget
 import traitlets
 
+from .._errors import Stopped
 from ..loop import VERBS, LoopHandle, Message, pending_approvals, was_skipped
 from ._batch_view import preview
 from ._buttons import verb_buttons
@@ -438,7 +439,7 @@ class HandleWidget(anywidget.AnyWidget):
                       "name": None}, *(_entry(m) for m in tail)] if omitted else [])
                 self._entry_counts[h.id] = signature
         asks = [
-            {"node": nid, "question": _clip(q, 500), "status": a.status.value,
+            {"node": nid, "id": a.id, "question": _clip(q, 500), "status": a.status.value,
              "answer": _clip(a.state.answer or a.state.streaming_text)}
             for nid, q, a in self._ask_handles
         ]
@@ -502,6 +503,9 @@ class HandleWidget(anywidget.AnyWidget):
         for h in self.handle.tree:
             if h.id == node_id:
                 return h
+        for _n, _q, a in self._ask_handles:  # an Ask shown here (its Stop button)
+            if a.id == node_id:
+                return a
         raise ValueError(f"no operation {node_id!r} in the widget of {self.handle.name!r}")
 
     def _on_custom(self, _widget: Any, content: dict, _buffers: Any) -> None:
@@ -578,6 +582,8 @@ class HandleWidget(anywidget.AnyWidget):
     async def _ask_answered(self, a: LoopHandle) -> None:
         try:
             await a.result()
+        except Stopped:  # stopped by the person (its Stop, %unity stop): its entry says so, no click failed
+            pass
         finally:
             self.flush()
 
