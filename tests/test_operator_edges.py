@@ -4,6 +4,7 @@ its label, and a bound an aggregate hits is said."""
 import asyncio
 
 import pandas as pd
+import pytest
 from test_operators import scripted, task_of
 
 import unity_nb as u
@@ -120,3 +121,29 @@ async def test_a_join_keeps_the_reason_of_each_failed_pair_where_labels_repeat(b
     why = pairs.attrs["reasons"][("L", "R")]  # two pairs labelled (L, R): both reasons said
     assert set(pairs.attrs["reasons"]) == {("L", "R")} and pairs.empty
     assert "cannot compare one" in why and "cannot compare two" in why
+
+
+async def test_an_answer_missing_a_field_or_not_json_is_sent_back_once_then_its_row_fails_saying_why(bus):
+    calls = {"missing": 0, "garbled": 0}
+
+    def script(messages, tools):
+        text = task_of(messages)
+        if "garbled" in text:
+            calls["garbled"] += 1
+            return u.ToolCall("submit_answer", arguments='{"method": "survey", ')  # not JSON
+        calls["missing"] += 1
+        return u.call_tool("submit_answer", method="survey")  # no size
+
+    rows = pd.Series(["missing a", "garbled b"], index=["m", "g"])
+    h = u.extract(rows, "From {value}", columns="method,size:int", model=u.ScriptedModel(script), bus=bus)
+    with pytest.raises(u.UnityError, match="every row of the batch failed"):
+        await asyncio.wait_for(h.result(), 10)
+    assert calls == {"missing": 2, "garbled": 2}  # sent back once each: not again and again up to max_steps (30)
+    why = h.results().attrs["reasons"]
+    assert "did not validate twice" in why["m"] and "size" in why["m"] and "Field required" in why["m"]
+    assert "did not validate twice" in why["g"] and "not JSON" in why["g"]
+    kept = u.filter(pd.Series(["one"]), "Is {value} good?", bus=bus,
+                    model=u.ScriptedModel(lambda m, t: u.call_tool("submit_answer", keep=True)))  # no reason
+    with pytest.raises(u.UnityError):
+        await asyncio.wait_for(kept.result(), 10)
+    assert kept.steps == 2 and "reason" in kept.results().attrs["reasons"][0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -280,26 +281,51 @@ def _problems(err: pydantic.ValidationError) -> str:
     )
 
 
+_UNREAD = " unread"
+"""The key :class:`_AnswerTool` hands ``submit_answer`` what made its arguments unreadable under (no field's name)."""
+
+
+@dataclasses.dataclass(slots=True)
+class _AnswerTool(Tool):
+    """``submit_answer``: its arguments go to the tool as they came, so the tool counts every answer it cannot take
+    (arguments that are not JSON, a field missing) and fails the row at the second, instead of the loop's own check
+    sending them back at every step up to ``max_steps``."""
+
+    def parse(self, arguments: str) -> dict[str, Any]:
+        try:
+            raw = json.loads(arguments or "{}")
+        except ValueError as err:
+            return {_UNREAD: f"the arguments are not JSON ({err}; got {_short(arguments)})"}
+        if not isinstance(raw, dict):
+            return {_UNREAD: f"the arguments are not a JSON object (got {_short(raw)})"}
+        return raw
+
+
 def answer_tool(output: type[pydantic.BaseModel]) -> Tool:
     """``submit_answer``: the tool through which a row's model gives its structured answer (it ends the row). An
-    answer that does not validate is sent back once, saying what is wrong; a second invalid one fails the row."""
+    answer that does not validate (its arguments not JSON, a field missing or mistyped) is sent back once, saying what
+    is wrong; a second invalid one fails the row."""
     misses: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+    names = output.model_fields
 
     async def submit(**fields: Any) -> str:
         call = current_call()
-        try:
-            value = output.model_validate(fields)
-        except pydantic.ValidationError as err:
-            problems = _problems(err)
+        problems = fields.pop(_UNREAD, None)
+        if problems is None:
+            try:
+                value = output.model_validate({k: v for k, v in fields.items() if k in names})
+            except pydantic.ValidationError as err:
+                problems = _problems(err)
+        if problems is not None:
             if call is None:
-                raise ValueError(problems) from None
+                raise ValueError(problems)
             misses[call.loop] = tried = misses.get(call.loop, 0) + 1
             if tried >= 2:
                 reason = f"the answer did not validate twice: {problems}"
                 call.loop.run.finish_with(Invalid(reason), reason)
                 return reason
             raise ValueError(f"the answer does not validate: {problems}. Call submit_answer again with "
-                             f"{output.__name__}'s fields as typed: {_types(output)}") from None
+                             f"{output.__name__}'s fields as typed: {_types(output)}")
         if call is not None:
             call.loop.run.finish_with(value, value.model_dump_json())
         return "answer recorded"
@@ -310,8 +336,8 @@ def answer_tool(output: type[pydantic.BaseModel]) -> Tool:
         "Calling this ends the work on the row." + (f" {doc.strip()}" if doc.strip() and output.__doc__ != _DOC
                                                        else "")
     )
-    return Tool(name="submit_answer", description=description, fn=submit, params=_loose(output), ctx_param=None,
-                is_async=True)
+    return _AnswerTool(name="submit_answer", description=description, fn=submit, params=_loose(output),
+                       ctx_param=None, is_async=True)
 
 
 _LOOSE: weakref.WeakKeyDictionary[type, type[pydantic.BaseModel]] = weakref.WeakKeyDictionary()
