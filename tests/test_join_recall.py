@@ -228,3 +228,27 @@ async def test_lists_are_joined_as_they_are_their_positions_the_labels(bus):
     pairs = await asyncio.wait_for(h.result(), 30)
     assert sorted(zip(pairs["left"], pairs["right"], strict=True)) == [(0, 3), (1, 2), (2, 1), (3, 0)]
     assert h.recall.estimate == 1.0 and h.pairs_asked == 16  # 4 blocked, the 12 left out sampled
+
+
+async def test_a_sample_that_got_no_answer_says_the_recall_is_unknown_not_a_hundred_percent(bus):
+    n = 30
+    left = pd.DataFrame({"t": [f"w{i}x alpha id:{c}" for i, c in enumerate(codes(n))]})
+    right = pd.DataFrame({"t": [f"w{i}x beta ref:{c}" for i, c in enumerate(codes(n))]})
+
+    def only_blocked(messages, tools):  # every pair sharing no word (the whole sample) fails
+        text = task_of(messages)
+        a, b = re.search(r"id:(\w+)", text).group(1), re.search(r"ref:(\w+)", text).group(1)
+        return oracle(messages, tools) if a == b else "I cannot say"
+
+    h = u.join(left, right, TASK, model=u.ScriptedModel(only_blocked), sample=50, bus=bus)
+    pairs = await asyncio.wait_for(h.result(), 30)
+    assert len(pairs) == n and len(pairs.attrs["reasons"]) == 50
+    r = h.recall
+    assert r.sampled == 0 and r.unanswered == 50 and r.left_out == n * n - 80
+    assert r.estimate is None and r.status == "not checked"  # nothing was learnt of the pairs left out
+    assert "100" not in r.text and "met by the estimate" not in r.text
+    assert r.text.startswith("recall unknown") and "none of the 50 sampled pairs got an answer" in r.text
+    unchecked = u.join(left, right, TASK, model=u.ScriptedModel(only_blocked), sample=0, bus=bus)
+    await asyncio.wait_for(unchecked.result(), 30)
+    assert unchecked.recall.estimate is None and "100" not in unchecked.recall.text
+    assert unchecked.recall.text.startswith("recall not checked (sample=0): unknown")

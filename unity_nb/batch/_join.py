@@ -332,12 +332,20 @@ class JoinHandle(PhasedHandle):
         hits = sum(s.hits for s in strata)
         left_out = plan.pairs - self.pairs_asked
         unanswered = self._unanswered()
-        base = dict(status="checked" if plan.sample else "not checked", estimate=estimate, bound=lower,
+        unseen = sum(s.unasked for s in strata if s.unasked and not s.sampled)  # pairs the sample says nothing of
+        unknown = None
+        if unseen:
+            tried = sum(a.count(NEAR, FAR) for a in self._asked)
+            unknown = ("no pair left out was sampled" if not tried else
+                       f"none of the {tried:,} sampled pairs got an answer (h.verdicts says why)" if not sampled else
+                       f"no sampled pair got an answer among {unseen:,} of the pairs never asked (h.verdicts says why)")
+        base = dict(status="checked" if plan.sample and estimate is not None else "not checked",
+                    estimate=estimate, bound=lower,
                     missed=round(missed, 1), missed_bound=round(bound, 1), found=self._found, sampled=sampled,
                     sample_found=hits, left_out=left_out, unanswered=unanswered, target=self.target, per_left=plan.k,
                     widened=plan.rounds > 1, fallback=False, refused=None, method=METHOD)
-        said = _said(self._found, missed, bound, estimate, lower, sampled, hits, left_out)
-        if unanswered:
+        said = _said(self._found, missed, bound, estimate, lower, sampled, hits, left_out, unknown)
+        if unanswered and not unknown:
             said += f"; {unanswered:,} pairs asked got no answer (h.verdicts says why)"
         if not self.pairs_blocked:
             said += (" (blocking kept no pair: no row shares a word that is not common with a row of the other side; "
@@ -348,7 +356,7 @@ class JoinHandle(PhasedHandle):
         if hits == 0 or (estimate is not None and estimate >= self.target):
             widened = f"; widened to {plan.k} right rows per left row" if plan.rounds > 1 else ""
             loose = (f"; a larger sample= narrows the bound (its {self.target:.0%} wanted is met by the estimate)"
-                     if lower is not None and lower < self.target else "")
+                     if estimate is not None and lower is not None and lower < self.target else "")
             self._recall = Recall(**base, text=f"recall {said}{widened}{loose}")
             return None
         room = self.max_pairs - self._extra
@@ -419,8 +427,12 @@ class JoinHandle(PhasedHandle):
 
 
 def _said(found: int, missed: float, bound: float, estimate: float | None, lower: float | None, sampled: int,
-          hits: int, left_out: int) -> str:
-    """What the sample says, in a line."""
+          hits: int, left_out: int, unknown: str | None = None) -> str:
+    """What the sample says, in a line; ``unknown``: why it says nothing of some pairs never asked (no estimate,
+    only the bound)."""
+    if unknown:
+        return (f"unknown: {unknown}; {found:,} pairs matched; {hits} of {sampled:,} sampled left-out pairs matched; "
+                f"at most {math.ceil(bound):,} missed at 95% among {left_out:,} pairs never asked")
     if estimate is None:
         head = "unknown: nothing matched"
     else:

@@ -125,10 +125,11 @@ class Recall:
 
     status: str
     """``checking`` (not yet known), ``checked`` (estimated from a sample), ``exact`` (every pair asked),
-    ``not checked`` (``sample=0``)."""
+    ``not checked`` (``sample=0``, or no sampled pair answered)."""
     estimate: float | None
-    """Recall: matches found over matches found and estimated missed (``None`` while checking, or when nothing
-    matched and nothing was estimated missed)."""
+    """Recall: matches found over matches found and estimated missed (``None`` while checking, when nothing
+    matched and nothing was estimated missed, or when pairs never asked had no sampled pair answered: unknown, and
+    ``text`` says so)."""
     bound: float | None
     """Recall at the bound (95%): at least this."""
     missed: float
@@ -166,7 +167,10 @@ class Recall:
 
 
 def estimate_recall(found: int, strata: list[Stratum]) -> tuple[float, float, float | None, float | None]:
-    """``(missed, missed_bound, recall, recall_bound)`` from the strata's samples (see the module's docstring)."""
+    """``(missed, missed_bound, recall, recall_bound)`` from the strata's samples (see the module's docstring). A
+    stratum with pairs never asked and no sampled pair answered (none drawn, or every one failed) says nothing of
+    its misses: the recall is then ``None`` (unknown), and only its bound, which counts every such pair missed, is
+    given."""
     open_ = [s for s in strata if s.unasked > 0]
     confidence = 1.0 - (1.0 - CONFIDENCE) / max(1, len(open_))
     missed = sum(s.hits / s.sampled * s.unasked for s in open_ if s.sampled)
@@ -177,4 +181,5 @@ def estimate_recall(found: int, strata: list[Stratum]) -> tuple[float, float, fl
             return None
         return found / (found + lost)
 
-    return missed, bound, recall(missed), recall(bound)
+    unseen = any(not s.sampled for s in open_)
+    return missed, bound, None if unseen else recall(missed), recall(bound)
