@@ -147,3 +147,22 @@ async def test_an_answer_missing_a_field_or_not_json_is_sent_back_once_then_its_
     with pytest.raises(u.UnityError):
         await asyncio.wait_for(kept.result(), 10)
     assert kept.steps == 2 and "reason" in kept.results().attrs["reasons"][0]
+
+
+async def test_an_operator_of_several_maps_refuses_an_option_its_maps_would_refuse_before_it_starts(bus):
+    model = u.ScriptedModel(lambda m, t: u.call_tool("submit_answer", score=5, reason="r"))
+    rows = pd.DataFrame({"t": ["apple pie", "apple tart", "plum jam"], "g": ["a", "a", "b"]})
+    starts = {
+        "topk": lambda **o: u.topk(rows, 2, "Best {t}?", model=model, bus=bus, **o),
+        "join": lambda **o: u.join(rows, rows, "On {left.t} and {right.t}: same?", model=model, bus=bus, **o),
+        "agg": lambda **o: u.agg(rows, "Summarise", by="g", model=model, bus=bus, **o),
+    }
+    bad = [({"concurrency": 0}, "concurrency takes a whole number"), ({"rate": "lots"}, "a rate is"),
+           ({"cache": "yes"}, "cache takes"), ({"max_step": 3}, "unknown option(s) max_step"),
+           ({"tool_timeout": -1}, "tool_timeout takes"), ({"via": "carrier pigeon"}, "via takes")]
+    for kind, start in starts.items():
+        for options, said in bad:
+            with pytest.raises(u.UserError) as info:  # at the call: not from await, once a phase starts
+                start(**options)
+            assert said in str(info.value), (kind, options, str(info.value))
+    assert model.requests == []

@@ -34,7 +34,7 @@ import pydantic
 from .. import events as ev
 from .._errors import UserError
 from ..loop import LoopHandle, LoopOptions, Tree
-from ..models import Usage, default_model, format_dollars, set_rate_limit
+from ..models import RateLimit, Usage, default_model, format_dollars, set_rate_limit
 from ._book import Book, counts_text
 from ._cache import ResultCache, model_identity, options_fingerprint
 from ._estimate import Estimate, estimate_map
@@ -46,7 +46,7 @@ from ._ray_source import RemoteRows, is_remote
 from ._rows import RowSource, answer_tool, check_text_answer, finished_rows, output_model
 from ._spend import Spending
 
-__all__ = ("Estimate", "MapHandle", "estimate_map", "finished_rows", "map_rows")
+__all__ = ("Estimate", "MapHandle", "check_map_options", "estimate_map", "finished_rows", "map_rows")
 
 _KEEP_ROW_EVENTS = 2000
 """Rows' events a batch keeps in ``h.events`` (the first ones) and, past those, for ``wait_for`` (the last ones)."""
@@ -83,20 +83,16 @@ class MapHandle(LoopHandle):
         kind: str | None = None,
         **row_options: Any,
     ) -> None:
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise UserError(f"concurrency takes a whole number of at least 1, not {concurrency!r}")
+        _check_concurrency(concurrency)
         if kind is not None:
-            if not isinstance(kind, str) or not kind.isidentifier():
-                raise UserError(f"kind takes a name (an identifier, e.g. 'sentiment'), not {kind!r}")
+            _check_kind(kind)
             self.kind = kind
         model = model if model is not None else default_model("map")
         model_name = str(getattr(model, "name", type(model).__name__))
         fields = output_model(output, columns)
         via = batch_settings(row_options)  # via="batch": the provider's Batch API (None: live calls)
         on_ray = ray_settings(row_options)  # backend="ray": rows on a Ray cluster (None: in this kernel)
-        if on_ray is not None and via is not None:
-            raise UserError("backend='ray' runs live rows on a cluster; via='batch' sends them to the provider's "
-                            "Batch API: give one of them")
+        _check_backends(on_ray, via)
         sent_options = dict(row_options)  # what a Ray worker makes each row's loop from
         remote = on_ray is not None and is_remote(items)  # a Ray Dataset or a Parquet path: read on the cluster
         source: Any = RemoteRows(items, task) if remote else RowSource(items, task)
@@ -112,8 +108,7 @@ class MapHandle(LoopHandle):
         if rate is not None:
             set_rate_limit(model, rate)
         identity = model_identity(model)
-        if cache not in (True, False, None) and not callable(getattr(cache, "query", None)):
-            raise UserError(f"cache takes True, False or a store (u.Store), not {cache!r}")
+        _check_cache(cache)
         results_cache = (ResultCache(cache, identity, fingerprint)
                          if identity is not None and cache not in (True, False, None) else None)
         book = Book(source, fields, getattr(items, "name", None) if fields is None and not remote else None)
@@ -254,6 +249,45 @@ class MapHandle(LoopHandle):
         book = self._rows.book
         rows = counts_text(book.counts, book.total, ended=book.over, kept=book.kept, cached=book.cached)
         return f"<unity {self.kind} {self.name!r}: {self.progress['outcome']}, {rows}>"
+
+
+def _check_concurrency(concurrency: Any) -> None:
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise UserError(f"concurrency takes a whole number of at least 1, not {concurrency!r}")
+
+
+def _check_kind(kind: Any) -> None:
+    if not isinstance(kind, str) or not kind.isidentifier():
+        raise UserError(f"kind takes a name (an identifier, e.g. 'sentiment'), not {kind!r}")
+
+
+def _check_backends(on_ray: Any, via: Any) -> None:
+    if on_ray is not None and via is not None:
+        raise UserError("backend='ray' runs live rows on a cluster; via='batch' sends them to the provider's "
+                        "Batch API: give one of them")
+
+
+def _check_cache(cache: Any) -> None:
+    if cache not in (True, False, None) and not callable(getattr(cache, "query", None)):
+        raise UserError(f"cache takes True, False or a store (u.Store), not {cache!r}")
+
+
+def check_map_options(model: Any, options: Mapping[str, Any]) -> None:
+    """A UserError now for an option every map of an operation would refuse (``concurrency``, ``rate``, ``cache``,
+    ``via``/``backend`` and theirs, a row's loop options): what an operator of several maps checks before it starts,
+    not once its first map does (a join's after reading and indexing both sides). Nothing is set: ``rate`` is read,
+    not shared yet."""
+    row_options = dict(options)
+    _check_concurrency(row_options.pop("concurrency", 8))
+    if (kind := row_options.pop("kind", None)) is not None:
+        _check_kind(kind)
+    if (rate := row_options.pop("rate", None)) is not None:
+        RateLimit.parse(rate)
+    _check_cache(row_options.pop("cache", True))
+    row_options.pop("expected_output_tokens", None)
+    _check_backends(ray_settings(row_options), batch_settings(row_options))
+    tools = list(row_options.pop("tools", ()) or ())
+    LoopOptions.make(model=model, tools=tools, **row_options)
 
 
 def progress_text(p: Mapping[str, Any]) -> str:

@@ -27,7 +27,7 @@ from .. import events as ev
 from .._errors import Stopped, UserError
 from ..loop import Driver, LoopHandle
 from ..models import Usage, default_model
-from ._map import MapHandle, finished_rows
+from ._map import MapHandle, check_map_options, finished_rows
 from ._spend import carried, checked_budget
 
 __all__ = ("Phase", "PhasedEngine", "PhasedHandle", "Work")
@@ -183,6 +183,7 @@ class PhasedHandle(LoopHandle):
                 raise UserError(f"{self.kind} takes no {bad}=: it sets its own{hint}")
         label = map_options.pop("label", None) or title  # the magics label it with its line, to resume
         budget = checked_budget(map_options.pop("budget", None), model)
+        check_map_options(model, map_options)  # a mistake said now, not once a phase starts (a join's after indexing)
         self._phased = PhasedEngine(self.flow, model, map_options, budget=budget, resume_from=resume_from)
         super().__init__(label, model=model, name=name, bus=bus, max_steps=1, engine=self._phased.bind)
         self.run.inspection = self._phased.inspection  # what a question about the operation is answered from
