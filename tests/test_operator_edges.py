@@ -166,3 +166,25 @@ async def test_an_operator_of_several_maps_refuses_an_option_its_maps_would_refu
                 start(**options)
             assert said in str(info.value), (kind, options, str(info.value))
     assert model.requests == []
+
+
+async def test_a_topk_whose_rows_got_no_score_says_so_beside_exact_and_how_many_it_gives(bus):
+    def oracle(text):
+        if "\nA:\n" in text:
+            a, b = text.split("\nA:\n")[1].split("\n\nB:\n")
+            return {"better": "A" if int(a.split()[1]) > int(b.split()[1]) else "B", "reason": "bigger"}
+        n = int(text.split("item ")[-1].split()[0])
+        return "cannot rate" if n == 3 else {"score": 5, "reason": "alike"}
+
+    items = pd.Series([f"item {i}" for i in range(4)], index=[f"r{i}" for i in range(4)])
+    h = u.topk(items, 1, "Which item is biggest?", model=scripted(oracle), bus=bus)
+    best = await asyncio.wait_for(h.result(), 10)
+    assert list(best.index) == ["r2"] and "r3" in best.attrs["reasons"]  # the true best, r3, got no score
+    assert h.unscored == 1 and best.attrs["unscored"] == 1  # exact among the rows scored: said beside it
+    said = h.summary()
+    assert "exact: its 3 comparisons were consistent, among the rows scored 4 or more" in said
+    assert said.endswith("; 1 row(s) got no score (.attrs['reasons'] says why) and were never compared")
+    every = u.topk(items, 4, "Which item is biggest?", model=scripted(oracle), bus=bus)
+    four = await asyncio.wait_for(every.result(), 10)
+    assert list(four.index) == ["r2", "r1", "r0"] and every.unscored == 1
+    assert every.summary().startswith("top 4 of 4 rows, only 3 given: ") and "got no score" in every.summary()

@@ -119,6 +119,11 @@ class TopKHandle(PhasedHandle):
         first."""
         self.selection: Selection | None = None
         """The comparisons' plan and what they found (``_select.py``), once scored."""
+        self.unscored = 0
+        """Rows whose scoring failed (``.attrs["reasons"]`` says why): never compared, what :attr:`exact` does not
+        cover (said beside it)."""
+        self.given: int | None = None
+        """Rows the result gives (fewer than k when fewer were scored, or comparisons they needed got no answer)."""
         self._compared: list[tuple[int, int, int, Any]] = []
         self._texts: dict[int, str] = {}
         options.setdefault("max_steps", 3)
@@ -144,7 +149,8 @@ class TopKHandle(PhasedHandle):
     def exact(self) -> bool | None:
         """Whether the order is exact: every comparison it needed answered, consistently, within the bound
         (``None`` until the comparisons end). Exact among the rows the scores let in: :attr:`uncompared` rows
-        scored lower were never compared."""
+        scored lower and :attr:`unscored` rows (their scoring failed) were never compared, which the summary and
+        ``.attrs`` say beside it."""
         sel = self.selection
         if sel is None or not (sel.done or sel.stopped):
             return None
@@ -176,6 +182,7 @@ class TopKHandle(PhasedHandle):
         import pandas as pd
 
         values = {i: int(v) for i, v in enumerate(self.scores["score"].to_numpy()) if not pd.isna(v)}
+        self.unscored = len(self.items) - len(values)
         ranked = sorted(values, key=lambda i: (-values[i], i))  # by score, ties in input order
         sel = self.selection = Selection(ranked, [values[i] for i in ranked], self.k, candidates=self.candidates,
                                          margin=self.margin, max_comparisons=self.max_comparisons,
@@ -189,6 +196,7 @@ class TopKHandle(PhasedHandle):
             sel.record(pairs, better, [reasons.get(i) for i in range(len(pairs))])
             self._compared.extend((sel.rounds, a, b, x) for (a, b), x in zip(pairs, better))
         best_rows = sel.order()
+        self.given = len(best_rows)
         self.ranking = self._ranked(best_rows)
         best = self.items.iloc[best_rows].copy()
         labels = self.items.index
@@ -197,7 +205,7 @@ class TopKHandle(PhasedHandle):
             add_reason(why, labels[row], f"failed: {reason}")
         best.attrs = {"reasons": why, "exact": sel.exact, "inconsistent": sel.inconsistent,
                       "cycles": [tuple(labels[r] for r in trio) for trio in sel.cycles()],
-                      "comparisons": sel.asked, "uncompared": sel.uncompared}
+                      "comparisons": sel.asked, "uncompared": sel.uncompared, "unscored": self.unscored}
         if sel.stopped:
             best.attrs["stopped"] = sel.stopped
         return best
@@ -236,7 +244,8 @@ class TopKHandle(PhasedHandle):
         )
 
     def summary(self) -> str:
-        out = (f"top {self.k} of {len(self.items)} rows: {self.questions} questions (at most {self.bound}), "
+        short = f", only {self.given} given" if self.given is not None and self.given < self.k else ""
+        out = (f"top {self.k} of {len(self.items)} rows{short}: {self.questions} questions (at most {self.bound}), "
                f"{self.calls} model calls")
         sel = self.selection
         if sel is None:
@@ -249,13 +258,17 @@ class TopKHandle(PhasedHandle):
             said.append(f"{sel.no_answer} comparison(s) got no answer")
         if sel.stopped:
             said.append(sel.stopped)
+        unscored = (f"; {self.unscored:,} row(s) got no score (.attrs['reasons'] says why) and were never compared"
+                    if self.unscored else "")
         if said:
-            return f"{out}; NOT exact: {'; '.join(said)}"
+            return f"{out}; NOT exact: {'; '.join(said)}{unscored}"
         out = f"{out}; exact: its {sel.asked} comparisons were consistent"
-        if sel.uncompared:  # what exact rests on: the scores that left those rows out
-            out += (f", among the rows scored {sel.floor} or more; {sel.uncompared:,} row(s) scored lower were not "
-                    f"compared (a margin above {self.margin} compares more)")
-        return out
+        if sel.uncompared or self.unscored:  # what exact rests on: the scores that left those rows out
+            out += f", among the rows scored {sel.floor} or more"
+        if sel.uncompared:
+            out += (f"; {sel.uncompared:,} row(s) scored lower were not compared (a margin above {self.margin} "
+                    f"compares more)")
+        return out + unscored
 
 
 def _round_name(n: int) -> str:
@@ -316,8 +329,9 @@ def topk(items: Any, k: int, question: str, *, estimate: bool = False, **options
     where they are not (cycles), ``h.inconsistent`` counts them and ``h.exact``, ``.attrs`` and the summary say
     so. ``h.questions`` counts the questions asked, at most ``h.bound`` (n + ``max_comparisons``, by default
     3n + k(k-1)/2); ``h.calls`` the model calls they took. Rows whose scoring failed are left out, with
-    ``.attrs["reasons"]``. ``resume_from=store`` keeps the rows an earlier run of the same ``name`` finished (each
-    round's map, ``NAME.score``, ``NAME.compare``, ``NAME.compare2``, ...: the same answers plan the same rounds).
+    ``.attrs["reasons"]``, never compared (``h.unscored`` counts them, beside ``h.exact``); fewer than ``k`` rows
+    given is said in the summary. ``resume_from=store`` keeps the rows an earlier run of the same ``name`` finished
+    (each round's map, ``NAME.score``, ``NAME.compare``, ``NAME.compare2``, ...: the same answers plan the same rounds).
     Other options are the map's (``model``, ``concurrency``, ``rate``, ``max_steps``, ...), for every phase.
     ``estimate=True`` runs nothing and returns what it would cost."""
     if estimate:
