@@ -188,3 +188,29 @@ async def test_a_topk_whose_rows_got_no_score_says_so_beside_exact_and_how_many_
     four = await asyncio.wait_for(every.result(), 10)
     assert list(four.index) == ["r2", "r1", "r0"] and every.unscored == 1
     assert every.summary().startswith("top 4 of 4 rows, only 3 given: ") and "got no score" in every.summary()
+
+
+async def test_a_later_phase_whose_every_row_failed_leaves_the_rest_of_the_operation_s_answer(bus):
+    rows = pd.DataFrame({"g": ["small"] + ["big"] * 10, "t": ["tiny"] + [f"row {i} " + "x" * 150 for i in range(10)]})
+
+    def notes_fail(text):
+        return "   " if "from these notes" in text else "answer"  # only the big group's combining fails
+
+    h = u.agg(rows, "Summarise {t}", by="g", model=scripted(notes_fail), chunk_chars=400, bus=bus)
+    out = await asyncio.wait_for(h.result(), 20)
+    assert out["small"] == "answer" and pd.isna(out["big"])  # the small group's answer is not lost with the big one
+    assert out.attrs["reasons"]["big"].startswith("level 2: ") and "answered nothing" in out.attrs["reasons"]["big"]
+    nothing = u.agg(rows[rows["g"] == "big"], "Summarise {t}", by="g", model=scripted(notes_fail), chunk_chars=400,
+                    bus=bus)
+    with pytest.raises(u.UnityError, match=r"no group was answered.*big.*level 2"):  # nothing came of it: an error
+        await asyncio.wait_for(nothing.result(), 20)
+
+    def unsure(text):
+        if "\nA:\n" in text:
+            return "junk"  # every comparison fails
+        return {"score": int(text.split("item ")[-1].split()[0]), "reason": "scored"}
+
+    top = u.topk(pd.Series(["item 1", "item 5", "item 5"]), 1, "Best?", model=scripted(unsure), bus=bus)
+    best = await asyncio.wait_for(top.result(), 20)
+    assert len(best) == 1 and best.iloc[0] == "item 5" and top.exact is False
+    assert "NOT exact" in top.summary() and "1 comparison(s) got no answer" in top.summary()

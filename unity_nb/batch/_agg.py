@@ -21,7 +21,7 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
-from .._errors import UserError
+from .._errors import UnityError, UserError
 from ._agg_chunks import Groups, Sizing, chunk_texts, sizing
 from ._estimate import DEFAULT_OUTPUT, Estimate, combine, estimate_map
 from ._operators import field_free
@@ -89,7 +89,7 @@ class AggHandle(PhasedHandle):
                                          self.bounded)
             else:
                 rows, owners = _level_frame(pending, groups, level, last, self.question, self.bounded)
-            step = yield Phase(f"level{level}", rows, "{text}")
+            step = yield Phase(f"level{level}", rows, "{text}", partial=level > 1)  # a group's failure is its own
             out = step.results()
             why = out.attrs.get("reasons", {})
             notes: dict[int, list[str]] = {}
@@ -108,6 +108,9 @@ class AggHandle(PhasedHandle):
                     notes.setdefault(group, []).append(str(value))
             pending = {g: list(chunk_texts(enumerate(n, 1), self.sizing.chunk_chars, kind="note"))
                        for g, n in notes.items()}
+        if len(groups) and not answers:  # nothing came of it: not a success
+            said = "; ".join(f"{k!r}: {why}" for k, why in reasons.items() if k is not None)
+            raise UnityError(f"no group was answered ({len(groups):,}): {said}")
         result = pd.Series([answers.get(g) for g in range(len(groups))], index=groups.keys, dtype=object,
                            name="answer")
         result.attrs = {"reasons": reasons, "split": dict(self.split), "chunk_chars": self.sizing.chunk_chars,

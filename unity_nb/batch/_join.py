@@ -243,8 +243,9 @@ class JoinHandle(PhasedHandle):
 
     # -- the plan ---------------------------------------------------------------------------------------
 
-    def _phase(self, name: str, items: Any) -> Phase:
-        return Phase(name, items, self._question + _DECIDE, {"output": Match})
+    def _phase(self, name: str, items: Any, *, partial: bool = True) -> Phase:
+        """A round's map; after the first, one whose every pair failed is counted (unanswered), not the join's end."""
+        return Phase(name, items, self._question + _DECIDE, {"output": Match}, partial=partial)
 
     def _primed(self, rows: Any) -> Any:
         """``rows`` with its first row made (in the worker thread: it may read many left rows), or None if empty."""
@@ -268,7 +269,7 @@ class JoinHandle(PhasedHandle):
             asked = Asked()
             rows = yield Work("read", lambda stop: self._read_all(asked))
             self._asked.append(asked)
-            self._take((yield self._phase("all", rows)))
+            self._take((yield self._phase("all", rows, partial=False)))
             self._recall = self._exact()
             return self.results()
         asked = Asked()
@@ -279,7 +280,7 @@ class JoinHandle(PhasedHandle):
                             "to ask. Check the task's columns, or ask every pair with blocking=None "
                             "(len(left) x len(right) questions)")
         self._asked.append(asked)
-        self._take((yield self._phase("pairs", rows)))
+        self._take((yield self._phase("pairs", rows, partial=False)))
         while True:
             step = self._decide()
             if step is None:

@@ -31,7 +31,7 @@ from ._failures import fails_every_row, is_row_id, label_of, reason_of
 from ._rows import Row, RowSource, asked_hash, parse_answer, row_id, row_key, to_json
 from ._spend import Spending
 
-__all__ = ("MapEngine", "RowPlan")
+__all__ = ("EveryRowFailed", "MapEngine", "RowPlan")
 
 _row_finished = maker(ev.RowFinished)  # a row's event, made without the class call's cost
 _json_str = json.encoder.encode_basestring  # what to_json writes for a str (non-ASCII kept)
@@ -40,6 +40,11 @@ _SETTLED_YIELD = 256
 """Rows settled without a call (kept, from the cache) in a row before the batch lets the event loop run."""
 _LOOKAHEAD = 256
 """Rows made ahead so the cache is asked about them in one query."""
+
+
+class EveryRowFailed(UnityError):
+    """A batch every row of which failed (none finished, none stopped): nothing came of it. The first row's reason
+    is the message; an operator of several maps may read such a phase's rows as its answer (``Phase.partial``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,7 +230,7 @@ class MapEngine(Driver):
         c = book.counts
         if c["failed"] and not c["finished"] and not c["stopped"]:  # nothing came of it: not a success
             first = book.ended_badly[0].reason if book.ended_badly else None
-            raise UnityError(f"every row of the batch failed ({c['failed']}); the first: {first}")
+            raise EveryRowFailed(f"every row of the batch failed ({c['failed']}); the first: {first}")
         run.state.result_object = self.source.results()  # type: ignore[attr-defined]
 
     def _next_row(self) -> Row | None:

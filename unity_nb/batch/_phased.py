@@ -28,6 +28,7 @@ from .._errors import Stopped, UserError
 from ..loop import Driver, LoopHandle
 from ..models import Usage, default_model
 from ._map import MapHandle, check_map_options, finished_rows
+from ._map_engine import EveryRowFailed
 from ._spend import carried, checked_budget
 
 __all__ = ("Phase", "PhasedEngine", "PhasedHandle", "Work")
@@ -42,6 +43,10 @@ class Phase:
     items: Any
     task: str
     options: dict[str, Any] = field(default_factory=dict)
+    partial: bool = False
+    """Its rows are a part of the operation's work (a round of comparisons, one group's notes): a map whose every
+    row failed is sent back to the plan (its rows missing, each with its reason) instead of failing the operation
+    and what the phases before it found."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +117,7 @@ class PhasedEngine(Driver):
 
     async def _phase(self, phase: Phase) -> MapHandle:
         """Run one phase: a map under this operation, to its end (its rows' failures are its result's missing
-        values; a map whose every row failed raises)."""
+        values; a map whose every row failed raises, unless the phase is ``partial``)."""
         run = self._run
         await run.gate.wait()
         self.phase_name = phase.name
@@ -132,7 +137,11 @@ class PhasedEngine(Driver):
         self.phases.append(m)
         for note in self.notes:
             await m.interject(note)
-        await m.result()
+        try:
+            await m.result()
+        except EveryRowFailed:
+            if not phase.partial:
+                raise
         return m
 
     def spent(self, phases: int) -> float:

@@ -189,7 +189,7 @@ class TopKHandle(PhasedHandle):
                                          label=self._label)
         while pairs := sel.next_round():
             compare = yield Phase(_round_name(sel.rounds), self._pair_frame(pairs), _template(self.question),
-                                  {"output": Choice})
+                                  {"output": Choice}, partial=True)  # a comparison without an answer is said
             answers = compare.results()
             reasons = answers.attrs.get("reasons", {})
             better = list(answers["better"])
