@@ -214,3 +214,19 @@ async def test_a_later_phase_whose_every_row_failed_leaves_the_rest_of_the_opera
     best = await asyncio.wait_for(top.result(), 20)
     assert len(best) == 1 and best.iloc[0] == "item 5" and top.exact is False
     assert "NOT exact" in top.summary() and "1 comparison(s) got no answer" in top.summary()
+
+
+async def test_an_answer_with_a_blank_reason_is_sent_back_so_no_row_comes_without_one(bus):
+    def script(messages, tools):
+        sent_back = any(m["role"] == "tool" and "does not validate" in (m.get("content") or "") for m in messages)
+        if "stubborn" in task_of(messages):
+            return u.call_tool("submit_answer", keep=None, reason="  ")
+        return u.call_tool("submit_answer", keep=None, reason="the text is cut off" if sent_back else "")
+
+    h = u.filter(pd.Series(["cut", "stubborn"], index=["c", "s"]), "Is {value} good?", model=u.ScriptedModel(script),
+                 bus=bus)
+    kept = await asyncio.wait_for(h.result(), 10)
+    why = kept.attrs["reasons"]
+    assert why["c"] == "undecided: the text is cut off"  # not "undecided: " with nothing after it
+    assert why["s"].startswith("failed: ") and "reason" in why["s"] and "did not validate twice" in why["s"]
+    assert all(v.strip() for v in h.verdicts["reason"])

@@ -42,7 +42,7 @@ from ._operators import as_pandas
 from ._phased import Flow, Phase, PhasedHandle, Work
 from ._recall import METHOD, Recall, estimate_recall
 from ._registry import Operator, Param, register_operator
-from ._rows import add_reason
+from ._rows import Reason, add_reason
 
 __all__ = ("JoinHandle", "Match", "Recall", "block_pairs", "join", "words")
 
@@ -51,7 +51,7 @@ class Match(pydantic.BaseModel):
     """match: true if the two rows meet the condition, false if not; reason: one sentence."""
 
     match: bool
-    reason: str
+    reason: Reason
 
 
 _DECIDE = "\n\nAnswer with submit_answer: match true or false, and a one-sentence reason."

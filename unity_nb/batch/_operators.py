@@ -19,7 +19,7 @@ from .._errors import UserError
 from ._estimate import estimate_map
 from ._map import MapHandle
 from ._registry import Operator, Param, register_operator
-from ._rows import Template, add_reason
+from ._rows import Reason, Template, add_reason
 
 __all__ = ("ExtractHandle", "FilterHandle", "Verdict", "as_pandas", "extract", "field_free", "filter_rows",
            "row_texts")
@@ -30,7 +30,7 @@ class Verdict(pydantic.BaseModel):
     decide; reason: one sentence saying why."""
 
     keep: bool | None
-    reason: str
+    reason: Reason
 
 
 _DECIDE = (

@@ -21,9 +21,13 @@ from .._errors import UserError
 from ..loop import Tool, current_call
 
 __all__ = (
-    "Invalid", "Row", "RowSource", "Template", "add_reason", "answer_tool", "asked_hash", "assemble",
+    "Invalid", "Reason", "Row", "RowSource", "Template", "add_reason", "answer_tool", "asked_hash", "assemble",
     "check_text_answer", "finished_rows", "output_model", "parse_answer", "row_id", "row_key", "to_json",
 )
+
+Reason = Annotated[str, pydantic.StringConstraints(strip_whitespace=True, min_length=1)]
+"""An operator's ``reason`` field: a blank one does not validate (it is sent back once, then the row fails), so no
+verdict, score, choice or match comes without a reason."""
 
 to_json = json.JSONEncoder(default=str, ensure_ascii=False).encode
 _json_str = json.encoder.encode_basestring  # what to_json writes for a str (non-ASCII kept)

@@ -37,7 +37,7 @@ from ._estimate import Estimate, combine, estimate_map
 from ._operators import as_pandas, check_fields, field_free, row_texts
 from ._phased import Flow, Phase, PhasedHandle
 from ._registry import Operator, Param, register_operator
-from ._rows import add_reason
+from ._rows import Reason, add_reason
 from ._select import Selection, expected_comparisons
 
 __all__ = ("Choice", "Score", "TopKHandle", "default_comparisons", "estimate_topk", "topk")
@@ -47,14 +47,14 @@ class Score(pydantic.BaseModel):
     """score: 0 (does not fit the question at all) to 10 (fits it exactly); reason: one sentence."""
 
     score: int = pydantic.Field(ge=0, le=10)
-    reason: str
+    reason: Reason
 
 
 class Choice(pydantic.BaseModel):
     """better: "A" or "B", the one that fits the question better; reason: one sentence."""
 
     better: Literal["A", "B"]
-    reason: str
+    reason: Reason
 
 
 _SCORE = ("\n\nRate this row against the question with submit_answer: a score from 0 (not at all) to 10 (exactly) "
