@@ -248,6 +248,10 @@ async def test_a_sample_that_got_no_answer_says_the_recall_is_unknown_not_a_hund
     assert r.estimate is None and r.status == "not checked"  # nothing was learnt of the pairs left out
     assert "100" not in r.text and "met by the estimate" not in r.text
     assert r.text.startswith("recall unknown") and "none of the 50 sampled pairs got an answer" in r.text
+    v = h.verdicts  # "h.verdicts says why": each failed pair's reason in its row, as a filter's verdicts say it
+    failed = v[v["match"].isna()]
+    assert len(failed) == 50 and all(isinstance(why, str) and why.strip() for why in failed["reason"])
+    assert set(failed["reason"]) == set(v.attrs["reasons"].values())
     unchecked = u.join(left, right, TASK, model=u.ScriptedModel(only_blocked), sample=0, bus=bus)
     await asyncio.wait_for(unchecked.result(), 30)
     assert unchecked.recall.estimate is None and "100" not in unchecked.recall.text

@@ -196,8 +196,14 @@ class JoinHandle(PhasedHandle):
             li = np.frombuffer(asked.left, dtype=np.int32 if asked.left.itemsize == 4 else np.int64)[:n]
             rj = np.frombuffer(asked.right, dtype=np.int32 if asked.right.itemsize == 4 else np.int64)[:n]
             keys = pd.MultiIndex.from_arrays([left.take(li), right.take(rj)], names=["left", "right"])
-            for pos, why in frame.attrs.get("reasons", {}).items():
+            failed = frame.attrs.get("reasons", {})
+            for pos, why in failed.items():
                 add_reason(reasons, keys[pos], why)  # labels either side repeats: each pair's reason, in order
+            if failed:  # a pair without an answer: why, in its reason column too (as a filter's verdicts say)
+                said = frame["reason"].astype(object).to_numpy(copy=True)
+                for pos, why in failed.items():
+                    said[pos] = why or "no answer"
+                frame["reason"] = pd.array(said, dtype=frame["reason"].dtype)
             frame = frame.set_axis(keys)
             frame["asked"] = np.array(ASKED_AS, dtype=object)[np.frombuffer(bytes(asked.kind[:n]), dtype=np.uint8)]
             frames.append(frame)
