@@ -3,6 +3,7 @@ its label, and a bound an aggregate hits is said."""
 
 import asyncio
 
+import numpy as np
 import pandas as pd
 import pytest
 from test_operators import scripted, task_of
@@ -230,3 +231,29 @@ async def test_an_answer_with_a_blank_reason_is_sent_back_so_no_row_comes_withou
     assert why["c"] == "undecided: the text is cut off"  # not "undecided: " with nothing after it
     assert why["s"].startswith("failed: ") and "reason" in why["s"] and "did not validate twice" in why["s"]
     assert all(v.strip() for v in h.verdicts["reason"])
+
+
+async def test_a_row_with_no_value_for_what_the_task_names_is_not_asked_and_says_so(bus):
+    """'Is nan good?' was asked (None, NaN, pd.NA and NaT went into the prompt as text) and decided: a row whose
+    every field the task names is missing is not asked; it has its reason. A row with one of two fields is asked."""
+    asked = []
+
+    def model(messages, tools):
+        asked.append(messages[-1]["content"])
+        return u.call_tool("submit_answer", keep=True, reason="fine")
+
+    items = pd.Series(["good", None, np.nan, pd.NA, "bad"], name="text")
+    h = u.filter(items, "Is {text} good?", model=u.ScriptedModel(model), bus=bus)
+    kept = await asyncio.wait_for(h.result(), 20)
+    assert list(kept.index) == [0, 4] and len(asked) == 2
+    reasons = kept.attrs["reasons"]
+    assert all("has no value for what the task names" in reasons[i] and "not asked" in reasons[i] for i in (1, 2, 3))
+    frame = pd.DataFrame({"a": ["x", None, np.nan], "b": [pd.NaT, pd.NaT, "y"]})
+    asked.clear()
+    m = u.map(frame, "Label {a} and {b}", model=u.ScriptedModel(lambda ms, ts: asked.append(1) or "ok"), bus=bus)
+    out = await asyncio.wait_for(m.result(), 20)
+    assert out.tolist()[0] == "ok" and pd.isna(out[1]) and out[2] == "ok" and len(asked) == 2  # row 1: neither
+    assert "not asked" in out.attrs["reasons"][1]
+    unlabelled = u.map([None, "z"], "Label it", model=u.ScriptedModel(lambda ms, ts: "ok"), bus=bus)  # no fields
+    out = await asyncio.wait_for(unlabelled.result(), 20)
+    assert pd.isna(out[0]) and out[1] == "ok" and "has no value (None): not asked" in out.attrs["reasons"][0]

@@ -149,6 +149,18 @@ class Template:
         return "".join(out)
 
 
+def _missing(value: Any) -> bool:
+    """A missing value: None, NaN (a float's, numpy's), pandas' NA or NaT."""
+    if value is None:
+        return True
+    if type(value) is str:  # the usual cell: never missing
+        return False
+    try:
+        return value != value or type(value).__name__ in ("NAType", "NaTType")  # NaN, NaT: not equal to themselves
+    except (TypeError, ValueError):  # pd.NA's comparison is ambiguous; an array's too (not a missing value)
+        return type(value).__name__ == "NAType"
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -216,8 +228,15 @@ class RowSource:
             if not row.task.strip():  # a loop takes no blank task: the row fails alone, no call (not the batch)
                 row.reason = (f"row {_short(key)} cannot fill the task: its values make it blank "
                               f"({self.template!r} gives {row.task!r})")
+            elif all([_missing(values[f]) for f in self.parsed.fields]):  # 'Is nan good?': nothing to ask about
+                row.reason = (f"row {_short(key)} has no value for what the task names ("
+                              + ", ".join(f"{f}: {_short(values[f])}" for f in self.parsed.fields) + "): not asked")
         else:
-            row.task = _append(self.template, values, self.single or (len(values) == 1 and "value" in values))
+            single = self.single or (len(values) == 1 and "value" in values)
+            row.task = _append(self.template, values, single)
+            shown = values["value"] if single else dict(values)
+            if all([_missing(v) for v in ((shown,) if single else values.values())]):
+                row.reason = f"row {_short(key)} has no value ({_short(shown)}): not asked"
         return row
 
     def __iter__(self) -> Iterator[Row]:
