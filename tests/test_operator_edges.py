@@ -257,3 +257,16 @@ async def test_a_row_with_no_value_for_what_the_task_names_is_not_asked_and_says
     unlabelled = u.map([None, "z"], "Label it", model=u.ScriptedModel(lambda ms, ts: "ok"), bus=bus)  # no fields
     out = await asyncio.wait_for(unlabelled.result(), 20)
     assert pd.isna(out[0]) and out[1] == "ok" and "has no value (None): not asked" in out.attrs["reasons"][0]
+
+
+async def test_a_join_of_every_pair_past_max_pairs_is_refused_at_once_saying_how_to_ask_them(bus):
+    """blocking=None asked every one of n x m pairs with no count bound (only a budget, if one was given)."""
+    left = pd.DataFrame({"t": [f"a{i}" for i in range(400)]})
+    right = pd.DataFrame({"t": [f"b{i}" for i in range(300)]})
+    model = u.ScriptedModel(lambda m, t: u.call_tool("submit_answer", match=False, reason="no"))
+    with pytest.raises(u.UserError, match=r"120,000 questions, more than max_pairs=100,000\. Pass max_pairs=120000"):
+        u.join(left, right, "Do {left.t} and {right.t} match?", model=model, blocking=None, bus=bus)
+    every = u.join(left[:3], right[:3], "Do {left.t} and {right.t} match?", model=model, blocking=None, max_pairs=9,
+                   bus=bus)
+    await asyncio.wait_for(every.result(), 20)
+    assert every.pairs_total == 9 and every.pairs_asked == 9

@@ -16,7 +16,8 @@ blocking cannot reach them and every pair not asked yet is asked. Widening and a
 
 **Streamed.** The handle comes back at once, whatever the sides' sizes: the right side is indexed in a worker
 thread (``progress["indexed"]``), and each left row is scored as its pairs are made, so what the join holds grows
-with the pairs asked, not with the input. ``blocking=None`` asks every pair (n x m questions: say so knowingly).
+with the pairs asked, not with the input. ``blocking=None`` asks every pair (n x m questions: say so knowingly, and
+with ``max_pairs`` at least n x m).
 
 A join is a phased operation: its maps are ``NAME.pairs`` (the blocked pairs and the sample), ``NAME.widen1``...
 and ``NAME.all``; ``resume_from=store`` keeps what an earlier run of them finished (the samples are seeded:
@@ -136,6 +137,11 @@ class JoinHandle(PhasedHandle):
         self.max_pairs = settings["max_pairs"]
         self.pairs_total = self._pairs.pairs
         """Pairs there are (n x m)."""
+        if self.blocking is None and self.pairs_total > self.max_pairs:  # every pair is asked beyond blocking
+            raise UserError(
+                f"blocking=None asks every pair: {self.pairs_total:,} questions, more than max_pairs="
+                f"{self.max_pairs:,}. Pass max_pairs={self.pairs_total} to ask them all (u.join(..., estimate=True) "
+                "says what that costs), or leave blocking as 'words'")
         self._asked: list[Asked] = []  # one per phase, in order: position -> pair
         self._found = 0
         self._tallies = [0, 0, 0, 0]  # far hits, far answered, near hits, near answered (the last round's near)
