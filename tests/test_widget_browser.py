@@ -412,6 +412,15 @@ async def test_on_a_kernel_without_subshells_a_running_cell_says_clicks_wait_for
 # -- a verb registered in the kernel ------------------------------------------------------------------
 
 
+async def delivered(harness, w):  # noqa: F811 (the fixture)
+    """What the page sent, received by the kernel as a click is; back once performed."""
+    for click in await harness.page.evaluate(f"() => window.sentBy('{w.model_id}').splice(0)"):
+        w._on_custom(w, click, [])
+    async with asyncio.timeout(20):
+        await w.clicks.settled()
+    return await harness.show(w)
+
+
 async def test_a_verb_registered_in_the_kernel_has_its_button_and_its_click_lands_in_the_transcript(
     harness, monkeypatch,  # noqa: F811
 ):
@@ -436,14 +445,6 @@ async def test_a_verb_registered_in_the_kernel_has_its_button_and_its_click_land
         await gate.wait()
         return "done"
 
-    async def delivered(w):
-        """What the page sent, received by the kernel as a click is; back once performed."""
-        for click in await harness.page.evaluate(f"() => window.sentBy('{w.model_id}').splice(0)"):
-            w._on_custom(w, click, [])
-        async with asyncio.timeout(20):
-            await w.clicks.settled()
-        return await harness.show(w)
-
     try:
         h = u.start_loop("work", model=u.ScriptedModel(slow), name="ship")
         await h.wait_for("model_request", timeout=20)
@@ -457,17 +458,17 @@ async def test_a_verb_registered_in_the_kernel_has_its_button_and_its_click_land
         await box.press_sequentially("ahoy", delay=TYPING_DELAY)
         await hail_button.click(delay=PRESS)
         await expect(box).to_have_value("")
-        await delivered(w)
+        await delivered(harness, w)
         await expect(widget.locator(".unb-transcript .unb-steering")).to_have_text(["steering [hailed: ahoy]"])
         assert w.errors == []
         # the built-in pair made from the same table: Pause reads Resume while paused, and resumes
         pause = widget.locator(".unb-btn.unb-pause")
         await pause.click(delay=PRESS)
-        await delivered(w)
+        await delivered(harness, w)
         await expect(pause).to_have_text("Resume")
         await expect(pause).to_have_attribute("title", "Resume the paused operation NAME.")
         await pause.click(delay=PRESS)
-        await delivered(w)
+        await delivered(harness, w)
         await expect(pause).to_have_text("Pause")
         await expect(widget.locator(".unb-transcript .unb-steering")).to_have_text([
             "steering [hailed: ahoy]", "steering [paused by the user]", "steering [resumed by the user]",
@@ -523,13 +524,6 @@ async def test_a_hanging_ask_is_stopped_by_its_own_button(harness):  # noqa: F81
         await gate.wait()
         return "done"
 
-    async def delivered(w):
-        for click in await harness.page.evaluate(f"() => window.sentBy('{w.model_id}').splice(0)"):
-            w._on_custom(w, click, [])
-        async with asyncio.timeout(20):
-            await w.clicks.settled()
-        return await harness.show(w)
-
     try:
         h = u.start_loop("work", model=u.ScriptedModel(work), name="ship")
         await h.wait_for("model_request", timeout=20)
@@ -539,12 +533,12 @@ async def test_a_hanging_ask_is_stopped_by_its_own_button(harness):  # noqa: F81
         await box.click()
         await box.press_sequentially("how far along?", delay=TYPING_DELAY)
         await widget.locator(".unb-btn.unb-ask").click(delay=PRESS)
-        await delivered(w)
+        await delivered(harness, w)
         entry = widget.locator(".unb-ask-entry")
         await expect(entry.locator(".unb-badge")).to_have_text("running")
         stop = entry.locator(".unb-ask-stop")
         await stop.click(delay=PRESS)
-        await delivered(w)
+        await delivered(harness, w)
         await expect(entry.locator(".unb-badge")).to_have_text("stopped")
         await expect(stop).to_be_hidden()
         assert not h.done()  # the operation asked about goes on
