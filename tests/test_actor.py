@@ -757,3 +757,23 @@ async def test_a_run_with_the_tools_of_an_earlier_one_makes_no_pydantic_model_an
     scale = next(t for t in model.requests[0].tools if t["function"]["name"] == "scale")["function"]["parameters"]
     assert "<<var:nums>>" in json.dumps(scale) and "<<var:word>>" not in json.dumps(scale)  # a str fits no list[int]
     assert made == []
+
+
+async def test_a_namespace_key_that_is_no_string_is_no_variable_and_breaks_nothing(bus):
+    """``globals()[1] = ...`` in a cell or a plan binds a key no code can name: the actor starts, plans run and
+    their changes are told, references are offered, as if it were not there."""
+    reg = Registry()
+    ns: dict[Any, Any] = {1: "one", ("t",): 2, "nums": [1, 2]}
+    model = u.ScriptedModel(plans(
+        "globals()[2.5] = 'made'\ny = 1",
+        u.call_tool("scale", values="<<var:nums>>", **{"return": "doubled"}),
+        "z = doubled",
+    ))
+    h = u.act("keys", model=model, namespace=ns, tools=reg.tools(), bus=bus)
+    assert await h == "done"
+    first, _second, third = results(model)
+    assert first.startswith("success: true") and "variables created:\n- y: int: 1" in first
+    assert third.startswith("success: true") and "- z: list, length 2: [2, 4]" in third
+    assert ns[2.5] == "made" and ns[1] == "one"
+    system = model.requests[0].messages[0]["content"]
+    assert "nums" in system and "'one'" not in system

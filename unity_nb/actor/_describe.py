@@ -177,7 +177,7 @@ def user_variables(ns: Mapping[str, Any], hidden: Mapping[str, Any] | None = Non
     """
     out = {}
     for name, value in list(ns.items()):
-        if name.startswith("_") or name in HIDDEN_NAMES or isinstance(value, types.ModuleType):
+        if type(name) is not str or name.startswith("_") or name in HIDDEN_NAMES or isinstance(value, types.ModuleType):
             continue
         if hidden is not None and name in hidden and hidden[name] is value:
             continue
@@ -211,7 +211,7 @@ def snapshot(
                 continue
         fp = hinted(name)
         if fp is None or fp[0] != key:  # not known as a user variable bound to this object: filter
-            if name[:1] == "_" or name in hidden_names or isinstance(value, module):
+            if type(name) is not str or name[:1] == "_" or name in hidden_names or isinstance(value, module):
                 continue
             if hidden is not None and name in hidden and hidden[name] is value:
                 continue

@@ -64,9 +64,9 @@ def _signature(frames: Iterable[Any]) -> tuple:
     return tuple(map(id, chain(map(_BLOCKS, mgrs), map(_FIRST, axes), map(_LAST, axes))))
 
 
-def _never(name: str) -> bool:
+def _never(name: Any) -> bool:
     """Never a user variable, whatever it is bound to."""
-    return name[:1] == "_" or name in HIDDEN_NAMES
+    return type(name) is not str or name[:1] == "_" or name in HIDDEN_NAMES
 
 
 class Watch:
@@ -294,7 +294,7 @@ class Watch:
             value, key = values[p], ids[p]
             fp = hinted(name)
             if fp is None or fp[0] != key:  # not known as a user variable bound to this object: filter
-                if name[:1] == "_" or name in hidden_names:
+                if type(name) is not str or name[:1] == "_" or name in hidden_names:
                     continue
                 if isinstance(value, module) or (hidden is not None and name in hidden and hidden[name] is value):
                     again.append(p)  # not a variable now; it may be once the module or IPython lets go
