@@ -777,3 +777,24 @@ async def test_a_namespace_key_that_is_no_string_is_no_variable_and_breaks_nothi
     assert ns[2.5] == "made" and ns[1] == "one"
     system = model.requests[0].messages[0]["content"]
     assert "nums" in system and "'one'" not in system
+
+
+async def test_a_key_in_the_environment_a_plan_prints_shows_as_its_reference(bus, monkeypatch):
+    """A plan that prints ``os.environ`` (or one key of it) never puts the key where the model, the person's record
+    or a saved transcript can read it: a variable whose name says it holds a key is scrubbed as a secret."""
+    key = "sk-env-7f3c9a1b2d4e6f80"
+    monkeypatch.setenv("MY_SERVICE_API_KEY", key)
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")  # too short to be a key: left as it is
+    model = u.ScriptedModel(plans(
+        "import os\nprint(os.environ['MY_SERVICE_API_KEY'])\n"
+        "print({k: v for k, v in os.environ.items() if k in ('MY_SERVICE_API_KEY', 'TOKENIZERS_PARALLELISM')})\n"
+        "os.environ['MY_SERVICE_API_KEY']",
+    ))
+    h = u.act("env", model=model, namespace={}, bus=bus)
+    assert await h == "done"
+    (text,) = results(model)
+    assert "<<secret:MY_SERVICE_API_KEY>>" in text and key not in text
+    rec = next(c for m in h.transcript for c in m.tool_calls)
+    assert "<<secret:MY_SERVICE_API_KEY>>" in rec.output and key not in rec.output
+    assert key not in json.dumps([m.content for m in h.transcript]) + repr(rec.result) + repr(rec.displays)
+    assert "'TOKENIZERS_PARALLELISM': 'false'" in text

@@ -25,7 +25,7 @@ from ._errors import UserError
 
 __all__ = (
     "SECRET_REF", "ScrubStream", "forget_secret", "forms", "get_secret", "resolve_secrets", "scrub", "scrub_clipped",
-    "scrub_error", "secret_names", "set_secret",
+    "scrub_error", "secret_names", "set_secret", "watch_environment",
 )
 
 SECRET_REF = re.compile(r"<<secret:([A-Za-z_][A-Za-z0-9_]*)>>")
@@ -62,8 +62,31 @@ def forms(value: str) -> set[str]:
     return out
 
 
+_ENV_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE", re.IGNORECASE)
+_ENV_MIN = 8  # an environment variable's value shorter than this (``false``, ``1``) is no key
+_ENV: set[tuple[str, str]] = set()
+"""``(name, value)`` of the environment variables whose names say they hold a key (``OPENAI_API_KEY``,
+``GITHUB_TOKEN``): scrubbed as secrets of that name, though no plan gets them by :func:`get_secret`."""
+
+
+def watch_environment() -> None:
+    """Scrub the values of the environment variables whose names say they hold a key, a token, a secret or a
+    password, from now on, as ``<<secret:NAME>>`` (a plan that prints ``os.environ`` shows no key). Read again on
+    each call (a plan runs after one), so a variable set or changed since is scrubbed too; a value once seen stays
+    scrubbed."""
+    found = {
+        (n, v)
+        for n, v in os.environ.items()
+        if _ENV_NAME.search(n) and n.isidentifier() and len(v) >= _ENV_MIN
+    } - _ENV
+    if found:
+        _ENV.update(found)
+        _reindex()
+
+
 def _reindex() -> None:
-    pairs = {(f, n) for n, (v, _d) in _SECRETS.items() for f in forms(v)}
+    values = [(n, v) for n, (v, _d) in _SECRETS.items()] + sorted(_ENV)
+    pairs = {(f, n) for n, v in values for f in forms(v)}
     _ORDER[:] = sorted(pairs, key=lambda p: (-len(p[0]), p))
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import events as ev
 from .._errors import UserError
-from .._secrets import get_secret, scrub, scrub_bundle
+from .._secrets import get_secret, scrub, scrub_bundle, watch_environment
 from ..loop import ToolCallRecord, ToolContext, ToolFailed, ToolSource, as_tool, current_call, skipped_result
 from ._describe import describe_value
 from ._executor import Executor, final_answer
@@ -191,6 +191,7 @@ class ActorTools(ToolSource):
 
     async def _run_plan(self, code: str, intent: str, ctx: ToolContext) -> str:
         rec: ToolCallRecord | None = ctx.record
+        watch_environment()  # a key in the environment a plan prints (os.environ) shows as its reference
         before: dict | None = self._known  # taken before this step: only identities are checked again
         if self._plan_needs_approval():
             before = None  # the person may have run cells while the plan waited: look again
@@ -213,6 +214,7 @@ class ActorTools(ToolSource):
             ctx.emit(ev.ToolDisplay, call_id=ctx.call_id, mime_types=tuple(bundle.get("data", {})))
 
         result = await self.executor.run(code, on_output=on_output, on_display=on_display, before=before)
+        watch_environment()  # and one the plan set itself
         # what the person's cells changed meanwhile is told at the next step as theirs (``result.seen``)
         self._known = result.seen if result.seen is not None else self.executor.last
         ctx.emit(
