@@ -798,3 +798,14 @@ async def test_a_key_in_the_environment_a_plan_prints_shows_as_its_reference(bus
     assert "<<secret:MY_SERVICE_API_KEY>>" in rec.output and key not in rec.output
     assert key not in json.dumps([m.content for m in h.transcript]) + repr(rec.result) + repr(rec.displays)
     assert "'TOKENIZERS_PARALLELISM': 'false'" in text
+
+
+@pytest.mark.parametrize("code", ["", "   \n", "# only a comment\n"])
+async def test_an_empty_plan_is_no_success_and_a_silent_one_says_it_did_nothing(bus, code):
+    model = u.ScriptedModel(plans(code, "if False:\n    x = 1", "x = 1"))
+    h = u.act("nothing", model=model, namespace={}, bus=bus)
+    assert await h == "done"
+    empty, silent, real = results(model)
+    assert empty.startswith("success: false") and "the plan has no statements" in empty
+    assert silent.startswith("success: true") and "created, changed and deleted no variable" in silent
+    assert "did nothing" not in real and "no variable" not in real and "- x: int: 1" in real

@@ -130,6 +130,9 @@ class PlanResult:
             parts.append("variables deleted: " + ", ".join(self.deleted))
         for name in self.restored:
             parts.append(f"note: a plan may not rebind or delete `{name}`; it was restored.")
+        if len(parts) == 1:
+            parts.append("(the plan printed and displayed nothing, had no value, and created, changed and deleted no "
+                         "variable)")
         return "\n".join(parts)
 
 
@@ -315,6 +318,11 @@ class Executor:
         except SyntaxError as err:
             detail = traceback.format_exception_only(type(err), err)
             return PlanResult(success=False, error="".join(detail).rstrip(), filename=filename)
+        if not tree.body:  # a result that says nothing is no success: the model is told nothing ran
+            return PlanResult(
+                success=False, filename=filename,
+                error="the plan has no statements (it is empty, or only comments): nothing ran",
+            )
         linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
 
         body, last = tree.body, None
