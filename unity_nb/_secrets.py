@@ -74,11 +74,12 @@ def watch_environment() -> None:
     password, from now on, as ``<<secret:NAME>>`` (a plan that prints ``os.environ`` shows no key). Read again on
     each call (a plan runs after one), so a variable set or changed since is scrubbed too; a value once seen stays
     scrubbed."""
-    found = {
-        (n, v)
-        for n, v in os.environ.items()
-        if _ENV_NAME.search(n) and n.isidentifier() and len(v) >= _ENV_MIN
-    } - _ENV
+    env, found = os.environ, []
+    for name in env:  # the names first: the few that say they hold a key have their values read
+        if _ENV_NAME.search(name) is not None and name.isidentifier():
+            value = env.get(name)
+            if value is not None and len(value) >= _ENV_MIN and (name, value) not in _ENV:
+                found.append((name, value))
     if found:
         _ENV.update(found)
         _reindex()
