@@ -69,17 +69,23 @@ _ENV: set[tuple[str, str]] = set()
 ``GITHUB_TOKEN``): scrubbed as secrets of that name, though no plan gets them by :func:`get_secret`."""
 
 
+_ENV_NAMES: list = [-1]
+"""How many environment variables there were when their names were last read, then the names that say they hold a
+key (a plan's step reads only their values again)."""
+
+
 def watch_environment() -> None:
     """Scrub the values of the environment variables whose names say they hold a key, a token, a secret or a
     password, from now on, as ``<<secret:NAME>>`` (a plan that prints ``os.environ`` shows no key). Read again on
     each call (a plan runs after one), so a variable set or changed since is scrubbed too; a value once seen stays
     scrubbed."""
     env, found = os.environ, []
-    for name in env:  # the names first: the few that say they hold a key have their values read
-        if _ENV_NAME.search(name) is not None and name.isidentifier():
-            value = env.get(name)
-            if value is not None and len(value) >= _ENV_MIN and (name, value) not in _ENV:
-                found.append((name, value))
+    if len(env) != _ENV_NAMES[0]:  # variables added or removed: their names read again (each read decodes it)
+        _ENV_NAMES[:] = [len(env), *(n for n in env if _ENV_NAME.search(n) is not None and n.isidentifier())]
+    for name in _ENV_NAMES[1:]:  # the few names that say they hold a key: their values read each time
+        value = env.get(name)
+        if value is not None and len(value) >= _ENV_MIN and (name, value) not in _ENV:
+            found.append((name, value))
     if found:
         _ENV.update(found)
         _reindex()

@@ -191,11 +191,7 @@ class ActorTools(ToolSource):
 
     async def _run_plan(self, code: str, intent: str, ctx: ToolContext) -> str:
         rec: ToolCallRecord | None = ctx.record
-        # a key in the environment a plan prints (os.environ) shows as its reference: read at the run's first plan,
-        # and around each plan whose code names the environment (os.environ, getenv, putenv, env=...)
-        reads_env = "env" in code
-        if reads_env or not self.plans:
-            watch_environment()
+        watch_environment()  # a key in the environment a plan prints (os.environ) shows as its reference
         before: dict | None = self._known  # taken before this step: only identities are checked again
         if self._plan_needs_approval():
             before = None  # the person may have run cells while the plan waited: look again
@@ -218,8 +214,7 @@ class ActorTools(ToolSource):
             ctx.emit(ev.ToolDisplay, call_id=ctx.call_id, mime_types=tuple(bundle.get("data", {})))
 
         result = await self.executor.run(code, on_output=on_output, on_display=on_display, before=before)
-        if reads_env:
-            watch_environment()  # and one the plan set itself
+        watch_environment()  # and one the plan set itself
         # what the person's cells changed meanwhile is told at the next step as theirs (``result.seen``)
         self._known = result.seen if result.seen is not None else self.executor.last
         ctx.emit(
