@@ -30,7 +30,7 @@ from ._gate import allow_once
 from ._policy import Step
 from ._records import Message, ToolCallRecord
 from ._tools import Tool, ToolContext, ToolFailed, render_result
-from ._workers import in_worker
+from ._workers import ToolExit, in_worker
 
 if TYPE_CHECKING:
     from ._routing import Router
@@ -254,6 +254,10 @@ class ToolRunner:
             result, error = f"error: the sub-operation was stopped ({err.reason})", True
         except ToolFailed as err:
             result, error = str(err), True
+        except ToolExit as err:  # a sync tool's SystemExit or KeyboardInterrupt (raised in its worker thread)
+            result, error = f"error: {rec.name} {err}", True
+        except SystemExit as err:  # an async tool's: it would end the event loop (the kernel's), not only this call
+            result, error = f"error: {rec.name} {ToolExit(err)}", True
         except Exception as err:  # noqa: BLE001 - the model sees it and may correct itself
             result, error = f"error: {type(err).__name__}: {err}", True
         except GeneratorExit:  # its event loop was closed under it: closed by the collector, not in its context

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ("KEEP", "IDLE_SECONDS", "ToolTimeout", "in_worker")
+__all__ = ("KEEP", "IDLE_SECONDS", "ToolExit", "ToolTimeout", "in_worker")
 
 KEEP = 8
 """Idle workers kept at most."""
@@ -36,6 +36,21 @@ IDLE_SECONDS = 30.0
 
 class ToolTimeout(Exception):
     """Raised inside a sync tool's thread when its call was cancelled (a stop, its timeout)."""
+
+
+class ToolExit(Exception):
+    """What a call that raised ``SystemExit``, ``KeyboardInterrupt`` or another ``BaseException`` that is not an
+    ``Exception`` in its worker thread raises where it is awaited. Handed on as it was, it ended the awaiting task
+    and escaped the event loop itself (asyncio re-raises those two), ending the program or the kernel's loop; raised
+    in a worker, it is the call's own (no signal reaches a worker thread): the call fails, saying so."""
+
+    def __init__(self, raised: BaseException) -> None:
+        detail = f"({raised})" if str(raised) else "()"
+        super().__init__(
+            f"raised {type(raised).__name__}{detail}: a tool cannot end or interrupt the program, so the call "
+            "failed and the program goes on"
+        )
+        self.raised = raised
 
 
 class _Pool:
@@ -136,8 +151,10 @@ class _Call:
         try:
             try:
                 value, ok = self.ctx.run(self.fn, **self.kwargs), True
-            except BaseException as err:  # noqa: BLE001 - handed to the awaiting call
+            except Exception as err:  # noqa: BLE001 - handed to the awaiting call
                 value, ok = err, False
+            except BaseException as err:  # noqa: BLE001 - the call's own (a ToolTimeout sent is an Exception)
+                value, ok = ToolExit(err), False
             with self.lock:
                 self.state = _DONE
                 sent = self.sent

@@ -1,0 +1,65 @@
+"""A tool that raises what is not an ``Exception`` (``SystemExit``, ``KeyboardInterrupt``, ``CancelledError``):
+the call fails and the model reads why; the event loop and the loop go on."""
+
+import asyncio
+
+import pytest
+from conftest import assert_every_call_answered_once, tool_messages
+
+import unity_nb as u
+
+
+def _script(messages, tools):
+    done = tool_messages(messages)
+    return "read: " + done[0]["content"] if done else u.call_tool(tools[0]["function"]["name"])
+
+
+@pytest.mark.parametrize("raised", [SystemExit(2), KeyboardInterrupt(), asyncio.CancelledError(), GeneratorExit()])
+async def test_a_sync_tool_raising_a_base_exception_fails_its_call_and_the_loop_goes_on(bus, raised):
+    def bad() -> str:
+        """Fails."""
+        raise raised
+
+    h = u.start_loop("go", model=u.ScriptedModel(_script), tools=[bad], bus=bus)
+    answer = await asyncio.wait_for(h.result(), 10)
+    name = type(raised).__name__
+    assert answer.startswith(f"read: error: bad raised {name}(")
+    assert "the call failed" in answer
+    assert h.status == "finished"
+    assert_every_call_answered_once(h)
+    # the event loop is still running and serves another loop
+    again = u.start_loop("go", model=u.ScriptedModel(lambda m, t: "fine"), bus=bus)
+    assert await asyncio.wait_for(again.result(), 10) == "fine"
+
+
+async def test_an_async_tool_raising_system_exit_fails_its_call_and_the_loop_goes_on(bus):
+    async def bad() -> str:
+        """Fails."""
+        raise SystemExit("usage: bad [-h]")
+
+    h = u.start_loop("go", model=u.ScriptedModel(_script), tools=[bad], bus=bus)
+    answer = await asyncio.wait_for(h.result(), 10)
+    assert answer.startswith("read: error: bad raised SystemExit(usage: bad [-h])")
+    assert h.status == "finished"
+
+
+async def test_a_stop_while_a_sync_tool_runs_is_still_a_stop(bus):
+    import threading
+
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> str:
+        """Waits."""
+        started.set()
+        while not release.wait(0.01):
+            pass
+        return "late"
+
+    h = u.start_loop("go", model=u.ScriptedModel(_script), tools=[slow], bus=bus)
+    await asyncio.wait_for(asyncio.to_thread(started.wait, 10), 10)
+    await asyncio.wait_for(h.stop("halt"), 10)
+    release.set()
+    with pytest.raises(u.Stopped, match="halt"):
+        await h.result()
+    results = [m.content for m in h.transcript if m.kind == "tool_result"]
+    assert results == ["cancelled: halt"]
