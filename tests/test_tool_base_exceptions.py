@@ -43,6 +43,17 @@ async def test_an_async_tool_raising_system_exit_fails_its_call_and_the_loop_goe
     assert h.status == "finished"
 
 
+async def test_an_async_tool_raising_cancelled_error_itself_is_its_error_not_a_stop(bus):
+    async def bad() -> str:
+        """Fails."""
+        raise asyncio.CancelledError
+
+    h = u.start_loop("go", model=u.ScriptedModel(_script), tools=[bad], bus=bus)
+    answer = await asyncio.wait_for(h.result(), 10)
+    assert answer == "read: error: bad raised CancelledError, though nothing cancelled it; the call failed"
+    assert "loop was cancelled" not in answer
+
+
 async def test_a_stop_while_a_sync_tool_runs_is_still_a_stop(bus):
     import threading
 

@@ -241,7 +241,11 @@ class ToolRunner:
                 async with asyncio.timeout(timeout):
                     result, error = await self._call(rec, tool, kwargs), False
         except asyncio.CancelledError:
-            raise
+            task = asyncio.current_task()
+            if task is None or task.cancelling():  # a stop, or the runner cancelling its calls
+                raise
+            # nothing cancelled this call: the tool raised it itself, and the loop goes on
+            result, error = f"error: {rec.name} raised CancelledError, though nothing cancelled it; the call failed", True
         except TimeoutError:
             if rec.child is not None and not rec.child.done():
                 await rec.child.stop(f"the tool {rec.name} ran out of time")
