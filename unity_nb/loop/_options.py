@@ -129,6 +129,9 @@ class LoopOptions:
     tool_timeout: float | None = None
     """Seconds a tool call may run before it fails with an error the model sees (a tool's own
     ``timeout`` wins); ``None``: no limit."""
+    max_result_chars: int = 100_000
+    """Characters of one tool call's result kept (what the model reads, the transcript and the events): past it,
+    the first and the last half of it, with a line saying how many characters were cut and by this bound."""
     policies: Sequence[LoopPolicy] = ()
     """A person's own :class:`LoopPolicy` objects, outermost first (they wrap the flags' policies)."""
     chain: tuple[LoopPolicy, ...] = field(init=False, repr=False, compare=False, default=())
@@ -151,6 +154,7 @@ class LoopOptions:
         _whole("max_parallel_tools", self.max_parallel_tools, 1)
         _whole("keep_last", self.keep_last, 1)
         _whole("max_corrections", self.max_corrections, 0)
+        _whole("max_result_chars", self.max_result_chars, 100)
         first = self.first_step_tools if self.first_step_tools is not None else ()
         if isinstance(first, str) or not isinstance(first, Iterable):
             raise UserError(f"first_step_tools takes a list of tool names, not {first!r}")

@@ -48,6 +48,14 @@ def _secret_value(name: str) -> str:
         raise ValueError(err.args[0]) from None
 
 
+def _cut(result: str, limit: int) -> str:
+    """A result past ``max_result_chars``: its first and last half of ``limit`` characters, saying what was cut."""
+    head, tail = result[: limit // 2], result[len(result) - (limit - limit // 2) :]
+    cut = len(result) - len(head) - len(tail)
+    return (f"{head}\n[... {cut:,} of the result's {len(result):,} characters cut: a tool result keeps "
+            f"max_result_chars={limit:,} ...]\n{tail}")
+
+
 class ToolRunner:
     """Executes tool calls for one loop. It is given the loop's :class:`Run` (options, state,
     conversation, gate, events), its turn (which tool a call names), its router (steering routed to
@@ -355,6 +363,8 @@ class ToolRunner:
             h.state.printed += rec.printed.end(cut=cut)
             self._publish_output(rec)
         result = scrub(result)
+        if len(result) > h.config.max_result_chars:
+            result = _cut(result, h.config.max_result_chars)
         rec.result = result
         rec.error = error
         h.state.tool_calls += 1
