@@ -193,7 +193,9 @@ class Engine(Driver):
                     if strays:
                         raise UnityError(
                             f"the model called {names} at {why} where no tools were offered, instead of "
-                            "answering, and again when asked once more: no answer to give"
+                            "answering, and again when asked once more: no answer to give, after "
+                            f"{h.state.tool_calls} tool calls in {h.state.steps} model calls (their results are in "
+                            "the transcript)"
                         )
                     strays += 1
                     conv.record(Message("assistant", reply.content or f"[called {', '.join(names)}]", kind="text"))
