@@ -253,7 +253,8 @@ class ToolRunner:
             if task is None or task.cancelling():  # a stop, or the runner cancelling its calls
                 raise
             # nothing cancelled this call: the tool raised it itself, and the loop goes on
-            result, error = f"error: {rec.name} raised CancelledError, though nothing cancelled it; the call failed", True
+            result = f"error: {rec.name} raised CancelledError, though nothing cancelled it; the call failed"
+            error = True
         except TimeoutError:
             if rec.child is not None and not rec.child.done():
                 await rec.child.stop(f"the tool {rec.name} ran out of time")
