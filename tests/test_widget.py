@@ -179,7 +179,7 @@ async def test_a_whole_reply_is_not_a_cut_off_fragment():
 def test_every_button_of_the_front_end_is_an_entry_of_the_command_table():
     js = installed("handle.js")
     sent = set(re.findall(r'send\("(\w+)"', js))  # the buttons the front end names (not the steering verbs')
-    assert sent == {"answer", "approve", "skip", "allow", "stop"} and sent <= set(COMMANDS)  # stop: an Ask's own
+    assert sent == {"answer", "approve", "skip", "allow", "stop_ask"} and sent <= set(COMMANDS)
     # the steering verbs' buttons are made from the widget's table of them, the Pause button "resume" when paused
     buttons = verb_buttons()
     steering = {b["name"] for b in buttons} | {b["undo"]["name"] for b in buttons if "undo" in b}

@@ -419,7 +419,7 @@ function render({ model, el }) {
         if (!av) {
           const badge = h("span", { class: "unb-badge" });
           const stop = h("button", { class: "unb-btn unb-ask-stop", title: "Stop this Ask (its model call too)",
-            onclick: () => { stop.disabled = true; send("stop", a.id, "stopped from the widget"); } }, "Stop");
+            onclick: () => { stop.disabled = true; send("stop_ask", a.id); } }, "Stop");
           const text = h("div", { class: "unb-text" });
           const box = h("div", { class: "unb-ask-entry", "data-ask": a.id }, h("span", { class: "unb-label" }, "asked"),
             ` ${a.question} `, badge, " ", stop, text);

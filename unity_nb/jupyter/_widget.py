@@ -294,6 +294,7 @@ COMMANDS: dict[str, Command] = {
         lambda w, h, c: h.stop(c.get("text") or "stopped from the widget"), "stop it, from any state", "stop"
     ),
     "ask": Command(_ask, "ask about it without disturbing it (the answer shows in the widget)", "ask"),
+    "stop_ask": Command(lambda w, h, c: h.stop("stopped from the widget"), "stop an Ask shown in the widget"),
     "answer": Command(
         lambda w, h, c: h.inbox.answer(c.get("call_id") or "", _text(c)), "answer a tool's question"
     ),
