@@ -338,13 +338,7 @@ class BatchAPI:
                             async for piece in resp.content.iter_any():
                                 feed(piece)
                             return feed
-                        pieces, size = [], 0
-                        async for piece in resp.content.iter_any():
-                            pieces.append(piece)
-                            size += len(piece)
-                            if size > _JSON_MOST:
-                                break
-                        data = b"".join(pieces)
+                        data = await _head(resp, _JSON_MOST + 1)  # one byte more: a longer body is said
                     finally:
                         resp.release()
             except (TimeoutError, aiohttp.ClientError, OSError) as err:
