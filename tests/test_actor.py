@@ -179,6 +179,26 @@ async def test_output_is_captured_and_long_output_is_truncated_saying_so(bus):
     assert len(rec.output) > 20000  # the person's record keeps it all
 
 
+async def test_a_plan_printing_without_end_is_held_within_a_bound_and_counted_whole(bus):
+    # 3,000,000 characters in 30,000 writes: the result keeps its first and last 100,000, saying how many were cut,
+    # and the model and the events are told how much was printed in all
+    code = "for i in range(30000):\n    print('%099d' % i)"
+    res = await u.actor.Executor({}).run(code)
+    assert res.success and res.stdout_chars == 3_000_000
+    assert len(res.stdout) < 200_100
+    assert res.stdout.startswith("0" * 99 + "\n") and res.stdout.endswith(f"{29999:099d}\n")
+    assert "[... 2,800,000 characters cut ...]" in res.stdout
+    assert "truncated: 2,996,000 characters omitted" in res.for_model()
+
+    model = u.ScriptedModel(plans(code))
+    h = u.act("print", model=model, namespace={}, bus=bus)
+    await h
+    (text,) = results(model)
+    assert "truncated: 2,996,000 characters omitted" in text and f"{29999:099d}\n" in text
+    (done,) = [e for e in h.events if isinstance(e, CodeExecuted)]
+    assert done.stdout_chars == 3_000_000
+
+
 async def test_protected_names_are_restored(bus):
     ns = {"In": ["cell"], "data": 1}
     model = u.ScriptedModel(

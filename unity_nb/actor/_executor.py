@@ -38,6 +38,7 @@ from typing import Any
 
 from .. import _output
 from .._secrets import scrub
+from ..loop import TextBuffer
 from ._describe import describe_value, snapshot
 from ._meanwhile import Cells, bound_names, theirs
 from ._watch import Watch
@@ -47,6 +48,9 @@ __all__ = ("Executor", "PlanResult", "FinalAnswer", "PlanTimeout", "final_answer
 log = logging.getLogger("unity_nb.actor")
 
 _OUTPUT_LIMIT = 4000
+_KEPT = 200_000
+"""Characters of each stream a plan prints that its result keeps: the first and the last half (the model reads
+:data:`_OUTPUT_LIMIT` of them, the transcript keeps its own share). A plan printing without end holds no more."""
 _counter = itertools.count(1)
 
 
@@ -68,12 +72,14 @@ def final_answer(value: Any = None) -> None:
     raise FinalAnswer(value)
 
 
-def truncate(text: str, limit: int = _OUTPUT_LIMIT) -> str:
-    """``text`` kept whole up to ``limit`` characters; else its head and tail, saying so."""
-    if len(text) <= limit:
+def truncate(text: str, limit: int = _OUTPUT_LIMIT, total: int = 0) -> str:
+    """``text`` kept whole up to ``limit`` characters; else its head and tail, saying so. ``total``: how long the
+    text was before a middle part of it was cut already (see :data:`_KEPT`), when it was."""
+    total = max(total, len(text))
+    if total <= limit:
         return text
     head, tail = text[: limit // 2], text[-limit // 2 :]
-    return f"{head}\n[... truncated: {len(text) - len(head) - len(tail):,} characters omitted ...]\n{tail}"
+    return f"{head}\n[... truncated: {total - len(head) - len(tail):,} characters omitted ...]\n{tail}"
 
 
 @dataclass
@@ -83,6 +89,10 @@ class PlanResult:
     success: bool
     stdout: str = ""
     stderr: str = ""
+    stdout_chars: int = 0
+    """How many characters the plan printed to stdout (``stdout`` keeps the first and last :data:`_KEPT`, with a line
+    saying how many were cut between them)."""
+    stderr_chars: int = 0
     error: str | None = None
     """The traceback (pointing at the plan's lines) or the reason it did not run."""
     has_value: bool = False
@@ -108,9 +118,9 @@ class PlanResult:
         if self.final:
             parts.append("final_answer was called: the task ends with that value.")
         if self.stdout:
-            parts.append("stdout:\n" + truncate(self.stdout))
+            parts.append("stdout:\n" + truncate(self.stdout, total=self.stdout_chars))
         if self.stderr:
-            parts.append("stderr:\n" + truncate(self.stderr))
+            parts.append("stderr:\n" + truncate(self.stderr, total=self.stderr_chars))
         if self.error:
             parts.append("error:\n" + truncate(self.error))
         if self.has_value:
@@ -337,14 +347,16 @@ class Executor:
             detail = traceback.format_exception_only(type(err), err)
             return PlanResult(success=False, error="".join(detail).rstrip(), filename=filename)
 
-        stdout: list[str] = []
-        stderr: list[str] = []
+        # bounded while the plan runs (``while True: print(...)`` holds no more than _KEPT a stream)
+        stdout, stderr = TextBuffer(limit=_KEPT), TextBuffer(limit=_KEPT)
+        written = threading.Lock()  # a thread the plan started may write too
         displays: list[dict] = []
         running = [True]  # a thread the plan started may write after it ended: only on_output gets that
 
         def on_write(text: str, stream: str = "stdout") -> None:
             if running[0]:
-                (stderr if stream == "stderr" else stdout).append(text)
+                with written:
+                    (stderr if stream == "stderr" else stdout).append(text)
             if on_output is not None:
                 on_output(text, stream)
 
@@ -415,7 +427,9 @@ class Executor:
             result.restored = self._restore(protected_before)
             self._collect_figures(figures_before, on_pub)
             running[0] = False
-            result.stdout, result.stderr = "".join(stdout), "".join(stderr)
+            with written:
+                result.stdout, result.stderr = stdout.text, stderr.text
+                result.stdout_chars, result.stderr_chars = stdout.total, stderr.total
         if result.has_value:
             data, md = self._format(result.value)
             bundle = {"data": _keep(data), "metadata": md, "value": True}

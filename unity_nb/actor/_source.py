@@ -219,8 +219,9 @@ class ActorTools(ToolSource):
         self._known = result.seen if result.seen is not None else self.executor.last
         ctx.emit(
             ev.CodeExecuted, call_id=ctx.call_id, intent=intent, code=scrub(code),
-            success=result.success, error=scrub(result.error), stdout_chars=len(result.stdout),
-            stderr_chars=len(result.stderr), final=result.final,
+            success=result.success, error=scrub(result.error),
+            stdout_chars=max(result.stdout_chars, len(result.stdout)),
+            stderr_chars=max(result.stderr_chars, len(result.stderr)), final=result.final,
         )
         if result.created or result.changed or result.deleted:
             ctx.emit(

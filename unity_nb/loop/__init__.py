@@ -24,6 +24,7 @@ from ._source import OwnTools, ToolSource
 from ._start import start_loop
 from ._status import Status
 from ._steering import VERBS, Verb, register_verb, steering_entry, unregister_verb
+from ._text import TextBuffer
 from ._tools import Tool, ToolContext, ToolFailed, as_tool, json_schema, render_result
 from ._views import Inbox, Requests, Tree
 from ._workers import ToolTimeout, in_worker
@@ -48,6 +49,7 @@ __all__ = (
     "json_schema",
     "render_result",
     "in_worker",
+    "TextBuffer",
     "ToolTimeout",
     "RequestHandle",
     "Reference",
