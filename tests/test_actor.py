@@ -805,9 +805,11 @@ async def test_a_key_in_the_environment_a_plan_prints_shows_as_its_reference(bus
     key = "sk-env-7f3c9a1b2d4e6f80"
     monkeypatch.setenv("MY_SERVICE_API_KEY", key)
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")  # too short to be a key: left as it is
+    monkeypatch.setenv("HF_TOKEN_PATH", "/home/person/.cache/hf/token")  # where a key is kept, not the key: shown
     model = u.ScriptedModel(plans(
         "import os\nprint(os.environ['MY_SERVICE_API_KEY'])\n"
         "print({k: v for k, v in os.environ.items() if k in ('MY_SERVICE_API_KEY', 'TOKENIZERS_PARALLELISM')})\n"
+        "print(os.environ['HF_TOKEN_PATH'])\n"
         "os.environ['MY_SERVICE_API_KEY']",
     ))
     h = u.act("env", model=model, namespace={}, bus=bus)
@@ -818,6 +820,7 @@ async def test_a_key_in_the_environment_a_plan_prints_shows_as_its_reference(bus
     assert "<<secret:MY_SERVICE_API_KEY>>" in rec.output and key not in rec.output
     assert key not in json.dumps([m.content for m in h.transcript]) + repr(rec.result) + repr(rec.displays)
     assert "'TOKENIZERS_PARALLELISM': 'false'" in text
+    assert "/home/person/.cache/hf/token" in text and "<<secret:HF_TOKEN_PATH>>" not in text
 
 
 @pytest.mark.parametrize("code", ["", "   \n", "# only a comment\n"])

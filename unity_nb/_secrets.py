@@ -64,6 +64,8 @@ def forms(value: str) -> set[str]:
 
 _ENV_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE", re.IGNORECASE)
 _ENV_MIN = 8  # an environment variable's value shorter than this (``false``, ``1``) is no key
+_ENV_WHERE = re.compile(r"_(PATH|FILE|DIR|DIRECTORY|HOME|LOCATION)$", re.IGNORECASE)
+"""A name that says where a key is kept (``HF_TOKEN_PATH``, ``GOOGLE_KEY_FILE``), not the key: its value is shown."""
 _ENV: set[tuple[str, str]] = set()
 """``(name, value)`` of the environment variables whose names say they hold a key (``OPENAI_API_KEY``,
 ``GITHUB_TOKEN``): scrubbed as secrets of that name, though no plan gets them by :func:`get_secret`."""
@@ -81,7 +83,9 @@ def watch_environment() -> None:
     scrubbed."""
     env, found = os.environ, []
     if len(env) != _ENV_NAMES[0]:  # variables added or removed: their names read again (each read decodes it)
-        _ENV_NAMES[:] = [len(env), *(n for n in env if _ENV_NAME.search(n) is not None and n.isidentifier())]
+        _ENV_NAMES[:] = [len(env), *(
+            n for n in env if _ENV_NAME.search(n) is not None and n.isidentifier() and _ENV_WHERE.search(n) is None
+        )]
     for name in _ENV_NAMES[1:]:  # the few names that say they hold a key: their values read each time
         value = env.get(name)
         if value is not None and len(value) >= _ENV_MIN and (name, value) not in _ENV:
