@@ -286,6 +286,24 @@ def test_an_event_no_try_can_write_is_left_out_saying_so_and_holds_up_no_other(t
     store.close()
 
 
+def test_an_event_left_out_is_said_with_its_error_as_it_is(tmp_path, caplog):
+    """The log line saying an event was left out gives the error's text as it is: braces in it were doubled (the
+    text was escaped for a str.format template the line is not)."""
+
+    class Braced:
+        def __conform__(self, protocol):  # how SQLite asks a value to bind itself: this one cannot
+            raise ValueError("cannot bind {this}")
+
+    store = Store(tmp_path / "s.db")
+    store.record(u.events.ToolOutput(loop_id="l1", lineage=("b",), call_id="c", name="n", text="x", ts=Braced()))
+    for _ in range(3):
+        store.flush()
+    assert store.left_out == 1
+    (said,) = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert "ValueError: cannot bind {this}" in said
+    store.close()
+
+
 # ---------------------------------------------------------------------------- a full disk (item 10)
 
 

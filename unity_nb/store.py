@@ -380,7 +380,7 @@ class Store:
         self.left_out += 1
         log.warning("store: a %s event of loop %s could not be written to %s after %d tries (%s: %s): it is left "
                     "out (%d so far)", event.kind, event.loop_id, self.path, tries, type(err).__name__,
-                    _literal(str(err))[:300], self.left_out)
+                    str(err)[:300], self.left_out)
         return True
 
     def _trouble(self, err: BaseException) -> None:
