@@ -270,3 +270,62 @@ async def test_a_join_of_every_pair_past_max_pairs_is_refused_at_once_saying_how
                    bus=bus)
     await asyncio.wait_for(every.result(), 20)
     assert every.pairs_total == 9 and every.pairs_asked == 9
+
+
+async def test_a_field_with_no_value_is_said_missing_in_the_prompt_not_written_as_nan(bus):
+    """A row with one of two fields missing was asked 'Label x and NaT' (None, NaN, pd.NA, NaT written as text, as
+    if a value; with a format, NaT refused the map): the prompt says the field is missing, in a template's field
+    (its format or conversion too), after a template naming no field, in a join's pair, an aggregate's rows and a
+    topk's comparison."""
+    asked = []
+
+    def model(messages, tools):
+        asked.append(task_of(messages))
+        return "ok"
+
+    frame = pd.DataFrame({"a": ["x", None, np.nan, pd.NA], "b": [pd.NaT, 1.5, "y", "z"]}, dtype=object)
+    m = u.map(frame, "Label {a!r} and {b:>4}", model=u.ScriptedModel(model), bus=bus)
+    await asyncio.wait_for(m.result(), 20)
+    assert sorted(asked) == sorted(["Label 'x' and (missing)", "Label (missing) and  1.5", "Label (missing) and    y",
+                                    "Label (missing) and    z"])
+    asked.clear()
+    await asyncio.wait_for(u.map(frame[["a", "b"]], "Label it", model=u.ScriptedModel(model), bus=bus).result(), 20)
+    assert sorted(asked) == sorted(["Label it\n\na: (missing)\nb: 1.5", "Label it\n\na: (missing)\nb: y",
+                                    "Label it\n\na: (missing)\nb: z", "Label it\n\na: x\nb: (missing)"])
+    asked.clear()
+
+    def match(messages, tools):
+        asked.append(task_of(messages))
+        return u.call_tool("submit_answer", match=False, reason="no")
+
+    left = pd.DataFrame({"t": ["p", "q"], "n": [np.nan, 2.0]})
+    h = u.join(left, pd.DataFrame({"t": ["p"]}), "Do {left.t} ({left.n}) and {right.t} match?",
+               model=u.ScriptedModel(match), blocking=None, bus=bus)
+    await asyncio.wait_for(h.result(), 20)
+    assert any(t.startswith("Do p ((missing)) and p match?") for t in asked) and not any("nan" in t for t in asked)
+    asked.clear()
+    bare = u.join(pd.Series(["p", None]), ["p"], "Do these match?", model=u.ScriptedModel(match), blocking=None,
+                  bus=bus)  # a task naming no column: each side's text follows it
+    await asyncio.wait_for(bare.result(), 20)
+    assert any("left: (missing)" in t for t in asked) and not any("None" in t for t in asked)
+    asked.clear()
+    whole = u.agg(pd.DataFrame({"t": ["p", None], "n": [np.nan, 2]}), "Summarise {t} and {n}",
+                  model=u.ScriptedModel(model), bus=bus)
+    await asyncio.wait_for(whole.result(), 20)
+    assert any("t: p\nn: (missing)" in t and "t: (missing)\nn: 2" in t for t in asked)
+    assert not any("nan" in t or "None" in t for t in asked)
+    asked.clear()
+
+    def rank(messages, tools):
+        text = task_of(messages)
+        asked.append(text)
+        if "\nA:\n" in text:
+            return u.call_tool("submit_answer", better="A", reason="first")
+        return u.call_tool("submit_answer", score=5, reason="alike")
+
+    items = pd.DataFrame({"name": ["a", "b", "c"], "size": [1.0, None, 3.0]})
+    best = u.topk(items, 2, "Which {name} of {size} is biggest?", model=u.ScriptedModel(rank), bus=bus)
+    await asyncio.wait_for(best.result(), 20)
+    compared = [t for t in asked if "\nA:\n" in t]
+    assert compared and any("size: (missing)" in t for t in compared)
+    assert not any("nan" in t or "None" in t for t in asked)

@@ -17,7 +17,7 @@ from typing import Any
 from .._errors import UserError
 from ..models import context_window_of
 from ._failures import label_of
-from ._rows import Template
+from ._rows import Template, as_text
 
 __all__ = ("DEFAULT_WINDOW", "Groups", "Sizing", "chunk_texts", "sizing")
 
@@ -200,14 +200,14 @@ class Groups:
         elif isinstance(items, pd.Series):
             for start in range(0, len(items), _SLICE):
                 part = items.iloc[start:start + _SLICE]
-                yield from ((k, str(v)) for k, v in zip(part.index, part.to_numpy(dtype=object)))
+                yield from ((k, as_text(v)) for k, v in zip(part.index, part.to_numpy(dtype=object)))
         else:
             for i, item in enumerate(items):
                 if isinstance(item, Mapping):
                     named = [k for k in item if str(k) in self.fields] or list(item)
-                    yield i, "\n".join(f"{k}: {item[k]}" for k in named)
+                    yield i, "\n".join(f"{k}: {as_text(item[k])}" for k in named)
                 else:
-                    yield i, str(item)
+                    yield i, as_text(item)
 
 
 _NONE = object()
@@ -302,4 +302,4 @@ def _frame_texts(frame: Any, fields: list[str], slices: Iterator[Any]) -> Iterat
     for rows in slices:
         part = frame.iloc[rows, named]
         for key, values in zip(part.index, part.itertuples(index=False, name=None)):
-            yield key, "\n".join(f"{c}: {v}" for c, v in zip(names, values))
+            yield key, "\n".join(f"{c}: {as_text(v)}" for c, v in zip(names, values))

@@ -23,7 +23,7 @@ from typing import Any
 from .._errors import UserError
 from ._blocking import _INT, WordIndex
 from ._recall import Reservoir, Stratum
-from ._rows import Template
+from ._rows import Template, as_text
 
 __all__ = ("ALL", "ASKED_AS", "BLOCKED", "FAR", "NEAR", "WIDENED", "Asked", "Listed", "PairPlan", "Side")
 
@@ -79,6 +79,10 @@ class Side:
         if len(texts) == 1:
             return str(texts[0][i])
         return " \n".join(str(t[i]) for t in texts)
+
+    def shown(self, i: int) -> str:
+        """Row ``i``'s text as a prompt shows it (a task naming no column): a missing value said so, not 'nan'."""
+        return " \n".join(as_text(t[i]) for t in self._texts)
 
     def value(self, column: str, i: int) -> Any:
         return self._values[column][i]
@@ -171,7 +175,7 @@ class PairPlan:
         asked.kind.append(kind)
         (a, b), left, right = self.names, self.left, self.right
         if not left.named and not right.named:  # the task names no column: each side's text follows it
-            return {a: left.text(i), b: right.text(j)}
+            return {a: left.shown(i), b: right.shown(j)}
         out = {f"{a}.{c}": left.value(c, i) for c in left.named}
         out.update({f"{b}.{c}": right.value(c, j) for c in right.named})
         return out

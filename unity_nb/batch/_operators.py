@@ -19,7 +19,7 @@ from .._errors import UserError
 from ._estimate import estimate_map
 from ._map import MapHandle
 from ._registry import Operator, Param, register_operator
-from ._rows import Reason, Template, add_reason
+from ._rows import Reason, Template, add_reason, as_text
 
 __all__ = ("ExtractHandle", "FilterHandle", "Verdict", "as_pandas", "extract", "field_free", "filter_rows",
            "row_texts")
@@ -193,13 +193,13 @@ def row_texts(items: Any, template: str) -> list[tuple[Any, str]]:
 
     fields = Template(template).fields
     if isinstance(items, pd.Series):
-        return [(k, str(v)) for k, v in items.items()]
+        return [(k, as_text(v)) for k, v in items.items()]
     columns = [str(c) for c in items.columns]
     named = [c for c in columns if c in fields] or columns
     out = []
     for key, values in zip(items.index, items.itertuples(index=False, name=None)):
         row = dict(zip(columns, values))
-        out.append((key, "\n".join(f"{c}: {row[c]}" for c in named)))
+        out.append((key, "\n".join(f"{c}: {as_text(row[c])}" for c in named)))
     return out
 
 

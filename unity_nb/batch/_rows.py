@@ -21,8 +21,9 @@ from .._errors import UserError
 from ..loop import Tool, current_call
 
 __all__ = (
-    "Invalid", "Reason", "Row", "RowSource", "Template", "add_reason", "answer_tool", "asked_hash", "assemble",
-    "check_text_answer", "finished_rows", "output_model", "parse_answer", "row_id", "row_key", "to_json",
+    "MISSING", "Invalid", "Reason", "Row", "RowSource", "Template", "add_reason", "answer_tool", "as_text",
+    "asked_hash", "assemble", "check_text_answer", "finished_rows", "output_model", "parse_answer", "row_id",
+    "row_key", "to_json",
 )
 
 Reason = Annotated[str, pydantic.StringConstraints(strip_whitespace=True, min_length=1)]
@@ -137,6 +138,9 @@ class Template:
             except KeyError:
                 self.check(values)
                 raise
+            if _missing(value):  # no value: said so, not 'nan' or 'None' as if it were one (nor formatted)
+                out.append(MISSING)
+                continue
             if conversion is not None:
                 value = repr(value) if conversion == "r" else ascii(value) if conversion == "a" else str(value)
             try:
@@ -147,6 +151,10 @@ class Template:
                     f"({_WHAT})"
                 ) from None
         return "".join(out)
+
+
+MISSING = "(missing)"
+"""What a prompt says in place of a missing value (None, NaN, pd.NA, NaT): not its text ('nan'), as if it were one."""
 
 
 def _missing(value: Any) -> bool:
@@ -161,6 +169,11 @@ def _missing(value: Any) -> bool:
         return type(value).__name__ == "NAType"
 
 
+def as_text(value: Any) -> str:
+    """A value as a prompt shows it: its text, or :data:`MISSING` when it has none."""
+    return MISSING if _missing(value) else str(value)
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -168,7 +181,7 @@ def _short(value: Any) -> str:
 
 def _append(template: str, values: Mapping[str, Any], single: bool) -> str:
     """A template without fields: the row's value (a Series', a list's), or its columns, after it."""
-    shown = values["value"] if single else "\n".join(f"{k}: {v}" for k, v in values.items())
+    shown = as_text(values["value"]) if single else "\n".join(f"{k}: {as_text(v)}" for k, v in values.items())
     return f"{template}\n\n{shown}"
 
 
