@@ -256,3 +256,28 @@ async def test_a_sample_that_got_no_answer_says_the_recall_is_unknown_not_a_hund
     await asyncio.wait_for(unchecked.result(), 30)
     assert unchecked.recall.estimate is None and "100" not in unchecked.recall.text
     assert unchecked.recall.text.startswith("recall not checked (sample=0): unknown")
+
+
+async def test_every_pair_asked_with_some_unanswered_gives_a_bound_not_an_exact_hundred_percent(bus):
+    """Every pair asked, 2 of 9 with no answer: the recall said estimate=1.0 (its text counting the 2), though
+    either might have been a match. It is unknown (None), with its bound: every unanswered pair counted a miss."""
+    left = pd.DataFrame({"t": [f"id:{c}" for c in codes(3)]})
+    right = pd.DataFrame({"t": [f"ref:{c}" for c in codes(3)]})
+
+    def some_fail(messages, tools):
+        text = task_of(messages)
+        a, b = re.search(r"id:(\w+)", text).group(1), re.search(r"ref:(\w+)", text).group(1)
+        return "I cannot say" if (a, b) in {("a0_0", "a0_1"), ("a0_2", "a0_2")} else oracle(messages, tools)
+
+    h = u.join(left, right, TASK, model=u.ScriptedModel(some_fail), blocking=None, bus=bus)
+    pairs = await asyncio.wait_for(h.result(), 30)
+    assert len(pairs) == 2 and h.pairs_asked == 9
+    r = h.recall
+    assert r.unanswered == 2 and r.found == 2 and r.status == "exact"
+    assert r.estimate is None and r.bound == 0.5 and r.missed_bound == 2  # 2 found, at most 2 more among the 2
+    assert r.text.startswith("recall unknown: every pair asked (9), 2 matched; 2 got no answer (h.verdicts says why)")
+    assert "at least 50.0% (each pair without an answer counted a miss)" in r.text and "100" not in r.text
+    assert pairs.attrs["recall"]["estimate"] is None
+    whole = u.join(left, right, TASK, model=u.ScriptedModel(oracle), blocking=None, bus=bus)
+    await asyncio.wait_for(whole.result(), 30)
+    assert whole.recall.estimate == whole.recall.bound == 1.0 and whole.recall.text.startswith("recall exact: ")

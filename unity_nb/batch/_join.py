@@ -426,17 +426,27 @@ class JoinHandle(PhasedHandle):
         return sum(m.rows.counts["failed"] + m.rows.counts["stopped"] for m in self.phases)
 
     def _exact(self) -> Recall:
+        """Every pair asked: recall 1.0 when every one answered; else unknown (any pair without an answer may be a
+        match), with its bound: each such pair counted a miss."""
         failed = self._unanswered()
         unasked = self.pairs_total - self.pairs_asked
-        text = (f"recall exact: every pair asked ({self.pairs_total:,}), {self._found:,} matched" +
-                (f"; {failed:,} got no answer (h.verdicts says why)" if failed else ""))
+        found = self._found
+        estimate: float | None = 1.0 if found else None
+        bound = estimate
+        if failed:
+            text = (f"recall unknown: every pair asked ({self.pairs_total:,}), {found:,} matched; {failed:,} got no "
+                    "answer (h.verdicts says why)")
+            bound = found / (found + failed)
+            if found:
+                text += f": at least {bound:.1%} (each pair without an answer counted a miss)"
+            estimate = None
+        else:
+            text = f"recall exact: every pair asked ({self.pairs_total:,}), {found:,} matched"
         if self.blocking is not None:
             text += f" (blocking and its sample had found {self._recall.found:,})"
-        return dataclasses.replace(self._recall, status="exact", estimate=1.0 if self._found else None,
-                                   bound=1.0 if self._found else None, missed=0.0, missed_bound=0.0,
-                                   found=self._found, left_out=unasked, unanswered=failed,
-                                   fallback=self.blocking is not None,
-                                   refused=None, text=text)
+        return dataclasses.replace(self._recall, status="exact", estimate=estimate, bound=bound, missed=0.0,
+                                   missed_bound=float(failed), found=found, left_out=unasked, unanswered=failed,
+                                   fallback=self.blocking is not None, refused=None, text=text)
 
 
 def _said(found: int, missed: float, bound: float, estimate: float | None, lower: float | None, sampled: int,

@@ -124,18 +124,19 @@ class Recall:
     ``.attrs["recall"]``). ``as_dict()`` gives it as a plain dict."""
 
     status: str
-    """``checking`` (not yet known), ``checked`` (estimated from a sample), ``exact`` (every pair asked),
-    ``not checked`` (``sample=0``, or no sampled pair answered)."""
+    """``checking`` (not yet known), ``checked`` (estimated from a sample), ``exact`` (every pair asked: recall 1.0
+    when every one answered, else unknown with its bound), ``not checked`` (``sample=0``, or no sampled pair
+    answered)."""
     estimate: float | None
     """Recall: matches found over matches found and estimated missed (``None`` while checking, when nothing
-    matched and nothing was estimated missed, or when pairs never asked had no sampled pair answered: unknown, and
-    ``text`` says so)."""
+    matched and nothing was estimated missed, when pairs never asked had no sampled pair answered, or when every
+    pair was asked and some got no answer: unknown, and ``text`` says so, with the bound)."""
     bound: float | None
     """Recall at the bound (95%): at least this."""
     missed: float
     """Matches estimated missed among the pairs never asked."""
     missed_bound: float
-    """At most this many missed (95%)."""
+    """At most this many missed (95%); every pair asked: the pairs that got no answer (each may be a match)."""
     found: int
     """Pairs matched, everything asked counted."""
     sampled: int
