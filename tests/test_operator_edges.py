@@ -329,3 +329,21 @@ async def test_a_field_with_no_value_is_said_missing_in_the_prompt_not_written_a
     compared = [t for t in asked if "\nA:\n" in t]
     assert compared and any("size: (missing)" in t for t in compared)
     assert not any("nan" in t or "None" in t for t in asked)
+
+
+async def test_a_topk_rows_failed_scoring_says_failed_as_a_failed_comparison_does(bus):
+    """A row whose scoring failed had its reason bare (the map's 'ValueError: ...'), where a row whose comparison
+    failed says 'failed: ...' (as a filter's failed row does): it says 'failed: ' too, each row's own where labels
+    repeat."""
+    def oracle(text):
+        if "\nA:\n" in text:
+            return {"better": "A", "reason": "first"}
+        return "cannot rate" if "item 0" in text or "item 3" in text else {"score": 5, "reason": "alike"}
+
+    items = pd.Series([f"item {i}" for i in range(4)], index=["x", "y", "z", "x"])
+    h = u.topk(items, 1, "Which item is biggest?", model=scripted(oracle), bus=bus)
+    best = await asyncio.wait_for(h.result(), 10)
+    assert len(best) == 1 and h.unscored == 2 and list(best.attrs["reasons"]) == ["x"]
+    first, second = best.attrs["reasons"]["x"].split("; ")  # rows 0 and 3, both labelled x, both failed scoring
+    assert first.startswith("failed: ") and second.startswith("failed: ")
+    assert "not a Score" in first and "not a Score" in second

@@ -200,7 +200,10 @@ class TopKHandle(PhasedHandle):
         self.ranking = self._ranked(best_rows)
         best = self.items.iloc[best_rows].copy()
         labels = self.items.index
-        why = dict(self.scores.attrs.get("reasons", {}))
+        why: dict[Any, str | None] = {}
+        ended = scoring.rows.bad  # position -> (status, reason): said as a comparison's failure is ("failed: ...")
+        for row, reason in scoring.rows.reasons(len(self.items)).items():
+            add_reason(why, labels[row], f"{ended[row][0]}: {reason}" if row in ended else reason)
         for row, reason in sel.failed.items():  # a label the input repeats keeps its other rows' reasons too
             add_reason(why, labels[row], f"failed: {reason}")
         best.attrs = {"reasons": why, "exact": sel.exact, "inconsistent": sel.inconsistent,
@@ -329,9 +332,10 @@ def topk(items: Any, k: int, question: str, *, estimate: bool = False, **options
     where they are not (cycles), ``h.inconsistent`` counts them and ``h.exact``, ``.attrs`` and the summary say
     so. ``h.questions`` counts the questions asked, at most ``h.bound`` (n + ``max_comparisons``, by default
     3n + k(k-1)/2); ``h.calls`` the model calls they took. Rows whose scoring failed are left out, with
-    ``.attrs["reasons"]``, never compared (``h.unscored`` counts them, beside ``h.exact``); fewer than ``k`` rows
-    given is said in the summary. ``resume_from=store`` keeps the rows an earlier run of the same ``name`` finished
-    (each round's map, ``NAME.score``, ``NAME.compare``, ``NAME.compare2``, ...: the same answers plan the same rounds).
+    ``.attrs["reasons"]`` ("failed: ...", as a row whose comparison failed), never compared (``h.unscored`` counts
+    them, beside ``h.exact``); fewer than ``k`` rows given is said in the summary. ``resume_from=store`` keeps the
+    rows an earlier run of the same ``name`` finished (each round's map, ``NAME.score``, ``NAME.compare``,
+    ``NAME.compare2``, ...: the same answers plan the same rounds).
     Other options are the map's (``model``, ``concurrency``, ``rate``, ``max_steps``, ...), for every phase.
     ``estimate=True`` runs nothing and returns what it would cost."""
     if estimate:
