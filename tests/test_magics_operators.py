@@ -117,6 +117,64 @@ async def test_an_operator_s_task_naming_a_column_no_row_has_is_refused_at_its_l
         ip.run_line_magic("unity", line)
     assert not ip.run_line_magic("unity", "list").shape[0]  # nothing started
 
+
+async def test_a_join_line_takes_blocking_and_max_pairs_and_a_resume_runs_them_again(ip, tmp_path):
+    """u.join's blocking= and max_pairs= on a %unity join line: --blocking words|none (none asks every pair, as
+    --all-pairs does) and --max-pairs N (0 too, as u.join takes), refused with what they take, kept in the stored
+    line so a resume after a dead kernel runs with them."""
+    from conftest import magics
+
+    lefts, rights = pd.DataFrame({"t": ["a", "b", "c"]}), pd.DataFrame({"t": ["x", "y", "z"]})  # no word shared
+    ip.user_ns.update(m=u.ScriptedModel(oracle), lefts=lefts, rights=rights)
+    ip.run_line_magic("unity", "model --var m")
+    task = "On {lefts.t} and {rights.t}: match true or false?"
+    every = ip.run_line_magic("unity", f"join lefts rights --blocking none --max-pairs 9 {task}")
+    assert every.blocking is None and every.max_pairs == 9
+    await asyncio.wait_for(every.result(), 10)
+    assert every.pairs_asked == every.pairs_total == 9 and every.recall.status == "exact"
+    stored = magics(ip).store.find(every.name)["task"]
+    assert stored == f"lefts rights --blocking none --max-pairs 9 {task}"  # what a resume reads back
+    words = ip.run_line_magic("unity", f"join lefts rights --blocking Words --max-pairs 0 --sample 2 {task}")
+    assert words.blocking == "words" and words.max_pairs == 0
+    await asyncio.wait_for(words.result(), 10)
+    for line, said in [
+        (f"--blocking some {task}", "blocking takes words (only pairs sharing rare words) or none (every pair), "
+                                    "not 'some'"),
+        (f"--blocking words --all-pairs {task}", "--all-pairs asks every pair and --blocking words only pairs"),
+        (f"--max-pairs lots {task}", "option --max-pairs takes a whole number >= 0, not 'lots'"),
+        (f"--max-pairs -1 {task}", "option --max-pairs takes a whole number >= 0"),
+        (f"--blocking none --max-pairs 8 {task}", "more than max_pairs=8. Pass max_pairs=9 (--max-pairs 9)"),
+    ]:
+        with pytest.raises(UsageError) as info:
+            ip.run_line_magic("unity", f"join lefts rights {line}")
+        assert said in str(info.value) and "%unity help join" in str(info.value), (line, str(info.value))
+
+    reached, hold = asyncio.Event(), asyncio.Event()
+
+    async def dies(messages, tools):  # its kernel dies while a pair is asked
+        if "On c and z" in last_user(messages):
+            reached.set()
+            await hold.wait()
+        return oracle(messages, tools)
+
+    other = u.Store(str(tmp_path / "state.db"))  # another kernel on the same file, which ran the line
+    bus = u.EventBus()
+    other.attach(bus)
+    h = u.join(lefts, rights, task, names=("lefts", "rights"), blocking=None, max_pairs=9, label=stored,
+               name="again", model=u.ScriptedModel(dies), concurrency=1, bus=bus)
+    await asyncio.wait_for(reached.wait(), 10)
+    other.flush()
+    other.execute("UPDATE sessions SET pid = 0 WHERE id = ?", (other.session,))  # that kernel's process is gone
+    resumed = ip.run_line_magic("unity", "resume again")
+    assert resumed.blocking is None and resumed.max_pairs == 9
+    await asyncio.wait_for(resumed.result(), 10)
+    assert resumed.pairs_asked == 9 and resumed.recall.status == "exact"
+    assert resumed.phases[0].rows.kept == 8  # every pair but the one its kernel died asking
+    hold.set()
+    await h.stop()
+    other.close()
+
+
 KERNEL = textwrap.dedent(  # after %load_ext in a cell of its own: a line ending in "?" is kept as typed from then on
     """
     import pandas as pd, unity_nb as u

@@ -140,8 +140,8 @@ class JoinHandle(PhasedHandle):
         if self.blocking is None and self.pairs_total > self.max_pairs:  # every pair is asked beyond blocking
             raise UserError(
                 f"blocking=None asks every pair: {self.pairs_total:,} questions, more than max_pairs="
-                f"{self.max_pairs:,}. Pass max_pairs={self.pairs_total} to ask them all (u.join(..., estimate=True) "
-                "says what that costs), or leave blocking as 'words'")
+                f"{self.max_pairs:,}. Pass max_pairs={self.pairs_total} (--max-pairs {self.pairs_total}) to ask them "
+                "all (estimate=True, --estimate, says what that costs), or leave blocking as 'words'")
         self._asked: list[Asked] = []  # one per phase, in order: position -> pair
         self._found = 0
         self._tallies = [0, 0, 0, 0]  # far hits, far answered, near hits, near answered (the last round's near)
@@ -507,12 +507,22 @@ def join(left: Any, right: Any, task: str, *, estimate: bool = False, **options:
 
 def _line_options(given: dict[str, Any], exprs: dict[str, str]) -> dict[str, Any]:
     """``%unity join LEFT RIGHT ...``: the sides are named after the expressions when both are names (the task
-    writes ``{papers.abstract}``), ``--all-pairs`` asks every pair, ``--recall 0.99`` is a share."""
+    writes ``{papers.abstract}``), ``--blocking none`` (or ``--all-pairs``) asks every pair, ``--blocking words``
+    (the default) blocks, ``--recall 0.99`` is a share."""
     left, right = exprs.get("items", ""), exprs.get("right", "")
-    out = {k: v for k, v in given.items() if k != "all_pairs"}
+    out = {k: v for k, v in given.items() if k not in ("all_pairs", "blocking")}
     named = left.isidentifier() and right.isidentifier() and left != right
     out["names"] = (left, right) if named else ("left", "right")
-    out["blocking"] = None if given.get("all_pairs") else "words"
+    said = given.get("blocking")
+    blocking = "none" if given.get("all_pairs") else "words"
+    if said is not None:
+        blocking = said.strip().lower()
+        if blocking not in ("words", "none"):
+            raise UserError(f"blocking takes words (only pairs sharing rare words) or none (every pair), not {said!r}")
+        if given.get("all_pairs") and blocking == "words":
+            raise UserError("--all-pairs asks every pair and --blocking words only pairs sharing rare words: give one "
+                            "of them")
+    out["blocking"] = None if blocking == "none" else "words"
     if "recall" in out:
         out["recall"] = _fraction(out["recall"])
     return out
@@ -537,9 +547,11 @@ register_operator(Operator(
         Param("recall", "text", "the share of true pairs wanted (default 0.95): below it, as the sample of left-out "
               "pairs estimates, the blocks widen or every pair is asked.", "SHARE"),
         Param("sample", "count", "left-out pairs asked to check the recall (default 500)."),
-        Param("max_pairs", "count", "pairs asked at most beyond blocking, to widen or ask every pair (default "
-              "100000)."),
-        Param("all_pairs", "flag", "ask every pair."),
+        Param("max_pairs", "whole", "pairs asked at most beyond blocking, to widen or ask every pair (default "
+              "100000); with --blocking none, at least every pair (LEFT rows x RIGHT rows)."),
+        Param("blocking", "text", "words (the default): only pairs sharing rare words are asked, a sample checks the "
+              "recall; none: every pair (as --all-pairs).", "words|none"),
+        Param("all_pairs", "flag", "ask every pair (--blocking none)."),
     ),
     line_options=_line_options,
 ))

@@ -25,9 +25,10 @@ from typing import Any, Literal
 
 __all__ = ("OPERATORS", "Operator", "Param", "register_operator", "unregister_operator")
 
-ParamKind = Literal["count", "text", "flag", "items", "columns"]
-"""What a parameter takes on a ``%unity`` line: ``count`` a whole number of at least 1, ``text``, ``flag`` (present
-or not), ``items`` (a notebook expression, evaluated like ITEMS), ``columns`` (``name,age:int``)."""
+ParamKind = Literal["count", "whole", "text", "flag", "items", "columns"]
+"""What a parameter takes on a ``%unity`` line: ``count`` a whole number of at least 1, ``whole`` one of at least 0,
+``text``, ``flag`` (present or not), ``items`` (a notebook expression, evaluated like ITEMS), ``columns``
+(``name,age:int``)."""
 
 
 @dataclass(frozen=True, slots=True)

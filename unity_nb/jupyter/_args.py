@@ -362,7 +362,7 @@ def operators() -> list[str]:
     return [name for name in OPERATORS if name not in SUBCOMMANDS and name not in VERBS]
 
 
-_PARAM_KINDS = {"count": POSITIVE, "text": TEXT, "flag": FLAG, "columns": COLUMNS}
+_PARAM_KINDS = {"count": POSITIVE, "whole": COUNT, "text": TEXT, "flag": FLAG, "columns": COLUMNS}
 
 
 def operator_declaration(op: Operator) -> Subcommand:
