@@ -1,6 +1,8 @@
 import asyncio
+import gc
 import inspect
 import os
+import signal
 import tempfile
 
 import pytest
@@ -45,6 +47,43 @@ class Gate:
     async def __call__(self, messages, tools):
         await self.event.wait()
         return self.script(messages, tools)
+
+
+def on_own_event_loop(main, *, timeout: float = 10):
+    """``main()`` run on an event loop of its own on this thread (the main one: where signals land, and where a
+    notebook's event loop runs): ``(its value, None)``, or ``(None, the KeyboardInterrupt or SystemExit)`` that
+    escaped the event loop (on the test's own loop it would end the test run: pytest stops at a
+    KeyboardInterrupt). ``main`` itself is bounded by ``timeout`` seconds; what it left running is cancelled.
+
+    The task an escaped exception ended keeps it unretrieved: asyncio logs it, with its traceback, when the task is
+    collected, and Python 3.11 formats a traceback with ``ast.parse``, which, run by a collection in the middle of
+    another ``ast.parse`` (pytest rewriting a test module), fails that one ("AST constructor recursion depth
+    mismatch"). Its event loop's handler keeps such reports instead, and the task is collected here."""
+    loop = asyncio.new_event_loop()
+    loop.set_exception_handler(lambda _loop, context: None)  # an escaped exception is the test's to assert on
+    try:
+        try:
+            return loop.run_until_complete(asyncio.wait_for(main(), timeout)), None
+        except (KeyboardInterrupt, SystemExit) as err:
+            return None, err
+    finally:
+        left = asyncio.all_tasks(loop)
+        for task in left:
+            task.cancel()
+        if left:
+            loop.run_until_complete(asyncio.wait(left))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+        gc.collect()
+
+
+@pytest.fixture
+def python_sigint():
+    """Python's own SIGINT handler (a Ctrl-C raises KeyboardInterrupt wherever the main thread is), as in a script
+    run by ``loop.run_until_complete``."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
 
 
 def tool_messages(messages):

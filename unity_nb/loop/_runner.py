@@ -29,6 +29,7 @@ from ._face import Loop
 from ._gate import allow_once
 from ._policy import Step
 from ._records import Message, ToolCallRecord
+from ._signals import from_signal
 from ._tools import Tool, ToolContext, ToolFailed, render_result
 from ._workers import ToolExit, in_worker
 
@@ -269,7 +270,9 @@ class ToolRunner:
             result, error = str(err), True
         except ToolExit as err:  # a sync tool's SystemExit or KeyboardInterrupt (raised in its worker thread)
             result, error = f"error: {rec.name} {err}", True
-        except SystemExit as err:  # an async tool's: it would end the event loop (the kernel's), not only this call
+        except (SystemExit, KeyboardInterrupt) as err:  # an async tool's: it would end the event loop, not this call
+            if from_signal(err):  # a person's Ctrl-C, a signal handler's exit: the program's, not the call's
+                raise
             result, error = f"error: {rec.name} {ToolExit(err)}", True
         except Exception as err:  # noqa: BLE001 - the model sees it and may correct itself
             result, error = f"error: {type(err).__name__}: {err}", True
