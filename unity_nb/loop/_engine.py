@@ -24,6 +24,7 @@ from ._answers import call_hook, cited_numbers, evaluate, hook_name
 from ._context import enter_loop, leave_loop
 from ._face import Loop
 from ._records import Message
+from ._signals import from_signal
 from ._status import Status
 from ._typed import read_output
 
@@ -106,6 +107,16 @@ class Driver:
             return
         except Exception as err:  # noqa: BLE001 - the run failed: result() raises it
             h.end(Status.FAILED, error=err)
+            return
+        except (SystemExit, KeyboardInterrupt) as err:  # raised by code the run calls (a hook, a policy): handed
+            if from_signal(err):  # on, it ends the event loop, not only this run; a signal's is the program's
+                raise
+            failed = UnityError(
+                f"{type(err).__name__}({err}) was raised in the run (by a hook, a policy or a tool source it calls): "
+                "it cannot end or interrupt the program, so the run failed"
+            )
+            failed.__cause__ = err
+            h.end(Status.FAILED, error=failed)
             return
         except GeneratorExit:  # its event loop was closed under it: closed by the collector, not in its context
             loop_token = None

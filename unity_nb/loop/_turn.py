@@ -9,13 +9,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from .. import events as ev
-from .._errors import UserError
+from .._errors import UnityError, UserError
 from .._event_checks import maker
 from .._secrets import ScrubStream, scrub
 from ..models import ModelRequest, Reply, checked_usage, rate_limit_of
 from ._policies import SUMMARY_PROMPT, SUMMARY_TAG, render_for_summary, split_for_compression
 from ._policy import Offer, Step, offer_through
 from ._records import Message
+from ._signals import from_signal
 from ._text import TextBuffer
 from ._tools import Tool, as_tool
 
@@ -364,6 +365,10 @@ class Turn:
                 self._interrupted = False
                 return None
             raise
+        except (SystemExit, KeyboardInterrupt) as err:  # the model's own: it would end the event loop, not this run
+            if from_signal(err):  # a person's Ctrl-C, a signal handler's exit: the program's
+                raise
+            raise self._model_exit(err) from err
         finally:
             self._task = None
         if self._interrupted and me is not None:  # the model swallowed the interrupt's cancellation: taken back
@@ -403,6 +408,16 @@ class Turn:
             reply.content = f"[refused] {reply.refusal}"
         self.reset_streaming()
         return reply
+
+    def _model_exit(self, err: SystemExit | KeyboardInterrupt) -> UnityError:
+        """What the run fails with when the model's ``complete()`` raised ``err`` itself (not from a signal: that
+        one is the program's, and goes on up): handed on, asyncio re-raises it from the loop's task and it ends the
+        event loop (the program, the kernel's loop), not only this run."""
+        model = getattr(self.run.model, "name", None) or type(self.run.model).__name__
+        return UnityError(
+            f"the model {model!r} raised {type(err).__name__}({err}) in complete(): a model cannot end or "
+            "interrupt the program, so the run failed"
+        )
 
     def unique_ids(self, reply: Reply) -> None:
         """Give each of ``reply``'s tool calls an id no other call of this loop has: a model (a custom one, a
@@ -480,6 +495,10 @@ class Turn:
             reply = await h.model.complete(request, None)
         except asyncio.CancelledError:
             raise
+        except (SystemExit, KeyboardInterrupt) as err:  # as in a step's call (see _model_exit)
+            if from_signal(err):
+                raise
+            raise self._model_exit(err) from err
         except Exception as err:  # noqa: BLE001 - go on uncompressed; the model may still cope
             self._summary_failed_at = self.count
             why = f"context compression failed ({type(err).__name__}: {err}); continuing uncompressed"
