@@ -233,7 +233,8 @@ async def test_stop_cancels_the_model_call_and_result_raises_stopped(bus):
     assert h.transcript[-1].kind == "steering" and "no longer needed" in h.transcript[-1].content
     finished = h.events[-1]
     assert finished.kind == "loop_finished" and finished.status == "stopped" and finished.reason == "no longer needed"
-    await h.stop("again")  # idempotent
+    with pytest.warns(UserWarning, match="'no longer needed': this stop's reason 'again' was not taken"):
+        await h.stop("again")  # idempotent, and said
     assert h.state.stop_reason == "no longer needed"
 
 

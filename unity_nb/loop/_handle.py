@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
@@ -379,9 +380,19 @@ class LoopHandle(Loop):
         """Cancel the model call, running tools and every child; return once the loop has ended.
 
         Stopping an ended loop does nothing (stop is idempotent). ``result()`` then raises
-        :class:`Stopped` with ``reason``.
+        :class:`Stopped` with ``reason``. A loop stopped (or stopping) already keeps its first reason: a stop
+        giving another one warns that it was not taken (``UserWarning``).
         """
         if self.done() or self.run.state.stop_reason is not None:
+            first = self.run.state.stop_reason
+            if reason is not None and first is not None and reason != first:
+                where = "was stopped" if self.done() else "is stopping"
+                warnings.warn(
+                    f"{self.name!r} {where} already, with the reason {first!r}: this stop's reason {reason!r} "
+                    "was not taken (result() raises Stopped with the first)",
+                    UserWarning,
+                    stacklevel=3,  # the caller's line (through on_own_loop)
+                )
             if not self.done() and asyncio.current_task() is not self._task:
                 await self._ended.wait()
             return
