@@ -1,4 +1,6 @@
-"""What a stop says: a second stop giving another reason is told that the first one stands.
+"""What a stop says: a second stop giving another reason is told that the first one stands; a stop a tool's code
+asked for says that tool stopped the loop, not the person (its transcript, its event, the store's rebuilt
+transcript, and without a reason the reason too).
 
 Every wait is on an event, with a timeout; nothing is timed."""
 
@@ -9,6 +11,7 @@ import pytest
 from conftest import Gate
 
 import unity_nb as u
+from unity_nb.store import Store
 
 T = 10
 
@@ -60,3 +63,58 @@ async def test_a_stop_with_another_reason_while_the_first_is_ending_is_said(bus)
         await asyncio.wait_for(asyncio.gather(first, second), T)
     with pytest.raises(u.Stopped, match="first reason"):
         await h.result()
+
+
+def _steering(h):
+    return [m.content for m in h.transcript if m.kind == "steering"]
+
+
+@pytest.mark.parametrize("reason", [None, "its budget is spent"])
+async def test_a_tool_stopping_its_own_loop_is_the_tools_stop_not_the_persons(tmp_path, reason):
+    bus = u.EventBus()
+    store = Store(tmp_path / "s.db")
+    store.attach(bus)
+
+    async def end_early(ctx: u.ToolContext) -> str:
+        """Ends the work."""
+        await ctx.handle.stop(reason)
+        return "never read"
+
+    h = u.start_loop("go", model=u.ScriptedModel(lambda m, t: u.call_tool("end_early")), tools=[end_early],
+                     name="job", bus=bus)
+    expected = reason or "stopped by the tool end_early"
+    with pytest.raises(u.Stopped, match=expected):
+        await asyncio.wait_for(h.result(), T)
+    entry = f"[stopped by the tool end_early{': ' + reason if reason else ''}]"
+    assert _steering(h) == [entry]
+    (steered,) = [e for e in h.events if e.kind == "steering"]
+    assert (steered.action, steered.message, steered.by) == ("stop", reason, "the tool end_early")
+    assert h.events[-1].kind == "loop_finished" and h.events[-1].reason == expected
+    assert not any("by the user" in str(m.content) for m in h.transcript)
+    assert entry in [m.content for m in store.transcript("job")]
+
+
+async def test_a_tool_stopping_another_loop_is_that_tools_stop(bus):
+    other = u.start_loop("wait", model=u.ScriptedModel(Gate(lambda m, t: "never")), name="other", bus=bus)
+    await other.wait_for("model_request", timeout=T)
+
+    async def halt_other() -> str:
+        """Stops the other work."""
+        await other.stop("no longer needed")
+        return "stopped it"
+
+    script = lambda m, t: "done" if any(x["role"] == "tool" for x in m) else u.call_tool("halt_other")
+    boss = u.start_loop("go", model=u.ScriptedModel(script), tools=[halt_other], name="boss", bus=bus)
+    assert await asyncio.wait_for(boss.result(), T) == "done"
+    with pytest.raises(u.Stopped, match="no longer needed"):
+        await other.result()
+    assert _steering(other) == ["[stopped by the tool halt_other of boss: no longer needed]"]
+
+
+async def test_the_persons_stop_is_still_the_users(bus):
+    h = u.start_loop("wait", model=u.ScriptedModel(Gate(lambda m, t: "never")), bus=bus)
+    await h.wait_for("model_request", timeout=T)
+    await asyncio.wait_for(h.stop(), T)
+    assert _steering(h) == ["[stopped by the user]"] and h.state.stop_reason == "stopped by the user"
+    (steered,) = [e for e in h.events if e.kind == "steering"]
+    assert steered.by is None

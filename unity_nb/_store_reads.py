@@ -43,7 +43,7 @@ def rebuild_transcript(events: Iterable[ev.Event]) -> list:
         elif isinstance(e, ev.ToolOutput) and e.call_id in calls:
             calls[e.call_id].output += e.text
         elif isinstance(e, ev.Steering):
-            text, kind = steering_entry(e.action, e.message, e.request_id)
+            text, kind = steering_entry(e.action, e.message, e.request_id, e.by)
             out.append(Message("user", text, kind=kind, ts=e.ts))
         elif isinstance(e, ev.ClarificationRequested):
             out.append(Message("assistant", e.question, kind="clarification", tool_call_id=e.call_id, ts=e.ts))

@@ -267,6 +267,9 @@ class Steering(Event):
     message: str | None = None
     request_id: str | None = None
     """The request an interjection or a stop is about (multi-request loops)."""
+    by: str | None = None
+    """Who steered, when it was code within a run and not the person: the tool whose code called the verb
+    (``"the tool end_early"``, or ``"the tool stop_kid of boss"`` for another loop's tool). ``None``: the person."""
 
     def __post_init__(self) -> None:
         Event.__post_init__(self)

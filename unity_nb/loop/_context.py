@@ -36,12 +36,14 @@ class CallInfo:
     The loop is held weakly (see the module's docstring): :attr:`loop` raises ``ReferenceError`` once it was
     freed, which :func:`current_call` never gives (it gives ``None`` then)."""
 
-    __slots__ = ("_loop", "call_id", "share_context")
+    __slots__ = ("_loop", "call_id", "share_context", "tool")
 
-    def __init__(self, loop: Loop, call_id: str, share_context: bool = False) -> None:
+    def __init__(self, loop: Loop, call_id: str, share_context: bool = False, tool: str | None = None) -> None:
         self._loop = weakref.ref(loop)
         self.call_id = call_id
         self.share_context = share_context
+        self.tool = tool
+        """The name of the tool called (``None`` when whoever made this did not say)."""
 
     @property
     def loop(self) -> Loop:
@@ -54,7 +56,14 @@ class CallInfo:
         return self._loop() is None
 
     def __repr__(self) -> str:
-        return f"CallInfo(loop={self._loop()!r}, call_id={self.call_id!r}, share_context={self.share_context!r})"
+        return (f"CallInfo(loop={self._loop()!r}, call_id={self.call_id!r}, share_context={self.share_context!r}, "
+                f"tool={self.tool!r})")
+
+    def acting_on(self, loop: Loop) -> str:
+        """Who acts when code of this call steers ``loop``: ``"the tool NAME"``, and ``" of LOOP"`` when the call
+        is another loop's (a parent's model stopping its child through its ``stop_CHILD`` tool)."""
+        who = f"the tool {self.tool}" if self.tool else f"the tool call {self.call_id}"
+        return who if self._loop() is loop else f"{who} of {self.loop.name}"
 
 
 _CALL: contextvars.ContextVar[CallInfo | None] = contextvars.ContextVar("unity_nb_tool_call", default=None)

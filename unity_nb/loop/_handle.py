@@ -381,7 +381,9 @@ class LoopHandle(Loop):
 
         Stopping an ended loop does nothing (stop is idempotent). ``result()`` then raises
         :class:`Stopped` with ``reason``. A loop stopped (or stopping) already keeps its first reason: a stop
-        giving another one warns that it was not taken (``UserWarning``).
+        giving another one warns that it was not taken (``UserWarning``). Called by a tool's code (the loop's own
+        tool, or another loop's), the transcript and the event say that tool stopped it, not the person; without a
+        reason, the reason says so too.
         """
         if self.done() or self.run.state.stop_reason is not None:
             first = self.run.state.stop_reason
@@ -396,8 +398,10 @@ class LoopHandle(Loop):
             if not self.done() and asyncio.current_task() is not self._task:
                 await self._ended.wait()
             return
-        self.run.state.stop_reason = reason or "stopped by the user"
-        self.run.steer("stop", reason)
+        call = current_call()  # a tool's code stopping this loop, or (None) the person
+        by = call.acting_on(self) if call is not None else None
+        self.run.state.stop_reason = reason or f"stopped by {by or 'the user'}"
+        self.run.steer("stop", reason, by=by)
         await self.run.reach_children("stop", reason=reason)
         self._task.cancel()
         if asyncio.current_task() is not self._task:

@@ -30,7 +30,7 @@ from ._options import LoopOptions
 from ._records import Message
 from ._state import UNSET, LoopState
 from ._status import PauseGate, Signal, Status
-from ._steering import VERBS, inspection_prompt, quiet
+from ._steering import VERBS, inspection_prompt, quiet, steering_entry
 from ._tools import render_result
 
 __all__ = ("Run",)
@@ -285,14 +285,18 @@ class Run:
             self._wake = Signal()
         return self._wake
 
-    def steer(self, verb: str, message: str | None = None, request_id: str | None = None) -> None:
-        """Write steering ``verb`` where it happened: its transcript entry, its note to the model, its event."""
+    def steer(
+        self, verb: str, message: str | None = None, request_id: str | None = None, by: str | None = None
+    ) -> None:
+        """Write steering ``verb`` where it happened: its transcript entry, its note to the model, its event.
+        ``by``: the tool whose code used the verb (``None``: the person)."""
         v = VERBS[verb]
-        self.conversation.record(Message("user", v.entry(message, request_id), kind=v.kind))
+        text, kind = steering_entry(verb, message, request_id, by)
+        self.conversation.record(Message("user", text, kind=kind))
         note = v.note(message, request_id)
         if note:
             self.conversation.note(note)
-        self.emit(ev.Steering, action=verb, message=message, request_id=request_id)
+        self.emit(ev.Steering, action=verb, message=message, request_id=request_id, by=by)
 
     def interrupt_with(self, interrupt: Callable[[], None]) -> None:
         """What cancels the model call in flight when steering arrives (the turn's ``interrupt``: its object held

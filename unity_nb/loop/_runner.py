@@ -238,7 +238,7 @@ class ToolRunner:
                 return
             t0 = time.perf_counter()
         timeout = getattr(tool, "timeout", None) or h.config.tool_timeout
-        token = enter_call(CallInfo(self.source, rec.id, share))
+        token = enter_call(CallInfo(self.source, rec.id, share, rec.name))
         def write(text: str, _stream: str = "stdout") -> None:
             self.printed(rec, text)
 

@@ -61,6 +61,9 @@ class Verb:
     undoes: str | None = None
     """The verb whose ``status`` this one ends (resume undoes pause): the widget shows the two as one button,
     which does this one while the loop is in that status."""
+    entry_by: Callable[[str | None, str | None, str], str | None] | None = None
+    """What the transcript shows when code within a run used the verb (a tool's code), not the person:
+    ``(message, request_id, by) -> text``, ``by`` naming the tool (``None``: :attr:`entry`, whoever used it)."""
 
 
 def _safe(name: str) -> str:
@@ -163,6 +166,9 @@ VERBS: dict[str, Verb] = {
             entry=lambda m, r: (
                 f"[request {r} stopped by the user: {m}]" if r else f"[stopped by the user{': ' + m if m else ''}]"
             ),
+            entry_by=lambda m, r, by: (
+                f"[request {r} stopped by {by}: {m}]" if r else f"[stopped by {by}{': ' + m if m else ''}]"
+            ),
             note=lambda m, r: (
                 f"[request {r} was stopped by the user ({m}): do not work on it any further]" if r else None
             ),
@@ -192,11 +198,16 @@ def unregister_verb(name: str) -> None:
         ev.forget_steering_action(name)
 
 
-def steering_entry(action: str, message: str | None, request_id: str | None = None) -> tuple[str, str]:
-    """``(text, kind)`` of the transcript entry a steering event stands for (the store rebuilds with it)."""
+def steering_entry(
+    action: str, message: str | None, request_id: str | None = None, by: str | None = None
+) -> tuple[str, str]:
+    """``(text, kind)`` of the transcript entry a steering event stands for (the store rebuilds with it); ``by``:
+    the tool whose code steered (the event's ``by``), ``None`` for the person."""
     verb = VERBS.get(action)
     if verb is None:
         return message or f"[{action}]", "steering"
+    if by is not None and verb.entry_by is not None:
+        return verb.entry_by(message, request_id, by) or "", verb.kind
     return verb.entry(message, request_id) or "", verb.kind
 
 
