@@ -118,3 +118,43 @@ async def test_the_persons_stop_is_still_the_users(bus):
     assert _steering(h) == ["[stopped by the user]"] and h.state.stop_reason == "stopped by the user"
     (steered,) = [e for e in h.events if e.kind == "steering"]
     assert steered.by is None
+
+
+async def test_the_librarys_own_stop_of_a_loop_stopping_already_warns_nobody(bus):
+    """A batch stopped while one of its rows is stopping with a reason of its own (its tidy-up still running): the
+    batch's stop reaches the row without the warning a person's second stop gets (the person asked one stop, of the
+    batch), and the row keeps its own reason. So does a parent's model stopping a child stopped already: it is
+    told, in its tool's result, and nobody is warned."""
+    started, cancelled, release = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def tidy(messages, tools):
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            await release.wait()  # its tidying up, which the row's end waits for
+            raise
+        return "never"
+
+    h = u.map(["a"], "Label {value}", model=u.ScriptedModel(tidy), bus=bus)
+    await asyncio.wait_for(started.wait(), T)
+    (row,) = h.children
+    first = asyncio.create_task(row.stop("the row's own reason"))
+    await asyncio.wait_for(cancelled.wait(), T)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        batch = asyncio.create_task(h.stop("the batch's reason"))
+        release.set()
+        await asyncio.wait_for(asyncio.gather(first, batch), T)
+    assert [str(w.message) for w in said if issubclass(w.category, UserWarning)] == []
+    assert h.state.stop_reason == "the batch's reason" and row.state.stop_reason == "the row's own reason"
+
+    child = u.start_loop("wait", model=u.ScriptedModel(Gate(lambda m, t: "never")), name="worker", bus=bus)
+    await asyncio.wait_for(child.stop("done with it"), T)
+    stop_tool = u.loop.VERBS["stop"].child_tool(child)  # the tool a parent's model stops its child with
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        told = await asyncio.wait_for(stop_tool.fn(reason="another reason"), T)
+    assert [w for w in said if issubclass(w.category, UserWarning)] == []
+    assert told == "worker was stopped already, with the reason 'done with it' (yours was not taken)"

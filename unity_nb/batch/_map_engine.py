@@ -23,7 +23,7 @@ from .. import events as ev
 from .._collector import hold_loops, release_loops
 from .._errors import Stopped, UnityError, UserError
 from .._event_checks import maker
-from ..loop import VERBS, Driver, LoopHandle, LoopOptions, Status
+from ..loop import VERBS, Driver, LoopHandle, LoopOptions, Status, stop_once
 from ..models import Endpoint, endpoint_of, turn_hook, weak_hook
 from ._book import _KEEP_FAILED, NOT_STARTED, Book, counts_text
 from ._cache import ResultCache, cacheable
@@ -350,7 +350,7 @@ class MapEngine(Driver):
         """The batch ends with rows running: each stops with the batch's reason, and is settled as stopped."""
         reason = self._stop_reason()
         try:
-            await asyncio.gather(*(c.stop(reason) for c in running if not c.done()), return_exceptions=True)
+            await asyncio.gather(*(stop_once(c, reason) for c in running if not c.done()), return_exceptions=True)
         finally:
             for child, row in running.items():
                 if child.done() and row.status == "running":

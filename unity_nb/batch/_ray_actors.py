@@ -260,7 +260,7 @@ class Worker:
         from .. import events as ev
         from .._errors import Stopped
         from .._secrets import scrub
-        from ..loop import VERBS, LoopHandle, LoopOptions
+        from ..loop import VERBS, LoopHandle, LoopOptions, stop_once
         from ..models import RateLimit, rate_limit_of, set_rate_limit
         from ._cache import cacheable
         from ._failures import fails_every_row, label_of, reason_of
@@ -336,7 +336,7 @@ class Worker:
             except asyncio.CancelledError:
                 reason = stop_reason[0] if stop_reason else "the batch was stopped"
                 if not child.done():
-                    await child.stop(reason)
+                    await stop_once(child, reason)
             except Exception as err:  # noqa: BLE001 - the row failed; the batch goes on (unless every row would)
                 status, reason = "failed", reason_of(err)
                 if fails_every_row(err, False):  # whether it fails every row is the kernel's to say (all rows')

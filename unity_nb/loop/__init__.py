@@ -23,7 +23,7 @@ from ._run import Run
 from ._source import OwnTools, ToolSource
 from ._start import start_loop
 from ._status import Status
-from ._steering import VERBS, Verb, register_verb, steering_entry, unregister_verb
+from ._steering import VERBS, Verb, register_verb, steering_entry, stop_once, unregister_verb
 from ._text import TextBuffer
 from ._tools import Tool, ToolContext, ToolFailed, as_tool, json_schema, render_result
 from ._views import Inbox, Requests, Tree
@@ -50,6 +50,7 @@ __all__ = (
     "render_result",
     "in_worker",
     "TextBuffer",
+    "stop_once",
     "ToolTimeout",
     "RequestHandle",
     "Reference",

@@ -19,7 +19,7 @@ from ._records import Message
 from ._routing import Mailbox
 from ._run import Run
 from ._status import Status
-from ._steering import steering_entry
+from ._steering import steering_entry, stop_once
 from ._tools import Tool, ToolFailed, as_tool
 from ._views import Inbox
 
@@ -45,6 +45,7 @@ class _Loop(Protocol):
     @property
     def run(self) -> Run: ...
     async def stop(self, reason: str | None = None) -> None: ...
+    def done(self) -> bool: ...
     async def interject(self, message: str, *, request_id: str | None = None) -> None: ...
     async def ask(self, question: str, **options: Any) -> Loop: ...
 
@@ -205,7 +206,7 @@ async def stop_request(loop: _Loop, req: RequestHandle, reason: str) -> None:
         text, kind = steering_entry("stop", reason, req.request_id)
         loop.run.conversation.record(Message("user", text, kind=kind))
         loop.run.emit(ev.Steering, action="stop", message=reason, request_id=req.request_id)
-        await loop.stop(f"its last open request ({req.request_id}) was stopped: {reason}")
+        await stop_once(loop, f"its last open request ({req.request_id}) was stopped: {reason}")
         return
     loop.run.steer("stop", reason, req.request_id)
     loop.run.nudge()

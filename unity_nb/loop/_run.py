@@ -16,6 +16,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Protocol
 
 from .. import events as ev
@@ -30,7 +31,7 @@ from ._options import LoopOptions
 from ._records import Message
 from ._state import UNSET, LoopState
 from ._status import PauseGate, Signal, Status
-from ._steering import VERBS, inspection_prompt, quiet, steering_entry
+from ._steering import VERBS, inspection_prompt, quiet, steering_entry, stop_once
 from ._tools import render_result
 
 __all__ = ("Run",)
@@ -339,7 +340,11 @@ class Run:
         """Apply steering ``verb`` to every live child, if its entry in :data:`VERBS` ``reaches_children``
         (a child that ends meanwhile is no error)."""
         if VERBS[verb].reaches_children:
-            await asyncio.gather(*(quiet(forward_call(getattr(c, verb), **kwargs)) for c in self.live_children()))
+            # a child stopping already for a reason of its own keeps it, and nobody is warned: one stop was asked
+            await asyncio.gather(*(
+                quiet(forward_call(partial(stop_once, c) if verb == "stop" else getattr(c, verb), **kwargs))
+                for c in self.live_children()
+            ))
 
     # ------------------------------------------------------------------ ending
 

@@ -30,6 +30,7 @@ from ._gate import allow_once
 from ._policy import Step
 from ._records import Message, ToolCallRecord
 from ._signals import from_signal
+from ._steering import stop_once
 from ._tools import Tool, ToolContext, ToolFailed, render_result
 from ._workers import ToolExit, in_worker
 
@@ -258,7 +259,7 @@ class ToolRunner:
             error = True
         except TimeoutError:
             if rec.child is not None and not rec.child.done():
-                await rec.child.stop(f"the tool {rec.name} ran out of time")
+                await stop_once(rec.child, f"the tool {rec.name} ran out of time")
             cut = True
             result, error = (
                 f"error: {rec.name} did not finish within its timeout of {timeout:g} s and was stopped",

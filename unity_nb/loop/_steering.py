@@ -19,7 +19,7 @@ import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from .. import events as ev
 from .._errors import HandleStateError
@@ -29,7 +29,7 @@ from ._tools import Tool, as_tool
 
 __all__ = (
     "VERBS", "Verb", "child_tools", "inspection_prompt", "on_own_loop", "quiet", "register_verb", "steering_entry",
-    "unregister_verb",
+    "stop_once", "unregister_verb",
 )
 
 Text = Callable[[str | None, str | None], str | None]
@@ -95,7 +95,7 @@ def _ask_tool(child: Loop) -> Tool:
         try:
             return str(await asked.result())
         except asyncio.CancelledError:  # the call was stopped: so is the question's loop (a detached loop)
-            await asked.stop("the question was withdrawn: the call asking it was stopped")
+            await stop_once(asked, "the question was withdrawn: the call asking it was stopped")
             raise
 
     return _tool(
@@ -103,9 +103,27 @@ def _ask_tool(child: Loop) -> Tool:
     )
 
 
+class _Stoppable(Protocol):
+    @property
+    def run(self) -> Any: ...
+    def done(self) -> bool: ...
+    async def stop(self, reason: str | None = None) -> None: ...
+
+
+async def stop_once(loop: _Stoppable, reason: str | None = None) -> None:
+    """``loop.stop(reason)`` unless a stop reached ``loop`` already: then only wait for it to end, its first reason
+    standing, without the warning a second stop's other reason gets. The library's own stops (a parent's reaching
+    its children, a batch stopping its rows, a tool out of time, a question withdrawn) go through it: one stop was
+    asked, and a child stopping for a reason of its own keeps it."""
+    await loop.stop(reason if loop.run.state.stop_reason is None and not loop.done() else None)
+
+
 def _stop_tool(child: Loop) -> Tool:
     async def fn(reason: str | None = None) -> str:
-        await child.stop(reason)
+        first = child.run.state.stop_reason
+        await stop_once(child, reason)
+        if first is not None and reason is not None and reason != first:  # the model is told, not the person warned
+            return f"{child.name} was stopped already, with the reason {first!r} (yours was not taken)"
         return f"{child.name} stopped"
 
     return _tool(child, "stop", fn, f"Stop the sub-operation {child.name!r} for good.")
