@@ -211,3 +211,45 @@ async def test_a_comparison_without_an_answer_is_said_not_hidden(bus):
     assert f"d{best_row}" not in best.index and len(best) == 3
     assert "got no answer" in best.attrs["reasons"][f"d{best_row}"] and h.exact is False
     assert "NOT exact" in h.summary() and "comparison(s) got no answer" in h.summary()
+
+
+async def test_a_row_left_out_undecided_by_a_comparison_without_an_answer_is_named_with_why(bus):
+    """k=1, two rows tied on score, their one comparison without an answer: one row came back and the other was
+    dropped with no reason (the summary only counted the comparison). A row left out whose place the missing answer
+    leaves undecided is named in .attrs['reasons'] with why; a row the answers put out anyway is not."""
+    def script(messages, tools):
+        text = task_of(messages)
+        if "\nA:\n" in text:
+            return "I cannot compare these"  # never an answer: sent back once, then the comparison fails
+        return u.call_tool("submit_answer", score=5, reason="alike")
+
+    items = pd.Series(["doc 0 worth 1 .", "doc 1 worth 2 ."], index=["a", "b"], name="text")
+    h = u.topk(items, 1, "Which document is worth most?", model=u.ScriptedModel(script), bus=bus)
+    best = await asyncio.wait_for(h.result(), 20)
+    assert len(best) == 1 and h.exact is False
+    (kept,) = best.index
+    (left,) = {"a", "b"} - {kept}
+    why = best.attrs["reasons"][left]
+    assert why.startswith(f"failed: its comparison with row {kept!r} got no answer") and "not a Choice" in why
+    assert "1 comparison(s) got no answer" in h.summary() and "1 row(s) left out undecided" in h.summary()
+
+    def one_gap(messages, tools):  # a round robin of 4 rows tied on score; one comparison gets no answer
+        text = task_of(messages)
+        if "\nA:\n" in text:
+            pair = {worth_of(text, "A"), worth_of(text, "B")}
+            if pair in ({2, 3}, {0, 1}):
+                return "no idea"
+            return u.call_tool("submit_answer", better=truthful(worth_of(text, "A"), worth_of(text, "B")), reason="r")
+        return u.call_tool("submit_answer", score=5, reason="alike")
+
+    items = pd.Series([f"doc {i} worth {i} ." for i in range(4)], index=["w0", "w1", "w2", "w3"], name="text")
+    h = u.topk(items, 1, "Which document is worth most?", model=u.ScriptedModel(one_gap), bus=bus)
+    best = await asyncio.wait_for(h.result(), 20)
+    assert len(best) == 1 and h.exact is False
+    # w2 and w3 each beat w0 and w1, their own comparison got no answer: the one left out is undecided;
+    # w0 and w1 lost to both, whatever their comparison says: out, decided
+    (kept,) = best.index
+    assert kept in ("w2", "w3")
+    (left,) = {"w2", "w3"} - {kept}
+    assert set(best.attrs["reasons"]) == {left}
+    assert best.attrs["reasons"][left].startswith(f"failed: its comparison with row {kept!r} got no answer")

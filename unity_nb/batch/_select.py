@@ -242,7 +242,9 @@ class Selection:
             self._pick_pivot(task)
             return None
         if task.stage == "round robin":
-            return self._by_wins(rows)[:want]
+            ranked = self._by_wins(rows)
+            self._undecided(ranked, want)
+            return ranked[:want]
         if task.stage == "sample":
             task.pivot = self._by_wins(task.sample)[task.j - 1]
             task.stage = "partition"
@@ -254,6 +256,25 @@ class Selection:
     def _by_wins(self, rows: list) -> list:
         wins = {a: sum(1 for b in rows if self.won.get((a, b))) for a in rows}
         return sorted(rows, key=lambda a: (-wins[a], self.pos[a]))
+
+    def _undecided(self, ranked: list, want: int) -> None:
+        """A round robin's rows left out (past ``want`` in ``ranked``, by wins) that comparisons without an answer
+        could still have put in: each goes to :attr:`failed`, naming such a comparison (one with a row kept
+        first). A row left out is undecided unless fewer than ``want`` rows are sure to rank above it: each
+        winning at least as often as it could (its wins and every comparison of its without an answer), and
+        ahead of it in the tie."""
+        wins = {a: sum(1 for b in ranked if self.won.get((a, b))) for a in ranked}
+        kept = set(ranked[:want])
+        for row in ranked[want:]:
+            open_ = [b for b in ranked if b != row and (row, b) in self.won and self.won[(row, b)] is None]
+            if not open_:
+                continue
+            most = wins[row] + len(open_)
+            sure = sum(1 for b in ranked if b != row and (wins[b] > most or (wins[b] == most
+                                                                             and self.pos[b] < self.pos[row])))
+            if sure < want:
+                other = next((b for b in open_ if b in kept), open_[0])
+                self.failed[row] = self._failure(row, other)
 
     def _pick_pivot(self, task: _Task) -> None:
         """A pivot among the rows tied at the task's edge score: at random, or the ``j``-th of a round robin

@@ -258,7 +258,9 @@ class TopKHandle(PhasedHandle):
             said.append(f"{sel.inconsistent} inconsistent comparison cycle(s) (A over B, B over C, C over A), e.g. "
                         f"rows {', '.join(repr(self.items.index[r]) for r in sel.cycles(1)[0])}")
         if sel.no_answer:
-            said.append(f"{sel.no_answer} comparison(s) got no answer")
+            left = (f" ({len(sel.failed):,} row(s) left out undecided: .attrs['reasons'] names them)"
+                    if sel.failed else "")
+            said.append(f"{sel.no_answer} comparison(s) got no answer{left}")
         if sel.stopped:
             said.append(sel.stopped)
         unscored = (f"; {self.unscored:,} row(s) got no score (.attrs['reasons'] says why) and were never compared"
@@ -333,7 +335,8 @@ def topk(items: Any, k: int, question: str, *, estimate: bool = False, **options
     so. ``h.questions`` counts the questions asked, at most ``h.bound`` (n + ``max_comparisons``, by default
     3n + k(k-1)/2); ``h.calls`` the model calls they took. Rows whose scoring failed are left out, with
     ``.attrs["reasons"]`` ("failed: ...", as a row whose comparison failed), never compared (``h.unscored`` counts
-    them, beside ``h.exact``); fewer than ``k`` rows given is said in the summary. ``resume_from=store`` keeps the
+    them, beside ``h.exact``); so is every row left out whose place a comparison without an answer leaves
+    undecided; fewer than ``k`` rows given is said in the summary. ``resume_from=store`` keeps the
     rows an earlier run of the same ``name`` finished (each round's map, ``NAME.score``, ``NAME.compare``,
     ``NAME.compare2``, ...: the same answers plan the same rounds).
     Other options are the map's (``model``, ``concurrency``, ``rate``, ``max_steps``, ...), for every phase.
