@@ -175,6 +175,24 @@ async def test_a_join_line_takes_blocking_and_max_pairs_and_a_resume_runs_them_a
     other.close()
 
 
+async def test_a_join_line_takes_sample_0_as_u_join_does(ip):
+    """u.join(sample=0) asks no recall sample (the recall is not checked, and said so), but --sample 0 was refused
+    ('at least 1'): the line takes 0, kept in the stored line a resume reads back; a negative one is refused."""
+    from conftest import magics
+
+    ip.user_ns.update(m=u.ScriptedModel(oracle), papers=PAPERS, grants=GRANTS)
+    ip.run_line_magic("unity", "model --var m")
+    task = "On {papers.abstract} and {grants.aims}: funded?"
+    h = ip.run_line_magic("unity", f"join papers grants --sample 0 {task}")
+    found = await asyncio.wait_for(h.result(), 10)
+    assert list(zip(found["left"], found["right"])) == [("p1", "g1")]
+    assert h.recall.status == "not checked" and h.recall.sampled == 0 and "sample=0" in h.recall.text
+    assert magics(ip).store.find(h.name)["task"] == f"papers grants --sample 0 {task}"
+    with pytest.raises(UsageError) as info:
+        ip.run_line_magic("unity", f"join papers grants --sample -1 {task}")
+    assert "option --sample takes a whole number >= 0" in str(info.value)
+
+
 KERNEL = textwrap.dedent(  # after %load_ext in a cell of its own: a line ending in "?" is kept as typed from then on
     """
     import pandas as pd, unity_nb as u

@@ -546,7 +546,7 @@ register_operator(Operator(
         Param("per_left", "count", "pairs asked at most per left row, those sharing the rarest words (default 5)."),
         Param("recall", "text", "the share of true pairs wanted (default 0.95): below it, as the sample of left-out "
               "pairs estimates, the blocks widen or every pair is asked.", "SHARE"),
-        Param("sample", "count", "left-out pairs asked to check the recall (default 500)."),
+        Param("sample", "whole", "left-out pairs asked to check the recall (default 500; 0 checks none)."),
         Param("max_pairs", "whole", "pairs asked at most beyond blocking, to widen or ask every pair (default "
               "100000); with --blocking none, at least every pair (LEFT rows x RIGHT rows)."),
         Param("blocking", "text", "words (the default): only pairs sharing rare words are asked, a sample checks the "
