@@ -193,6 +193,25 @@ async def test_a_join_line_takes_sample_0_as_u_join_does(ip):
     assert "option --sample takes a whole number >= 0" in str(info.value)
 
 
+async def test_a_join_line_of_every_pair_refuses_the_options_that_only_tune_blocking(ip):
+    """--blocking none (or --all-pairs) asks every pair: --per-left, --sample and --recall change nothing there,
+    and were taken without a word; beside it they are a usage error saying so, and nothing starts."""
+    ip.user_ns.update(m=u.ScriptedModel(oracle), papers=PAPERS, grants=GRANTS)
+    ip.run_line_magic("unity", "model --var m")
+    task = "On {papers.abstract} and {grants.aims}: funded?"
+    for line, said in [("--blocking none --per-left 2", "per_left= (--per-left) only apply with blocking"),
+                       ("--all-pairs --sample 0", "sample= (--sample) only apply with blocking"),
+                       ("--blocking none --recall 0.9", "recall= (--recall) only apply with blocking"),
+                       ("--all-pairs --estimate --sample 10", "sample= (--sample) only apply with blocking")]:
+        with pytest.raises(UsageError) as info:
+            ip.run_line_magic("unity", f"join papers grants {line} {task}")
+        assert said in str(info.value) and "%unity help join" in str(info.value), (line, str(info.value))
+    assert not ip.run_line_magic("unity", "list").shape[0]  # nothing started
+    every = ip.run_line_magic("unity", f"join papers grants --all-pairs {task}")
+    await asyncio.wait_for(every.result(), 10)
+    assert every.pairs_asked == every.pairs_total == 6
+
+
 KERNEL = textwrap.dedent(  # after %load_ext in a cell of its own: a line ending in "?" is kept as typed from then on
     """
     import pandas as pd, unity_nb as u
