@@ -281,3 +281,25 @@ async def test_every_pair_asked_with_some_unanswered_gives_a_bound_not_an_exact_
     whole = u.join(left, right, TASK, model=u.ScriptedModel(oracle), blocking=None, bus=bus)
     await asyncio.wait_for(whole.result(), 30)
     assert whole.recall.estimate == whole.recall.bound == 1.0 and whole.recall.text.startswith("recall exact: ")
+
+
+async def test_missing_values_give_blocking_no_words(bus):
+    """Blocking read a missing value as the word 'nan', 'none' or 'nat' (its str), so rows with nothing in a column
+    shared a rare word and were blocked together (asked as if alike). A missing value gives no word: only pairs
+    sharing a word of a value are blocked; the rest are left to the recall sample, as any pair sharing no word."""
+    import numpy as np
+
+    left = pd.DataFrame({"t": ["apple pie", None, np.nan, pd.NaT, pd.NA], "u": ["x1", "x2", None, "x4", "x5"]})
+    right = pd.DataFrame({"t": ["apple tart", None, np.nan, pd.NaT, pd.NA, "cherry jam"],
+                          "u": [None, "y2", np.nan, "y4", "y5", "y6"]})
+    asked = []
+
+    def script(messages, tools):
+        asked.append(task_of(messages))
+        return u.call_tool("submit_answer", match=False, reason="no")
+
+    h = u.join(left, right, "On {left.t} {left.u} and {right.t} {right.u}: the same?", model=u.ScriptedModel(script),
+               sample=0, bus=bus)
+    await asyncio.wait_for(h.result(), 20)
+    assert list(h.verdicts.index) == [(0, 0)] and h.pairs_blocked == 1  # apple: the only word a value gives
+    assert len(asked) == 1 and "apple pie" in asked[0]

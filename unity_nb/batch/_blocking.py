@@ -1,7 +1,8 @@
 """Blocking for a join: which right rows each left row is asked about, without comparing every pair.
 
 Each side's text (the values the task names of it) is cut into words: three letters or more, lower case, common
-English words left out. A word in more than ``common`` of the right rows (10% by default, at least 5) is too
+English words left out; a missing value (None, NaN, NA, NaT) gives none, so rows missing a value are not blocked
+together by it. A word in more than ``common`` of the right rows (10% by default, at least 5) is too
 common to say anything and is ignored; every other word weighs its rarity, ``idf = log(m / rows having it)``.
 
 A pair is scored by the cosine of the two rows' words, each weighing its idf: the shared words' idf² over the
@@ -25,6 +26,8 @@ from array import array
 from collections.abc import Iterable
 from typing import Any
 
+from ._rows import _missing
+
 __all__ = ("WordIndex", "block_pairs", "words")
 
 _WORD = re.compile(r"[^\W_]{3,}")
@@ -40,8 +43,11 @@ _CHECK_EVERY = 4096
 """Right rows indexed between two looks at ``stop``."""
 
 
-def words(text: str) -> set[str]:
-    """The words blocking compares: three letters or more, lower case, common English words left out."""
+def words(text: Any) -> set[str]:
+    """The words blocking compares: three letters or more, lower case, common English words left out; none of a
+    missing value (None, NaN, NA, NaT: not the word 'nan' or 'none')."""
+    if _missing(text):
+        return set()
     found = set(_WORD.findall(str(text).lower()))
     found -= _STOP
     return found

@@ -23,7 +23,7 @@ from typing import Any
 from .._errors import UserError
 from ._blocking import _INT, WordIndex
 from ._recall import Reservoir, Stratum
-from ._rows import Template, as_text
+from ._rows import Template, _missing, as_text
 
 __all__ = ("ALL", "ASKED_AS", "BLOCKED", "FAR", "NEAR", "WIDENED", "Asked", "Listed", "PairPlan", "Side")
 
@@ -75,10 +75,12 @@ class Side:
         self._texts = [self._values[c] for c in self._text_columns]
 
     def text(self, i: int) -> str:
+        """Row ``i``'s text for blocking: a missing value gives none (not 'nan' or 'None', a word rows would
+        share)."""
         texts = self._texts
         if len(texts) == 1:
-            return str(texts[0][i])
-        return " \n".join(str(t[i]) for t in texts)
+            return _blocked(texts[0][i])
+        return " \n".join(_blocked(t[i]) for t in texts)
 
     def shown(self, i: int) -> str:
         """Row ``i``'s text as a prompt shows it (a task naming no column): a missing value said so, not 'nan'."""
@@ -86,6 +88,11 @@ class Side:
 
     def value(self, column: str, i: int) -> Any:
         return self._values[column][i]
+
+
+def _blocked(value: Any) -> str:
+    """A value as blocking reads it: its text, or nothing when it is missing."""
+    return "" if _missing(value) else str(value)
 
 
 class Asked:
