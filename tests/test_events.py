@@ -226,3 +226,20 @@ def test_every_event_kind_reads_back_from_the_store_as_it_was(tmp_path):
     assert back == sent
     assert all(type(a) is type(b) for a, b in zip(back, sent, strict=True))
     store.close()
+
+
+def test_a_subscriber_that_unsubscribes_itself_leaves_the_others_their_event():
+    """A one-shot subscriber (it unsubscribes in its callback) took the next subscriber's event: the bus walked
+    the list it was changing, so the subscriber after it was skipped for that event."""
+    bus = u.EventBus()
+    seen: list[tuple[str, str]] = []
+
+    def once(event: ev.Event) -> None:
+        seen.append(("once", event.kind))
+        unsubscribe_once()
+
+    unsubscribe_once = bus.subscribe(once)
+    bus.subscribe(lambda event: seen.append(("every", event.kind)))
+    bus.publish(ev.ThinkingStep(loop_id="a", lineage=(), text="first"))
+    bus.publish(ev.ThinkingStep(loop_id="a", lineage=(), text="second"))
+    assert seen == [("once", "thinking_step"), ("every", "thinking_step"), ("every", "thinking_step")]

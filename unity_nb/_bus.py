@@ -88,7 +88,9 @@ class EventBus:
         self.dropped = 0
         """Events the history let go of to stay within its bounds (the oldest, by count or by size)."""
         self._history: dict[str, collections.deque[Event]] = {}
-        self._subscribers: list[tuple[Callable[[Event], Any], frozenset[str] | None]] = []
+        # replaced, never changed in place: a publish walks the tuple it read, so a callback that unsubscribes
+        # (itself, a one-shot) or subscribes leaves every other subscriber this event
+        self._subscribers: tuple[tuple[Callable[[Event], Any], frozenset[str] | None], ...] = ()
         self._waiters: Waiters = []
         self._tasks: set[asyncio.Future] = set()
 
@@ -144,11 +146,12 @@ class EventBus:
     ) -> Callable[[], None]:
         """Call ``callback(event)`` for every event (of ``kinds`` if given); returns an unsubscribe function."""
         entry = (callback, frozenset(kinds) if kinds is not None else None)
-        self._subscribers.append(entry)
+        self._subscribers = (*self._subscribers, entry)
 
         def unsubscribe() -> None:
             if entry in self._subscribers:
-                self._subscribers.remove(entry)
+                at = self._subscribers.index(entry)
+                self._subscribers = self._subscribers[:at] + self._subscribers[at + 1:]
 
         return unsubscribe
 
