@@ -243,3 +243,26 @@ def test_a_subscriber_that_unsubscribes_itself_leaves_the_others_their_event():
     bus.publish(ev.ThinkingStep(loop_id="a", lineage=(), text="first"))
     bus.publish(ev.ThinkingStep(loop_id="a", lineage=(), text="second"))
     assert seen == [("once", "thinking_step"), ("every", "thinking_step"), ("every", "thinking_step")]
+
+
+async def test_a_waiters_predicate_that_raises_fails_the_wait_not_the_loop():
+    """``h.wait_for(kind, where)`` whose ``where`` raised on an event (an attribute that kind lacks) raised into
+    the loop publishing it: the operation failed with the waiter's error, and the waiter itself timed out."""
+    gate = asyncio.Event()
+
+    async def script(messages, tools):
+        await gate.wait()
+        return "done"
+
+    bus = u.EventBus()
+    h = u.start_loop("go", model=u.ScriptedModel(script), bus=bus, name="watched")
+    await h.wait_for("model_request", timeout=T)
+    on_loop = asyncio.ensure_future(h.wait_for("model_response", where=lambda e: e.no_such_field, timeout=T))
+    on_bus = asyncio.ensure_future(bus.wait_for("model_response", where=lambda e: 1 / 0, timeout=T))
+    await asyncio.sleep(0)  # (both registered: each waits for an event to come)
+    gate.set()
+    assert await asyncio.wait_for(h.result(), T) == "done"  # the operation goes on and ends as it would
+    with pytest.raises(AttributeError, match="no_such_field"):
+        await on_loop  # the waiter is told, at once, what its predicate raised
+    with pytest.raises(ZeroDivisionError):
+        await on_bus

@@ -55,12 +55,20 @@ async def wait_matching(waiters: Waiters, pred: Predicate, timeout: float | None
 
 
 def resolve_waiters(waiters: Waiters, event: Published) -> None:
-    """Wake every waiter whose predicate matches ``event``."""
+    """Wake every waiter whose predicate matches ``event``. A predicate that raises ends its own wait with that
+    error: it is the waiter's (``wait_for(kind, where)``), never the publisher's, whose loop goes on."""
     for entry in list(waiters):
         pred, fut = entry
-        if not fut.done() and pred(event):
+        if fut.done():
+            continue
+        try:
+            if not pred(event):
+                continue
+        except Exception as err:  # noqa: BLE001 - handed to the one waiting, raised where it awaits
+            fut.set_exception(err)
+        else:
             fut.set_result(event)
-            waiters.remove(entry)
+        waiters.remove(entry)
 
 
 def _observe(callback: Callable[[Event], Any], tasks: set[asyncio.Future], task: asyncio.Future) -> None:
