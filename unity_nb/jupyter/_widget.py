@@ -20,12 +20,10 @@ the text a Stop cut off.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import anywidget
@@ -40,63 +38,11 @@ from ._snapshot import LIMIT as _LIMIT
 from ._snapshot import clip as _clip
 from ._snapshot import omitted_line, render_html, shown_entries
 from ._snapshot import tree as _tree
+from ._style import asset, style
 
-__all__ = ("Command", "COMMANDS", "HandleWidget", "render_html", "verb_buttons")
+__all__ = ("Command", "COMMANDS", "HandleWidget", "render_html", "style", "verb_buttons")
 
 log = logging.getLogger("unity_nb.widget")
-
-
-
-def _asset(name: str) -> str:
-    return resources.files("unity_nb._widgets").joinpath(name).read_text(encoding="utf-8")
-
-
-def _scope_css(css: str, scope: str) -> str:
-    """Every rule of ``css`` applied only under ``.unb-root[data-unb-style="<scope>"]``.
-
-    Why: anywidget keeps one ``<style>`` element per ``_anywidget_id`` for the whole page, and a
-    notebook's saved widget state carries its own ``_css``. A notebook saved with an older
-    version, open in another tab, would replace the stylesheet of every live widget (issue: the
-    plans lost their syntax colours). Here the element's id names the version (a hash of the
-    installed assets) and every rule names it too, so the installed stylesheet applies to the
-    widgets it belongs to, and outranks any older sheet on the page whatever their order.
-    """
-    css = re.sub(r"/\*.*?\*/", "", css, flags=re.S)
-    root = f'.unb-root[data-unb-style="{scope}"]'
-    out = []
-    rest = css
-    while "{" in rest:
-        prelude, rest = rest.split("{", 1)
-        prelude = prelude.strip().lstrip("}").strip()
-        if prelude.startswith("@"):  # an at-rule's block (the dark palette's @media): its rules, scoped
-            depth, i = 1, 0
-            while depth and i < len(rest):
-                depth += {"{": 1, "}": -1}.get(rest[i], 0)
-                i += 1
-            out.append(f"{prelude} {{\n{_scope_css(rest[: i - 1], scope).rstrip()}\n}}")
-            rest = rest[i:]
-            continue
-        body, rest = rest.split("}", 1)
-        scoped = []
-        for sel in (x.strip() for x in prelude.split(",")):
-            if not sel:
-                continue
-            at = re.match(r"\.unb-root(?![\w-])(\s*)", sel)  # the root itself, in a state (.unb-root.x), or under it
-            if at:
-                sel = sel[at.end():]
-                scoped.append(f"{root}{at.group(1) and ' '}{sel}" if sel else root)
-            else:
-                scoped.append(f"{root} {sel}")
-        out.append(f"{', '.join(scoped)} {{{' '.join(body.split())} }}")  # one rule a line
-    return "\n".join(out) + "\n"
-
-
-def style() -> tuple[str, str]:
-    """The installed front end: ``(anywidget id, stylesheet)``, both naming the assets' version."""
-    js, css = _asset("handle.js"), _asset("handle.css")
-    version = hashlib.sha256((js + "\0" + css).encode()).hexdigest()[:12]
-    anywidget_id = f"unity_nb.HandleWidget.{version}"
-    return anywidget_id, _scope_css(css, anywidget_id)
 
 
 def _clip_output(text: str, cut: int, limit: int = _LIMIT) -> str:
@@ -267,8 +213,6 @@ def _text(click: dict) -> str:
     return click.get("text") or ""
 
 
-
-
 async def _ask(w: HandleWidget, h: LoopHandle, click: dict) -> Awaitable[None]:
     a = await w._start_ask(h, _text(click))
     return w._ask_answered(a)
@@ -342,7 +286,7 @@ class HandleWidget(anywidget.AnyWidget):
         # saved with another version cannot replace this one's stylesheet; given here, it is in the
         # state the widget opens with, before any view renders
         super().__init__(
-            _esm=_asset("handle.js"), _css=css, _anywidget_id=anywidget_id, verbs=verb_buttons(), **kwargs
+            _esm=asset("handle.js"), _css=css, _anywidget_id=anywidget_id, verbs=verb_buttons(), **kwargs
         )
         self.handle = handle
         self.commands: dict[str, Command] = {**{n: _verb(n) for n in VERBS}, **COMMANDS}
