@@ -373,11 +373,19 @@ class HandleWidget(anywidget.AnyWidget):
         tree = _tree(self.handle)
         nodes = [_node(h, d, self._retries.get(h.id, ""), self._cut_off.get(h.id, "")) for h, d in tree]
         changed_entries = None
+        shown = {h.id for h, _d in tree}
+        gone = [nid for nid in self._entry_counts if nid not in shown]  # a batch's ended rows: no node of it now
+        if gone:  # their transcripts leave the state (it is sent whole, and saved with the notebook)
+            changed_entries = {nid: e for nid, e in self.entries.items() if nid in shown}
+            for nid in gone:
+                del self._entry_counts[nid]
+                self._cut_off.pop(nid, None)
         for h, _d in tree:
             # a result always appends a message
             signature = (len(h.transcript), h.state.printed, getattr(h, "displayed", 0))
             if self._entry_counts.get(h.id) != signature:
-                changed_entries = changed_entries or dict(self.entries)
+                if changed_entries is None:
+                    changed_entries = dict(self.entries)
                 head, tail, omitted = shown_entries(h.transcript)  # (bounded: a long run's whole would be saved)
                 changed_entries[h.id] = [_entry(m) for m in head] + (
                     [{"role": "user", "kind": "omitted", "content": omitted_line(omitted, h.name), "error": False,
