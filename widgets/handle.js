@@ -437,6 +437,9 @@ function render({ model, el }) {
     // mousedown and mouseup loses the click (at 10 updates a second, most clicks), and a text box taken
     // out loses its focus (a batch's rows come and go: JupyterLab then took the keys typed next)
     placeNodes(order);
+    // a node no longer sent (a batch's row that ended) is let go of: its view, and so its elements, go too
+    const present = new Set(nodes.map((n) => n.id));
+    for (const id of views.keys()) if (!present.has(id)) views.delete(id);
     if (dead) for (const c of root.querySelectorAll("button, input")) c.disabled = true;
     if (typing && typing.isConnected && document.activeElement !== typing) {
       typing.focus({ preventScroll: true });
