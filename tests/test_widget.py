@@ -380,3 +380,37 @@ async def test_a_batchs_ended_rows_leave_the_widgets_state():
     w.flush()
     assert [n["id"] for n in w.nodes] == [h.id]  # every row ended: the batch alone is shown
     assert set(w.entries) == {h.id}  # and its rows' transcripts are no longer in the state
+
+
+async def test_the_snapshot_of_a_batch_whose_rows_failed_says_finished_with_failures():
+    """The live widget's badge says "finished with failures" for a batch that finished with rows failed; its
+    snapshot (what a notebook shows without its kernel) said "finished", in the colour of a success: it read the
+    outcome from an attribute no handle has. The snapshot's badge is the batch's outcome, as its progress says."""
+    from html.parser import HTMLParser
+
+    def some_fail(messages, tools):
+        if messages[-1]["content"].endswith("bad"):
+            raise RuntimeError("no label for this one")
+        return "ok"
+
+    h = u.map(["good", "bad"], "Do", model=u.ScriptedModel(some_fail), bus=u.EventBus(), name="mixed")
+    await asyncio.wait_for(h.result(), TIMEOUT)
+    assert h.progress["outcome"] == "finished with failures"
+
+    class Badges(HTMLParser):  # the text of each <span> with a background: the nodes' badges, root first
+        def __init__(self):
+            super().__init__()
+            self.badges, self._in = [], False
+
+        def handle_starttag(self, tag, attrs):
+            self._in = tag == "span" and "background:" in (dict(attrs).get("style") or "")
+
+        def handle_data(self, data):
+            if self._in:
+                self.badges.append(data)
+                self._in = False
+
+    for snapshot in (_widget.render_html(h), HandleWidget(h)._repr_mimebundle_()[0]["text/html"]):
+        parser = Badges()
+        parser.feed(snapshot)
+        assert parser.badges[0] == "finished with failures", parser.badges

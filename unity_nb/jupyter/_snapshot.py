@@ -79,6 +79,14 @@ def _rows(h: LoopHandle) -> str:
     return f'<div style="{_MUTED}">{html.escape(phase + progress["rows_text"])}</div>'
 
 
+def _outcome(h: LoopHandle) -> str:
+    """Its badge: its status, or a batch's outcome as its progress says it ("finished with failures": some rows
+    failed or stopped), as the live widget's badge shows it."""
+    progress = getattr(h, "progress", None)
+    outcome = progress.get("outcome") if isinstance(progress, dict) else None
+    return outcome if outcome in _BADGE else h.status.value
+
+
 def _preview_html(h: LoopHandle) -> str:
     """An ended batch's first rows (as its widget shows them), as a table; else nothing."""
     shown = preview(h)
@@ -115,7 +123,7 @@ def render_html(root: LoopHandle, *, notice: str = "") -> str:
             "which says whatever else it needs.</div>"
         )
     for h, depth in tree(root):
-        status = getattr(h, "outcome", h.status.value)  # a batch with failed rows: "finished with failures"
+        status = _outcome(h)
         parts.append(
             f'<div style="margin-left:{depth * 20}px;border-left:3px solid {_BADGE[status]};'
             'padding-left:8px;margin-bottom:6px">'
