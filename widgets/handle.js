@@ -157,6 +157,12 @@ function onEnter(input, action) {
   });
 }
 
+// a click needing text, with an empty box, sends nothing: the box says so, and takes the keys
+function needText(input, says) {
+  input.placeholder = says;
+  input.focus();
+}
+
 function render({ model, el }) {
   // the stylesheet's rules all name this id (the installed version's): see _widget.style()
   const root = h("div", { class: "unb-root", "data-unb-style": model.get("_anywidget_id") || "" });
@@ -209,9 +215,9 @@ function render({ model, el }) {
   // empty); one whose message is optional sends the box as it is, empty or not
   function steer(v, spec) {
     const text = v.input.value.trim() ? v.input.value : "";
-    if (spec.message === "required" && !text) return;
+    if (spec.message === "required" && !text) return needText(v.input, `Type a message first, then ${spec.label}`);
     send(spec.name, v.node.id, spec.message === "none" ? null : text || null);
-    if (spec.message !== "none" && text) v.input.value = "";
+    if (spec.message !== "none" && text) { v.input.value = ""; v.input.placeholder = v.placeholder; }
   }
   // the controls, from the table: the buttons of verbs needing no message, the box, those needing one
   function controlsOf(v, verbs) {
@@ -222,7 +228,7 @@ function render({ model, el }) {
       return b;
     });
     const texts = verbs.filter((s) => s.message === "required").map((s, i) => (i ? s.label.toLowerCase() : `${s.label} (Enter)`));
-    v.input.placeholder = texts.length > 1 ? `${texts.slice(0, -1).join(", ")} or ${texts[texts.length - 1]}...` : `${texts[0] || "Message"}...`;
+    v.input.placeholder = v.placeholder = texts.length > 1 ? `${texts.slice(0, -1).join(", ")} or ${texts[texts.length - 1]}...` : `${texts[0] || "Message"}...`;
     v.input.hidden = !verbs.some((s) => s.message !== "none");
     const before = v.buttons.filter((b) => b.spec.message !== "required");
     v.controls.replaceChildren(...before, v.input, ...v.buttons.filter((b) => !before.includes(b)));
@@ -316,7 +322,8 @@ function render({ model, el }) {
           let row = v.answers.get(c.call_id);
           if (!row) {
             const answer = h("input", { class: "unb-input", type: "text", placeholder: "Your answer (Enter)" });
-            const reply = () => send("answer", node.id, answer.value, c.call_id);
+            const reply = () => (answer.value.trim() ? send("answer", node.id, answer.value, c.call_id)
+              : needText(answer, "Type your answer first (Enter sends it)"));
             onEnter(answer, reply);
             row = h("div", { class: "unb-clarification" }, h("b", {}, "Question: "), c.question, " ", answer,
               h("button", { class: "unb-btn", onclick: reply }, "Answer"));
