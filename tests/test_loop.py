@@ -551,3 +551,21 @@ async def test_a_listener_that_fails_is_logged_and_the_loop_still_ends(bus, capl
     assert "loop_finished" in told and h.done()
     failed = [r for r in caplog.records if r.name == "unity_nb.loop" and "listener" in r.getMessage()]
     assert [r.getMessage().rsplit(" ", 2)[-2] for r in failed] == ["tool_finished", "loop_finished"]
+
+
+async def test_a_listener_that_removes_itself_leaves_the_next_one_its_event(bus):
+    """A one-shot listener (it removes itself when called): the listener after it is still told of that event.
+    The run's listeners were a list the publish walked while the call changed it, so the next one was skipped."""
+    h = u.start_loop("t", model=u.ScriptedModel(["done"]), bus=bus)
+    first: list[str] = []
+    second: list[str] = []
+    remove: list = []
+
+    def once(_source, event):
+        first.append(event.kind)
+        remove[0]()
+
+    remove.append(h.run.add_listener(once))
+    h.run.add_listener(lambda _source, event: second.append(event.kind))
+    assert await asyncio.wait_for(h.result(), 10) == "done"
+    assert len(first) == 1 and second[0] == first[0]

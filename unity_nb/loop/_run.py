@@ -118,7 +118,9 @@ class Run:
         """The parent's tool call that started this loop (``None`` if none did)."""
         self.children: list[Any] = []
         self.events: list[ev.Event] = []
-        self.listeners: list[Listener] = []  # added through add_listener (counted: see _listening)
+        # added through add_listener (counted: see _listening); replaced, never changed in place: a publish walks the
+        # tuple it read, so a listener removing itself (or another) as it is called leaves the next one its event
+        self.listeners: tuple[Listener, ...] = ()
         self.waiters: ev.Waiters = []
         self.ended = Signal()
         self.counted = True
@@ -201,13 +203,14 @@ class Run:
     def add_listener(self, fn: Listener) -> Callable[[], None]:
         """Call ``fn(handle, event)`` for every event of this loop and of its descendants; returns its remover."""
         with _listening_lock:
-            self.listeners.append(fn)
+            self.listeners = (*self.listeners, fn)
             _listening[0] += 1
 
         def remove() -> None:
             with _listening_lock:
                 if fn in self.listeners:
-                    self.listeners.remove(fn)
+                    at = self.listeners.index(fn)
+                    self.listeners = self.listeners[:at] + self.listeners[at + 1:]
                     _listening[0] -= 1
 
         return remove
