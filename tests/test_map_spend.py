@@ -327,3 +327,24 @@ async def test_a_batch_whose_last_row_reaches_the_budget_ends_with_its_result():
         one = u.map(["a"], "Say {value}", model=model, concurrency=1, budget=0.0000001, bus=u.EventBus())
         # its only row reached the budget: nothing is left to run, so it ends rather than wait paused forever
         assert (await asyncio.wait_for(one.result(), T)).tolist() == ["hi"]
+
+
+async def test_an_estimate_and_a_budgets_projection_leave_out_the_rows_that_are_never_asked():
+    model = u.OpenAIModel("gpt-4.1-mini", base_url="http://127.0.0.1:9/v1", api_key="sk-test")  # never called
+    papers = pd.DataFrame({"abstract": ["word " * 400] * 2 + [None] * 8})  # 8 rows with no value: not asked
+    est = u.map(papers, "Label {abstract}", model=model, estimate=True)
+    asked = u.map(papers.iloc[:2], "Label {abstract}", model=model, estimate=True)
+    assert (est.rows, est.unasked) == (2, 8) and (asked.rows, asked.unasked) == (2, 0)
+    assert (est.input_tokens, est.output_tokens, est.dollars) == (asked.input_tokens, asked.output_tokens,
+                                                                  asked.dollars)
+    assert "8 rows not asked" in str(est) and "not asked" not in str(asked)
+    filtered = u.filter(papers, "Is {abstract} about cats?", model=model, estimate=True)
+    assert (filtered.rows, filtered.unasked) == (2, 8)
+    # a budget's projection before the start (from its first rows): the rows that will be asked, one in ten here
+    many = pd.DataFrame({"abstract": ["a paper", *[None] * 9] * 100})
+    small = u.map(many, "Label {abstract}", model=model, budget=1.0, expected_output_tokens=2000, bus=u.EventBus())
+    large = u.map(many, "Label {abstract}", model=model, budget=0.2, expected_output_tokens=2000, bus=u.EventBus())
+    for h in (small, large):
+        await h.stop("only the note was wanted")
+    assert small.spending.note is None  # 100 rows asked, about $0.0032 each: $0.32 of its $1.00
+    assert large.spending.note is not None and "$0.32 for 1,000 rows" in large.spending.note

@@ -3,7 +3,8 @@
 Tokens in are estimated from each row's rendered prompt and what every call of the row sends besides (its system
 prompt and tool schemas), at about 4 characters a token; tokens out are an assumption (``DEFAULT_OUTPUT`` a row,
 and ``PER_FIELD`` more per typed field), or the person's ``expected_output_tokens``. One model call a row is
-assumed (a row that calls tools makes more). Nothing is run, and nothing is sent.
+assumed (a row that calls tools makes more). A row the batch will not ask (no value for what the task names, or a
+task it cannot fill) costs nothing: it is counted apart (``Estimate.unasked``). Nothing is run, and nothing is sent.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class Estimate:
     """A batch's cost before it runs (``u.map(..., estimate=True)``, ``%unity map --estimate``)."""
 
     rows: int
+    """Rows that would be asked (a call each); rows never asked are :attr:`unasked`."""
     input_tokens: int
     """Estimated from the rendered prompts (about 4 characters a token): never counted by a tokenizer."""
     output_tokens: int
@@ -57,6 +59,9 @@ class Estimate:
     """Through the provider's Batch API (``via="batch"``): how its batch price was found (empty: live calls)."""
     budget: float | None = None
     """The budget the run would have (``--budget``): the estimate says whether it fits (``None``: none given)."""
+    unasked: int = 0
+    """Rows the batch would not ask (no value for what the task names, or a task they cannot fill): no call, no cost,
+    not in :attr:`rows`."""
 
     def __str__(self) -> str:
         out = (f"{self.output_tokens:,} tokens out (assumed: {self.output_per_row} a row; expected_output_tokens= "
@@ -72,8 +77,11 @@ class Estimate:
         minutes = ("within the provider's 24h batch window, outside its rate limits" if self.batch else
                    f"about {self.minutes:,.1f} minutes at {self.limit}" if self.minutes is not None
                    else "minutes unknown: no rate limit known (--rate 600/min, or rate=, says one)")
-        return (f"Estimate for {self.rows:,} rows of {self.model} (nothing was run): ≈{self.input_tokens:,} tokens in "
-                f"(estimated: about {CHARS_PER_TOKEN} characters a token), {out}; {dollars}; {minutes}. "
+        unasked = (f" ({self.unasked:,} rows not asked: no value for what the task names, or a task they cannot "
+                   "fill)") if self.unasked else ""
+        return (f"Estimate for {self.rows:,} rows of {self.model}{unasked} (nothing was run): "
+                f"≈{self.input_tokens:,} tokens in (estimated: about {CHARS_PER_TOKEN} characters a token), {out}; "
+                f"{dollars}; {minutes}. "
                 "One model call a row is assumed." + (f" {self.basis}" if self.basis else "")
                 + (f" {self.budget_verdict()}" if self.budget is not None else ""))
 
@@ -119,11 +127,15 @@ def estimate_rows(
     rows: Iterable[Row], *, model: Any, options: dict[str, Any], output: Any, expected_output_tokens: int | None,
     rate: Any = None,
 ) -> Estimate:
-    """The estimate over ``rows`` (each made as it is counted: nothing is kept but the first prompts)."""
+    """The estimate over ``rows`` (each made as it is counted: nothing is kept but the first prompts); a row the
+    batch will not ask (its ``reason`` set: no value, or a task it cannot fill) is counted in ``unasked`` alone."""
     overhead = overhead_chars(options)
-    count, chars = 0, 0
+    count, chars, unasked = 0, 0, 0
     prompts: list[str] = []
     for row in rows:
+        if row.reason is not None:
+            unasked += 1
+            continue
         count += 1
         chars += len(row.task) + overhead
         if len(prompts) < 3:
@@ -150,7 +162,7 @@ def estimate_rows(
     return Estimate(
         rows=count, input_tokens=tokens_in, output_tokens=tokens_out_all, output_per_row=per_row,
         output_assumed=assumed, model=name, price=price, dollars=dollars, minutes=minutes, limit=limit,
-        prompts=tuple(prompts),
+        prompts=tuple(prompts), unasked=unasked,
     )
 
 
@@ -197,5 +209,5 @@ def combine(parts: list[Estimate], basis: str) -> Estimate:
         rows=rows, input_tokens=sum(p.input_tokens for p in parts), output_tokens=out,
         output_per_row=round(out / rows) if rows else 0, output_assumed=any(p.output_assumed for p in parts),
         model=first.model, price=first.price, dollars=dollars, minutes=minutes, limit=first.limit,
-        prompts=first.prompts, basis=basis, budget=first.budget,
+        prompts=first.prompts, basis=basis, budget=first.budget, unasked=sum(p.unasked for p in parts),
     )

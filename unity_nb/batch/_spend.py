@@ -201,14 +201,17 @@ class Spending:
         total = source.total
         if total is None or est.dollars is None or not est.rows:
             return
-        projected = est.dollars / est.rows * (total - kept)
+        # a row of the sample not asked (no value, a task it cannot fill) costs nothing: the rest are like the sample
+        per_row = est.dollars / (est.rows + est.unasked)
+        projected = per_row * (total - kept)
         if projected > self.budget:
-            rows = int(self.budget / (est.dollars / est.rows)) if est.dollars else total
+            rows = int(self.budget / per_row) if est.dollars else total
+            unasked = f", {est.unasked} of which are not asked" if est.unasked else ""
             self.note = (
                 f"The estimate for this batch ({format_dollars(projected)} for {total - kept:,} rows, tokens "
-                f"estimated from the first {est.rows} prompts) exceeds its budget of {format_dollars(self.budget)}: it "
-                f"will pause after about {rows:,} rows. h.set_budget(DOLLARS) or --budget on %unity resume lifts the "
-                "cap."
+                f"estimated from the first {est.rows + est.unasked} rows{unasked}) exceeds its budget of "
+                f"{format_dollars(self.budget)}: it will pause after about {rows:,} rows. h.set_budget(DOLLARS) or "
+                "--budget on %unity resume lifts the cap."
             )
 
     def __repr__(self) -> str:

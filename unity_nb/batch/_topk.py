@@ -315,7 +315,7 @@ def estimate_topk(items: Any, k: int, question: str, *, candidates: int | None =
 
 def _scaled(est: Estimate, rows: int) -> Estimate:
     """``est`` (of a sample of rows) for ``rows`` rows like them."""
-    f = rows / est.rows
+    f = rows / est.rows if est.rows else 0.0  # (no pair of the sample asked: nothing to scale)
     return Estimate(
         rows=rows, input_tokens=round(est.input_tokens * f), output_tokens=est.output_per_row * rows,
         output_per_row=est.output_per_row, output_assumed=est.output_assumed, model=est.model, price=est.price,
