@@ -18,7 +18,8 @@ finalizing), ``hold`` (batches stay in_progress, ``finish_while_held`` of their 
 ``fail_validation`` (a message: the batch fails validation), ``no_batch_api`` (404 on /v1/files and /v1/batches),
 ``shuffle`` (output lines in another order than the input's), ``cancel_finishes`` (rows done when a cancel takes
 effect: written to the output file of the cancelled batch), ``answer`` (a function of a request body giving the
-chat completion's message), ``completion_tokens`` (the tokens out each reply's usage reports), ``content_status``
+chat completion's message; a ``finish_reason`` key in it is the choice's), ``completion_tokens`` (the tokens out
+each reply's usage reports), ``content_status``
 (an HTTP status every ``GET /v1/files/{id}/content`` answers with, an error), ``forget`` (batches are forgotten
 once created: a look at one is a 404), ``upload_delay`` (seconds an upload takes;
 ``uploading`` is set as one starts), ``expires_in`` (a new batch's ``expires_at``, in seconds from now; None: null),
@@ -341,11 +342,12 @@ class BatchServer:
                         "message": problem, "type": "invalid_request_error", "param": None, "code": None}}},
                     "error": None})
                 continue
-            message = self.answer(row["body"])
+            message = dict(self.answer(row["body"]))
+            finish = message.pop("finish_reason", None) or ("tool_calls" if message.get("tool_calls") else "stop")
             tokens_in = sum(len(str(m.get("content") or "")) for m in row["body"]["messages"]) // 4 + 1
             body = {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()),
                     "model": row["body"]["model"], "choices": [{"index": 0, "message": message, "logprobs": None,
-                    "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
+                    "finish_reason": finish}],
                     "usage": {"prompt_tokens": tokens_in, "completion_tokens": self.completion_tokens,
                               "total_tokens": tokens_in + self.completion_tokens}}
             out.append({"id": rid, "custom_id": row["custom_id"], "response": {

@@ -46,6 +46,7 @@ class Reply:
     close_after: bool = False  # close the connection after this response, without saying so
     trickle: float | None = None  # streaming: send the body one byte at a time, this many seconds apart
     stall_body: bool = False  # an error status: send its head and half its body, then nothing until the client goes
+    finish_reason: str | None = None  # the finish_reason sent (default: tool_calls with calls, else stop)
 
 
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 408: "Request Timeout",
@@ -246,7 +247,7 @@ class FakeOpenAIServer:
         if reply.raw_usage is not None:
             usage_obj = reply.raw_usage
         calls = [dict(c, id=c.get("id") or f"call_{next(_ids)}") for c in reply.tool_calls]
-        finish = "tool_calls" if calls else "stop"
+        finish = reply.finish_reason or ("tool_calls" if calls else "stop")
         cid, created = f"chatcmpl-{next(_ids)}", int(time.time())
         if not request.get("stream"):
             message: dict[str, Any] = {"role": "assistant", "content": reply.content}

@@ -95,6 +95,33 @@ async def test_a_stream_that_ends_without_finish_reason_or_done_is_used_marked_a
     store.close()
 
 
+async def test_an_answer_cut_off_at_max_tokens_or_by_a_content_filter_is_used_and_never_cached(tmp_path):
+    store = Store(str(tmp_path / "state.db"))
+
+    def handler(body):
+        word = users(body)[0].split()[-1]
+        if word == "long":  # the reply reached the request's max_tokens: its text stops mid-word
+            return Reply(content="the method is an exp", finish_reason="length")
+        if word == "filtered":  # the provider's content filter cut it
+            return Reply(content="the method", finish_reason="content_filter")
+        return Reply(content="the method is a survey")
+
+    async with FakeOpenAIServer(handler) as server:
+        model = u.OpenAIModel("gpt-4.1-mini", base_url=server.base_url, api_key="sk-test",
+                              options={"max_tokens": 8})
+        for _ in range(2):
+            h = u.map(["long", "filtered", "whole"], "Label {value}", model=model, cache=store, concurrency=1,
+                      bus=u.EventBus())
+            result = await asyncio.wait_for(h.result(), T)
+            assert result.tolist() == ["the method is an exp", "the method", "the method is a survey"]
+            await asyncio.to_thread(h.rows.cache.flush, T)
+        # the second run asked both cut-off rows again, and took the whole answer from the cache
+        assert [users(b)[0] for b in server.requests] == ["Label long", "Label filtered", "Label whole",
+                                                          "Label long", "Label filtered"]
+        assert h.rows.cached == 1
+    store.close()
+
+
 # -- item 11: writes off the event loop, a lock held elsewhere, a bounded table -----------------------------------
 
 HOLD_LOCK = textwrap.dedent(

@@ -227,6 +227,27 @@ async def test_answers_go_into_the_result_cache_and_a_later_batch_asks_only_the_
         store.close()
 
 
+async def test_an_answer_the_provider_cut_is_used_and_never_cached(server, bus, tmp_path):
+    cut = {"Say a": "length", "Say b": "content_filter"}  # at the request's max tokens; by a content filter
+    server.answer = lambda body: {"role": "assistant", "content": "the answer to " + body["messages"][-1]["content"],
+                                  "finish_reason": cut.get(body["messages"][-1]["content"])}
+    store = u.Store(tmp_path / "cache.db")
+    try:
+        for _ in range(2):
+            h = u.map(["a", "b", "c"], "Say {value}", model=aio(server), via="batch", batch_poll=0.01, cache=store,
+                      bus=bus)
+            result = await asyncio.wait_for(h.result(), 20)
+            assert result.tolist() == [f"the answer to Say {x}" for x in "abc"]
+            assert await asyncio.to_thread(h.rows.cache.flush, 10)
+        assert h.rows.cached == 1  # "c"; "a" and "b" were sent to the provider again
+        lines = [json.loads(x) for f in server.files.values() if f["purpose"] == "batch"
+                 for x in f["_content"].splitlines()]
+        assert sorted(x["body"]["messages"][-1]["content"] for x in lines) == ["Say a", "Say a", "Say b", "Say b",
+                                                                              "Say c"]
+    finally:
+        store.close()
+
+
 async def test_a_budget_is_applied_before_submitting(server, bus):
     model = u.OpenAIModel("batch-budgeted-35", base_url=server.url, api_key="sk-test")
     u.set_price("batch-budgeted-35", input=1_000_000.0, output=1_000_000.0)  # a dollar a token: the budget bites

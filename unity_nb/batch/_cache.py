@@ -11,7 +11,8 @@ prompt, tools with their schemas, max steps, tool policy...).
 
 Not cached (:func:`cacheable`): a row answered through a tool (its result may change), a row a person spoke to
 while it ran (an interjection that landed mid-row: its answer depends on when), and a row whose reply came from
-a stream that ended with neither a ``finish_reason`` nor ``[DONE]`` (it may be cut off).
+a stream that ended with neither a ``finish_reason`` nor ``[DONE]`` (it may be cut off) or that the provider says
+it cut (``finish_reason`` ``length``: the request's max tokens; ``content_filter``).
 
 Writes never run on the event loop: a writer thread per store takes them, with a connection of its own. While
 another process holds the store's write lock, answers wait in memory (at most :data:`MAX_PENDING`) and the
@@ -37,7 +38,7 @@ from typing import Any
 from .._errors import UserError
 from ..loop import json_schema
 
-__all__ = ("MAX_CHARS", "MAX_PENDING", "MAX_ROWS", "ResultCache", "cacheable", "model_identity",
+__all__ = ("CUT_OFF", "MAX_CHARS", "MAX_PENDING", "MAX_ROWS", "ResultCache", "cacheable", "model_identity",
            "options_fingerprint")
 
 log = logging.getLogger("unity_nb.batch")
@@ -102,10 +103,16 @@ def _schema_of(model: Any) -> str:
 def cacheable(row_loop: Any) -> bool:
     """Whether a finished row's answer is a function of what the cache key holds: no person spoke to the row
     while it ran (an interjection, a post), and no reply of it may be cut off (a stream that ended with neither a
-    ``finish_reason`` nor ``[DONE]``). Tools are checked by the batch (a row answered through one is not cached)."""
+    ``finish_reason`` nor ``[DONE]``) or was (:data:`CUT_OFF`: at the max tokens, by a content filter). Tools are
+    checked by the batch (a row answered through one is not cached)."""
     if row_loop.run.conversation.heard:
         return False
-    return not any(e.kind == "model_response" and getattr(e, "truncated", False) for e in row_loop.events)
+    return not any(e.kind == "model_response" and (getattr(e, "truncated", False) or getattr(e, "finish_reason", None)
+                                                   in CUT_OFF) for e in row_loop.events)
+
+
+CUT_OFF = frozenset({"length", "content_filter"})
+"""The ``finish_reason`` of a reply the provider cut: the request's max tokens reached, or its content filter."""
 
 
 class ResultCache:

@@ -42,6 +42,7 @@ from .. import events as ev
 from .._errors import UserError
 from ..loop import VERBS, Tool
 from ..models import FileTooLarge, ModelRequest, NoBatchAPI, RowResult, Usage, batch_api_of, batch_price
+from ._cache import CUT_OFF
 from ._estimate import CHARS_PER_TOKEN, tokens_out
 from ._failures import reason_of
 from ._map_engine import MapEngine, RowPlan
@@ -502,9 +503,10 @@ class ProviderBatchEngine(MapEngine):
             self._end_row(row, "failed", str(err), usage)
             return
         row.answer = answer
-        self._end_row(row, "finished", None, usage)
+        self._end_row(row, "finished", None, usage, cache=reply.finish_reason not in CUT_OFF)  # a cut one is not
 
-    def _end_row(self, row: Row, status: str, reason: str | None, usage: Usage | None = None) -> None:
+    def _end_row(self, row: Row, status: str, reason: str | None, usage: Usage | None = None, *,
+                 cache: bool = True) -> None:
         book = self.book
         book.left(row)
         row.status, row.reason = status, reason
@@ -515,9 +517,9 @@ class ProviderBatchEngine(MapEngine):
             price, _note = batch_price(self.plan.config.model)
             if price is not None:
                 book.cost += price.cost(usage)
-        cache = self.plan.cache
-        if status == "finished" and cache is not None and row.told >= 0:
-            cache.put(cache.key(row.task, self._notes[: row.told]), to_json(plain_answer(row.answer)),
+        store = self.plan.cache if cache else None
+        if status == "finished" and store is not None and row.told >= 0:
+            store.put(store.key(row.task, self._notes[: row.told]), to_json(plain_answer(row.answer)),
                       self.plan.model_name)
         row.task = ""
         self._settled(row, None)
