@@ -259,6 +259,26 @@ async def test_a_row_with_no_value_for_what_the_task_names_is_not_asked_and_says
     assert pd.isna(out[0]) and out[1] == "ok" and "has no value (None): not asked" in out.attrs["reasons"][0]
 
 
+async def test_a_missing_value_the_tasks_format_cannot_take_is_no_value_not_a_template_the_map_refuses(bus):
+    """A missing date (NaT) under {day:%Y-%m-%d}, or None under {who:>4}: the whole map was refused when the first
+    row had one (its template said to be wrong), and a later row failed saying it could not fill the task. The value
+    is missing: a row with nothing else to ask about is not asked, and one with another field is asked, the value
+    said missing (no format applied: see test_a_field_with_no_value_is_said_missing_in_the_prompt_not_written_as_nan)."""
+    asked = []
+    model = u.ScriptedModel(lambda ms, ts: asked.append(ms[-1]["content"]) or "ok")
+    frame = pd.DataFrame({"day": pd.to_datetime([None, "2024-01-02", None]), "who": [None, "bob", "ann"]})
+    h = u.map(frame, "When is {day:%Y-%m-%d}?", model=model, bus=bus)
+    out = await asyncio.wait_for(h.result(), 20)
+    assert out.tolist() == [None, "ok", None] and asked == ["When is 2024-01-02?"]
+    assert all("has no value for what the task names (day: NaT): not asked" in out.attrs["reasons"][i] for i in (0, 2))
+    asked.clear()
+    both = u.map(frame, "Is {who:>4} free on {day:%Y-%m-%d}?", model=model, bus=bus)
+    out = await asyncio.wait_for(both.result(), 20)
+    assert out.tolist() == [None, "ok", "ok"]
+    assert sorted(asked) == ["Is  ann free on (missing)?", "Is  bob free on 2024-01-02?"]
+    assert "not asked" in out.attrs["reasons"][0]
+
+
 async def test_a_join_of_every_pair_past_max_pairs_is_refused_at_once_saying_how_to_ask_them(bus):
     """blocking=None asked every one of n x m pairs with no count bound (only a budget, if one was given)."""
     left = pd.DataFrame({"t": [f"a{i}" for i in range(400)]})
