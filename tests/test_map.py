@@ -53,6 +53,18 @@ async def test_a_dataframe_fills_the_template_per_row_and_a_list_works_too(bus):
         u.map(df, "Label {abstract}", model=u.ScriptedModel(["x"]), bus=bus)
 
 
+async def test_a_dataframe_with_a_column_called_name_gives_its_answers(bus):
+    """df.name is the column 'name' (a Series): the result was named after it, and every such map failed at its end
+    with 'Series.name must be a hashable type', after every row had run and been paid for."""
+    people = pd.DataFrame({"name": ["ann", "bob"], "age": [31, 45]}, index=["a", "b"])
+    h = u.map(people, "Greet {name}", model=u.ScriptedModel(label_script), bus=bus)
+    result = await asyncio.wait_for(h.result(), 10)
+    assert result.tolist() == ["label: ann", "label: bob"] and list(result.index) == ["a", "b"]
+    assert result.name is None and h.results().name is None  # a DataFrame names no answer; a Series does
+    named = await u.map(people["name"], "Greet {value}", model=u.ScriptedModel(label_script), bus=bus)
+    assert named.name == "name"
+
+
 class Method(pydantic.BaseModel):
     method: str
     confidence: float

@@ -111,7 +111,9 @@ class MapHandle(LoopHandle):
         _check_cache(cache)
         results_cache = (ResultCache(cache, identity, fingerprint)
                          if identity is not None and cache not in (True, False, None) else None)
-        book = Book(source, fields, getattr(items, "name", None) if fields is None and not remote else None)
+        # a Series' name names the answers (a DataFrame's .name is its column 'name', if it has one: not a name)
+        named = fields is None and not remote and source.single
+        book = Book(source, fields, items.name if named else None)
         spending = Spending(book, model, model_name, budget)
         plan = RowPlan(task, fields, config, "name" in row_options, model_name, concurrency, results_cache)
         self._rows: MapEngine
