@@ -169,3 +169,22 @@ async def test_an_operator_resumed_counts_what_its_earlier_run_spent_against_its
     assert h.phases[0].spending.budget == pytest.approx(0.4)  # the first phase gets what the earlier run left
     carried = [e for e in h.events if e.kind == "spending_carried"]
     assert [(e.dollars, e.origin) for e in carried] == [(0.6, "an earlier run")]
+
+
+@pytest.mark.parametrize("budget", [None, 1.0])
+async def test_expected_output_tokens_that_are_no_count_are_refused_before_anything_starts(budget):
+    """With a budget, the count was read by the projection once the batch had started: u.map raised, no handle was
+    given, and every row was asked all the same; without one, it was never read at all."""
+    model = u.ScriptedModel(lambda m, t: "ok", name="guard-expected-tokens")
+    u.set_price(model, input=1.0, output=1.0)
+    for bad in (-5, "lots", 2.5, True):
+        bus = u.EventBus()
+        with pytest.raises(u.UserError, match="expected_output_tokens takes a whole number of tokens"):
+            u.map(["a", "b", "c"], "Label {value}", model=model, budget=budget, expected_output_tokens=bad, bus=bus)
+        assert bus.history() == [] and model.requests == []  # no batch started: nothing runs on without a handle
+        with pytest.raises(u.UserError, match="expected_output_tokens"):
+            u.topk(["a", "b", "c"], 1, "Which is best?", model=model, budget=budget, expected_output_tokens=bad,
+                   bus=bus)
+        assert bus.history() == []
+    h = u.map(["a"], "Label {value}", model=model, budget=budget, expected_output_tokens=30, bus=u.EventBus())
+    assert (await asyncio.wait_for(h.result(), T)).tolist() == ["ok"]

@@ -37,7 +37,7 @@ from ..loop import LoopHandle, LoopOptions, Tree
 from ..models import RateLimit, Usage, default_model, format_dollars, set_rate_limit
 from ._book import Book, counts_text
 from ._cache import ResultCache, model_identity, options_fingerprint
-from ._estimate import Estimate, estimate_map
+from ._estimate import Estimate, estimate_map, tokens_out
 from ._map_engine import MapEngine, RowPlan
 from ._provider_batch import ProviderBatchEngine, batch_settings
 from ._ray_actors import RowRecipe
@@ -84,6 +84,8 @@ class MapHandle(LoopHandle):
         **row_options: Any,
     ) -> None:
         _check_concurrency(concurrency)
+        if expected_output_tokens is not None:
+            tokens_out(None, expected_output_tokens)  # a UserError now, not once the rows run
         if kind is not None:
             _check_kind(kind)
             self.kind = kind
@@ -125,6 +127,8 @@ class MapHandle(LoopHandle):
             self._rows = ProviderBatchEngine(plan, book, spending, via, items=items, done=done)
         else:
             self._rows = MapEngine(plan, book, spending, items=items, done=done)
+        # what the whole batch would cost against its budget, before it starts (what raises here leaves none running)
+        spending.project(source, book.kept, options, fields, expected_output_tokens, batch=via is not None)
         super().__init__(
             label or task, model=model, name=name, bus=bus, max_steps=1, parent=parent, engine=self._rows.bind,
         )
@@ -132,7 +136,6 @@ class MapHandle(LoopHandle):
         self.run.cap_events(_ROW_EVENTS, _KEEP_ROW_EVENTS)
         self.run.inspection = self._rows.inspection  # what a question about the batch is answered from
         self._rows.start()
-        spending.project(source, book.kept, options, fields, expected_output_tokens, batch=via is not None)
 
     # -- what it adds to the loop handle ---------------------------------------------------------------
 
@@ -286,7 +289,8 @@ def check_map_options(model: Any, options: Mapping[str, Any]) -> None:
     if (rate := row_options.pop("rate", None)) is not None:
         RateLimit.parse(rate)
     _check_cache(row_options.pop("cache", True))
-    row_options.pop("expected_output_tokens", None)
+    if (expected := row_options.pop("expected_output_tokens", None)) is not None:
+        tokens_out(None, expected)
     _check_backends(ray_settings(row_options), batch_settings(row_options))
     tools = list(row_options.pop("tools", ()) or ())
     LoopOptions.make(model=model, tools=tools, **row_options)
