@@ -348,3 +348,19 @@ async def test_an_estimate_and_a_budgets_projection_leave_out_the_rows_that_are_
         await h.stop("only the note was wanted")
     assert small.spending.note is None  # 100 rows asked, about $0.0032 each: $0.32 of its $1.00
     assert large.spending.note is not None and "$0.32 for 1,000 rows" in large.spending.note
+
+
+async def test_a_generators_batch_stopped_before_its_end_does_not_say_more_rows_are_to_come(bus):
+    gate = asyncio.Event()
+
+    async def script(messages, tools):
+        await gate.wait()
+        return "ok"
+
+    h = u.map((f"row {i}" for i in range(50)), "Label {value}", model=u.ScriptedModel(script), concurrency=2, bus=bus)
+    assert "more to come" in h.progress["rows_text"]  # while it runs, its length unknown
+    await asyncio.wait_for(h.wait_for("child_started", lambda e: True), T)
+    await asyncio.wait_for(h.stop("enough"), T)
+    text = h.progress["rows_text"]
+    assert "more to come" not in text and "2 stopped" in text and "the rest of its input was not read" in text
+    assert "more to come" not in repr(h)

@@ -204,7 +204,8 @@ class Book:
 def counts_text(counts: Mapping[str, Any], total: int | None, *, ended: bool, kept: int = 0, cached: int = 0) -> str:
     """The rows as a person reads them, from :attr:`Book.counts`: ``"21 done · 7 failed — 28 of 28 rows ended
     (100%)"``. Rows done always; running and queued while the batch goes on; failed, stopped and not started when
-    there are any; the percentage is of the rows that ended (done, failed or stopped) among all of them."""
+    there are any; the percentage is of the rows that ended (done, failed or stopped) among all of them (a
+    generator not read to its end: more rows to come while the batch runs; once it ended, the rest was not read)."""
     done = f"{counts['finished']} done"
     extra = [f"{n} {what}" for n, what in ((kept, "kept from before"), (cached, "from the cache")) if n]
     if extra:
@@ -216,7 +217,8 @@ def counts_text(counts: Mapping[str, Any], total: int | None, *, ended: bool, ke
         if (key in ("running", "queued") and not ended) or n:
             parts.append(f"{'?' if n is None else n} {what}")
     finished = counts["finished"] + counts["failed"] + counts["stopped"]
-    if total is None:
-        return " · ".join(parts) + f" — {finished} rows ended, more to come"
+    if total is None:  # a generator not read to its end: rows come while it runs; none will once it ended
+        rest = "the rest of its input was not read" if ended else "more to come"
+        return " · ".join(parts) + f" — {finished} rows ended, {rest}"
     share = 100 * finished // total if total else 100
     return " · ".join(parts) + f" — {finished} of {total} rows ended ({share}%)"
