@@ -262,8 +262,8 @@ async def test_a_row_with_no_value_for_what_the_task_names_is_not_asked_and_says
 async def test_a_missing_value_the_tasks_format_cannot_take_is_no_value_not_a_template_the_map_refuses(bus):
     """A missing date (NaT) under {day:%Y-%m-%d}, or None under {who:>4}: the whole map was refused when the first
     row had one (its template said to be wrong), and a later row failed saying it could not fill the task. The value
-    is missing: a row with nothing else to ask about is not asked, and one with another field is asked, the value
-    said missing (no format applied: see test_a_field_with_no_value_is_said_missing_in_the_prompt_not_written_as_nan)."""
+    is missing: a row with nothing else to ask about is not asked, and one with another field is asked, the value said
+    missing (no format applied)."""
     asked = []
     model = u.ScriptedModel(lambda ms, ts: asked.append(ms[-1]["content"]) or "ok")
     frame = pd.DataFrame({"day": pd.to_datetime([None, "2024-01-02", None]), "who": [None, "bob", "ann"]})
