@@ -375,3 +375,24 @@ def test_an_operator_in_one_file_is_killed_and_resumed_in_a_real_kernel(tmp_path
         assert second.value("moods.kind") == "sentiment"
     finally:
         second.kill()
+
+
+def test_an_operator_named_as_a_subcommand_or_a_verb_is_refused_saying_why(stored_shell):
+    """An operator named ``list`` or ``stop`` could never be reached: ``%unity list`` runs the subcommand, ``%unity
+    stop`` the verb. It was registered without a word and left out of the magics' operators; it is refused, saying
+    what the name is. One registered before the magics took its name is said to be out of reach."""
+    def op(items, task, *, estimate=False, **options):
+        return u.map(items, task, estimate=estimate, **options)
+
+    with pytest.raises(ValueError, match="'list' is a %unity subcommand: an operator by that name could never be "
+                                         "reached from %unity"):
+        u.register_operator(u.Operator("list", op, "Lists."))
+    with pytest.raises(ValueError, match="'stop' is a steering verb"):
+        u.register_operator(u.Operator("stop", op, "Stops."))
+    assert "list" not in u.batch.OPERATORS and "stop" not in u.batch.OPERATORS
+    u.register_operator(u.Operator("tidy_rows", op, "Tidies."))
+    try:
+        with pytest.warns(UserWarning, match="the operator 'tidy_rows' cannot be reached from %unity"):
+            u.batch.reserve_operator_names(["tidy_rows"], "a subcommand of another extension")
+    finally:
+        u.unregister_operator("tidy_rows")

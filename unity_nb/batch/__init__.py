@@ -11,13 +11,13 @@ from ._map import MapHandle, estimate_map, finished_rows, map_rows
 from ._operators import ExtractHandle, FilterHandle, extract, filter_rows
 from ._phased import Phase, PhasedHandle
 from ._provider_batch import provider_batches
-from ._registry import OPERATORS, Operator, Param, register_operator, unregister_operator
+from ._registry import OPERATORS, Operator, Param, register_operator, reserve_operator_names, unregister_operator
 from ._spend import Spending, spent_in_store
 from ._topk import TopKHandle, topk
 
 __all__ = (
     "AggHandle", "Book", "Estimate", "ExtractHandle", "FilterHandle", "JoinHandle", "MapHandle", "OPERATORS",
     "Operator", "Param", "Phase", "PhasedHandle", "Spending", "TopKHandle", "agg", "estimate_map", "extract",
-    "filter_rows", "finished_rows", "join", "map_rows", "provider_batches", "register_operator", "spent_in_store",
-    "topk", "unregister_operator",
+    "filter_rows", "finished_rows", "join", "map_rows", "provider_batches", "register_operator",
+    "reserve_operator_names", "spent_in_store", "topk", "unregister_operator",
 )

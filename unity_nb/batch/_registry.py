@@ -19,11 +19,12 @@ handle's ``kind`` must be the operator's name (a map takes ``kind=``; a phased h
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ("OPERATORS", "Operator", "Param", "register_operator", "unregister_operator")
+__all__ = ("OPERATORS", "Operator", "Param", "register_operator", "reserve_operator_names", "unregister_operator")
 
 ParamKind = Literal["count", "whole", "text", "flag", "items", "columns"]
 """What a parameter takes on a ``%unity`` line: ``count`` a whole number of at least 1, ``whole`` one of at least 0,
@@ -75,8 +76,36 @@ def register_operator(op: Operator) -> Operator:
         raise TypeError(f"register_operator takes an Operator, not {type(op).__name__}")
     if not op.name.isidentifier() or op.name.startswith("_"):
         raise ValueError(f"an operator's name is an identifier (its subcommand), not {op.name!r}")
+    taken = _taken(op.name)
+    if taken is not None:
+        raise ValueError(f"{op.name!r} is {taken}: an operator by that name could never be reached from %unity "
+                         "(the line would run that instead). Give it another name")
     OPERATORS[op.name] = op
     return op
+
+
+_RESERVED: dict[str, str] = {}
+"""Names other parts take for lines of their own (``%unity list``), with what each is."""
+
+
+def _taken(name: str) -> str | None:
+    """What ``name`` is besides an operator's name (a ``%unity`` subcommand, a steering verb), or None."""
+    from ..loop import VERBS  # steering verbs can be registered at any time: read when asked
+
+    if name in VERBS:
+        return "a steering verb (%unity " + name + " NAME)"
+    return _RESERVED.get(name)
+
+
+def reserve_operator_names(names: Iterable[str], what: str) -> None:
+    """Names another part takes for lines of its own (the ``%unity`` magics' subcommands): an operator by one of them
+    could never be reached, so :func:`register_operator` refuses them. An operator registered by one already is said
+    to be out of reach (a warning)."""
+    for name in names:
+        _RESERVED[name] = what
+        if name in OPERATORS:
+            warnings.warn(f"the operator {name!r} cannot be reached from %unity: {name!r} is {what}. Register it "
+                          "under another name", UserWarning, stacklevel=2)
 
 
 def unregister_operator(name: str) -> None:

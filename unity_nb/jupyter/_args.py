@@ -13,7 +13,7 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from ..batch import OPERATORS, Operator
+from ..batch import OPERATORS, Operator, reserve_operator_names
 from ..loop import VERBS, Verb
 from ._commands import FLAG, Arg, Command, Kind, Option, Subcommand, Text, parse_declared, render, unknown, usage_hint
 
@@ -312,6 +312,7 @@ _DECLARED = (
 )
 SUBCOMMANDS: dict[str, Subcommand] = {s.name: s for s in _DECLARED if isinstance(s, Subcommand)}
 """The subcommands declared here; the steering verbs are the others (see :func:`declaration`)."""
+reserve_operator_names(SUBCOMMANDS, "a %unity subcommand")  # an operator by such a name could never be reached
 
 
 @dataclass(frozen=True)
