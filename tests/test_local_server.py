@@ -272,3 +272,87 @@ def test_interrupting_the_kernel_leaves_its_local_server_running(tmp_path):
         assert k.value("m.server.running()")
     finally:
         k.close()
+
+
+def _sockets() -> set[str]:
+    """This process's open sockets (``socket:[inode]``)."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:"):
+            found.add(link)
+    return found
+
+
+def _servers() -> set[int]:
+    """The local model servers this process runs now (its children running ``_llama_serve``)."""
+    me, found = str(os.getpid()), set()
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                parent = f.read().rsplit(")", 1)[1].split()[1]
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().decode(errors="replace")
+        except (OSError, IndexError):
+            continue
+        if parent == me and "_llama_serve" in argv and alive(int(pid)):
+            found.add(int(pid))
+    return found
+
+
+def _when_a_server_starts(action, stop: threading.Event) -> threading.Thread:
+    """A thread that calls ``action(pid)`` once a new local model server of this process has started (its
+    model still loading)."""
+    before = _servers()
+
+    def watch() -> None:
+        while not stop.is_set():
+            new = _servers() - before
+            if new:
+                action(min(new))
+                return
+            stop.wait(0.005)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_file_the_server_cannot_load_is_said_with_what_to_do_and_holds_no_port(tmp_path):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + os.urandom(4092))  # a download cut short
+    before = _sockets()
+    with pytest.raises(u.ModelConfigError) as info:  # held, as a notebook holds the last error it showed
+        u.local_model(broken, n_ctx=1420, quiet=True)
+    said = str(info.value)
+    assert "could not load" in said and "broken.gguf" in said and "Failed to load model" in said
+    assert "a GGUF model file" in said and "unity_nb-llama-" in said  # what to do, and where its whole log is
+    assert _sockets() <= before, "the port bound for a server that never started is still held"
+    assert not _servers()
+
+
+def test_a_start_interrupted_while_the_model_loads_leaves_no_server_running():
+    import _thread
+
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    started: list[int] = []
+    stop = threading.Event()
+    watcher = _when_a_server_starts(lambda pid: (started.append(pid), _thread.interrupt_main()), stop)
+    try:
+        with pytest.raises(KeyboardInterrupt) as info:  # a person interrupting the cell (Jupyter: SIGINT); the
+            u.local_model(n_ctx=1450, quiet=True, options=_OPTIONS)  # error held, as the notebook holds it
+    finally:
+        stop.set()
+        watcher.join(30)
+    [pid] = started
+    assert not alive(pid), "the server whose start was interrupted still runs, and no model knows of it"
+    del info
+    model = u.local_model(n_ctx=1450, quiet=True, options=_OPTIONS)  # asked again: one server, the new one
+    try:
+        assert _servers() == {model.server.pid}
+    finally:
+        model.server.stop()
+

@@ -136,17 +136,21 @@ class LocalServer:
             log.close()
         self._finalizer = weakref.finalize(self, _terminate, self.process, listener)
         atexit.register(self._finalizer)
-        settings = {
-            "fd": listener.fileno(), "parent": os.getpid(), "api_key": self.api_key, "model": str(gguf),
-            "model_alias": alias, "n_ctx": n_ctx, "chat_format": "chatml-function-calling",
-        }
-        stdin = self.process.stdin
-        assert stdin is not None
-        with contextlib.suppress(OSError):  # it ended already: _wait_ready says so, with its log
-            stdin.write(json.dumps(settings).encode() + b"\n")
-        with contextlib.suppress(OSError):
-            stdin.close()
-        self._wait_ready(startup_timeout)
+        try:  # a start that fails or is interrupted (a person's interrupt while the model loads) leaves nothing
+            settings = {  # running and no port held: the error raised keeps this object alive, in a notebook
+                "fd": listener.fileno(), "parent": os.getpid(), "api_key": self.api_key, "model": str(gguf),
+                "model_alias": alias, "n_ctx": n_ctx, "chat_format": "chatml-function-calling",
+            }
+            stdin = self.process.stdin
+            assert stdin is not None
+            with contextlib.suppress(OSError):  # it ended already: _wait_ready says so, with its log
+                stdin.write(json.dumps(settings).encode() + b"\n")
+            with contextlib.suppress(OSError):
+                stdin.close()
+            self._wait_ready(startup_timeout)
+        except BaseException:
+            self.stop()
+            raise
 
     @property
     def pid(self) -> int:
@@ -159,9 +163,18 @@ class LocalServer:
         deadline = time.monotonic() + timeout
         while True:
             if not self.running():
+                code = self.process.returncode
+                if code < 0:  # killed (the OOM killer, a person): nothing in its log says why
+                    raise ModelConfigError(
+                        f"the local model server {self.how_it_ended()} while loading {str(self.gguf)!r} (out of "
+                        "memory? a smaller model or a smaller n_ctx needs less); its whole log: "
+                        f"{self.log_path}. Its end:\n{self.log_tail()}"
+                    )
                 raise ModelConfigError(
-                    f"the local model server exited (code {self.process.returncode}) while starting: "
-                    f"{self.log_tail()}"
+                    f"the local model server could not load {str(self.gguf)!r}: it exited (code {code}) while "
+                    f"starting, saying {self.log_tail(1)!r}. Give the path of a GGUF model file llama-cpp-python "
+                    f"can load (not another format, nor a download cut short); its whole log: {self.log_path}. "
+                    f"Its end:\n{self.log_tail()}"
                 )
             if self._answers():
                 return
