@@ -356,3 +356,27 @@ def test_a_start_interrupted_while_the_model_loads_leaves_no_server_running():
     finally:
         model.server.stop()
 
+
+
+def test_two_threads_asking_at_once_for_one_file_share_one_server():
+    models: list[u.LocalModel] = []
+    first = threading.Thread(target=lambda: models.append(u.local_model(n_ctx=1480, quiet=True, options=_OPTIONS)))
+    loading = threading.Event()
+    stop = threading.Event()
+    watcher = _when_a_server_starts(lambda pid: loading.set(), stop)
+    first.start()
+    second = None
+    try:
+        assert loading.wait(120)
+        second = u.local_model(n_ctx=1480, quiet=True, options=_OPTIONS)  # while the first one's model loads
+        first.join(180)
+        [model] = models
+        assert second.server is model.server and _servers() == {model.server.pid}
+    finally:
+        stop.set()
+        watcher.join(30)
+        first.join(180)
+        for m in [*models, *([second] if second is not None else [])]:
+            m.server.stop()
+        for pid in _servers():  # a second server this test found: not left behind
+            os.kill(pid, signal.SIGKILL)

