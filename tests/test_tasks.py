@@ -264,6 +264,39 @@ async def test_a_message_sent_while_the_turn_ends_in_a_plan_starts_the_next_turn
     assert sum("also count the rows" in (m.get("content") or "") for m in tm.messages(t.id) if m["role"] == "user") == 1
 
 
+async def test_a_stopped_task_stays_stopped_and_keeps_what_was_queued_for_it(store):
+    gate = asyncio.Event()  # never set: the first turn is stopped
+
+    async def script(messages, tools):
+        if users(messages)[0].startswith("Task 'helper'"):
+            return "helper done"
+        if "now the columns" in users(messages):
+            return "columns done"
+        await gate.wait()
+        return "job done"
+
+    bus = u.EventBus()
+    tm = manager(store, script, bus)
+    t = tm.create("job", "Do the job.")
+    h = tm.execute(t.id)
+    await h.wait_for("model_request", timeout=T)
+    tm.send(t.id, "also count the rows")  # into the running turn; its model has not seen it yet
+    await h.stop("enough for now")
+    await settle()
+    assert tm.get(t.id).status == "stopped" and tm.handle(t.id) is None  # a stop the queue does not undo
+    child = tm.create("helper", "Help.", parent=t.id)
+    assert await tm.execute(child.id) == "helper done"
+    await settle()  # its completion notice is queued for the stopped parent: it waits there, as the message does
+    assert tm.get(t.id).status == "stopped" and tm.handle(t.id) is None
+    started = asyncio.ensure_future(bus.wait_for("loop_finished", answered("columns done"), timeout=T))
+    tm.send(t.id, "now the columns")  # a person's message to it starts a turn, as to an idle one ...
+    await started
+    said = [m["content"] for m in tm.messages(t.id) if m["role"] == "user"]  # ... with all that waited, once each
+    assert said[-3] == "also count the rows" and said[-2].startswith("[child task 'helper'")
+    assert said[-1] == "now the columns" and sum("also count the rows" in x for x in said) == 1
+    assert len(tm.turns(t.id)) == 2 and tm.get(t.id).status == "idle"
+
+
 async def running_in_a_first_of_two_kernels(path, script):
     """Two kernels sharing one store file, both alive (each its Store and manager); a task the first runs, its first
     model call made: ``(s1, s2, tm1, tm2, task, handle)``."""

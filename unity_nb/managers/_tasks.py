@@ -8,7 +8,9 @@ moves queued messages into the conversation:
   its next call);
 - while it is idle, they start a **new turn** (all messages queued by then, in order), but
   only if the last turn ended with an answer; a turn cut short (the kernel died) is resumed
-  instead, its history repaired so every tool call has a result.
+  instead, its history repaired so every tool call has a result;
+- once it was stopped, only a message sent since (a person's, its parent's) starts its next turn: what was
+  queued when it stopped and its children's completion notices wait in its queue for that turn.
 
 A task runs through the actor (``execute``), and its plans may ``spawn_task`` children: a
 child runs on its own; when its turn ends, a completion notice is queued for the parent,
@@ -297,7 +299,12 @@ class TasksManager(Manager):
         row = self._row(task_id)
         if task_id in self._ending or self._elsewhere(row) is not None:
             return  # the kernel running it delivers what is queued (before its next model call, or a new turn)
-        waiting = self.store.query("SELECT 1 FROM task_queue WHERE task_id = ? LIMIT 1", (task_id,))
+        if row["status"] == "stopped":  # woken by a message sent since (a person's, its parent's), not by what
+            waiting = self.store.query(  # was queued when it stopped nor by its children's completion notices
+                "SELECT 1 FROM task_queue WHERE task_id = ? AND type != 'completion' AND ts > ? LIMIT 1",
+                (task_id, row["updated"]))
+        else:
+            waiting = self.store.query("SELECT 1 FROM task_queue WHERE task_id = ? LIMIT 1", (task_id,))
         if waiting or row["status"] == "new":
             try:
                 self._start(task_id)
@@ -509,8 +516,8 @@ class TasksManager(Manager):
                     f"Send it a message with message_task('{task_id}', message) to try again.]"
                 )
             _soon(functools.partial(self.send, row["parent_id"], notice, type="completion", sender=task_id))
-        if self.store.query("SELECT 1 FROM task_queue WHERE task_id = ? LIMIT 1", (task_id,)):
-            _soon(self._activate, task_id)  # messages that arrived as the turn ended
+        if status != "stopped" and self.store.query("SELECT 1 FROM task_queue WHERE task_id = ? LIMIT 1", (task_id,)):
+            _soon(self._activate, task_id)  # messages that arrived as the turn ended (a stopped task keeps them)
         if self.summaries == "model":
             try:
                 self._summarise(task_id, turn, status)
