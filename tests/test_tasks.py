@@ -665,6 +665,35 @@ async def test_a_turn_ending_on_a_full_disk_ends_and_is_written_once_space_retur
     assert tm.messages(t.id)[-1]["content"].startswith("answer y")
 
 
+async def test_a_turn_starting_on_a_full_disk_keeps_its_message_and_is_written_once_space_returns(store, monkeypatch):
+    """The store cannot take a new turn's first messages (a full disk): the start is no error raised beside a loop
+    that runs on unwritten (its queued message taken and lost, the turn begun and never ended); the turn runs, its
+    messages wait in the handle, and the turn is written whole when the file takes it again."""
+    from unity_nb.managers import _tasks
+
+    monkeypatch.setattr(_tasks, "_RETRY_FIRST", 0.05)
+    tm = manager(store, lambda messages, tools: "answered " + users(messages)[-1][:5])
+    t = tm.create("job", "Do it.")
+    assert await tm.execute(t.id) == "answered Task "
+    message = "again " + "ж" * 100_000  # six bytes a letter once written as JSON, two in the queue: no room is left
+    store.execute("INSERT INTO task_queue (task_id, type, content, sender, ts) VALUES (?, 'user', ?, 'me', 0)",
+                  (t.id, message))
+    pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+    store._db.execute(f"PRAGMA max_page_count = {pages}")  # the disk is full
+    h = tm.execute(t.id)
+    assert await asyncio.wait_for(h, T) == "answered again"
+    assert len(tm.turns(t.id)) == 1  # not written yet
+    store._db.execute("PRAGMA max_page_count = 1000000")  # space returns
+    for _ in range(100):
+        await asyncio.sleep(0.05)
+        if tm.get(t.id).status == "idle":
+            break
+    turns = tm.turns(t.id)
+    assert tm.get(t.id).status == "idle" and [x["ended"] is not None for x in turns] == [True, True]
+    assert [m["content"] for m in turns[1]["messages"]] == [message, "answered again"]
+    assert store.query("SELECT COUNT(*) AS n FROM task_queue")[0]["n"] == 0
+
+
 async def test_a_task_message_changed_by_hand_is_a_clear_error(store):
     tm = manager(store, lambda m, t: "done")
     t = tm.create("job", "Do it.")

@@ -346,15 +346,14 @@ class TasksManager(Manager):
         handle.run.tags.update(manager=self, task_id=task_id)
         self._live[task_id] = handle
         self._posted[task_id] = []
-        with self.store.transaction() as db:
-            if state.pop("new turn"):
-                db.execute("INSERT INTO task_turns (task_id, turn, started) VALUES (?, ?, ?)",
-                           (task_id, turn, time.time()))
-            db.execute("UPDATE tasks SET loop_uid = ?, updated = ? WHERE id = ?",
-                       (self.store.uid(handle.id), time.time(), task_id))
+        state["begin"] = {"new turn": state.pop("new turn"), "started": time.time(), "uid": self.store.uid(handle.id)}
         self._runs[task_id] = (handle, turn, state)
-        self._persist(task_id, handle, turn, state)
-        self._listen(task_id, handle, turn, state)
+        self._listen(task_id, handle, turn, state)  # first: a write failing below is tried again by it
+        try:  # the turn's row and its first messages: what the file cannot take now waits in the handle
+            self._persist(task_id, handle, turn, state)
+        except (sqlite3.Error, UserError) as err:
+            log.warning("task %s: its turn %s could not be written to the store %r (%s); tried again before its "
+                        "next model call and as it ends", task_id, turn, self.store.path, err)
         return handle
 
     def _claim(self, task_id: str) -> dict:
@@ -464,18 +463,25 @@ class TasksManager(Manager):
         return [{"role": "system", "content": note}]
 
     def _persist(self, task_id: str, handle: LoopHandle, turn: int, state: dict) -> None:
-        """Write the messages the task's loop added since the last write (before each model call)."""
+        """Write the messages the task's loop added since the last write (before each model call), after the turn's
+        row and the task's loop at the first write (all or nothing: a failed write is whole at the next)."""
         wire = handle.messages
         new = wire[state["cursor"]:]
-        if not new:
+        begin = state.get("begin")
+        if not new and begin is None:
             return
-        now = time.time()
+        now, n = time.time(), state["n"]
         with self.store.transaction() as db:
+            if begin is not None:
+                if begin["new turn"]:
+                    db.execute("INSERT INTO task_turns (task_id, turn, started) VALUES (?, ?, ?)",
+                               (task_id, turn, begin["started"]))
+                db.execute("UPDATE tasks SET loop_uid = ?, updated = ? WHERE id = ?", (begin["uid"], now, task_id))
             for m in new:
                 db.execute("INSERT INTO task_messages (task_id, n, turn, message, ts) VALUES (?, ?, ?, ?, ?)",
-                           (task_id, state["n"], turn, json.dumps(m), now))
-                state["n"] += 1
-        state["cursor"] = len(wire)
+                           (task_id, n, turn, json.dumps(m), now))
+                n += 1
+        state["n"], state["cursor"], state["begin"] = n, len(wire), None
 
     def _end_turn(self, task_id: str, handle: LoopHandle, turn: int, event: ev.Event) -> None:
         status = "idle" if event.kind == "loop_finished" and getattr(event, "status", "") == "finished" else (
