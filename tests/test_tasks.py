@@ -297,6 +297,30 @@ async def test_a_stopped_task_stays_stopped_and_keeps_what_was_queued_for_it(sto
     assert len(tm.turns(t.id)) == 2 and tm.get(t.id).status == "idle"
 
 
+async def test_run_with_a_message_the_ending_turn_never_saw_returns_the_answer_to_it(store):
+    """``run(task, message)`` (a manager's ``run``) while a plan is ending the task's turn: the message lands after
+    its last model call, so it starts the next turn; what run returns is that turn's answer, not the one before."""
+    started, gate = asyncio.Event(), asyncio.Event()
+    plan = "started.set()\nawait gate.wait()\nfinal_answer('first turn done')"
+
+    def script(messages, tools):
+        if any("also count the rows" in x for x in users(messages)):
+            return "rows counted"
+        return u.call_tool("execute_code", code=plan, intent="finish")
+
+    tm = TasksManager(store=store, model=u.ScriptedModel(script), namespace={"started": started, "gate": gate},
+                      bus=u.EventBus())
+    t = tm.create("job", "Do the job.")
+    h = tm.execute(t.id)
+    await asyncio.wait_for(started.wait(), T)
+    ran = asyncio.ensure_future(tm.run(t.id, "also count the rows"))
+    await h.wait_for("notification", lambda e: "also count the rows" in e.text, timeout=T)  # posted into the turn
+    gate.set()
+    assert await h == "first turn done"
+    assert await asyncio.wait_for(ran, T) == "rows counted"
+    assert [x["summary"] for x in tm.turns(t.id)] == ["first turn done", "rows counted"]
+
+
 async def running_in_a_first_of_two_kernels(path, script):
     """Two kernels sharing one store file, both alive (each its Store and manager); a task the first runs, its first
     model call made: ``(s1, s2, tm1, tm2, task, handle)``."""

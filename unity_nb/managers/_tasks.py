@@ -139,6 +139,7 @@ class TasksManager(Manager):
         self._runs: dict[str, tuple[LoopHandle, int, dict]] = {}  # running turns: handle, turn, write cursor
         self._summary_loops: dict[str, LoopHandle] = {}
         self._ending: set[str] = set()  # tasks whose turn ended but the store has not taken that yet
+        self._carried: dict[str, set[tuple]] = {}  # (content, ts) of what each last turn ended without seeing
 
     # ------------------------------------------------------------------ records
 
@@ -504,6 +505,7 @@ class TasksManager(Manager):
             for row in undelivered:
                 db.execute("INSERT INTO task_queue (task_id, type, content, sender, ts) VALUES (?, ?, ?, ?, ?)",
                            (task_id, row["type"], row["content"], row["sender"], row["ts"]))
+        self._carried[task_id] = {(r["content"], r["ts"]) for r in undelivered}
         self._posted.pop(task_id, None)
         self._live.pop(task_id, None)
         self._runs.pop(task_id, None)
@@ -575,15 +577,18 @@ class TasksManager(Manager):
         return self._loop("update", instruction)
 
     async def run(self, task_id: str, message: str | None = None) -> str:
-        """Run a task (with an optional new message) until its turn ends; return its answer."""
+        """Run a task (with an optional new message) until its turn ends; return its answer (to the message: a
+        message its running turn ended without seeing is answered by the next turn, which it starts)."""
         if message:
             self._row(task_id)
-            self.store.execute(
-                "INSERT INTO task_queue (task_id, type, content, sender, ts) VALUES (?, ?, ?, ?, ?)",
-                (task_id, "user", message, self.caller(), time.time()),
-            )
+            key = (message, time.time())
+            self.store.execute("INSERT INTO task_queue (task_id, type, content, sender, ts) VALUES (?, ?, ?, ?, ?)",
+                               (task_id, "user", message, self.caller(), key[1]))
             live = self.handle(task_id)
             if live is not None:
                 self._activate(task_id)
-                return await live
+                answer = await live
+                if key not in self._carried.get(task_id, ()):
+                    return answer
+                return await (self.handle(task_id) or self.execute(task_id))  # the next turn: it has the message
         return await self.execute(task_id)
