@@ -70,6 +70,25 @@ async def test_edit_reorder_and_clear_errors(store):
         TasksManager(store=None)
 
 
+async def test_blank_or_impossible_inputs_are_refused_saying_what_is_wanted(store):
+    tm = manager(store, lambda m, t: "x")
+    t = tm.create("job", "Do it.")
+    with pytest.raises(u.UserError, match="a task needs a name"):
+        tm.edit(t.id, name="  ")
+    with pytest.raises(u.UserError, match="a task needs a description"):
+        tm.edit(t.id, description="")
+    assert (tm.get(t.id).name, tm.get(t.id).description) == ("job", "Do it.")
+    assert tm.edit(t.id, name=" chore ").name == "chore"
+    with pytest.raises(u.UserError, match=r"a message to run the task with is text.*leave it out"):
+        await tm.run(t.id, "   ")
+    assert tm.get(t.id).status == "new" and store.query("SELECT COUNT(*) AS n FROM task_queue")[0]["n"] == 0
+    with pytest.raises(u.UserError, match="parent_context is for a child task: give its parent"):
+        tm.create("loner", "Alone.", parent_context=True)
+    with pytest.raises(u.UserError, match=f"reorder names {t.id!r} twice"):
+        tm.reorder([t.id, t.id])
+    assert [x.name for x in tm.list()] == ["chore"]
+
+
 def parent_script(n_children, gate=None, seen=None):
     """A parent that spawns n children, then answers; later turns report what it was told."""
 

@@ -90,6 +90,15 @@ _SUMMARY_SYSTEM = (
 )
 
 
+_NAME, _DESCRIPTION = "a task needs a name", "a task needs a description: what it is to do"
+
+
+def _needed(text: Any, what: str) -> str:
+    if not isinstance(text, str) or not text.strip():  # blank, or not text
+        raise UserError(what)
+    return text.strip()
+
+
 def _soon(callback: Callable[..., Any], *args: Any) -> None:
     asyncio.get_running_loop().call_soon(callback, *args, context=contextvars.Context())
 
@@ -163,19 +172,18 @@ class TasksManager(Manager):
         """A new task (not started: :meth:`execute` or :meth:`send` starts it). A child
         (``parent=``) sees its parent's conversation if ``parent_context`` is true; ``None``
         follows the manager's ``parent_context`` (only ``"always"`` shares)."""
-        if not isinstance(name, str) or not name.strip():
-            raise UserError("a task needs a name")
-        if not isinstance(description, str) or not description.strip():
-            raise UserError("a task needs a description: what it is to do")
+        name, description = _needed(name, _NAME), _needed(description, _DESCRIPTION)
         if parent is not None:
             self._row(parent)
+        elif parent_context is not None:
+            raise UserError("parent_context is for a child task: give its parent (parent=ID), or leave it out")
         task_id = f"t{secrets.token_hex(3)}"
         now = time.time()
         top = self.store.query("SELECT MAX(position) AS p FROM tasks")[0]["p"] or 0
         self.store.execute(
             "INSERT INTO tasks (id, name, description, status, parent_id, position, created, updated)"
             " VALUES (?, ?, ?, 'new', ?, ?, ?, ?)",
-            (task_id, name.strip(), description.strip(), parent, top + 1, now, now),
+            (task_id, name, description, parent, top + 1, now, now),
         )
         if parent is not None and parent_context is not None:
             self.store.execute("INSERT INTO task_parent_context (task_id, share) VALUES (?, ?)",
@@ -194,18 +202,20 @@ class TasksManager(Manager):
         return [self._task(r) for r in rows]
 
     def edit(self, task_id: str, *, name: str | None = None, description: str | None = None) -> Task:
-        row = self._row(task_id)
-        self.store.execute(
-            "UPDATE tasks SET name = ?, description = ?, updated = ? WHERE id = ?",
-            (name or row["name"], description or row["description"], time.time(), task_id),
-        )
+        row = self._row(task_id)  # None: as it is; blank text is no name nor description
+        name = row["name"] if name is None else _needed(name, _NAME)
+        description = row["description"] if description is None else _needed(description, _DESCRIPTION)
+        self.store.execute("UPDATE tasks SET name = ?, description = ?, updated = ? WHERE id = ?",
+                           (name, description, time.time(), task_id))
         return self.get(task_id)
 
     def reorder(self, task_ids: Iterable[str]) -> builtins.list[Task]:
         """Put these tasks first, in this order (the others keep their order after them)."""
         ids = list(task_ids)
-        for tid in ids:
+        for i, tid in enumerate(ids):
             self._row(tid)
+            if tid in ids[:i]:
+                raise UserError(f"reorder names {tid!r} twice: name each task once, in the order wanted")
         rest = [t.id for t in self.list() if t.id not in ids]
         with self.store.transaction() as db:
             for i, tid in enumerate(ids + rest):
@@ -579,6 +589,8 @@ class TasksManager(Manager):
     async def run(self, task_id: str, message: str | None = None) -> str:
         """Run a task (with an optional new message) until its turn ends; return its answer (to the message: a
         message its running turn ended without seeing is answered by the next turn, which it starts)."""
+        if message is not None and (not isinstance(message, str) or not message.strip()):
+            raise UserError("a message to run the task with is text, not blank: leave it out to run it without")
         if message:
             self._row(task_id)
             key = (message, time.time())
