@@ -77,3 +77,32 @@ async def test_task_settings_are_traitlets(ip):
     finally:  # %config stays on the shell, which the other tests share
         ip.run_line_magic("config", 'UnityMagics.task_summaries = "truncate"')
         ip.run_line_magic("config", 'UnityMagics.task_parent_context = "never"')
+
+
+async def test_a_task_run_from_the_notebook_follows_the_kernels_approval_and_code_timeout(ip):
+    """%config UnityMagics.approval = "first" ('for every operation', as the act notice says) was not a task's: its
+    plans ran unasked; and a code_timeout set after the first %unity task line never reached a task."""
+    from conftest import tool_messages
+
+    ran: list[int] = []
+
+    def script(messages, tools):
+        if not tool_messages(messages):
+            return u.call_tool("execute_code", code="ran.append(1)", intent="note it")
+        return "done"
+
+    ip.user_ns.update(ran=ran, m=u.ScriptedModel(script))
+    ip.run_line_magic("unity", "model --var m")
+    ip.run_line_magic("unity", "task new careful Note it.")
+    try:
+        ip.run_line_magic("config", 'UnityMagics.approval = "first"')
+        ip.run_line_magic("config", "UnityMagics.code_timeout = 7.0")
+        assert magics(ip).tasks_manager.actor_options["code_timeout"] == 7.0
+        h = ip.run_line_magic("unity", "task run careful")
+        await h.wait_for("approval_requested", timeout=10)
+        assert ran == []  # it waits for the person
+        await h.inbox.approve()
+        assert await asyncio.wait_for(h, 10) == "done" and ran == [1]
+    finally:
+        ip.run_line_magic("config", 'UnityMagics.approval = "never"')
+        ip.run_line_magic("config", "UnityMagics.code_timeout = 60.0")

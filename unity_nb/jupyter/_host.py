@@ -21,6 +21,8 @@ class Host(Protocol):
     """The model in use (None: none yet)."""
     default_model: str
     base_url: str
+    approval: str
+    """The kernel's approval mode for the operations started here (``%config UnityMagics.approval``)."""
 
     def set_model(self, model: Any, *, made: bool) -> None: ...
 

@@ -138,6 +138,7 @@ class UnityMagics(Magics):
             )
         self._tasks_manager.parent_context = self.task_parent_context  # %config may change them at any time
         self._tasks_manager.summaries = self.task_summaries
+        self._tasks_manager.actor_options["code_timeout"] = self.code_timeout or None
         return self._tasks_manager
 
     @property

@@ -145,7 +145,9 @@ def task_command(magics: UnityMagics, cmd: Command) -> Any:
 def _run(magics: UnityMagics, task: Any, what: str) -> LoopHandle:
     tm = magics.tasks_manager
     notice = f"task {task.name!r} ({task.id}): {what}; steer it as {task.id}."
-    return magics.start(task.id, lambda _key: tm.execute(task.id), sub="task", notice=notice)
+    # the kernel's approval, as every operation started here (its plans wait where %unity approve reaches them)
+    return magics.start(task.id, lambda _key: tm.execute(task.id, approval=magics.approval), sub="task",
+                        notice=notice)
 
 
 def _turns(magics: UnityMagics, task: Any) -> Any:

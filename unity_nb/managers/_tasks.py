@@ -334,7 +334,8 @@ class TasksManager(Manager):
     def execute(self, task_id: str, **options: Any) -> LoopHandle:
         """Run the task now and return its live handle (the running one if it runs already).
         A new task starts its first turn; an interrupted one resumes its turn; an idle one
-        starts a new turn with its queued messages (or, with none, a request to go on)."""
+        starts a new turn with its queued messages (or, with none, a request to go on).
+        ``approval`` and ``code_timeout`` in ``options`` are this turn's actor's (else ``actor_options``')."""
         live = self.handle(task_id)
         if live is not None:
             return live
@@ -411,7 +412,8 @@ class TasksManager(Manager):
 
         actor = Actor(
             self.model, namespace=self.namespace if self.namespace is not None else None,
-            tools=[*registered_tools(), *task_tools(self, task_id)], **self.actor_options,
+            tools=[*registered_tools(), *task_tools(self, task_id)],
+            **{**self.actor_options, **{k: options.pop(k) for k in ("approval", "code_timeout") if k in options}},
         )
         name = f"task {task.name}"
         handle = actor.act(queued[-1], name=name, bus=self.bus,
