@@ -38,7 +38,6 @@ import secrets
 import sqlite3
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from .. import events as ev
@@ -46,6 +45,7 @@ from .._errors import HandleStateError, UserError
 from ..loop import LoopHandle, start_loop
 from ..models import default_model
 from ._base import Manager
+from ._task_records import DESCRIPTION_NEEDED, NAME_NEEDED, RunningElsewhere, Task, needed
 from ._task_tools import manager_tools, task_tools
 from ._task_wire import decode_messages, repair_history, turn_ending
 from ._task_wire import render as _render
@@ -62,41 +62,10 @@ _INTERRUPTED = ("[this task's previous run was interrupted before it finished (t
                 "continue where it left off]")
 
 
-class RunningElsewhere(UserError):
-    """The task runs in another live kernel sharing the store: that kernel delivers what is sent to it."""
-
-
-@dataclass
-class Task:
-    """One durable task as stored."""
-
-    id: str
-    name: str
-    description: str
-    status: str
-    """``new``, ``running``, ``idle`` (its last turn ended), ``stopped``, ``failed``, or
-    ``interrupted`` (it was running in a kernel that is gone)."""
-    parent_id: str | None
-    position: float
-    created: float
-    updated: float
-    result: str | None = None
-    """The answer that ended its last turn."""
-
-
 _SUMMARY_SYSTEM = (
     "You summarise one turn of a durable task for its record: what was asked, what was done, and how "
     "the turn ended. Answer with the summary only: one or two plain sentences, at most 300 characters."
 )
-
-
-_NAME, _DESCRIPTION = "a task needs a name", "a task needs a description: what it is to do"
-
-
-def _needed(text: Any, what: str) -> str:
-    if not isinstance(text, str) or not text.strip():  # blank, or not text
-        raise UserError(what)
-    return text.strip()
 
 
 def _soon(callback: Callable[..., Any], *args: Any) -> None:
@@ -172,7 +141,7 @@ class TasksManager(Manager):
         """A new task (not started: :meth:`execute` or :meth:`send` starts it). A child
         (``parent=``) sees its parent's conversation if ``parent_context`` is true; ``None``
         follows the manager's ``parent_context`` (only ``"always"`` shares)."""
-        name, description = _needed(name, _NAME), _needed(description, _DESCRIPTION)
+        name, description = needed(name, NAME_NEEDED), needed(description, DESCRIPTION_NEEDED)
         if parent is not None:
             self._row(parent)
         elif parent_context is not None:
@@ -203,8 +172,8 @@ class TasksManager(Manager):
 
     def edit(self, task_id: str, *, name: str | None = None, description: str | None = None) -> Task:
         row = self._row(task_id)  # None: as it is; blank text is no name nor description
-        name = row["name"] if name is None else _needed(name, _NAME)
-        description = row["description"] if description is None else _needed(description, _DESCRIPTION)
+        name = row["name"] if name is None else needed(name, NAME_NEEDED)
+        description = row["description"] if description is None else needed(description, DESCRIPTION_NEEDED)
         self.store.execute("UPDATE tasks SET name = ?, description = ?, updated = ? WHERE id = ?",
                            (name, description, time.time(), task_id))
         return self.get(task_id)
