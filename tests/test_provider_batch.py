@@ -568,3 +568,27 @@ async def test_a_gzip_bomb_for_a_look_at_the_batch_is_not_read_whole_and_is_said
     server.look_gzip = None  # the server mended: the batch is looked at, and its rows answered
     result = await asyncio.wait_for(h.result(), 20)
     assert result.tolist() == ["answer to: Say a", "answer to: Say b"]
+
+
+async def test_a_resumed_batch_whose_rows_are_mostly_kept_still_reads_its_whole_output_file(server, tmp_path):
+    """The file of a provider batch an earlier kernel submitted holds a line for each of its requests, also for the
+    rows a resume keeps (done=): its read is bounded by the requests the file had, not by the rows still waiting."""
+    store = u.Store(tmp_path / "state.db")
+    items = [f"r{i}" for i in range(40)]
+    try:
+        bus = u.EventBus()
+        store.attach(bus)
+        first = u.map(items, "Say {value}", model=aio(server), via="batch", batch_poll=0.01, name="says", bus=bus)
+        await asyncio.wait_for(first.result(), 20)
+        # its kernel died after 38 rows were committed as finished, before the last two and the batch's end were
+        batches = [e for e in u.provider_batches(store, "says") if e.stage != "ended"]
+        done = {k: v for k, v in u.finished_rows(store, "says").items() if json.loads(k)[0] < 38}
+        bus = u.EventBus()
+        store.attach(bus)
+        resumed = u.map(items, "Say {value}", model=aio(server), via="batch", batch_poll=0.01, name="says",
+                        bus=bus, batches=batches, done=done)
+        result = await asyncio.wait_for(resumed.result(), 20)
+        assert result.tolist() == [f"answer to: Say {x}" for x in items], result.attrs["reasons"]
+        assert server.uploads == 1 and resumed.rows.kept == 38
+    finally:
+        store.close()

@@ -135,6 +135,7 @@ class ProviderBatchEngine(MapEngine):
             self._chunks.append(chunk)
         if event.positions:
             chunk.positions = parse_ranges(event.positions)
+            chunk.requests = len(chunk.positions)
             for p in chunk.positions:
                 self._claimed[p] = chunk
         chunk.file_id = event.file_id or chunk.file_id
@@ -398,7 +399,7 @@ class ProviderBatchEngine(MapEngine):
         for key in ("output_file_id", "error_file_id"):
             fid = batch.get(key)
             if fid:
-                for r in await self._api.file_results(str(fid), len(chunk.positions)):
+                for r in await self._api.file_results(str(fid), chunk.requests):
                     if r.custom_id in results:
                         twice.setdefault(r.custom_id, [results[r.custom_id]]).append(r)
                     results[r.custom_id] = r

@@ -104,15 +104,16 @@ def parse_ranges(text: str) -> set[int]:
 class Chunk:
     """One file of requests, and the provider batch running it."""
 
-    __slots__ = ("batch_id", "counts", "ended", "expires_at", "file_id", "index", "positions", "reads", "reserved",
-                 "resumed",
-                 "rows", "status")
+    __slots__ = ("batch_id", "counts", "ended", "expires_at", "file_id", "index", "positions", "reads", "requests",
+                 "reserved", "resumed", "rows", "status")
 
     def __init__(self, index: int, rows: dict[str, Row]) -> None:
         self.index = index
         self.rows = rows
         """custom_id -> the row (its values dropped; its task kept for the cache's key)."""
         self.positions: set[int] = set()
+        self.requests = len(rows)
+        """Requests its file holds (a line each in its results, also for a row a resume keeps): bounds their read."""
         self.file_id: str | None = None
         self.batch_id: str | None = None
         self.status = "uploading"
@@ -121,9 +122,9 @@ class Chunk:
         self.ended = False
         self.resumed = False
         self.reserved = 0.0
+        """Dollars its rows are estimated to cost (counted against the budget until it ends)."""
         self.reads = 0
         """Tries at reading its files that failed (one a look, at most :data:`READS`)."""
-        """Dollars its rows are estimated to cost (counted against the budget until it ends)."""
 
 
 def gone(err: BaseException) -> bool:
