@@ -27,6 +27,7 @@ once created: a look at one is a 404), ``upload_delay`` (seconds an upload takes
 ``look_status`` (an HTTP status every ``GET /v1/batches/{id}`` answers with, an error), ``twice`` (a function of
 a row's custom_id: True puts a second, other answer for it in the output file), ``stranger`` (an output line for
 a custom_id no request had), ``garbled_counts`` (what every look says its ``request_counts`` are),
+``garbled_errors`` (what every look says its ``errors`` are),
 ``content_gzip`` (bytes every ``GET /v1/files/{id}/content`` answers with instead, gzip-compressed: a gzip bomb),
 ``look_gzip`` (the same for every ``GET /v1/batches/{id}``), ``content_piece`` (a file's bytes are written in pieces
 of this many bytes, each flushed), ``crlf`` (a file's lines end with CRLF), ``moved_to`` (a base URL: every request
@@ -98,6 +99,7 @@ class BatchServer:
         self.twice: Callable[[str], bool] | None = None
         self.stranger = False
         self.garbled_counts: object = None
+        self.garbled_errors: object = None
         self.moved_to: str | None = None
         self.files: dict[str, dict] = {}
         self.batches: dict[str, dict] = {}
@@ -280,6 +282,8 @@ class BatchServer:
         public = self._public(b)
         if self.garbled_counts is not None:
             public["request_counts"] = self.garbled_counts
+        if self.garbled_errors is not None:
+            public["errors"] = self.garbled_errors
         return web.json_response(public)
 
     async def _cancel(self, request: web.Request) -> web.Response:

@@ -592,3 +592,24 @@ async def test_a_resumed_batch_whose_rows_are_mostly_kept_still_reads_its_whole_
         assert server.uploads == 1 and resumed.rows.kept == 38
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("errors", [[{"message": "line 9 was skipped"}], "some lines were skipped",
+                                    {"data": {"message": "skipped"}}, {"data": ["skipped", 3]}])
+async def test_errors_in_a_shape_not_the_documented_one_do_not_lose_a_completed_batch(server, bus, errors):
+    server.garbled_errors = errors  # a provider's own shape for a batch's errors: said if it can be, never fatal
+    model = u.OpenAIModel("gpt-4.1-mini", base_url=server.url, api_key="sk-test", max_retries=0)
+    h = u.map([f"r{i}" for i in range(3)], "Say {value}", model=model, via="batch", batch_poll=0.01, bus=bus)
+    out = await asyncio.wait_for(h.result(), 20)
+    assert out.tolist() == [f"answer to: Say r{i}" for i in range(3)] and h.rows.counts["finished"] == 3
+
+
+async def test_a_failed_batch_whose_errors_are_a_list_fails_its_rows_with_the_providers_message(server, bus):
+    server.fail_validation = "ignored"
+    server.garbled_errors = [{"code": "invalid_request", "message": "the model is not available for batch"}]
+    model = u.OpenAIModel("gpt-4.1-mini", base_url=server.url, api_key="sk-test", max_retries=0)
+    h = u.map(["a", "b"], "Say {value}", model=model, via="batch", batch_poll=0.01, bus=bus)
+    with pytest.raises(u.UnityError, match="not available for batch"):
+        await asyncio.wait_for(h.result(), 20)
+    assert h.rows.counts["failed"] == 2
+

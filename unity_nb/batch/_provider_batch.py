@@ -57,6 +57,7 @@ from ._provider_files import (
     Chunk,
     batch_settings,
     count_of,
+    errors_said,
     gone,
     parse_ranges,
     provider_batches,
@@ -428,8 +429,7 @@ class ProviderBatchEngine(MapEngine):
                       twice: dict[str, list[RowResult]]) -> None:
         """Each row of an ended provider batch ends from its result (see :meth:`_collect`)."""
         status = chunk.status
-        errors = (batch.get("errors") or {}).get("data") or []
-        said = "; ".join(str(e.get("message")) for e in errors[:3] if isinstance(e, dict)) or None
+        said = errors_said(batch)
         for cid, row in list(chunk.rows.items()):
             found = results.pop(cid, None)
             if cid in twice:  # which one is its answer is not known: none is taken (each one's tokens counted)

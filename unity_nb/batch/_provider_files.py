@@ -14,7 +14,8 @@ from .._errors import UserError
 from ._rows import Row, parse_answer
 
 __all__ = (
-    "FINAL", "MAX_BACKOFF", "OVERDUE", "READS", "BatchSettings", "Chunk", "batch_settings", "count_of", "gone",
+    "FINAL", "MAX_BACKOFF", "OVERDUE", "READS", "BatchSettings", "Chunk", "batch_settings", "count_of",
+    "errors_said", "gone",
     "parse_ranges", "provider_batches", "ranges", "reply_answer",
 )
 
@@ -171,6 +172,20 @@ def window_end(batch: Mapping[str, Any]) -> float | None:
     window = batch.get("completion_window")
     hours = window[:-1] if isinstance(window, str) and window.endswith("h") else ""
     return created + (float(hours) * 3600 if hours.isdigit() else WINDOW)
+
+
+def errors_said(batch: Mapping[str, Any]) -> str | None:
+    """What a provider batch's ``errors`` say (its first three messages), or ``None``: the documented shape
+    (``{"data": [{"message": ...}]}``) or a provider's own (a list, a string), never an error itself."""
+    errors = batch.get("errors")
+    if isinstance(errors, Mapping):
+        errors = errors.get("data", errors.get("message"))
+    if isinstance(errors, Mapping | str):
+        errors = [errors]
+    if not isinstance(errors, list):
+        return None
+    said = [str(e.get("message") or e.get("code") or "") if isinstance(e, Mapping) else str(e) for e in errors[:3]]
+    return "; ".join(w for w in said if w.strip())[:2000] or None
 
 
 def count_of(value: Any, was: int) -> int:
