@@ -613,3 +613,12 @@ async def test_a_failed_batch_whose_errors_are_a_list_fails_its_rows_with_the_pr
         await asyncio.wait_for(h.result(), 20)
     assert h.rows.counts["failed"] == 2
 
+
+async def test_a_look_that_is_not_a_batch_object_is_said_and_looked_at_again(server, bus):
+    server.look_gzip = b'["not", "a", "batch"]'  # JSON, but not a Batch object
+    h = u.map(["a", "b"], "Say {value}", model=aio(server), via="batch", batch_poll=0.01, bus=bus)
+    said = await h.wait_for("notification", lambda e: "could not be looked at" in e.text, timeout=20)
+    assert "not a Batch object" in said.text
+    server.look_gzip = None
+    result = await asyncio.wait_for(h.result(), 20)
+    assert result.tolist() == ["answer to: Say a", "answer to: Say b"]

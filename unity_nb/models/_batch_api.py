@@ -172,17 +172,24 @@ class BatchAPI:
             args["metadata"] = metadata
         if self.client_path:
             return _plain(await self._call("/batches", lambda: self.client.batches.create(**args)))
-        return await self._http("POST", "/batches", json_body=args)
+        return self._batch(await self._http("POST", "/batches", json_body=args), "/batches")
 
     async def get(self, batch_id: str) -> dict:
         if self.client_path:
             return _plain(await self._call(f"/batches/{batch_id}", lambda: self.client.batches.retrieve(batch_id)))
-        return await self._http("GET", f"/batches/{batch_id}")
+        return self._batch(await self._http("GET", f"/batches/{batch_id}"), f"/batches/{batch_id}")
 
     async def cancel(self, batch_id: str) -> dict:
         if self.client_path:
             return _plain(await self._call(f"/batches/{batch_id}/cancel", lambda: self.client.batches.cancel(batch_id)))
-        return await self._http("POST", f"/batches/{batch_id}/cancel")
+        return self._batch(await self._http("POST", f"/batches/{batch_id}/cancel"), f"/batches/{batch_id}/cancel")
+
+    def _batch(self, found: Any, path: str) -> dict:
+        """A Batch object as answered (a JSON object with its ``id``), else a ModelError saying what came."""
+        if isinstance(found, dict) and isinstance(found.get("id"), str):
+            return found
+        raise ModelError(f"the Batch API at {self.base_url} answered {path} with JSON that is not a Batch object: "
+                         f"{json.dumps(found)[:200]} (a broken server)")
 
     async def file_results(self, file_id: str, rows: int) -> list[RowResult]:
         """The lines of an output or error file of a batch of ``rows`` rows, each a reply or an error, by
