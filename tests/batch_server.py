@@ -27,7 +27,8 @@ once created: a look at one is a 404), ``upload_delay`` (seconds an upload takes
 ``look_status`` (an HTTP status every ``GET /v1/batches/{id}`` answers with, an error), ``twice`` (a function of
 a row's custom_id: True puts a second, other answer for it in the output file), ``stranger`` (an output line for
 a custom_id no request had), ``garbled_counts`` (what every look says its ``request_counts`` are),
-``garbled_errors`` (what every look says its ``errors`` are),
+``garbled_errors`` (what every look says its ``errors`` are), ``cancel_hold`` (an asyncio.Event every cancel
+waits for before it is answered: a provider that does not answer a cancel),
 ``content_gzip`` (bytes every ``GET /v1/files/{id}/content`` answers with instead, gzip-compressed: a gzip bomb),
 ``look_gzip`` (the same for every ``GET /v1/batches/{id}``), ``content_piece`` (a file's bytes are written in pieces
 of this many bytes, each flushed), ``crlf`` (a file's lines end with CRLF), ``moved_to`` (a base URL: every request
@@ -100,6 +101,7 @@ class BatchServer:
         self.stranger = False
         self.garbled_counts: object = None
         self.garbled_errors: object = None
+        self.cancel_hold: asyncio.Event | None = None
         self.moved_to: str | None = None
         self.files: dict[str, dict] = {}
         self.batches: dict[str, dict] = {}
@@ -288,6 +290,8 @@ class BatchServer:
 
     async def _cancel(self, request: web.Request) -> web.Response:
         self.requests.append(("POST", "/v1/batches/cancel"))
+        if self.cancel_hold is not None:
+            await self.cancel_hold.wait()
         b = None if self.forget else self.batches.get(request.match_info["id"])
         if b is None:
             return self._error(404, "No such batch")

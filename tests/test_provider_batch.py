@@ -622,3 +622,18 @@ async def test_a_look_that_is_not_a_batch_object_is_said_and_looked_at_again(ser
     server.look_gzip = None
     result = await asyncio.wait_for(h.result(), 20)
     assert result.tolist() == ["answer to: Say a", "answer to: Say b"]
+
+
+async def test_a_stop_waits_no_longer_than_batch_stop_wait_for_a_provider_that_does_not_answer_its_cancel(server,
+                                                                                                        bus):
+    server.hold, server.cancel_hold = True, asyncio.Event()  # the cancel is never answered (until the test ends)
+    h = u.map([f"r{i}" for i in range(4)], "Say {value}", model=aio(server), via="batch", batch_poll=0.01,
+              batch_stop_wait=0.5, bus=bus)  # the model's own timeout (120 s) and retries would wait minutes
+    await h.wait_for("provider_batch", lambda e: e.stage == "created", timeout=10)
+    try:
+        await asyncio.wait_for(h.stop("enough"), 20)
+        assert h.status == "stopped" and h.rows.counts["running"] == 0 and h.rows.counts["stopped"] == 4
+        reasons = h.results().attrs["reasons"]
+        assert all("batch_stop_wait=0.5 s" in why for why in reasons.values()), reasons
+    finally:
+        server.cancel_hold.set()

@@ -60,8 +60,10 @@ from ._provider_files import (
     errors_said,
     gone,
     parse_ranges,
+    progress_of,
     provider_batches,
     ranges,
+    read_results,
     reply_answer,
     window_end,
 )
@@ -390,28 +392,12 @@ class ProviderBatchEngine(MapEngine):
         self._end_chunk(chunk, "failed", said)
         return True
 
-    async def _read(
-        self, chunk: Chunk, batch: Mapping[str, Any]
-    ) -> tuple[dict[str, RowResult], dict[str, list[RowResult]]]:
-        """An ended provider batch's output and error files: each row's result by ``custom_id``, and every result
-        of a row answered more than once."""
-        results: dict[str, RowResult] = {}
-        twice: dict[str, list[RowResult]] = {}  # custom_id -> every result given for it, where more than one was
-        for key in ("output_file_id", "error_file_id"):
-            fid = batch.get(key)
-            if fid:
-                for r in await self._api.file_results(str(fid), chunk.requests):
-                    if r.custom_id in results:
-                        twice.setdefault(r.custom_id, [results[r.custom_id]]).append(r)
-                    results[r.custom_id] = r
-        return results, twice
-
     async def _collect(self, chunk: Chunk, batch: Mapping[str, Any]) -> bool:
         """A provider batch ended: its files read, and their results matched to rows by ``custom_id``. Files that
         cannot be read now are tried again at the next look, :data:`READS` times, then its rows fail saying why.
         True when the batch's rows ended."""
         try:
-            results, twice = await self._read(chunk, batch)
+            results, twice = await read_results(self._api, chunk, batch)
         except Exception as err:  # noqa: BLE001 - tried again at the next look (the work is done, and paid for)
             chunk.reads += 1
             said = f"the files of provider batch {chunk.batch_id} could not be read ({reason_of(err)})"
@@ -539,25 +525,38 @@ class ProviderBatchEngine(MapEngine):
                     self._end_row(row, "stopped", why + where)
                 chunk.rows = {}
 
-    def _fail_rows(self, chunk: Chunk, rows: Any, reason: str) -> None:
+    def _fail_rows(self, chunk: Chunk, rows: Any, reason: str, status: str = "failed") -> None:
         for row in list(rows):
-            self._end_row(row, "failed", reason)
+            self._end_row(row, status, reason)
         chunk.rows = {}
 
     async def _cancel_all(self) -> None:
-        """Stop: cancel every provider batch not ended, follow each to its end (at most ``batch_stop_wait``
-        seconds) and keep the rows it finished; rows gathered but not submitted stop."""
+        """Stop: cancel every provider batch not ended, follow each to its end and keep the rows it finished; rows
+        gathered but not submitted stop. The cancels and the looks together take at most ``batch_stop_wait``
+        seconds (a provider that does not answer is not waited for at the model's timeout and retries)."""
         for row in self._pending.values():
             self._end_row(row, "stopped", "stopped before it was submitted")
         self._pending, self._bytes, self._size = {}, [], 0
         live = [c for c in self._chunks if not c.ended and c.batch_id is not None]
+        try:
+            await asyncio.wait_for(self._follow_cancels(live), self.settings.stop_wait)
+        except TimeoutError:
+            pass
         for chunk in live:
+            if not chunk.ended:  # not an "ended" event: a resume follows it (the provider may still run its rows)
+                self._fail_rows(chunk, chunk.rows.values(), "stopped: its provider batch was still being cancelled "
+                                f"after batch_stop_wait={self.settings.stop_wait:g} s ({chunk.batch_id})", "stopped")
+                chunk.ended = True
+
+    async def _follow_cancels(self, live: list[Chunk]) -> None:
+        async def cancel(chunk: Chunk) -> None:
             try:
                 self._take(chunk, await self._api.cancel(str(chunk.batch_id)))
             except Exception:  # noqa: BLE001, S110 - ended already (409): followed to its end below
                 pass
-        deadline = time.monotonic() + self.settings.stop_wait
-        while any(not c.ended for c in live) and time.monotonic() < deadline:
+
+        await asyncio.gather(*(cancel(c) for c in live))
+        while any(not c.ended for c in live):
             for chunk in live:
                 if chunk.ended:
                     continue
@@ -572,11 +571,6 @@ class ProviderBatchEngine(MapEngine):
                     await self._collect(chunk, batch)
             if any(not c.ended for c in live):
                 await asyncio.sleep(min(self.settings.poll, 5.0))
-        for chunk in live:
-            if not chunk.ended:
-                self._fail_rows(chunk, chunk.rows.values(), "stopped: its provider batch was still being cancelled "
-                                f"after batch_stop_wait={self.settings.stop_wait:g} s ({chunk.batch_id})")
-                chunk.ended = True
 
     # -- steering and progress -----------------------------------------------------------------------
 
@@ -593,15 +587,7 @@ class ProviderBatchEngine(MapEngine):
                 "are not told (a provider batch cannot be changed once submitted)"))
 
     def provider_progress(self) -> dict[str, Any] | None:
-        chunks = self._chunks
-        statuses = sorted({c.status for c in chunks if not c.ended}) or sorted({c.status for c in chunks})
-        expires = [c.expires_at for c in chunks if not c.ended and c.expires_at]
-        return {
-            "files": len(chunks), "status": ", ".join(statuses) or "gathering",
-            "completed": sum(c.counts["completed"] for c in chunks), "failed": sum(c.counts["failed"] for c in chunks),
-            "total": sum(c.counts["total"] for c in chunks), "window": "24h",
-            "expires_at": min(expires) if expires else None,
-        }
+        return progress_of(self._chunks)
 
     def inspection(self, handle: Any) -> str:
         p = self.provider_progress() or {}

@@ -16,7 +16,7 @@ from ._rows import Row, parse_answer
 __all__ = (
     "FINAL", "MAX_BACKOFF", "OVERDUE", "READS", "BatchSettings", "Chunk", "batch_settings", "count_of",
     "errors_said", "gone",
-    "parse_ranges", "provider_batches", "ranges", "reply_answer",
+    "parse_ranges", "progress_of", "provider_batches", "ranges", "read_results", "reply_answer",
 )
 
 FINAL = frozenset({"completed", "failed", "expired", "cancelled"})
@@ -191,3 +191,30 @@ def errors_said(batch: Mapping[str, Any]) -> str | None:
 def count_of(value: Any, was: int) -> int:
     """A count a provider batch gives (its progress, shown): a whole number >= 0, else the one it gave before."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else was
+
+
+async def read_results(api: Any, chunk: Chunk, batch: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """An ended provider batch's output and error files (read through ``api``, a ``BatchAPI``): each row's result
+    (a ``RowResult``) by ``custom_id``, and every result of a row answered more than once."""
+    results: dict[str, Any] = {}
+    twice: dict[str, list[Any]] = {}  # custom_id -> every result given for it, where more than one was
+    for key in ("output_file_id", "error_file_id"):
+        fid = batch.get(key)
+        if fid:
+            for r in await api.file_results(str(fid), chunk.requests):
+                if r.custom_id in results:
+                    twice.setdefault(r.custom_id, [results[r.custom_id]]).append(r)
+                results[r.custom_id] = r
+    return results, twice
+
+
+def progress_of(chunks: list[Chunk]) -> dict[str, Any]:
+    """What the progress line says of a map's provider batches (their files, statuses and request counts)."""
+    statuses = sorted({c.status for c in chunks if not c.ended}) or sorted({c.status for c in chunks})
+    expires = [c.expires_at for c in chunks if not c.ended and c.expires_at]
+    return {
+        "files": len(chunks), "status": ", ".join(statuses) or "gathering",
+        "completed": sum(c.counts["completed"] for c in chunks), "failed": sum(c.counts["failed"] for c in chunks),
+        "total": sum(c.counts["total"] for c in chunks), "window": "24h",
+        "expires_at": min(expires) if expires else None,
+    }
