@@ -473,3 +473,64 @@ async def test_a_tool_from_the_person_s_own_module_file_runs_on_the_workers(ray_
     got = await asyncio.wait_for(h.result(), 120)
     assert list(got) == ["A-seen", "B-seen", "C-seen"], list(got)
     await model.close()
+
+
+async def test_workers_killed_after_the_others_ended_are_replaced_up_to_the_bound_of_the_workers_started(
+        ray_cluster, serve):  # noqa: F811
+    """Four workers: three end once the queue is empty; the fourth holds the slow row and is killed, and so is each
+    worker that takes the row after it, four times. The batch started four workers: it may replace twelve (three
+    each), whatever number of them is still live, and the row is answered by the fifth process to ask it."""
+    import threading
+
+    release, asked = threading.Event(), threading.Condition()
+    pids: list[int] = []
+
+    def whoami() -> int:
+        """The process running this row."""
+        import os as os_
+
+        return os_.getpid()
+
+    async def answer(body):
+        task = task_of(body)
+        results = [m["content"] for m in body["messages"] if m["role"] == "tool"]
+        if "slow" not in task:
+            return Reply(content=f"ok {task}")
+        if not results:
+            return Reply(tool_calls=[{"name": "whoami", "arguments": "{}"}])
+        with asked:
+            pids.append(int(results[-1]))
+            asked.notify_all()
+        await asyncio.to_thread(release.wait, 120)  # held until its worker is killed
+        return Reply(content=f"ok {task}")
+
+    def asked_by(n: int) -> bool:
+        with asked:
+            return asked.wait_for(lambda: len(pids) >= n or release.is_set(), 120) and len(pids) >= n
+
+    s = serve(answer)
+    model = model_of(s)
+    h = u.map(["a", "b", "c", "slow"], "Say {value}", model=model, tools=[whoami], backend="ray", concurrency=4,
+              ray_workers=4)
+    try:
+        assert await asyncio.to_thread(asked_by, 1), "the slow row was never asked"
+        await h.wait_for("row_finished", lambda e: h.rows.counts["finished"] >= 3, timeout=120)
+        for _ in range(1200):  # the three idle workers end (the kernel sees them go within a poll or two)
+            if h.progress["ray"]["workers"] == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert h.progress["ray"]["workers"] == 1, h.progress["ray"]
+        result = asyncio.ensure_future(h.result())
+        for n in range(1, 5):  # the worker holding the row, and each one that takes it after it
+            ask = asyncio.ensure_future(asyncio.to_thread(asked_by, n))
+            await asyncio.wait({ask, result}, timeout=130, return_when=asyncio.FIRST_COMPLETED)
+            assert ask.done() and ask.result(), (f"the slow row was asked {len(pids)} time(s), not {n}",
+                                                 result.exception() if result.done() else None)
+            os.kill(pids[n - 1], signal.SIGKILL)
+    finally:
+        release.set()
+        with asked:
+            asked.notify_all()
+    got = await asyncio.wait_for(result, 180)
+    assert got.tolist() == ["ok Say a", "ok Say b", "ok Say c", "ok Say slow"] and len(set(pids)) == 5
+    await model.close()

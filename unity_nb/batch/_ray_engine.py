@@ -201,8 +201,8 @@ def _event_classes() -> dict[str, type[ev.Event]]:
 class RayEngine(MapEngine):
     """Drives a map's rows on a Ray cluster (see the module's docstring)."""
 
-    __slots__ = ("_blocks", "_control", "_fed_last", "_joined", "_pending_notes", "_pids", "_queued",
-                 "_ray", "_recipe", "_remote", "_sent", "_stage", "_worker_args", "_workers", "settings")
+    __slots__ = ("_blocks", "_control", "_fed_last", "_joined", "_made", "_pending_notes", "_pids", "_queued",
+                 "_ray", "_recipe", "_remote", "_sent", "_stage", "_started", "_worker_args", "_workers", "settings")
 
     def __init__(self, plan: RowPlan, book: Any, spending: Any, settings: RaySettings, recipe: RowRecipe, *,
                  items: Any = None, done: Mapping[str, Any] | None = None) -> None:
@@ -224,6 +224,7 @@ class RayEngine(MapEngine):
         self._fed_last = False
         self._control: Any = None
         self._workers: dict[int, tuple[Any, Any]] = {}  # worker id -> (actor, its run's ref)
+        self._started = self._made = 0  # workers the batch started; workers made (replacements too)
         self._worker_args: tuple = ()
         self._pids: set[int] = set()
         self._pending_notes: list[str] = []
@@ -312,8 +313,9 @@ class RayEngine(MapEngine):
         share = min(1.0, cpus / n) if cpus else 1.0
         per = math.ceil(self.plan.concurrency / n)
         self._worker_args = (worker_cls.options(num_cpus=share), ray.put(blob), per, 1.0 / n)
-        for wid in range(n):
-            self._new_worker(wid)
+        self._started = n
+        for _ in range(n):
+            self._new_worker()
         self._stage = f"{n} worker(s) on {self._joined}"
 
     def _all_ended(self) -> bool:
@@ -337,8 +339,9 @@ class RayEngine(MapEngine):
         book.exhausted = True
         self._fed_last = True
 
-    def _new_worker(self, wid: int) -> None:
+    def _new_worker(self) -> None:  # each with an id of its own, never one a worker had before
         cls, blob, per, share = self._worker_args
+        wid, self._made = self._made, self._made + 1
         actor = cls.remote(self._control, wid, blob, per, share)
         self._workers[wid] = (actor, actor.run.remote())
 
@@ -405,11 +408,11 @@ class RayEngine(MapEngine):
                     ray.get(ref)
                 except ray.exceptions.RayActorError as err:  # its process died: its rows go to the others
                     state.setdefault("requeued", []).extend(self._call(self._control.requeue.remote(wid)))
-                    n = len(self._workers)
-                    if max(self._workers) + 1 >= n * (1 + _REPLACEMENTS):
-                        raise UnityError(f"the batch's Ray workers keep dying ({max(self._workers) + 1 - n} "
-                                         f"replaced; the last: {err}); the rows that finished are kept") from None
-                    self._new_worker(max(self._workers) + 1)
+                    replaced = self._made - self._started  # of the workers it started, not those still live
+                    if replaced >= self._started * _REPLACEMENTS:
+                        raise UnityError(f"the batch's Ray workers keep dying ({replaced} replaced; the last: {err}); "
+                                         "the rows that finished are kept") from None
+                    self._new_worker()
                 except ray.exceptions.RayTaskError as err:  # its cause in one line, not Ray's traceback
                     cause = getattr(err, "cause", None) or err
                     raise UnityError(f"a Ray worker of the batch failed: {type(cause).__name__}: {cause}") from None
