@@ -28,7 +28,8 @@ once created: a look at one is a 404), ``upload_delay`` (seconds an upload takes
 a row's custom_id: True puts a second, other answer for it in the output file), ``stranger`` (an output line for
 a custom_id no request had), ``garbled_counts`` (what every look says its ``request_counts`` are),
 ``garbled_errors`` (what every look says its ``errors`` are), ``cancel_hold`` (an asyncio.Event every cancel
-waits for before it is answered: a provider that does not answer a cancel),
+waits for before it is answered: a provider that does not answer a cancel), ``files_late`` (a batch that ended
+names no output or error file on its first ``files_late`` looks: its files attached after its status said so),
 ``content_gzip`` (bytes every ``GET /v1/files/{id}/content`` answers with instead, gzip-compressed: a gzip bomb),
 ``look_gzip`` (the same for every ``GET /v1/batches/{id}``), ``content_piece`` (a file's bytes are written in pieces
 of this many bytes, each flushed), ``crlf`` (a file's lines end with CRLF), ``moved_to`` (a base URL: every request
@@ -102,6 +103,7 @@ class BatchServer:
         self.garbled_counts: object = None
         self.garbled_errors: object = None
         self.cancel_hold: asyncio.Event | None = None
+        self.files_late = 0
         self.moved_to: str | None = None
         self.files: dict[str, dict] = {}
         self.batches: dict[str, dict] = {}
@@ -286,6 +288,9 @@ class BatchServer:
             public["request_counts"] = self.garbled_counts
         if self.garbled_errors is not None:
             public["errors"] = self.garbled_errors
+        if b["status"] in ("completed", "failed", "expired", "cancelled") and b.setdefault("_late", self.files_late):
+            b["_late"] -= 1
+            public["output_file_id"] = public["error_file_id"] = None
         return web.json_response(public)
 
     async def _cancel(self, request: web.Request) -> web.Response:

@@ -637,3 +637,22 @@ async def test_a_stop_waits_no_longer_than_batch_stop_wait_for_a_provider_that_d
         assert all("batch_stop_wait=0.5 s" in why for why in reasons.values()), reasons
     finally:
         server.cancel_hold.set()
+
+
+async def test_a_completed_batch_whose_files_hold_fewer_results_than_it_counts_is_read_again(server, bus):
+    server.files_late = 2  # 'completed', 3 requests done, and no file named yet at the first two looks
+    h = u.map(["a", "b", "c"], "Say {value}", model=aio(server), via="batch", batch_poll=0.01, bus=bus)
+    result = await asyncio.wait_for(h.result(), 20)
+    assert result.tolist() == ["answer to: Say a", "answer to: Say b", "answer to: Say c"]
+    said = [e.text for e in h.events if e.kind == "notification" and "request_counts" in e.text]
+    assert len(said) == 2 and "0 result(s)" in said[0] and "3 request(s) ended" in said[0]
+
+
+async def test_rows_a_completed_batch_counts_but_its_files_never_hold_fail_saying_so(server, bus):
+    server.files_late = 100  # the files never come
+    h = u.map(["a", "b"], "Say {value}", model=aio(server), via="batch", batch_poll=0.01, bus=bus)
+    with pytest.raises(u.UnityError, match="every row of the batch failed"):
+        await asyncio.wait_for(h.result(), 20)
+    reasons = h.results().attrs["reasons"]
+    assert len(reasons) == 2 and all("no line for this row" in why and "request_counts say 2" in why
+                                     and "5 of 5 reads" in why for why in reasons.values()), reasons

@@ -43,7 +43,6 @@ from .._errors import UserError
 from ..loop import VERBS, Tool
 from ..models import FileTooLarge, ModelRequest, NoBatchAPI, RowResult, Usage, batch_api_of, batch_price
 from ._cache import CUT_OFF
-from ._estimate import CHARS_PER_TOKEN, tokens_out
 from ._failures import reason_of
 from ._map_engine import MapEngine, RowPlan
 from ._map_engine import _plain as plain_answer
@@ -58,6 +57,8 @@ from ._provider_files import (
     batch_settings,
     count_of,
     errors_said,
+    estimated_dollars,
+    files_short,
     gone,
     parse_ranges,
     progress_of,
@@ -262,13 +263,7 @@ class ProviderBatchEngine(MapEngine):
         return self.spending.budget is not None and self.spending.reached and any(not c.ended for c in self._chunks)
 
     def _row_dollars(self, line_bytes: int, rows: int) -> float:
-        """Dollars ``rows`` requests of ``line_bytes`` bytes in all are estimated to cost, at the estimate's
-        assumptions: about 4 characters a token in, and its tokens out for each row (``expected_output_tokens``)."""
-        price, _note = batch_price(self.plan.config.model)
-        if price is None:
-            return 0.0
-        per_out, _assumed = tokens_out(self.plan.output, self.spending.expected_output_tokens)
-        return (line_bytes / CHARS_PER_TOKEN * price.input + rows * per_out * price.output) / 1_000_000
+        return estimated_dollars(self.plan, self.spending.expected_output_tokens, line_bytes, rows)
 
     def _over_budget(self) -> bool:
         """True when no more rows may be submitted: what was spent and what the files submitted are estimated to
@@ -408,12 +403,17 @@ class ProviderBatchEngine(MapEngine):
             self._run.emit(ev.Notification, call_id=None,
                            text=f"{said}: tried again at the next look ({chunk.reads} of {READS} tries)")
             return False
-        self._settle_chunk(chunk, batch, results, twice)
+        short = files_short(chunk, results, twice)  # its files not all there yet: read again, READS times in all
+        if short is not None and chunk.reads < READS:
+            self._run.emit(ev.Notification, call_id=None, text=f"{short}: read again at the next look")
+            return False
+        self._settle_chunk(chunk, batch, results, twice, short)
         return True
 
     def _settle_chunk(self, chunk: Chunk, batch: Mapping[str, Any], results: dict[str, RowResult],
-                      twice: dict[str, list[RowResult]]) -> None:
-        """Each row of an ended provider batch ends from its result (see :meth:`_collect`)."""
+                      twice: dict[str, list[RowResult]], short: str | None) -> None:
+        """Each row of an ended provider batch ends from its result (see :meth:`_collect`); ``short``: what its
+        files lacked when they were read for the last time."""
         status = chunk.status
         said = errors_said(batch)
         for cid, row in list(chunk.rows.items()):
@@ -440,7 +440,8 @@ class ProviderBatchEngine(MapEngine):
             elif status == "failed":
                 self._end_row(row, "failed", f"the provider's batch failed: {said or 'no reason given'}")
             else:
-                self._end_row(row, "failed", "the provider's output has no line for this row")
+                self._end_row(row, "failed", "the provider's output has no line for this row" + (
+                    f" ({short})" if short else ""))
         if results:  # lines for no row waiting for one (a row kept from the run this continues, or a stranger's)
             ids = ", ".join(sorted(results)[:5]) + (", ..." if len(results) > 5 else "")
             self._run.emit(ev.Notification, call_id=None, text=(

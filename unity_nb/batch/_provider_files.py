@@ -11,11 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import UserError
+from ..models import batch_price
+from ._estimate import CHARS_PER_TOKEN, tokens_out
 from ._rows import Row, parse_answer
 
 __all__ = (
     "FINAL", "MAX_BACKOFF", "OVERDUE", "READS", "BatchSettings", "Chunk", "batch_settings", "count_of",
-    "errors_said", "gone",
+    "errors_said", "estimated_dollars", "files_short", "gone",
     "parse_ranges", "progress_of", "provider_batches", "ranges", "read_results", "reply_answer",
 )
 
@@ -218,3 +220,26 @@ def progress_of(chunks: list[Chunk]) -> dict[str, Any]:
         "total": sum(c.counts["total"] for c in chunks), "window": "24h",
         "expires_at": min(expires) if expires else None,
     }
+
+
+def files_short(chunk: Chunk, results: Mapping[str, Any], twice: Mapping[str, list[Any]]) -> str | None:
+    """What an ended provider batch's files lack, as a read counts (``chunk.reads``): fewer results than its
+    ``request_counts`` say requests ended (its files not all there yet: read again); ``None`` when they hold them."""
+    have = len(results) + sum(len(r) - 1 for r in twice.values())
+    counted = chunk.counts["completed"] + chunk.counts["failed"]
+    if have >= counted:
+        return None
+    chunk.reads += 1
+    return (f"the files of provider batch {chunk.batch_id} hold {have} result(s) where its request_counts say "
+            f"{counted} request(s) ended ({chunk.reads} of {READS} reads)")
+
+
+def estimated_dollars(plan: Any, expected_output_tokens: int | None, line_bytes: int, rows: int) -> float:
+    """Dollars ``rows`` requests of ``line_bytes`` bytes in all are estimated to cost at the batch price, at the
+    estimate's assumptions: about 4 characters a token in, and its tokens out for each row (``expected_output_tokens``);
+    0 when the model's price is unknown."""
+    price, _note = batch_price(plan.config.model)
+    if price is None:
+        return 0.0
+    per_out, _assumed = tokens_out(plan.output, expected_output_tokens)
+    return (line_bytes / CHARS_PER_TOKEN * price.input + rows * per_out * price.output) / 1_000_000
