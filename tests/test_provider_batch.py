@@ -656,3 +656,36 @@ async def test_rows_a_completed_batch_counts_but_its_files_never_hold_fail_sayin
     reasons = h.results().attrs["reasons"]
     assert len(reasons) == 2 and all("no line for this row" in why and "request_counts say 2" in why
                                      and "5 of 5 reads" in why for why in reasons.values()), reasons
+
+
+async def test_answers_a_resume_cannot_use_are_counted_in_what_it_spent(server, tmp_path):
+    """A resume asks its rows under another system prompt: the answers the provider batch it continues gave (to the
+    old question) are not used, and the rows are asked again; both were paid for, and both are counted."""
+    from unity_nb.batch._spend import spent_in_store
+
+    model = u.OpenAIModel("batch-unused-answers-35", base_url=server.url, api_key="sk-test")
+    u.set_price("batch-unused-answers-35", input=0.0, output=1_000_000.0)
+    server.completion_tokens, server.hold = 50, True  # $25 an answer at the batch price
+    store = u.Store(tmp_path / "state.db")
+    try:
+        bus = u.EventBus()
+        store.attach(bus)
+        first = u.map(["a", "b"], "Say {value}", model=model, via="batch", batch_poll=0.01, name="says", bus=bus,
+                      system="Be brief.")
+        await first.wait_for("provider_batch", lambda e: e.stage == "created", timeout=10)
+        await first.pause()  # its kernel dies
+        server.hold = False
+        bus = u.EventBus()
+        store.attach(bus)
+        resumed = u.map(["a", "b"], "Say {value}", model=model, via="batch", batch_poll=0.01, name="says", bus=bus,
+                        system="Be very brief.", batches=u.provider_batches(store, "says"))
+        result = await asyncio.wait_for(resumed.result(), 20)
+        assert result.tolist() == ["answer to: Say a", "answer to: Say b"] and server.creates == 2
+        assert resumed.cost == pytest.approx(100.0)  # two answers used, two paid for and not used
+        said = [e.text for e in resumed.events if e.kind == "notification" and "for no row waiting" in e.text]
+        assert len(said) == 1 and "2 result line(s)" in said[0] and "$50.00" in said[0]
+        store.flush()
+        assert spent_in_store(store, store.find("says")["uid"]) == (pytest.approx(100.0), [])  # a resume counts it
+        await asyncio.wait_for(first.stop("done"), 20)
+    finally:
+        store.close()

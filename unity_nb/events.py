@@ -477,6 +477,10 @@ class ProviderBatch(Event):
     total: int = 0
     message: str | None = None
     """What the provider said (a failed batch's errors), or what happened to its rows."""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    """On ``ended``: the tokens of its results no row took (the provider charged for them; a row's own tokens are
+    on its ``row_finished``)."""
 
 
 AnyEvent = Annotated[

@@ -60,12 +60,13 @@ from ._provider_files import (
     estimated_dollars,
     files_short,
     gone,
-    parse_ranges,
     progress_of,
     provider_batches,
     ranges,
     read_results,
     reply_answer,
+    resume_chunk,
+    unused_usage,
     window_end,
 )
 from ._rows import Row, to_json
@@ -106,7 +107,7 @@ class ProviderBatchEngine(MapEngine):
         self._line = 0  # bytes of the latest request made (the next row's is estimated alike)
         self._wake = asyncio.Event()
         for e in settings.resumed:
-            self._resume_chunk(e)
+            resume_chunk(self._chunks, self._claimed, e)
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -128,26 +129,6 @@ class ProviderBatchEngine(MapEngine):
         if tools:
             choice = {"type": "function", "function": {"name": "submit_answer"}}
         return ModelRequest(messages, tools, choice, cfg.options)
-
-    # -- resuming what an earlier kernel submitted --------------------------------------------------
-
-    def _resume_chunk(self, event: Any) -> None:
-        chunk = next((c for c in self._chunks if c.index == event.chunk), None)
-        if chunk is None:
-            chunk = Chunk(event.chunk, {})
-            chunk.resumed = True
-            self._chunks.append(chunk)
-        if event.positions:
-            chunk.positions = parse_ranges(event.positions)
-            chunk.requests = len(chunk.positions)
-            for p in chunk.positions:
-                self._claimed[p] = chunk
-        chunk.file_id = event.file_id or chunk.file_id
-        chunk.batch_id = event.batch_id or chunk.batch_id
-        chunk.status = event.status or ("created" if chunk.batch_id else "uploaded")
-        chunk.counts["total"] = event.total or len(chunk.positions)
-        if event.stage == "ended":
-            chunk.ended = True  # its rows' ends are row_finished events: kept by done=, else sent again
 
     # -- the drive ----------------------------------------------------------------------------------
 
@@ -442,15 +423,18 @@ class ProviderBatchEngine(MapEngine):
             else:
                 self._end_row(row, "failed", "the provider's output has no line for this row" + (
                     f" ({short})" if short else ""))
+        unused = unused_usage(chunk, results)  # the provider charged for them: counted (the store: on "ended")
         if results:  # lines for no row waiting for one (a row kept from the run this continues, or a stranger's)
             ids = ", ".join(sorted(results)[:5]) + (", ..." if len(results) > 5 else "")
+            paid = self._count(unused)
             self._run.emit(ev.Notification, call_id=None, text=(
                 f"the files of provider batch {chunk.batch_id} hold {len(results)} result line(s) for no row waiting "
-                f"for one ({ids}): not used"))
+                f"for one ({ids}): not used" + (f"; their tokens are counted ({paid})" if paid else "")))
         chunk.rows = {}
         chunk.ended = True
         self._reserved = max(0.0, self._reserved - chunk.reserved)
-        self._event(chunk, "ended", message=said)
+        self._event(chunk, "ended", message=said, input_tokens=unused.input_tokens,
+                    output_tokens=unused.output_tokens)
         self.spending.check()
 
     def _lost(self, chunk: Chunk, err: BaseException, status: str = "failed") -> None:
@@ -500,17 +484,26 @@ class ProviderBatchEngine(MapEngine):
         row.status, row.reason = status, reason
         if usage is not None:
             row.tokens = (usage.input_tokens, usage.output_tokens)
-            book.add_totals(usage, 1, 0)
-            book.tree_usage += usage
-            price, _note = batch_price(self.plan.config.model)
-            if price is not None:
-                book.cost += price.cost(usage)
+            self._count(usage, 1)
         store = self.plan.cache if cache else None
         if status == "finished" and store is not None and row.told >= 0:
             store.put(store.key(row.task, self._notes[: row.told]), to_json(plain_answer(row.answer)),
                       self.plan.model_name)
         row.task = ""
         self._settled(row, None)
+
+    def _count(self, usage: Usage, steps: int = 0) -> str | None:
+        """Count ``usage`` at the batch price: its dollars as said, or ``None`` for no tokens."""
+        book = self.book
+        book.add_totals(usage, steps, 0)
+        book.tree_usage += usage
+        price, _note = batch_price(self.plan.config.model)
+        if price is not None:
+            book.cost += price.cost(usage)
+        if not (usage.input_tokens or usage.output_tokens):
+            return None
+        return f"{usage.input_tokens:,} in, {usage.output_tokens:,} out" + (
+            f", ${price.cost(usage):,.2f}" if price is not None else "")
 
     def _abandon(self, why: str) -> None:
         """The batch ended (failed, or stopped): every row still gathered or with the provider stops saying ``why``

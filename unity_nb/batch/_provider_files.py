@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import UserError
-from ..models import batch_price
+from ..models import Usage, batch_price
 from ._estimate import CHARS_PER_TOKEN, tokens_out
 from ._rows import Row, parse_answer
 
@@ -19,6 +19,7 @@ __all__ = (
     "FINAL", "MAX_BACKOFF", "OVERDUE", "READS", "BatchSettings", "Chunk", "batch_settings", "count_of",
     "errors_said", "estimated_dollars", "files_short", "gone",
     "parse_ranges", "progress_of", "provider_batches", "ranges", "read_results", "reply_answer",
+    "resume_chunk", "unused_usage",
 )
 
 FINAL = frozenset({"completed", "failed", "expired", "cancelled"})
@@ -243,3 +244,37 @@ def estimated_dollars(plan: Any, expected_output_tokens: int | None, line_bytes:
         return 0.0
     per_out, _assumed = tokens_out(plan.output, expected_output_tokens)
     return (line_bytes / CHARS_PER_TOKEN * price.input + rows * per_out * price.output) / 1_000_000
+
+
+def unused_usage(chunk: Chunk, unused: Mapping[str, Any]) -> Usage:
+    """The tokens of a provider batch's results no row took (``unused``: ``RowResult`` by ``custom_id``), which the
+    provider charged for: all but those of rows the run this one continues finished (kept, and counted there)."""
+    usage = Usage()
+    for cid, r in unused.items():
+        position = cid.partition(":")[0]
+        if chunk.resumed and position.isdigit() and int(position) not in chunk.positions:
+            continue  # a row kept (done=): its answer was counted by the run that took it
+        if r.reply is not None and r.reply.usage is not None:
+            usage += r.reply.usage
+    return usage
+
+
+def resume_chunk(chunks: list[Chunk], claimed: dict[int, Chunk], event: Any) -> None:
+    """Take a ``provider_batch`` event of the run a map continues into its ``chunks`` (the file it names, made
+    once), each of its rows' positions ``claimed`` by it."""
+    chunk = next((c for c in chunks if c.index == event.chunk), None)
+    if chunk is None:
+        chunk = Chunk(event.chunk, {})
+        chunk.resumed = True
+        chunks.append(chunk)
+    if event.positions:
+        chunk.positions = parse_ranges(event.positions)
+        chunk.requests = len(chunk.positions)
+        for p in chunk.positions:
+            claimed[p] = chunk
+    chunk.file_id = event.file_id or chunk.file_id
+    chunk.batch_id = event.batch_id or chunk.batch_id
+    chunk.status = event.status or ("created" if chunk.batch_id else "uploaded")
+    chunk.counts["total"] = event.total or len(chunk.positions)
+    if event.stage == "ended":
+        chunk.ended = True  # its rows' ends are row_finished events: kept by done=, else sent again

@@ -302,20 +302,25 @@ def spent_in_store(store: Any, uid: str) -> tuple[float, list[str]]:
 
 def provider_batch_tokens(store: Any, uid: str) -> list[tuple[str, int, int]]:
     """Tokens of the rows the batch ``uid`` (or a batch under it) ran through the provider's Batch API, by model:
-    such a row has no loop of its own (no ``model_response`` event), only its ``row_finished`` event."""
+    such a row has no loop of its own (no ``model_response`` event), only its ``row_finished`` event; and of the
+    results no row took (on its ``provider_batch`` events)."""
     tree = store.query(
         "WITH RECURSIVE tree(uid) AS (SELECT :uid UNION ALL SELECT l.uid FROM loops l JOIN tree t ON l.parent_uid ="
         " t.uid) SELECT l.uid AS uid, l.model AS model FROM loops l JOIN tree t ON l.uid = t.uid WHERE l.batch = 1",
         {"uid": uid})
     out = []
     for loop in tree:
-        if not store.events(loop["uid"], kind="provider_batch"):
+        batches = store.events(loop["uid"], kind="provider_batch")
+        if not batches:
             continue
         tokens_in = tokens_out = 0
         for e in store.events(loop["uid"], kind="row_finished"):
             if e.child_id is None:  # a row of a live batch is counted in its loop's model_response
                 tokens_in += _whole(e.input_tokens)
                 tokens_out += _whole(e.output_tokens)
+        for e in batches:  # the results no row took, charged all the same
+            tokens_in += _whole(getattr(e, "input_tokens", 0))
+            tokens_out += _whole(getattr(e, "output_tokens", 0))
         if tokens_in or tokens_out:
             out.append((loop["model"] or "", tokens_in, tokens_out))
     return out
