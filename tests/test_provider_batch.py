@@ -689,3 +689,23 @@ async def test_answers_a_resume_cannot_use_are_counted_in_what_it_spent(server, 
         await asyncio.wait_for(first.stop("done"), 20)
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("how", ["expired", "never in its files", "gone"])
+async def test_rows_the_provider_never_answered_say_how_to_ask_them_again(server, bus, how):
+    if how == "expired":
+        server.expire, server.expire_after = True, 1  # row 0 answered, the rest expired
+    elif how == "never in its files":
+        server.files_late = 100
+    else:
+        server.forget = True  # a look at it: 404
+    model = u.OpenAIModel("gpt-4.1-mini", base_url=server.url, api_key="sk-test", max_retries=0)
+    h = u.map(["a", "b", "c"], "Say {value}", model=model, via="batch", batch_poll=0.01, name="says", bus=bus)
+    try:
+        await asyncio.wait_for(h.result(), 20)
+    except u.UnityError:
+        pass  # every row failed
+    reasons = h.results().attrs["reasons"]
+    assert len(reasons) == (2 if how == "expired" else 3), reasons
+    assert all("%unity resume says" in why and "done=u.finished_rows(store, 'says')" in why
+               for why in reasons.values()), reasons

@@ -54,6 +54,7 @@ from ._provider_files import (
     WINDOW,
     BatchSettings,
     Chunk,
+    again,
     batch_settings,
     count_of,
     errors_said,
@@ -417,12 +418,12 @@ class ProviderBatchEngine(MapEngine):
                 self._end_row(row, "stopped", "stopped: the provider's batch was cancelled before it ran this row")
             elif status == "expired":
                 self._end_row(row, "failed", "the provider's batch expired (its 24h completion window) before it "
-                              "ran this row")
+                              f"ran this row{again(self._run.name)}")
             elif status == "failed":
                 self._end_row(row, "failed", f"the provider's batch failed: {said or 'no reason given'}")
             else:
                 self._end_row(row, "failed", "the provider's output has no line for this row" + (
-                    f" ({short})" if short else ""))
+                    f" ({short})" if short else "") + again(self._run.name))
         unused = unused_usage(chunk, results)  # the provider charged for them: counted (the store: on "ended")
         if results:  # lines for no row waiting for one (a row kept from the run this continues, or a stranger's)
             ids = ", ".join(sorted(results)[:5]) + (", ..." if len(results) > 5 else "")
@@ -445,7 +446,7 @@ class ProviderBatchEngine(MapEngine):
     def _end_chunk(self, chunk: Chunk, status: str, said: str) -> None:
         """``chunk``'s provider batch will not be followed any more: its rows end (``status``) saying ``said``."""
         for row in list(chunk.rows.values()):
-            self._end_row(row, status, said)
+            self._end_row(row, status, said + (again(self._run.name) if status == "failed" else ""))
         chunk.rows = {}
         chunk.ended = True
         self._reserved = max(0.0, self._reserved - chunk.reserved)
@@ -465,7 +466,7 @@ class ProviderBatchEngine(MapEngine):
         if reply is None:
             status = "failed"
             reason = (f"the provider's batch expired (its 24h completion window) before it ran this row: {found.error}"
-                      if found.expired else f"the provider failed this row: {found.error}")
+                      f"{again(self._run.name)}" if found.expired else f"the provider failed this row: {found.error}")
             self._end_row(row, status, reason)
             return
         usage = reply.usage

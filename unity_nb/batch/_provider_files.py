@@ -16,7 +16,7 @@ from ._estimate import CHARS_PER_TOKEN, tokens_out
 from ._rows import Row, parse_answer
 
 __all__ = (
-    "FINAL", "MAX_BACKOFF", "OVERDUE", "READS", "BatchSettings", "Chunk", "batch_settings", "count_of",
+    "FINAL", "MAX_BACKOFF", "OVERDUE", "READS", "BatchSettings", "again", "Chunk", "batch_settings", "count_of",
     "errors_said", "estimated_dollars", "files_short", "gone",
     "parse_ranges", "progress_of", "provider_batches", "ranges", "read_results", "reply_answer",
     "resume_chunk", "unused_usage",
@@ -278,3 +278,10 @@ def resume_chunk(chunks: list[Chunk], claimed: dict[int, Chunk], event: Any) -> 
     chunk.counts["total"] = event.total or len(chunk.positions)
     if event.stage == "ended":
         chunk.ended = True  # its rows' ends are row_finished events: kept by done=, else sent again
+
+
+def again(name: str) -> str:
+    """What a row the provider never answered (its batch expired, lost, or its files without it) says to do: a
+    resume sends it in a new provider batch, and keeps the rows that finished."""
+    return (f"; to ask it again: %unity resume {name} (or u.map(..., done=u.finished_rows(store, {name!r}))) "
+            "asks only the rows without an answer")
