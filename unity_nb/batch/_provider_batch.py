@@ -18,17 +18,20 @@ cache, or failing their template make no request), so the handle, its results, p
   (``%unity resume NAME``, or ``batches=provider_batches(store, name)``) polls those batches instead of sending
   their rows again, and submits only the rows that were in none.
 - **Polling** every ``batch_poll`` seconds (30 by default), backing off to ten times that while nothing changes;
-  pause stops polling and submitting; stop cancels the provider's batches, follows them to their end (at most
-  ``batch_stop_wait`` seconds) and keeps the rows the provider finished before the cancel took effect.
+  pause stops polling and submitting; stop cancels the provider's batches, follows them to their end (the cancels
+  and looks at most ``batch_stop_wait`` seconds in all) and keeps the rows the provider finished before the cancel
+  took effect.
 - **Failures.** A row in the error file fails with the provider's message; rows of an expired batch fail saying
   the window expired; a failed batch fails its rows with the provider's errors; a provider without the Batch API
   (404 on ``/v1/files``) ends the map at once with one error saying so (no live fallback). A provider batch the
   provider no longer has (404 on a look) fails its rows; one not ended an hour past its window (:func:`window_end`),
   running still or not to be looked at, fails its rows rather than be polled forever. An ended batch's files that
-  cannot be downloaded are tried again at each look, :data:`READS` times, before its rows fail saying why.
+  cannot be downloaded, or hold fewer results than its ``request_counts`` say ended, are read again at each look,
+  :data:`READS` times, before its rows fail saying why. A row the provider never answered says how to ask it again.
 - **Spend.** Tokens are counted at the batch price (the model's batch rate, else half its live price); a budget is
   applied before a file is submitted: a file is cut to what the budget still covers, at the estimate's
-  assumptions, and none is submitted once the budget is reached.
+  assumptions, and none is submitted once the budget is reached. Results no row took (a resume asking under another
+  prompt, a stranger's line) are counted too: the provider charged for them.
 """
 
 from __future__ import annotations
