@@ -11,21 +11,34 @@ from batch_server import BatchServer
 
 import unity_nb as u
 
+_CLIENTS: list = []
+"""The openai clients a test made: closed with its server (one left open closed its socket in a later test's
+event loop, an 'unclosed transport' that test saw)."""
+
 
 @pytest.fixture
 async def server():
     async with BatchServer() as s:
-        yield s
+        try:
+            yield s
+        finally:
+            while _CLIENTS:
+                await _CLIENTS.pop().close()
+
+
+def client_for(server):
+    _CLIENTS.append(openai.AsyncOpenAI(api_key="sk-test", base_url=server.url))
+    return _CLIENTS[-1]
 
 
 def model_for(server, path):
     if path == "client":  # a client handed in: the client's own files and batches methods
-        return u.OpenAIModel("gpt-4.1-mini", client=openai.AsyncOpenAI(api_key="sk-test", base_url=server.url))
+        return u.OpenAIModel("gpt-4.1-mini", client=client_for(server))
     return u.OpenAIModel("gpt-4.1-mini", base_url=server.url, api_key="sk-test")
 
 
 async def test_the_server_speaks_the_documented_shapes_to_the_openai_package(server):
-    client = openai.AsyncOpenAI(api_key="sk-test", base_url=server.url)
+    client = client_for(server)
     line = {"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
             "body": {"model": "m", "messages": [{"role": "user", "content": "hi"}]}}
     f = await client.files.create(file=("in.jsonl", json.dumps(line).encode() + b"\n"), purpose="batch")
