@@ -72,6 +72,8 @@ class FakeOpenAIServer:
         self.requests: list[dict] = []
         self.request_headers: list[dict] = []
         self.disconnects = 0
+        self.connections = 0
+        """Connections accepted (whatever was asked on them)."""
         self.models: list[str] | None = None
         """What ``GET /v1/models`` lists (``None``: that route answers 404, as many servers' do)."""
         self.listings: list[dict] = []
@@ -154,6 +156,7 @@ class FakeOpenAIServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
+        self.connections += 1
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")

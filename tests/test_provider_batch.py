@@ -160,14 +160,17 @@ async def test_a_provider_without_the_batch_api_is_one_clear_error_and_no_live_c
     assert "404" in str(err.value) and server.live_calls == 0 and server.uploads == 0
 
 
-async def test_a_batch_api_moved_to_another_host_is_not_followed_there(server, bus, monkeypatch):
-    # aiohttp followed the 307 with the upload and every header but Authorization (the organisation's among them)
+@pytest.mark.parametrize("fast_path", [True, False], ids=["aiohttp", "openai client"])
+async def test_a_batch_api_moved_to_another_host_is_not_followed_there(server, bus, monkeypatch, fast_path):
+    # aiohttp (and the openai client's httpx) followed the 307 with the upload and every header but Authorization
+    # (the organisation's among them)
     monkeypatch.setenv("OPENAI_ORG_ID", "org-secret-42")
     async with BatchServer() as elsewhere:
         server.moved_to = elsewhere.url
-        h = u.map(["a", "b"], "Say {value}", model=model_for(server, "lean"), via="batch", batch_poll=0.01, bus=bus)
-        with pytest.raises(u.UnityError, match="another host") as err:
-            await asyncio.wait_for(h.result(), 20)
+        async with u.OpenAIModel("gpt-4.1-mini", base_url=server.url, api_key="sk-test", fast_path=fast_path) as m:
+            h = u.map(["a", "b"], "Say {value}", model=m, via="batch", batch_poll=0.01, bus=bus)
+            with pytest.raises(u.UnityError, match="another host") as err:
+                await asyncio.wait_for(h.result(), 20)
         assert elsewhere.requests == [] and "307" in str(err.value) and "sk-test" not in str(err.value)
 
 

@@ -41,6 +41,7 @@ from ._transport import (
     TransportError,
     base_url_text,
     check_base_url,
+    own_http_client,
     stalled_status,
 )
 from ._wirecache import WireCache
@@ -134,7 +135,8 @@ class OpenAIModel:
     ``retry_hook`` (the loop shows it). The key is never shown: not in the repr, not in errors.
 
     Requests go through aiohttp with one connection pool per model (``fast_path=False``, or a
-    client handed in, uses the client's own ``post`` instead). Close the pool with
+    client handed in, uses the client's own ``post`` instead). A redirect to another host than the base URL's is
+    not followed (a client handed in follows its own settings: ``_transport``). Close the pool with
     ``await model.close()`` or ``async with OpenAIModel(...) as model``; a model that is dropped
     unclosed closes its sockets when it is collected.
     """
@@ -237,10 +239,9 @@ class OpenAIModel:
         if self._client is None:
             import openai
 
-            self._client = openai.AsyncOpenAI(
-                api_key=self._key, base_url=self.base_url, max_retries=0,
-                timeout=openai.Timeout(self.timeout, connect=self._connect_timeout),
-            )
+            timeout = openai.Timeout(self.timeout, connect=self._connect_timeout)  # redirects: own_http_client
+            self._client = openai.AsyncOpenAI(api_key=self._key, base_url=self.base_url, max_retries=0,
+                                              timeout=timeout, http_client=own_http_client(self.base_url, timeout))
         return self._client
 
     def __repr__(self) -> str:

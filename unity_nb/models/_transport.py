@@ -14,7 +14,12 @@
   supplies base URL, auth and default headers.
 - :class:`ClientTransport`: a client the user handed in (Azure, a custom transport) goes through
   its own documented ``post``; the raw response's bytes are read, so both paths share one SSE
-  decoder and one assembler.
+  decoder and one assembler. A client this package makes for it (``fast_path=False``) has the openai
+  package's own HTTP client, which follows no redirect to another origin either (:func:`own_http_client`).
+  A client handed in is the person's, configured as they chose, and is left as it is: its HTTP client
+  follows redirects as it was made to (the openai package's default follows them to any host, dropping
+  only Authorization there); to keep its headers at its host, give it
+  ``http_client=openai.DefaultAsyncHttpxClient(follow_redirects=False)``.
 
 Both raise :class:`TransportError` (no response: refused, dropped, timed out) and
 :class:`HTTPStatusError` (a status that is not success), and hand back a :class:`Response`.
@@ -45,7 +50,7 @@ from ._urls import shown_url
 __all__ = (
     "ERROR_BODY_LIMIT", "AioHTTPTransport", "ClientTransport", "Deadline", "HTTPStatusError", "RequestBody", "Response",
     "Silence", "Transport", "TransportError", "base_url_text", "check_base_url", "error_body_text", "follow_redirects",
-    "stalled_status",
+    "own_http_client", "stalled_status",
 )
 
 ERROR_BODY_LIMIT = 65536
@@ -241,8 +246,60 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _MAX_REDIRECTS = 10
 
 
+_ELSEWHERE = ("it leads to another host (scheme, host and port) than the base URL's, where neither the request "
+              "nor its key and headers are sent; if the server has moved, give its new address as base_url=")
+
+
 def _origin(url: Any) -> tuple[str, str | None, int | None]:
     return url.scheme, url.host, url.port  # yarl: the host in lower case, the scheme's port when none is written
+
+
+def _url_origin(url: str) -> tuple[str, str | None, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme.lower(), parts.hostname, parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+
+
+def own_http_client(base_url: str, timeout: Any) -> Any:
+    """The HTTP client of an ``openai.AsyncOpenAI`` this package makes (``fast_path=False``, ``model.client``):
+    the openai package's own (``openai.DefaultAsyncHttpxClient``: its timeout, pool limits, redirects followed),
+    which follows no redirect out of ``base_url``'s origin. httpx drops only Authorization on the way to another
+    origin (and keeps it from http to https): the person's other headers (``OPENAI_CUSTOM_HEADERS``, such as a
+    gateway's key; ``OpenAI-Organization``) and the request's body went along. Such a redirect is refused as
+    :func:`follow_redirects` refuses it: an :class:`HTTPStatusError` saying where it led and why (raised through
+    the client as it is: it is not the client's to wrap), before anything is sent there."""
+    global _OWN_CLIENT
+    origin = _url_origin(base_url)
+
+    async def same_origin_only(response: Any) -> None:
+        location = response.headers.get("location")
+        if response.status_code not in _REDIRECTS or not location:
+            return
+        url = str(response.request.url)
+        try:
+            allowed, why = _url_origin(urllib.parse.urljoin(url, location)) == origin, _ELSEWHERE
+        except ValueError:
+            allowed, why = False, "its Location is not a URL"
+        if not allowed:
+            raise HTTPStatusError(response.status_code, response.headers, b"", url, refused=why)
+
+    if _OWN_CLIENT is None:
+        import openai
+
+        class _Client(openai.DefaultAsyncHttpxClient):
+            def __del__(self) -> None:  # as the openai package's own: one dropped unclosed closes its pool
+                if self.is_closed:
+                    return
+                try:
+                    asyncio.get_running_loop().create_task(self.aclose())
+                except RuntimeError:  # no event loop runs: its sockets close as they are collected
+                    pass
+
+        _OWN_CLIENT = _Client
+    return _OWN_CLIENT(base_url=base_url, timeout=timeout, event_hooks={"response": [same_origin_only]})
+
+
+_OWN_CLIENT: Any = None
+"""The class of :func:`own_http_client`'s clients (made when the first is: it needs openai)."""
 
 
 async def follow_redirects(
@@ -267,9 +324,7 @@ async def follow_redirects(
         except ValueError:
             return resp, "its Location is not a URL"
         if _origin(target) != origin:
-            return resp, (
-                "it leads to another host (scheme, host and port) than the base URL's, where neither the request "
-                "nor its key and headers are sent; if the server has moved, give its new address as base_url=")
+            return resp, _ELSEWHERE
         asks_get = resp.status == 303 or (resp.status in (301, 302) and method == "POST")
         method = "GET" if asks_get else method
         resp.release()
