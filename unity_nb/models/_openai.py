@@ -6,7 +6,7 @@ without importing openai unless its own request path is asked for (a client hand
 the kernel's event loop and every widget button with it). The request body is built here as a plain
 dict: the per-call parameter transform of ``chat.completions.create`` is most of its CPU cost and
 grows with the transcript. It is sent by
-``aiohttp`` (``_transport``), or by the client's own documented ``post`` for a client handed in.
+``aiohttp`` (``_transport``), or by the client's own documented ``post`` (``_client_path``) for a client handed in.
 Both paths hand raw bytes to one SSE decoder (``_sse``) and one assembler (``_assemble``), so every
 provider's dialect is read the same way on both. Streaming is always on. Retries are ours, so a
 stream dropped half-way is retried too.
@@ -26,12 +26,12 @@ from .._errors import ModelConfigError, ModelError
 from .._json import loads
 from ._assemble import Assembler, MalformedChunk, ProviderError, ReplyTooLong, bare_error, provider_error
 from ._base import DeltaCallback, ModelRequest, Reply, Usage, retry_hook
+from ._client_path import ClientTransport, own_http_client
 from ._limits import RateLimit, rate_limit_of
 from ._prices import prefetch as prefetch_prices
 from ._sse import LineTooLong, SSEDecoder
 from ._transport import (
     AioHTTPTransport,
-    ClientTransport,
     Deadline,
     HTTPStatusError,
     RequestBody,
@@ -41,7 +41,6 @@ from ._transport import (
     TransportError,
     base_url_text,
     check_base_url,
-    own_http_client,
     stalled_status,
 )
 from ._wirecache import WireCache
@@ -136,7 +135,7 @@ class OpenAIModel:
 
     Requests go through aiohttp with one connection pool per model (``fast_path=False``, or a
     client handed in, uses the client's own ``post`` instead). A redirect to another host than the base URL's is
-    not followed (a client handed in follows its own settings: ``_transport``). Close the pool with
+    not followed (a client handed in follows its own settings: ``_client_path``). Close the pool with
     ``await model.close()`` or ``async with OpenAIModel(...) as model``; a model that is dropped
     unclosed closes its sockets when it is collected.
     """

@@ -12,14 +12,8 @@
   is bounded by the caller (:class:`Silence`, ``read_timeout`` seconds without a complete line), not by
   aiohttp's ``sock_read``, which would cancel and push a timer on every read. The OpenAI client still
   supplies base URL, auth and default headers.
-- :class:`ClientTransport`: a client the user handed in (Azure, a custom transport) goes through
-  its own documented ``post``; the raw response's bytes are read, so both paths share one SSE
-  decoder and one assembler. A client this package makes for it (``fast_path=False``) has the openai
-  package's own HTTP client, which follows no redirect to another origin either (:func:`own_http_client`).
-  A client handed in is the person's, configured as they chose, and is left as it is: its HTTP client
-  follows redirects as it was made to (the openai package's default follows them to any host, dropping
-  only Authorization there); to keep its headers at its host, give it
-  ``http_client=openai.DefaultAsyncHttpxClient(follow_redirects=False)``.
+- ``ClientTransport`` (``_client_path``): a client the user handed in (Azure, a custom transport), or the one
+  ``fast_path=False`` makes, goes through its own documented ``post``.
 
 Both raise :class:`TransportError` (no response: refused, dropped, timed out) and
 :class:`HTTPStatusError` (a status that is not success), and hand back a :class:`Response`.
@@ -48,9 +42,9 @@ from ._silence import Deadline, Silence
 from ._urls import shown_url
 
 __all__ = (
-    "ERROR_BODY_LIMIT", "AioHTTPTransport", "ClientTransport", "Deadline", "HTTPStatusError", "RequestBody", "Response",
+    "ERROR_BODY_LIMIT", "AioHTTPTransport", "Deadline", "HTTPStatusError", "RequestBody", "Response",
     "Silence", "Transport", "TransportError", "base_url_text", "check_base_url", "error_body_text", "follow_redirects",
-    "own_http_client", "stalled_status",
+    "stalled_status",
 )
 
 ERROR_BODY_LIMIT = 65536
@@ -252,54 +246,6 @@ _ELSEWHERE = ("it leads to another host (scheme, host and port) than the base UR
 
 def _origin(url: Any) -> tuple[str, str | None, int | None]:
     return url.scheme, url.host, url.port  # yarl: the host in lower case, the scheme's port when none is written
-
-
-def _url_origin(url: str) -> tuple[str, str | None, int | None]:
-    parts = urllib.parse.urlsplit(url)
-    return parts.scheme.lower(), parts.hostname, parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
-
-
-def own_http_client(base_url: str, timeout: Any) -> Any:
-    """The HTTP client of an ``openai.AsyncOpenAI`` this package makes (``fast_path=False``, ``model.client``):
-    the openai package's own (``openai.DefaultAsyncHttpxClient``: its timeout, pool limits, redirects followed),
-    which follows no redirect out of ``base_url``'s origin. httpx drops only Authorization on the way to another
-    origin (and keeps it from http to https): the person's other headers (``OPENAI_CUSTOM_HEADERS``, such as a
-    gateway's key; ``OpenAI-Organization``) and the request's body went along. Such a redirect is refused as
-    :func:`follow_redirects` refuses it: an :class:`HTTPStatusError` saying where it led and why (raised through
-    the client as it is: it is not the client's to wrap), before anything is sent there."""
-    global _OWN_CLIENT
-    origin = _url_origin(base_url)
-
-    async def same_origin_only(response: Any) -> None:
-        location = response.headers.get("location")
-        if response.status_code not in _REDIRECTS or not location:
-            return
-        url = str(response.request.url)
-        try:
-            allowed, why = _url_origin(urllib.parse.urljoin(url, location)) == origin, _ELSEWHERE
-        except ValueError:
-            allowed, why = False, "its Location is not a URL"
-        if not allowed:
-            raise HTTPStatusError(response.status_code, response.headers, b"", url, refused=why)
-
-    if _OWN_CLIENT is None:
-        import openai
-
-        class _Client(openai.DefaultAsyncHttpxClient):
-            def __del__(self) -> None:  # as the openai package's own: one dropped unclosed closes its pool
-                if self.is_closed:
-                    return
-                try:
-                    asyncio.get_running_loop().create_task(self.aclose())
-                except RuntimeError:  # no event loop runs: its sockets close as they are collected
-                    pass
-
-        _OWN_CLIENT = _Client
-    return _OWN_CLIENT(base_url=base_url, timeout=timeout, event_hooks={"response": [same_origin_only]})
-
-
-_OWN_CLIENT: Any = None
-"""The class of :func:`own_http_client`'s clients (made when the first is: it needs openai)."""
 
 
 async def follow_redirects(
@@ -537,56 +483,6 @@ def _close_pool(session: Any) -> None:
             # the base class's close() closes every socket at once (TCPConnector's own is a coroutine,
             # which cannot run when the event loop has finished)
             aiohttp.BaseConnector.close(connector)
-
-
-class ClientTransport:
-    """POST through a ready ``openai.AsyncOpenAI`` (or Azure) client's documented ``post``."""
-
-    def __init__(self, client: Any) -> None:
-        import openai
-
-        self.client = client
-        self._openai = openai
-        self._parts = urllib.parse.urlsplit(str(client.base_url))
-
-    async def open(self, path: str, body: RequestBody) -> Response:
-        oa = self._openai
-        try:
-            stream = await self.client.post(
-                path, body=body.data, cast_to=object, stream=True, stream_cls=oa.AsyncStream[object]
-            )
-        except oa.APIStatusError as err:
-            url = str(self.client.base_url).rstrip("/") + path  # the client joins them with one slash
-            try:  # the client has read the body (it does before raising): the same reading as the aiohttp path
-                data: bytes | str = err.response.content
-            except Exception:  # noqa: BLE001 - a body that was not read: the client's own summary
-                data = getattr(err, "message", None) or str(err)
-            cut = len(data) > ERROR_BODY_LIMIT
-            raise HTTPStatusError(
-                err.status_code, err.response.headers, data[:ERROR_BODY_LIMIT], url, cut=cut
-            ) from None
-        except (oa.APIConnectionError, oa.APITimeoutError) as err:  # APITimeoutError is a connection error too
-            cause = err.__cause__ or err
-            where = f"{_where(self._parts)} ({self.client.base_url})"
-            raise TransportError(f"no response from {where}: {_describe(cause)}") from None
-        raw = stream.response
-
-        async def chunks() -> AsyncIterator[bytes]:
-            try:
-                async for data in raw.aiter_bytes():
-                    yield data
-            except Exception as err:  # noqa: BLE001 - the HTTP library's own errors: the stream broke off
-                where = _where(self._parts)
-                raise TransportError(f"the response stream from {where} broke off: {_describe(err)}") from None
-
-        ctype = raw.headers.get("content-type", "").split(";")[0].strip().lower()
-        return Response(ctype, chunks(), stream.close, raw.headers)
-
-    async def close(self) -> None:
-        pass  # the client is the person's (or the model's, which closes it): not the transport's
-
-    def close_now(self) -> None:
-        pass  # the client is the user's; they close it
 
 
 def _describe(err: BaseException) -> str:
