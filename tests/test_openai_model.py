@@ -566,30 +566,40 @@ async def test_the_request_deadline_ends_a_hung_call_and_it_is_retried(server, m
     assert len(retries(h)) == 1
 
 
-async def test_an_error_status_whose_body_stalls_is_said_with_its_status_and_not_retried_if_it_says_so(server):
-    """A status whose body then stalled ended as "no progress": its status lost, and a 400 retried as if it passed.
-    (The aiohttp path: the openai client reads an error's body itself, out of our reach.)"""
+async def test_an_error_status_whose_body_stalls_is_said_with_its_status_and_not_retried_if_it_says_so(
+        server, make_model):
+    """A status whose body then stalled ended as "no progress": its status lost, and a 400 retried as if it passed
+    (on both paths: the openai client unity_nb makes read an error's body itself, out of reach, before raising)."""
     server.script([R(status=400, stall_body=True), R("never asked for")])
-    async with u.OpenAIModel("m", base_url=server.base_url, api_key=KEY, timeout=0.5, backoff=0.001) as m:
-        with pytest.raises(u.ModelError) as err:
-            await asyncio.wait_for(m.complete(ask()), T)
+    m = make_model(timeout=0.5)
+    with pytest.raises(u.ModelError) as err:
+        await asyncio.wait_for(m.complete(ask()), T)
     assert err.value.status == 400 and "HTTP 400" in str(err.value) and "stalled" in str(err.value)
     assert "fake error" in str(err.value)  # what arrived of the body is said
     assert len(server.requests) == 1
 
 
-async def test_a_retried_status_whose_body_stalls_is_retried_and_named(server):
+async def test_a_retried_status_whose_body_stalls_is_retried_and_named(server, make_model):
     server.script([R(status=503, stall_body=True), R(status=429, stall_body=True, headers={"retry-after": "0"}),
                    R("after the stalls")])
     seen: list[str] = []
     token = retry_hook.set(lambda attempt, error, delay: seen.append(error))
     try:
-        async with u.OpenAIModel("m", base_url=server.base_url, api_key=KEY, timeout=0.5, backoff=0.001) as m:
-            reply = await asyncio.wait_for(m.complete(ask()), T)
+        reply = await asyncio.wait_for(make_model(timeout=0.5).complete(ask()), T)
     finally:
         retry_hook.reset(token)
     assert reply.content == "after the stalls" and len(seen) == 2
     assert "503" in seen[0] and "429" in seen[1] and all("stalled" in e for e in seen)
+
+
+async def test_model_client_used_directly_keeps_the_openai_packages_own_errors(server):
+    # the model's requests read an error status themselves (above); a person's own call through model.client does not
+    import openai
+
+    server.script([R(status=400)])
+    async with u.OpenAIModel("m", base_url=server.base_url, api_key=KEY, fast_path=False) as m:
+        with pytest.raises(openai.BadRequestError, match="fake error 400"):
+            await asyncio.wait_for(m.client.chat.completions.create(model="m", messages=[]), T)
 
 
 async def test_https_with_certificate_verification(tmp_path, monkeypatch):

@@ -15,6 +15,8 @@ the one this package makes (``fast_path=False``, ``model.client``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import urllib.parse
 from collections.abc import AsyncIterator
 from typing import Any
@@ -62,6 +64,12 @@ def own_http_client(base_url: str, timeout: Any) -> Any:
         if not allowed:
             raise HTTPStatusError(response.status_code, response.headers, b"", url, refused=why)
 
+    async def hook(response: Any) -> None:
+        if response.status_code in _REDIRECTS:
+            await same_origin_only(response)
+        elif response.status_code >= 400 and (stalled := _ERRORS_READ_HERE.get()) is not None:
+            raise await _status_error(response, stalled)
+
     if _OWN_CLIENT is None:
         import openai
 
@@ -75,25 +83,62 @@ def own_http_client(base_url: str, timeout: Any) -> Any:
                     pass
 
         _OWN_CLIENT = _Client
-    return _OWN_CLIENT(base_url=base_url, timeout=timeout, event_hooks={"response": [same_origin_only]})
+    return _OWN_CLIENT(base_url=base_url, timeout=timeout, event_hooks={"response": [hook]})
 
 
 _OWN_CLIENT: Any = None
 """The class of :func:`own_http_client`'s clients (made when the first is: it needs openai)."""
 
+_ERRORS_READ_HERE: contextvars.ContextVar[float | None] = contextvars.ContextVar("unity_nb_errors_read_here",
+                                                                                 default=None)
+"""Set (to the model's ``timeout``) while :class:`ClientTransport` sends a model's request: an error status is then
+read by :func:`own_http_client`'s hook, not by the openai client (whose other callers keep its own errors)."""
+
+
+async def _status_error(response: Any, stalled: float) -> HTTPStatusError:
+    """An error status as the aiohttp path reads it: its body's start (at most :data:`ERROR_BODY_LIMIT` bytes),
+    what came of it when it broke off; a cancellation while it comes (the attempt's deadline: the body stalled)
+    carries the status (``stalled_status``). The openai client reads such a body whole before it raises, and a
+    body that stalled lost its status: the deadline ended the attempt as "no progress" (a 400 retried)."""
+    url = str(response.request.url)
+    pieces: list[bytes] = []
+    size = 0
+    try:
+        async with contextlib.aclosing(response.aiter_bytes()) as body:
+            async for piece in body:
+                pieces.append(piece)
+                size += len(piece)
+                if size > ERROR_BODY_LIMIT:
+                    break
+    except asyncio.CancelledError as cancelled:
+        cancelled.status_error = HTTPStatusError(  # type: ignore[attr-defined]
+            response.status_code, response.headers, b"".join(pieces)[:ERROR_BODY_LIMIT], url, stalled=stalled)
+        raise
+    except Exception:  # noqa: BLE001, S110 - the HTTP library's own: what came before the body broke off is said
+        pass
+    said = b"".join(pieces)
+    return HTTPStatusError(response.status_code, response.headers, said[:ERROR_BODY_LIMIT], url,
+                           cut=len(said) > ERROR_BODY_LIMIT)
+
 
 class ClientTransport:
-    """POST through a ready ``openai.AsyncOpenAI`` (or Azure) client's documented ``post``."""
+    """POST through a ready ``openai.AsyncOpenAI`` (or Azure) client's documented ``post``.
 
-    def __init__(self, client: Any) -> None:
+    ``read_timeout`` (the model's ``timeout``) is said of an error status whose body stalls; through a client
+    :func:`own_http_client` made, that status is read and said (not "no progress"). A client handed in reads an
+    error's body itself before it raises: one that stalls there ends as no progress, its status unknown."""
+
+    def __init__(self, client: Any, read_timeout: float | None = None) -> None:
         import openai
 
         self.client = client
+        self.read_timeout = read_timeout
         self._openai = openai
         self._parts = urllib.parse.urlsplit(str(client.base_url))
 
     async def open(self, path: str, body: RequestBody) -> Response:
         oa = self._openai
+        reading = _ERRORS_READ_HERE.set(self.read_timeout)  # an error status is read by own_http_client's hook
         try:
             stream = await self.client.post(
                 path, body=body.data, cast_to=object, stream=True, stream_cls=oa.AsyncStream[object]
@@ -112,6 +157,8 @@ class ClientTransport:
             cause = err.__cause__ or err
             where = f"{_where(self._parts)} ({self.client.base_url})"
             raise TransportError(f"no response from {where}: {_describe(cause)}") from None
+        finally:
+            _ERRORS_READ_HERE.reset(reading)
         raw = stream.response
 
         async def chunks() -> AsyncIterator[bytes]:

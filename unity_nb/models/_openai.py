@@ -229,7 +229,7 @@ class OpenAIModel:
                 read_timeout=timeout,
             )
         else:
-            self._transport = ClientTransport(self.client)
+            self._transport = ClientTransport(self.client, read_timeout=self.timeout)
 
     @property
     def client(self) -> Any:
