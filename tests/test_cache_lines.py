@@ -206,3 +206,22 @@ async def test_recordings_that_cannot_be_written_are_said_once_and_written_once_
         assert model.write_error is None
         assert len(said) == 1
     assert sorted(r["entry"]["content"] for r in _lines(path)[1:]) == ["ONE", "THREE", "TWO"]
+
+
+async def test_a_usage_the_provider_did_not_report_replays_still_marked_estimated(tmp_path):
+    # the recording kept the two counts alone: an estimate (no usage reported) replayed as the provider's own count
+    from unity_nb.models import ModelRequest, Reply, Usage
+
+    class Unreported:
+        name = "m"
+
+        async def complete(self, request, on_delta=None):
+            return Reply(content="hi", usage=Usage(12, 3, estimated=True))
+
+    path = tmp_path / "r.json"
+    request = ModelRequest(messages=[{"role": "user", "content": "say hi"}])
+    recorder = u.CachedModel(Unreported(), path, mode="auto")
+    assert (await recorder.complete(request)).usage.estimated
+    recorder.save()
+    replayed = await u.CachedModel(Unreported(), path, mode="replay").complete(request)
+    assert replayed.content == "hi" and replayed.usage == Usage(12, 3, estimated=True)

@@ -218,7 +218,8 @@ class CachedModel:
                 {"name": c.name, "arguments": c.arguments, "id": c.id, **({"extra": c.extra} if c.extra else {})}
                 for c in reply.tool_calls
             ],
-            "usage": [reply.usage.input_tokens, reply.usage.output_tokens],
+            # [in, out], and True when estimated (the provider reported none): replayed as the estimate it was
+            "usage": [reply.usage.input_tokens, reply.usage.output_tokens, *([True] if reply.usage.estimated else [])],
             "model": reply.model,
             "finish_reason": reply.finish_reason,
         }
