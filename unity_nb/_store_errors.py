@@ -7,7 +7,7 @@ import sqlite3
 
 from ._errors import UserError
 
-__all__ = ("BUSY", "DAMAGED", "FULL", "code", "literal", "the_files", "unusable")
+__all__ = ("BUSY", "DAMAGED", "FULL", "code", "literal", "lost_tables", "the_files", "unusable")
 
 DAMAGED = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 FULL = frozenset({sqlite3.SQLITE_FULL})
@@ -49,4 +49,15 @@ def unusable(path: str, err: BaseException) -> UserError:
     return UserError(
         f"the store file {path!r} cannot be used ({err}): set UNITY_NB_STORE to a file in a folder you can write, "
         "or move the file aside if it is damaged"
+    )
+
+
+def lost_tables(path: str, tables: list[str]) -> UserError:
+    """The error for a store file that has lost tables it records in (dropped by hand, say)."""
+    names = ", ".join(repr(t) for t in tables)
+    which = f"tables {names} are" if len(tables) > 1 else f"table {names} is"
+    return UserError(
+        f"the store file {path!r} is damaged: its {which} missing (dropped by hand?), and nothing is recorded or read "
+        f"without it: move the file aside (rename it, for example to {path + '.damaged'!r}; a new store is then made "
+        "in its place) or set UNITY_NB_STORE to another file"
     )

@@ -4,11 +4,12 @@ session's process still runs."""
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterable
 
 from . import events as ev
 
-__all__ = ("pid_alive", "rebuild_transcript")
+__all__ = ("alive_sessions", "pid_alive", "rebuild_transcript")
 
 
 def rebuild_transcript(events: Iterable[ev.Event]) -> list:
@@ -89,3 +90,9 @@ def pid_alive(pid: int | None) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def alive_sessions(rows: list[dict], own: str) -> set[str]:
+    """The sessions (rows of ``sessions``) whose process still runs on this host; ``own`` is this store's."""
+    host = socket.gethostname()
+    return {r["id"] for r in rows if r["id"] == own or (r["host"] == host and pid_alive(r["pid"]))}

@@ -24,11 +24,12 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ._errors import UserError
+from ._store_errors import lost_tables
 
 __all__ = (
     "CHECK_SAMPLE", "CHECK_WHOLE_UP_TO", "INDEX_CATCH_UP", "LAST_OF_KIND", "LAST_REQUESTS", "MIGRATIONS", "OF_LOOP",
     "OF_LOOP_KIND", "REBUILD_INDEX", "SCAN_LAST_OF_KIND", "SCAN_OF_LOOP", "SCHEMA_VERSION", "by_index", "check_index",
-    "index_damage", "loop_rows", "rebuild_index", "StoreFile",
+    "index_damage", "loop_rows", "check_tables", "rebuild_index", "StoreFile",
 )
 
 log = logging.getLogger("unity_nb.store")
@@ -113,6 +114,20 @@ UPDATE loops SET kind = 'ask' WHERE kind = 'loop' AND name LIKE 'ask-%'
 MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4]
 """Step ``i`` takes the schema from version ``i`` to ``i + 1``."""
 SCHEMA_VERSION = len(MIGRATIONS)
+
+_TABLES = (("sessions", "loops", "events", "knowledge_tables", "guidance"), ("tasks", "task_turns", "task_messages",
+                                                                            "task_queue"))
+"""The tables each step makes that hold what was recorded (the index of events, step 3's, is derived: rebuilt)."""
+
+
+def check_tables(db: sqlite3.Connection, version: int, path: str) -> None:
+    """A UserError if the file (of schema ``version``) has lost tables it records in (dropped by hand, say): opened
+    as if whole, it failed at every read and write with SQLite's 'no such table', its events waiting in memory for a
+    table that never came back."""
+    have = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    lost = [t for step in _TABLES[:version] for t in step if t not in have]
+    if lost:
+        raise lost_tables(path, lost)
 
 _INDEXED = "IFNULL((SELECT value FROM store_meta WHERE key = 'indexed'), 0)"  # no row: nothing indexed
 INDEXED = _INDEXED

@@ -49,7 +49,7 @@ from ._store_errors import code as _code
 from ._store_errors import literal as _literal
 from ._store_errors import the_files as _the_files
 from ._store_errors import unusable as _unusable
-from ._store_reads import pid_alive, rebuild_transcript
+from ._store_reads import alive_sessions, rebuild_transcript
 from ._store_schema import (
     INDEX_CATCH_UP,
     LAST_OF_KIND,
@@ -59,6 +59,7 @@ from ._store_schema import (
     SCHEMA_VERSION,
     by_index,
     check_index,
+    check_tables,
     index_damage,
     loop_rows,
 )
@@ -208,6 +209,7 @@ class Store:
                 except BaseException:
                     self._db.execute("ROLLBACK")
                     raise
+            check_tables(self._db, self.version, self.path)  # a table dropped by hand: said now, not at each read
 
     @contextlib.contextmanager
     def _damage(self) -> Iterator[None]:
@@ -493,14 +495,7 @@ class Store:
 
     def alive_sessions(self) -> set[str]:
         """Sessions whose process still runs (on this host)."""
-        host = socket.gethostname()
-        alive = set()
-        for row in self.query("SELECT id, pid, host FROM sessions"):
-            if row["id"] == self.session:
-                alive.add(row["id"])
-            elif row["host"] == host and pid_alive(row["pid"]):
-                alive.add(row["id"])
-        return alive
+        return alive_sessions(self.query("SELECT id, pid, host, started FROM sessions"), self.session)
 
     def loops(self, *, limit: int | None = None, name: str | None = None, batch_rows: bool = True) -> list[dict]:
         """Past and present loops, newest last: ``uid, name, task, status, started, ended, steps, ...``.
