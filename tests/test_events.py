@@ -39,6 +39,8 @@ def sample(cls: type) -> ev.Event:
         origin, args = typing.get_origin(hint), typing.get_args(hint)
         if origin is typing.Literal:
             values[f.name] = args[-1]
+        elif origin is dict or any(typing.get_origin(a) is dict for a in args):
+            values[f.name] = {"max_steps": 3, "note": f"{f.name} é ☕"}
         elif origin is tuple:
             values[f.name] = [{"id": "c1", "name": "n", "arguments": "{}"}] if args[0] is dict else ["a", "b"]
         elif hint is bool or bool in args:

@@ -245,6 +245,11 @@ class ActorTools(ToolSource):
         """The actor's approval of plans (recorded with the loop's start, so a resume keeps it)."""
         return self.actor.approval
 
+    @property
+    def settings(self) -> dict[str, Any]:  # type: ignore[override]
+        """The actor's code timeout (recorded with an operation's start, so a resume keeps it)."""
+        return {"code_timeout": self.actor.code_timeout}
+
     def needs_approval(self, tool: Tool) -> bool:
         """A JSON tool waits when it is marked, or on every call with ``approval="always"`` (a plan's
         approval is asked inside ``execute_code``, where ``"first"`` counts plans)."""

@@ -291,10 +291,11 @@ def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
     history = _resumed_history(store, row["uid"])
     missing = sum(1 for m in history if m["role"] == "tool" and "no result was recorded" in str(m["content"]))
     model = magics.current_model()
-    options = magics.loop_options({})
     started = store.events(row["uid"], kind="loop_started")
     approval = started[0].approval if started else None  # None: recorded before it was (the kernel's default)
-    actor = magics.actor(model, {"approval": approval} if approval else {})
+    kept = _started_with(started[0].settings if started else None)  # the options of its line (--max-steps, ...)
+    options = magics.loop_options(kept)
+    actor = magics.actor(model, {**kept, "approval": approval} if approval else kept)
     resumed = _RESUMED.format(uid=row["uid"])  # the conversation itself goes as messages (history=)
     actor.instructions = "\n\n".join(p for p in (actor.instructions, resumed) if p)
     task = row["task"] or "(no task recorded)"
@@ -304,6 +305,7 @@ def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
         + (f"; {missing} tool call(s) without a result marked as interrupted)." if missing else ").")
         + f" Plans: --approval {actor.approval}"
         + (" (as it was started)." if approval else " (this kernel's default).")
+        + (" Its options as it was started." if kept else " Its options: this kernel's (none were recorded).")
     )
     uid = row["uid"]
 
@@ -315,6 +317,22 @@ def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
         return handle
 
     return magics.start(row["name"], launch, sub="resume", notice=notice)
+
+
+_KEPT = ("max_steps", "multi", "time_awareness", "max_parallel_tools", "context_window", "code_timeout")
+
+
+def _started_with(settings: dict | None) -> dict:
+    """The options an interrupted act was started with (``LoopStarted.settings``), as ``%unity act`` options:
+    resumed, it runs with them, not this kernel's defaults. Empty: recorded before they were."""
+    if not isinstance(settings, dict):
+        return {}
+    out = {k: settings[k] for k in _KEPT if k in settings}
+    if out.get("context_window"):
+        out.update({k: settings[k] for k in ("compress_at", "keep_last") if k in settings})
+    if "code_timeout" in out and out["code_timeout"] is None:
+        out["code_timeout"] = 0  # none: never, as --code-timeout 0 says
+    return out
 
 
 def resume_map(magics: UnityMagics, row: dict, *, budget: float | None = None) -> LoopHandle:

@@ -69,6 +69,8 @@ __all__ = ("LoopHandle", "start_ask")
 
 _ENDED = frozenset({Status.FINISHED, Status.STOPPED, Status.FAILED})
 _NONE: dict[str, Any] = {}
+_RESUMED = ("max_steps", "multi", "time_awareness", "max_parallel_tools", "context_window", "compress_at", "keep_last")
+"""The options an operation's start records (``LoopStarted.settings``), so that ``%unity resume`` keeps them."""
 _loop_started = maker(ev.LoopStarted)  # made without the class call's cost (a batch makes one per row)
 
 
@@ -161,10 +163,10 @@ class LoopHandle(Loop):
         run.counted = parent is None or not parent._engine.batch
         self._router = Router(run, self)
         self._engine: Driver
-        approval = None
+        approval, own = None, _NONE
         if isinstance(engine, type) and issubclass(engine, Engine):  # a loop that calls the model: a turn, ...
             source = as_source(tool_source, tools)
-            approval = source.approval
+            approval, own = source.approval, source.settings
             source.bind(run)
             self._turn: Turn | None = Turn(run, tools, source, self._router, self)
             self._runner: ToolRunner | None = ToolRunner(run, self._turn, self._router, source, self)
@@ -200,6 +202,7 @@ class LoopHandle(Loop):
             base_url=remembered.get("base_url"),
             price_input=remembered.get("price_input"),
             price_output=remembered.get("price_output"),
+            settings={**{k: getattr(cfg, k) for k in _RESUMED}, **own} if parent is None else None,
         )
         run.publish(started)
         if cfg.multi:

@@ -30,6 +30,9 @@ class ToolSource:
     approval: str | None = None
     """How plans wait for the person (the actor's source: ``never``, ``first``, ``always``), recorded with the
     loop's start (``LoopStarted.approval``) so that a resume keeps it; ``None`` for a source without plans."""
+    settings: dict[str, Any] = {}
+    """The source's own options a resume needs (an actor's ``code_timeout``), recorded with an operation's start
+    (``LoopStarted.settings``)."""
 
     def bind(self, run: Run) -> None:
         """Called once, when the loop this source serves has its run."""

@@ -1,0 +1,55 @@
+"""%unity resume after a dead kernel starts an act with the options its line gave (--max-steps, --multi,
+--code-timeout, ...), not this kernel's defaults: the store keeps them with the operation's start."""
+
+import asyncio
+
+import pytest
+from conftest import magics
+
+import unity_nb as u
+
+
+@pytest.fixture
+def ip(stored_shell):
+    return stored_shell
+
+
+async def test_a_resumed_act_runs_with_the_options_it_was_started_with(ip):
+    hold = asyncio.Event()
+
+    async def first(messages, tools):
+        if not [m for m in messages if m["role"] == "tool"]:
+            return u.call_tool("execute_code", code="x = 1", intent="start")
+        await hold.wait()  # the kernel dies while the model thinks
+        return "never"
+
+    ip.user_ns["m"] = u.ScriptedModel(first)
+    ip.run_line_magic("unity", "model --var m")
+    h = ip.run_line_magic("unity", "act --name tour --max-steps 2 --code-timeout 7 --time-awareness Count.")
+    await h.wait_for("model_request", lambda e: e.step >= 2, timeout=10)
+
+    store = magics(ip).store  # the kernel dies: a new extension instance, this session's process marked gone
+    store.flush()
+    session = store.session
+    ip.run_line_magic("unload_ext", "unity_nb")
+    other = u.Store(store.path)
+    other.execute("UPDATE sessions SET pid = 0 WHERE id = ?", (session,))
+    ip.run_line_magic("load_ext", "unity_nb")
+
+    calls = []
+
+    def second(messages, tools):  # a plan at every step it may: only --max-steps ends it
+        calls.append(messages)
+        return u.call_tool("execute_code", code="y = 2", intent="more") if tools else "done"
+
+    ip.user_ns["m"] = u.ScriptedModel(second)
+    ip.run_line_magic("unity", "model --var m")
+    h2 = ip.run_line_magic("unity", "resume tour")
+    assert await asyncio.wait_for(h2, 10) == "done"
+    assert len(calls) == 2  # --max-steps 2, not the kernel's 30
+    assert h2.tools.actor.code_timeout == 7
+    resumed = other.events(kind="loop_started")[-1]  # the resumed run's start: as the first's, for a next resume
+    assert resumed.name == "tour" and resumed.settings["max_steps"] == 2 and resumed.settings["time_awareness"] is True
+    other.close()
+    hold.set()
+    await h.stop()
