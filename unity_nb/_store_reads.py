@@ -93,6 +93,28 @@ def pid_alive(pid: int | None) -> bool:
 
 
 def alive_sessions(rows: list[dict], own: str) -> set[str]:
-    """The sessions (rows of ``sessions``) whose process still runs on this host; ``own`` is this store's."""
+    """The sessions (rows of ``sessions``) whose process still runs on this host; ``own`` is this store's. A process
+    that started after its session did has the pid of a dead one (pids are reused: a container restarted starts
+    its processes at the same small ids), whose loops would otherwise show running, and resume refuse them, forever."""
     host = socket.gethostname()
-    return {r["id"] for r in rows if r["id"] == own or (r["host"] == host and pid_alive(r["pid"]))}
+    return {r["id"] for r in rows if r["id"] == own or (
+        r["host"] == host and pid_alive(r["pid"]) and not _started_after(r["pid"], r.get("started")))}
+
+
+_SLACK = 5.0
+"""Seconds a process may seem to have started after its session did (the boot time is read in whole seconds)."""
+
+
+def _started_after(pid: int, started: float | None) -> bool:
+    """Whether the process ``pid`` started after ``started`` (a time): never said where it cannot be read."""
+    if not started:
+        return False
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()  # after the name, which may hold spaces and parentheses
+        with open("/proc/stat", "rb") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
+        began = boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime: clock ticks since boot
+    except (OSError, ValueError, IndexError, StopIteration):
+        return False  # not Linux, or the process is gone meanwhile
+    return began > started + _SLACK

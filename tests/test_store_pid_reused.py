@@ -1,0 +1,43 @@
+"""A kernel that died leaves its session's process id in the store; once another process has that id (pids are
+reused: a container restarted starts its processes at the same small ids), the dead kernel's loops still showed
+running, and %unity resume refused them as live forever. A process that started after the session did is not
+the session's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import unity_nb as u
+from unity_nb import events as ev
+
+
+def test_a_dead_kernels_loop_shows_interrupted_though_its_pid_now_runs_another_process(tmp_path):
+    path = str(tmp_path / "state.db")
+    dead = u.Store(path)  # the kernel that died, an hour ago
+    dead.record(ev.LoopStarted(loop_id="a1", name="tour", task="go", model="m", lineage=()))
+    dead.flush()
+    # another process, started now, has the dead kernel's pid
+    other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        dead.execute("UPDATE sessions SET pid = ?, started = ? WHERE id = ?", (other.pid, time.time() - 3600,
+                                                                               dead.session))
+        dead.close()
+        store = u.Store(path)
+        assert store.find("tour")["status"] == "interrupted"
+        assert [r["status"] for r in store.loops()] == ["interrupted"]
+        store.close()
+    finally:
+        other.communicate(b"", timeout=30)
+
+
+def test_a_live_kernels_loop_still_shows_running(tmp_path):
+    path = str(tmp_path / "state.db")
+    live = u.Store(path)  # another kernel, alive: this process, which started before its store opened
+    live.record(ev.LoopStarted(loop_id="b1", name="job", task="go", model="m", lineage=()))
+    live.flush()
+    reader = u.Store(path)
+    assert reader.find("job")["status"] == "running"
+    reader.close()
+    live.close()
