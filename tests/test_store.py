@@ -431,6 +431,25 @@ def test_an_event_changed_by_hand_is_a_clear_error_and_history_keeps_every_loop(
     store.close()
 
 
+@pytest.mark.parametrize("step", ['"two"', "[2]", "{}", "1e999"])
+def test_a_model_call_whose_step_was_changed_by_hand_costs_history_nothing(tmp_path, step):
+    """Readable JSON in a loop's newest model call, its step no number: history, find and the loop's transcript
+    raised a raw ValueError (or TypeError) for the whole store; the step is not counted, and every loop listed."""
+    path = tmp_path / "s.db"
+    store = Store(path)
+    store.execute("INSERT INTO sessions (id, pid, host, started) VALUES ('gone', 999999999, 'elsewhere', 0)")
+    store.execute("INSERT INTO loops (uid, session, loop_id, name, task, status, started, steps, lineage)"
+                  " VALUES ('gone-1', 'gone', '1', 'old', 't', 'running', 1, 3, '[]')")
+    data = ('{"kind": "model_request", "loop_id": "1", "lineage": [], "step": ' + step + ', "messages": 1,'
+            ' "tools": [], "tool_choice": "auto"}')
+    store.execute("INSERT INTO events (loop_uid, kind, ts, data) VALUES ('gone-1', 'model_request', 1, ?)", (data,))
+    (row,) = store.loops()
+    assert (row["name"], row["status"], row["steps"]) == ("old", "interrupted", 3)
+    assert list(store.history()["name"]) == ["old"]
+    assert store.find("old")["steps"] == 3
+    store.close()
+
+
 async def test_a_loop_whose_task_and_answer_hold_a_lone_surrogate_is_recorded(tmp_path):
     """Text decoded with surrogateescape (a lone surrogate) in a loop's task and answer: SQLite takes none in its
     loops row, and the batch failed with every event in it (the loop missing from the store, silently)."""

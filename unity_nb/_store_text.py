@@ -9,7 +9,7 @@ import orjson
 
 from . import events as ev
 
-__all__ = ("event_json", "readable", "sqlite_text")
+__all__ = ("event_json", "readable", "sqlite_text", "whole")
 
 _dumps = orjson.dumps
 
@@ -70,3 +70,12 @@ def readable(data: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def whole(value: object) -> int:
+    """A step count read from the file as a whole number; 0 where it is none (a row changed by hand: one loop's
+    count must not cost every reader of the store its history)."""
+    try:
+        return max(0, int(value)) if isinstance(value, int | float | str) and not isinstance(value, bool) else 0
+    except (ValueError, OverflowError):
+        return 0

@@ -66,6 +66,7 @@ from ._store_schema import (
 from ._store_text import event_json as _json
 from ._store_text import readable as _readable
 from ._store_text import sqlite_text as _text
+from ._store_text import whole as _whole
 
 __all__ = ("Store", "SCHEMA_VERSION", "default_store_path")
 
@@ -534,7 +535,7 @@ class Store:
                 last = found[0]["data"] if found else None
             if last:
                 step = self._loads(last, row, "its newest model call", {})
-                row["steps"] = max(row["steps"] or 0, int(step.get("step") or 0) if isinstance(step, dict) else 0)
+                row["steps"] = max(_whole(row["steps"]), _whole(step.get("step")) if isinstance(step, dict) else 0)
         return row
 
     def _loads(self, text: str, row: dict, what: str, default: Any) -> Any:
