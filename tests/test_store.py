@@ -450,6 +450,20 @@ def test_a_model_call_whose_step_was_changed_by_hand_costs_history_nothing(tmp_p
     store.close()
 
 
+@pytest.mark.parametrize("started", ["yesterday", 1e300])
+def test_a_loops_start_changed_by_hand_costs_history_nothing(tmp_path, started):
+    """A loops row whose start time is no time (text, out of any calendar): history raised pandas' raw parse error for
+    the whole store; that loop's start is shown empty (NaT), every loop listed."""
+    store = Store(tmp_path / "s.db")
+    for uid, name, at in (("s-1", "odd", started), ("s-2", "fine", 1_700_000_000)):
+        store.execute("INSERT INTO loops (uid, session, loop_id, name, task, status, started, ended, steps, lineage)"
+                      " VALUES (?, ?, '1', ?, 't', 'finished', ?, 1, 0, '[]')", (uid, store.session, name, at))
+    frame = store.history()
+    assert sorted(frame["name"]) == ["fine", "odd"]
+    assert frame.set_index("name")["started"].isna().to_dict() == {"odd": True, "fine": False}
+    store.close()
+
+
 async def test_a_loop_whose_task_and_answer_hold_a_lone_surrogate_is_recorded(tmp_path):
     """Text decoded with surrogateescape (a lone surrogate) in a loop's task and answer: SQLite takes none in its
     loops row, and the batch failed with every event in it (the loop missing from the store, silently)."""

@@ -4,6 +4,7 @@ place of one line per row loop (``Store.history``)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from ._store_schema import INDEXED, StoreFile, by_index, loop_rows
 
@@ -38,10 +39,13 @@ def history_frame(store: StoreFile, rows: list[dict]):
     counts its rows (:func:`batch_rows`), other loops leave it empty."""
     import pandas as pd
 
+    def when(at: Any) -> Any:  # a start changed by hand into no time (text, past any calendar): NaT, not an error
+        return pd.to_datetime(at, unit="s", errors="coerce").floor("s")
+
     return pd.DataFrame(
         [{
             "name": r["name"], "kind": r.get("kind") or "loop", "task": (r["task"] or "")[:80],
-            "status": r["status"], "started": pd.to_datetime(r["started"], unit="s").floor("s"), "steps": r["steps"],
+            "status": r["status"], "started": when(r["started"]), "steps": r["steps"],
             "rows": batch_rows(store, r) if r.get("batch") else "", "uid": r["uid"],
         } for r in rows],
         columns=["name", "kind", "task", "status", "started", "steps", "rows", "uid"],
