@@ -464,6 +464,24 @@ def test_a_loops_start_changed_by_hand_costs_history_nothing(tmp_path, started):
     store.close()
 
 
+@pytest.mark.parametrize("data", ['{"kind": "row_finished", "status": "fini', "[1]", '{"status": ["finished"]}'])
+def test_a_batchs_row_event_cut_by_hand_costs_history_nothing(tmp_path, data):
+    """One of a batch's row events cut short (or not an object): history raised a raw JSONDecodeError (an
+    AttributeError, a TypeError) for the whole store; that row is not counted, every loop listed, the others' rows
+    counted."""
+    store = Store(tmp_path / "s.db")
+    store.execute("INSERT INTO loops (uid, session, loop_id, name, task, status, started, ended, steps, lineage, kind,"
+                  " batch) VALUES ('s-1', ?, '1', 'labels', 'x', 'finished', 1, 2, 0, '[]', 'map', 1)",
+                  (store.session,))
+    good = '{"kind": "row_finished", "loop_id": "1", "lineage": [], "row": "0", "position": 0, "status": "finished"}'
+    for text in (good, data):
+        store.execute("INSERT INTO events (loop_uid, kind, ts, data) VALUES ('s-1', 'row_finished', 1, ?)", (text,))
+    frame = store.history()
+    assert list(frame["name"]) == ["labels"]
+    assert frame["rows"][0].startswith("1 finished, 0 failed")
+    store.close()
+
+
 async def test_a_loop_whose_task_and_answer_hold_a_lone_surrogate_is_recorded(tmp_path):
     """Text decoded with surrogateescape (a lone surrogate) in a loop's task and answer: SQLite takes none in its
     loops row, and the batch failed with every event in it (the loop missing from the store, silently)."""

@@ -4,11 +4,14 @@ place of one line per row loop (``Store.history``)."""
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from ._store_schema import INDEXED, StoreFile, by_index, loop_rows
 
 __all__ = ("BATCH", "batch_rows", "history_frame", "tree_tokens")
+
+log = logging.getLogger("unity_nb.store")
 
 BATCH = "batch = 1"
 """SQL: the loop is a batch (its children are its rows: a map, or an operator's map)."""
@@ -18,8 +21,14 @@ def batch_rows(store: StoreFile, loop: dict) -> str:
     """A batch's rows as history says them: ``30 finished (10 kept), 2 failed; 5 running when its kernel died``."""
     counts = {"finished": 0, "failed": 0, "stopped": 0, "kept": 0}
     for r in loop_rows(store, loop["uid"], "row_finished"):
-        data = json.loads(r["data"])
-        counts[data.get("status", "failed")] = counts.get(data.get("status", "failed"), 0) + 1
+        try:
+            data = json.loads(r["data"])
+            status = data.get("status", "failed")
+            counts[status] = counts.get(status, 0) + 1
+        except (ValueError, AttributeError, TypeError) as err:  # changed by hand, or damaged: one row, not history
+            log.warning("store %r: batch %s: its row event (events row seq=%s) cannot be read (%s): not counted",
+                        store.path, loop.get("name"), r.get("seq"), err)
+            continue
         counts["kept"] += bool(data.get("kept"))
     live = store.query("SELECT COUNT(*) AS n FROM loops WHERE parent_uid = ? AND ended IS NULL", (loop["uid"],))
     running = live[0]["n"] if live else 0
