@@ -11,7 +11,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 from IPython.display import display
-from traitlets import Bool, Enum, Float, Integer, Unicode
+from traitlets import Bool, Enum, Float, Integer, Unicode, observe
 
 from .._errors import HandleStateError, ModelConfigError, UserError
 from ..batch import OPERATORS
@@ -118,6 +118,17 @@ class UnityMagics(Magics):
             self._store.attach(default_bus())
             self._store.add_problem_listener(self._store_problem)
         return self._store
+
+    @observe("store_path")
+    def _store_path_changed(self, change: Any) -> None:
+        """``%config UnityMagics.store_path = ...`` after loading (which opened one): the store named records from now
+        on, none for 'off'. An instance unloaded (%reload_ext: %config reaches every one made) opens none."""
+        loaded = self.shell is not None and self.shell.magics_manager.registry.get("UnityMagics") is self
+        if loaded and change["new"] != change["old"] and (self._store is not None or change["old"] == "off"):
+            if self._store is not None:
+                self._store.close()
+            self._store = self._registry = self._tasks_manager = None
+            self.store  # noqa: B018 - record every loop from now on, as on loading
 
     def needed_store(self, what: str) -> Any:
         """The store, or a UsageError saying it is off and ``what`` (why it is needed)."""
