@@ -269,6 +269,15 @@ def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
             f"{name!r} ran inside {parent['name']!r}: resume that one (%unity resume {parent['name']})"
             f"\n\n{HELP['resume']}"
         )
+    if row.get("kind") == "ask":  # read-only, from a snapshot of its target: resumed as an act, it ran plans
+        lineage = row["lineage"]
+        target = lineage[-2].rpartition("(")[0] if len(lineage) >= 2 else "NAME"
+        raise UsageError(
+            f"{name!r} is an Ask (a question about {target!r}, answered from a snapshot of it in the kernel that "
+            f"died), and an Ask is not resumed: ask again, %unity ask {target} QUESTION, once {target!r} is an "
+            f"operation of this kernel (%unity resume {target} continues it if it was left interrupted)"
+            f"\n\n{HELP['resume']}"
+        )
     from ..batch import OPERATORS
     from ._magics_ops import resume_operator
     from ._resume_needs import check_resumable
