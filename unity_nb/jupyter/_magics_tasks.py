@@ -240,6 +240,19 @@ def _resumed_history(store: Any, uid: str, depth: int = 0) -> list[dict]:
     return earlier + wire_history(transcript)
 
 
+def _refuse_task(store: Any, name: str, sql: str, params: tuple, *, turn: bool) -> None:
+    """A UsageError if ``name`` is a durable task, or its turn's loop (``sql`` finds it): resumed as an act, the turn
+    ran outside its task, which never heard of it (and ``%unity task run`` ran it once more)."""
+    found = store.query(sql, params)
+    if found:
+        task = found[-1]
+        raise UsageError(
+            f"{name!r} is {'a turn of ' if turn else ''}task {task['name']!r} ({task['id']}): a task "
+            f"resumes with %unity task run {task['id']} (a turn a dead kernel cut short continues there, its "
+            f"conversation kept)\n\n{HELP['resume']}"
+        )
+
+
 def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
     """``%unity resume NAME`` for an operation this kernel does not have: the one a dead kernel left
     ``interrupted`` in the store continues as a new live operation of the same name."""
@@ -251,10 +264,12 @@ def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
     try:
         row = store.find(name)
     except UserError:
+        _refuse_task(store, name, "SELECT id, name FROM tasks WHERE id = ? OR name = ?", (name, name), turn=False)
         raise UsageError(
             f"no operation named {name!r} in this kernel (known: {known}) or in the store (see %unity history)"
             f"\n\n{HELP['resume']}"
         ) from None
+    _refuse_task(store, name, "SELECT id, name FROM tasks WHERE loop_uid = ?", (row["uid"],), turn=True)
     if row["status"] != "interrupted":
         older = [r for r in store.loops(name=row["name"], batch_rows=False) if r["status"] == "interrupted"]
         hint = (f" (an older operation of that name was left interrupted: %unity resume {older[-1]['uid']})"
