@@ -7,7 +7,8 @@ import pytest
 from conftest import tool_messages
 
 import unity_nb as u
-from unity_nb.store import MIGRATIONS, SCHEMA_VERSION, Store
+from unity_nb._store_schema import MIGRATIONS
+from unity_nb.store import SCHEMA_VERSION, Store
 
 
 def lookup(key: str) -> str:

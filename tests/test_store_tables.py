@@ -56,3 +56,18 @@ def test_history_on_a_file_missing_its_loops_table_is_a_usage_error_saying_what_
     finally:
         magics.store_path = ""
         shell.run_line_magic("unload_ext", "unity_nb")
+
+
+def test_a_file_whose_version_was_set_back_by_hand_is_said_so(tmp_path):
+    """Its user_version set back (2) while it holds a later version's tables: the migration met a table that already
+    exists, said as a file in a folder that cannot be written; it is said to be a mismatch, and what to do."""
+    path = str(tmp_path / "state.db")
+    Store(path).close()
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA user_version = 2")
+    db.close()
+    with pytest.raises(UserError) as info:
+        Store(path)
+    said = str(info.value)
+    assert "version 2" in said and "already exists" in said and "folder you can write" not in said
+    assert "move the file aside" in said and "UNITY_NB_STORE" in said

@@ -7,7 +7,7 @@ import sqlite3
 
 from ._errors import UserError
 
-__all__ = ("BUSY", "DAMAGED", "FULL", "code", "literal", "lost_tables", "the_files", "unusable")
+__all__ = ("BUSY", "DAMAGED", "FULL", "code", "literal", "lost_tables", "set_back", "the_files", "unusable")
 
 DAMAGED = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 FULL = frozenset({sqlite3.SQLITE_FULL})
@@ -60,4 +60,13 @@ def lost_tables(path: str, tables: list[str]) -> UserError:
         f"the store file {path!r} is damaged: its {which} missing (dropped by hand?), and nothing is recorded or read "
         f"without it: move the file aside (rename it, for example to {path + '.damaged'!r}; a new store is then made "
         "in its place) or set UNITY_NB_STORE to another file"
+    )
+
+
+def set_back(path: str, version: int, err: BaseException) -> UserError:
+    """The error for a store file whose schema version says less than its tables (set back by hand, say)."""
+    return UserError(
+        f"the store file {path!r} says its schema is version {version}, but it holds a later version's tables "
+        f"({err}): its version was set back by hand, or it is damaged: move the file aside (rename it, for example to "
+        f"{path + '.damaged'!r}; a new store is then made in its place) or set UNITY_NB_STORE to another file"
     )

@@ -24,12 +24,12 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ._errors import UserError
-from ._store_errors import lost_tables
+from ._store_errors import lost_tables, set_back
 
 __all__ = (
     "CHECK_SAMPLE", "CHECK_WHOLE_UP_TO", "INDEX_CATCH_UP", "LAST_OF_KIND", "LAST_REQUESTS", "MIGRATIONS", "OF_LOOP",
     "OF_LOOP_KIND", "REBUILD_INDEX", "SCAN_LAST_OF_KIND", "SCAN_OF_LOOP", "SCHEMA_VERSION", "by_index", "check_index",
-    "index_damage", "loop_rows", "check_tables", "rebuild_index", "StoreFile",
+    "index_damage", "loop_rows", "check_tables", "migrate", "rebuild_index", "StoreFile",
 )
 
 log = logging.getLogger("unity_nb.store")
@@ -118,6 +118,37 @@ SCHEMA_VERSION = len(MIGRATIONS)
 _TABLES = (("sessions", "loops", "events", "knowledge_tables", "guidance"), ("tasks", "task_turns", "task_messages",
                                                                             "task_queue"))
 """The tables each step makes that hold what was recorded (the index of events, step 3's, is derived: rebuilt)."""
+
+
+def migrate(db: sqlite3.Connection, path: str, target: int = SCHEMA_VERSION) -> None:
+    """Apply the migration steps from the file's version up to ``target``, each in one transaction; then check that
+    the file has the tables of its version (:func:`check_tables`)."""
+    def version() -> int:
+        return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+    current = version()
+    if current > SCHEMA_VERSION:
+        raise UserError(
+            f"the store {path!r} has schema version {current}, newer than this unity_nb understands "
+            f"({SCHEMA_VERSION}); upgrade unity_nb, or set UNITY_NB_STORE to another file"
+        )
+    for step in range(current, target):
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if version() != step:  # another kernel migrated meanwhile
+                db.execute("ROLLBACK")
+                continue
+            for statement in MIGRATIONS[step].split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute(f"PRAGMA user_version = {step + 1}")
+            db.execute("COMMIT")
+        except BaseException as err:
+            db.execute("ROLLBACK")
+            if isinstance(err, sqlite3.OperationalError) and "already exists" in str(err):  # its version set back
+                raise set_back(path, step, err) from None
+            raise
+    check_tables(db, version(), path)  # a table dropped by hand: said now, not at each read
 
 
 def check_tables(db: sqlite3.Connection, version: int, path: str) -> None:

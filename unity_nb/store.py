@@ -54,14 +54,13 @@ from ._store_schema import (
     INDEX_CATCH_UP,
     LAST_OF_KIND,
     LAST_REQUESTS,
-    MIGRATIONS,
     SCAN_LAST_OF_KIND,
     SCHEMA_VERSION,
     by_index,
     check_index,
-    check_tables,
     index_damage,
     loop_rows,
+    migrate,
 )
 from ._store_text import event_json as _json
 from ._store_text import readable as _readable
@@ -190,27 +189,7 @@ class Store:
     def migrate(self, target: int = SCHEMA_VERSION) -> None:
         """Apply the migration steps from the file's version up to ``target``, each in one transaction."""
         with self._lock:
-            current = self.version
-            if current > SCHEMA_VERSION:
-                raise UserError(
-                    f"the store {self.path!r} has schema version {current}, newer than this unity_nb "
-                    f"understands ({SCHEMA_VERSION}); upgrade unity_nb"
-                )
-            for step in range(current, target):
-                self._db.execute("BEGIN IMMEDIATE")
-                try:
-                    if self.version != step:  # another kernel migrated meanwhile
-                        self._db.execute("ROLLBACK")
-                        continue
-                    for statement in MIGRATIONS[step].split(";"):
-                        if statement.strip():
-                            self._db.execute(statement)
-                    self._db.execute(f"PRAGMA user_version = {step + 1}")
-                    self._db.execute("COMMIT")
-                except BaseException:
-                    self._db.execute("ROLLBACK")
-                    raise
-            check_tables(self._db, self.version, self.path)  # a table dropped by hand: said now, not at each read
+            migrate(self._db, self.path, target)
 
     @contextlib.contextmanager
     def _damage(self) -> Iterator[None]:
