@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 import unity_nb as u
 from unity_nb import events as ev
 
@@ -41,3 +43,18 @@ def test_a_live_kernels_loop_still_shows_running(tmp_path):
     assert reader.find("job")["status"] == "running"
     reader.close()
     live.close()
+
+
+@pytest.mark.parametrize("pid", ["abc", -1, 2**70])
+def test_a_pid_changed_by_hand_into_no_process_is_a_dead_kernel(tmp_path, pid):
+    """Text, a process group (-1: every process), past any pid: Store.loops raised a raw TypeError or OverflowError
+    for the whole store (history, show, resume), or took every process for the kernel."""
+    path = str(tmp_path / "state.db")
+    dead = u.Store(path)
+    dead.record(ev.LoopStarted(loop_id="a1", name="tour", task="go", model="m", lineage=()))
+    dead.flush()
+    dead.execute("UPDATE sessions SET pid = ? WHERE id = ?", (pid if pid != 2**70 else str(pid), dead.session))
+    dead.close()
+    store = u.Store(path)
+    assert [r["status"] for r in store.loops()] == ["interrupted"]
+    store.close()

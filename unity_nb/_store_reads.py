@@ -3,6 +3,7 @@ session's process still runs."""
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 from collections.abc import Iterable
@@ -80,12 +81,13 @@ def _dropped_calls(events: list[ev.Event]) -> set[str]:
 
 
 def pid_alive(pid: int | None) -> bool:
-    """Whether the process ``pid`` runs (on this host)."""
-    if not pid:
+    """Whether the process ``pid`` runs (on this host). A pid changed by hand into no process's (text, 0 or less: a
+    process group, -1 every process) is none."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):
         return False
     except PermissionError:
         return True
@@ -96,25 +98,31 @@ def alive_sessions(rows: list[dict], own: str) -> set[str]:
     """The sessions (rows of ``sessions``) whose process still runs on this host; ``own`` is this store's. A process
     that started after its session did has the pid of a dead one (pids are reused: a container restarted starts
     its processes at the same small ids), whose loops would otherwise show running, and resume refuse them, forever."""
-    host = socket.gethostname()
-    return {r["id"] for r in rows if r["id"] == own or (
-        r["host"] == host and pid_alive(r["pid"]) and not _started_after(r["pid"], r.get("started")))}
+    host, alive = socket.gethostname(), {own}
+    began: dict[int, float | None] = {}  # each process's start (inf: gone), read once: a kernel opens many stores
+    for r in rows:
+        pid, started = r["pid"], r["started"]
+        if r["host"] != host:
+            continue
+        if pid not in began:
+            began[pid] = _began(pid) if pid_alive(pid) else math.inf
+        at = began[pid]
+        if at != math.inf and (at is None or not started or at <= started + _SLACK):
+            alive.add(r["id"])
+    return alive
 
 
 _SLACK = 5.0
 """Seconds a process may seem to have started after its session did (the boot time is read in whole seconds)."""
 
 
-def _started_after(pid: int, started: float | None) -> bool:
-    """Whether the process ``pid`` started after ``started`` (a time): never said where it cannot be read."""
-    if not started:
-        return False
+def _began(pid: int) -> float | None:
+    """When the process ``pid`` started (a time), ``None`` where it cannot be read (not Linux, gone meanwhile)."""
     try:
         with open(f"/proc/{int(pid)}/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()  # after the name, which may hold spaces and parentheses
         with open("/proc/stat", "rb") as f:
             boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
-        began = boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime: clock ticks since boot
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime: clock ticks since boot
     except (OSError, ValueError, IndexError, StopIteration):
-        return False  # not Linux, or the process is gone meanwhile
-    return began > started + _SLACK
+        return None
