@@ -42,9 +42,12 @@ async def test_a_resumed_act_runs_with_the_options_it_was_started_with(ip):
         calls.append(messages)
         return u.call_tool("execute_code", code="y = 2", intent="more") if tools else "done"
 
-    ip.user_ns["m"] = u.ScriptedModel(second)
+    ip.user_ns["m"] = u.ScriptedModel(second, name="another")
     ip.run_line_magic("unity", "model --var m")
     h2 = ip.run_line_magic("unity", "resume tour")
+    notice = magics(ip).widgets["tour"].notice
+    assert "options as it was started" in notice
+    assert "ran with the model 'scripted' and continues with this kernel's, 'scripted:another'" in notice  # not silent
     assert await asyncio.wait_for(h2, 10) == "done"
     assert len(calls) == 2  # --max-steps 2, not the kernel's 30
     assert h2.tools.actor.code_timeout == 7

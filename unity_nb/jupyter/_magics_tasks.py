@@ -330,6 +330,8 @@ def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
         + f" Plans: --approval {actor.approval}"
         + (" (as it was started)." if approval else " (this kernel's default).")
         + (" Its options as it was started." if kept else " Its options: this kernel's (none were recorded).")
+        + (f" It ran with the model {row['model']!r} and continues with this kernel's, {now!r}."
+           if row.get("model") and (now := getattr(model, "name", None)) and now != row["model"] else "")
     )
     uid = row["uid"]
 
