@@ -56,3 +56,35 @@ async def test_a_resumed_act_runs_with_the_options_it_was_started_with(ip):
     other.close()
     hold.set()
     await h.stop()
+
+
+async def test_a_resumed_acts_notice_is_printed_without_widgets(ip, capsys):
+    """With %config UnityMagics.show_widgets = False, what a resume said (messages rebuilt, plans, options) went to
+    no widget and was never printed: a resumed act said nothing."""
+    hold = asyncio.Event()
+
+    async def first(messages, tools):
+        await hold.wait()  # the kernel dies while the model thinks
+        return "never"
+
+    ip.user_ns["m"] = u.ScriptedModel(first)
+    ip.run_line_magic("unity", "model --var m")
+    h = ip.run_line_magic("unity", "act --name quiet Count.")
+    await h.wait_for("model_request", timeout=10)
+    store = magics(ip).store
+    store.flush()
+    session = store.session
+    ip.run_line_magic("unload_ext", "unity_nb")
+    other = u.Store(store.path)
+    other.execute("UPDATE sessions SET pid = 0 WHERE id = ?", (session,))
+    other.close()
+    ip.run_line_magic("load_ext", "unity_nb")
+    magics(ip).show_widgets = False
+    ip.user_ns["m"] = u.ScriptedModel(["done"])
+    ip.run_line_magic("unity", "model --var m")
+    capsys.readouterr()
+    h2 = ip.run_line_magic("unity", "resume quiet")
+    assert "resumed from the store: its interrupted run rebuilt" in capsys.readouterr().out
+    assert await asyncio.wait_for(h2, 10) == "done"
+    hold.set()
+    await h.stop()

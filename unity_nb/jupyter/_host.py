@@ -23,6 +23,8 @@ class Host(Protocol):
     base_url: str
     approval: str
     """The kernel's approval mode for the operations started here (``%config UnityMagics.approval``)."""
+    show_widgets: bool
+    """Whether operations show a live widget (else what it would say is printed)."""
 
     def set_model(self, model: Any, *, made: bool) -> None: ...
 

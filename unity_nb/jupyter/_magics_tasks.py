@@ -146,8 +146,11 @@ def _run(magics: UnityMagics, task: Any, what: str) -> LoopHandle:
     tm = magics.tasks_manager
     notice = f"task {task.name!r} ({task.id}): {what}; steer it as {task.id}."
     # the kernel's approval, as every operation started here (its plans wait where %unity approve reaches them)
-    return magics.start(task.id, lambda _key: tm.execute(task.id, approval=magics.approval), sub="task",
-                        notice=notice)
+    handle = magics.start(task.id, lambda _key: tm.execute(task.id, approval=magics.approval), sub="task",
+                          notice=notice)
+    if not magics.show_widgets:  # (its widget says it otherwise)
+        print(notice)
+    return handle
 
 
 def _turns(magics: UnityMagics, task: Any) -> Any:
@@ -342,7 +345,10 @@ def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
         handle.run.emit(ev.Notification, call_id=None, text=f"[resumed from run {uid}] its conversation continues")
         return handle
 
-    return magics.start(row["name"], launch, sub="resume", notice=notice)
+    handle = magics.start(row["name"], launch, sub="resume", notice=notice)
+    if not magics.show_widgets:  # (its widget says it otherwise)
+        print(notice)
+    return handle
 
 
 _KEPT = ("max_steps", "multi", "time_awareness", "max_parallel_tools", "context_window", "code_timeout")
