@@ -3,11 +3,10 @@ place of one line per row loop (``Store.history``)."""
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
-from ._store_schema import INDEXED, StoreFile, by_index, loop_rows
+from ._store_schema import INDEXED, OF_LOOP_KIND, SCAN_OF_LOOP, StoreFile, by_index
 
 __all__ = ("BATCH", "batch_rows", "history_frame", "tree_tokens")
 
@@ -17,19 +16,27 @@ BATCH = "batch = 1"
 """SQL: the loop is a batch (its children are its rows: a map, or an operator's map)."""
 
 
+_OBJECT = "json_valid(data) AND json_type(data) = 'object'"  # (json_extract of a row cut short would fail the query)
+_COUNTS = (
+    f"SELECT CASE WHEN {_OBJECT} THEN IFNULL(json_extract(data, '$.status'), 'failed') END AS status,"
+    f" SUM(CASE WHEN {_OBJECT} AND json_extract(data, '$.kept') THEN 1 ELSE 0 END) AS kept, COUNT(*) AS n,"
+    " MIN(seq) AS seq FROM ({}) WHERE loop_uid = :uid GROUP BY 1"
+)
+_INDEXED_COUNTS, _SCAN_COUNTS = _COUNTS.format(OF_LOOP_KIND), _COUNTS.format(SCAN_OF_LOOP.format(" AND kind = :kind"))
+
+
 def batch_rows(store: StoreFile, loop: dict) -> str:
-    """A batch's rows as history says them: ``30 finished (10 kept), 2 failed; 5 running when its kernel died``."""
+    """A batch's rows as history says them: ``30 finished (10 kept), 2 failed; 5 running when its kernel died``.
+    Counted by SQLite, one row per status: a batch of millions of rows was read whole into memory, each parsed."""
     counts = {"finished": 0, "failed": 0, "stopped": 0, "kept": 0}
-    for r in loop_rows(store, loop["uid"], "row_finished"):
-        try:
-            data = json.loads(r["data"])
-            status = data.get("status", "failed")
-            counts[status] = counts.get(status, 0) + 1
-        except (ValueError, AttributeError, TypeError) as err:  # changed by hand, or damaged: one row, not history
-            log.warning("store %r: batch %s: its row event (events row seq=%s) cannot be read (%s): not counted",
-                        store.path, loop.get("name"), r.get("seq"), err)
-            continue
-        counts["kept"] += bool(data.get("kept"))
+    params = {"uid": loop["uid"], "kind": "row_finished"}
+    for r in by_index(store, _INDEXED_COUNTS, params, _SCAN_COUNTS):
+        if r["status"] in ("finished", "failed", "stopped"):
+            counts[r["status"]] += r["n"]
+            counts["kept"] += r["kept"] or 0
+        else:  # changed by hand, or damaged: those rows, not history
+            log.warning("store %r: batch %s: %d of its row events (the first: events row seq=%s) cannot be read: "
+                        "not counted", store.path, loop.get("name"), r["n"], r["seq"])
     live = store.query("SELECT COUNT(*) AS n FROM loops WHERE parent_uid = ? AND ended IS NULL", (loop["uid"],))
     running = live[0]["n"] if live else 0
     kept = f" ({counts['kept']} kept from the run it continued)" if counts["kept"] else ""
