@@ -10,7 +10,7 @@ from IPython.core.error import UsageError
 
 from ..batch import OPERATORS
 from ..models import format_dollars
-from ._args import HELP, Command, parse
+from ._args import HELP, Command
 
 if TYPE_CHECKING:
     from ..loop import LoopHandle
@@ -133,8 +133,9 @@ def resume_operator(magics: UnityMagics, row: dict, *, budget: float | None = No
 
     sub = row["kind"]
     op = OPERATORS[sub]
-    first, _, cell = (row["task"] or "").partition("\n")
-    cmd = parse(f"{sub} {first}", cell or None, stored=True)
+    from ._resume_needs import stored_line
+
+    cmd = stored_line(row)
     if budget is not None:
         cmd.options["budget"] = budget
     name = row["name"]

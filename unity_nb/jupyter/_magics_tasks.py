@@ -13,7 +13,7 @@ from IPython.core.error import UsageError
 from .._errors import UserError
 from ..loop import LoopHandle, Message
 from ..models import format_dollars
-from ._args import HELP, Command, parse
+from ._args import HELP, Command
 from ._host import missing_names
 
 if TYPE_CHECKING:
@@ -372,9 +372,9 @@ def resume_map(magics: UnityMagics, row: dict, *, budget: float | None = None) -
     (a row it finished is kept if asked the same now: same position, label, task and model), and what died
     and what is kept is said in the widget and the cell's output."""
     from ..batch import finished_rows
+    from ._resume_needs import stored_line
 
-    first, _, cell = (row["task"] or "").partition("\n")
-    cmd = parse(f"map {first}", cell or None, stored=True)
+    cmd = stored_line(row)
     if budget is not None:  # %unity resume NAME --budget D: this run's cap, in place of its line's
         cmd.options["budget"] = budget
     name = row["name"]

@@ -18,7 +18,7 @@ from ..models import price_of
 from ._args import parse
 from ._host import missing_names
 
-__all__ = ("check_resumable",)
+__all__ = ("check_resumable", "stored_line")
 
 
 def _line(row: dict) -> Any:
@@ -26,11 +26,27 @@ def _line(row: dict) -> Any:
     kind = row.get("kind") or "loop"
     if kind != "map" and kind not in OPERATORS:
         return None
+    try:
+        return stored_line(row)
+    except UsageError:
+        return None
+
+
+def stored_line(row: dict) -> Any:
+    """The ``%unity`` line (a ``Command``) that the batch ``row`` of the store ran, read again. A line the store keeps
+    changed by hand or damaged is a UsageError saying so (it was an error about a line the person never typed:
+    '%unity map needs the items')."""
+    kind = row.get("kind") or "map"
     first, _, cell = (row["task"] or "").partition("\n")
     try:
         return parse(f"{kind} {first}", cell or None, stored=True)
-    except UsageError:
-        return None
+    except UsageError as err:
+        line = f"%unity {kind} {first}" + (" ..." if cell else "")
+        raise UsageError(
+            f"{row['name']!r} cannot be resumed: the line it ran, as the store keeps it ({line!r}), cannot be read "
+            f"again ({str(err).splitlines()[0]}): it was changed by hand or damaged. Run the operation anew with "
+            "its line (a new run: the rows it finished are not kept)"
+        ) from None
 
 
 def _items(kind: str, cmd: Any) -> str:
