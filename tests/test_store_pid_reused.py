@@ -34,6 +34,27 @@ def test_a_dead_kernels_loop_shows_interrupted_though_its_pid_now_runs_another_p
         other.communicate(b"", timeout=30)
 
 
+def test_a_kernel_with_the_file_open_is_alive_though_the_clock_says_it_started_after_its_session(tmp_path):
+    """A wall clock stepped forward (a paused virtual machine) makes a live kernel seem to have started after its
+    session: it has the store's file open, so it is the kernel, and its loops still show running."""
+    path = str(tmp_path / "state.db")
+    live = u.Store(path)
+    live.record(ev.LoopStarted(loop_id="c1", name="job", task="go", model="m", lineage=()))
+    live.flush()
+    code = f"import sys; f = open({path!r}, 'rb'); print('open', flush=True); sys.stdin.read()"
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "open\n"  # it has the file open (EOF, not a hang, if it died)
+        live.execute("UPDATE sessions SET pid = ?, started = ? WHERE id = ?", (holder.pid, time.time() - 3600,
+                                                                               live.session))
+        reader = u.Store(path)
+        assert reader.find("job")["status"] == "running"
+        reader.close()
+    finally:
+        holder.communicate("", timeout=30)
+        live.close()
+
+
 def test_a_live_kernels_loop_still_shows_running(tmp_path):
     path = str(tmp_path / "state.db")
     live = u.Store(path)  # another kernel, alive: this process, which started before its store opened

@@ -3,6 +3,7 @@ session's process still runs."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import socket
@@ -94,12 +95,15 @@ def pid_alive(pid: int | None) -> bool:
     return True
 
 
-def alive_sessions(rows: list[dict], own: str) -> set[str]:
+def alive_sessions(rows: list[dict], own: str, path: str) -> set[str]:
     """The sessions (rows of ``sessions``) whose process still runs on this host; ``own`` is this store's. A process
-    that started after its session did has the pid of a dead one (pids are reused: a container restarted starts
-    its processes at the same small ids), whose loops would otherwise show running, and resume refuse them, forever."""
+    that started after its session did, and has not the store's file ``path`` open, has the pid of a dead one (pids
+    are reused: a container restarted starts its processes at the same small ids), whose loops would otherwise show
+    running, and resume refuse them, forever. (Its file open, it is the kernel: a wall clock stepped forward, after a
+    paused virtual machine, makes a process seem to have started later than it did.)"""
     host, alive = socket.gethostname(), {own}
     began: dict[int, float | None] = {}  # each process's start (inf: gone), read once: a kernel opens many stores
+    holds: dict[int, bool] = {}
     for r in rows:
         pid, started = r["pid"], r["started"]
         if r["host"] != host:
@@ -107,9 +111,28 @@ def alive_sessions(rows: list[dict], own: str) -> set[str]:
         if pid not in began:
             began[pid] = _began(pid) if pid_alive(pid) else math.inf
         at = began[pid]
-        if at != math.inf and (at is None or not started or at <= started + _SLACK):
+        if at == math.inf:
+            continue
+        if at is None or not started or at <= started + _SLACK:
+            alive.add(r["id"])
+        elif holds.setdefault(pid, _holds(pid, path)):
             alive.add(r["id"])
     return alive
+
+
+def _holds(pid: int, path: str) -> bool:
+    """Whether the process ``pid`` has the file ``path`` open (True where that cannot be read: never taken for dead
+    on a guess)."""
+    try:
+        wanted = os.path.realpath(path)
+        fds = os.listdir(f"/proc/{int(pid)}/fd")
+    except OSError:
+        return True
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{int(pid)}/fd/{fd}") == wanted:
+                return True
+    return False
 
 
 _SLACK = 5.0

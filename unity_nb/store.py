@@ -475,7 +475,7 @@ class Store:
 
     def alive_sessions(self) -> set[str]:
         """Sessions whose process still runs (on this host)."""
-        return alive_sessions(self.query("SELECT id, pid, host, started FROM sessions"), self.session)
+        return alive_sessions(self.query("SELECT id, pid, host, started FROM sessions"), self.session, self.path)
 
     def loops(self, *, limit: int | None = None, name: str | None = None, batch_rows: bool = True) -> list[dict]:
         """Past and present loops, newest last: ``uid, name, task, status, started, ended, steps, ...``.
