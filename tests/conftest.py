@@ -49,6 +49,21 @@ class Gate:
         return self.script(messages, tools)
 
 
+class HeldRows:
+    """A ScriptedModel script for a map whose rows each wait for ``release``; ``started`` is set once ``n`` rows wait
+    (the batch's rows held running, as many as its concurrency)."""
+
+    def __init__(self, n: int = 3):
+        self.release, self.started, self.asked, self.n = asyncio.Event(), asyncio.Event(), 0, n
+
+    async def __call__(self, messages, tools):
+        self.asked += 1
+        if self.asked == self.n:
+            self.started.set()
+        await self.release.wait()
+        return "ok"
+
+
 def on_own_event_loop(main, *, timeout: float = 10):
     """``main()`` run on an event loop of its own on this thread (the main one: where signals land, and where a
     notebook's event loop runs): ``(its value, None)``, or ``(None, the KeyboardInterrupt or SystemExit)`` that

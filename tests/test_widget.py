@@ -14,7 +14,7 @@ import socket
 from importlib import resources
 from pathlib import Path
 
-from conftest import Gate, settle, tool_messages
+from conftest import Gate, HeldRows, settle, tool_messages
 
 import unity_nb as u
 from unity_nb.jupyter import _widget
@@ -358,24 +358,15 @@ async def test_a_batchs_ended_rows_leave_the_widgets_state():
     """A batch's rows are its children while they run; a row that ended is no node of the widget any more, but its
     transcript stayed in the widget's ``entries`` (sent whole at every change, and saved with the notebook): a map
     of many rows grew the state by every row ever shown. The state holds the transcripts of the nodes shown."""
-    release, asked = asyncio.Event(), []
-    three = asyncio.Event()
-
-    async def script(messages, tools):
-        asked.append(1)
-        if len(asked) == 3:
-            three.set()
-        await release.wait()
-        return "ok"
-
-    h = u.map([f"item {i}" for i in range(12)], "Echo", model=u.ScriptedModel(script), concurrency=3,
+    held = HeldRows(3)
+    h = u.map([f"item {i}" for i in range(12)], "Echo", model=u.ScriptedModel(held), concurrency=3,
               bus=u.EventBus(), name="echoes")
     w = HandleWidget(h)
-    await asyncio.wait_for(three.wait(), TIMEOUT)  # three rows run, each waiting for its answer
+    await asyncio.wait_for(held.started.wait(), TIMEOUT)  # three rows run, each waiting for its answer
     w.flush()
     rows = [n["id"] for n in w.nodes[1:]]
     assert len(rows) == 3 and set(w.entries) == {h.id, *rows}
-    release.set()
+    held.release.set()
     await asyncio.wait_for(h.result(), TIMEOUT)
     w.flush()
     assert [n["id"] for n in w.nodes] == [h.id]  # every row ended: the batch alone is shown

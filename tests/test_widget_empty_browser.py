@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
+from conftest import Gate
 from test_browser import PRESS, harness  # noqa: F401 (the fixture)
 
 import unity_nb as u
@@ -50,13 +51,8 @@ async def test_a_verb_needing_a_message_clicked_with_an_empty_box_says_to_type_o
     """Interject with an empty box did nothing, and said nothing: the click seemed lost."""
     from playwright.async_api import expect
 
-    gate = asyncio.Event()
-
-    async def slow(messages, tools):
-        await gate.wait()
-        return "done"
-
-    h = u.start_loop("work", model=u.ScriptedModel(slow), name="ship")
+    gate = Gate(lambda messages, tools: "done")
+    h = u.start_loop("work", model=u.ScriptedModel(gate), name="ship")
     await h.wait_for("model_request", timeout=20)
     w = HandleWidget(h)
     widget = await harness.show(w)
@@ -72,5 +68,5 @@ async def test_a_verb_needing_a_message_clicked_with_an_empty_box_says_to_type_o
     assert [(c["action"], c["text"]) for c in clicks] == [("interject", "look west")]
     await expect(box).to_have_value("")
     await expect(box).to_have_attribute("placeholder", before)  # said what it says again
-    gate.set()
+    gate.event.set()
     await asyncio.wait_for(h.result(), 20)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
+from conftest import HeldRows
 from test_browser import harness  # noqa: F401 (the fixture)
 
 import unity_nb as u
@@ -18,19 +19,11 @@ TIMEOUT = 10
 async def test_a_batchs_ended_rows_are_let_go_of_by_its_view(harness):  # noqa: F811
     from playwright.async_api import expect
 
-    release, asked, three = asyncio.Event(), [], asyncio.Event()
-
-    async def script(messages, tools):
-        asked.append(1)
-        if len(asked) == 3:
-            three.set()
-        await release.wait()
-        return "ok"
-
-    h = u.map([f"item {i}" for i in range(6)], "Echo", model=u.ScriptedModel(script), concurrency=3,
+    held = HeldRows(3)
+    h = u.map([f"item {i}" for i in range(6)], "Echo", model=u.ScriptedModel(held), concurrency=3,
               bus=u.EventBus(), name="echoes")
     w = HandleWidget(h)
-    await asyncio.wait_for(three.wait(), TIMEOUT)  # three rows run, each waiting for its answer
+    await asyncio.wait_for(held.started.wait(), TIMEOUT)  # three rows run, each waiting for its answer
     widget = await harness.show(w)
     rows = [n["id"] for n in w.nodes[1:]]
     assert len(rows) == 3
@@ -39,7 +32,7 @@ async def test_a_batchs_ended_rows_are_let_go_of_by_its_view(harness):  # noqa: 
     # a weak reference to each row's box: what the page keeps of it once it has left the view
     await page.evaluate("""ids => { window.rowBoxes = ids.map(id =>
         new WeakRef(document.querySelector(`.unb-node[data-node="${id}"]`))); }""", rows)
-    release.set()
+    held.release.set()
     await asyncio.wait_for(h.result(), TIMEOUT)
     await harness.show(w)
     await expect(widget.locator(".unb-node")).to_have_count(1)  # the batch alone: its rows have ended
