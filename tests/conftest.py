@@ -135,6 +135,24 @@ def stored_shell(monkeypatch, tmp_path):
     shell.run_line_magic("unload_ext", "unity_nb")
 
 
+def dead_kernel(ip):
+    """``(store, bus, silent)``: another "kernel" on the shell's store file (its own Store, recording its bus), and a
+    ScriptedModel script that never answers until ``silent.event`` is set (that kernel dies while its model thinks).
+    ``kill(store)`` then says its process is gone."""
+    import unity_nb as u
+
+    other = u.Store(magics(ip).store.path)
+    bus = u.EventBus()
+    other.attach(bus)
+    return other, bus, Gate(lambda messages, tools: "never")
+
+
+def kill(store) -> None:
+    """The kernel that wrote ``store``'s session is gone: what it recorded is flushed, and its process is no more."""
+    store.flush()
+    store.execute("UPDATE sessions SET pid = 0 WHERE id = ?", (store.session,))
+
+
 def magics(ip):
     """The shell's UnityMagics instance."""
     return ip.magics_manager.registry["UnityMagics"]

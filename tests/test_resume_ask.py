@@ -3,10 +3,9 @@ about another operation became an actor's run in this kernel, with plans on the 
 kernel's approval (never, by default), and none of the snapshot it answered from. An Ask is not resumed: the error
 says so and how to ask again."""
 
-import asyncio
 
 import pytest
-from conftest import magics
+from conftest import dead_kernel, kill, magics
 from IPython.core.error import UsageError
 
 import unity_nb as u
@@ -18,21 +17,12 @@ def ip(stored_shell):
 
 
 async def test_an_interrupted_ask_is_not_resumed_as_an_act(ip, tmp_path):
-    hold = asyncio.Event()
-
-    async def silent(messages, tools):
-        await hold.wait()  # the kernel dies while the model thinks
-        return "never"
-
-    other = u.Store(magics(ip).store.path)  # another "kernel" on the same file
-    bus = u.EventBus()
-    other.attach(bus)
+    other, bus, silent = dead_kernel(ip)  # another "kernel" on the same file; it dies while its model thinks
     tour = u.start_loop("Walk.", model=u.ScriptedModel(silent), name="tour", bus=bus)
     await tour.wait_for("model_request", timeout=10)
     question = await tour.ask("What are you doing?", name="why", model=u.ScriptedModel(silent))
     await question.wait_for("model_request", timeout=10)
-    other.flush()
-    other.execute("UPDATE sessions SET pid = 0 WHERE id = ?", (other.session,))  # that kernel's process is gone
+    kill(other)
 
     ip.user_ns["m"] = u.ScriptedModel(["an act's answer"])
     ip.run_line_magic("unity", "model --var m")
@@ -41,7 +31,7 @@ async def test_an_interrupted_ask_is_not_resumed_as_an_act(ip, tmp_path):
     said = str(info.value)
     assert "%unity ask" in said and "tour" in said
     assert "why" not in magics(ip).handles  # nothing started
-    hold.set()
+    silent.event.set()
     await question.stop()
     await tour.stop()
     other.close()

@@ -3,10 +3,9 @@ it) it was started again as a plain act, outside its task (whose conversation an
 %unity task run later ran the turn once more); named by the task's id (as its widget says to steer it) it was 'no
 operation'. Either way the usage error says %unity task run ID resumes it."""
 
-import asyncio
 
 import pytest
-from conftest import magics
+from conftest import dead_kernel, kill, magics
 from IPython.core.error import UsageError
 
 import unity_nb as u
@@ -19,21 +18,12 @@ def ip(stored_shell):
 
 
 async def test_a_task_turn_cut_short_is_resumed_by_task_run_not_as_an_act(ip):
-    hold = asyncio.Event()
-
-    async def silent(messages, tools):
-        await hold.wait()  # the kernel dies while the model thinks
-        return "never"
-
-    other = u.Store(magics(ip).store.path)  # another "kernel" on the same file
-    bus = u.EventBus()
-    other.attach(bus)
+    other, bus, silent = dead_kernel(ip)  # another "kernel" on the same file; it dies while its model thinks
     tm = TasksManager(store=other, model=u.ScriptedModel(silent), namespace={}, bus=bus)
     task = tm.create("report", "Write the report.")
     h = tm.execute(task.id)
     await h.wait_for("model_request", timeout=10)
-    other.flush()
-    other.execute("UPDATE sessions SET pid = 0 WHERE id = ?", (other.session,))  # that kernel's process is gone
+    kill(other)
 
     ip.user_ns["m"] = u.ScriptedModel(["an act's answer"])
     ip.run_line_magic("unity", "model --var m")
@@ -42,6 +32,6 @@ async def test_a_task_turn_cut_short_is_resumed_by_task_run_not_as_an_act(ip):
         with pytest.raises(UsageError, match=f"%unity task run {task.id}"):
             ip.run_line_magic("unity", f"resume {name}")
     assert not magics(ip).handles  # nothing started
-    hold.set()
+    silent.event.set()
     await h.stop()
     other.close()
