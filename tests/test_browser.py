@@ -52,6 +52,9 @@ from types import SimpleNamespace
 
 import pytest
 
+import unity_nb as u
+from unity_nb import ToolContext
+
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOK = REPO / "notebooks" / "01_quickstart.ipynb"
 ARTIFACTS = REPO / "tests" / "artifacts"
@@ -644,6 +647,22 @@ async def harness(request):
                 await page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
         finally:
             await chromium.close()
+
+
+async def region_asker():
+    """A loop whose tool asks the person "Which region?", once the question is asked (then it answers with the
+    region it is told)."""
+    async def where(ctx: ToolContext) -> str:
+        """Ask the person which region to look at."""
+        return await ctx.clarify("Which region?")
+
+    def script(messages, tools):
+        done = [m for m in messages if m["role"] == "tool"]
+        return u.call_tool("where") if not done else f"Looking at {done[-1]['content']}."
+
+    h = u.start_loop("pick a region", model=u.ScriptedModel(script), tools=[where], name="asker")
+    await h.wait_for("clarification_requested", timeout=20)
+    return h
 
 
 def _tools_so_far(messages):

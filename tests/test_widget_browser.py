@@ -23,10 +23,9 @@ import os
 import re
 
 import nbformat
-from test_browser import KERNEL_IDLE, PRESS, REPO, browser, harness, lab  # noqa: F401 (fixtures)
+from test_browser import KERNEL_IDLE, PRESS, REPO, browser, harness, lab, region_asker  # noqa: F401 (fixtures)
 
 import unity_nb as u
-from unity_nb import ToolContext
 
 PICTURES = REPO / ("docs" if os.environ.get("UNITY_NB_README_SCREENSHOT") else "tests/artifacts")
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
@@ -220,17 +219,8 @@ async def test_a_questions_answer_box_keeps_what_is_typed_across_updates_and_ent
 
     from unity_nb.jupyter._widget import HandleWidget
 
-    async def where(ctx: ToolContext) -> str:
-        """Ask the person which region to look at."""
-        return await ctx.clarify("Which region?")
-
-    def script(messages, tools):
-        done = [m for m in messages if m["role"] == "tool"]
-        return u.call_tool("where") if not done else f"Looking at {done[-1]['content']}."
-
-    h = u.start_loop("pick a region", model=u.ScriptedModel(script), tools=[where], name="asker")
+    h = await region_asker()
     w = HandleWidget(h)
-    await h.wait_for("clarification_requested", timeout=20)
     widget = await harness.show(w)
     box = widget.locator(".unb-clarification .unb-input")
     await box.click()

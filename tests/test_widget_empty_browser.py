@@ -8,10 +8,9 @@ from __future__ import annotations
 import asyncio
 
 from conftest import Gate
-from test_browser import PRESS, harness  # noqa: F401 (the fixture)
+from test_browser import PRESS, harness, region_asker  # noqa: F401 (the fixture)
 
 import unity_nb as u
-from unity_nb import ToolContext
 from unity_nb.jupyter._widget import HandleWidget
 
 TYPING_DELAY = 90  # ms between keys: a person typing steadily (input pacing, never a wait for a result)
@@ -22,17 +21,8 @@ async def test_an_empty_answer_is_not_sent_and_the_box_says_to_type_one(harness)
     on with no answer, and nothing could take it back."""
     from playwright.async_api import expect
 
-    async def where(ctx: ToolContext) -> str:
-        """Ask the person which region to look at."""
-        return await ctx.clarify("Which region?")
-
-    def script(messages, tools):
-        done = [m for m in messages if m["role"] == "tool"]
-        return u.call_tool("where") if not done else f"Looking at {done[-1]['content']}."
-
-    h = u.start_loop("pick a region", model=u.ScriptedModel(script), tools=[where], name="asker")
+    h = await region_asker()
     w = HandleWidget(h)
-    await h.wait_for("clarification_requested", timeout=20)
     widget = await harness.show(w)
     box = widget.locator(".unb-clarification .unb-input")
     await widget.locator(".unb-clarification .unb-btn").click(delay=PRESS)
