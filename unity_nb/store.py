@@ -11,7 +11,8 @@ its events record: a running loop's row gets its count at most once a second) an
 :meth:`Store.transcript` rebuilds its transcript from its events.
 
 Several kernels may share one file: SQLite's WAL mode lets one writer and many readers work
-at once, every write waits its turn (``busy_timeout``), and rows are keyed by a per-process
+at once, every write waits its turn (``busy_timeout``; on the event loop no longer than ``loop_wait``, then
+its events wait in memory as below), and rows are keyed by a per-process
 session id and the loop's id (random, 64 bits: unique across kernels and time). The schema has a version
 (``PRAGMA user_version``) and numbered migration steps, applied in order on open.
 
@@ -115,7 +116,11 @@ atexit.register(_flush_open_stores)
 class Store:
     """A SQLite store at ``path`` (``":memory:"`` for a throwaway one)."""
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 10.0) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 10.0,
+                 loop_wait: float = 0.2) -> None:
+        """``timeout``: seconds a read, a transaction or :meth:`flush` waits for another process's write lock;
+        ``loop_wait``: events recorded on an event loop (where a wait freezes the kernel), then they wait in
+        memory, :attr:`problem` says why, and a retry writes them."""
         path = str(path) if path is not None else default_store_path()
         if path != ":memory:":
             parent = Path(path).expanduser().resolve().parent
@@ -132,7 +137,9 @@ class Store:
             raise _unusable(path, err) from None
         try:
             self._db.row_factory = sqlite3.Row
-            self._db.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+            self._waits = (int(timeout * 1000), max(0, int(loop_wait * 1000)))  # (elsewhere, on the event loop)
+            self._wait_ms = -1
+            self._wait(self._waits[0])
             if path != ":memory:":
                 self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = NORMAL")
@@ -176,9 +183,9 @@ class Store:
 
     # -- the database --------------------------------------------------------------------
 
-    def _catch_up(self) -> None:
+    def _catch_up(self, wait_ms: int | None = None) -> None:
         """Bring the index of events by loop up to date (``_store_schema``): one transaction."""
-        with self.transaction() as db:
+        with self._transaction(self._waits[0] if wait_ms is None else wait_ms) as db:
             for statement in INDEX_CATCH_UP:
                 db.execute(statement)
 
@@ -201,6 +208,12 @@ class Store:
                 raise _unusable(self.path, err) from err
             raise
 
+    def _wait(self, ms: int) -> None:
+        """How long SQLite waits for another process's write lock from now on (set only when it changes)."""
+        if ms != self._wait_ms:
+            self._db.execute(f"PRAGMA busy_timeout = {ms}")
+            self._wait_ms = ms
+
     def _index_damage(self) -> str | None:
         """What is wrong with the index of events by loop (``_store_schema.index_damage``), read under the lock."""
         with self._lock, self._damage():
@@ -208,16 +221,21 @@ class Store:
 
     def execute(self, sql: str, params: tuple | dict = ()) -> sqlite3.Cursor:
         with self._lock, self._damage():
+            self._wait(self._waits[0])
             return self._db.execute(sql, params)
 
     def query(self, sql: str, params: tuple | dict = ()) -> list[dict]:
         with self._lock, self._damage():
             return [dict(r) for r in self._db.execute(sql, params).fetchall()]
 
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """Statements inside commit together (``BEGIN IMMEDIATE``: writers queue up, never deadlock)."""
+        return self._transaction(self._waits[0])
+
+    @contextlib.contextmanager
+    def _transaction(self, wait_ms: int) -> Iterator[sqlite3.Connection]:
         with self._lock, self._damage():
+            self._wait(wait_ms)
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
@@ -270,13 +288,13 @@ class Store:
         with self._lock:
             self._pending.append(event)
         # a row answered from the map's cache is committed with its batch: its answer is in the cache already
-        if kind in _FLUSH_NOW and self._problem is None and not getattr(event, "cached", False):
-            self._commit()  # a timer already armed stays: it writes what comes next (one timer per half second)
-            return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             self.flush()
+            return
+        if kind in _FLUSH_NOW and self._problem is None and not getattr(event, "cached", False):
+            self._commit(self._waits[1])  # a timer already armed stays: it writes what comes next (one a half second)
             return
         timer = self._timer
         if timer is None or timer[1] is not loop:  # none, or armed on an event loop that has gone (a test's)
@@ -285,7 +303,7 @@ class Store:
     def _arm(self, loop: asyncio.AbstractEventLoop, delay: float) -> None:
         if self._timer is not None:
             self._timer[0].cancel()
-        self._timer = (loop.call_later(delay, self.flush), loop)  # flush() disarms it
+        self._timer = (loop.call_later(delay, self._flush_on_loop), loop)  # it disarms it
 
     @property
     def waiting(self) -> int:
@@ -309,18 +327,27 @@ class Store:
         return remove
 
     def flush(self) -> None:
-        """Commit every event taken so far (one transaction). Never raises: when the file cannot
-        take them, they are kept for the next try and the problem is reported (once)."""
+        """Commit every event taken so far (one transaction), waiting for another process's write lock up to the
+        store's ``timeout``. Never raises: when the file cannot take them, they are kept for the next try and the
+        problem is reported (once)."""
+        self._flush(self._waits[0])
+
+    def _flush_on_loop(self) -> None:
+        """The timer's write, on the event loop: it waits for the lock no longer than ``loop_wait``."""
+        self._flush(self._waits[1])
+
+    def _flush(self, wait_ms: int) -> None:
         with self._lock:
             if self._timer is not None:
                 self._timer[0].cancel()
                 self._timer = None
-            self._commit()
+            self._commit(wait_ms)
 
-    def _commit(self) -> None:
+    def _commit(self, wait_ms: int) -> None:
         with self._lock:
             if not self._pending:
                 return
+            self._wait(wait_ms)
             batch, self._pending = self._pending, []
             try:
                 self._write(batch)
@@ -347,7 +374,7 @@ class Store:
             if now - self._indexed_at >= _INDEX_EVERY:  # after the batch, on its own: a full disk undoes the whole
                 self._indexed_at = now  # of a transaction that cannot grow, and the events must not wait on it
                 with contextlib.suppress(sqlite3.Error, UserError):  # the next second's (or close's) catch-up does it
-                    self._catch_up()
+                    self._catch_up(wait_ms)
 
     def _unwritable(self, event: ev.Event, err: Exception) -> bool:
         """``event`` failed alone, the file taking others: the same error each try (not the file's, not a full
