@@ -288,3 +288,26 @@ async def test_a_stop_while_a_routing_call_waits_answers_it_and_stops_the_questi
     (question,) = [e for e in bus.history() if e.kind == "loop_started" and e.name == "ask-researcher"]
     ended = [e for e in bus.history() if e.kind == "loop_finished" and e.loop_id == question.loop_id]
     assert [e.status for e in ended] == ["stopped"]
+
+
+async def test_a_parents_model_pausing_its_child_is_its_tools_doing_and_the_persons_resume_the_users(bus):
+    def parent_script(messages, tools):
+        names = [t["function"]["name"] for t in tools]
+        if "pause_researcher" in names:  # the routing step the person's message starts: hold the child
+            if any(m["content"] == "researcher: paused" for m in tool_messages(messages)):
+                return "holding the researcher"
+            return u.call_tool("pause_researcher")
+        return Family._default_parent(messages, tools)
+
+    f = Family(bus, parent_script=parent_script)
+    child = await f.started()
+    await f.parent.interject("hold the researcher for now")
+    await child.wait_for("steering", lambda e: e.action == "pause")
+    assert child.status == "paused"
+    await child.resume()  # the person lets it go on
+    f.child_gate.set()
+    assert await f.parent == "report: child found: research tides"
+    said = [m.content for m in child.transcript if m.kind == "steering"]
+    assert said == ["[paused by the tool pause_researcher of writer]", "[resumed by the user]"]
+    assert [(e.action, e.by) for e in child.events if e.kind == "steering"] == [
+        ("pause", "the tool pause_researcher of writer"), ("resume", None)]

@@ -12,15 +12,18 @@ it, its tools and its transcript alive as long as those did. While a loop runs, 
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import inspect
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ._face import Loop
 
-__all__ = ("CallInfo", "current_call", "current_loop", "forward_call", "resolve_tool_value")
+__all__ = (
+    "CallInfo", "current_call", "current_loop", "for_the_person", "forward_call", "resolve_tool_value", "steered_by",
+)
 
 
 def loop_of(ref: weakref.ref[Loop], call_id: str) -> Loop:
@@ -87,6 +90,24 @@ def current_loop() -> Loop | None:
     """The loop running in this context (inside a tool: the loop that called it; ``None`` once it was freed)."""
     ref = _CURRENT.get()
     return None if ref is None else ref()
+
+
+def steered_by(loop: Loop) -> str | None:
+    """Who steers ``loop`` from this context: the tool whose code runs here (``CallInfo.acting_on``), or ``None``
+    for the person (a cell, the widget, a magic, or a tool passing the person's message on: :func:`for_the_person`)."""
+    call = current_call()
+    return call.acting_on(loop) if call is not None else None
+
+
+@contextlib.contextmanager
+def for_the_person() -> Iterator[None]:
+    """Steering inside is the person's, though a tool's code does it: a parent's model routing the person's
+    interjection to a child (its ``interject_CHILD`` tool) passes their message on."""
+    token = _CALL.set(None)
+    try:
+        yield
+    finally:
+        _CALL.reset(token)
 
 
 def enter_call(call: CallInfo) -> contextvars.Token:

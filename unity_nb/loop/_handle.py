@@ -47,7 +47,7 @@ from .._collector import loop_started
 from .._errors import HandleStateError, Stopped, UserError
 from .._event_checks import maker
 from ..models import Endpoint, Model, Usage, cost_of, endpoint_of, price_of
-from ._context import current_call
+from ._context import current_call, steered_by
 from ._engine import Driver, Engine
 from ._face import Loop
 from ._options import LoopOptions
@@ -348,7 +348,7 @@ class LoopHandle(Loop):
         self.run.require_live("pause")
         if not self.run.gate.paused:
             self.run.gate.close()
-            self.run.steer("pause")
+            self.run.steer("pause", by=steered_by(self))
         await self.run.reach_children("pause")
 
     @on_own_loop
@@ -360,7 +360,7 @@ class LoopHandle(Loop):
             raise UserError(f"cannot resume {self.name!r}: {why}")
         await self.run.reach_children("resume")
         if self.run.gate.paused:
-            self.run.steer("resume")
+            self.run.steer("resume", by=steered_by(self))
             self.run.gate.open()
 
     @on_own_loop
@@ -373,7 +373,7 @@ class LoopHandle(Loop):
             raise UserError("interject needs a non-empty message")
         if request_id is not None:
             self.run.request(request_id)
-        self.run.steer("interject", message, request_id)
+        self.run.steer("interject", message, request_id, by=steered_by(self))
         self.run.conversation.heard += 1
         self.run.nudge()
         await self._engine.steered("interject", message)
@@ -401,8 +401,7 @@ class LoopHandle(Loop):
             if not self.done() and asyncio.current_task() is not self._task:
                 await self._ended.wait()
             return
-        call = current_call()  # a tool's code stopping this loop, or (None) the person
-        by = call.acting_on(self) if call is not None else None
+        by = steered_by(self)  # a tool's code stopping this loop, or (None) the person
         self.run.state.stop_reason = reason or f"stopped by {by or 'the user'}"
         self.run.steer("stop", reason, by=by)
         await self.run.reach_children("stop", reason=reason)
@@ -444,7 +443,7 @@ def start_ask(loop: LoopHandle, question: str, **options: Any) -> LoopHandle:
         raise UserError("ask needs a non-empty question")
     run = loop.run
     snapshot = run.inspection(loop)
-    run.steer("ask", question)
+    run.steer("ask", question, by=steered_by(loop))
     ask_tool = VERBS["ask"].child_tool
     live = run.live_children()[:20]  # a batch may have a hundred rows running: the first twenty
     tools = [ask_tool(c) for c in live] if ask_tool is not None else []

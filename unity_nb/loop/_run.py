@@ -297,7 +297,8 @@ class Run:
         v = VERBS[verb]
         text, kind = steering_entry(verb, message, request_id, by)
         self.conversation.record(Message("user", text, kind=kind))
-        note = v.note(message, request_id)
+        note = v.note_by(message, request_id, by) if by is not None and v.note_by is not None else v.note(
+            message, request_id)
         if note:
             self.conversation.note(note)
         self.emit(ev.Steering, action=verb, message=message, request_id=request_id, by=by)

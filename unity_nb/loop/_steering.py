@@ -23,6 +23,7 @@ from typing import Any, Literal, Protocol
 
 from .. import events as ev
 from .._errors import HandleStateError
+from ._context import for_the_person
 from ._face import Loop
 from ._records import render_conversation
 from ._tools import Tool, as_tool
@@ -64,6 +65,8 @@ class Verb:
     entry_by: Callable[[str | None, str | None, str], str | None] | None = None
     """What the transcript shows when code within a run used the verb (a tool's code), not the person:
     ``(message, request_id, by) -> text``, ``by`` naming the tool (``None``: :attr:`entry`, whoever used it)."""
+    note_by: Callable[[str | None, str | None, str], str | None] | None = None
+    """What the model is told when a tool's code used the verb (as :attr:`entry_by`; ``None``: :attr:`note`)."""
 
 
 def _safe(name: str) -> str:
@@ -78,7 +81,8 @@ def _tool(child: Loop, verb: str, fn: Callable[..., object], description: str) -
 
 def _interject_tool(child: Loop) -> Tool:
     async def fn(message: str) -> str:
-        await child.interject(message)
+        with for_the_person():  # the person's interjection, routed by the parent's model: theirs, not the tool's
+            await child.interject(message)
         return f"delivered to {child.name}"
 
     return _tool(
@@ -152,18 +156,22 @@ VERBS: dict[str, Verb] = {
             entry=lambda m, _r: m,
             kind="interjection",
             note=lambda m, r: f"[interjection from the user{_about(r)}] {m}",
+            note_by=lambda m, r, by: f"[interjection from {by}{_about(r)}] {m}",
             child_tool=_interject_tool,
             message="required",
             doc="Send MESSAGE to the operation NAME while it runs.",
         ),
         Verb(
-            "ask", entry=lambda m, _r: f"[asked by the user] {m}", child_tool=_ask_tool, message="required",
+            "ask", entry=lambda m, _r: f"[asked by the user] {m}", entry_by=lambda m, _r, by: f"[asked by {by}] {m}",
+            child_tool=_ask_tool, message="required",
             doc="Ask the operation NAME a question without disturbing it; returns the answer's handle.",
         ),
         Verb(
             "pause",
             entry=lambda _m, _r: "[paused by the user]",
             note=lambda _m, _r: "[paused by the user]",
+            entry_by=lambda _m, _r, by: f"[paused by {by}]",
+            note_by=lambda _m, _r, by: f"[paused by {by}]",
             reaches_children=True,
             child_tool=_plain_tool("pause"),
             doc="Pause the operation NAME (and its sub-operations).",
@@ -173,6 +181,8 @@ VERBS: dict[str, Verb] = {
             "resume",
             entry=lambda _m, _r: "[resumed by the user]",
             note=lambda _m, _r: "[resumed by the user]",
+            entry_by=lambda _m, _r, by: f"[resumed by {by}]",
+            note_by=lambda _m, _r, by: f"[resumed by {by}]",
             reaches_children=True,
             child_tool=_plain_tool("resume"),
             doc="Resume the paused operation NAME.",
