@@ -11,6 +11,7 @@ import hashlib
 import json
 import re
 import socket
+import warnings
 from importlib import resources
 from pathlib import Path
 
@@ -405,3 +406,26 @@ async def test_the_snapshot_of_a_batch_whose_rows_failed_says_finished_with_fail
         parser = Badges()
         parser.feed(snapshot)
         assert parser.badges[0] == "finished with failures", parser.badges
+
+
+async def test_a_second_stop_with_another_reason_is_said_in_the_notice_not_the_kernels_log():
+    h = u.start_loop("wait", model=u.ScriptedModel(Gate(lambda m, t: "never")), name="waiter")
+    w = HandleWidget(h)
+    await h.wait_for("model_request", timeout=TIMEOUT)
+    w._on_custom(w, {"action": "stop", "node": h.id, "text": "wrong data"}, [])
+    async with asyncio.timeout(TIMEOUT):
+        await w.clicks.settled()
+    assert h.status == "stopped" and h.state.stop_reason == "wrong data" and w.notice == ""
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        w._on_custom(w, {"action": "stop", "node": h.id, "text": "out of time"}, [])
+        async with asyncio.timeout(TIMEOUT):
+            await w.clicks.settled()
+        assert w.notice == ("'waiter' was stopped already, with the reason 'wrong data': yours ('out of time') was "
+                            "not taken")
+        w._on_custom(w, {"action": "stop", "node": h.id}, [])  # no reason typed: nothing dropped, nothing to say
+        async with asyncio.timeout(TIMEOUT):
+            await w.clicks.settled()
+    assert w.notice == ""
+    assert h.state.stop_reason == "wrong data"
+    assert [str(x.message) for x in warned] == []  # said in the widget, not as a warning in the kernel's log

@@ -29,8 +29,8 @@ from typing import Any
 import anywidget
 import traitlets
 
-from .._errors import Stopped
-from ..loop import VERBS, LoopHandle, Message, pending_approvals, was_skipped
+from .._errors import Stopped, UserError
+from ..loop import VERBS, LoopHandle, Message, pending_approvals, stop_once, was_skipped
 from ._batch_view import preview
 from ._buttons import verb_buttons
 from ._clicks import Clicks, watch_cells, watch_interrupts
@@ -218,6 +218,18 @@ async def _ask(w: HandleWidget, h: LoopHandle, click: dict) -> Awaitable[None]:
     return w._ask_answered(a)
 
 
+async def _stop(h: LoopHandle, click: dict) -> None:
+    """Stop ``h`` with the reason typed (or "stopped from the widget"). One stopped already keeps its first reason:
+    a reason typed that is another is said in the widget's notice (not a warning in the kernel's log)."""
+    typed, first = _text(click), h.state.stop_reason
+    if first is None:
+        await h.stop(typed or "stopped from the widget")
+        return
+    await stop_once(h)  # stopping already: wait for its end, as a stop does
+    if typed and typed != first:
+        raise UserError(f"{h.name!r} was stopped already, with the reason {first!r}: yours ({typed!r}) was not taken")
+
+
 def _verb(name: str) -> Command:
     """The button of a steering verb of the loop's table: its message, if it takes one, is the text box
     (an optional one left empty: none)."""
@@ -234,9 +246,7 @@ def _verb(name: str) -> Command:
 
 COMMANDS: dict[str, Command] = {
     **{name: _verb(name) for name in VERBS},  # every steering verb; ask and stop say more below
-    "stop": Command(
-        lambda w, h, c: h.stop(c.get("text") or "stopped from the widget"), "stop it, from any state", "stop"
-    ),
+    "stop": Command(lambda w, h, c: _stop(h, c), "stop it, from any state", "stop"),
     "ask": Command(_ask, "ask about it without disturbing it (the answer shows in the widget)", "ask"),
     "stop_ask": Command(lambda w, h, c: h.stop("stopped from the widget"), "stop an Ask shown in the widget"),
     "answer": Command(
