@@ -746,3 +746,52 @@ async def test_a_task_message_changed_by_hand_is_a_clear_error(store):
         tm.turns(t.id)
     with pytest.raises(u.UserError, match="cannot be read"):
         tm.execute(t.id)
+
+
+class _Died(BaseException):
+    """The kernel's process ending where it is raised (nothing after it is written)."""
+
+
+async def test_a_turns_answer_and_its_end_are_written_together(tmp_path):
+    """A kernel dying after its task's turn wrote the answer but before it wrote the turn's end left the answer in
+    the turn's messages, the task's result never set and the turn never ended: both are one transaction now."""
+
+    class DiesAtTheNextWrite(Store):
+        armed = False
+        died = False
+
+        def transaction(self):
+            if self.died:  # the process is gone: nothing more is written
+                raise _Died
+            if self.armed:
+                self.writes_after += 1
+                if self.writes_after == 2:  # the second write after the answer
+                    type(self).died = True
+                    raise _Died
+            return super().transaction()
+
+    path = tmp_path / "state.db"
+    store = DiesAtTheNextWrite(path)
+    store.writes_after = 0
+
+    def script(messages, tools):
+        DiesAtTheNextWrite.armed = True  # the answer is given: the writes that follow are counted
+        return "the report"
+
+    tm = manager(store, script)
+    t = tm.create("report", "Write the weekly report.")
+    handle = tm.execute(t.id)
+    try:
+        await asyncio.wait_for(handle.result(), T)
+    except (_Died, asyncio.CancelledError, TimeoutError):  # (where the process died, its handle is gone too)
+        pass
+    await settle()
+    DiesAtTheNextWrite.armed = False
+    after = Store(path)  # (a plain store: the next kernel)  # the next kernel reads the file
+    row = after.query("SELECT status, result FROM tasks WHERE id = ?", (t.id,))[0]
+    turn = after.query("SELECT ended FROM task_turns WHERE task_id = ?", (t.id,))[0]
+    messages = [json.loads(m["message"]) for m in after.query(
+        "SELECT message FROM task_messages WHERE task_id = ? ORDER BY n", (t.id,))]
+    assert messages[-1] == {"role": "assistant", "content": "the report"}
+    assert (row["status"], row["result"]) == ("idle", "the report") and turn["ended"] is not None
+    after.close()

@@ -414,8 +414,7 @@ class TasksManager(Manager):
         (the turn's messages wait in the handle; a listener raising would leave the handle never ending)."""
         self._ending.add(task_id)
         try:
-            self._persist(task_id, handle, turn, state)
-            self._end_turn(task_id, handle, turn, event)
+            self._end_turn(task_id, handle, turn, event, state)
         except (sqlite3.Error, UserError) as err:
             if task_id not in self._runs:  # written: what failed came after (the parent's notice, the queue's look)
                 log.warning("task %s: after its turn %s ended: %s", task_id, turn, err)
@@ -447,25 +446,32 @@ class TasksManager(Manager):
     def _persist(self, task_id: str, handle: LoopHandle, turn: int, state: dict) -> None:
         """Write the messages the task's loop added since the last write (before each model call), after the turn's
         row and the task's loop at the first write (all or nothing: a failed write is whole at the next)."""
-        wire = handle.messages
-        new = wire[state["cursor"]:]
-        begin = state.get("begin")
-        if not new and begin is None:
+        if not handle.messages[state["cursor"]:] and state.get("begin") is None:
             return
-        now, n = time.time(), state["n"]
         with self.store.transaction() as db:
-            if begin is not None:
-                if begin["new turn"]:
-                    db.execute("INSERT INTO task_turns (task_id, turn, started) VALUES (?, ?, ?)",
-                               (task_id, turn, begin["started"]))
-                db.execute("UPDATE tasks SET loop_uid = ?, updated = ? WHERE id = ?", (begin["uid"], now, task_id))
-            for m in new:
-                db.execute("INSERT INTO task_messages (task_id, n, turn, message, ts) VALUES (?, ?, ?, ?, ?)",
-                           (task_id, n, turn, json.dumps(m), now))
-                n += 1
-        state["n"], state["cursor"], state["begin"] = n, len(wire), None
+            written = self._write_messages(db, task_id, handle, turn, state)
+        state["n"], state["cursor"], state["begin"] = *written, None
 
-    def _end_turn(self, task_id: str, handle: LoopHandle, turn: int, event: ev.Event) -> None:
+    @staticmethod
+    def _write_messages(db: Any, task_id: str, handle: LoopHandle, turn: int, state: dict) -> tuple[int, int]:
+        """:meth:`_persist`'s statements, in the caller's transaction: the messages' count and the cursor after
+        them, for ``state`` once the transaction commits."""
+        wire = handle.messages
+        begin, now, n = state.get("begin"), time.time(), state["n"]
+        if begin is not None:
+            if begin["new turn"]:
+                db.execute("INSERT INTO task_turns (task_id, turn, started) VALUES (?, ?, ?)",
+                           (task_id, turn, begin["started"]))
+            db.execute("UPDATE tasks SET loop_uid = ?, updated = ? WHERE id = ?", (begin["uid"], now, task_id))
+        for m in wire[state["cursor"]:]:
+            db.execute("INSERT INTO task_messages (task_id, n, turn, message, ts) VALUES (?, ?, ?, ?, ?)",
+                       (task_id, n, turn, json.dumps(m), now))
+            n += 1
+        return n, len(wire)
+
+    def _end_turn(self, task_id: str, handle: LoopHandle, turn: int, event: ev.Event, state: dict) -> None:
+        """The turn's last messages and its end, in one transaction: a kernel dying between the two would leave
+        the answer in its messages but not the task's result, the turn never ended."""
         status = "idle" if event.kind == "loop_finished" and getattr(event, "status", "") == "finished" else (
             "stopped" if event.kind == "loop_finished" else "failed")
         answer = handle.state.answer if status == "idle" else None
@@ -479,6 +485,7 @@ class TasksManager(Manager):
                 undelivered.append(row)
         now = time.time()
         with self.store.transaction() as db:
+            written = self._write_messages(db, task_id, handle, turn, state)
             db.execute("UPDATE task_turns SET ended = ?, summary = ? WHERE task_id = ? AND turn = ?",
                        (now, summary, task_id, turn))
             db.execute("UPDATE tasks SET status = ?, result = COALESCE(?, result), updated = ? WHERE id = ?",
@@ -486,6 +493,7 @@ class TasksManager(Manager):
             for row in undelivered:
                 db.execute("INSERT INTO task_queue (task_id, type, content, sender, ts) VALUES (?, ?, ?, ?, ?)",
                            (task_id, row["type"], row["content"], row["sender"], row["ts"]))
+        state["n"], state["cursor"], state["begin"] = *written, None
         self._carried[task_id] = {(r["content"], r["ts"]) for r in undelivered}
         self._posted.pop(task_id, None)
         self._live.pop(task_id, None)
