@@ -88,3 +88,48 @@ async def test_a_resumed_acts_notice_is_printed_without_widgets(ip, capsys):
     assert await asyncio.wait_for(h2, 10) == "done"
     hold.set()
     await h.stop()
+
+
+async def test_a_resumed_act_started_with_managers_reaches_them_again(ip):
+    """``%unity act --managers``: resumed, its plans reach the managers still (``primitives.knowledge``, ...), though
+    this kernel's default is without them."""
+    hold = asyncio.Event()
+
+    async def first(messages, tools):
+        if not [m for m in messages if m["role"] == "tool"]:
+            return u.call_tool("execute_code", code="k = primitives.knowledge", intent="look")
+        await hold.wait()  # the kernel dies while the model thinks
+        return "never"
+
+    ip.user_ns["m"] = u.ScriptedModel(first)
+    ip.run_line_magic("unity", "model --var m")
+    h = ip.run_line_magic("unity", "act --name keeper --managers Note the sales.")
+    await h.wait_for("model_request", lambda e: e.step >= 2, timeout=10)
+    assert "success: true" in h.transcript[-1].content  # its plans reach the managers
+
+    store = magics(ip).store  # the kernel dies: a new extension instance, this session's process marked gone
+    store.flush()
+    session = store.session
+    ip.run_line_magic("unload_ext", "unity_nb")
+    other = u.Store(store.path)
+    other.execute("UPDATE sessions SET pid = 0 WHERE id = ?", (session,))
+    ip.run_line_magic("load_ext", "unity_nb")
+    assert magics(ip).managers is False  # this kernel's default: no managers
+
+    def second(messages, tools):
+        results = [m["content"] for m in messages if m["role"] == "tool"]
+        if len(results) < 2:  # the first plan's result is in the rebuilt conversation
+            return u.call_tool("execute_code", code="k2 = primitives.knowledge", intent="again")
+        return results[-1]
+
+    ip.user_ns["m"] = u.ScriptedModel(second)
+    ip.run_line_magic("unity", "model --var m")
+    h2 = ip.run_line_magic("unity", "resume keeper")
+    answer = await asyncio.wait_for(h2, 10)
+    assert answer.startswith("success: true"), answer
+    assert "primitives.knowledge" in ip.user_ns["m"].requests[0].messages[0]["content"]  # told of them too
+    resumed = other.events(kind="loop_started")[-1]  # recorded again, for a next resume
+    assert resumed.name == "keeper" and resumed.settings["managers"] is True
+    other.close()
+    hold.set()
+    await h.stop()

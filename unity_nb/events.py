@@ -107,7 +107,8 @@ class LoopStarted(Event):
     settings: dict[str, Any] | None = None
     """An operation's top loop: the options it was started with that ``%unity resume`` starts it with again
     (``max_steps``, ``multi``, ``time_awareness``, ``max_parallel_tools``, the context window's, and its source's: an
-    actor's ``code_timeout``). ``None``: a loop under another, or recorded before it was."""
+    actor's ``code_timeout``, and ``managers``: made by ``%unity act --managers``). ``None``: a loop under another, or
+    recorded before it was."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)

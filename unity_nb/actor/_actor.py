@@ -128,6 +128,9 @@ class Actor:
         """JSON tools offered beside the registered ones."""
         self.loop_options: dict[str, Any] = {}
         """Options for every run's loop (``tool_policy``, ``evaluations``, ...); ``act`` options win."""
+        self.recorded: dict[str, Any] = {}
+        """How it was made, as whoever made it needs to make it again: recorded with each run's start beside its
+        ``code_timeout`` (``LoopStarted.settings``), so that ``%unity resume`` does (``%unity act``'s ``managers``)."""
         self.bus = bus
 
     @property

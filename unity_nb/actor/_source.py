@@ -34,6 +34,7 @@ class ActorSettings(Protocol):
     hidden: Any
     code_timeout: float | None
     shell: Any
+    recorded: dict[str, Any]
 
     @property
     def tools(self) -> list[Any]: ...
@@ -247,8 +248,9 @@ class ActorTools(ToolSource):
 
     @property
     def settings(self) -> dict[str, Any]:  # type: ignore[override]
-        """The actor's code timeout (recorded with an operation's start, so a resume keeps it)."""
-        return {"code_timeout": self.actor.code_timeout}
+        """The actor's code timeout, and what its maker records of it (``Actor.recorded``: ``%unity act``'s
+        ``managers``), recorded with an operation's start, so a resume keeps them."""
+        return {**self.actor.recorded, "code_timeout": self.actor.code_timeout}
 
     def needs_approval(self, tool: Tool) -> bool:
         """A JSON tool waits when it is marked, or on every call with ``approval="always"`` (a plan's

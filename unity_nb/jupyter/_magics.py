@@ -300,11 +300,11 @@ class UnityMagics(Magics):
             "namespace": self.user_ns, "approval": options.get("approval", self.approval),
             "code_timeout": options.get("code_timeout", self.code_timeout) or None,
         }
-        if options.get("managers", self.managers):
-            return self.registry.actor(model, **actor_options)
         from ..actor import Actor
-
-        return Actor(model, **actor_options)
+        managers = bool(options.get("managers", self.managers))
+        actor = self.registry.actor(model, **actor_options) if managers else Actor(model, **actor_options)
+        actor.recorded["managers"] = managers  # with its start: %unity resume makes it again as it was
+        return actor
 
     def start(
         self, name: str | None, launch: Callable[[str], LoopHandle], *, sub: str = "act", notice: str = "",

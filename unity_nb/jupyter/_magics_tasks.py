@@ -351,7 +351,7 @@ def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
     return handle
 
 
-_KEPT = ("max_steps", "multi", "time_awareness", "max_parallel_tools", "context_window", "code_timeout")
+_KEPT = ("max_steps", "multi", "time_awareness", "max_parallel_tools", "context_window", "code_timeout", "managers")
 
 
 def _started_with(settings: dict | None) -> dict:
