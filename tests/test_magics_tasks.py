@@ -3,7 +3,7 @@
 import asyncio
 
 import pytest
-from conftest import magics
+from conftest import dead_kernel, kill, magics, tool_messages
 from IPython.core.error import UsageError
 
 import unity_nb as u
@@ -125,7 +125,8 @@ async def test_resume_from_the_store_takes_only_an_interrupted_top_level_operati
     other = u.Store(str(tmp_path / "state.db"))
     bus = u.EventBus()
     other.attach(bus)
-    boss = u.start_loop("go", model=u.ScriptedModel(boss_script), tools=[sub], name="boss", bus=bus)
+    # an act (a plain u.start_loop is refused: test_a_plain_loop_is_not_resumed_as_an_act)
+    boss = u.act("go", model=u.ScriptedModel(boss_script), tools=[sub], namespace={}, name="boss", bus=bus)
     await boss.wait_for("tool_started")
     (kid,) = boss.children
     await kid.wait_for("model_request")
@@ -150,6 +151,34 @@ async def test_resume_from_the_store_takes_only_an_interrupted_top_level_operati
         ip.run_line_magic("unity", "resume plain")
     hold.set()
     await boss.stop()
+    other.close()
+
+
+async def test_a_plain_loop_is_not_resumed_as_an_act(ip, capsys):
+    """A plain ``u.start_loop`` a dead kernel left interrupted was resumed as an act, which could run plans it never
+    could, without the tools it had: it is refused, saying why and what to do."""
+    other, bus, silent = dead_kernel(ip)
+
+    def rate(city: str) -> str:
+        """The rate of a city."""
+        return "5%"
+
+    def plain_script(messages, tools):
+        return u.call_tool("rate", city="Oslo") if not tool_messages(messages) else silent(messages, tools)
+
+    plain = u.start_loop("rate Oslo", model=u.ScriptedModel(plain_script), tools=[rate], name="plain", bus=bus)
+    await plain.wait_for("model_request", lambda e: e.step >= 2, timeout=10)
+    kill(other)
+
+    ip.user_ns.pop("plain_ran", None)  # (the shell is shared by the tests)
+    ip.user_ns["m"] = u.ScriptedModel(lambda m, t: u.call_tool("execute_code", code="plain_ran = 1", intent="x"))
+    ip.run_line_magic("unity", "model --var m")
+    with pytest.raises(UsageError, match=r"'plain' is a plain tool loop \(u.start_loop.*not an act.*%unity show plain"):
+        ip.run_line_magic("unity", "resume plain")
+    assert "plain" not in magics(ip).handles and "plain_ran" not in ip.user_ns  # nothing started, no plan ran
+    assert ip.user_ns["m"].requests == []
+    silent.event.set()
+    await plain.stop()
     other.close()
 
 

@@ -331,7 +331,8 @@ VERB_EXTRAS: dict[str, Extra] = {
     "resume": Extra(
         options=(replace(BUDGET, doc="lifts the cap of a batch paused at its budget."),),
         more="An operation a dead kernel left interrupted (see %unity history) continues from the store as a new "
-        "live operation: its conversation rebuilt, every tool call that has no result marked as interrupted.",
+        "live operation: its conversation rebuilt, every tool call that has no result marked as interrupted (an act "
+        "or a batch: a plain u.start_loop, whose tools the store does not keep, is started again by hand).",
     ),
 }
 

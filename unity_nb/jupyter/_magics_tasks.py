@@ -256,6 +256,27 @@ def _refuse_task(store: Any, name: str, sql: str, params: tuple, *, turn: bool) 
         )
 
 
+def _refuse_plain_loop(store: Any, row: dict) -> None:
+    """A UsageError if ``row`` is a plain tool loop (``u.start_loop``, a manager's method), not an act: resumed as an
+    act it ran plans in this kernel, which it never could, without the tools it had (functions the store does not
+    keep). A loop of kind ``loop`` is an act when its start recorded an approval of plans or it offered plans (an act
+    recorded before its kind was, named by ``--name``)."""
+    if (row.get("kind") or "loop") != "loop" or row.get("batch"):
+        return
+    started = store.events(row["uid"], kind="loop_started")
+    if any(e.approval is not None for e in started):
+        return
+    if any("execute_code" in e.tools for e in store.events(row["uid"], kind="model_request")):
+        return
+    name = row["name"]
+    raise UsageError(
+        f"{name!r} is a plain tool loop (u.start_loop, or a manager's method), not an act, and %unity resume continues "
+        "an act or a batch: resumed as an act it would run plans, which it never could, without the tools it had "
+        f"(Python functions: the store does not keep them). Start it again in this kernel as it was started "
+        f"(u.start_loop with its tools); %unity show {name} shows its conversation so far\n\n{HELP['resume']}"
+    )
+
+
 def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
     """``%unity resume NAME`` for an operation this kernel does not have: the one a dead kernel left
     ``interrupted`` in the store continues as a new live operation of the same name."""
@@ -296,6 +317,7 @@ def resume_from_store(magics: UnityMagics, cmd: Command) -> LoopHandle:
             f"operation of this kernel (%unity resume {target} continues it if it was left interrupted)"
             f"\n\n{HELP['resume']}"
         )
+    _refuse_plain_loop(store, row)
     from ..batch import OPERATORS
     from ._magics_ops import resume_operator
     from ._resume_needs import check_resumable
