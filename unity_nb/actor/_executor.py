@@ -41,6 +41,7 @@ from .._secrets import scrub
 from ..loop import TextBuffer
 from ._describe import describe_value, snapshot
 from ._meanwhile import Cells, bound_names, theirs
+from ._plan_guard import INPUT_MESSAGE, input_again, no_input
 from ._watch import Watch
 
 __all__ = ("Executor", "PlanResult", "FinalAnswer", "PlanTimeout", "final_answer")
@@ -111,6 +112,8 @@ class PlanResult:
     final: bool = False
     final_value: Any = None
     filename: str = ""
+    input_calls: int = 0
+    """How many times the plan called ``input()``, which cannot read from the person in a plan (it raised)."""
 
     def for_model(self) -> str:
         """The tool result the model reads."""
@@ -140,6 +143,8 @@ class PlanResult:
             parts.append("variables deleted: " + ", ".join(self.deleted))
         for name in self.restored:
             parts.append(f"note: a plan may not rebind or delete `{name}`; it was restored.")
+        if self.input_calls and INPUT_MESSAGE not in (self.error or ""):  # the plan caught the error: said here
+            parts.append(f"note: the plan called input() {self.input_calls} time(s). {INPUT_MESSAGE}")
         if len(parts) == 1:
             parts.append("(the plan printed and displayed nothing, had no value, and created, changed and deleted no "
                          "variable)")
@@ -385,6 +390,7 @@ class Executor:
         watchdog = _Watchdog(self.code_timeout)
         result = PlanResult(success=True, filename=filename)
         closed = False
+        reads, input_token = no_input()  # input() from the plan says it cannot read from the person
         try:
             for code_obj in (main, tail):
                 if code_obj is None:
@@ -424,9 +430,11 @@ class Executor:
             if not closed:
                 _output.tool_output.reset(out_token)
                 _output.display_output.reset(disp_token)
+                input_again(input_token)
             result.restored = self._restore(protected_before)
             self._collect_figures(figures_before, on_pub)
             running[0] = False
+            result.input_calls = reads.calls
             with written:
                 result.stdout, result.stderr = stdout.text, stderr.text
                 result.stdout_chars, result.stderr_chars = stdout.total, stderr.total

@@ -1,0 +1,50 @@
+"""What a plan cannot do is said to the model: ``input()`` (a plan cannot read from the person: it raised Python's
+own EOFError, which told the model nothing it could act on)."""
+
+import builtins
+
+from conftest import tool_messages
+
+import unity_nb as u
+from unity_nb.events import CodeExecuted
+
+
+def plans(*codes, answer="done"):
+    """A script that runs each plan in turn, then answers."""
+
+    def script(messages, tools):
+        done = tool_messages(messages)
+        if len(done) < len(codes):
+            return u.call_tool("execute_code", code=codes[len(done)], intent=f"step {len(done) + 1}")
+        return answer
+
+    return script
+
+
+def results(model):
+    return [m["content"] for m in tool_messages(model.requests[-1].messages)]
+
+
+async def test_input_in_a_plan_tells_the_model_it_cannot_read_from_the_person(bus, monkeypatch):
+    monkeypatch.setattr(builtins, "input", lambda prompt="": "typed by the person")  # the console's input
+    ns: dict = {}
+    model = u.ScriptedModel(plans(
+        "name = input('Your name? ')",
+        "try:\n    name = input()\nexcept EOFError:\n    name = 'nobody'",  # caught: still said
+        "import threading\n"
+        "def read():\n    try:\n        input()\n    except EOFError as err:\n        out.append(str(err))\n"
+        "out = []\nt = threading.Thread(target=read)\nt.start()\nt.join()\nout[0]",  # a thread the plan started
+    ))
+    h = u.act("Greet the person by name.", model=model, namespace=ns, bus=bus)
+    assert await h == "done"
+    failed, caught, threaded = results(model)
+    assert failed.startswith("success: false") and "PlanInputUnavailable" in failed
+    assert "input() cannot read from the person in a plan" in failed and "reply with your question" in failed
+    assert ns["name"] == "nobody"  # the second plan's
+    assert caught.startswith("success: true") and "note: the plan called input() 1 time(s)" in caught
+    assert "input() cannot read from the person in a plan" in threaded
+    executed = [e for e in h.events if isinstance(e, CodeExecuted)]
+    assert not executed[0].success and "cannot read from the person" in executed[0].error
+    # outside a plan (a cell), input is the console's, as it was (a fake one here: it returns at once)
+    assert builtins.input("Name? ") == "typed by the person"  # noqa: ASYNC250
+
