@@ -1,7 +1,10 @@
 """What a plan cannot do is said to the model: ``input()`` (a plan cannot read from the person: it raised Python's
-own EOFError, which told the model nothing it could act on)."""
+own EOFError, which told the model nothing it could act on), and threads it leaves running when it ends (said
+nowhere)."""
 
+import asyncio
 import builtins
+import threading
 
 from conftest import tool_messages
 
@@ -48,3 +51,39 @@ async def test_input_in_a_plan_tells_the_model_it_cannot_read_from_the_person(bu
     # outside a plan (a cell), input is the console's, as it was (a fake one here: it returns at once)
     assert builtins.input("Name? ") == "typed by the person"  # noqa: ASYNC250
 
+
+async def test_threads_a_plan_leaves_running_are_said_to_the_model_and_in_its_event(bus):
+    gate = threading.Event()
+    ns: dict = {"gate": gate}
+    model = u.ScriptedModel(plans(
+        "import threading\n"
+        "poller = threading.Thread(target=gate.wait, name='poller', daemon=True)\npoller.start()\n"
+        "done = threading.Thread(target=print, args=('quick',), name='quick')\n"
+        "done.start()\ndone.join()",  # waited for: not said
+        "x = 1",  # starts none
+    ))
+    h = u.act("Poll in the background.", model=model, namespace=ns, bus=bus)
+    assert await h == "done"  # the plan's end did not wait for its thread
+    left, none = results(model)
+    assert left.startswith("success: true")
+    assert "note: 1 thread(s) the plan started still run after it ended (not waited for): poller." in left
+    assert "quick" not in left.partition("note:")[2] and "thread" not in none
+    first, second = [e for e in h.events if isinstance(e, CodeExecuted)]
+    assert first.threads == ("poller",) and second.threads == ()
+    gate.set()
+    ns["poller"].join(10)
+
+
+async def test_the_watchdogs_own_timers_are_not_taken_for_threads_the_plan_left(bus):
+    """Off the main thread the watchdog times each synchronous stretch of a plan with a timer thread of its own: not
+    the plan's, never said to be."""
+    plan = "import asyncio\nfor _ in range(20):\n    await asyncio.sleep(0)\nx = 1"
+
+    async def run():
+        model = u.ScriptedModel([u.call_tool("execute_code", code=plan, intent="wait")] * 3 + ["done"])
+        h = u.act("Wait a little.", model=model, namespace={}, code_timeout=30)
+        assert await asyncio.wait_for(h, 10) == "done"
+        return [e.threads for e in h.events if isinstance(e, CodeExecuted)], results(model)
+
+    threads, told = await asyncio.to_thread(asyncio.run, run())  # an event loop off the main thread
+    assert threads == [(), (), ()] and not any("thread" in r for r in told)

@@ -28,7 +28,9 @@ from typing import Any
 
 from . import _secrets
 
-__all__ = ("tool_output", "display_output", "install", "uninstall", "install_display", "started_in")
+__all__ = (
+    "tool_output", "display_output", "install", "uninstall", "install_display", "started_in", "started_under",
+)
 
 tool_output: contextvars.ContextVar[Callable[[str, str], None] | None] = contextvars.ContextVar(
     "unity_nb_tool_output", default=None
@@ -46,6 +48,12 @@ def started_in() -> contextvars.Context | None:
     """The context the current thread was started in, if it was started inside a tool call or a plan (so a
     marked function it calls is asked in the operation that started it)."""
     return getattr(threading.current_thread(), _CONTEXT, None)
+
+
+def started_under(thread: threading.Thread) -> Callable[[str, str], None] | None:
+    """The output hook in force where ``thread`` was started (a plan's or a tool call's), else ``None``."""
+    hooks = getattr(thread, _HOOKS, None)
+    return hooks[0] if hooks is not None else None
 
 
 def _out_hook() -> Callable[[str, str], None] | None:

@@ -225,6 +225,8 @@ class CodeExecuted(Event):
     stdout_chars: int = 0
     stderr_chars: int = 0
     final: bool = False
+    threads: tuple[str, ...] = ()
+    """The names of threads the plan started that still ran when it ended (it did not wait for them)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)

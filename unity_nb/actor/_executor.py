@@ -41,7 +41,7 @@ from .._secrets import scrub
 from ..loop import TextBuffer
 from ._describe import describe_value, snapshot
 from ._meanwhile import Cells, bound_names, theirs
-from ._plan_guard import INPUT_MESSAGE, input_again, no_input
+from ._plan_guard import INPUT_MESSAGE, input_again, no_input, own_thread, threads_left
 from ._watch import Watch
 
 __all__ = ("Executor", "PlanResult", "FinalAnswer", "PlanTimeout", "final_answer")
@@ -114,6 +114,8 @@ class PlanResult:
     filename: str = ""
     input_calls: int = 0
     """How many times the plan called ``input()``, which cannot read from the person in a plan (it raised)."""
+    threads: list[str] = field(default_factory=list)
+    """The names of threads the plan started that still ran when it ended (it did not wait for them)."""
 
     def for_model(self) -> str:
         """The tool result the model reads."""
@@ -145,6 +147,11 @@ class PlanResult:
             parts.append(f"note: a plan may not rebind or delete `{name}`; it was restored.")
         if self.input_calls and INPUT_MESSAGE not in (self.error or ""):  # the plan caught the error: said here
             parts.append(f"note: the plan called input() {self.input_calls} time(s). {INPUT_MESSAGE}")
+        if self.threads:
+            parts.append(
+                f"note: {len(self.threads)} thread(s) the plan started still run after it ended (not waited for): "
+                + ", ".join(self.threads) + ". What they print or change from now on is not in this result."
+            )
         if len(parts) == 1:
             parts.append("(the plan printed and displayed nothing, had no value, and created, changed and deleted no "
                          "variable)")
@@ -183,7 +190,7 @@ class _Watchdog:
             self._prev = signal.signal(signal.SIGALRM, self._on_signal)
             signal.setitimer(signal.ITIMER_REAL, self.timeout)
         else:
-            self._timer = threading.Timer(self.timeout, self._on_timer)
+            self._timer = own_thread(threading.Timer(self.timeout, self._on_timer))
             self._timer.daemon = True
             self._timer.start()
         return self
@@ -434,7 +441,7 @@ class Executor:
             result.restored = self._restore(protected_before)
             self._collect_figures(figures_before, on_pub)
             running[0] = False
-            result.input_calls = reads.calls
+            result.input_calls, result.threads = reads.calls, threads_left(on_write)
             with written:
                 result.stdout, result.stderr = stdout.text, stderr.text
                 result.stdout_chars, result.stderr_chars = stdout.total, stderr.total

@@ -1,4 +1,4 @@
-"""What a plan cannot do, said plainly to the model: read from the person.
+"""What a plan cannot do, said plainly to the model: read from the person, and leave threads running unsaid.
 
 ``input()`` in a plan failed with Python's own ``EOFError`` (a plan runs in the background: no console, nobody sees
 the prompt), which told the model nothing it could act on. While a plan runs, ``builtins.input`` is routed: called
@@ -7,17 +7,24 @@ called from anywhere else (the person's cell) it is the ``input`` it wraps. The 
 start, over whatever ``builtins.input`` is then (ipykernel puts its own there while a cell runs, and its own back
 after: the router never outlives what it wraps). A cell started while a plan runs installs ipykernel's ``input``
 over it: an ``input()`` the plan calls then is ipykernel's.
+
+A thread a plan started that still runs when the plan ends was said nowhere. :func:`threads_left` names them: the
+threads alive that were started under the plan's output hook (``_output`` records the hook in force where a thread
+starts, so threads those threads start count too; asyncio's shared executor's do not, they serve everyone), without
+the executor's own watchdog timers (:func:`own_thread`).
 """
 
 from __future__ import annotations
 
 import builtins
 import contextvars
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from .. import _output
 
-__all__ = ("PlanInputUnavailable", "INPUT_MESSAGE", "no_input", "input_again")
+__all__ = ("PlanInputUnavailable", "INPUT_MESSAGE", "no_input", "input_again", "threads_left", "own_thread")
 
 INPUT_MESSAGE = (
     "input() cannot read from the person in a plan: a plan runs in the background, with no console to type into, "
@@ -78,3 +85,22 @@ def no_input() -> tuple[_Reads, contextvars.Token]:
 def input_again(token: contextvars.Token) -> None:
     """Undo :func:`no_input` (in the context that called it)."""
     _plan.reset(token)
+
+
+_OWN = "_unity_nb_own_thread"
+_T = TypeVar("_T", bound=threading.Thread)
+
+
+def own_thread(thread: _T) -> _T:
+    """Mark ``thread`` as the executor's own (a watchdog's timer): never named as one a plan left running."""
+    setattr(thread, _OWN, True)
+    return thread
+
+
+def threads_left(hook: Callable[[str, str], None]) -> list[str]:
+    """The names of the threads alive now that were started under ``hook`` (a plan's output hook), but for the
+    executor's own."""
+    return [
+        t.name for t in threading.enumerate()
+        if t.is_alive() and not getattr(t, _OWN, False) and _output.started_under(t) is hook
+    ]

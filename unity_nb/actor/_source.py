@@ -223,6 +223,7 @@ class ActorTools(ToolSource):
             success=result.success, error=scrub(result.error),
             stdout_chars=max(result.stdout_chars, len(result.stdout)),
             stderr_chars=max(result.stderr_chars, len(result.stderr)), final=result.final,
+            threads=tuple(result.threads),
         )
         if result.created or result.changed or result.deleted:
             ctx.emit(
