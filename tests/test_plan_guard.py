@@ -43,6 +43,7 @@ async def test_input_in_a_plan_tells_the_model_it_cannot_read_from_the_person(bu
     failed, caught, threaded = results(model)
     assert failed.startswith("success: false") and "PlanInputUnavailable" in failed
     assert "input() cannot read from the person in a plan" in failed and "reply with your question" in failed
+    assert "_plan_guard" not in failed.replace("unity_nb.actor._plan_guard.PlanInputUnavailable", "")  # its line only
     assert ns["name"] == "nobody"  # the second plan's
     assert caught.startswith("success: true") and "note: the plan called input() 1 time(s)" in caught
     assert "input() cannot read from the person in a plan" in threaded

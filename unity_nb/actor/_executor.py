@@ -39,6 +39,7 @@ from typing import Any
 from .. import _output
 from .._secrets import scrub
 from ..loop import TextBuffer
+from . import _plan_guard
 from ._describe import describe_value, snapshot
 from ._meanwhile import Cells, bound_names, theirs
 from ._plan_guard import INPUT_MESSAGE, input_again, no_input, own_thread, threads_left
@@ -533,6 +534,10 @@ def _figure_numbers() -> set[int]:
     return set(plt.get_fignums()) if plt is not None else set()
 
 
+_OWN_FILES = frozenset({__file__, _plan_guard.__file__})
+"""The executor's files: their frames are not the plan's (``input()`` raising in the plan shows the plan's line)."""
+
+
 def _plan_traceback(err: BaseException, filename: str) -> str:
     """The traceback from the plan's first frame on (the executor's own frames dropped)."""
     tb = err.__traceback__
@@ -541,5 +546,5 @@ def _plan_traceback(err: BaseException, filename: str) -> str:
     last = "".join(traceback.format_exception_only(type(err), err)).rstrip()
     if tb is None:
         return last
-    frames = [f for f in traceback.extract_tb(tb) if f.filename != __file__]
+    frames = [f for f in traceback.extract_tb(tb) if f.filename not in _OWN_FILES]
     return "Traceback (most recent call last):\n" + "".join(traceback.format_list(frames)) + last
