@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from . import events as ev
 
-__all__ = ("alive_sessions", "pid_alive", "rebuild_transcript")
+__all__ = ("alive_sessions", "pid_alive", "process_ticks", "rebuild_transcript")
 
 
 def rebuild_transcript(events: Iterable[ev.Event]) -> list:
@@ -96,16 +96,21 @@ def pid_alive(pid: int | None) -> bool:
 
 
 def alive_sessions(rows: list[dict], own: str, path: str) -> set[str]:
-    """The sessions (rows of ``sessions``) whose process still runs on this host; ``own`` is this store's. A process
-    that started after its session did, and has not the store's file ``path`` open, has the pid of a dead one (pids
-    are reused: a container restarted starts its processes at the same small ids), whose loops would otherwise show
-    running, and resume refuse them, forever. (Its file open, it is the kernel: a wall clock stepped forward, after a
-    paused virtual machine, makes a process seem to have started later than it did.)"""
+    """The sessions (rows of ``sessions``, with the ``ticks`` their store recorded) whose process still runs on this
+    host; ``own`` is this store's. Pids are reused (a container restarted starts its processes at the same small
+    ids): a dead kernel's loops would otherwise show running, and resume refuse them, forever.
+
+    A session that recorded its process's start (``ticks``: clock ticks from boot to it, which no wall clock moves)
+    is alive while a process with its pid started then runs: another one with that pid, even a kernel with the
+    store's file open, is not it. For one recorded before (or where the start cannot be read), a process that
+    started after its session did, and has not the store's file ``path`` open, is not it (its file open, it is
+    taken for the kernel: a wall clock stepped forward, after a paused virtual machine, makes a process seem to
+    have started later than it did)."""
     host, alive = socket.gethostname(), {own}
     began: dict[int, float | None] = {}  # each process's start (inf: gone), read once: a kernel opens many stores
     holds: dict[int, bool] = {}
     for r in rows:
-        pid, started = r["pid"], r["started"]
+        pid, started, ticks = r["pid"], r["started"], r.get("ticks")
         if r["host"] != host:
             continue
         if pid not in began:
@@ -113,6 +118,12 @@ def alive_sessions(rows: list[dict], own: str, path: str) -> set[str]:
         at = began[pid]
         if at == math.inf:
             continue
+        if isinstance(ticks, int) and not isinstance(ticks, bool):
+            now = process_ticks(pid)
+            if now is not None:
+                if now == ticks:
+                    alive.add(r["id"])
+                continue
         if at is None or not started or at <= started + _SLACK:
             alive.add(r["id"])
         elif holds.setdefault(pid, _holds(pid, path)):
@@ -139,13 +150,25 @@ _SLACK = 5.0
 """Seconds a process may seem to have started after its session did (the boot time is read in whole seconds)."""
 
 
-def _began(pid: int) -> float | None:
-    """When the process ``pid`` started (a time), ``None`` where it cannot be read (not Linux, gone meanwhile)."""
+def process_ticks(pid: int) -> int | None:
+    """When the process ``pid`` started, in clock ticks since boot (``/proc``'s field 22, fixed for its life: no wall
+    clock moves it); ``None`` where it cannot be read (not Linux, gone meanwhile)."""
     try:
         with open(f"/proc/{int(pid)}/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()  # after the name, which may hold spaces and parentheses
+        return int(fields[19])
+    except (OSError, ValueError, IndexError, OverflowError):
+        return None
+
+
+def _began(pid: int) -> float | None:
+    """When the process ``pid`` started (a time), ``None`` where it cannot be read (not Linux, gone meanwhile)."""
+    ticks = process_ticks(pid)
+    if ticks is None:
+        return None
+    try:
         with open("/proc/stat", "rb") as f:
             boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
-        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime: clock ticks since boot
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, StopIteration):
         return None

@@ -50,7 +50,8 @@ from ._store_errors import code as _code
 from ._store_errors import literal as _literal
 from ._store_errors import the_files as _the_files
 from ._store_errors import unusable as _unusable
-from ._store_reads import alive_sessions, rebuild_transcript
+from ._store_loops import LOOP_ROW as _LOOP_ROW
+from ._store_reads import alive_sessions, process_ticks, rebuild_transcript
 from ._store_schema import (
     INDEX_CATCH_UP,
     LAST_OF_KIND,
@@ -65,7 +66,6 @@ from ._store_schema import (
 )
 from ._store_text import event_json as _json
 from ._store_text import readable as _readable
-from ._store_text import sqlite_text as _text
 from ._store_text import whole as _whole
 
 __all__ = ("Store", "SCHEMA_VERSION", "default_store_path")
@@ -151,6 +151,11 @@ class Store:
                 "INSERT INTO sessions (id, pid, host, started) VALUES (?, ?, ?, ?)",
                 (self.session, os.getpid(), socket.gethostname(), time.time()),
             )
+            ticks = process_ticks(os.getpid())  # this process's start: no other with its pid has it (alive_sessions)
+            if ticks is not None:
+                with contextlib.suppress(sqlite3.OperationalError):  # unknown, its session is told by its clock
+                    self.execute("INSERT OR REPLACE INTO store_meta (key, value) VALUES (?, ?)",
+                                 (f"proc:{self.session}", ticks))
         except (sqlite3.Error, UserError) as err:
             self._db.close()
             if isinstance(err, UserError):
@@ -473,36 +478,17 @@ class Store:
                     db.execute("ROLLBACK")
             raise
 
-    def _started(self, db: sqlite3.Connection, event: ev.LoopStarted, uid: str) -> None:
-        # never over another loop's row (ids are unique; a second start of the same id is ignored)
-        db.execute(
-            "INSERT INTO loops (uid, session, loop_id, name, task, model, parent_uid, lineage, status, started, kind,"
-            " batch) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?) ON CONFLICT (uid) DO NOTHING",
-            (uid, self.session, event.loop_id, _text(event.name), _text(event.task), _text(event.model),
-             self.uid(event.parent_id) if event.parent_id else None, json.dumps(event.lineage), event.ts,
-             event.loop_kind, int(event.batch)),
-        )
-
-    def _steered(self, db: sqlite3.Connection, event: ev.Steering, uid: str) -> None:
-        from .loop import VERBS  # (imported here: the loop never imports the store)
-
-        verb = VERBS.get(event.action)  # a verb that sets the loop's status (pause, resume) says so in its entry
-        if verb is not None and verb.status is not None and event.request_id is None:
-            db.execute("UPDATE loops SET status = ? WHERE uid = ? AND ended IS NULL", (verb.status, uid))
-
-    def _finished(self, db: sqlite3.Connection, event: ev.LoopFinished, uid: str) -> None:
-        db.execute("UPDATE loops SET status = ?, ended = ?, result = ?, error = ?, steps = ? WHERE uid = ?",
-                   (event.status, event.ts, _text(event.result), _text(event.reason), event.steps, uid))
-
-    def _failed(self, db: sqlite3.Connection, event: ev.LoopFailed, uid: str) -> None:
-        db.execute("UPDATE loops SET status = 'failed', ended = ?, error = ?, steps = ? WHERE uid = ?",
-                   (event.ts, _text(event.error), event.steps, uid))
-
     # -- reading -------------------------------------------------------------------------
 
     def alive_sessions(self) -> set[str]:
         """Sessions whose process still runs (on this host)."""
-        return alive_sessions(self.query("SELECT id, pid, host, started FROM sessions"), self.session, self.path)
+        rows = self.query("SELECT id, pid, host, started FROM sessions")
+        try:  # derived data's table, which a damaged file may lack (a read rebuilds it): then no start is known
+            ticks = {r["key"][5:]: r["value"] for r in self.query(
+                "SELECT key, value FROM store_meta WHERE key >= 'proc:' AND key < 'proc;'")}
+        except sqlite3.OperationalError:
+            ticks = {}
+        return alive_sessions([{**r, "ticks": ticks.get(r["id"])} for r in rows], self.session, self.path)
 
     def loops(self, *, limit: int | None = None, name: str | None = None, batch_rows: bool = True) -> list[dict]:
         """Past and present loops, newest last: ``uid, name, task, status, started, ended, steps, ...``.
@@ -597,9 +583,3 @@ class Store:
     def tree_tokens(self, uid: str) -> list[tuple[str, int, int]]:
         """Tokens spent under the loop ``uid`` (its children, theirs...), by model: ``[(model, in, out)]``."""
         return tree_tokens(self, uid)
-
-
-_LOOP_ROW: dict[str, Callable[..., None]] = {  # the kinds that change their loop's row (and model_request)
-    "loop_started": Store._started, "steering": Store._steered,
-    "loop_finished": Store._finished, "loop_failed": Store._failed,
-}
