@@ -14,6 +14,19 @@ def ip(stored_shell):
     return stored_shell
 
 
+def _kernel_restarts(ip) -> u.Store:
+    """The kernel dies and a new one loads the extension (a new instance, the dead session's process marked gone);
+    returns a store of its own on the file, to be closed."""
+    store = magics(ip).store
+    store.flush()
+    session = store.session
+    ip.run_line_magic("unload_ext", "unity_nb")
+    other = u.Store(store.path)
+    other.execute("UPDATE sessions SET pid = 0 WHERE id = ?", (session,))
+    ip.run_line_magic("load_ext", "unity_nb")
+    return other
+
+
 async def test_a_resumed_act_runs_with_the_options_it_was_started_with(ip):
     hold = asyncio.Event()
 
@@ -28,13 +41,7 @@ async def test_a_resumed_act_runs_with_the_options_it_was_started_with(ip):
     h = ip.run_line_magic("unity", "act --name tour --max-steps 2 --code-timeout 7 --time-awareness Count.")
     await h.wait_for("model_request", lambda e: e.step >= 2, timeout=10)
 
-    store = magics(ip).store  # the kernel dies: a new extension instance, this session's process marked gone
-    store.flush()
-    session = store.session
-    ip.run_line_magic("unload_ext", "unity_nb")
-    other = u.Store(store.path)
-    other.execute("UPDATE sessions SET pid = 0 WHERE id = ?", (session,))
-    ip.run_line_magic("load_ext", "unity_nb")
+    other = _kernel_restarts(ip)
 
     calls = []
 
@@ -71,14 +78,7 @@ async def test_a_resumed_acts_notice_is_printed_without_widgets(ip, capsys):
     ip.run_line_magic("unity", "model --var m")
     h = ip.run_line_magic("unity", "act --name quiet Count.")
     await h.wait_for("model_request", timeout=10)
-    store = magics(ip).store
-    store.flush()
-    session = store.session
-    ip.run_line_magic("unload_ext", "unity_nb")
-    other = u.Store(store.path)
-    other.execute("UPDATE sessions SET pid = 0 WHERE id = ?", (session,))
-    other.close()
-    ip.run_line_magic("load_ext", "unity_nb")
+    _kernel_restarts(ip).close()
     magics(ip).show_widgets = False
     ip.user_ns["m"] = u.ScriptedModel(["done"])
     ip.run_line_magic("unity", "model --var m")
@@ -107,13 +107,7 @@ async def test_a_resumed_act_started_with_managers_reaches_them_again(ip):
     await h.wait_for("model_request", lambda e: e.step >= 2, timeout=10)
     assert "success: true" in h.transcript[-1].content  # its plans reach the managers
 
-    store = magics(ip).store  # the kernel dies: a new extension instance, this session's process marked gone
-    store.flush()
-    session = store.session
-    ip.run_line_magic("unload_ext", "unity_nb")
-    other = u.Store(store.path)
-    other.execute("UPDATE sessions SET pid = 0 WHERE id = ?", (session,))
-    ip.run_line_magic("load_ext", "unity_nb")
+    other = _kernel_restarts(ip)
     assert magics(ip).managers is False  # this kernel's default: no managers
 
     def second(messages, tools):

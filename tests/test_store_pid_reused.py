@@ -15,13 +15,26 @@ import unity_nb as u
 from unity_nb import events as ev
 
 
-def test_a_dead_kernels_loop_shows_interrupted_though_its_pid_now_runs_another_process(tmp_path):
+def _holding(path: str) -> subprocess.Popen:
+    """Another kernel on the store: a process with its file open (until its stdin closes)."""
+    code = f"import sys; f = open({path!r}, 'rb'); print('open', flush=True); sys.stdin.read()"
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "open\n"  # it has the file open (EOF, not a hang, if it died)
+    return holder
+
+
+@pytest.mark.parametrize("kernel", [False, True], ids=["another process", "another kernel on the store"])
+def test_a_dead_kernels_loop_shows_interrupted_though_its_pid_now_runs_another_process(tmp_path, kernel):
+    """The process with the dead kernel's pid may itself be a kernel with the store's file open: taken for the dead
+    kernel (the clock's fallback below), its loops showed running forever. The session's recorded process start
+    tells the two apart."""
     path = str(tmp_path / "state.db")
     dead = u.Store(path)  # the kernel that died, an hour ago
     dead.record(ev.LoopStarted(loop_id="a1", name="tour", task="go", model="m", lineage=()))
     dead.flush()
     # another process, started now, has the dead kernel's pid
-    other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    other = _holding(path) if kernel else subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                                                           stdin=subprocess.PIPE, text=True)
     try:
         dead.execute("UPDATE sessions SET pid = ?, started = ? WHERE id = ?", (other.pid, time.time() - 3600,
                                                                                dead.session))
@@ -31,7 +44,7 @@ def test_a_dead_kernels_loop_shows_interrupted_though_its_pid_now_runs_another_p
         assert [r["status"] for r in store.loops()] == ["interrupted"]
         store.close()
     finally:
-        other.communicate(b"", timeout=30)
+        other.communicate("", timeout=30)
 
 
 def test_a_kernel_with_the_file_open_is_alive_though_the_clock_says_it_started_after_its_session(tmp_path):
@@ -81,33 +94,6 @@ def test_a_pid_changed_by_hand_into_no_process_is_a_dead_kernel(tmp_path, pid):
     store = u.Store(path)
     assert [r["status"] for r in store.loops()] == ["interrupted"]
     store.close()
-
-
-def _holding(path: str) -> subprocess.Popen:
-    """Another kernel on the store: a process with its file open (until its stdin closes)."""
-    code = f"import sys; f = open({path!r}, 'rb'); print('open', flush=True); sys.stdin.read()"
-    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert holder.stdout.readline() == "open\n"  # it has the file open (EOF, not a hang, if it died)
-    return holder
-
-
-def test_a_dead_kernels_pid_taken_by_another_kernel_on_the_same_store_is_not_that_kernel(tmp_path):
-    """The reused pid is itself a kernel with the store's file open: taken for the dead kernel (the clock's fallback
-    above), its loops showed running forever. The session's recorded process start tells the two apart."""
-    path = str(tmp_path / "state.db")
-    dead = u.Store(path)  # the kernel that died, an hour ago
-    dead.record(ev.LoopStarted(loop_id="a1", name="tour", task="go", model="m", lineage=()))
-    dead.flush()
-    other = _holding(path)  # started now, with the dead kernel's pid, on the same store
-    try:
-        dead.execute("UPDATE sessions SET pid = ?, started = ? WHERE id = ?", (other.pid, time.time() - 3600,
-                                                                               dead.session))
-        dead.close()
-        store = u.Store(path)
-        assert store.find("tour")["status"] == "interrupted"
-        store.close()
-    finally:
-        other.communicate("", timeout=30)
 
 
 def test_a_kernel_whose_clock_stepped_is_alive_by_its_recorded_start(tmp_path):
