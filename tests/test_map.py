@@ -419,3 +419,15 @@ def test_a_batch_resumes_after_its_kernel_is_killed_without_redoing_a_committed_
         assert "kept 3 row(s) finished before; 3 to run" in notice
     finally:
         second.close()
+
+
+async def test_a_batch_of_which_every_row_failed_names_a_row_that_was_asked_not_one_never_asked(bus):
+    """A row with no value fails at once, unasked: when every other row fails too, the error says why an asked row
+    failed (what the person must fix), and how many were not asked, not the first row to end (the unasked one)."""
+    items = pd.DataFrame({"text": [None, "a cat", "a dog"]})
+    h = u.map(items, "Label {text}", model=u.ScriptedModel(lambda m, t: "   "), bus=bus)
+    with pytest.raises(u.UnityError) as said:
+        await asyncio.wait_for(h.result(), 10)
+    text = str(said.value)
+    assert text.startswith("every row of the batch failed (3: 1 not asked")
+    assert "the first that was asked: " in text and "no value" not in text.split("the first that was asked: ")[1]

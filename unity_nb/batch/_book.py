@@ -43,6 +43,10 @@ class Book:
         """Rows finished by the run this one continues (``done=``), kept and not run again."""
         self.set_aside = 0
         """Rows that run finished which are not kept: asked something else now (data, task or model changed)."""
+        self.unasked = 0
+        """Rows failed without being asked (no value for what the task names, or a task they cannot fill)."""
+        self.first_failure: str | None = None
+        """Why the first row that was asked failed (what a batch of which every row failed says)."""
         self.ended_badly: list[Row] = []
         """The first rows that failed or stopped, in the order they ended (what the widget lists)."""
         self.not_started: str | None = None
@@ -92,9 +96,15 @@ class Book:
         self.steps += steps
         self.tool_calls += tool_calls
 
-    def settled(self, row: Row) -> None:
-        """Count an ended row and keep what it keeps (a finished row its answer; another its reason)."""
+    def settled(self, row: Row, *, asked: bool = True) -> None:
+        """Count an ended row and keep what it keeps (a finished row its answer; another its reason). ``asked``:
+        False for a row that failed without a call (:attr:`unasked`)."""
         self.tally[row.status] += 1
+        if row.status == "failed":
+            if not asked:
+                self.unasked += 1
+            elif self.first_failure is None:
+                self.first_failure = row.reason
         if row.status == "finished":
             self.answers[row.position] = row.answer
             self.recent.append((row.key, row.answer))

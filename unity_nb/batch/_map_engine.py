@@ -229,6 +229,10 @@ class MapEngine(Driver):
             raise asyncio.CancelledError
         c = book.counts
         if c["failed"] and not c["finished"] and not c["stopped"]:  # nothing came of it: not a success
+            if book.first_failure is not None and book.unasked:  # the rows asked say what went wrong, not the others
+                raise EveryRowFailed(
+                    f"every row of the batch failed ({c['failed']}: {book.unasked} not asked, for no value for what "
+                    f"the task names or a task they cannot fill); the first that was asked: {book.first_failure}")
             first = book.ended_badly[0].reason if book.ended_badly else None
             raise EveryRowFailed(f"every row of the batch failed ({c['failed']}); the first: {first}")
         run.state.result_object = self.source.results()  # type: ignore[attr-defined]
@@ -272,7 +276,7 @@ class MapEngine(Driver):
                 return True
         if row.reason is not None:  # its values do not fit the template
             row.status = "failed"
-            self._settled(row, None)
+            self._settled(row, None, asked=False)
             return True
         if self.plan.cache is not None:
             stored = self._cached_answer(row)
@@ -381,9 +385,10 @@ class MapEngine(Driver):
         self.spending.check()
 
     def _settled(self, row: Row, child: LoopHandle | None, *, cached: bool = False,
-                 child_id: str | None = None) -> None:
-        """``child_id``: the row's loop when it ran elsewhere (a Ray worker), its events published here."""
-        self.book.settled(row)
+                 child_id: str | None = None, asked: bool = True) -> None:
+        """``child_id``: the row's loop when it ran elsewhere (a Ray worker), its events published here; ``asked``:
+        False for a row failed without a call (no value, a task it cannot fill)."""
+        self.book.settled(row, asked=asked)
         self._emit_row(row, child, cached=cached, child_id=child_id)
         row.values = {}  # what the row was filled from is not kept once it ended
 

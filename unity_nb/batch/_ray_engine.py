@@ -446,6 +446,7 @@ class RayEngine(MapEngine):
          fatal, asked, kept, events) = ended
         book, plan = self.book, self.plan
         row = self._sent.pop(position, None)
+        unasked = row is None and asked is None and status == "failed"  # made on the cluster, failed without a call
         if row is None:
             if not self._remote or position in book.answers or position in book.bad:
                 return  # settled already: each row once
@@ -479,7 +480,7 @@ class RayEngine(MapEngine):
         if row.status == "finished" and cache is not None and cacheable:
             cache.put(cache.key(row.task, self._notes[:told]), answer, plan.model_name)
         loop_id = self._publish(events) if events else None
-        self._settled(row, None, child_id=loop_id)
+        self._settled(row, None, child_id=loop_id, asked=not unasked)
         if fatal and self.fatal is None:  # as the local backend: a 400 fails every row only before any row finished
             always, status, message, every_call = fatal
             if always or book.tally["finished"] <= book.kept + book.cached:
