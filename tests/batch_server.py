@@ -8,6 +8,7 @@ methods read them, so its types check the wire):
 - ``POST /v1/batches`` (``input_file_id``, ``endpoint`` ``/v1/chat/completions``, ``completion_window`` ``24h``);
 - ``GET /v1/batches/{id}``: ``validating`` -> ``in_progress`` -> ``finalizing`` -> ``completed``; ``failed``,
   ``expired``, ``cancelling``, ``cancelled``; ``request_counts``; ``output_file_id``, ``error_file_id``;
+- ``GET /v1/batches`` (``limit``, ``after``): the batches, newest first, a page of a cursor list;
 - ``POST /v1/batches/{id}/cancel``;
 - ``POST /v1/chat/completions``: a live call, counted (a test of a batch asserts there was none).
 
@@ -33,7 +34,9 @@ names no output or error file on its first ``files_late`` looks: its files attac
 ``content_gzip`` (bytes every ``GET /v1/files/{id}/content`` answers with instead, gzip-compressed: a gzip bomb),
 ``look_gzip`` (the same for every ``GET /v1/batches/{id}``), ``content_piece`` (a file's bytes are written in pieces
 of this many bytes, each flushed), ``crlf`` (a file's lines end with CRLF), ``moved_to`` (a base URL: every request
-is answered 307 to the same path there).
+is answered 307 to the same path there), ``lose_creates`` (the first this many creates are recorded, then their
+connection is closed with no answer: a create whose answer was lost), ``list_status`` (an HTTP status every
+``GET /v1/batches`` answers with, an error).
 """
 
 from __future__ import annotations
@@ -105,6 +108,8 @@ class BatchServer:
         self.cancel_hold: asyncio.Event | None = None
         self.files_late = 0
         self.moved_to: str | None = None
+        self.lose_creates = 0
+        self.list_status: int | None = None
         self.files: dict[str, dict] = {}
         self.batches: dict[str, dict] = {}
         self.uploads = 0
@@ -136,6 +141,7 @@ class BatchServer:
         app.router.add_get("/v1/files/{id}/content", self._content)
         app.router.add_get("/v1/files/{id}", self._file)
         app.router.add_post("/v1/batches", self._create)
+        app.router.add_get("/v1/batches", self._list)
         app.router.add_get("/v1/batches/{id}", self._get)
         app.router.add_post("/v1/batches/{id}/cancel", self._cancel)
         app.router.add_post("/v1/chat/completions", self._live)
@@ -270,7 +276,25 @@ class BatchServer:
             "metadata": body.get("metadata"), "_rows": rows, "_t": time.monotonic(), "_done": 0,
             "_seq": self.creates - 1,
         }
+        if self.lose_creates > 0:  # recorded, and its answer lost: the connection closes with none
+            self.lose_creates -= 1
+            assert request.transport is not None
+            request.transport.close()
+            raise ConnectionResetError("the answer to this create is lost")
         return web.json_response(self._public(self.batches[bid]))
+
+    async def _list(self, request: web.Request) -> web.Response:
+        self.requests.append(("GET", "/v1/batches (list)"))
+        if self.list_status is not None:
+            return self._error(self.list_status, "the batches cannot be listed now")
+        limit = int(request.query.get("limit", "20"))
+        newest = list(reversed(self.batches))
+        after = request.query.get("after")
+        if after in newest:
+            newest = newest[newest.index(after) + 1:]
+        page = [self._public(self.batches[b]) for b in newest[:limit]]
+        return web.json_response({"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+                                  "last_id": page[-1]["id"] if page else None, "has_more": len(newest) > limit})
 
     async def _get(self, request: web.Request) -> web.Response:
         self.requests.append(("GET", "/v1/batches"))

@@ -10,6 +10,12 @@ The request path is the model's: aiohttp with the client's base URL and auth hea
 the client's own ``files`` and ``batches`` methods. A 404 on ``/v1/files`` or ``/v1/batches`` is
 :class:`NoBatchAPI`: the provider has no Batch API (never a silent fallback to live calls). Failures worth
 retrying (429, 5xx, 408, 409, no response) are retried ``model.max_retries`` times with backoff.
+
+A create is never sent again blind: its ``metadata`` carries a tag of its own (:data:`CREATE_TAG`), and before a
+retry after a failure the provider may have acted on (no response, 5xx, 408, 409) the provider's list of batches
+(``GET /v1/batches``, newest first) is read for the batch carrying it, which is taken instead (a second create
+would start a second batch, billed too). A list that cannot be read, or is read :data:`LIST_PAGES` pages deep without
+reaching batches older than the first try, leaves the create not sent again, saying so with its tag.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import time
+import uuid
 from typing import Any
 
 from .._errors import ModelError
@@ -33,6 +41,17 @@ WINDOW = "24h"
 _RETRY_STATUS = frozenset({408, 409, 429})
 _JSON_MOST = 16 * 1024 * 1024
 """The longest JSON answer (a File or Batch object) read: 16 MiB."""
+CREATE_TAG = "unity_nb_create"
+"""The ``metadata`` key of a create's own tag, by which a create whose answer was lost finds the batch it made."""
+LIST_PAGES = 10
+"""Pages of 100 batches read, at most, looking for a create's batch."""
+_CLOCK_SLACK = 600
+"""Seconds a provider's clock may be behind ours: batches created this long before a create's first try are looked
+through too."""
+
+
+class _NotListed(Exception):
+    """The provider's list of batches could not tell whether a create made one (unreadable, or too long)."""
 
 
 class NoBatchAPI(ModelError):
@@ -167,12 +186,54 @@ class BatchAPI:
 
     async def create(self, file_id: str, metadata: dict[str, str] | None = None) -> dict:
         """Run the file ``file_id`` as a batch; the Batch object."""
-        args: dict[str, Any] = {"input_file_id": file_id, "endpoint": ENDPOINT, "completion_window": WINDOW}
-        if metadata:
-            args["metadata"] = metadata
+        tag = uuid.uuid4().hex
+        args: dict[str, Any] = {"input_file_id": file_id, "endpoint": ENDPOINT, "completion_window": WINDOW,
+                                "metadata": {**(metadata or {}), CREATE_TAG: tag}}
+        since = time.time() - _CLOCK_SLACK
+
+        async def made() -> dict | None:  # before a retry: the batch an earlier try made, if it did
+            try:
+                return await self._tagged(tag, since)
+            except _NotListed as err:
+                raise ModelError(self.model._scrub(
+                    f"a create of a batch (of the file {file_id}) at the Batch API at {self.base_url} failed where "
+                    f"it may have made one (no answer, or a server error), and whether it did cannot be told: {err}. "
+                    "The create is not sent again (that could start a second batch, billed too): a batch it made "
+                    f"carries metadata {CREATE_TAG}={tag}")) from None
+
         if self.client_path:
-            return _plain(await self._call("/batches", lambda: self.client.batches.create(**args)))
-        return self._batch(await self._http("POST", "/batches", json_body=args), "/batches")
+            return _plain(await self._call("/batches", lambda: self.client.batches.create(**args), made))
+        return self._batch(await self._http("POST", "/batches", json_body=args, made=made), "/batches")
+
+    async def _tagged(self, tag: str, since: float) -> dict | None:
+        """The batch whose ``metadata`` carries ``tag`` in the provider's list, newest first, read until batches
+        created before ``since``; ``None`` if there is none; :class:`_NotListed` if the list cannot tell."""
+        after: str | None = None
+        for _page in range(LIST_PAGES):
+            try:
+                if self.client_path:
+                    page = await self._call("/batches (list)", lambda cursor=after: self.client.batches.list(
+                        limit=100, **({"after": cursor} if cursor else {})))
+                    found = {"data": [_plain(b) for b in page.data], "has_more": page.has_more}
+                else:
+                    found = await self._http("GET", "/batches?limit=100" + (f"&after={after}" if after else ""))
+            except ModelError as err:
+                raise _NotListed(f"its list of batches could not be read ({err})") from None
+            data = found.get("data") if isinstance(found, dict) else None
+            if not isinstance(data, list):
+                raise _NotListed(f"its list of batches is not a list: {json.dumps(found)[:200]}")
+            batches = [b for b in data if isinstance(b, dict) and isinstance(b.get("id"), str)]
+            for b in batches:
+                meta = b.get("metadata")
+                if isinstance(meta, dict) and meta.get(CREATE_TAG) == tag:
+                    return b
+            created = [b.get("created_at") for b in batches]
+            if not found.get("has_more") or not batches or any(
+                    isinstance(c, int | float) and c < since for c in created):
+                return None
+            after = batches[-1]["id"]
+        raise _NotListed(f"{LIST_PAGES} pages of its list of batches were read without reaching those made before "
+                         "the create")
 
     async def get(self, batch_id: str) -> dict:
         if self.client_path:
@@ -276,7 +337,9 @@ class BatchAPI:
             "provider that implements the OpenAI Batch API (/v1/files and /v1/batches). Run it live instead "
             "(leave out via='batch' / --via batch).", status=404, fails_every_call=True)
 
-    async def _retrying(self, path: str, attempt_once: Any) -> Any:
+    async def _retrying(self, path: str, attempt_once: Any, made: Any = None) -> Any:
+        """``attempt_once()`` retried; ``made``: for a request that makes something, what an earlier try made (or
+        ``None``), asked before each retry after a failure the provider may have acted on, and at the last."""
         attempt = 0
         while True:
             try:
@@ -286,6 +349,10 @@ class BatchAPI:
                 if status == 404 and path in ("/files", "/batches"):
                     raise self._no_api(path, err) from None
                 retryable = status is None or status in _RETRY_STATUS or status >= 500
+                if made is not None and retryable and status != 429:  # it may have been made: never made twice
+                    earlier = await made()
+                    if earlier is not None:
+                        return earlier
                 if not retryable or attempt >= self.model.max_retries:
                     what = f"HTTP {status}" if status else "no response"
                     raise ModelError(self.model._scrub(
@@ -295,7 +362,7 @@ class BatchAPI:
                 attempt += 1
                 await asyncio.sleep(delay)
 
-    async def _call(self, path: str, make: Any) -> Any:
+    async def _call(self, path: str, make: Any, made: Any = None) -> Any:
         """A call through the client's own methods (its errors as ours)."""
         import openai
 
@@ -311,10 +378,10 @@ class BatchAPI:
             except (openai.APIConnectionError, openai.APITimeoutError) as err:
                 raise TransportError(f"no response from {self.base_url}: {err.__cause__ or err}") from None
 
-        return await self._retrying(path, once)
+        return await self._retrying(path, once, made)
 
     async def _http(self, method: str, path: str, *, json_body: Any = None, form: Any = None,
-                    each: Any = None) -> Any:
+                    each: Any = None, made: Any = None) -> Any:
         """A request's JSON answer (at most :data:`_JSON_MOST` bytes); with ``each``, its body handed piece by piece
         as it comes to what ``each()`` gives, made anew for each attempt, and that returned."""
         import aiohttp
@@ -359,7 +426,7 @@ class BatchAPI:
                 raise ModelError(f"the Batch API at {url} answered with a body that is not JSON: "
                                  f"{error_body_text(data)[:200]}") from None
 
-        return await self._retrying(path, once)
+        return await self._retrying(path, once, made)
 
 
 async def _head(resp: Any, most: int) -> bytes:
