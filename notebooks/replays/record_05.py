@@ -52,6 +52,13 @@ def stand_in(body: dict) -> Reply:
     )
 
 
+class StandIn(u.OpenAIModel):
+    """gpt-4.1-mini as the notebook replays it (at OpenAI's server, with no options of its own), answered by the
+    stand-in: a recording's key holds the model's server, and the notebook's replay asks OpenAI's."""
+
+    cache_server = "https://api.openai.com/v1"
+
+
 async def record(real: bool, path: Path) -> None:
     if path.exists():
         path.unlink()  # start afresh: only this run's replies
@@ -60,7 +67,7 @@ async def record(real: bool, path: Path) -> None:
         server = None
     else:
         server = await FakeOpenAIServer(stand_in).start()
-        inner = u.OpenAIModel("gpt-4.1-mini", base_url=server.base_url, api_key="stand-in")
+        inner = StandIn("gpt-4.1-mini", base_url=server.base_url, api_key="stand-in")
     try:
         model = u.CachedModel(inner, path, mode="record")
         answer = await u.start_loop(TASK, model=model, tools=[forecast])

@@ -22,6 +22,7 @@ from typing import Literal
 
 from .._errors import CacheMiss, UserError
 from ._base import DeltaCallback, Model, ModelRequest, Reply, ToolCall, Usage
+from ._urls import shown_url
 
 __all__ = ("CachedModel",)
 
@@ -48,9 +49,29 @@ def _save_all(path: Path | None = None) -> None:
 atexit.register(_save_all)
 
 
-def request_key(model_name: str, request: ModelRequest) -> str:
-    """The canonical key of a request: model, messages, tools, tool choice and options. Never a key or header,
-    nor a prompt-cache key (an id that differs every run and changes no reply)."""
+DEFAULT_SERVER = "https://api.openai.com/v1"
+"""The server a model names no other than (``OpenAIModel``'s default base URL): left out of a key."""
+
+
+def served_by(model: object) -> dict:
+    """What besides a request decides ``model``'s replies: its own options (``OpenAIModel(options=...)``, sent with
+    every request) and its server (its ``cache_server``, else its ``base_url``), each where it has one: empty for
+    a model with no options at the default server, whose key is then the one recordings were made under before
+    these were in it."""
+    served: dict = {}
+    options = getattr(model, "options", None)
+    if isinstance(options, dict) and options:
+        served["model_options"] = {k: v for k, v in options.items() if k != "prompt_cache_key"}
+    server = getattr(model, "cache_server", None) or getattr(model, "base_url", None)
+    if isinstance(server, str) and server.rstrip("/") != DEFAULT_SERVER:
+        served["server"] = server.rstrip("/")
+    return served
+
+
+def request_key(model_name: str, request: ModelRequest, served: dict | None = None) -> str:
+    """The canonical key of a request: model, messages, tools, tool choice and options, and what the model serving
+    it adds (``served``: :func:`served_by`). Never a key or header, nor a prompt-cache key (an id that differs every
+    run and changes no reply)."""
     canonical = json.dumps(
         {
             "model": model_name,
@@ -58,6 +79,7 @@ def request_key(model_name: str, request: ModelRequest) -> str:
             "tools": request.tools,
             "tool_choice": request.tool_choice,
             "options": {k: v for k, v in request.options.items() if k != "prompt_cache_key"},
+            **({"served": served} if served else {}),
         },
         sort_keys=True,
         separators=(",", ":"),
@@ -130,8 +152,12 @@ class CachedModel:
     ``mode="auto"`` replays a hit and records a miss; ``"replay"`` fails loudly on a miss
     (raising :class:`CacheMiss` naming the request), for CI; ``"record"`` always calls through
     and overwrites (the later recording of a request wins). The key is the canonical request
-    (model name, messages, tools, tool choice, options), never an API key. The environment
-    variable ``UNITY_NB_CACHE_MODE`` overrides the default mode.
+    (model name, messages, tools, tool choice, options) and what the wrapped model adds to every request (its own
+    ``options``, and its server's base URL unless it is OpenAI's: :func:`served_by`), never an API key: a recording
+    made at one temperature or server is not replayed for another. A model with neither has the key recordings were
+    made under before these were in it; such a recording is refused for a model with either (a
+    :class:`CacheMiss` saying so in replay mode; asked again in auto mode), as it may have been made at others. The
+    environment variable ``UNITY_NB_CACHE_MODE`` overrides the default mode.
 
     Each recording is appended to the file as one JSON line by a writer thread as soon as it arrives,
     so recording never blocks the event loop, whatever the file's size. :meth:`save` writes what the
@@ -151,6 +177,7 @@ class CachedModel:
         _save_all(self._resolved)  # another instance's recordings of this file reach it before it is read
         self.mode: Mode = mode
         self.name = inner.name
+        self._served = served_by(inner)
         self.hits = 0
         self.misses = 0
         self._entries: dict[str, dict] = {}
@@ -181,7 +208,7 @@ class CachedModel:
         return f"CachedModel({self.inner!r}, path={str(self.path)!r}, mode={self.mode!r})"
 
     async def complete(self, request: ModelRequest, on_delta: DeltaCallback | None = None) -> Reply:
-        key = request_key(self.name, request)
+        key = request_key(self.name, request, self._served)
         entry = self._entries.get(key) if self.mode != "record" else None
         if entry is not None:
             self.hits += 1
@@ -205,7 +232,8 @@ class CachedModel:
         if self.mode == "replay":
             raise CacheMiss(
                 f"CachedModel (replay only) has no recording for this request to {self.name!r}: "
-                f"{_describe(request)} [key {key[:12]}]. Re-record with mode='auto' against a real model.",
+                f"{_describe(request)} [key {key[:12]}]{self._older(request)}. Re-record with mode='auto' against a "
+                "real model.",
                 key=key,
             )
         self.misses += 1
@@ -229,6 +257,16 @@ class CachedModel:
         self._entries[key] = entry
         self._recorded(key, entry)
         return reply
+
+    def _older(self, request: ModelRequest) -> str:
+        """What a miss says of a recording of the request made before the key held the model's options and server
+        (it is not replayed: it may have been made at others)."""
+        if not self._served or request_key(self.name, request) not in self._entries:
+            return ""
+        said = ", ".join(f"options {json.dumps(v, sort_keys=True, default=str)}" if k == "model_options" else
+                         f"server {shown_url(v)}" for k, v in self._served.items())
+        return (f"; a recording of it made before a recording's key held the model's options and server is there, "
+                f"but it is not replayed for a model with {said}: it may have been made at others")
 
     def _failure(self) -> str:
         return (f"CachedModel could not write its recordings to {self.path} ({type(self.write_error).__name__}: "

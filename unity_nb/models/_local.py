@@ -345,6 +345,11 @@ class LocalModel(OpenAIModel):
         return f"LocalModel({self.server.gguf.name!r}, base_url={self.server.base_url!r})"
 
     @property
+    def cache_server(self) -> str:
+        """Its server in a ``CachedModel``'s key: the file it serves on this machine (its port is new each kernel)."""
+        return f"local:{self.server.gguf.name}"
+
+    @property
     def busy(self) -> bool:
         """True while the server's one slot answers a request from this kernel (the next waits its turn)."""
         return self.server.busy
