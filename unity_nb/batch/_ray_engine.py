@@ -47,12 +47,12 @@ import orjson
 
 from .. import events as ev
 from .._errors import ModelError, UnityError, UserError
-from ..loop import Tool, as_tool
 from ..models import Usage, price_of, rate_limit_of
 from ._book import counts_text
 from ._failures import reason_of
 from ._map_engine import MapEngine, RowPlan
 from ._ray_actors import Control, RowRecipe, Worker
+from ._ray_recipe import needs_kernel, pickled
 from ._ray_source import RemoteRows, remote_blocks
 from ._rows import Row, parse_answer
 
@@ -125,31 +125,6 @@ def ray_settings(options: dict[str, Any]) -> RaySettings | None:
     return RaySettings(address.strip() if isinstance(address, str) else None, workers)
 
 
-def _needs_kernel(tools: Any) -> str | None:
-    """Why a row with these tools needs this kernel (the CodeAct actor's tools, variables by reference, a person's
-    approval), or ``None``."""
-    for given in tools or ():
-        tool = given
-        if callable(given) and not isinstance(given, Tool):
-            try:
-                tool = as_tool(given)
-            except Exception:  # noqa: BLE001 - not a tool the loop takes: its own error comes at the start
-                tool = given
-        fn = getattr(tool, "fn", tool)
-        owner = getattr(fn, "__self__", None)
-        module = type(owner).__module__ if owner is not None else getattr(fn, "__module__", "") or ""
-        name = getattr(tool, "name", getattr(tool, "__name__", type(tool).__name__))
-        if name == "execute_code" or module.startswith("unity_nb.actor") or type(tool).__module__.startswith(
-                "unity_nb.actor"):
-            return f"the tool {name!r} is the CodeAct actor's: its plans run in this notebook's namespace"
-        if getattr(tool, "ref_only", ()):
-            return (f"the tool {name!r} takes {', '.join(tool.ref_only)} by reference (a variable of this notebook, "
-                    "which only the CodeAct actor can pass)")
-        if getattr(tool, "needs_approval", False):
-            return f"the tool {name!r} waits for a person's approval in this notebook"
-    return None
-
-
 def _connect(settings: RaySettings) -> str:
     """Start or join the cluster (in the Ray thread); what it joined, as a person reads it."""
     import ray
@@ -206,7 +181,7 @@ class RayEngine(MapEngine):
 
     def __init__(self, plan: RowPlan, book: Any, spending: Any, settings: RaySettings, recipe: RowRecipe, *,
                  items: Any = None, done: Mapping[str, Any] | None = None) -> None:
-        why = _needs_kernel(recipe.options.get("tools"))
+        why = needs_kernel(recipe.options.get("tools"))
         if why is not None:
             raise UserError(f"backend='ray' runs rows in other processes, and these rows need this kernel: {why}. "
                             "Run it with the local backend (leave out backend='ray')")
@@ -291,7 +266,7 @@ class RayEngine(MapEngine):
         self._recipe.batch = self._run.name
         self._recipe.parent = (self._run.id, self._run.lineage)  # each row's loop is the batch's child
         try:
-            blob = _pickled(ray.cloudpickle, self._recipe)
+            blob = pickled(ray.cloudpickle, self._recipe)
         except UserError:
             raise
         except Exception as err:  # noqa: BLE001 - what cannot be pickled, said so a person can act
@@ -393,31 +368,42 @@ class RayEngine(MapEngine):
         spending.check()
         budget = None if spending.budget is None else spending.budget - spending.spent_before
         state = await asyncio.to_thread(self._take, run.gate.paused, None, budget)
-        self._take_state(state)
+        self._take_state(state)  # the rows that ended are settled first, also in the poll that fails the batch
+        if state.get("failure") is not None:
+            raise state["failure"]
 
     def _take(self, paused: bool, stopped: str | None, budget: float | None) -> dict[str, Any]:
-        """One look (in a thread): the control actor's outbox, and the workers that ended or died."""
-        ray = self._ray
+        """One look (in a thread): the control actor's outbox, and the workers that ended or died (a failure in
+        ``state["failure"]``)."""
         state = self._call(self._control.take.remote(paused, stopped, budget))
         refs = {ref: wid for wid, (_a, ref) in self._workers.items()}
         if refs and stopped is None:
-            ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
-            for ref in ready:
-                wid = refs[ref]
-                try:
-                    ray.get(ref)
-                except ray.exceptions.RayActorError as err:  # its process died: its rows go to the others
-                    state.setdefault("requeued", []).extend(self._call(self._control.requeue.remote(wid)))
-                    replaced = self._made - self._started  # of the workers it started, not those still live
-                    if replaced >= self._started * _REPLACEMENTS:
-                        raise UnityError(f"the batch's Ray workers keep dying ({replaced} replaced; the last: {err}); "
-                                         "the rows that finished are kept") from None
-                    self._new_worker()
-                except ray.exceptions.RayTaskError as err:  # its cause in one line, not Ray's traceback
-                    cause = getattr(err, "cause", None) or err
-                    raise UnityError(f"a Ray worker of the batch failed: {type(cause).__name__}: {cause}") from None
-                del self._workers[wid]
+            try:  # a failure is the state's: the rows it took from the outbox are settled before it is raised
+                self._workers_ended(refs, state)
+            except UnityError as err:
+                state["failure"] = err
         return state
+
+    def _workers_ended(self, refs: dict[Any, int], state: dict[str, Any]) -> None:
+        """The workers whose run ended: a dead one's rows requeued (``state``) and a new one started; a
+        UnityError when one failed, or they keep dying."""
+        ray = self._ray
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        for ref in ready:
+            wid = refs[ref]
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError as err:  # its process died: its rows go to the others
+                state.setdefault("requeued", []).extend(self._call(self._control.requeue.remote(wid)))
+                replaced = self._made - self._started  # of the workers it started, not those still live
+                if replaced >= self._started * _REPLACEMENTS:
+                    raise UnityError(f"the batch's Ray workers keep dying ({replaced} replaced; the last: {err}); "
+                                     "the rows that finished are kept") from None
+                self._new_worker()
+            except ray.exceptions.RayTaskError as err:  # its cause in one line, not Ray's traceback
+                cause = getattr(err, "cause", None) or err
+                raise UnityError(f"a Ray worker of the batch failed: {type(cause).__name__}: {cause}") from None
+            del self._workers[wid]
 
     def _take_state(self, state: dict[str, Any]) -> None:
         for position in state["leased"]:
@@ -562,43 +548,3 @@ class RayEngine(MapEngine):
 
     def inspection(self, handle: Any) -> str:
         return super().inspection(handle) + f"\n\nIts rows run on Ray ({self.ray_progress()['text']})."
-
-
-def _user_modules(options: Mapping[str, Any]) -> list[Any]:
-    """The modules of the rows' functions (tools, hooks, evaluations) that are the person's own files, not installed
-    packages: a worker could not import them, so they travel by value (a notebook's own functions always do)."""
-    import sys
-    import sysconfig
-
-    installed = {os.path.realpath(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
-    found: dict[str, Any] = {}
-    todo: list[Any] = list(options.values())
-    while todo:
-        value = todo.pop()
-        if isinstance(value, list | tuple | set):
-            todo.extend(value)
-            continue
-        fn = getattr(value, "fn", value)
-        name = getattr(fn, "__module__", None)
-        if not isinstance(name, str) or name in found or name.split(".")[0] == "unity_nb":
-            continue
-        module = sys.modules.get(name)
-        path = getattr(module, "__file__", None)
-        if module is None or not path:
-            continue
-        real = os.path.realpath(path)
-        if not any(real.startswith(root + os.sep) for root in installed):
-            found[name] = module
-    return list(found.values())
-
-
-def _pickled(cloudpickle: Any, recipe: RowRecipe) -> bytes:
-    """The recipe as the workers load it, with the person's own modules (see :func:`_user_modules`) by value."""
-    modules = _user_modules(recipe.options)
-    for module in modules:
-        cloudpickle.register_pickle_by_value(module)
-    try:
-        return bytes(cloudpickle.dumps(recipe))
-    finally:
-        for module in modules:
-            cloudpickle.unregister_pickle_by_value(module)
