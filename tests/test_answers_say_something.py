@@ -114,3 +114,33 @@ async def test_estimated_usage_is_said_so_in_the_handle_the_widget_and_a_batch(b
     h2 = u.start_loop("say hi", model=counted, bus=bus)
     await asyncio.wait_for(h2.result(), 10)
     assert not h2.usage.estimated
+
+
+async def test_a_map_row_whose_answer_the_provider_cut_finishes_said_cut(bus, tmp_path):
+    cut = {"long": "length", "filtered": "content_filter"}  # the request's max tokens reached; a content filter
+
+    def script(messages, tools):
+        word = users(messages)[-1].split()[-1]
+        return u.Reply(content=f"the method of {word} is an exp", finish_reason=cut.get(word, "stop"))
+
+    store = Store(str(tmp_path / "state.db"))
+    store.attach(bus)
+    try:
+        h = u.map(["long", "filtered", "whole"], "Label {value}", model=u.ScriptedModel(script), bus=bus,
+                  name="labels", concurrency=1)
+        result = await asyncio.wait_for(h.result(), 10)
+        # each row's answer is used, and the rows the provider cut are said cut (what cut them), the whole one not
+        assert result.tolist() == [f"the method of {w} is an exp" for w in ("long", "filtered", "whole")]
+        assert sorted(result.attrs["cut"]) == [0, 1]
+        assert "max tokens (finish_reason 'length')" in result.attrs["cut"][0]
+        assert "content filter (finish_reason 'content_filter')" in result.attrs["cut"][1]
+        assert result.attrs["reasons"] == {}  # every row has its answer
+        assert "3 done (2 cut off" in h.progress["rows_text"] and "2 cut off" in repr(h)
+        assert h.progress["outcome"] == "finished"
+        # the store keeps what cut each row beside its answer
+        store.flush()
+        rows = {e.position: e for e in store.events("labels", kind="row_finished")}
+        assert [rows[p].status for p in range(3)] == ["finished"] * 3
+        assert "finish_reason 'length'" in rows[0].reason and rows[2].reason is None
+    finally:
+        store.close()

@@ -254,6 +254,10 @@ async def test_an_answer_the_provider_cut_is_used_and_never_cached(server, bus, 
                       bus=bus)
             result = await asyncio.wait_for(h.result(), 20)
             assert result.tolist() == [f"the answer to Say {x}" for x in "abc"]
+            assert sorted(result.attrs["cut"]) == [0, 1]  # said cut, with what cut them
+            assert "finish_reason 'length'" in result.attrs["cut"][0]
+            assert "finish_reason 'content_filter'" in result.attrs["cut"][1]
+            assert "2 cut off" in h.progress["rows_text"]
             assert await asyncio.to_thread(h.rows.cache.flush, 10)
         assert h.rows.cached == 1  # "c"; "a" and "b" were sent to the provider again
         lines = [json.loads(x) for f in server.files.values() if f["purpose"] == "batch"

@@ -162,3 +162,15 @@ async def test_a_batch_cancelled_without_a_stop_reason_ends_every_row_on_ray_as_
         assert "running" not in store.history().set_index("name").loc[h.name, "rows"], backend
     store.close()
     await model.close()
+
+
+async def test_an_answer_the_provider_cut_is_said_cut_on_ray_as_locally(ray_cluster, serve):  # noqa: F811
+    s = serve(lambda body: Reply(content="the method is an exp", finish_reason="length") if task_of(body) == "long"
+              else Reply(content="ok " + task_of(body)))
+    model = u.OpenAIModel("ray-cut", base_url=s.url)
+    local = await asyncio.wait_for(u.map(["long", "whole"], "{value}", model=model).result(), 60)
+    on_ray = await asyncio.wait_for(u.map(["long", "whole"], "{value}", model=model, backend="ray").result(), 120)
+    assert on_ray.tolist() == local.tolist() == ["the method is an exp", "ok whole"]
+    assert on_ray.attrs == local.attrs and list(on_ray.attrs["cut"]) == [0]
+    assert "finish_reason 'length'" in on_ray.attrs["cut"][0]
+    await model.close()

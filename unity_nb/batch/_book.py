@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..models import Usage
-from ._rows import Row, RowSource, assemble
+from ._rows import Row, RowSource, add_reason, assemble
 
 __all__ = ("NOT_STARTED", "Book", "counts_text")
 
@@ -58,6 +58,9 @@ class Book:
         self.tally: collections.Counter[str] = collections.Counter()
         """Rows by status: ``running``, ``finished``, ``failed``, ``stopped``."""
         self.answers: dict[int, Any] = {}  # position -> answer: all a finished row keeps
+        self.cut: dict[int, str] = {}
+        """Finished rows whose answer the provider cut (the request's max tokens, a content filter), by position:
+        used, and said so (``.attrs["cut"]``, the rows' summary)."""
         self.bad: dict[int, tuple[str, str | None]] = {}  # position -> (status, reason), failed or stopped
         self.running: dict[int, Row] = {}
         self.recent: collections.deque[tuple[Any, Any]] = collections.deque(maxlen=20)
@@ -108,6 +111,8 @@ class Book:
         if row.status == "finished":
             self.answers[row.position] = row.answer
             self.recent.append((row.key, row.answer))
+            if row.reason is not None:  # its answer was cut: used, and said so
+                self.cut[row.position] = row.reason
         else:
             self.bad[row.position] = (row.status, row.reason)
             if len(self.ended_badly) < _KEEP_FAILED:
@@ -182,10 +187,17 @@ class Book:
 
     def results(self) -> Any:
         """The result so far: rows not finished are missing, and ``.attrs["reasons"]`` says why (``None`` for a
-        row still to come)."""
+        row still to come); ``.attrs["cut"]`` maps each row whose answer the provider cut (it is used) to what cut
+        it."""
         total = self.total if self.total is not None else self.source.made
         index = self.source.index_for(total)
-        return assemble(self.answers, self.reasons(total), index, self._output, self._result_name)
+        result = assemble(self.answers, self.reasons(total), index, self._output, self._result_name)
+        cut: dict[Any, str | None] = {}
+        for p, why in sorted(self.cut.items()):
+            if p < len(index):
+                add_reason(cut, index[p], why)
+        result.attrs["cut"] = cut
+        return result
 
     def reasons(self, total: int | None = None) -> dict[int, str | None]:
         """Why each row without an answer has none, by position (in order; ``None`` for a row still to come): what
@@ -208,16 +220,19 @@ class Book:
                              "reason": [r for _, (_s, r) in bad]})
 
     def __repr__(self) -> str:
-        return f"<rows: {counts_text(self.counts, self.total, ended=self.over)}>"
+        return f"<rows: {counts_text(self.counts, self.total, ended=self.over, cut=len(self.cut))}>"
 
 
-def counts_text(counts: Mapping[str, Any], total: int | None, *, ended: bool, kept: int = 0, cached: int = 0) -> str:
+def counts_text(counts: Mapping[str, Any], total: int | None, *, ended: bool, kept: int = 0, cached: int = 0,
+                cut: int = 0) -> str:
     """The rows as a person reads them, from :attr:`Book.counts`: ``"21 done · 7 failed — 28 of 28 rows ended
     (100%)"``. Rows done always; running and queued while the batch goes on; failed, stopped and not started when
     there are any; the percentage is of the rows that ended (done, failed or stopped) among all of them (a
-    generator not read to its end: more rows to come while the batch runs; once it ended, the rest was not read)."""
+    generator not read to its end: more rows to come while the batch runs; once it ended, the rest was not read).
+    ``cut``: rows done whose answer the provider cut (:attr:`Book.cut`), said beside them."""
     done = f"{counts['finished']} done"
-    extra = [f"{n} {what}" for n, what in ((kept, "kept from before"), (cached, "from the cache")) if n]
+    extra = [f"{n} {what}" for n, what in ((kept, "kept from before"), (cached, "from the cache"),
+                                           (cut, "cut off: .attrs['cut']")) if n]
     if extra:
         done += f" ({', '.join(extra)})"
     parts = [done]

@@ -38,8 +38,8 @@ from typing import Any
 from .._errors import UserError
 from ..loop import json_schema
 
-__all__ = ("CUT_OFF", "MAX_CHARS", "MAX_PENDING", "MAX_ROWS", "ResultCache", "cacheable", "model_identity",
-           "options_fingerprint")
+__all__ = ("CUT_OFF", "MAX_CHARS", "MAX_PENDING", "MAX_ROWS", "ResultCache", "cacheable", "cut_reason", "cut_reply",
+           "model_identity", "options_fingerprint")
 
 log = logging.getLogger("unity_nb.batch")
 
@@ -113,6 +113,24 @@ def cacheable(row_loop: Any) -> bool:
 
 CUT_OFF = frozenset({"length", "content_filter"})
 """The ``finish_reason`` of a reply the provider cut: the request's max tokens reached, or its content filter."""
+
+
+def cut_reason(finish_reason: str | None) -> str | None:
+    """What a finished row says of its answer when the reply that gave it was cut (:data:`CUT_OFF`), else ``None``:
+    the row is finished and its answer used (``.attrs["cut"]``, the rows' summary and its ``row_finished`` event's
+    ``reason`` say so)."""
+    if finish_reason == "length":
+        return ("its answer was cut off: the reply reached the request's max tokens (finish_reason 'length'); "
+                "allow the model more tokens (max_tokens) to get it whole")
+    if finish_reason == "content_filter":
+        return "its answer was cut off by the provider's content filter (finish_reason 'content_filter')"
+    return None
+
+
+def cut_reply(row_loop: Any) -> str | None:
+    """:func:`cut_reason` of the last reply of a finished row's loop (the one that gave its answer)."""
+    last = next((e for e in reversed(row_loop.events) if e.kind == "model_response"), None)
+    return cut_reason(getattr(last, "finish_reason", None)) if last is not None else None
 
 
 class ResultCache:

@@ -213,7 +213,8 @@ class MapHandle(LoopHandle):
             **({"provider_batch": p} if (p := getattr(self._rows, "provider_progress", lambda: None)()) else {}),
             **({"ray": r} if (r := getattr(self._rows, "ray_progress", lambda: None)()) else {}),
         }
-        p["rows_text"] = counts_text(counts, total, ended=book.over, kept=book.kept, cached=book.cached)
+        p["rows_text"] = counts_text(counts, total, ended=book.over, kept=book.kept, cached=book.cached,
+                                     cut=len(book.cut))
         p["text"] = progress_text(p)
         return p
 
@@ -252,7 +253,8 @@ class MapHandle(LoopHandle):
 
     def __repr__(self) -> str:
         book = self._rows.book
-        rows = counts_text(book.counts, book.total, ended=book.over, kept=book.kept, cached=book.cached)
+        rows = counts_text(book.counts, book.total, ended=book.over, kept=book.kept, cached=book.cached,
+                           cut=len(book.cut))
         return f"<unity {self.kind} {self.name!r}: {self.progress['outcome']}, {rows}>"
 
 

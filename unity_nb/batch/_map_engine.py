@@ -26,7 +26,7 @@ from .._event_checks import maker
 from ..loop import VERBS, Driver, LoopHandle, LoopOptions, Status, stop_once
 from ..models import Endpoint, endpoint_of, turn_hook, weak_hook
 from ._book import _KEEP_FAILED, NOT_STARTED, Book, counts_text
-from ._cache import ResultCache, cacheable
+from ._cache import ResultCache, cacheable, cut_reply
 from ._failures import fails_every_row, is_row_id, label_of, reason_of
 from ._rows import Row, RowSource, asked_hash, parse_answer, row_id, row_key, to_json
 from ._spend import Spending
@@ -219,7 +219,7 @@ class MapEngine(Driver):
                 if running:
                     await self._stop_rows(running)
         self.conclude()
-        return counts_text(book.counts, book.total, ended=True, kept=book.kept, cached=book.cached)
+        return counts_text(book.counts, book.total, ended=True, kept=book.kept, cached=book.cached, cut=len(book.cut))
 
     def conclude(self) -> None:
         """A batch whose rows all ended: a stop (stopped while its last rows ended) is a stop, not an answer; a
@@ -333,6 +333,7 @@ class MapEngine(Driver):
             try:
                 value = child.run.outcome()
                 row.answer, row.status = parse_answer(value, self.plan.output), "finished"
+                row.reason = cut_reply(child)  # a reply the provider cut: the answer is used, and said cut
             except Stopped as err:
                 row.status, row.reason = "stopped", err.reason
             except asyncio.CancelledError:  # its task cancelled from outside: stopped with the batch

@@ -45,7 +45,7 @@ from .. import events as ev
 from .._errors import UserError
 from ..loop import VERBS, Tool
 from ..models import FileTooLarge, ModelRequest, NoBatchAPI, RowResult, Usage, batch_api_of, batch_price
-from ._cache import CUT_OFF
+from ._cache import CUT_OFF, cut_reason
 from ._failures import reason_of
 from ._map_engine import MapEngine, RowPlan
 from ._map_engine import _plain as plain_answer
@@ -479,7 +479,8 @@ class ProviderBatchEngine(MapEngine):
             self._end_row(row, "failed", str(err), usage)
             return
         row.answer = answer
-        self._end_row(row, "finished", None, usage, cache=reply.finish_reason not in CUT_OFF)  # a cut one is not
+        # a reply the provider cut is used, said cut, and never cached
+        self._end_row(row, "finished", cut_reason(reply.finish_reason), usage, cache=reply.finish_reason not in CUT_OFF)
 
     def _end_row(self, row: Row, status: str, reason: str | None, usage: Usage | None = None, *,
                  cache: bool = True) -> None:

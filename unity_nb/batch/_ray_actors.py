@@ -262,7 +262,7 @@ class Worker:
         from .._secrets import scrub
         from ..loop import VERBS, LoopHandle, LoopOptions, stop_once
         from ..models import RateLimit, rate_limit_of, set_rate_limit
-        from ._cache import cacheable
+        from ._cache import cacheable, cut_reply
         from ._failures import fails_every_row, label_of, reason_of
         from ._rows import answer_tool, asked_hash, check_text_answer, output_model, parse_answer, to_json
 
@@ -331,6 +331,7 @@ class Worker:
                 parsed = parse_answer(value, fields)
                 answer = to_json(parsed.model_dump(mode="json") if hasattr(parsed, "model_dump") else parsed)
                 status = "finished"
+                reason = cut_reply(child)  # a reply the provider cut: the answer is used, and said cut
             except Stopped as err:
                 reason = err.reason
             except asyncio.CancelledError:

@@ -258,7 +258,7 @@ class RayEngine(MapEngine):
             # long as the handle lived (a Parquet path's rows read into the store as pandas blocks, all of them)
             self._worker_args, self._blocks = (), []
         self.conclude()
-        return counts_text(book.counts, book.total, ended=True, kept=book.kept, cached=book.cached)
+        return counts_text(book.counts, book.total, ended=True, kept=book.kept, cached=book.cached, cut=len(book.cut))
 
     def _start(self) -> None:
         """Make the control actor and the workers (in a thread: Ray's calls block)."""
