@@ -266,3 +266,44 @@ async def test_a_row_answered_under_one_system_prompt_is_not_kept_under_another(
     none = u.map(rows, "Label", model=u.ScriptedModel(lambda m, t: "plain"), done=done, bus=bus)
     assert (await asyncio.wait_for(none.result(), 10)).tolist() == ["plain", "plain"]
     store.close()
+
+
+async def test_a_continued_generator_batch_stopped_early_keeps_the_rows_it_never_read_for_the_next_run(bus, tmp_path):
+    """A list's kept rows are all written again at the start of the run that continues it; a generator's are as they
+    come: a run stopped before reading them left them out, and the run after it asked them again."""
+    store = u.Store(str(tmp_path / "s.db"))
+    store.attach(bus)
+
+    def rows():
+        yield from (f"row {i}" for i in range(6))
+
+    def first(messages, tools):  # row 1 answers nothing (twice): it fails, the others finish
+        task = next(m["content"] for m in messages if m["role"] == "user")
+        return "" if task.endswith("row 1") else "first"
+
+    h = u.map(rows(), "Do", model=u.ScriptedModel(first), concurrency=1, name="gen", bus=bus)
+    assert (await asyncio.wait_for(h.result(), 10)).tolist() == ["first", None, *["first"] * 4]
+    hang = asyncio.Event()
+
+    async def held(messages, tools):
+        await hang.wait()
+        return "second"
+
+    second = u.map(rows(), "Do", model=u.ScriptedModel(held), concurrency=1, done=u.finished_rows(store, "gen"),
+                   name="gen", bus=bus)
+    await second.wait_for("child_started", lambda e: e.child_name.endswith("[1]"), timeout=10)
+    await second.stop("enough for now")  # rows 2 to 5 never read
+    with pytest.raises(u.Stopped):
+        await second
+    done = u.finished_rows(store, "gen")
+    assert sorted(json.loads(k)[0] for k in done) == [0, 2, 3, 4, 5]
+    asked = []
+
+    def third_script(messages, tools):
+        asked.append(last_user(messages))
+        return "third"
+
+    third = u.map(rows(), "Do", model=u.ScriptedModel(third_script), done=done, name="gen", bus=bus)
+    assert (await asyncio.wait_for(third.result(), 10)).tolist() == ["first", "third", *["first"] * 4]
+    assert [a.split()[-1] for a in asked] == ["1"] and third.rows.kept == 5
+    store.close()

@@ -411,10 +411,29 @@ class MapEngine(Driver):
         """As the batch ends (``Run.on_end``): its rows stop counting as live loops, and rows never started say why."""
         held, self._held = self._held, 0
         release_loops(held)
+        self._carry_unread()
         self.book.over = True
         if status is not Status.FINISHED:  # rows never started say so (not None)
             self.book.not_started = (f"{NOT_STARTED}: the batch was stopped" if status is Status.STOPPED
                                      else f"{NOT_STARTED}: the batch failed ({reason_of(error)})")
+
+    def _carry_unread(self) -> None:
+        """A generator's rows the run this one continues finished, which this run never read (it ended first: stopped,
+        failed, held at its budget), are written again as this run's kept rows, as an input read twice writes them
+        all at its start: the newest run holds every row finished so far, and a run that continues it keeps each
+        one it asks the same (``done=`` checks each row as it comes)."""
+        done, self._done_lazy = self._done_lazy, None
+        if not done or self.book.exhausted:  # every row read: a row past its end is no longer in the input
+            return
+        taken = self.book.source.taken
+        run = self._run
+        for rid, value in done.items():
+            position, key, asked = json.loads(rid)
+            if position >= taken:
+                run.publish(_row_finished(
+                    loop_id=run.id, lineage=run.lineage, row=key, position=position, status="finished",
+                    answer=to_json(value), asked=asked, kept=True,
+                ))
 
     # -- what the batch adds to the loop's verbs --------------------------------------------------------
 

@@ -43,6 +43,11 @@ class RemoteRows:
     def __next__(self) -> Row:
         raise StopIteration  # its rows are made on the cluster
 
+    @property
+    def taken(self) -> int:
+        """Rows taken in the kernel: none (they are made on the cluster)."""
+        return self.made
+
     def peek(self, n: int) -> list[Row]:
         return []
 

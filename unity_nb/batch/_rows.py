@@ -262,6 +262,11 @@ class RowSource:
             row.reason = f"row {short(key)} cannot fill the task: {err}"
             return row
 
+    @property
+    def taken(self) -> int:
+        """Rows the batch took so far (made, and not just looked at ahead): the next one taken is at this position."""
+        return self.made - len(self._buffer)
+
     def peek(self, n: int) -> list[Row]:
         """The next ``n`` rows (fewer at the end), made now and kept until the batch takes them."""
         while len(self._buffer) < n:
