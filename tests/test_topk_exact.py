@@ -253,3 +253,49 @@ async def test_a_row_left_out_undecided_by_a_comparison_without_an_answer_is_nam
     (left,) = {"w2", "w3"} - {kept}
     assert set(best.attrs["reasons"]) == {left}
     assert best.attrs["reasons"][left].startswith(f"failed: its comparison with row {kept!r} got no answer")
+
+
+def gaps(*missing):
+    """Four rows tied on score, compared truthfully by their worth, but the pairs of worths in ``missing`` get no
+    answer (never a Choice: sent back once, then the comparison fails)."""
+
+    def script(messages, tools):
+        text = task_of(messages)
+        if "\nA:\n" in text:
+            a, b = worth_of(text, "A"), worth_of(text, "B")
+            if {a, b} in [set(pair) for pair in missing]:
+                return "no idea"
+            return u.call_tool("submit_answer", better=truthful(a, b), reason="r")
+        return u.call_tool("submit_answer", score=5, reason="alike")
+
+    return u.ScriptedModel(script)
+
+
+async def test_a_comparison_without_an_answer_is_not_exact_only_where_it_could_change_the_top_k(bus):
+    """Exact said whether any comparison was unanswered, even one the other answers made moot; it says whether a
+    missing answer could change the rows given or their order."""
+    items = pd.Series([f"doc {i} worth {w} ." for i, w in enumerate([3, 2, 1, 0])], index=["w3", "w2", "w1", "w0"],
+                      name="text")
+
+    async def top2(*missing):
+        h = u.topk(items, 2, "Which document is worth most?", model=gaps(*missing), bus=bus)
+        best = await asyncio.wait_for(h.result(), 20)
+        assert list(best.index) == ["w3", "w2"] and h.selection.no_answer == len(missing)
+        return h, best
+
+    # w1 and w0 lost to w3 and w2: out whatever their own comparison says
+    h, best = await top2((1, 0))
+    assert h.exact is True and best.attrs["exact"] is True and best.attrs["reasons"] == {}
+    said = h.summary()
+    assert "NOT exact" not in said and "1 got no answer: between rows whose places the other answers fix" in said
+    # w3 against w0 unanswered: w3 has two wins and the tie with w2, first in the input; w0 could have one at most
+    h, best = await top2((3, 0))
+    assert h.exact is True
+    # w2 against w1 unanswered: each has one win, w1 could have two: which is in is undecided
+    h, best = await top2((2, 1))
+    assert h.exact is False and best.attrs["exact"] is False and "w1" in best.attrs["reasons"]
+    assert "NOT exact" in h.summary() and "1 row(s) left out undecided" in h.summary()
+    # w3 against w2 unanswered: both in, but which comes first is undecided: the order is not exact
+    h, best = await top2((3, 2))
+    assert h.exact is False and best.attrs["reasons"] == {}
+    assert "which of rows 'w3' and 'w2' comes first is undecided" in h.summary()

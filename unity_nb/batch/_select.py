@@ -83,6 +83,11 @@ class Selection:
         self.failed: dict[Any, str] = {}
         """Rows out of the running because a comparison they needed got no answer: why."""
         self.no_answer = 0
+        """Comparisons asked that got no answer (each row of :attr:`failed` names one; :attr:`unsure` others)."""
+        self.unsure: list[tuple[Any, Any]] = []
+        """Pairs of rows a round robin gave whose order (which comes first, or which is in) comparisons without an
+        answer could still swap: ``(given ahead, the other)``. A missing answer that could change nothing (between
+        rows whose places the other answers fix, or in a pivot's sample) is in neither."""
         self.checked: list[int] = []
         """Scores below the margin whose rows were compared because rows scored at the margin reached the top."""
         self._reasons: dict[tuple[Any, Any], str] = {}
@@ -158,10 +163,12 @@ class Selection:
 
     @property
     def exact(self) -> bool:
-        """True when every comparison needed was answered, consistently, and the plan ran to its end: the true top
-        k among the rows scored :attr:`floor` or more (the rows scored lower, :attr:`uncompared`, the scores put
-        out without a comparison)."""
-        return self.done and not self.stopped and not self.no_answer and not self.inconsistent
+        """True when the comparisons were consistent, the plan ran to its end, and no comparison without an answer
+        could change which rows it gives or their order (:attr:`failed`, :attr:`unsure`): the true top k, in order,
+        among the rows scored :attr:`floor` or more (the rows scored lower, :attr:`uncompared`, the scores put out
+        without a comparison)."""
+        return (self.done and not self.stopped and not self.failed and not self.unsure
+                and not self.inconsistent)
 
     @property
     def uncompared(self) -> int:
@@ -244,6 +251,7 @@ class Selection:
         if task.stage == "round robin":
             ranked = self._by_wins(rows)
             self._undecided(ranked, want)
+            self._unsure(ranked, want)
             return ranked[:want]
         if task.stage == "sample":
             task.pivot = self._by_wins(task.sample)[task.j - 1]
@@ -275,6 +283,23 @@ class Selection:
             if sure < want:
                 other = next((b for b in open_ if b in kept), open_[0])
                 self.failed[row] = self._failure(row, other)
+
+    def _unsure(self, ranked: list, want: int) -> None:
+        """Each of a round robin's first ``want`` rows (by wins) whose place ahead of a later row comparisons without
+        an answer could still change goes to :attr:`unsure` (with the first such row). ``a`` stays ahead of ``b``
+        whatever they say when its wins beat ``b``'s wins with every open comparison of ``b`` won (ties go to the
+        row first in the input). A sample's round robin only picks a pivot: its open comparisons change nothing."""
+        wins = {a: sum(1 for b in ranked if self.won.get((a, b))) for a in ranked}
+        open_ = {a: sum(1 for b in ranked if b != a and (a, b) in self.won and self.won[(a, b)] is None)
+                 for a in ranked}
+        if not any(open_.values()):
+            return
+        for i, a in enumerate(ranked[:want]):
+            for b in ranked[i + 1:]:
+                most = wins[b] + open_[b]
+                if wins[a] < most or (wins[a] == most and self.pos[a] > self.pos[b]):
+                    self.unsure.append((a, b))
+                    break
 
     def _pick_pivot(self, task: _Task) -> None:
         """A pivot among the rows tied at the task's edge score: at random, or the ``j``-th of a round robin

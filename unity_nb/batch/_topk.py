@@ -257,10 +257,14 @@ class TopKHandle(PhasedHandle):
         if sel.inconsistent:
             said.append(f"{sel.inconsistent} inconsistent comparison cycle(s) (A over B, B over C, C over A), e.g. "
                         f"rows {', '.join(repr(self.items.index[r]) for r in sel.cycles(1)[0])}")
-        if sel.no_answer:
-            left = (f" ({len(sel.failed):,} row(s) left out undecided: .attrs['reasons'] names them)"
-                    if sel.failed else "")
-            said.append(f"{sel.no_answer} comparison(s) got no answer{left}")
+        if sel.failed or sel.unsure:
+            left = [f"{len(sel.failed):,} row(s) left out undecided: .attrs['reasons'] names them"
+                    ] if sel.failed else []
+            if sel.unsure:
+                a, b = sel.unsure[0]
+                left.append(f"which of rows {self._label(a)!r} and {self._label(b)!r} comes first is undecided"
+                            + (f", and {len(sel.unsure) - 1} more such pair(s)" if len(sel.unsure) > 1 else ""))
+            said.append(f"{sel.no_answer} comparison(s) got no answer ({'; '.join(left)})")
         if sel.stopped:
             said.append(sel.stopped)
         unscored = (f"; {self.unscored:,} row(s) got no score (.attrs['reasons'] says why) and were never compared"
@@ -268,6 +272,9 @@ class TopKHandle(PhasedHandle):
         if said:
             return f"{out}; NOT exact: {'; '.join(said)}{unscored}"
         out = f"{out}; exact: its {sel.asked} comparisons were consistent"
+        if sel.no_answer:  # none of them could change the rows given or their order
+            out += (f" ({sel.no_answer} got no answer: between rows whose places the other answers fix, or in a "
+                    "pivot's sample)")
         if sel.uncompared or self.unscored:  # what exact rests on: the scores that left those rows out
             out += f", among the rows scored {sel.floor} or more"
         if sel.uncompared:
