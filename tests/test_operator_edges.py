@@ -293,7 +293,7 @@ async def test_a_join_of_every_pair_past_max_pairs_is_refused_at_once_saying_how
 
 
 async def test_a_join_of_every_pair_refuses_the_options_that_only_tune_blocking(bus):
-    """blocking=None asks every pair: per_left, sample, recall and common (which tune blocking and its recall
+    """blocking=None asks every pair: per_left, sample, recall, common and seed (which tune blocking and its recall
     check) change nothing there, and were taken without a word; given beside it, they are refused at once, saying
     so (estimate=True too); left out, every pair is asked."""
     left, right = pd.DataFrame({"t": ["apple", "berry"]}), pd.DataFrame({"t": ["apple", "cherry"]})
@@ -303,6 +303,7 @@ async def test_a_join_of_every_pair_refuses_the_options_that_only_tune_blocking(
                           ({"sample": 0}, "sample= (--sample) only apply with blocking"),
                           ({"recall": 0.99}, "recall= (--recall) only apply with blocking"),
                           ({"common": 0.5}, "common= only apply with blocking"),
+                          ({"seed": 3}, "seed= only apply with blocking"),
                           ({"per_left": 5, "sample": 500}, "per_left= (--per-left) and sample= (--sample) only")]:
         for estimate in (False, True):
             with pytest.raises(u.UserError) as info:
@@ -312,7 +313,7 @@ async def test_a_join_of_every_pair_refuses_the_options_that_only_tune_blocking(
     every = u.join(left, right, task, model=model, blocking=None, bus=bus)
     await asyncio.wait_for(every.result(), 20)
     assert every.pairs_asked == 4 and every.recall.status == "exact"
-    blocked = u.join(left, right, task, model=model, per_left=1, sample=0, recall=0.9, common=1.0, bus=bus)
+    blocked = u.join(left, right, task, model=model, per_left=1, sample=0, recall=0.9, common=1.0, seed=3, bus=bus)
     await asyncio.wait_for(blocked.result(), 20)  # with blocking, each is taken as before
     assert blocked.pairs_asked == 1 and blocked.recall.target == 0.9
 

@@ -17,8 +17,8 @@ blocking cannot reach them and every pair not asked yet is asked. Widening and a
 **Streamed.** The handle comes back at once, whatever the sides' sizes: the right side is indexed in a worker
 thread (``progress["indexed"]``), and each left row is scored as its pairs are made, so what the join holds grows
 with the pairs asked, not with the input. ``blocking=None`` asks every pair (n x m questions: say so knowingly, and
-with ``max_pairs`` at least n x m); ``per_left``, ``sample``, ``recall`` and ``common`` tune blocking and its check,
-and are refused beside it.
+with ``max_pairs`` at least n x m); ``per_left``, ``sample``, ``recall``, ``common`` and ``seed`` tune blocking and
+its check, and are refused beside it.
 
 A join is a phased operation: its maps are ``NAME.pairs`` (the blocked pairs and the sample), ``NAME.widen1``...
 and ``NAME.all``; ``resume_from=store`` keeps what an earlier run of them finished (the samples are seeded:
@@ -60,9 +60,10 @@ _DECIDE = "\n\nAnswer with submit_answer: match true or false, and a one-sentenc
 _WIDENINGS = 3
 """Rounds of widening at most before the join asks every pair (or says it would not)."""
 _BLOCKING_ONLY = {"per_left": (5, "--per-left"), "sample": (500, "--sample"), "recall": (0.95, "--recall"),
-                  "common": (0.1, None)}
-"""The options that tune blocking and its recall check, with their defaults and their ``%unity join`` options:
-``blocking=None`` asks every pair, where they change nothing (given beside it, they are refused)."""
+                  "common": (0.1, None), "seed": (0, None)}
+"""The options that tune blocking and its recall check (``seed``: its samples'), with their defaults and their
+``%unity join`` options: ``blocking=None`` asks every pair in order, where they change nothing (given beside it,
+they are refused)."""
 
 
 def _frame(items: Any) -> Any:
@@ -105,14 +106,14 @@ def _plan(left: Any, right: Any, task: str, names: Any, blocking: Any, per_left:
                         f"not {names!r}")
     if blocking not in ("words", None):
         raise UserError(f"blocking takes 'words' (pairs sharing rare words) or None (every pair), not {blocking!r}")
-    given = {"per_left": per_left, "sample": sample, "recall": recall, "common": common}
+    given = {"per_left": per_left, "sample": sample, "recall": recall, "common": common, "seed": seed}
     if blocking is None and (said := [k for k, v in given.items() if v is not None]):
         flags = " and ".join(f"{k}=" + (f" ({_BLOCKING_ONLY[k][1]})" if _BLOCKING_ONLY[k][1] else "") for k in said)
         it = ("they", "them") if len(said) > 1 else ("it", "it")
         raise UserError(f"{flags} only apply with blocking (blocking='words', the default: blocking and its recall "
                         f"check): blocking=None (--blocking none, --all-pairs) asks every pair, where {it[0]} would "
                         f"change nothing. Leave {it[1]} out, or leave blocking as 'words'")
-    per_left, sample, recall, common = (_BLOCKING_ONLY[k][0] if v is None else v for k, v in given.items())
+    per_left, sample, recall, common, seed = (_BLOCKING_ONLY[k][0] if v is None else v for k, v in given.items())
     if "output" in options or "columns" in options:
         raise UserError("join answers with its own fields (match, reason): it takes no output= or columns=")
     if "done" in options:
@@ -142,8 +143,8 @@ class JoinHandle(PhasedHandle):
 
     def __init__(self, left: Any, right: Any, task: str, *, names: tuple[str, str] = ("left", "right"),
                  blocking: str | None = "words", per_left: int | None = None, common: float | None = None,
-                 recall: float | None = None, sample: int | None = None, max_pairs: int = 100_000, seed: int = 0,
-                 **options: Any) -> None:
+                 recall: float | None = None, sample: int | None = None, max_pairs: int = 100_000,
+                 seed: int | None = None, **options: Any) -> None:
         self._pairs, settings = _plan(left, right, task, names, blocking, per_left, common, recall, sample,
                                       max_pairs, seed, options)
         self.blocking = settings["blocking"]
@@ -480,8 +481,8 @@ def _said(found: int, missed: float, bound: float, estimate: float | None, lower
 
 def estimate_join(left: Any, right: Any, task: str, *, names: tuple[str, str] = ("left", "right"),
                   blocking: str | None = "words", per_left: int | None = None, common: float | None = None,
-                  recall: float | None = None, sample: int | None = None, max_pairs: int = 100_000, seed: int = 0,
-                  **options: Any) -> Any:
+                  recall: float | None = None, sample: int | None = None, max_pairs: int = 100_000,
+                  seed: int | None = None, **options: Any) -> Any:
     """What :func:`join` would cost, without running anything: the blocked pairs and the sample exactly (every left
     row is scored: this reads both sides), and what widening or asking every pair could add, said."""
     plan, settings = _plan(left, right, task, names, blocking, per_left, common, recall, sample, max_pairs, seed,
