@@ -188,3 +188,26 @@ async def test_expected_output_tokens_that_are_no_count_are_refused_before_anyth
         assert bus.history() == []
     h = u.map(["a"], "Label {value}", model=model, budget=budget, expected_output_tokens=30, bus=u.EventBus())
     assert (await asyncio.wait_for(h.result(), T)).tolist() == ["ok"]
+
+
+async def test_a_row_in_flight_as_the_budget_is_reached_is_settled_as_it_ends_while_the_batch_is_held(bus):
+    """Held at its budget, the batch waited for a resume before it heard of its rows in flight ending: their answers,
+    counts and row_finished events (what the store keeps) came only once it was resumed, never if it was not."""
+    gate = asyncio.Event()
+
+    async def script(messages, tools):
+        if first_user(messages).endswith("b"):
+            await gate.wait()
+        return u.Reply(content="ok " + first_user(messages)[-1], usage=u.Usage(0, 1))
+
+    model = u.ScriptedModel(script, name="guard-in-flight")
+    u.set_price(model, input=0.0, output=1_000_000.0)  # a dollar a token out
+    h = u.map(["a", "b", "c", "d"], "Do {value}", model=model, concurrency=2, budget=1.0, bus=bus)
+    await asyncio.wait_for(h.wait_for("budget_reached"), T)  # row a spent $1; row b is in flight
+    gate.set()
+    await asyncio.wait_for(h.wait_for("row_finished", lambda e: e.position == 1), T)
+    assert h.status == u.Status.PAUSED and h.rows.started == 2 and h.progress["done"] == 2
+    assert h.results().tolist() == ["ok a", "ok b", None, None] and h.spending.spent == pytest.approx(2.0)
+    h.set_budget(None)
+    await h.resume()
+    assert (await asyncio.wait_for(h.result(), T)).tolist() == ["ok a", "ok b", "ok c", "ok d"]

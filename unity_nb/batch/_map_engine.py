@@ -184,7 +184,12 @@ class MapEngine(Driver):
             while True:
                 if run.gate.paused and not running and not ended and not self._input_left():
                     break  # held (at its budget) with no row running and none left to start: it is done
-                await run.gate.wait()
+                if run.gate.paused and running and not ended:
+                    # held (at its budget) with rows in flight: each is settled as it ends, held or not
+                    wake.clear()
+                    await _first(wake.wait(), run.gate.wait())
+                elif not ended:
+                    await run.gate.wait()
                 while (len(running) < plan.concurrency and not run.gate.paused and run.state.stop_reason is None
                        and self.fatal is None and not self.spending.check()):
                     row = self._next_row()
@@ -462,6 +467,16 @@ class MapEngine(Driver):
             "concisely and truthfully; you cannot change it.\n\nLatest answers:\n" + ("\n".join(lines) or "(none)")
             + "\n\nRows that failed or stopped:\n" + ("\n".join(bad) or "(none)")
         )
+
+
+async def _first(*waits: Any) -> None:
+    """Wait until the first of ``waits`` (coroutines) is done; the others are cancelled."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 def _used_tools(child: LoopHandle) -> bool:
