@@ -211,3 +211,40 @@ async def test_a_row_in_flight_as_the_budget_is_reached_is_settled_as_it_ends_wh
     h.set_budget(None)
     await h.resume()
     assert (await asyncio.wait_for(h.result(), T)).tolist() == ["ok a", "ok b", "ok c", "ok d"]
+
+
+async def test_a_budget_counts_the_calls_of_a_long_row_still_running(bus):
+    """The budget counted rows that ended only: a row of many steps spent unseen while the batch started row after
+    row. Each model call that ends under a running row counts at once; the row's whole tree as it ends."""
+    stepped, gate = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> str:
+        """Wait for the data."""
+        stepped.set()  # the long row's first call ended (and was counted): the short rows may answer
+        await gate.wait()
+        return "the data"
+
+    async def script(messages, tools):
+        task = first_user(messages)
+        if task.endswith("long"):
+            if any(m["role"] == "tool" for m in messages):
+                return u.Reply(content="long done", usage=u.Usage(0, 1))
+            return u.Reply(tool_calls=[u.call_tool("hold")], usage=u.Usage(0, 8))  # $8 spent, the row runs on
+        await stepped.wait()
+        return u.Reply(content="short done", usage=u.Usage(0, 1))  # $1 each
+
+    model = u.ScriptedModel(script, name="guard-running-rows")
+    u.set_price(model, input=0.0, output=1_000_000.0)  # a dollar a token out
+    h = u.map(["long", "short 1", "short 2", "short 3"], "Do {value}", model=model, tools=[hold], concurrency=2,
+              budget=10.0, bus=bus)
+    # short 1 ends: $1 ended and $8 of the long row running, under $10: short 2 starts; once it ends, $10: held
+    held = await asyncio.wait_for(h.wait_for("budget_reached"), T)
+    assert held.spent == pytest.approx(10.0) and h.spending.running == pytest.approx(8.0)
+    gate.set()
+    await asyncio.wait_for(h.wait_for("row_finished", lambda e: e.position == 0), T)
+    assert h.status == u.Status.PAUSED and h.spending.reached
+    assert h.rows.started == 3 and h.progress["done"] == 3  # short 3 never started
+    assert h.spending.running == 0 and h.spending.spent == pytest.approx(11.0)  # the long row's tree: $9
+    h.set_budget(None)
+    await h.resume()
+    assert (await asyncio.wait_for(h.result(), T)).tolist() == ["long done", "short done", "short done", "short done"]

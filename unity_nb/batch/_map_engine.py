@@ -416,6 +416,7 @@ class MapEngine(Driver):
         """As the batch ends (``Run.on_end``): its rows stop counting as live loops, and rows never started say why."""
         held, self._held = self._held, 0
         release_loops(held)
+        self.spending.ended()
         self._carry_unread()
         self.book.over = True
         if status is not Status.FINISHED:  # rows never started say so (not None)

@@ -4,7 +4,10 @@ that says when a batch would clearly exceed its budget.
 
 What a budget counts, and when it refuses:
 
-- every loop under a row, at its model's price (a row's sub-loops too);
+- every loop under a row, at its model's price (a row's sub-loops too): a row that ended at its tree's cost, and
+  under a budget a row still running at the cost of each model call of its tree that ended so far (as the call's
+  ``model_response`` says its tokens: added as it comes, so a check walks no rows), so long rows of many steps are
+  seen spending before they end;
 - a loop under a row whose model has no price cannot be counted: under a budget, the batch pauses as soon as
   a row that used one ends (no new row starts) and says which model to price; its tokens are kept by model, so
   once ``u.set_price`` names a price they are counted and ``resume`` goes on (or ``set_budget(None)`` lifts
@@ -55,16 +58,52 @@ class Spending:
         """Said before the batch starts when its estimate exceeds the budget (and where it will stop)."""
         self.expected_output_tokens: int | None = None
         """Tokens out a row, as the person said (``expected_output_tokens=``); ``None``: the estimate's assumption."""
+        self.running = 0.0
+        """Dollars of the model calls that ended in rows still running (under a budget, at known prices): what
+        :attr:`spent` counts of them before they end."""
+        self._live: dict[str, float] = {}  # a running row (the last of its lineage) -> dollars of it in ``running``
+        self._depth = 0
+        self._unlisten: Any = None
 
     def bind(self, run: Any) -> None:
         """The batch's run: its running rows, its gate, its events."""
         self._run = run
+        self._depth = len(run.lineage)
+        if self.budget is not None:
+            self._listen()
+
+    def _listen(self) -> None:
+        """Count the model calls of the running rows as they end (under a budget: what :meth:`check` reads)."""
+        if self._unlisten is None and self._run is not None and not self._run.ended.is_set():
+            self._unlisten = self._run.add_listener(self._step)
+
+    def _step(self, source: Any, event: Any) -> None:
+        """A listener of the batch's run: a model call of a loop under a running row ended. At a known price its
+        dollars count in :attr:`running` until the row ends (a model without a price is counted as its row ends)."""
+        if event.kind != "model_response" or len(event.lineage) <= self._depth or source is None:
+            return
+        cost = cost_of(Usage(event.input_tokens, event.output_tokens, event.estimated), source.model)
+        if cost:
+            row = event.lineage[self._depth]
+            self._live[row] = self._live.get(row, 0.0) + cost
+            self.running += cost
+
+    def ended(self) -> None:
+        """The batch ended: its rows' calls are no longer listened to."""
+        if self._unlisten is not None:
+            self._unlisten()
+            self._unlisten = None
 
     # -- what was spent --------------------------------------------------------------------------------
 
     def count(self, child: Any) -> None:
         """Count what a row's tree spent as the row ends: its tokens, dollars at known prices, and the tokens of
-        any loop of it whose model has no price, by model (under a budget, :meth:`check` holds the batch for them)."""
+        any loop of it whose model has no price, by model (under a budget, :meth:`check` holds the batch for them).
+        What its calls had counted while it ran (:attr:`running`) is taken out: its whole tree counts now."""
+        if self._live:
+            self.running -= self._live.pop(child.run.lineage[-1], 0.0)
+            if not self._live:
+                self.running = 0.0  # no sum of floats left behind
         if not child.children and not isinstance(getattr(child, "spending", None), Spending):
             # the usual row: its own loop alone, its tokens at its model's price (as ``tree`` and ``_split`` count)
             self.count_usage(child.usage, child.model)
@@ -114,9 +153,10 @@ class Spending:
 
     @property
     def spent(self) -> float:
-        """Dollars the budget counts: what the rows that ended spent at known prices, plus what the runs this one
-        continues spent (a model without a price is not counted: see :attr:`reached`)."""
-        return self.spent_before + self.ended_cost()
+        """Dollars the budget counts: what the rows that ended spent at known prices, what the rows running spent
+        in the model calls of theirs that ended (:attr:`running`), plus what the runs this one continues spent (a
+        model without a price is not counted: see :attr:`reached`)."""
+        return self.spent_before + self.ended_cost() + self.running
 
     # -- the budget ------------------------------------------------------------------------------------------
 
@@ -135,7 +175,8 @@ class Spending:
             return False
         if self._reached and self.reached:
             return True
-        # what the rows that ended spent (a call's tokens are known once it ends): cheap at every row's start
+        # what the rows that ended spent, and the calls of running rows that ended (a call's tokens are known once
+        # it ends, and are added up as they come): cheap at every row's start
         unpriced = self.unpriced_models()
         spent = self.spent
         if not unpriced and spent < self.budget:
@@ -177,6 +218,8 @@ class Spending:
         """Change the cap on dollars spent (``None`` lifts it). A batch paused at its budget stays paused until
         it is resumed, which a cap above what was spent allows."""
         self.budget = checked_budget(dollars, self._model, self._model_name)
+        if self.budget is not None:
+            self._listen()
         if self.budget is None or (not self.unpriced_models() and self.spent < self.budget):
             self._reached = False
 
