@@ -39,3 +39,18 @@ async def test_show_takes_the_variable_a_handle_was_assigned_to(ip):
     assert len(whole) >= 1
     with pytest.raises((UsageError, u.UserError)):
         ip.run_line_magic("unity", "show nothing_by_that_name[1]")
+
+
+async def test_show_of_a_batch_says_which_answers_the_provider_cut(ip):
+    """A row whose reply stopped at the max tokens is answered, and its reason says it was cut (as the store's rows
+    do), in the batch shown from this kernel."""
+    ip.user_ns["m"] = u.ScriptedModel(lambda messages, tools: u.Reply(
+        content="an answer that st", finish_reason="length") if messages[-1]["content"].endswith("beta")
+        else "whole answer")
+    ip.run_line_magic("unity", "model --var m")
+    ip.user_ns["items"] = ["alpha", "beta"]
+    labels = ip.user_ns["labels"] = ip.run_line_magic("unity", "map items Label {value}")
+    await asyncio.wait_for(labels, 10)
+    whole = ip.run_line_magic("unity", "show labels")
+    assert whole.iloc[:, 0].tolist() == ["whole answer", "an answer that st"]
+    assert not isinstance(whole["reason"].iloc[0], str) and "finish_reason 'length'" in whole["reason"].iloc[1]

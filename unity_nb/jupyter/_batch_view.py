@@ -83,8 +83,8 @@ def _with_reasons(result: Any) -> Any:
 
     frame = result.to_frame(name=result.name if result.name is not None else "answer") if isinstance(
         result, pd.Series) else result.copy()
-    reasons = result.attrs.get("reasons", {})
-    frame["reason"] = [reasons.get(k) for k in frame.index]
+    reasons, cut = result.attrs.get("reasons", {}), result.attrs.get("cut", {})  # cut: a row answered, said cut
+    frame["reason"] = [reasons.get(k) or cut.get(k) for k in frame.index]
     return frame
 
 
@@ -99,8 +99,8 @@ def _root(magics: Any, name: str) -> LoopHandle | None:
 
 def batch_table(magics: Any, name: str) -> Any:
     """``%unity show NAME`` for a batch: in this kernel, its result so far with a ``reason`` column (why a row has no
-    answer); from the store, the rows its run recorded (``row``, ``status``, ``answer``, ``reason``). ``None`` when
-    ``name`` is no batch (a loop's transcript is shown instead)."""
+    answer, or what cut its answer); from the store, the rows its run recorded (``row``, ``status``, ``answer``,
+    ``reason``). ``None`` when ``name`` is no batch (a loop's transcript is shown instead)."""
     import pandas as pd
 
     h = _root(magics, name)
